@@ -1,0 +1,26 @@
+"""`python -m trnlab.course COMMAND ...` — tools for maintainers and instructors.
+
+    execute [NOTEBOOK...]   re-execute notebooks in place, keeping their outputs
+"""
+
+from __future__ import annotations
+
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(__doc__.strip())
+        return 0
+    command, rest = argv[0], argv[1:]
+    if command == "execute":
+        from trnlab.course.execute import main as execute_main
+
+        return execute_main(rest)
+    print(f"unknown command {command!r}\n\n{__doc__.strip()}", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""One module per notebook with the checkers of that notebook's exercises."""

@@ -1,0 +1,42 @@
+"""Re-execute notebooks in place so that their stored outputs match the code.
+
+    python -m trnlab.course execute                   # every notebook in notebooks/
+    python -m trnlab.course execute notebooks/03_*.ipynb
+
+Each notebook runs top to bottom in a fresh kernel from the current environment, with
+``notebooks/`` as the working directory (as under ``jupyter lab notebooks/`` and nbval), and is
+saved with its outputs. Run it whenever the code a notebook shows changes.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import nbformat
+from nbclient import NotebookClient
+
+from trnlab import NOTEBOOKS_DIR
+
+
+def execute_notebook(path: Path, timeout: int = 600) -> float:
+    """Execute one notebook in place; return the wall time in seconds."""
+    path = Path(path)
+    nb = nbformat.read(path, as_version=4)
+    client = NotebookClient(
+        nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}
+    )
+    start = time.perf_counter()
+    client.execute()
+    elapsed = time.perf_counter() - start
+    nbformat.write(nb, path)
+    return elapsed
+
+
+def main(paths: list[str]) -> int:
+    notebooks = [Path(p) for p in paths] or sorted(NOTEBOOKS_DIR.glob("[0-9][0-9]_*.ipynb"))
+    for path in notebooks:
+        seconds = execute_notebook(path)
+        size = path.stat().st_size / 1e6
+        print(f"{path.name}: executed in {seconds:.1f} s, {size:.2f} MB stored")
+    return 0

@@ -1,0 +1,120 @@
+"""The exercise registry and the student-facing `check`.
+
+An exercise is a pair of notebook cells, marked in nbgrader's metadata format:
+
+- the *solution* cell, ``{"nbgrader": {"grade_id": "nb01_encode", "solution": true, "grade": false}}``,
+  holds a stub (``# YOUR CODE HERE`` / ``raise NotImplementedError``) that the student replaces and
+  that defines the answer under a known name (``Exercise.answer``);
+- the *check* cell, ``{"nbgrader": {"grade_id": "nb01_encode_check", "grade": true, "points": 2}}``,
+  calls ``check("nb01_encode", encode)``.
+
+Each exercise's checker lives in ``trnlab/course/checks/`` beside the other exercises of its notebook.
+A checker receives the student's answer and raises `CheckFailed` (or ``AssertionError``) with a hint
+that says what was expected, what came back and for which input. `check` turns that into ✓ / ✗ and
+never raises, so a notebook with unsolved exercises still runs to the end.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import traceback
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+_UNSET = object()
+
+
+class CheckFailed(Exception):
+    """Raised by a checker: the message is the hint the student sees."""
+
+
+@dataclass(frozen=True)
+class Exercise:
+    id: str  # nbgrader grade_id of the solution cell, e.g. "nb01_encode"
+    notebook: str  # notebook stem, e.g. "01_training_data"
+    points: int
+    answer: str  # the name the solution cell defines, e.g. "encode"
+    title: str
+    checker: Callable[[Any], None] = field(compare=False, repr=False)
+
+    @property
+    def check_cell_id(self) -> str:
+        return f"{self.id}_check"
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    exercise: str
+    passed: bool
+    points: int  # points earned
+    max_points: int
+    message: str
+
+
+REGISTRY: dict[str, Exercise] = {}
+
+
+def exercise(id: str, *, notebook: str, points: int, answer: str, title: str) -> Callable:
+    """Decorator that registers a checker function as exercise `id`."""
+
+    def register(checker: Callable[[Any], None]) -> Callable[[Any], None]:
+        if id in REGISTRY and REGISTRY[id].checker is not checker:
+            raise ValueError(f"exercise id {id!r} is registered twice")
+        REGISTRY[id] = Exercise(id, notebook, points, answer, title, checker)
+        return checker
+
+    return register
+
+
+def load_all() -> dict[str, Exercise]:
+    """Import every module in trnlab.course.checks so that all exercises are registered."""
+    from trnlab.course import checks
+
+    for info in pkgutil.iter_modules(checks.__path__):
+        importlib.import_module(f"{checks.__name__}.{info.name}")
+    return REGISTRY
+
+
+def get(id: str) -> Exercise:
+    if id not in REGISTRY:
+        load_all()
+    if id not in REGISTRY:
+        known = ", ".join(sorted(REGISTRY)) or "none"
+        raise KeyError(f"unknown exercise {id!r}; known exercises: {known}")
+    return REGISTRY[id]
+
+
+def run_check(id: str, answer: Any = _UNSET) -> CheckResult:
+    """Run exercise `id`'s checker on `answer`; never raises for anything the answer does."""
+    ex = get(id)
+    if answer is _UNSET:
+        return CheckResult(id, False, 0, ex.points, "no answer was given")
+    try:
+        ex.checker(answer)
+    except NotImplementedError:
+        return CheckResult(id, False, 0, ex.points, "not attempted yet: replace `raise NotImplementedError` with your code")
+    except (CheckFailed, AssertionError) as failure:
+        return CheckResult(id, False, 0, ex.points, str(failure) or "the answer is not right yet")
+    except Exception as error:  # the student's code raised while being checked
+        where = traceback.extract_tb(error.__traceback__)[-1]
+        return CheckResult(
+            id, False, 0, ex.points,
+            f"your code raised {type(error).__name__}: {error} (line {where.lineno} of {where.name})",
+        )
+    return CheckResult(id, True, ex.points, ex.points, "correct")
+
+
+def check(id: str, answer: Any = _UNSET) -> bool:
+    """Check a student's answer and print ✓ or ✗ with a hint. Never raises."""
+    try:
+        result = run_check(id, answer)
+    except Exception as error:  # an unknown id, a broken registry: still never raise in a notebook
+        print(f"✗ {id}: could not be checked ({type(error).__name__}: {error})")
+        return False
+    ex = REGISTRY[id]
+    mark = "✓" if result.passed else "✗"
+    print(f"{mark} {ex.title} [{result.points}/{result.max_points} points]")
+    if not result.passed:
+        print(f"  hint: {result.message}")
+    return result.passed
