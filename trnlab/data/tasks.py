@@ -1,0 +1,138 @@
+"""The synthetic "assistant" corpus: prompt → answer pairs for four small tasks.
+
+Every example is a question a user could type and the one right answer:
+
+    task      prompt          answer
+    add       "407+38"        "445"
+    sub       "512-87"        "425"       (never negative: the first number is the larger)
+    reverse   "reverse kite"  "etik"      (random lowercase "words", 3–7 letters)
+    sort      "sort 52819"    "12589"     (3–7 digits)
+
+Each task draws problems from its own seeded random generator, drops repeats (a problem is the
+same problem whatever its written order, so ``3+5`` and ``5+3`` count once), and deals the unique
+problems out in order: the first ``test`` to the test split, the next ``val`` to validation, the
+rest to training. No problem is in two splits, and the same seed always gives the same files.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Callable, Hashable
+
+TASKS = ("add", "sub", "reverse", "sort")
+SPLITS = ("train", "val", "test")
+
+MAX_OPERAND_DIGITS = 3
+WORD_LETTERS = (3, 7)
+SORT_DIGITS = (3, 7)
+
+
+@dataclass(frozen=True)
+class Example:
+    task: str
+    prompt: str
+    answer: str
+
+
+@dataclass(frozen=True)
+class CorpusConfig:
+    seed: int = 1234
+    train_per_task: int = 8000
+    val_per_task: int = 250
+    test_per_task: int = 500
+
+
+def _number(rng: random.Random) -> int:
+    # Pick the digit count first, so 1- and 2-digit numbers are not drowned out by 3-digit ones.
+    digits = rng.randint(1, MAX_OPERAND_DIGITS)
+    low = 0 if digits == 1 else 10 ** (digits - 1)
+    return rng.randint(low, 10**digits - 1)
+
+
+def draw_add(rng: random.Random) -> tuple[Hashable, Example]:
+    a, b = _number(rng), _number(rng)
+    return ("add", min(a, b), max(a, b)), Example("add", f"{a}+{b}", str(a + b))
+
+
+def draw_sub(rng: random.Random) -> tuple[Hashable, Example]:
+    a, b = _number(rng), _number(rng)
+    a, b = max(a, b), min(a, b)
+    return ("sub", a, b), Example("sub", f"{a}-{b}", str(a - b))
+
+
+def draw_reverse(rng: random.Random) -> tuple[Hashable, Example]:
+    word = "".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(*WORD_LETTERS)))
+    return ("reverse", word), Example("reverse", f"reverse {word}", word[::-1])
+
+
+def draw_sort(rng: random.Random) -> tuple[Hashable, Example]:
+    digits = "".join(rng.choice("0123456789") for _ in range(rng.randint(*SORT_DIGITS)))
+    return ("sort", digits), Example("sort", f"sort {digits}", "".join(sorted(digits)))
+
+
+DRAW: dict[str, Callable[[random.Random], tuple[Hashable, Example]]] = {
+    "add": draw_add,
+    "sub": draw_sub,
+    "reverse": draw_reverse,
+    "sort": draw_sort,
+}
+
+
+def solve(task: str, prompt: str) -> str:
+    """The right answer to a prompt of `task`, computed directly (used to check the corpus)."""
+    if task == "add":
+        a, b = prompt.split("+")
+        return str(int(a) + int(b))
+    if task == "sub":
+        a, b = prompt.split("-")
+        return str(int(a) - int(b))
+    if task == "reverse":
+        return prompt.removeprefix("reverse ")[::-1]
+    if task == "sort":
+        return "".join(sorted(prompt.removeprefix("sort ")))
+    raise ValueError(f"unknown task {task!r}; tasks are {', '.join(TASKS)}")
+
+
+def task_of(prompt: str) -> str:
+    """Which task a prompt belongs to, from its shape."""
+    if prompt.startswith("reverse "):
+        return "reverse"
+    if prompt.startswith("sort "):
+        return "sort"
+    if "+" in prompt:
+        return "add"
+    if "-" in prompt:
+        return "sub"
+    raise ValueError(f"prompt {prompt!r} matches no task; tasks are {', '.join(TASKS)}")
+
+
+def unique_problems(task: str, count: int, seed: int) -> list[Example]:
+    """`count` distinct problems of `task`, always the same ones for the same seed."""
+    rng = random.Random(f"{seed}-{task}")  # a str seed is hashed with SHA-512: stable across runs
+    seen: set[Hashable] = set()
+    examples: list[Example] = []
+    attempts = 0
+    while len(examples) < count:
+        attempts += 1
+        if attempts > 50 * count:
+            raise RuntimeError(f"task {task!r} ran out of distinct problems after {len(examples)} of {count}")
+        key, example = DRAW[task](rng)
+        if key not in seen:
+            seen.add(key)
+            examples.append(example)
+    return examples
+
+
+def make_corpus(config: CorpusConfig = CorpusConfig()) -> dict[str, list[Example]]:
+    """The three splits: {"train": [...], "val": [...], "test": [...]} with tasks interleaved."""
+    splits: dict[str, list[Example]] = {split: [] for split in SPLITS}
+    for task in TASKS:
+        total = config.test_per_task + config.val_per_task + config.train_per_task
+        problems = unique_problems(task, total, config.seed)
+        test_end = config.test_per_task
+        val_end = test_end + config.val_per_task
+        splits["test"] += problems[:test_end]
+        splits["val"] += problems[test_end:val_end]
+        splits["train"] += problems[val_end:]
+    return splits
