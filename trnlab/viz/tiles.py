@@ -1,0 +1,88 @@
+"""A GEMM cut into tensor-engine tiles: the picture of how C[M, N] = A[M, K] @ B[K, N] becomes
+``nc_matmul`` instructions.
+
+One ``nc_matmul`` takes a stationary tile [K<=128, M<=128] (a block of Aᵀ, because the tensor engine
+computes ``stationary.T @ moving``) and a moving tile [K<=128, N<=512] (a block of B) and adds their
+product into one PSUM tile [M<=128, N<=512] (limits from `nki.isa.nc_matmul`, see HARDWARE.md).
+So the GEMM needs ceil(M/128) x ceil(N/512) x ceil(K/128) instructions. Tiles at the edges of a
+shape that is not a multiple of the tile are partly empty: the array still spends the cycles, so
+those cells are drawn hatched as wasted work.
+
+    fig = plot_gemm_tiles(M=300, N=1000, K=384)
+"""
+
+from __future__ import annotations
+
+import math
+
+import matplotlib.pyplot as plt
+from matplotlib.figure import Figure
+from matplotlib.patches import Rectangle
+
+TILE_M, TILE_N, TILE_K = 128, 512, 128  # gemm_stationary_fmax, gemm_moving_fmax, pmax
+
+TILE_COLOURS = ["#cfe3f3", "#f6d8ae"]  # alternate so neighbouring tiles are distinguishable
+HIGHLIGHT = "#f4a259"
+
+
+def _edges(size: int, tile: int) -> list[tuple[int, int]]:
+    """(start, length) of each tile along one dimension; the last may be partial."""
+    return [(start, min(tile, size - start)) for start in range(0, size, tile)]
+
+
+def _draw_matrix(ax: plt.Axes, rows: int, cols: int, row_tile: int, col_tile: int,
+                 highlight: set[tuple[int, int]], title: str, row_name: str, col_name: str) -> None:
+    """Draw a rows x cols matrix cut into tiles; hatched = padding inside an edge tile."""
+    for i, (row0, nrows) in enumerate(_edges(rows, row_tile)):
+        for j, (col0, ncols) in enumerate(_edges(cols, col_tile)):
+            colour = HIGHLIGHT if (i, j) in highlight else TILE_COLOURS[(i + j) % 2]
+            # The full tile the instruction pays for; the padding part hatched.
+            ax.add_patch(Rectangle((col0, row0), col_tile, row_tile, facecolor="white", edgecolor="#999999",
+                                   hatch="///", lw=0.5))
+            ax.add_patch(Rectangle((col0, row0), ncols, nrows, facecolor=colour, edgecolor="#333333", lw=0.8))
+    padded_rows = math.ceil(rows / row_tile) * row_tile
+    padded_cols = math.ceil(cols / col_tile) * col_tile
+    ax.set_xlim(0, padded_cols)
+    ax.set_ylim(padded_rows, 0)  # row 0 at the top, as a matrix is written
+    ax.set_aspect("equal")
+    ax.set_title(title, fontsize=9)
+    ax.set_xlabel(col_name, fontsize=8)
+    ax.set_ylabel(row_name, fontsize=8)
+    ax.tick_params(labelsize=7)
+
+
+def plot_gemm_tiles(M: int, N: int, K: int, tile_m: int = TILE_M, tile_n: int = TILE_N, tile_k: int = TILE_K,
+                    output_tile: tuple[int, int] = (0, 0)) -> Figure:
+    """Draw Aᵀ [K, M] (stationary), B [K, N] (moving) and C [M, N] (PSUM) cut into tiles.
+
+    `output_tile` = (i, j) picks one PSUM tile of C; it and the ceil(K/tile_k) stationary and moving
+    tiles that accumulate into it are highlighted: that chain is one PSUM accumulation group.
+    """
+    if min(M, N, K) < 1:
+        raise ValueError(f"GEMM dimensions must be positive, got M={M}, N={N}, K={K}")
+    tiles_m, tiles_n, tiles_k = math.ceil(M / tile_m), math.ceil(N / tile_n), math.ceil(K / tile_k)
+    i, j = output_tile
+    if not (0 <= i < tiles_m and 0 <= j < tiles_n):
+        raise IndexError(f"output_tile {output_tile} out of range: C has {tiles_m} x {tiles_n} tiles")
+
+    instructions = tiles_m * tiles_n * tiles_k
+    useful = M * N * K
+    paid = tiles_m * tile_m * tiles_n * tile_n * tiles_k * tile_k
+
+    fig, (stationary_ax, moving_ax, out_ax) = plt.subplots(
+        1, 3, figsize=(11, 3.6), gridspec_kw={"width_ratios": [tiles_m * tile_m, tiles_n * tile_n, tiles_n * tile_n]}
+    )
+    _draw_matrix(stationary_ax, K, M, tile_k, tile_m, {(kk, i) for kk in range(tiles_k)},
+                 f"stationary = Aᵀ [K={K}, M={M}]\ntiles {tile_k}×{tile_m}", "K (partitions)", "M")
+    _draw_matrix(moving_ax, K, N, tile_k, tile_n, {(kk, j) for kk in range(tiles_k)},
+                 f"moving = B [K={K}, N={N}]\ntiles {tile_k}×{tile_n}", "K (partitions)", "N")
+    _draw_matrix(out_ax, M, N, tile_m, tile_n, {(i, j)},
+                 f"C [M={M}, N={N}] in PSUM\ntiles {tile_m}×{tile_n}", "M (partitions)", "N")
+    fig.suptitle(
+        f"{tiles_m} × {tiles_n} × {tiles_k} = {instructions} nc_matmul instructions; "
+        f"useful work {100 * useful / paid:.0f}% of the tiles' capacity (hatched = padding)\n"
+        f"Highlighted: the {tiles_k} instruction(s) accumulating into C tile ({i}, {j}).",
+        fontsize=9,
+    )
+    fig.tight_layout()
+    return fig
