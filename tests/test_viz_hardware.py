@@ -11,7 +11,10 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 from trnlab.hardware.systolic import simulate_matmul  # noqa: E402
-from trnlab.viz import roofline, systolic, tiles  # noqa: E402
+from trnlab.hardware import presets  # noqa: E402
+from trnlab.hardware.memory import OnChipMemory  # noqa: E402
+from trnlab.hardware.timeline import Timeline  # noqa: E402
+from trnlab.viz import memory_map, roofline, systolic, tiles, timeline  # noqa: E402
 
 TINY = SimpleNamespace(pe_rows=4, pe_cols=4)
 
@@ -81,3 +84,74 @@ def test_roofline_point_and_ridge_come_from_the_given_numbers():
     legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
     assert "gemm: 20.00 TFLOPS at 100.0 FLOP/B (50% of the roof, memory-bound)" in legend
     assert np.isclose(roofline.attainable_flops(1e6, 80e12, 400e9), 80e12)
+
+
+def test_tensor_engine_work_counts_tiles_and_cost_model_cycles():
+    spec = presets.TRN2.core
+    work = tiles.tensor_engine_work(spec, M=300, N=1000, K=384)
+    assert work.instructions == 3 * 2 * 3
+    # every instruction is busy max(n, 64) cycles in bf16: n = 512 for the first N tile, 488 for the second
+    assert work.busy_cycles == 3 * 3 * (512 + 488)
+    assert tiles.tensor_engine_work(spec, 128, 512, 128).utilisation == 1.0
+    # one row too many doubles the instructions for the same useful work
+    assert tiles.tensor_engine_work(spec, 129, 512, 128).utilisation == pytest.approx(129 / 256)
+
+
+def test_matmul_cost_and_utilisation_plots_draw_from_the_cost_model():
+    spec = presets.TRN2.core
+    fig = tiles.plot_matmul_cost(spec, n_values=[1, 64, 128, 512])
+    busy_bf16 = fig.axes[0].lines[0].get_ydata()
+    assert list(busy_bf16) == [64, 64, 128, 512]  # max(N, 64)
+    fig = tiles.plot_utilisation_vs_size(spec, [64, 128, 129, 256])
+    shares = fig.axes[0].lines[0].get_ydata()
+    assert shares[1] == pytest.approx(100.0) and shares[2] < 60
+
+
+def test_core_rooflines_show_each_generations_ridge():
+    cores = [presets.TRN1.core, presets.TRN2.core, presets.TRN3.core]
+    fig = roofline.plot_core_rooflines(cores)
+    legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert len(legend) == 3
+    assert f"ridge {presets.TRN1.core.ridge_flops_per_byte:.0f} FLOP/B" in legend[0]
+
+
+def test_memory_map_draws_each_allocation_and_psum_banks():
+    spec = presets.TRN2.core
+    sbuf = OnChipMemory("sbuf", spec, with_data=False)
+    sbuf.allocate((128, 2048), "bfloat16", name="x")
+    sbuf.allocate((64, 8192), "float32", name="y")
+    fig = memory_map.plot_memory_map(sbuf)
+    ax = fig.axes[0]
+    assert "36.0 KiB of 224.0 KiB per partition" in ax.get_title()  # 4 KiB + 32 KiB
+    # y uses 64 partitions: a solid block plus a hatched block for the reserved-but-unused rest
+    assert sum(1 for p in ax.patches if p.get_hatch()) == 1
+    psum = OnChipMemory("psum", spec, with_data=False)
+    psum.allocate((128, 512), "float32", name="acc")
+    fig = memory_map.plot_memory_map(psum)
+    assert sum("bank" in t.get_text() for t in fig.axes[0].texts) == spec.psum_banks
+
+
+def _small_timeline() -> Timeline:
+    tl = Timeline(["pe", "act", "dve", "pool", "dma0", "dma1"])
+    # (engine, opcode, start, end, ready, flops, hbm, sbuf, psum, waited_for, note)
+    tl.records += [
+        (4, "dma_copy", 0.0, 1500.0, 1500.0, 0, 65536, 65536, 0, -1, ""),
+        (5, "dma_copy", 0.0, 1500.0, 1500.0, 0, 65536, 65536, 0, -1, ""),
+        (0, "nc_matmul", 1500.0, 1713.0, 1820.0, 2 * 128 * 128 * 512, 0, 0, 0, 0, ""),
+        (2, "tensor_copy", 1820.0, 2500.0, 2500.0, 0, 0, 0, 0, 2, ""),
+        (4, "dma_copy", 2500.0, 3700.0, 3700.0, 0, 0, 0, 0, 3, ""),
+    ]
+    return tl
+
+
+def test_timeline_gantt_labels_engines_as_the_profiler_does():
+    fig = timeline.plot_timeline(_small_timeline())
+    ax = fig.axes[0]
+    labels = [t.get_text() for t in ax.get_yticklabels()]
+    assert labels == ["pe · Tensor (PE)", "dve · Vector (DVE)", "dma0 · DMA queue 0", "dma1 · DMA queue 1"]
+    assert "5 instructions, 3.7 µs" in ax.get_title()
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert legend[:3] == ["dma_copy", "nc_matmul", "tensor_copy"]
+    assert "until result ready in PSUM" in legend  # the matmul's fill/drain tail
+    with pytest.raises(ValueError, match="empty"):
+        timeline.plot_timeline(Timeline(["pe"]))

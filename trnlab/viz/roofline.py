@@ -68,10 +68,21 @@ def plot_roofline(peak_flops: float, bandwidth: float,
     return ax.figure
 
 
-def plot_profile_roofline(profile: Any, spec: Any, label: str = "kernel", ax: plt.Axes | None = None) -> Figure:
-    """Roofline of one core with a kernel's point taken from its `Profile`.
-
-    The roof uses the core's peak for the profile's matmul data type and the core's share of HBM
-    bandwidth; the point is the profile's own arithmetic intensity and achieved FLOP/s.
-    """
-    raise NotImplementedError  # filled in once trnlab.hardware.profile lands
+def plot_core_rooflines(cores: Sequence[Any], dtype: str = "bfloat16", ax: plt.Axes | None = None) -> Figure:
+    """The roofs of several cores (`CoreSpec`s) on one plot: peak for `dtype` and the core's HBM share."""
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6, 4))
+    ridges = [core.peak_flops(dtype) / core.hbm_bandwidth for core in cores]
+    x = np.geomspace(min(ridges) / 50, max(ridges) * 20, 200)
+    for core, ridge in zip(cores, ridges):
+        peak = core.peak_flops(dtype)
+        line, = ax.loglog(x, attainable_flops(x, peak, core.hbm_bandwidth) / 1e12, lw=2,
+                          label=f"{core.name}: {peak / 1e12:.1f} TFLOPS {dtype}, "
+                                f"{core.hbm_bandwidth / 1e9:.0f} GB/s HBM, ridge {ridge:.0f} FLOP/B")
+        ax.plot(ridge, peak / 1e12, "o", color=line.get_color(), ms=5)
+    ax.set_xlabel("arithmetic intensity (FLOP per byte of HBM traffic)")
+    ax.set_ylabel("TFLOPS (one core)")
+    ax.set_title(f"one NeuronCore per generation ({dtype})", fontsize=10)
+    ax.legend(fontsize=7, loc="lower right")
+    ax.figure.tight_layout()
+    return ax.figure

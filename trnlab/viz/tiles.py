@@ -14,8 +14,11 @@ those cells are drawn hatched as wasted work.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import Any, Iterator, Sequence
 
 import matplotlib.pyplot as plt
+import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
@@ -28,6 +31,84 @@ HIGHLIGHT = "#f4a259"
 def _edges(size: int, tile: int) -> list[tuple[int, int]]:
     """(start, length) of each tile along one dimension; the last may be partial."""
     return [(start, min(tile, size - start)) for start in range(0, size, tile)]
+
+
+def tile_shapes(M: int, N: int, K: int, tile_m: int = TILE_M, tile_n: int = TILE_N,
+                tile_k: int = TILE_K) -> Iterator[tuple[int, int, int]]:
+    """(k, m, n) of each nc_matmul the tiled GEMM issues: stationary [k, m], moving [k, n]."""
+    for _, m in _edges(M, tile_m):
+        for _, n in _edges(N, tile_n):
+            for _, k in _edges(K, tile_k):
+                yield k, m, n
+
+
+@dataclass(frozen=True)
+class TensorEngineWork:
+    """What a tiled GEMM costs the tensor engine, instruction by instruction from the cost model."""
+
+    instructions: int
+    busy_cycles: int  # sum of each matmul's busy cycles (back to back, fill/drain overlapped)
+    useful_macs: int  # M * N * K multiply-adds
+    pe_count: int
+
+    @property
+    def utilisation(self) -> float:
+        """Useful multiply-adds over what the PE array could do in the busy cycles."""
+        return self.useful_macs / (self.pe_count * self.busy_cycles)
+
+
+def tensor_engine_work(spec: Any, M: int, N: int, K: int, dtype: str = "bfloat16") -> TensorEngineWork:
+    """Instructions, busy cycles and PE utilisation of a GEMM cut into the spec's largest tiles."""
+    from trnlab.hardware import cost
+
+    tiles = list(tile_shapes(M, N, K, spec.pe_cols, spec.moving_fmax, spec.pe_rows))
+    busy = sum(cost.matmul_cycles(spec, k, m, n, dtype)[0] for k, m, n in tiles)
+    return TensorEngineWork(len(tiles), busy, M * N * K, spec.pe_rows * spec.pe_cols)
+
+
+def plot_matmul_cost(spec: Any, n_values: Sequence[int] = tuple(range(1, 513)),
+                     dtypes: Sequence[str] = ("bfloat16", "float32")) -> Figure:
+    """Cycles of ONE full-size nc_matmul (K = M = 128) against the moving free size N, and the
+    resulting share of the array's peak: the 64-cycle floor makes small N wasteful."""
+    from trnlab.hardware import cost
+
+    n_values = np.asarray(list(n_values))
+    fig, (cycles_ax, share_ax) = plt.subplots(1, 2, figsize=(10, 3.4))
+    K, M = spec.pe_rows, spec.pe_cols
+    for dtype in dtypes:
+        busy = np.array([cost.matmul_cycles(spec, K, M, int(n), dtype)[0] for n in n_values])
+        latency = np.array([cost.matmul_cycles(spec, K, M, int(n), dtype)[1] for n in n_values])
+        line, = cycles_ax.plot(n_values, busy, label=f"{dtype}: engine busy")
+        cycles_ax.plot(n_values, latency, ls="--", color=line.get_color(), label=f"{dtype}: result ready")
+        share_ax.plot(n_values, 100 * n_values / busy, color=line.get_color(), label=dtype)
+    cycles_ax.set_xlabel("N (moving free size)")
+    cycles_ax.set_ylabel("tensor-engine cycles")
+    cycles_ax.set_title(f"one nc_matmul, K={K}, M={M} ({spec.name})", fontsize=9)
+    cycles_ax.legend(fontsize=7)
+    share_ax.set_xlabel("N (moving free size)")
+    share_ax.set_ylabel("% of the array's peak (bf16)")
+    share_ax.set_ylim(0, 105)
+    share_ax.set_title("back-to-back throughput: N useful columns per busy cycle", fontsize=9)
+    share_ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def plot_utilisation_vs_size(spec: Any, sizes: Sequence[int], dtype: str = "bfloat16") -> Figure:
+    """Tensor-engine utilisation of square GEMMs (M = N = K = size): the saw-tooth of padding."""
+    sizes = list(sizes)
+    shares = [100 * tensor_engine_work(spec, s, s, s, dtype).utilisation for s in sizes]
+    fig, ax = plt.subplots(figsize=(7, 3))
+    ax.plot(sizes, shares, marker=".", lw=1)
+    for multiple in range(spec.pe_rows, max(sizes) + 1, spec.pe_rows):
+        ax.axvline(multiple, color="#cccccc", lw=0.6, zorder=0)
+    ax.set_xlabel("M = N = K")
+    ax.set_ylabel("PE utilisation (%)")
+    ax.set_ylim(0, 105)
+    ax.set_title(f"tensor-engine utilisation of a square {dtype} GEMM (grey: multiples of {spec.pe_rows})",
+                 fontsize=9)
+    fig.tight_layout()
+    return fig
 
 
 def _draw_matrix(ax: plt.Axes, rows: int, cols: int, row_tile: int, col_tile: int,
