@@ -39,12 +39,14 @@ from typing import Any
 
 import numpy as np
 
+from trnlab.hardware.errors import MatmulShapeError
+
 # Every cycle of every PE is recorded; keep the recording small enough for a notebook.
 MAX_RECORDED_PE_CYCLES = 4_000_000
 
 
 class SystolicShapeError(ValueError):
-    """A tile does not fit the array, or the recording would be too large for cycle-level mode."""
+    """The recording would be too large for cycle-level mode (not a hardware rule: use the fast model)."""
 
 
 def systolic_step(
@@ -128,28 +130,28 @@ def simulate_matmul(stationary: np.ndarray, moving: np.ndarray, spec: Any) -> Sy
     """Run ``stationary.T @ moving`` on the spec's PE array one cycle at a time.
 
     stationary [K, M], moving [K, N]; K <= spec.pe_rows, M <= spec.pe_cols. `spec` is a `CoreSpec`
-    (anything with ``pe_rows`` and ``pe_cols``). Products and sums are fp32, as in PSUM; the sum
+    (only ``pe_rows`` and ``pe_cols`` are used). Products and sums are fp32, as in PSUM; the sum
     over k runs top to bottom in order k = 0, 1, ..., K-1.
     """
     pe_rows, pe_cols = _pe_dims(spec)
     stationary = np.asarray(stationary)
     moving = np.asarray(moving)
     if stationary.ndim != 2 or moving.ndim != 2:
-        raise SystolicShapeError(
-            f"systolic matmul takes 2-D tiles: stationary {stationary.shape}, moving {moving.shape}"
+        raise MatmulShapeError(
+            f"matmul tile shape: the systolic array takes 2-D tiles: stationary {stationary.shape}, moving {moving.shape}"
         )
     K, M = stationary.shape
     K_moving, N = moving.shape
     if K != K_moving:
-        raise SystolicShapeError(
-            f"contraction mismatch: stationary has K={K} partitions, moving has {K_moving}; they must be equal"
+        raise MatmulShapeError(
+            f"matmul tile shape: contraction mismatch: stationary has K={K} partitions, moving has {K_moving}; they must be equal"
         )
     if min(K, M, N) < 1:
-        raise SystolicShapeError(f"empty tile: K={K}, M={M}, N={N}")
+        raise MatmulShapeError(f"matmul tile shape: empty tile: K={K}, M={M}, N={N}")
     if K > pe_rows:
-        raise SystolicShapeError(f"stationary K={K} partitions exceeds the array's {pe_rows} PE rows")
+        raise MatmulShapeError(f"matmul tile shape: stationary K={K} partitions exceeds the array's {pe_rows} PE rows")
     if M > pe_cols:
-        raise SystolicShapeError(f"stationary M={M} columns exceeds the array's {pe_cols} PE columns")
+        raise MatmulShapeError(f"matmul tile shape: stationary M={M} columns exceeds the array's {pe_cols} PE columns")
     # The run length is not assumed: the loop stops when the last result has landed in PSUM.
     # Bound it (and the recording) by a generous estimate so a bug cannot loop forever.
     max_cycles = N + pe_rows + pe_cols

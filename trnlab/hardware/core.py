@@ -1,0 +1,567 @@
+"""The simulated NeuronCore: memories, engines, and the instructions (names as in ``nki.isa``).
+
+Every instruction method
+1. checks the hardware rules (raising the specific `errors` class: rule, value, limit),
+2. in full mode computes the result with NumPy (fp32 inside the engines, rounded to the
+   destination dtype with ml_dtypes; matmuls accumulate in fp32 in PSUM),
+3. costs it (`cost.py`) and schedules it (`scheduler.py`) on its engine's in-order queue,
+4. appends a record to the timeline and returns the record's index.
+
+Timing mode (``mode="timing"``) does 1, 3 and 4 only — no values, the same timeline.
+
+Engines (short names as in Neuron's profiler): ``pe`` Tensor, ``act`` Scalar, ``dve`` Vector,
+``pool`` GpSimd, ``dma0..dma{Q-1}`` DMA queues.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import cost, dtypes, ops, scheduler
+from .errors import (DtypeError, EngineError, FreedTensorError, FreeSizeError, MatmulShapeError,
+                     MemoryPlacementError, PartitionAxisError, PSUMToHBMError, ShapeMismatchError,
+                     StartPartitionError)
+from .memory import HBM, OnChipMemory
+from .presets import CoreSpec, core_spec
+from .tensor import Tensor, View
+from .timeline import COMPUTE_ENGINES, Timeline
+
+PE, ACT, DVE, POOL = 0, 1, 2, 3
+_ENGINE_ALIASES = {
+    "pe": PE, "tensor": PE, "act": ACT, "scalar": ACT, "activation": ACT,
+    "dve": DVE, "vector": DVE, "pool": POOL, "gpsimd": POOL, None: DVE, "unknown": DVE,
+}
+_wait_reads = scheduler.wait_reads
+_wait_write = scheduler.wait_write
+_record_reads = scheduler.record_reads
+_record_write = scheduler.record_write
+
+
+def _view(x, what: str) -> View:
+    t = type(x)
+    if t is View:
+        v = x
+    elif t is Tensor:
+        v = x.full
+    else:
+        raise TypeError(f"{what}: expected a Tensor or View, got {type(x).__name__}")
+    if v.tensor.freed:
+        raise FreedTensorError(f"use after free: {what} tensor {v.tensor.name!r} was freed",
+                               value=v.tensor.name, limit="live tensor")
+    return v
+
+
+def start_partition_ok(start: int, count: int, partitions: int = 128) -> bool:
+    """[ARCH-v2]: > 64 partitions start at 0; 33–64 at 0 or 64; <= 32 at 0, 32, 64 or 96."""
+    quarter = max(partitions // 4, 1)
+    if count > 2 * quarter:
+        return start == 0
+    if count > quarter:
+        return start % (2 * quarter) == 0
+    return start % quarter == 0
+
+
+class NeuronCore:
+    """One simulated NeuronCore. ``mode="full"`` computes values and time, ``"timing"`` time only."""
+
+    def __init__(self, spec: "CoreSpec | str" = "trn2", mode: str = "full", name: str = "core0"):
+        if mode not in ("full", "timing"):
+            raise ValueError(f"mode must be 'full' or 'timing', got {mode!r}")
+        self.spec = spec = core_spec(spec)
+        self.mode = mode
+        self.full = mode == "full"
+        self.name = name
+        self.hbm = HBM(spec, self.full)
+        self.sbuf = OnChipMemory("sbuf", spec, self.full)
+        self.psum = OnChipMemory("psum", spec, self.full)
+        self.engines = list(COMPUTE_ENGINES) + [f"dma{i}" for i in range(spec.dma_queues)]
+        self.timeline = Timeline(self.engines)
+        self._records = self.timeline.records
+        self._free = [0.0] * len(self.engines)     # when each engine (queue) is free
+        self._hbm_free = 0.0                        # the shared HBM channel
+        self._next_queue = 0
+        self._now = 0.0
+        # tensor engine state: the stationary tile loaded, when its load ended, last matmul start
+        self._stationary_key = None
+        self._load_end = 0.0
+        self._last_mm_start = 0.0
+        self.note = ""                              # recorded with each instruction (e.g. source)
+        self._pe_ns = 1e9 / spec.pe_clock_hz
+        self._clock_ns = [1e9 / spec.pe_clock_hz, 1e9 / spec.act_clock_hz,
+                          1e9 / spec.dve_clock_hz, 1e9 / spec.pool_clock_hz]
+        self._max_k = min(spec.partitions, spec.pe_rows)
+        self._max_m = min(spec.stationary_fmax, spec.pe_cols)
+
+    # -- time ------------------------------------------------------------------------------------
+    @property
+    def now(self) -> float:
+        """ns: when the last result of the run so far is ready."""
+        return self._now
+
+    def profile(self, dtype="bfloat16"):
+        """The Profile of the run so far (computed from the timeline)."""
+        from .profile import Profile
+        return Profile.from_timeline(self.timeline, self.spec, dtype=dtype)
+
+    def __repr__(self) -> str:
+        return (f"NeuronCore({self.spec.name}, mode={self.mode!r}, {len(self.timeline)} "
+                f"instructions, now={self._now:.0f} ns)")
+
+    def _append(self, eid, opcode, start, end, ready, flops, hbm, sbuf, psum, waited):
+        idx = len(self._records)
+        self._records.append((eid, opcode, start, end, ready, flops, hbm, sbuf, psum, waited,
+                              self.note))
+        self._free[eid] = end
+        if ready > self._now:
+            self._now = ready
+        return idx
+
+    # -- checks shared by the compute engines --------------------------------------------------
+    def _onchip(self, v: View, what: str, opcode: str, psum_ok: bool = True):
+        kind = v.tensor.kind
+        if kind == "hbm" or (kind == "psum" and not psum_ok):
+            where = "SBUF" if not psum_ok else "SBUF or PSUM"
+            raise MemoryPlacementError(
+                f"operand memory: {opcode} {what} {v.tensor.name!r} is in {kind.upper()}; the "
+                f"engine reads and writes {where} only" + (" (move HBM data with dma_copy)"
+                                                           if kind == "hbm" else ""),
+                value=kind, limit=where)
+        if not v.part_first:
+            raise PartitionAxisError(
+                f"partition axis first: {opcode} {what} {v!r} does not have the partition axis "
+                f"(axis {v.tensor.partition_axis} of the tensor) as its first axis",
+                value=v.shape, limit="partition axis first")
+        if v.part_start and not start_partition_ok(v.part_start, v.partitions,
+                                                   self.spec.partitions):
+            raise StartPartitionError(
+                f"start partition: {opcode} {what} starts at partition {v.part_start} with "
+                f"{v.partitions} partitions; allowed starts: 0 for >64 partitions, 0/64 for "
+                f"33-64, 0/32/64/96 for <=32", value=v.part_start, limit=(0, 32, 64, 96))
+        limit = self.spec.sbuf_free_max if kind == "sbuf" else self.spec.psum_free_max
+        if v.free_size > limit:
+            raise FreeSizeError(
+                f"free size: {opcode} {what} has {v.free_size} elements per partition in "
+                f"{kind.upper()}, the limit is {limit}", value=v.free_size, limit=limit)
+
+    @staticmethod
+    def _same_tile(a: View, b: View, opcode: str, what: str):
+        if a.partitions != b.partitions or a.free_size != b.free_size:
+            raise ShapeMismatchError(
+                f"shape mismatch: {opcode} {what}: {a.shape} vs {b.shape} "
+                f"(partitions {a.partitions} vs {b.partitions}, elements per partition "
+                f"{a.free_size} vs {b.free_size})", value=(a.shape, b.shape), limit="same tile")
+
+    def _engine(self, engine, opcode: str, allowed=(DVE, ACT, POOL)) -> int:
+        key = getattr(engine, "name", engine)
+        eid = _ENGINE_ALIASES.get(key)
+        if eid is None or eid not in allowed:
+            names = [self.engines[e] for e in allowed]
+            raise EngineError(f"engine: {opcode} cannot run on {engine!r}; allowed: {names}",
+                              value=engine, limit=names)
+        return eid
+
+    def _elementwise_cycles(self, eid: int, free: int, inputs: int) -> float:
+        """ns an element-wise instruction keeps engine `eid` busy."""
+        if eid == ACT:
+            cycles = cost.activation_cycles(self.spec, free)
+        else:
+            cycles = cost.vector_cycles(self.spec, free, inputs)
+        return cycles * self._clock_ns[eid]
+
+    def _issue(self, eid, opcode, dur, reads, write, flops=0.0):
+        """Schedule a compute-engine instruction that reads `reads` and writes `write`."""
+        start, waited = _wait_reads(reads, self._free[eid], -1)
+        start, waited, _ = _wait_write(write, start, waited)
+        end = start + dur
+        idx = len(self._records)
+        _record_reads(reads, end, idx)
+        _record_write(write, end, idx)
+        sbuf = psum = 0
+        for v in reads + (write,):
+            if v.tensor.kind == "sbuf":
+                sbuf += v.nbytes
+            else:
+                psum += v.nbytes
+        return self._append(eid, opcode, start, end, end, flops, 0, sbuf, psum, waited)
+
+    def _inputs(self, *views):
+        """Float32 values of the operands (full mode), checking they were written."""
+        out = []
+        for v in views:
+            v.check_initialized()
+            out.append(np.asarray(v.values(), dtype=np.float32).reshape(v.partitions, -1))
+        return out
+
+    @staticmethod
+    def _store(dst: View, values: np.ndarray):
+        dst.write(np.asarray(values).reshape(dst.shape).astype(dst.tensor.dtype, copy=False))
+
+    # ---------------------------------------------------------------------------------------------
+    # Tensor engine
+    # ---------------------------------------------------------------------------------------------
+    def nc_matmul(self, dst, stationary, moving, accumulate=None) -> int:
+        """dst[M, N] (+)= stationary[K, M].T @ moving[K, N] on the Tensor engine.
+
+        Inputs in SBUF, output in PSUM (fp32; bf16 also on NeuronCore-v4), K <= 128 (partitions),
+        M <= 128, N <= 512. ``accumulate``: True adds to dst, False overwrites it, None (default)
+        adds if dst was already written and overwrites a fresh tile (NKI's PSUM accumulation).
+        """
+        dst = _view(dst, "dst")
+        st = _view(stationary, "stationary")
+        mv = _view(moving, "moving")
+        for v, what in ((st, "stationary"), (mv, "moving")):
+            if v.tensor.kind != "sbuf":
+                raise MemoryPlacementError(
+                    f"operand memory: nc_matmul {what} {v.tensor.name!r} is in "
+                    f"{v.tensor.kind.upper()}; the Tensor engine reads SBUF only",
+                    value=v.tensor.kind, limit="sbuf")
+        if dst.tensor.kind != "psum":
+            raise MemoryPlacementError(
+                f"operand memory: nc_matmul dst {dst.tensor.name!r} is in "
+                f"{dst.tensor.kind.upper()}; the Tensor engine writes PSUM only",
+                value=dst.tensor.kind, limit="psum")
+        K, M, N = st.partitions, st.free_size, mv.free_size
+        if mv.partitions != K:
+            raise MatmulShapeError(
+                f"matmul tile shape: contraction (partition) sizes differ: stationary {st.shape} "
+                f"has K={K}, moving {mv.shape} has K={mv.partitions}", value=mv.partitions,
+                limit=K)
+        if K > self._max_k:
+            raise MatmulShapeError(f"matmul tile shape: K={K} partitions, the limit is "
+                                   f"{self._max_k} (PE rows)", value=K, limit=self._max_k)
+        if M > self._max_m:
+            raise MatmulShapeError(f"matmul tile shape: stationary free size M={M}, the limit is "
+                                   f"{self._max_m} (gemm_stationary_fmax)", value=M,
+                                   limit=self._max_m)
+        if N > self.spec.moving_fmax:
+            raise MatmulShapeError(f"matmul tile shape: moving free size N={N}, the limit is "
+                                   f"{self.spec.moving_fmax} (gemm_moving_fmax)", value=N,
+                                   limit=self.spec.moving_fmax)
+        if dst.partitions != M or dst.free_size != N:
+            raise ShapeMismatchError(
+                f"shape mismatch: nc_matmul dst {dst.shape} should be [M={M}, N={N}] "
+                f"(stationary {st.shape}, moving {mv.shape})", value=dst.shape, limit=(M, N))
+        sdt, mdt = st.tensor.dtype, mv.tensor.dtype
+        if sdt not in dtypes.MATMUL_INPUTS or mdt not in dtypes.MATMUL_INPUTS:
+            raise DtypeError(f"data type: nc_matmul inputs {dtypes.name(sdt)} x {dtypes.name(mdt)}; "
+                             f"the Tensor engine takes fp32, bf16, fp16 and fp8",
+                             value=(sdt, mdt), limit=dtypes.MATMUL_INPUTS)
+        ddt = dst.tensor.dtype
+        if ddt != dtypes.float32 and not (ddt == dtypes.bfloat16 and self.spec.generation >= "v4"):
+            raise DtypeError(f"data type: nc_matmul writes fp32 to PSUM, dst is {dtypes.name(ddt)}",
+                             value=ddt, limit="float32")
+        parts = self.spec.partitions
+        for v, what in ((st, "stationary"), (mv, "moving"), (dst, "dst")):
+            if not v.part_first:
+                raise PartitionAxisError(
+                    f"partition axis first: nc_matmul {what} {v!r} does not have the partition "
+                    f"axis first", value=v.shape, limit="partition axis first")
+            if v.part_start and not start_partition_ok(v.part_start, v.partitions, parts):
+                raise StartPartitionError(
+                    f"start partition: nc_matmul {what} starts at partition {v.part_start} with "
+                    f"{v.partitions} partitions; allowed starts: 0 for >64 partitions, 0/64 for "
+                    f"33-64, 0/32/64/96 for <=32", value=v.part_start, limit=(0, 32, 64, 96))
+
+        if self.full:
+            if accumulate is None:
+                accumulate = dst.tensor.written is None or bool(
+                    (dst.tensor.written if dst.index is None else dst.tensor.written[dst.index]).all())
+            st.check_initialized()
+            mv.check_initialized()
+            s32 = st.fp32().reshape(K, M)
+            m32 = mv.fp32().reshape(K, N)
+            product = s32.T @ m32                                  # [M, N] fp32
+            if accumulate:
+                dst.check_initialized()
+                if dst.basic:
+                    out = dst.values()
+                    out += product.reshape(out.shape).astype(ddt, copy=False)
+                else:
+                    dst.write((dst.values().astype(np.float32) + product.reshape(dst.shape))
+                              .astype(ddt))
+            else:
+                self._store(dst, product)
+
+        # --- time ---
+        fp32 = sdt == dtypes.float32 or mdt == dtypes.float32
+        return self._pe_issue("nc_matmul", st, (mv,), dst, K, M, N, fp32, 2.0 * K * M * N,
+                              st.nbytes + mv.nbytes, dst.nbytes)
+
+    def _pe_issue(self, opcode, st, reads, dst, K, M, N, fp32, flops, sbuf, psum):
+        """Schedule a Tensor-engine instruction: LoadStationary in the background, then
+        MultiplyMoving (busy), with the result ready after the array's fill/drain."""
+        busy = max(min(self.spec.matmul_min_cycles, M), N)
+        if fp32:
+            busy *= self.spec.fp32_matmul_factor
+        pe_ns = self._pe_ns
+        busy_ns = busy * pe_ns
+        latency_ns = (busy + K + M - 2) * pe_ns
+        st_tensor = st.tensor
+        # LoadStationary runs in the background once the stationary data is there and the
+        # previous matmul has taken its weights out of the shadow buffer.
+        key = (id(st_tensor), st.box, st_tensor.version)
+        start, waited = _wait_reads(reads, self._free[PE], -1)
+        if key != self._stationary_key:
+            st_ready, st_waited = _wait_reads((st,), 0.0, -1)
+            load_start = st_ready if st_ready > self._last_mm_start else self._last_mm_start
+            self._load_end = load_start + cost.stationary_load_cycles(self.spec, K, M) * pe_ns
+            self._stationary_key = key
+            if self._load_end > start:
+                start, waited = self._load_end, st_waited
+        elif self._load_end > start:
+            start = self._load_end
+        by_matmul = opcode == "nc_matmul"
+        start, waited, group_ready = _wait_write(dst, start, waited, by_matmul)
+        end = start + busy_ns
+        ready = start + latency_ns
+        if group_ready > ready:
+            ready = group_ready
+        self._last_mm_start = start
+        idx = len(self._records)
+        _record_reads((st,) + reads, end, idx)
+        _record_write(dst, ready, idx, by_matmul)
+        return self._append(PE, opcode, start, end, ready, flops, 0, sbuf, psum, waited)
+
+    def nc_transpose(self, dst, src) -> int:
+        """dst[F, P] = src[P, F].T through the Tensor engine (a matmul by the identity): SBUF → PSUM."""
+        dst = _view(dst, "dst")
+        src = _view(src, "src")
+        if src.tensor.kind != "sbuf" or dst.tensor.kind != "psum":
+            raise MemoryPlacementError(
+                f"operand memory: nc_transpose on the Tensor engine reads SBUF and writes PSUM, "
+                f"got {src.tensor.kind.upper()} -> {dst.tensor.kind.upper()}",
+                value=(src.tensor.kind, dst.tensor.kind), limit=("sbuf", "psum"))
+        self._onchip(src, "src", "nc_transpose")
+        self._onchip(dst, "dst", "nc_transpose")
+        P, F = src.partitions, src.free_size
+        if P > self._max_k or F > self._max_m:
+            raise MatmulShapeError(f"matmul tile shape: nc_transpose of [{P}, {F}]; both sides "
+                                   f"must be <= {self._max_m}", value=(P, F), limit=self._max_m)
+        if dst.partitions != F or dst.free_size != P:
+            raise ShapeMismatchError(f"shape mismatch: nc_transpose dst {dst.shape}, expected "
+                                     f"[{F}, {P}]", value=dst.shape, limit=(F, P))
+        if self.full:
+            (x,) = self._inputs(src)
+            self._store(dst, x.T)
+        # an identity matmul: src is the stationary [K=P, M=F], the identity streams N=P columns
+        return self._pe_issue("nc_transpose", src, (), dst, P, F, P,
+                              src.tensor.dtype == dtypes.float32, 2.0 * P * F * P,
+                              src.nbytes, dst.nbytes)
+
+    # ---------------------------------------------------------------------------------------------
+    # DMA
+    # ---------------------------------------------------------------------------------------------
+    def dma_copy(self, dst, src, queue: int | None = None) -> int:
+        """Copy src to dst with a DMA queue (HBM <-> SBUF, SBUF <-> SBUF, HBM <-> HBM).
+
+        PSUM is not reachable by DMA: results go PSUM -> SBUF (tensor_copy) -> HBM [MM].
+        No dtype conversion (cast on an engine first). ``queue``: a DMA queue number, or None for
+        round-robin over the core's queues.
+        """
+        dst = _view(dst, "dst")
+        src = _view(src, "src")
+        sk, dk = src.tensor.kind, dst.tensor.kind
+        if sk == "psum" or dk == "psum":
+            cls = PSUMToHBMError if "hbm" in (sk, dk) else MemoryPlacementError
+            raise cls(f"PSUM to HBM: dma_copy {sk.upper()} -> {dk.upper()} is refused; DMA does "
+                      f"not reach PSUM. Copy PSUM -> SBUF with tensor_copy, then SBUF -> HBM",
+                      value=(sk, dk), limit="SBUF/HBM endpoints")
+        if src.size != dst.size or (src.shape != dst.shape and
+                                    tuple(s for s in src.shape if s != 1)
+                                    != tuple(s for s in dst.shape if s != 1)):
+            raise ShapeMismatchError(f"shape mismatch: dma_copy src {src.shape} -> dst {dst.shape}",
+                                     value=src.shape, limit=dst.shape)
+        if src.tensor.dtype != dst.tensor.dtype:
+            raise DtypeError(f"data type: dma_copy does not convert: src "
+                             f"{dtypes.name(src.tensor.dtype)}, dst {dtypes.name(dst.tensor.dtype)}"
+                             f"; cast with tensor_copy on an engine", value=src.tensor.dtype,
+                             limit=dst.tensor.dtype)
+        if self.full:
+            src.check_initialized()
+            dst.write(np.reshape(src.values(), dst.shape))
+        nq = self.spec.dma_queues
+        if queue is None:
+            q = self._next_queue
+            self._next_queue = (q + 1) % nq
+        else:
+            if not 0 <= int(queue) < nq:
+                raise EngineError(f"engine: DMA queue {queue} does not exist; the core has {nq}",
+                                  value=queue, limit=nq)
+            q = int(queue)
+        eid = 4 + q
+        nbytes = src.nbytes
+        rows = dst.partitions if dk == "sbuf" else (src.partitions if sk == "sbuf" else
+                                                    (src.shape[0] if src.shape else 1))
+        spec = self.spec
+        rate = min(spec.dma_engines, rows if rows > 0 else 1) * spec.dma_engine_bandwidth
+        start, waited = _wait_reads((src,), self._free[eid], -1)
+        start, waited, _ = _wait_write(dst, start, waited)
+        begin = start + spec.dma_latency_ns
+        end = begin + nbytes * 1e9 / rate
+        hbm = 0
+        if sk == "hbm" or dk == "hbm":
+            hbm = nbytes
+            channel = begin if begin > self._hbm_free else self._hbm_free
+            self._hbm_free = channel + nbytes * 1e9 / spec.hbm_bandwidth
+            if self._hbm_free > end:
+                end = self._hbm_free
+        idx = len(self._records)
+        _record_reads((src,), end, idx)
+        _record_write(dst, end, idx)
+        sbuf = (nbytes if sk == "sbuf" else 0) + (nbytes if dk == "sbuf" else 0)
+        return self._append(eid, "dma_copy", start, end, end, 0.0, hbm, sbuf, 0, waited)
+
+    # ---------------------------------------------------------------------------------------------
+    # Vector / Scalar / GpSimd
+    # ---------------------------------------------------------------------------------------------
+    def tensor_copy(self, dst, src, engine="vector") -> int:
+        """dst = src, cast to dst's dtype, on any compute engine (e.g. PSUM -> SBUF)."""
+        dst = _view(dst, "dst")
+        src = _view(src, "src")
+        eid = self._engine(engine, "tensor_copy")
+        self._onchip(src, "src", "tensor_copy", psum_ok=eid != POOL)
+        self._onchip(dst, "dst", "tensor_copy", psum_ok=eid != POOL)
+        self._same_tile(dst, src, "tensor_copy", "dst vs src")
+        if self.full:
+            src.check_initialized()
+            dst.write(np.reshape(src.values(), dst.shape).astype(dst.tensor.dtype, copy=False))
+        dur = self._elementwise_cycles(eid, src.free_size, 1)
+        return self._issue(eid, "tensor_copy", dur, (src,), dst)
+
+    def tensor_tensor(self, dst, data1, data2, op, engine="vector") -> int:
+        """dst = data1 <op> data2, element-wise (Vector or GpSimd engine)."""
+        dst = _view(dst, "dst")
+        a = _view(data1, "data1")
+        b = _view(data2, "data2")
+        eid = self._engine(engine, "tensor_tensor", (DVE, POOL))
+        name, fn = ops.binary(op)
+        for v, what in ((a, "data1"), (b, "data2"), (dst, "dst")):
+            self._onchip(v, what, "tensor_tensor", psum_ok=eid != POOL)
+        self._same_tile(a, b, "tensor_tensor", "data1 vs data2")
+        self._same_tile(dst, a, "tensor_tensor", "dst vs data1")
+        if self.full:
+            x, y = self._inputs(a, b)
+            if name in ops.BITVEC:
+                x, y = a.values().reshape(x.shape), b.values().reshape(y.shape)
+            with np.errstate(all="ignore"):
+                self._store(dst, fn(x, y))
+        dur = self._elementwise_cycles(eid, a.free_size, 2)
+        return self._issue(eid, "tensor_tensor", dur, (a, b), dst)
+
+    def _operand(self, operand, P: int, opcode: str, what: str):
+        """A scalar float or a [P, 1] view; returns (fp32 value or None, view or None)."""
+        if isinstance(operand, (Tensor, View)):
+            v = _view(operand, what)
+            self._onchip(v, what, opcode)
+            if v.partitions != P or v.free_size != 1:
+                raise ShapeMismatchError(f"shape mismatch: {opcode} {what} {v.shape} must be "
+                                         f"[{P}, 1] (one value per partition)", value=v.shape,
+                                         limit=(P, 1))
+            return (self._inputs(v)[0] if self.full else None), v
+        return np.float32(operand), None
+
+    def tensor_scalar(self, dst, data, op0, operand0, reverse0=False, op1=None, operand1=None,
+                      reverse1=False, engine="vector") -> int:
+        """dst = (data <op0> operand0) <op1> operand1; operands are scalars or [P, 1] views."""
+        dst = _view(dst, "dst")
+        x = _view(data, "data")
+        eid = self._engine(engine, "tensor_scalar")
+        self._onchip(x, "data", "tensor_scalar", psum_ok=eid != POOL)
+        self._onchip(dst, "dst", "tensor_scalar", psum_ok=eid != POOL)
+        self._same_tile(dst, x, "tensor_scalar", "dst vs data")
+        n0, f0 = ops.binary(op0)
+        c0, v0 = self._operand(operand0, x.partitions, "tensor_scalar", "operand0")
+        reads = (x,) if v0 is None else (x, v0)
+        if op1 is not None:
+            n1, f1 = ops.binary(op1)
+            c1, v1 = self._operand(operand1, x.partitions, "tensor_scalar", "operand1")
+            if v1 is not None:
+                reads = reads + (v1,)
+        if self.full:
+            (vals,) = self._inputs(x)
+            with np.errstate(all="ignore"):
+                out = f0(c0, vals) if reverse0 else f0(vals, c0)
+                if op1 is not None:
+                    out = f1(c1, out) if reverse1 else f1(out, c1)
+            self._store(dst, out)
+        dur = self._elementwise_cycles(eid, x.free_size, 1)
+        return self._issue(eid, "tensor_scalar", dur, reads, dst)
+
+    def tensor_reduce(self, dst, data, op, axis=(1,), negate=False, keepdims=False,
+                      engine="vector") -> int:
+        """dst = reduce_op(data, free axes `axis`) (Vector engine); partitions stay."""
+        dst = _view(dst, "dst")
+        x = _view(data, "data")
+        eid = self._engine(engine, "tensor_reduce", (DVE, POOL))
+        name, fn = ops.reduce(op)
+        self._onchip(x, "data", "tensor_reduce", psum_ok=eid != POOL)
+        self._onchip(dst, "dst", "tensor_reduce", psum_ok=eid != POOL)
+        axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
+        axes = tuple(int(a) % x.ndim for a in axes)
+        if 0 in axes:
+            raise PartitionAxisError("partition axis first: tensor_reduce reduces free axes only; "
+                                     "axis 0 is the partition axis (use a transpose or "
+                                     "tensor_partition_reduce)", value=axes, limit="axes >= 1")
+        kept = 1
+        for i, s in enumerate(x.shape):
+            if i not in axes:
+                kept *= s
+        if dst.size != kept:
+            raise ShapeMismatchError(f"shape mismatch: tensor_reduce of {x.shape} over axes "
+                                     f"{axes} gives {kept} elements, dst {dst.shape} has {dst.size}",
+                                     value=dst.shape, limit=kept)
+        if self.full:
+            x.check_initialized()
+            vals = np.asarray(x.values(), dtype=np.float32)
+            out = fn(vals, axis=axes, keepdims=keepdims)
+            if negate:
+                out = -out
+            self._store(dst, out)
+        dur = self._elementwise_cycles(eid, x.free_size, 1)
+        return self._issue(eid, "tensor_reduce", dur, (x,), dst)
+
+    def activation(self, dst, data, op, bias=None, scale=1.0) -> int:
+        """dst = op(data * scale + bias) on the Scalar engine; bias/scale: scalar or [P, 1] view."""
+        dst = _view(dst, "dst")
+        x = _view(data, "data")
+        name, fn = ops.activation(op)
+        self._onchip(x, "data", "activation")
+        self._onchip(dst, "dst", "activation")
+        self._same_tile(dst, x, "activation", "dst vs data")
+        reads = (x,)
+        b = None
+        if bias is not None:
+            b, bv = self._operand(bias, x.partitions, "activation", "bias")
+            if bv is not None:
+                reads = reads + (bv,)
+        s, sv = self._operand(scale, x.partitions, "activation", "scale")
+        if sv is not None:
+            reads = reads + (sv,)
+        if self.full:
+            (vals,) = self._inputs(x)
+            with np.errstate(all="ignore"):
+                pre = vals * s
+                if b is not None:
+                    pre = pre + b
+                self._store(dst, fn(pre))
+        dur = cost.activation_cycles(self.spec, x.free_size) * self._clock_ns[ACT]
+        return self._issue(ACT, "activation", dur, reads, dst)
+
+    def memset(self, dst, value=0.0, engine="vector") -> int:
+        """Fill dst with a constant."""
+        dst = _view(dst, "dst")
+        eid = self._engine(engine, "memset")
+        self._onchip(dst, "dst", "memset", psum_ok=eid != POOL)
+        if self.full:
+            dst.write(np.full(dst.shape, value).astype(dst.tensor.dtype))
+        dur = self._elementwise_cycles(eid, dst.free_size, 1)
+        return self._issue(eid, "memset", dur, (), dst)
+
+    def iota(self, dst, expr) -> int:
+        """Write the integer pattern `expr` (an array broadcastable to dst) on GpSimd."""
+        dst = _view(dst, "dst")
+        self._onchip(dst, "dst", "iota", psum_ok=False)
+        if self.full:
+            pattern = np.broadcast_to(np.asarray(expr), dst.shape)
+            dst.write(pattern.astype(dst.tensor.dtype))
+        dur = self._elementwise_cycles(POOL, dst.free_size, 1)
+        return self._issue(POOL, "iota", dur, (), dst)

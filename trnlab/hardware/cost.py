@@ -1,0 +1,73 @@
+"""The cost model: how many cycles (and nanoseconds) each instruction keeps its engine busy.
+
+Grounded in the published NKI cost model [ARCH-v2], [PERF], [ISA]; every constant lives in the
+`CoreSpec` (presets.py) with its source.
+
+Tensor engine (a systolic array of pe_rows × pe_cols PEs, weights stationary):
+- MultiplyMoving streams the N columns of `moving` through the array: the engine is busy for
+  ``max(min(matmul_min_cycles, M), N)`` cycles (the ISA page's formula; = max(N, 64) for a full
+  128-wide stationary), × `fp32_matmul_factor` (4) when an input is fp32.
+- The last column leaves the array (K - 1) + (M - 1) cycles after it entered: data skews down the
+  K rows and partial sums flow across the M columns. So the PSUM result is *ready*
+  ``busy + (K - 1) + (M - 1)`` cycles after the start (``matmul_cycles`` returns both). Back-to-back
+  matmuls overlap this fill/drain; a reader of the PSUM tile waits for it.
+- LoadStationary (a new stationary tile) takes ``ceil(M / stationary_load_speedup)`` cycles and runs
+  in the background into a shadow buffer while the previous matmul streams; it only delays a
+  matmul when its stationary data arrives late or the previous matmul is shorter than the load.
+
+Vector / GpSimd: ``vector_static_cycles + N × inputs`` (N = elements per partition), i.e. about N
+for one input, 2N for two, plus the static overhead. Scalar (activation): ``activation_static_cycles
++ max(activation_min_cycles, N)``.
+
+DMA: ``dma_latency_ns + bytes / rate`` where rate = min(dma_engines, rows) × dma_engine_bandwidth (a
+transfer is spread over up to 16 DMA engines by its rows [DMA]); transfers touching HBM share the
+core's HBM bandwidth (the scheduler serialises their bytes on one HBM channel).
+"""
+from __future__ import annotations
+
+from . import dtypes
+from .presets import CoreSpec
+
+_FP32 = dtypes.float32
+
+
+def matmul_cycles(spec: CoreSpec, K: int, M: int, N: int, dtype="bfloat16") -> tuple[int, int]:
+    """(busy_cycles, latency_cycles) of one nc_matmul of stationary [K, M] by moving [K, N].
+
+    busy: how long the tensor engine is occupied (the next matmul may start after it);
+    latency: from start until the result is complete in PSUM = busy + (K - 1) + (M - 1).
+    """
+    busy = max(min(spec.matmul_min_cycles, M), N)
+    if dtypes.as_dtype(dtype) == _FP32:
+        busy *= spec.fp32_matmul_factor
+    return busy, busy + (K - 1) + (M - 1)
+
+
+def stationary_load_cycles(spec: CoreSpec, K: int, M: int) -> int:
+    """LoadStationary of a [K, M] tile: M columns, `stationary_load_speedup`× faster than streaming."""
+    return -(-M // spec.stationary_load_speedup)
+
+
+def vector_cycles(spec: CoreSpec, free_size: int, inputs: int = 1) -> int:
+    """Vector (or GpSimd) engine: static overhead + N per input tensor."""
+    return spec.vector_static_cycles + free_size * max(inputs, 1)
+
+
+def activation_cycles(spec: CoreSpec, free_size: int) -> int:
+    """Scalar engine activation: max(64, N) (+ static overhead, 0 by default)."""
+    return spec.activation_static_cycles + max(spec.activation_min_cycles, free_size)
+
+
+def dma_rate(spec: CoreSpec, rows: int) -> float:
+    """Bytes/s of one transfer spread over min(dma_engines, rows) DMA engines."""
+    return min(spec.dma_engines, max(rows, 1)) * spec.dma_engine_bandwidth
+
+
+def dma_ns(spec: CoreSpec, nbytes: int, rows: int) -> float:
+    """One DMA alone (no other traffic): fixed latency + bytes / rate, capped by the HBM share."""
+    rate = min(dma_rate(spec, rows), spec.hbm_bandwidth)
+    return spec.dma_latency_ns + nbytes / rate * 1e9
+
+
+def cycles_to_ns(cycles: float, clock_hz: float) -> float:
+    return cycles * 1e9 / clock_hz

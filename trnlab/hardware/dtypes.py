@@ -1,0 +1,93 @@
+"""Data types of the simulated NeuronCore, as NumPy dtypes (low precision through `ml_dtypes`).
+
+NKI's names: ``float32, bfloat16, float16, float8_e4m3, float8_e4m3fn, float8_e5m2, int8, int32, ...``.
+`cast` rounds exactly as ml_dtypes rounds (round-to-nearest-even, from float32).
+"""
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+
+from .errors import DtypeError
+
+float32 = np.dtype(np.float32)
+bfloat16 = np.dtype(ml_dtypes.bfloat16)
+float16 = np.dtype(np.float16)
+# NKI has both: float8_e4m3 (IEEE-like, with infinities) and float8_e4m3fn (no inf, max 448)
+# [nki.language.float8_e4m3, nki.language.float8_e4m3fn].
+float8_e4m3 = np.dtype(ml_dtypes.float8_e4m3)
+float8_e4m3fn = np.dtype(ml_dtypes.float8_e4m3fn)
+float8_e5m2 = np.dtype(ml_dtypes.float8_e5m2)
+int8 = np.dtype(np.int8)
+uint8 = np.dtype(np.uint8)
+int16 = np.dtype(np.int16)
+uint16 = np.dtype(np.uint16)
+int32 = np.dtype(np.int32)
+uint32 = np.dtype(np.uint32)
+bool_ = np.dtype(np.bool_)
+
+SUPPORTED = {
+    "float32": float32, "bfloat16": bfloat16, "float16": float16,
+    "float8_e4m3": float8_e4m3, "float8_e4m3fn": float8_e4m3fn, "float8_e5m2": float8_e5m2,
+    "int8": int8, "uint8": uint8, "int16": int16, "uint16": uint16,
+    "int32": int32, "uint32": uint32, "bool": bool_,
+}
+_NAMES = {dt: name for name, dt in SUPPORTED.items()}
+FLOAT8 = (float8_e4m3, float8_e4m3fn, float8_e5m2)
+#: dtypes the Tensor engine accepts as matmul inputs [nki.isa.nc_matmul]
+MATMUL_INPUTS = (float32, bfloat16, float16) + FLOAT8
+
+
+def as_dtype(dtype) -> np.dtype:
+    """Normalise a dtype given as a name, NumPy type or ml_dtypes type; refuse unsupported ones."""
+    if isinstance(dtype, str):
+        if dtype in SUPPORTED:
+            return SUPPORTED[dtype]
+    try:
+        dt = np.dtype(dtype)
+    except TypeError:
+        raise DtypeError(f"data type: {dtype!r} is not a dtype; supported: {', '.join(SUPPORTED)}",
+                         value=dtype, limit=tuple(SUPPORTED)) from None
+    if dt == np.float64:
+        raise DtypeError("data type: float64 is not supported on a NeuronCore; use float32",
+                         value=dt, limit=tuple(SUPPORTED))
+    if dt not in _NAMES:
+        raise DtypeError(f"data type: {dt} is not supported; supported: {', '.join(SUPPORTED)}",
+                         value=dt, limit=tuple(SUPPORTED))
+    return dt
+
+
+def name(dtype) -> str:
+    """NKI's name of a dtype (``bfloat16``, ``float8_e4m3``, ...)."""
+    return _NAMES[np.dtype(dtype)]
+
+
+def itemsize(dtype) -> int:
+    """Bytes per element."""
+    return np.dtype(dtype).itemsize
+
+
+def is_float(dtype) -> bool:
+    dt = np.dtype(dtype)
+    return dt.kind == "f" or dt in (bfloat16,) + FLOAT8
+
+
+def cast(array, dtype) -> np.ndarray:
+    """Round `array` to `dtype` exactly as ml_dtypes does (via float32 for float sources)."""
+    dt = as_dtype(dtype)
+    a = np.asarray(array)
+    if a.dtype == dt:
+        return a.copy()
+    if a.dtype == np.float64 and dt != float32:
+        a = a.astype(np.float32)    # hardware values are at most fp32: round once to fp32 first
+    return a.astype(dt)
+
+
+def poison(dtype):
+    """The fill value of fresh on-chip memory: NaN for floats, the minimum for integers."""
+    dt = np.dtype(dtype)
+    if is_float(dt):
+        return np.nan
+    if dt == bool_:
+        return True
+    return np.iinfo(dt).min

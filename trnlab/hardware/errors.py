@@ -1,0 +1,116 @@
+"""Errors of the simulated NeuronCore: one exception class per hardware rule.
+
+Every message names the rule that was broken, the value seen and the limit, e.g.
+``SBUF overflow: 26.0 MiB requested, 24.0 MiB per core``. All classes derive from
+`HardwareError` (itself a `ValueError`), so ``except HardwareError`` catches any broken rule.
+"""
+from __future__ import annotations
+
+
+class HardwareError(ValueError):
+    """A program broke a rule of the (simulated) hardware."""
+
+    rule = "hardware rule"
+
+    def __init__(self, message: str, *, value=None, limit=None):
+        super().__init__(message)
+        self.value = value
+        self.limit = limit
+
+
+class PartitionLimitError(HardwareError):
+    """More partitions than the memory has (128 on every NeuronCore) [ARCH-v2]."""
+    rule = "partition limit"
+
+
+class SBUFOverflowError(HardwareError):
+    """An SBUF allocation does not fit in the bytes left per partition."""
+    rule = "SBUF capacity"
+
+
+class PSUMOverflowError(HardwareError):
+    """A PSUM allocation does not fit in the bytes (banks) left per partition."""
+    rule = "PSUM capacity"
+
+
+class HBMOverflowError(HardwareError):
+    """An HBM allocation does not fit in the core's share of device memory."""
+    rule = "HBM capacity"
+
+
+class PSUMBankError(HardwareError):
+    """A PSUM tile is larger than one 2 KiB bank per partition [ARCH-v2]."""
+    rule = "PSUM bank size"
+
+
+class StartPartitionError(HardwareError):
+    """An instruction's access starts on a partition the engines cannot start on [ARCH-v2]."""
+    rule = "start partition"
+
+
+class PartitionStrideError(HardwareError):
+    """An access pattern strides (or gathers) across partitions, which engines cannot do [ARCH-v2]."""
+    rule = "partition stride"
+
+
+class PartitionAxisError(HardwareError):
+    """An on-chip access whose first axis is not the partition axis."""
+    rule = "partition axis first"
+
+
+class MatmulShapeError(HardwareError):
+    """nc_matmul operands break K <= 128, M <= 128, N <= 512 or disagree on K [nki.isa.nc_matmul]."""
+    rule = "matmul tile shape"
+
+
+class ShapeMismatchError(HardwareError):
+    """Operands of an instruction have shapes that do not match."""
+    rule = "shape mismatch"
+
+
+class MemoryPlacementError(HardwareError):
+    """An operand lives in a memory the engine cannot read or write (e.g. matmul output not in PSUM)."""
+    rule = "operand memory"
+
+
+class PSUMToHBMError(MemoryPlacementError):
+    """PSUM cannot be copied straight to HBM: go PSUM -> SBUF (tensor_copy) -> HBM [MM]."""
+    rule = "PSUM to HBM"
+
+
+class DtypeError(HardwareError):
+    """A data type the instruction or memory does not support."""
+    rule = "data type"
+
+
+class FreeSizeError(HardwareError):
+    """An access with more elements per partition than the engine's free-dimension limit [PERF]."""
+    rule = "free size"
+
+
+class UninitializedReadError(HardwareError):
+    """Reading on-chip (or HBM) memory that was never written: the result would be garbage."""
+    rule = "uninitialized read"
+
+
+class FreedTensorError(HardwareError):
+    """Using a tensor after its memory was freed."""
+    rule = "use after free"
+
+
+class EngineError(HardwareError):
+    """An instruction asked for an engine that does not exist or cannot run it."""
+    rule = "engine"
+
+
+class UnknownOpError(HardwareError):
+    """An operator name the engines do not implement."""
+    rule = "unknown op"
+
+
+class IndexError_(HardwareError, IndexError):
+    """An index outside the tensor's shape."""
+    rule = "index out of range"
+
+
+OutOfBoundsError = IndexError_

@@ -1,0 +1,194 @@
+"""The memories of one NeuronCore: HBM (off chip), SBUF and PSUM (on chip) with real allocation.
+
+SBUF and PSUM are 2-D [ARCH-v2]: `partitions` rows (128) by a free dimension of bytes per
+partition (SBUF 192/224/256 KiB on Trn1/2/3; PSUM 16 KiB cut into 8 banks of 2 KiB). An
+allocation of shape (..., P, ...) with partition axis P holds bytes [offset, offset + bytes per
+partition) of partitions 0..P-1; to keep the allocator simple (first fit along the free
+dimension) that byte range is reserved on every partition. `free` releases it. Rules checked at allocation:
+
+- P <= partitions (PartitionLimitError);
+- the bytes per partition fit in what is left (SBUFOverflowError / PSUMOverflowError);
+- PSUM: one tile (the dims after the partition axis) fits in a 2 KiB bank (PSUMBankError), and a
+  tile never straddles two banks (an allocation larger than a bank starts on a bank boundary).
+
+HBM is the chip's device memory; a core sees its share (`CoreSpec.hbm_bytes`). HBM tensors have no
+partition axis. New on-chip tensors are filled with NaN (integers: their minimum) and reading an
+element never written raises UninitializedReadError (full mode).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from . import dtypes
+from .errors import (HBMOverflowError, PartitionLimitError, PSUMBankError, PSUMOverflowError,
+                     SBUFOverflowError)
+from .presets import CoreSpec, KiB, MiB
+from .tensor import Tensor
+
+
+def _fmt_bytes(n: float) -> str:
+    if n >= MiB:
+        return f"{n / MiB:.1f} MiB"
+    if n >= KiB:
+        return f"{n / KiB:.1f} KiB"
+    return f"{int(n)} B"
+
+
+class HBM:
+    """Device memory: capacity accounting, tensors without a partition axis."""
+
+    kind = "hbm"
+
+    def __init__(self, spec: CoreSpec, with_data: bool):
+        self.capacity = spec.hbm_bytes
+        self.with_data = with_data
+        self.used = 0
+        self.tensors: list[Tensor] = []
+        self._count = 0
+
+    def _reserve(self, nbytes: int, name: str):
+        if self.used + nbytes > self.capacity:
+            raise HBMOverflowError(
+                f"HBM overflow: {_fmt_bytes(nbytes)} requested for {name!r}, "
+                f"{_fmt_bytes(self.capacity - self.used)} free of {_fmt_bytes(self.capacity)} "
+                f"per core", value=nbytes, limit=self.capacity - self.used)
+        self.used += nbytes
+
+    def _name(self, name):
+        self._count += 1
+        return name or f"hbm{self._count}"
+
+    def allocate(self, shape, dtype, name: str | None = None) -> Tensor:
+        """An uninitialised HBM tensor (e.g. a kernel's output)."""
+        name = self._name(name)
+        dt = dtypes.as_dtype(dtype)
+        self._reserve(math.prod(shape) * dt.itemsize, name)
+        t = Tensor(self, shape, dt, name, None, 0, self.with_data)
+        self.tensors.append(t)
+        return t
+
+    def tensor(self, array, name: str | None = None, dtype=None) -> Tensor:
+        """An HBM tensor holding a copy of `array` (cast to `dtype` if given)."""
+        name = self._name(name)
+        arr = np.asarray(array)
+        dt = dtypes.as_dtype(dtype if dtype is not None else
+                             (np.float32 if arr.dtype == np.float64 else arr.dtype))
+        self._reserve(arr.size * dt.itemsize, name)
+        data = dtypes.cast(arr, dt) if self.with_data else None
+        t = Tensor(self, arr.shape, dt, name, None, 0, self.with_data, fill=data)
+        if not self.with_data:
+            t.written = None
+        self.tensors.append(t)
+        return t
+
+    def free(self, tensor: Tensor):
+        if not tensor.freed:
+            tensor.freed = True
+            self.used -= tensor.nbytes
+            self.tensors.remove(tensor)
+
+
+class OnChipMemory:
+    """SBUF or PSUM: partitions × bytes-per-partition, first-fit allocation of byte ranges."""
+
+    def __init__(self, kind: str, spec: CoreSpec, with_data: bool):
+        self.kind = kind
+        self.spec = spec
+        self.with_data = with_data
+        self.partitions = spec.partitions
+        if kind == "sbuf":
+            self.partition_bytes = spec.sbuf_partition_bytes
+            self.bank_bytes = None
+            self._overflow = SBUFOverflowError
+        else:
+            self.partition_bytes = spec.psum_partition_bytes
+            self.bank_bytes = spec.psum_bank_bytes
+            self._overflow = PSUMOverflowError
+        self.tensors: list[Tensor] = []       # live allocations, sorted by offset
+        self._count = 0
+
+    @property
+    def capacity(self) -> int:
+        return self.partitions * self.partition_bytes
+
+    @property
+    def used_partition_bytes(self) -> int:
+        return sum(t.partition_bytes for t in self.tensors)
+
+    def allocate(self, shape, dtype, name: str | None = None, partition_axis: int = 0) -> Tensor:
+        """Reserve a tile; shape[partition_axis] is the partition dimension (NKI's par_dim)."""
+        self._count += 1
+        name = name or f"{self.kind}{self._count}"
+        shape = tuple(int(s) for s in shape)
+        dt = dtypes.as_dtype(dtype)
+        if not shape:
+            raise PartitionLimitError(f"partition limit: {self.kind.upper()} tensor {name!r} "
+                                      f"needs a partition axis", value=0, limit=self.partitions)
+        if not -len(shape) <= partition_axis < len(shape):
+            raise ValueError(f"partition_axis={partition_axis} for a {len(shape)}-d shape")
+        partition_axis %= len(shape)
+        nparts = shape[partition_axis]
+        if nparts > self.partitions:
+            raise PartitionLimitError(
+                f"partition limit: {nparts} partitions requested for {name!r}, "
+                f"{self.kind.upper()} has {self.partitions}", value=nparts, limit=self.partitions)
+        per_partition = math.prod(shape) // max(nparts, 1) * dt.itemsize
+        if self.bank_bytes is not None:
+            tile_bytes = math.prod(shape[partition_axis + 1:]) * dt.itemsize
+            if tile_bytes > self.bank_bytes:
+                raise PSUMBankError(
+                    f"PSUM bank size: a tile of {name!r} needs {tile_bytes} bytes per partition, "
+                    f"one PSUM bank holds {self.bank_bytes} bytes "
+                    f"({self.bank_bytes // 4} fp32); split the free dimension",
+                    value=tile_bytes, limit=self.bank_bytes)
+        offset = self._first_fit(per_partition)
+        if offset is None:
+            free = self.partition_bytes - self.used_partition_bytes
+            label = "SBUF" if self.kind == "sbuf" else "PSUM"
+            raise self._overflow(
+                f"{label} overflow: {_fmt_bytes(per_partition)} per partition requested for "
+                f"{name!r} ({_fmt_bytes(per_partition * self.partitions)} over "
+                f"{self.partitions} partitions), {_fmt_bytes(free)} free of "
+                f"{_fmt_bytes(self.partition_bytes)} per partition "
+                f"({_fmt_bytes(self.capacity)} per core)",
+                value=per_partition, limit=free)
+        t = Tensor(self, shape, dt, name, partition_axis, offset, self.with_data)
+        self.tensors.append(t)
+        self.tensors.sort(key=lambda x: x.offset)
+        return t
+
+    def _first_fit(self, nbytes: int) -> int | None:
+        bank = self.bank_bytes
+        cursor = 0
+        for t in self.tensors + [None]:
+            end = self.partition_bytes if t is None else t.offset
+            start = cursor
+            if bank is not None:
+                if nbytes > bank:
+                    start = -(-start // bank) * bank        # whole banks: start on a boundary
+                elif start // bank != (start + nbytes - 1) // bank:
+                    start = -(-start // bank) * bank        # would straddle: next bank
+            if start + nbytes <= end:
+                return start
+            if t is not None:
+                cursor = max(cursor, t.offset + t.partition_bytes)
+        return None
+
+    def free(self, tensor: Tensor):
+        """Release a tile (its memory may be reused; using the tensor afterwards raises)."""
+        if not tensor.freed:
+            tensor.freed = True
+            self.tensors.remove(tensor)
+
+    def occupancy(self) -> list[dict]:
+        """Live allocations as rectangles: name, partitions, byte offset and size per partition."""
+        return [{"name": t.name, "partitions": t.partitions, "offset": t.offset,
+                 "bytes": t.partition_bytes, "dtype": dtypes.name(t.dtype), "shape": t.shape}
+                for t in self.tensors]
+
+    def __repr__(self) -> str:
+        return (f"{self.kind.upper()}({self.partitions} partitions × "
+                f"{_fmt_bytes(self.partition_bytes)}, {len(self.tensors)} tensors, "
+                f"{_fmt_bytes(self.used_partition_bytes)} used per partition)")

@@ -1,0 +1,101 @@
+"""Operators the engines implement, by NKI name (``nl.add``, ``nl.exp``, ...), as NumPy functions.
+
+Engines compute in float32 internally and round the result to the destination's dtype [ARCH-v2].
+NumPy ufuncs are accepted as aliases (``np.add`` → ``"add"``). An unknown name raises
+`UnknownOpError` listing the names that exist.
+"""
+from __future__ import annotations
+
+import numpy as np
+from scipy import special
+
+from .errors import UnknownOpError
+
+# Binary element-wise operators (tensor_tensor, tensor_scalar)
+BINARY = {
+    "add": np.add, "subtract": np.subtract, "multiply": np.multiply, "divide": np.divide,
+    "maximum": np.maximum, "minimum": np.minimum, "power": np.power, "mod": np.mod,
+    "equal": lambda a, b: np.equal(a, b).astype(np.float32),
+    "not_equal": lambda a, b: np.not_equal(a, b).astype(np.float32),
+    "greater": lambda a, b: np.greater(a, b).astype(np.float32),
+    "greater_equal": lambda a, b: np.greater_equal(a, b).astype(np.float32),
+    "less": lambda a, b: np.less(a, b).astype(np.float32),
+    "less_equal": lambda a, b: np.less_equal(a, b).astype(np.float32),
+    "bitwise_and": np.bitwise_and, "bitwise_or": np.bitwise_or, "bitwise_xor": np.bitwise_xor,
+    "left_shift": np.left_shift, "right_shift": np.right_shift,
+    "logical_and": lambda a, b: np.logical_and(a, b).astype(np.float32),
+    "logical_or": lambda a, b: np.logical_or(a, b).astype(np.float32),
+}
+BITVEC = {"bitwise_and", "bitwise_or", "bitwise_xor", "left_shift", "right_shift"}
+
+# Reductions along free axes (tensor_reduce)
+REDUCE = {"add": np.sum, "multiply": np.prod, "maximum": np.max, "minimum": np.min,
+          "max": np.max, "min": np.min}
+
+
+def _gelu(x):
+    return 0.5 * x * (1.0 + special.erf(x / np.sqrt(2.0)))
+
+
+def _gelu_tanh(x):
+    return 0.5 * x * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (x + 0.044715 * x ** 3)))
+
+
+def _sigmoid(x):
+    return special.expit(x)
+
+
+# Unary activation functions (activation on the Scalar engine)
+ACTIVATION = {
+    "copy": lambda x: x, "identity": lambda x: x,
+    "exp": np.exp, "log": np.log, "tanh": np.tanh, "sigmoid": _sigmoid,
+    "relu": lambda x: np.maximum(x, 0), "gelu": _gelu, "gelu_apprx_tanh": _gelu_tanh,
+    "silu": lambda x: x * _sigmoid(x), "rsqrt": lambda x: 1.0 / np.sqrt(x), "sqrt": np.sqrt,
+    "square": np.square, "abs": np.abs, "sign": np.sign, "sin": np.sin, "cos": np.cos,
+    "reciprocal": lambda x: 1.0 / x, "softplus": lambda x: np.logaddexp(0, x),
+    "erf": special.erf, "negative": np.negative,
+}
+
+_UFUNC_ALIASES = {
+    np.add: "add", np.subtract: "subtract", np.multiply: "multiply", np.divide: "divide",
+    np.maximum: "maximum", np.minimum: "minimum", np.power: "power", np.mod: "mod",
+    np.equal: "equal", np.not_equal: "not_equal", np.greater: "greater",
+    np.greater_equal: "greater_equal", np.less: "less", np.less_equal: "less_equal",
+    np.bitwise_and: "bitwise_and", np.bitwise_or: "bitwise_or", np.bitwise_xor: "bitwise_xor",
+    np.exp: "exp", np.log: "log", np.tanh: "tanh", np.sqrt: "sqrt", np.square: "square",
+    np.abs: "abs", np.sign: "sign", np.sin: "sin", np.cos: "cos", np.negative: "negative",
+    np.sum: "add", np.prod: "multiply", np.max: "maximum", np.min: "minimum",
+    np.amax: "maximum", np.amin: "minimum",
+}
+
+
+def op_name(op) -> str:
+    """The NKI name of an operator given as a name, a NumPy ufunc or an object with `.__name__`."""
+    if isinstance(op, str):
+        return op
+    name = _UFUNC_ALIASES.get(op)
+    if name is not None:
+        return name
+    return getattr(op, "__name__", repr(op))
+
+
+def _lookup(table: dict, op, kind: str):
+    name = op_name(op)
+    fn = table.get(name)
+    if fn is None:
+        raise UnknownOpError(f"unknown op: {name!r} is not a {kind}; known: {', '.join(sorted(table))}",
+                             value=name, limit=tuple(sorted(table)))
+    return name, fn
+
+
+def binary(op):
+    """(name, fn) of a binary operator."""
+    return _lookup(BINARY, op, "binary operator")
+
+
+def reduce(op):
+    return _lookup(REDUCE, op, "reduction")
+
+
+def activation(op):
+    return _lookup(ACTIVATION, op, "activation function")

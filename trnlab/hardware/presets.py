@@ -1,0 +1,345 @@
+"""Hardware presets: one NeuronCore, one chip, one server, for Trn1, Trn2 and Trn3.
+
+Every number here comes from a public AWS page (the keys are those of ``shared/HARDWARE.md``):
+
+- [ARCH-v2] NKI guide, "Trainium/Inferentia2 architecture" (nki/arch/trainium_inferentia2_arch)
+- [ARCH-v3] NKI guide, "Trainium2 architecture"; [ARCH-v4] NKI guide, "Trainium3 architecture"
+- [HW-trn1] general/arch/neuron-hardware/trainium; [HW-trn2] .../trainium2, .../trn2-arch;
+  [HW-trn3] .../trainium3, .../trn3-arch
+- [PERF] NKI performance guide; [MM] NKI matrix multiplication tutorial
+- [DMA] NKI "Introduction to Direct Memory Access (DMA) with NKI" (nki/about/nki-dma-overview):
+  16 DMA engines per NeuronCore (v2–v4), 27.2 GB/s each on v2/v3, 38.4 GB/s on v4; one transfer
+  is spread over up to 16 engines.
+- [ISA] NKI API pages (nki.isa.nc_matmul, nki.isa.tensor_scalar, ...)
+
+Numbers that are *not* published are marked ASSUMED with the reason for the value chosen.
+Where two public pages disagree (⚠ in HARDWARE.md), the choice and the other figure are noted.
+
+A custom machine is one line, and everything downstream (memories, limits, cost model, profile)
+reads its numbers from the spec::
+
+    tiny = presets.TRN2.core.derive(pe_rows=8, pe_cols=8, sbuf_partition_bytes=96 * 1024)
+    tiny = presets.derive(pe_rows=4, pe_cols=4, matmul_min_cycles=1)     # from TRN2.core
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+
+KiB = 1024
+MiB = 1024 * KiB
+GiB = 1024 * MiB
+TiB = 1024 * GiB
+GB = 1e9
+TB = 1e12
+
+
+@dataclass(frozen=True)
+class CoreSpec:
+    """One NeuronCore. Units: bytes, bytes/s, Hz, cycles, ns.
+
+    Memories [ARCH-v2]: SBUF and PSUM are 2-D, `partitions` rows by a free dimension of
+    `sbuf_partition_bytes` / `psum_partition_bytes`; PSUM is cut into `psum_banks` banks per
+    partition (2 KiB = 512 fp32 each on every generation).
+
+    Cost-model constants [ARCH-v2], [PERF], [ISA]:
+    - matmul (MultiplyMoving): max(N, `matmul_min_cycles`) tensor-engine cycles back to back,
+      × `fp32_matmul_factor` for fp32 inputs; the result reaches PSUM (K-1)+(M-1) cycles later
+      (the systolic array's fill and drain);
+    - LoadStationary: M / `stationary_load_speedup` cycles, in the background;
+    - Vector / GpSimd: `vector_static_cycles` + N cycles per input tensor;
+    - Scalar activation: `activation_static_cycles` + max(`activation_min_cycles`, N);
+    - DMA: `dma_latency_ns` + bytes / (engines used × `dma_engine_bandwidth`), sharing the core's
+      `hbm_bandwidth` with the other transfers in flight.
+    """
+
+    name: str
+    generation: str
+    # Tensor engine: a pe_rows × pe_cols systolic array [ARCH-v2]
+    pe_rows: int = 128
+    pe_cols: int = 128
+    partitions: int = 128
+    sbuf_partition_bytes: int = 192 * KiB
+    psum_partition_bytes: int = 16 * KiB
+    psum_banks: int = 8
+    # clocks in Hz
+    pe_clock_hz: float = 2.8e9
+    act_clock_hz: float = 1.4e9
+    dve_clock_hz: float = 1.12e9
+    pool_clock_hz: float = 1.4e9
+    # HBM: this core's share of its chip's memory and bandwidth
+    hbm_bytes: int = 16 * GiB
+    hbm_bandwidth: float = 410e9
+    # DMA [DMA]
+    dma_engines: int = 16
+    dma_engine_bandwidth: float = 27.2e9
+    dma_queues: int = 16
+    dma_latency_ns: float = 1000.0
+    # instruction limits [ISA]
+    moving_fmax: int = 512          # nl.tile_size.gemm_moving_fmax
+    stationary_fmax: int = 128      # nl.tile_size.gemm_stationary_fmax
+    sbuf_free_max: int = 64 * 1024  # elements per partition an instruction may touch in SBUF [PERF]
+    psum_free_max: int = 4 * 1024   # ... and in PSUM [PERF]
+    # cost model [ARCH-v2], [PERF]
+    matmul_min_cycles: int = 64
+    fp32_matmul_factor: int = 4
+    stationary_load_speedup: int = 4
+    vector_static_cycles: int = 100
+    activation_min_cycles: int = 64
+    activation_static_cycles: int = 0
+    fp8_peak_factor: int = 1        # quoted fp8 peak / bf16 peak (fp8 fast modes are not simulated)
+    # quoted figures, for comparison only (the simulator computes its own from the fields above)
+    quoted_tflops_bf16: float = 92.0
+    quoted_tflops_fp32: float = 23.0
+
+    def __post_init__(self):
+        if self.psum_partition_bytes % self.psum_banks:
+            raise ValueError(f"psum_partition_bytes={self.psum_partition_bytes} is not a whole "
+                             f"number of {self.psum_banks} banks")
+        for name in ("pe_rows", "pe_cols", "partitions", "psum_banks", "matmul_min_cycles"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+
+    # -- derived figures -------------------------------------------------------------------
+    @property
+    def sbuf_bytes(self) -> int:
+        return self.partitions * self.sbuf_partition_bytes
+
+    @property
+    def psum_bytes(self) -> int:
+        return self.partitions * self.psum_partition_bytes
+
+    @property
+    def psum_bank_bytes(self) -> int:
+        """Bytes per partition in one PSUM bank (2 KiB = 512 fp32)."""
+        return self.psum_partition_bytes // self.psum_banks
+
+    @property
+    def engine_clocks(self) -> dict:
+        return {"pe": self.pe_clock_hz, "act": self.act_clock_hz,
+                "dve": self.dve_clock_hz, "pool": self.pool_clock_hz}
+
+    def peak_flops(self, dtype="bfloat16") -> float:
+        """Tensor-engine peak FLOP/s: 2 × rows × cols × clock (÷4 for fp32, × fp8 factor)."""
+        from . import dtypes
+        dt = dtypes.as_dtype(dtype)
+        flops = 2.0 * self.pe_rows * self.pe_cols * self.pe_clock_hz
+        if dt == dtypes.float32:
+            return flops / self.fp32_matmul_factor
+        if dt in dtypes.FLOAT8:
+            return flops * self.fp8_peak_factor
+        return flops
+
+    @property
+    def ridge_flops_per_byte(self) -> float:
+        """Roofline ridge point: bf16 peak FLOP/s over HBM bytes/s."""
+        return self.peak_flops("bfloat16") / self.hbm_bandwidth
+
+    def derive(self, name: str | None = None, **changes) -> "CoreSpec":
+        """A copy with some fields changed, e.g. ``derive(pe_rows=8, pe_cols=8)``."""
+        unknown = set(changes) - {f.name for f in dataclasses.fields(self)}
+        if unknown:
+            raise TypeError(f"CoreSpec has no field(s) {sorted(unknown)}")
+        if name is None:
+            name = self.name + " (" + ", ".join(f"{k}={v}" for k, v in changes.items()) + ")"
+        return dataclasses.replace(self, name=name, **changes)
+
+    def summary(self) -> dict:
+        """The headline numbers, for tables in the notebooks."""
+        return {
+            "core": self.name, "PE array": f"{self.pe_rows}×{self.pe_cols}",
+            "tensor clock (GHz)": self.pe_clock_hz / 1e9,
+            "SBUF (MiB)": self.sbuf_bytes / MiB, "PSUM (MiB)": self.psum_bytes / MiB,
+            "bf16 peak (TFLOPS)": self.peak_flops("bfloat16") / 1e12,
+            "fp32 peak (TFLOPS)": self.peak_flops("float32") / 1e12,
+            "HBM share (GB/s)": self.hbm_bandwidth / 1e9,
+            "ridge (FLOP/B)": self.ridge_flops_per_byte,
+        }
+
+
+def derive(base: CoreSpec | None = None, name: str | None = None, **changes) -> CoreSpec:
+    """A custom core in one line: ``derive(pe_rows=4, pe_cols=4)`` (starts from TRN2.core)."""
+    return (base or TRN2.core).derive(name=name, **changes)
+
+
+@dataclass(frozen=True)
+class ChipSpec:
+    """One Trainium chip: `cores` NeuronCores sharing HBM, plus chip-to-chip links."""
+
+    name: str
+    core: CoreSpec
+    cores: int
+    hbm_bytes: int
+    hbm_bandwidth: float
+    link: str
+    link_bandwidth: float           # bytes/s per chip
+    dma_engines: int
+    quoted_tflops: dict = field(default_factory=dict)   # chip peaks as published, by dtype
+
+    def derive(self, name: str | None = None, **core_changes) -> "ChipSpec":
+        """The same chip built from a derived core."""
+        return dataclasses.replace(self, name=name or self.name + " (custom)",
+                                   core=self.core.derive(**core_changes))
+
+    def peak_flops(self, dtype="bfloat16") -> float:
+        return self.cores * self.core.peak_flops(dtype)
+
+
+@dataclass(frozen=True)
+class ServerSpec:
+    """A server (instance) or UltraServer: `chips` chips joined by NeuronLink (and EFA/switch)."""
+
+    name: str
+    chip: ChipSpec
+    chips: int
+    topology: str
+    hbm_bytes: int
+    link_bandwidth: float           # bytes/s per chip, inside the server
+    inter_server_bandwidth: float = 0.0   # bytes/s per chip between servers (0: one server)
+    hbm_bandwidth_total: float = 0.0
+    quoted_pflops: dict = field(default_factory=dict)
+
+    @property
+    def cores(self) -> int:
+        return self.chips * self.chip.cores
+
+    def peak_flops(self, dtype="bfloat16") -> float:
+        return self.chips * self.chip.peak_flops(dtype)
+
+
+# ---------------------------------------------------------------------------------------------
+# Trn1: NeuronCore-v2
+# ---------------------------------------------------------------------------------------------
+TRN1_CORE = CoreSpec(
+    name="NeuronCore-v2 (Trn1)", generation="v2",
+    sbuf_partition_bytes=192 * KiB,           # 24 MiB = 128 × 192 KiB [ARCH-v2]
+    psum_partition_bytes=16 * KiB,            # 2 MiB = 128 × 16 KiB, 8 banks × 2 KiB [ARCH-v2]
+    psum_banks=8,
+    # ⚠ 2.8 GHz is the *effective* rate that makes 128×128×2×f = 92 TFLOPS [ARCH-v2]
+    pe_clock_hz=2.8e9,
+    dve_clock_hz=1.12e9, act_clock_hz=1.4e9, pool_clock_hz=1.4e9,   # [ARCH-v2]
+    hbm_bytes=16 * GiB, hbm_bandwidth=410e9,  # 32 GiB, 820 GB/s per chip ÷ 2 cores [HW-trn1]
+    dma_engines=16, dma_engine_bandwidth=27.2e9,   # [DMA]
+    dma_queues=16,
+    # ASSUMED: no public figure for the fixed cost of one DMA; 1 µs makes small transfers
+    # latency-bound, which is the behaviour the ≥ 4 KiB guidance in [PERF] describes.
+    dma_latency_ns=1000.0,
+    matmul_min_cycles=64, fp32_matmul_factor=4, stationary_load_speedup=4,   # [ARCH-v2], [ISA]
+    vector_static_cycles=100,                 # ≈100 cycles static overhead [PERF]
+    activation_min_cycles=64,                 # max(≈64, N) [PERF]
+    fp8_peak_factor=1,                        # v2: 92 TFLOPS for bf16/fp16/tf32/fp8 alike [ARCH-v2]
+    quoted_tflops_bf16=92.0, quoted_tflops_fp32=23.0,   # per core [ARCH-v2]
+)
+TRN1 = ChipSpec(
+    name="Trainium (Trn1)", core=TRN1_CORE, cores=2,
+    hbm_bytes=32 * GiB, hbm_bandwidth=820e9,  # [HW-trn1]
+    link="NeuronLink-v2", link_bandwidth=384e9,   # 384 GB/s per chip [HW-trn1]
+    dma_engines=32,                           # 16 per core [HW-trn1], [DMA]
+    quoted_tflops={"bfloat16": 190.0, "float32": 47.5},   # chip [HW-trn1]
+)
+TRN1_32XLARGE = ServerSpec(
+    name="trn1.32xlarge", chip=TRN1, chips=16, topology="2-D torus",
+    hbm_bytes=512 * GiB,                      # [HW-trn1]
+    link_bandwidth=384e9, hbm_bandwidth_total=16 * 820e9,
+    quoted_pflops={"bfloat16": 16 * 190.0 / 1000},
+)
+
+# ---------------------------------------------------------------------------------------------
+# Trn2: NeuronCore-v3
+# ---------------------------------------------------------------------------------------------
+TRN2_CORE = TRN1_CORE.derive(
+    name="NeuronCore-v3 (Trn2)", generation="v3",
+    sbuf_partition_bytes=224 * KiB,           # 28 MiB = 128 × 224 KiB [ARCH-v3]
+    psum_partition_bytes=16 * KiB,            # 2 MiB [ARCH-v3]
+    pe_clock_hz=2.4e9,                        # 2.4 GHz → 78.6 TFLOPS bf16 [ARCH-v3]
+    dve_clock_hz=0.96e9, act_clock_hz=1.2e9, pool_clock_hz=1.2e9,   # [ARCH-v3]
+    # 96 GiB, 2.9 TB/s per chip ÷ 8 cores [HW-trn2]  (⚠ [ARCH-v3] says 3 TB/s)
+    hbm_bytes=12 * GiB, hbm_bandwidth=2.9e12 / 8,
+    dma_engines=16, dma_engine_bandwidth=27.2e9,   # [DMA]; 128 per chip [HW-trn2]
+    fp8_peak_factor=2,                        # 158 fp8 vs 79 bf16 per core [ARCH-v3]
+    quoted_tflops_bf16=79.0, quoted_tflops_fp32=20.0,
+)
+TRN2 = ChipSpec(
+    name="Trainium2 (Trn2)", core=TRN2_CORE, cores=8,
+    hbm_bytes=96 * GiB, hbm_bandwidth=2.9e12,  # [HW-trn2]
+    link="NeuronLink-v3", link_bandwidth=1.28e12,   # [HW-trn2]
+    dma_engines=128,                          # [HW-trn2]
+    quoted_tflops={"bfloat16": 667.0, "float8_e4m3": 1299.0, "float32": 181.0},   # [HW-trn2]
+)
+TRN2_48XLARGE = ServerSpec(
+    name="trn2.48xlarge", chip=TRN2, chips=16, topology="4×4 2-D torus",
+    hbm_bytes=1536 * GiB,                     # 1.5 TiB [HW-trn2]
+    link_bandwidth=1024e9,                    # NeuronLink 1,024 GB/s per chip in the instance
+    hbm_bandwidth_total=46.4e12,
+    quoted_pflops={"bfloat16": 10.7, "float8_e4m3": 20.8},   # [HW-trn2]
+)
+TRN2_ULTRASERVER = ServerSpec(
+    name="Trn2 UltraServer", chip=TRN2, chips=64, topology="4 trn2.48xlarge, 3-D torus",
+    hbm_bytes=4 * 1536 * GiB, link_bandwidth=1024e9,
+    inter_server_bandwidth=256e9,             # 256 GB/s per chip between instances [HW-trn2]
+    hbm_bandwidth_total=4 * 46.4e12,
+    quoted_pflops={"bfloat16": 4 * 10.7, "float8_e4m3": 4 * 20.8},
+)
+
+# ---------------------------------------------------------------------------------------------
+# Trn3: NeuronCore-v4
+# ---------------------------------------------------------------------------------------------
+TRN3_CORE = TRN2_CORE.derive(
+    name="NeuronCore-v4 (Trn3)", generation="v4",
+    sbuf_partition_bytes=256 * KiB,           # 32 MiB = 128 × 256 KiB [ARCH-v4]
+    psum_partition_bytes=16 * KiB,            # 2 MiB [ARCH-v4]
+    pe_clock_hz=2.4e9,
+    dve_clock_hz=1.2e9, act_clock_hz=1.2e9, pool_clock_hz=1.2e9,   # [ARCH-v4]
+    # 144 GiB, 4.9 TB/s per chip ÷ 8 cores [HW-trn3]  (⚠ [ARCH-v4] says 4.7 TB/s)
+    hbm_bytes=18 * GiB, hbm_bandwidth=4.9e12 / 8,
+    dma_engines=16, dma_engine_bandwidth=38.4e9,   # [DMA]
+    fp8_peak_factor=4,                        # 315 MXFP8 vs 79 bf16 per core [ARCH-v4]
+    quoted_tflops_bf16=79.0, quoted_tflops_fp32=20.0,
+)
+TRN3 = ChipSpec(
+    name="Trainium3 (Trn3)", core=TRN3_CORE, cores=8,
+    hbm_bytes=144 * GiB, hbm_bandwidth=4.9e12,    # [HW-trn3]
+    # ⚠ 2.56 TB/s per chip [ARCH-v4]; [HW-trn3] says 2,048 GiB/s
+    link="NeuronLink-v4", link_bandwidth=2.56e12,
+    dma_engines=128,
+    quoted_tflops={"bfloat16": 671.0, "mxfp8": 2517.0, "float32": 183.0},   # [HW-trn3]
+)
+TRN3_ULTRASERVER_GEN1 = ServerSpec(
+    name="Trn3 UltraServer (Gen1)", chip=TRN3, chips=64, topology="NeuronLink",
+    hbm_bytes=64 * 144 * GiB, link_bandwidth=2.56e12,   # [HW-trn3]
+    hbm_bandwidth_total=64 * 4.9e12,
+    quoted_pflops={"mxfp8": 64 * 2.517},
+)
+TRN3_ULTRASERVER_GEN2 = ServerSpec(
+    name="Trn3 UltraServer (Gen2)", chip=TRN3, chips=144,
+    topology="36 servers × 4 chips, NeuronSwitch",      # [HW-trn3]
+    hbm_bytes=20736 * GiB, link_bandwidth=2.56e12,      # 20,736 GiB [HW-trn3]
+    hbm_bandwidth_total=705.6e12,                       # 705.6 TB/s [HW-trn3]
+    quoted_pflops={"mxfp8": 362.0},                     # [HW-trn3]
+)
+
+CORES = {"trn1": TRN1_CORE, "trn2": TRN2_CORE, "trn3": TRN3_CORE}
+CHIPS = {"trn1": TRN1, "trn2": TRN2, "trn3": TRN3}
+SERVERS = {s.name: s for s in (TRN1_32XLARGE, TRN2_48XLARGE, TRN2_ULTRASERVER,
+                               TRN3_ULTRASERVER_GEN1, TRN3_ULTRASERVER_GEN2)}
+
+
+def core_spec(target: "str | CoreSpec | ChipSpec") -> CoreSpec:
+    """A CoreSpec from ``"trn1"|"trn2"|"trn3"``, a ChipSpec or a CoreSpec."""
+    if isinstance(target, CoreSpec):
+        return target
+    if isinstance(target, ChipSpec):
+        return target.core
+    key = str(target).lower()
+    if key not in CORES:
+        raise ValueError(f"unknown target {target!r}; expected one of {sorted(CORES)}")
+    return CORES[key]
+
+
+def comparison_table() -> list[dict]:
+    """Trn1 / Trn2 / Trn3 side by side (rows of dicts), for the notebooks."""
+    return [c.core.summary() | {"cores/chip": c.cores, "HBM/chip (GiB)": c.hbm_bytes / GiB,
+                                "HBM/chip (TB/s)": c.hbm_bandwidth / TB, "link": c.link}
+            for c in (TRN1, TRN2, TRN3)]
+

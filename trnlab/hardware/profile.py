@@ -1,0 +1,143 @@
+"""The profile of a run, computed from its timeline only (nothing is measured twice).
+
+- total time: when the last result is ready;
+- per-engine active %: the engine's busy time (sum of end - start) over the total; for DMA also
+  "dma (any queue)": the share of time at least one queue was moving data;
+- MFU: tensor-engine FLOPs / (total time × peak FLOP/s of the dtype) [PERF];
+- MBU: HBM bytes / (total time × the core's HBM bandwidth) [PERF];
+- achieved TFLOPS, arithmetic intensity (FLOPs per HBM byte), bytes per memory level,
+  instruction counts per opcode and per engine.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .presets import CoreSpec
+from .timeline import Timeline
+
+
+def _union_length(starts: np.ndarray, ends: np.ndarray) -> float:
+    """Total length covered by a set of intervals."""
+    if len(starts) == 0:
+        return 0.0
+    order = np.argsort(starts, kind="stable")
+    s, e = starts[order], ends[order]
+    run_end = np.maximum.accumulate(e)
+    # a new block starts where an interval begins after everything before it ended
+    new_block = np.empty(len(s), dtype=bool)
+    new_block[0] = True
+    new_block[1:] = s[1:] > run_end[:-1]
+    block_id = np.cumsum(new_block) - 1
+    block_start = s[new_block]
+    block_end = np.zeros(block_id[-1] + 1)
+    np.maximum.at(block_end, block_id, e)
+    return float(np.sum(block_end - block_start))
+
+
+@dataclass
+class Profile:
+    total_ns: float
+    busy_ns: dict                    # engine -> ns active
+    flops: float
+    hbm_bytes: float
+    sbuf_bytes: float
+    psum_bytes: float
+    peak_flops: float
+    hbm_bandwidth: float
+    dma_any_ns: float
+    instructions: dict = field(default_factory=dict)       # opcode -> count
+    engine_instructions: dict = field(default_factory=dict)
+
+    @classmethod
+    def from_timeline(cls, timeline: Timeline, spec: CoreSpec, dtype="bfloat16") -> "Profile":
+        c = timeline.columns()
+        busy = timeline.busy_ns()
+        is_dma = np.array([e.startswith("dma") for e in timeline.engines])
+        dma_rows = is_dma[c["engine"]] if c["n"] else np.zeros(0, bool)
+        eng_counts = np.bincount(c["engine"], minlength=len(timeline.engines)) if c["n"] else \
+            np.zeros(len(timeline.engines), int)
+        return cls(
+            total_ns=timeline.total_ns, busy_ns=busy, flops=float(c["flops"].sum()),
+            hbm_bytes=float(c["hbm"].sum()), sbuf_bytes=float(c["sbuf"].sum()),
+            psum_bytes=float(c["psum"].sum()), peak_flops=spec.peak_flops(dtype),
+            hbm_bandwidth=spec.hbm_bandwidth,
+            dma_any_ns=_union_length(c["start"][dma_rows], c["end"][dma_rows]),
+            instructions=dict(Counter(c["opcode"])),
+            engine_instructions={e: int(eng_counts[i]) for i, e in enumerate(timeline.engines)
+                                 if eng_counts[i]},
+        )
+
+    # -- derived figures ----------------------------------------------------------------------------
+    @property
+    def total_us(self) -> float:
+        return self.total_ns / 1e3
+
+    @property
+    def active(self) -> dict:
+        """Fraction of the total time each engine was busy (engines that ran something)."""
+        t = self.total_ns or 1.0
+        out = {e: b / t for e, b in self.busy_ns.items() if b > 0}
+        if self.dma_any_ns:
+            out["dma (any queue)"] = self.dma_any_ns / t
+        return out
+
+    @property
+    def achieved_flops(self) -> float:
+        return self.flops / (self.total_ns * 1e-9) if self.total_ns else 0.0
+
+    @property
+    def achieved_tflops(self) -> float:
+        return self.achieved_flops / 1e12
+
+    @property
+    def mfu(self) -> float:
+        return self.achieved_flops / self.peak_flops if self.peak_flops else 0.0
+
+    @property
+    def mbu(self) -> float:
+        if not self.total_ns:
+            return 0.0
+        return self.hbm_bytes / (self.total_ns * 1e-9) / self.hbm_bandwidth
+
+    @property
+    def arithmetic_intensity(self) -> float:
+        """FLOPs per byte moved to or from HBM."""
+        return self.flops / self.hbm_bytes if self.hbm_bytes else float("inf")
+
+    @property
+    def bytes_by_level(self) -> dict:
+        return {"hbm": self.hbm_bytes, "sbuf": self.sbuf_bytes, "psum": self.psum_bytes}
+
+    @property
+    def bottleneck(self) -> str:
+        """The compute engine or DMA that was busy the longest."""
+        cands = {e: b for e, b in self.busy_ns.items() if not e.startswith("dma")}
+        cands["dma (any queue)"] = self.dma_any_ns
+        return max(cands, key=cands.get)
+
+    def as_dict(self) -> dict:
+        return {"total_us": self.total_us, "mfu": self.mfu, "mbu": self.mbu,
+                "achieved_tflops": self.achieved_tflops,
+                "arithmetic_intensity": self.arithmetic_intensity,
+                "active": self.active, "bytes": self.bytes_by_level,
+                "instructions": self.instructions}
+
+    def summary(self) -> str:
+        lines = [f"total time          {self.total_us:12.2f} us",
+                 f"achieved            {self.achieved_tflops:12.2f} TFLOPS   (MFU {self.mfu:6.1%})",
+                 f"HBM traffic         {self.hbm_bytes / 1e6:12.3f} MB       (MBU {self.mbu:6.1%})",
+                 f"arithmetic intensity{self.arithmetic_intensity:12.1f} FLOP/B",
+                 "engine active:"]
+        for e, a in sorted(self.active.items(), key=lambda kv: -kv[1]):
+            if e.startswith("dma") and e != "dma (any queue)":
+                continue
+            lines.append(f"  {e:18s}{a:8.1%}")
+        lines.append("instructions: " + ", ".join(f"{k} {v}" for k, v in
+                                                  sorted(self.instructions.items())))
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.summary()

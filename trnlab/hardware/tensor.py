@@ -1,0 +1,361 @@
+"""Tensors (allocations in HBM, SBUF or PSUM) and views (the region one instruction touches).
+
+A `Tensor` is one allocation. On-chip tensors have a *partition axis* (NKI's ``par_dim``; axis 0
+unless said otherwise): engines touch all partitions in the same cycle, so only the free axes cost
+time [ARCH-v2]. ``tensor[index]`` gives a `View` with NumPy indexing semantics (ints, slices, integer
+arrays — what NKI access patterns lower to). A view knows:
+
+- its shape, dtype and bytes;
+- its *box*: the bounding box of the elements it touches, per tensor axis, used by the scheduler to
+  find instructions that touch overlapping memory (RAW, WAR, WAW);
+- for on-chip tensors, its partitions (start, count) and free size (elements per partition).
+
+In full mode a tensor holds its values in a NumPy array (``.data``) plus a mask of the elements
+ever written, so that reading memory never written raises `UninitializedReadError`.
+In timing mode ``.data`` is None and nothing is computed.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from . import dtypes
+from .errors import (FreedTensorError, IndexError_, PartitionStrideError,
+                     UninitializedReadError)
+
+
+class Tensor:
+    """One allocation. Create through ``core.hbm/sbuf/psum.allocate(...)`` or ``core.hbm.tensor(...)``."""
+
+    __slots__ = ("name", "shape", "dtype", "memory", "kind", "partition_axis", "data", "written",
+                 "offset", "partition_bytes", "freed", "version", "_fp32", "_fp32_version",
+                 "_reads", "_writes", "full", "itemsize", "nbytes", "__weakref__")
+
+    def __init__(self, memory, shape, dtype, name, partition_axis, offset, with_data, fill=None):
+        self.memory = memory
+        self.kind = memory.kind                     # "hbm" | "sbuf" | "psum"
+        self.shape = tuple(int(s) for s in shape)
+        self.dtype = dtypes.as_dtype(dtype)
+        self.name = name
+        self.partition_axis = partition_axis        # None for HBM
+        self.offset = offset                        # byte offset in the free dimension (on-chip)
+        self.itemsize = self.dtype.itemsize
+        self.nbytes = math.prod(self.shape) * self.itemsize
+        if partition_axis is None:
+            self.partition_bytes = self.nbytes
+        else:
+            self.partition_bytes = self.nbytes // max(self.shape[partition_axis], 1)
+        self.freed = False
+        self.version = 0                            # bumped on every write (both modes)
+        self._fp32 = None                           # cached float32 copy for the tensor engine
+        self._fp32_version = -1
+        self._reads = []                            # scheduler records: (box, end_ns, index)
+        self._writes = []                           # (box, ready_ns, index, by_matmul)
+        if with_data:
+            if fill is None:
+                self.data = np.full(self.shape, dtypes.poison(self.dtype), dtype=self.dtype)
+                self.written = np.zeros(self.shape, dtype=bool)
+            else:
+                self.data = fill
+                self.written = None                 # None: every element written
+        else:
+            self.data = None
+            self.written = None
+        self.full = View(self, None)
+
+    # -- indexing ---------------------------------------------------------------------------
+    def __getitem__(self, index) -> "View":
+        return View(self, index)
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def partitions(self) -> int:
+        return 1 if self.partition_axis is None else self.shape[self.partition_axis]
+
+    def numpy(self) -> np.ndarray:
+        """A copy of the values (full mode)."""
+        return self.full.read()
+
+    def __repr__(self) -> str:
+        par = "" if self.partition_axis is None else f", partition_axis={self.partition_axis}"
+        return (f"Tensor({self.name!r}, {self.kind}, shape={self.shape}, "
+                f"dtype={dtypes.name(self.dtype)}{par})")
+
+    # -- values (full mode) -------------------------------------------------------------------
+    def fp32(self) -> np.ndarray:
+        """The whole tensor as float32, cached until the next write (bf16→fp32 is exact)."""
+        if self.dtype == np.float32:
+            return self.data
+        if self._fp32_version != self.version:
+            self._fp32 = self.data.astype(np.float32)
+            self._fp32_version = self.version
+        return self._fp32
+
+
+def _bounds_error(tensor, axis, value, n):
+    return IndexError_(f"index out of range: index {value} on axis {axis} of {tensor.name!r} "
+                       f"with size {n}", value=value, limit=n)
+
+
+class View:
+    """The region of a tensor that one instruction reads or writes (``tensor[index]``)."""
+
+    __slots__ = ("tensor", "index", "shape", "box", "part_start", "partitions", "free_size",
+                 "part_first", "size", "nbytes", "basic")
+
+    def __init__(self, tensor: Tensor, index):
+        self.tensor = tensor
+        shape = tensor.shape
+        pa = tensor.partition_axis
+        if index is None or index is Ellipsis or (type(index) is tuple and len(index) == 0):
+            self.index = None
+            self.shape = shape
+            self.box = None
+            self.basic = True
+            if pa is None:
+                self.part_start, self.partitions, self.part_first = 0, 1, True
+            else:
+                self.part_start, self.partitions, self.part_first = 0, shape[pa], pa == 0
+        else:
+            if type(index) is not tuple:
+                index = (index,)
+            self._parse(index)
+        self.size = math.prod(self.shape)
+        self.nbytes = self.size * tensor.itemsize
+        if pa is None:
+            self.free_size = self.size
+        else:
+            self.free_size = self.size // self.partitions if self.partitions else 0
+
+    # Basic indexing (ints and slices) is parsed by hand: it is the hot path of every instruction.
+    def _parse(self, index):
+        tensor = self.tensor
+        shape = tensor.shape
+        ndim = len(shape)
+        if any(i is Ellipsis for i in index):
+            k = next(j for j, i in enumerate(index) if i is Ellipsis)
+            fill = ndim - (len(index) - 1)
+            index = index[:k] + (slice(None),) * fill + index[k + 1:]
+        if len(index) > ndim:
+            raise IndexError_(f"index out of range: {len(index)} indices for {ndim}-d tensor "
+                              f"{tensor.name!r}", value=len(index), limit=ndim)
+        if len(index) < ndim:
+            index = index + (slice(None),) * (ndim - len(index))
+        pa = tensor.partition_axis
+        out_shape = []
+        box = []
+        basic = True
+        full = True
+        part_pos = None        # position of the partition axis in the view's shape
+        for axis, (i, n) in enumerate(zip(index, shape)):
+            ti = type(i)
+            if ti is slice:
+                start, stop, step = i.indices(n)
+                length = len(range(start, stop, step))
+                if length == 0:
+                    lo = hi = start
+                elif step > 0:
+                    lo, hi = start, start + (length - 1) * step + 1
+                else:
+                    lo, hi = start + (length - 1) * step, start + 1
+                if axis == pa:
+                    if step != 1 and length > 1:
+                        raise PartitionStrideError(
+                            f"partition stride: step {step} on the partition axis of "
+                            f"{tensor.name!r}; engines read consecutive partitions (step 1)",
+                            value=step, limit=1)
+                    part_pos = len(out_shape)
+                out_shape.append(length)
+                box.append(lo)
+                box.append(hi)
+                if lo != 0 or hi != n:
+                    full = False
+            elif ti is int or isinstance(i, (int, np.integer)):
+                i = int(i)
+                if i < 0:
+                    i += n
+                if not 0 <= i < n:
+                    raise _bounds_error(tensor, axis, i, n)
+                box.append(i)
+                box.append(i + 1)
+                if n != 1:
+                    full = False
+            else:
+                basic = False
+                break
+        if basic:
+            self.index = index
+            self.shape = tuple(out_shape)
+            self.box = None if full else tuple(box)
+            self.basic = True
+            if pa is None:
+                self.part_start, self.partitions, self.part_first = 0, 1, True
+            else:
+                self.part_start = box[2 * pa]
+                self.partitions = box[2 * pa + 1] - box[2 * pa]
+                self.part_first = part_pos in (0, None)
+            return
+        self._parse_advanced(index)
+
+    def _parse_advanced(self, index):
+        """Integer-array indexing: NumPy decides the shape; the box is the bounding box."""
+        tensor = self.tensor
+        shape = tensor.shape
+        pa = tensor.partition_axis
+        fixed = []
+        box = []
+        for axis, (i, n) in enumerate(zip(index, shape)):
+            if type(i) is slice:
+                start, stop, step = i.indices(n)
+                r = range(start, stop, step)
+                lo, hi = (min(r[0], r[-1]), max(r[0], r[-1]) + 1) if len(r) else (start, start)
+                fixed.append(i)
+            else:
+                arr = np.asarray(i)
+                if arr.dtype.kind not in "iu":
+                    raise IndexError_(f"index out of range: index arrays must be integers, got "
+                                      f"{arr.dtype} on axis {axis} of {tensor.name!r}",
+                                      value=str(arr.dtype), limit="int")
+                if arr.size:
+                    amin, amax = int(arr.min()), int(arr.max())
+                    if amin < -n or amax >= n:
+                        raise _bounds_error(tensor, axis, amax if amax >= n else amin, n)
+                    arr = np.where(arr < 0, arr + n, arr)
+                    lo, hi = int(arr.min()), int(arr.max()) + 1
+                else:
+                    lo = hi = 0
+                if axis == pa and arr.size:
+                    uniq = np.unique(arr)
+                    if len(uniq) != hi - lo:
+                        raise PartitionStrideError(
+                            f"partition stride: partitions {uniq[:8].tolist()}... of "
+                            f"{tensor.name!r} are not consecutive; engines read consecutive "
+                            f"partitions", value=uniq.tolist(), limit="consecutive")
+                fixed.append(arr)
+            box.append(lo)
+            box.append(hi)
+        index = tuple(fixed)
+        dummy = np.lib.stride_tricks.as_strided(np.zeros(1, np.int8), shape=shape,
+                                                strides=(0,) * len(shape))
+        self.index = index
+        self.shape = dummy[index].shape
+        self.box = tuple(box)
+        self.basic = False
+        if pa is None:
+            self.part_start, self.partitions, self.part_first = 0, 1, True
+        else:
+            self.part_start = box[2 * pa]
+            self.partitions = box[2 * pa + 1] - box[2 * pa]
+            self.part_first = bool(self.shape) and self.shape[0] == self.partitions
+
+    # -- properties ----------------------------------------------------------------------------
+    @property
+    def dtype(self) -> np.dtype:
+        return self.tensor.dtype
+
+    @property
+    def memory(self) -> str:
+        return self.tensor.kind
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def __getitem__(self, index) -> "View":
+        """Index a view further (only for whole-tensor views, else index the tensor directly)."""
+        if self.index is None:
+            return View(self.tensor, index)
+        raise TypeError("index the tensor in one go: tensor[a, b], not tensor[a][b]")
+
+    def __repr__(self) -> str:
+        return f"View({self.tensor.name!r}[{self._index_str()}], shape={self.shape})"
+
+    def _index_str(self) -> str:
+        if self.index is None:
+            return ":"
+        parts = []
+        for i in self.index:
+            if type(i) is slice:
+                parts.append(f"{'' if i.start is None else i.start}:{'' if i.stop is None else i.stop}"
+                             + ("" if i.step in (None, 1) else f":{i.step}"))
+            elif isinstance(i, np.ndarray):
+                parts.append(f"<array {i.shape}>")
+            else:
+                parts.append(str(i))
+        return ", ".join(parts)
+
+    # -- values (full mode) -----------------------------------------------------------------------
+    def check_live(self):
+        if self.tensor.freed:
+            raise FreedTensorError(f"use after free: tensor {self.tensor.name!r} was freed",
+                                   value=self.tensor.name, limit="live tensor")
+
+    def check_initialized(self):
+        """Raise UninitializedReadError if any element of this view was never written."""
+        t = self.tensor
+        if t.written is None:
+            return
+        mask = t.written if self.index is None else t.written[self.index]
+        if mask.all():
+            return
+        missing = int(mask.size - np.count_nonzero(mask))
+        first = np.argwhere(~np.asarray(mask))[0].tolist() if mask.ndim else []
+        raise UninitializedReadError(
+            f"uninitialized read: {missing} of {mask.size} elements of {t.name!r}"
+            f"[{self._index_str()}] were never written (first at view position {first}); "
+            f"new {t.kind.upper()} memory holds garbage (NaN here)", value=missing, limit=0)
+
+    def read(self) -> np.ndarray:
+        """A copy of the values (checks that they were written)."""
+        self.check_initialized()
+        t = self.tensor
+        if t.data is None:
+            raise RuntimeError("timing mode keeps no values")
+        return np.array(t.data if self.index is None else t.data[self.index])
+
+    def values(self) -> np.ndarray:
+        """The values without a copy where possible (callers must not modify)."""
+        t = self.tensor
+        return t.data if self.index is None else t.data[self.index]
+
+    def fp32(self) -> np.ndarray:
+        """The values as float32 (cached per tensor version)."""
+        whole = self.tensor.fp32()
+        return whole if self.index is None else whole[self.index]
+
+    def write(self, values: np.ndarray):
+        """Store values (already of the tensor's dtype and this view's shape) and mark them written."""
+        t = self.tensor
+        if self.index is None:
+            t.data[...] = values
+            t.written = None
+        else:
+            t.data[self.index] = values
+            if t.written is not None:
+                t.written[self.index] = True
+                if self.size * 8 >= t.written.size and t.written.all():
+                    t.written = None
+
+    def mark_written(self):
+        t = self.tensor
+        if t.written is None:
+            return
+        if self.index is None:
+            t.written = None
+        else:
+            t.written[self.index] = True
+            if self.size * 8 >= t.written.size and t.written.all():
+                t.written = None
+
+
+def as_view(x) -> View:
+    """Accept a Tensor (meaning all of it) or a View."""
+    if type(x) is View:
+        return x
+    if type(x) is Tensor:
+        return x.full
+    raise TypeError(f"expected a Tensor or View, got {type(x).__name__}")

@@ -1,0 +1,141 @@
+"""The timeline: one record per instruction — engine, opcode, start, end, bytes, FLOPs, and what it
+waited for. Everything the profile reports is computed from it.
+
+Records are stored as plain tuples (cheap to append: the timing-only mode issues hundreds of
+thousands); ``timeline[i]`` builds an `Instruction` on demand and ``timeline.columns()`` gives
+NumPy arrays. Times are nanoseconds from the start of the run.
+
+- ``start_ns``: the instruction starts on its engine;
+- ``end_ns``: the engine is free again (the engine is *active* in [start, end));
+- ``ready_ns``: its results are visible to other instructions (a matmul's PSUM result arrives after
+  the systolic array's fill/drain, so ready >= end; for the other engines ready == end);
+- ``waited_for``: index of the instruction whose completion decided the start (-1: the start was
+  decided by the engine's own queue).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import numpy as np
+
+# Short names as in Neuron's profiler, long names for display.
+ENGINE_LONG_NAMES = {"pe": "Tensor (PE)", "act": "Scalar (ACT)", "dve": "Vector (DVE)",
+                     "pool": "GpSimd (POOL)"}
+COMPUTE_ENGINES = ("pe", "act", "dve", "pool")
+
+# record layout
+ENGINE, OPCODE, START, END, READY, FLOPS, HBM, SBUF, PSUM, WAITED, NOTE = range(11)
+
+
+def engine_long_name(engine: str) -> str:
+    if engine.startswith("dma"):
+        return f"DMA queue {engine[3:]}"
+    return ENGINE_LONG_NAMES.get(engine, engine)
+
+
+@dataclass(frozen=True)
+class Instruction:
+    """One executed instruction."""
+    index: int
+    engine: str
+    opcode: str
+    start_ns: float
+    end_ns: float
+    ready_ns: float
+    flops: float
+    hbm_bytes: int
+    sbuf_bytes: int
+    psum_bytes: int
+    waited_for: int
+    note: str
+
+    @property
+    def duration_ns(self) -> float:
+        return self.end_ns - self.start_ns
+
+    @property
+    def bytes(self) -> dict:
+        return {"hbm": self.hbm_bytes, "sbuf": self.sbuf_bytes, "psum": self.psum_bytes}
+
+
+class Timeline:
+    """All instructions of one core's run, in issue order."""
+
+    def __init__(self, engines: list[str]):
+        self.engines = list(engines)            # engine id -> short name
+        self.records: list[tuple] = []
+        self._columns = None
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def __getitem__(self, i: int) -> Instruction:
+        r = self.records[i]
+        return Instruction(i if i >= 0 else len(self.records) + i, self.engines[r[ENGINE]], *r[1:])
+
+    def __iter__(self):
+        for i in range(len(self.records)):
+            yield self[i]
+
+    def last(self, n: int = 10) -> list[Instruction]:
+        return [self[i] for i in range(max(0, len(self) - n), len(self))]
+
+    def columns(self) -> dict:
+        """The timeline as NumPy arrays (engine ids, start, end, ready, flops, bytes per level)."""
+        if self._columns is not None and self._columns["n"] == len(self.records):
+            return self._columns
+        n = len(self.records)
+        if n:
+            nums = np.array([(r[ENGINE], r[START], r[END], r[READY], r[FLOPS], r[HBM], r[SBUF],
+                              r[PSUM], r[WAITED]) for r in self.records], dtype=np.float64)
+        else:
+            nums = np.zeros((0, 9))
+        self._columns = {
+            "n": n, "engine": nums[:, 0].astype(np.int64), "start": nums[:, 1], "end": nums[:, 2],
+            "ready": nums[:, 3], "flops": nums[:, 4], "hbm": nums[:, 5], "sbuf": nums[:, 6],
+            "psum": nums[:, 7], "waited_for": nums[:, 8].astype(np.int64),
+            "opcode": [r[OPCODE] for r in self.records],
+        }
+        return self._columns
+
+    @property
+    def total_ns(self) -> float:
+        """End of the run: when the last result is ready."""
+        return max((r[READY] for r in self.records), default=0.0)
+
+    def busy_ns(self) -> dict:
+        """Active time per engine (sum of end - start of its instructions)."""
+        c = self.columns()
+        busy = np.bincount(c["engine"], weights=c["end"] - c["start"], minlength=len(self.engines))
+        return {e: float(busy[i]) for i, e in enumerate(self.engines)}
+
+    def for_engine(self, engine: str) -> list[Instruction]:
+        eid = self.engines.index(engine)
+        return [self[i] for i, r in enumerate(self.records) if r[ENGINE] == eid]
+
+    def same_schedule(self, other: "Timeline") -> bool:
+        """True if both timelines hold the same instructions at the same times (notes ignored)."""
+        if len(self) != len(other):
+            return False
+        return all(a[:NOTE] == b[:NOTE] for a, b in zip(self.records, other.records))
+
+    def to_chrome_trace(self, path=None) -> dict:
+        """Chrome trace-event JSON (opens in Perfetto or chrome://tracing); writes it if `path`."""
+        events = []
+        used = sorted({r[ENGINE] for r in self.records})
+        for eid in used:
+            events.append({"name": "thread_name", "ph": "M", "pid": 0, "tid": eid,
+                           "args": {"name": engine_long_name(self.engines[eid])}})
+        for i, r in enumerate(self.records):
+            args = {"index": i, "flops": r[FLOPS], "hbm_bytes": r[HBM], "sbuf_bytes": r[SBUF],
+                    "psum_bytes": r[PSUM], "ready_us": r[READY] / 1e3, "waited_for": r[WAITED]}
+            if r[NOTE]:
+                args["note"] = r[NOTE]
+            events.append({"name": r[OPCODE], "ph": "X", "pid": 0, "tid": r[ENGINE],
+                           "ts": r[START] / 1e3, "dur": (r[END] - r[START]) / 1e3, "args": args})
+        trace = {"traceEvents": events, "displayTimeUnit": "ns"}
+        if path is not None:
+            with open(path, "w") as f:
+                json.dump(trace, f)
+        return trace
