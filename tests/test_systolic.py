@@ -1,19 +1,22 @@
 """Cycle-level systolic array: its numbers equal NumPy's and its cycle count equals the fast model's."""
 
-from types import SimpleNamespace
-
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from trnlab.hardware import cost, presets
+from trnlab.hardware.errors import MatmulShapeError
 from trnlab.hardware.systolic import SystolicShapeError, simulate_matmul, systolic_step
 
-TINY = SimpleNamespace(pe_rows=4, pe_cols=4)  # TODO: presets.TRN2.core.derive(...) once presets land
+# A 4x4 array whose matmul has no 64-cycle floor, so that busy = N and the fast model's latency is
+# exactly the time for the data to stream through: N + (K - 1) + (M - 1).
+TINY = presets.TRN2.core.derive(pe_rows=4, pe_cols=4, matmul_min_cycles=1)
 
 
 def fast_model_latency(K: int, M: int, N: int) -> int:
-    return N + K + M - 2  # TODO: cost.matmul_cycles once it lands
+    busy, latency = cost.matmul_cycles(TINY, K, M, N, "bfloat16")
+    return latency
 
 
 shapes = st.tuples(st.integers(1, 4), st.integers(1, 4), st.integers(1, 12))
@@ -48,7 +51,7 @@ def test_systolic_result_matches_float64_reference_on_random_floats(shape, seed)
 def test_systolic_cycle_count_equals_fast_cost_model_latency(shape):
     K, M, N = shape
     trace = simulate_matmul(np.ones((K, M), np.float32), np.ones((K, N), np.float32), TINY)
-    assert trace.cycles == fast_model_latency(K, M, N)
+    assert trace.cycles == fast_model_latency(K, M, N) == N + K + M - 2
 
 
 def test_partial_sums_flow_down_one_row_per_cycle():
@@ -120,11 +123,11 @@ def test_bf16_inputs_accumulate_in_fp32():
     ],
 )
 def test_tiles_that_do_not_fit_the_array_are_refused_with_the_rule(stationary_shape, moving_shape, rule):
-    with pytest.raises(SystolicShapeError, match=rule):
+    with pytest.raises(MatmulShapeError, match=rule):
         simulate_matmul(np.ones(stationary_shape), np.ones(moving_shape), TINY)
 
 
 def test_recording_too_large_for_cycle_level_mode_is_refused():
-    big = SimpleNamespace(pe_rows=128, pe_cols=128)
+    big = presets.TRN2.core
     with pytest.raises(SystolicShapeError, match="recording too large"):
         simulate_matmul(np.ones((128, 128)), np.ones((128, 512)), big)
