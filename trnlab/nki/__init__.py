@@ -1,0 +1,319 @@
+"""trnlab.nki — AWS's Neuron Kernel Interface, executed on the simulated NeuronCore (`trnlab.hardware`).
+
+A kernel written for NKI runs here with only its imports changed::
+
+    import trnlab.nki as nki
+    import trnlab.nki.language as nl
+    import trnlab.nki.isa as nisa
+
+    @nki.jit
+    def add_kernel(a, b):
+        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        nl.store(out, nl.add(nl.load(a), nl.load(b)))
+        return out
+
+    c = add_kernel(a_np, b_np)                      # NumPy in, NumPy out (torch in, torch out)
+    c = add_kernel[4, 2](a_np, b_np)                # SPMD grid: nl.program_id(0), nl.program_id(1)
+    run = nki.run(add_kernel, a_np, b_np)           # outputs + simulated latency, timeline, profile
+
+Every call creates a fresh `NeuronCore` for the target preset (default Trn2, or `target="trn1"|"trn3"`
+or any `CoreSpec`), copies the inputs into its HBM, runs the Python kernel (whose `nl.*`/`nisa.*` calls
+issue instructions to that core), and copies the returned HBM tensors out. SPMD programs of a grid run
+one after another on the same core and share `nl.shared_hbm` outputs. `timing_only=True` costs and
+schedules every instruction without computing values (outputs are None): for large shapes.
+
+`nki.simulate_kernel` / `nki.simulate` (AWS's CPU-simulator entry points) return outputs;
+`nki.benchmark` and `nki.profile` (on real hardware, device measurements) return the simulated
+latency, timeline and profile, and `nki.profile` writes a Chrome/Perfetto trace.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from trnlab.nki import isa, language  # noqa: F401  (nki.language / nki.isa attribute access)
+from trnlab.nki import runtime
+from trnlab.nki.errors import MaskError, NKIError, locate  # noqa: F401
+from trnlab.nki.tensor import NkiTensor
+
+__all__ = ["jit", "run", "simulate_kernel", "simulate", "benchmark", "profile", "baremetal", "KernelRun",
+           "ShapeDtype", "NKIError", "language", "isa", "tensor"]
+
+tensor = NkiTensor  # nki.tensor: the type of kernel arguments and tiles (for annotations)
+
+
+@dataclass(frozen=True)
+class ShapeDtype:
+    """A kernel argument with a shape and dtype but no values, for timing-only runs of large shapes."""
+    shape: tuple
+    dtype: object
+
+
+@dataclass
+class KernelRun:
+    """What one simulated kernel launch produced."""
+    outputs: object              # NumPy arrays / torch tensors, as the kernel returned them (None in timing mode)
+    core: object                 # the trnlab.hardware.NeuronCore it ran on
+    timing_only: bool
+
+    @property
+    def timeline(self):
+        return self.core.timeline
+
+    @property
+    def latency_ns(self) -> float:
+        return float(self.core.now)
+
+    @property
+    def latency_us(self) -> float:
+        return self.latency_ns / 1e3
+
+    def profile(self):
+        return self.core.profile()
+
+
+# -- argument and result conversion ----------------------------------------------------------------
+def _is_torch(x) -> bool:
+    return type(x).__module__.startswith("torch") and hasattr(x, "detach")
+
+
+def _to_numpy(x) -> np.ndarray:
+    import torch
+    t = x.detach().cpu()
+    if t.dtype == torch.bfloat16:
+        from trnlab.hardware import dtypes
+        return t.view(torch.int16).numpy().view(dtypes.bfloat16)
+    return t.numpy()
+
+
+def _to_torch(a: np.ndarray):
+    import torch
+    from trnlab.hardware import dtypes
+    if a.dtype == dtypes.bfloat16:
+        return torch.from_numpy(np.ascontiguousarray(a).view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(np.ascontiguousarray(a))
+
+
+def _make_core(target, timing_only: bool):
+    from trnlab.hardware import NeuronCore, presets
+    spec = presets.core_spec(target or "trn2")
+    return NeuronCore(spec, mode="timing" if timing_only else "full")
+
+
+def _argument(value, name: str, launch):
+    """Kernel arguments: arrays/tensors go to HBM; everything else is passed through."""
+    core = launch.core
+    if isinstance(value, ShapeDtype):
+        hw = core.hbm.allocate(tuple(value.shape), value.dtype, name=name)
+        if not launch.timing_only:
+            raise NKIError(f"argument {name!r} is a ShapeDtype (no values): use it with timing_only=True")
+        return NkiTensor.allocation(hw, "shared_hbm", launch)
+    if _is_torch(value):
+        value = _to_numpy(value)
+    if isinstance(value, np.ndarray):
+        if value.dtype == np.float64:
+            value = value.astype(np.float32)
+        hw = core.hbm.tensor(value, name=name)
+        return NkiTensor.allocation(hw, "shared_hbm", launch)
+    return value
+
+
+def _result(value, as_torch: bool, timing_only: bool):
+    if isinstance(value, NkiTensor):
+        if value.buffer not in ("hbm", "shared_hbm", "private_hbm"):
+            raise NKIError(f"a kernel returns HBM tensors (nl.ndarray(..., buffer=nl.shared_hbm)); this one is in "
+                           f"{value.buffer.upper()}: nl.store it into an HBM tensor and return that")
+        if timing_only:
+            return None
+        array = value.hw_view().read()
+        return _to_torch(array) if as_torch else array
+    if isinstance(value, (tuple, list)):
+        return type(value)(_result(v, as_torch, timing_only) for v in value)
+    if isinstance(value, dict):
+        return {k: _result(v, as_torch, timing_only) for k, v in value.items()}
+    return value
+
+
+# -- the kernel object ------------------------------------------------------------------------------
+class Kernel:
+    """An @nki.jit function: call it with arrays to run it; `kernel[gx, gy](...)` for an SPMD grid."""
+
+    def __init__(self, func, grid: tuple = (), target=None, timing_only: bool = False):
+        self.func = func
+        self.grid = tuple(grid)
+        self.target = target
+        self.timing_only = timing_only
+        functools.update_wrapper(self, func)
+
+    def __getitem__(self, grid) -> "Kernel":
+        grid = grid if isinstance(grid, tuple) else (grid,)
+        return Kernel(self.func, tuple(int(g) for g in grid), self.target, self.timing_only)
+
+    def __call__(self, *args, **kwargs):
+        if runtime.active() is not None:
+            return self.func(*args, **kwargs)  # a kernel called from a kernel: inline it
+        return run(self, *args, **kwargs).outputs
+
+    def __repr__(self) -> str:
+        grid = f"[{', '.join(map(str, self.grid))}]" if self.grid else ""
+        return f"nki.jit({self.func.__name__}){grid}"
+
+
+def jit(func=None, *, target=None, platform_target=None, timing_only: bool = False, mode=None, **kwargs):
+    """Decorator making an NKI kernel: `@nki.jit` or `@nki.jit(target="trn1")`.
+
+    `mode`, `platform_target` and the other options of AWS's jit are accepted; `platform_target`
+    picks the preset like `target`.
+    """
+    def wrap(f):
+        if isinstance(f, Kernel):
+            return f
+        return Kernel(f, target=target or platform_target, timing_only=timing_only)
+    return wrap(func) if func is not None else wrap
+
+
+def run(kernel, *args, target=None, timing_only: bool | None = None, grid=None, **kwargs) -> KernelRun:
+    """Run a kernel on a fresh simulated NeuronCore and return outputs, timeline and profile."""
+    if not isinstance(kernel, Kernel):
+        kernel = Kernel(kernel)
+    timing = kernel.timing_only if timing_only is None else timing_only
+    grid = tuple(grid) if grid is not None else kernel.grid
+    core = _make_core(target or kernel.target, timing)
+    launch = runtime.Launch(core=core, grid=grid, timing_only=timing)
+    as_torch = any(_is_torch(a) for a in list(args) + list(kwargs.values()))
+    names = kernel.func.__code__.co_varnames
+    runtime.push(launch)
+    try:
+        args = tuple(_argument(a, names[i] if i < len(names) else f"arg{i}", launch) for i, a in enumerate(args))
+        kwargs = {k: _argument(v, k, launch) for k, v in kwargs.items()}
+        programs = _grid_points(grid)
+        result = None
+        for program in programs:
+            launch.program_id = program
+            launch.shared_cursor = 0
+            result = kernel.func(*args, **kwargs)
+            launch.flush()
+        outputs = _result(result, as_torch, timing)
+    except Exception as error:
+        raise locate(error)
+    finally:
+        runtime.pop()
+    return KernelRun(outputs=outputs, core=core, timing_only=timing)
+
+
+def _grid_points(grid: tuple) -> list[tuple]:
+    if not grid:
+        return [()]
+    points = [()]
+    for size in grid:
+        points = [p + (i,) for p in points for i in range(size)]
+    return points
+
+
+# -- AWS's entry points ------------------------------------------------------------------------------
+def simulate_kernel(kernel, *args, **kwargs):
+    """nki.simulate_kernel(kernel, *args): run on the simulator and return the outputs."""
+    return run(kernel, *args, **kwargs).outputs
+
+
+def simulate(kernel):
+    """nki.simulate(kernel) -> a callable that runs the kernel on the simulator."""
+    return lambda *args, **kwargs: simulate_kernel(kernel, *args, **kwargs)
+
+
+class _Latency:
+    """Like AWS's `benchmark_result.nc_latency`: the simulation is deterministic, so every percentile
+    is the one simulated latency (microseconds)."""
+
+    def __init__(self, latency_us: float):
+        self.latency_us = latency_us
+
+    def get_latency_percentile(self, percentile: int = 50) -> float:
+        return self.latency_us
+
+
+@dataclass
+class BenchmarkResult:
+    nc_latency: _Latency
+    run: KernelRun
+
+    @property
+    def latency_ns(self) -> float:
+        return self.run.latency_ns
+
+    @property
+    def timeline(self):
+        return self.run.timeline
+
+    @property
+    def profile(self):
+        return self.run.profile()
+
+
+class _Measured(Kernel):
+    """A kernel wrapped by nki.benchmark / nki.profile: calling it runs and records the simulated time."""
+
+    def __init__(self, kernel: Kernel, options: dict, kind: str):
+        super().__init__(kernel.func, kernel.grid, options.get("target") or kernel.target,
+                         options.get("timing_only", kernel.timing_only))
+        self.options, self.kind = options, kind
+        self.benchmark_result = None
+        self.profile_result = None
+
+    def __getitem__(self, grid):
+        measured = _Measured(Kernel(self.func, (grid if isinstance(grid, tuple) else (grid,)), self.target,
+                                    self.timing_only), self.options, self.kind)
+        return measured
+
+    def __call__(self, *args, **kwargs):
+        result = run(self, *args, **kwargs)
+        self.benchmark_result = BenchmarkResult(_Latency(result.latency_us), result)
+        if self.kind == "profile":
+            self.profile_result = _write_profile(result, self.options)
+        return result.outputs
+
+
+def _write_profile(result: KernelRun, options: dict) -> dict:
+    directory = options.get("working_directory") or os.getcwd()
+    os.makedirs(directory, exist_ok=True)
+    trace_name = options.get("save_trace_name") or "profile.json"
+    if not trace_name.endswith(".json"):
+        trace_name = os.path.splitext(trace_name)[0] + ".json"  # NTFF is Neuron's format; we write Chrome JSON
+    trace_path = os.path.join(directory, trace_name)
+    if os.path.exists(trace_path) and not options.get("overwrite", True):
+        raise FileExistsError(f"{trace_path} exists; pass overwrite=True")
+    result.timeline.to_chrome_trace(trace_path)
+    profile = result.profile()
+    summary = profile.to_dict() if hasattr(profile, "to_dict") else dict(getattr(profile, "__dict__", {}))
+    summary_path = os.path.join(directory, os.path.splitext(trace_name)[0] + "_summary.json")
+    with open(summary_path, "w") as f:
+        json.dump(summary, f, indent=2, default=str)
+    return {"trace": trace_path, "summary": summary_path, "profile": profile}
+
+
+def _measuring(kind: str, kernel=None, **options):
+    def wrap(k):
+        return _Measured(k if isinstance(k, Kernel) else Kernel(k), options, kind)
+    return wrap(kernel) if kernel is not None else wrap
+
+
+def benchmark(kernel=None, **options):
+    """@nki.benchmark(warmup=..., iters=..., target=..., timing_only=...): calling the kernel runs it once
+    on the simulator (simulated time is deterministic) and sets `kernel.benchmark_result`
+    (`.nc_latency.get_latency_percentile(50)` in µs, `.timeline`, `.profile`)."""
+    return _measuring("benchmark", kernel, **options)
+
+
+def profile(func=None, **options):
+    """@nki.profile(working_directory=..., save_trace_name=...): run on the simulator, write a Chrome /
+    Perfetto trace and a profile summary JSON there, and set `kernel.profile_result`."""
+    return _measuring("profile", func, **options)
+
+
+def baremetal(kernel=None, **options):
+    """nki.baremetal: there is no device here, so it runs on the simulator like nki.jit."""
+    return jit(kernel, **{k: v for k, v in options.items() if k in ("target", "timing_only")})

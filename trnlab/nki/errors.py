@@ -1,0 +1,63 @@
+"""Errors of the kernel language, and pointing them at the user's kernel line.
+
+A rule broken inside a kernel (a tile with 256 partitions, a PSUM tile copied to HBM, an index past the
+end of a tensor) is detected deep inside `trnlab.nki` or `trnlab.hardware`. What the user needs is the
+line of *their* kernel that asked for it. `locate` walks the traceback to the innermost frame outside
+the front-end and the simulator and appends `file:line` (and the source text) to the message, keeping
+the exception's type so that `pytest.raises(SomeHardwareError)` still works.
+"""
+from __future__ import annotations
+
+import linecache
+import os
+import types
+
+_PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # .../trnlab
+# Frames in these folders are machinery; everything else (tests, notebooks, trnlab/kernels) is a kernel.
+_INTERNAL_DIRS = tuple(os.path.join(_PACKAGE_ROOT, name) + os.sep for name in ("nki", "hardware"))
+
+
+class NKIError(ValueError):
+    """A kernel misused the language itself (a mask the hardware cannot express, a wrong call style).
+
+    Broken *hardware* rules raise the hardware's own classes (`trnlab.hardware.errors`), which the
+    front-end also uses for the checks it makes itself (out-of-bounds indexing, operand memories).
+    """
+
+
+class MaskError(NKIError):
+    """A mask that cannot be turned into an instruction range (it must bound one iterator per clause)."""
+
+
+def _is_internal(filename: str) -> bool:
+    return os.path.abspath(filename).startswith(_INTERNAL_DIRS)
+
+
+def user_frame(tb: types.TracebackType | None) -> tuple[str, int, str] | None:
+    """(file, line, function) of the innermost traceback frame outside trnlab.nki / trnlab.hardware."""
+    found = None
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        if not _is_internal(code.co_filename):
+            found = (code.co_filename, tb.tb_lineno, code.co_name)
+        tb = tb.tb_next
+    return found
+
+
+def locate(error: BaseException) -> BaseException:
+    """Append the user's kernel line to `error`'s message (once) and return it."""
+    if getattr(error, "_nki_located", False):
+        return error
+    where = user_frame(error.__traceback__)
+    error._nki_located = True  # type: ignore[attr-defined]
+    if where is None:
+        return error
+    filename, lineno, function = where
+    source = linecache.getline(filename, lineno).strip()
+    error.kernel_location = (filename, lineno)  # type: ignore[attr-defined]
+    suffix = f"\n  in kernel line {filename}:{lineno} ({function}): {source}"
+    if error.args and isinstance(error.args[0], str):
+        error.args = (error.args[0] + suffix,) + tuple(error.args[1:])
+    elif not error.args:
+        error.args = (suffix.strip(),)
+    return error

@@ -1,0 +1,241 @@
+"""Index expressions, access patterns and masks: what `nl.arange`, `nl.mgrid` and `mask=` lower to.
+
+In NKI a tile is addressed by affine expressions of *iterators*: `i_p = nl.arange(128)[:, None]` is an
+iterator of 128 values placed on tile axis 0, `i_f = nl.arange(512)[None, :]` one of 512 values on axis
+1, and `a[k * 128 + i_p, i_f]` is the [128, 512] tile of `a` starting at row 128k. The tile's shape is
+the sizes of the iterators it uses, ordered by their axis (so `a[i_f, i_p]` reads `a` transposed).
+
+A mask such as `mask=(k * 128 + i_p < n)` is an affine predicate on iterators; the hardware executes the
+instruction on the sub-range of each iterator where the predicate holds. `restrict` turns a mask into
+those ranges; `resolve` turns an access pattern into a NumPy index (slices when the pattern is a plain
+strided box, integer arrays otherwise) and checks it stays inside the tensor.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from trnlab.hardware.errors import OutOfBoundsError as IndexOutOfBoundsError
+from trnlab.nki.errors import MaskError
+
+
+class Iterator:
+    """`size` values 0..size-1 placed on tile axis `axis` of an `ndim`-axis index grid."""
+
+    __slots__ = ("size", "axis", "ndim")
+
+    def __init__(self, size: int, axis: int, ndim: int):
+        self.size, self.axis, self.ndim = size, axis, ndim
+
+    def __repr__(self) -> str:
+        return f"Iterator(size={self.size}, axis={self.axis})"
+
+
+class IndexExpr:
+    """const + sum(coef * iterator): an affine index expression (what `nl.arange` arithmetic builds)."""
+
+    __slots__ = ("const", "terms")
+    __array_priority__ = 1000  # so `3 * i_p` with a NumPy int on the left still comes here
+
+    def __init__(self, const: int, terms: tuple[tuple[Iterator, int], ...]):
+        self.const, self.terms = const, terms
+
+    # -- arithmetic (affine only) -------------------------------------------------
+    def __add__(self, other):
+        if isinstance(other, IndexExpr):
+            merged = dict(self.terms)
+            for it, coef in other.terms:
+                merged[it] = merged.get(it, 0) + coef
+            return IndexExpr(self.const + other.const, tuple((i, c) for i, c in merged.items() if c))
+        if isinstance(other, (int, np.integer)):
+            return IndexExpr(self.const + int(other), self.terms)
+        return NotImplemented
+
+    __radd__ = __add__
+
+    def __neg__(self):
+        return IndexExpr(-self.const, tuple((i, -c) for i, c in self.terms))
+
+    def __sub__(self, other):
+        if isinstance(other, (IndexExpr, int, np.integer)):
+            return self + (-other)
+        return NotImplemented
+
+    def __rsub__(self, other):
+        return (-self) + other
+
+    def __mul__(self, other):
+        if isinstance(other, (int, np.integer)):
+            k = int(other)
+            return IndexExpr(self.const * k, tuple((i, c * k) for i, c in self.terms if c * k))
+        return NotImplemented
+
+    __rmul__ = __mul__
+
+    # -- comparisons build mask predicates --------------------------------------------
+    def _cmp(self, op, other):
+        if isinstance(other, (int, np.integer, IndexExpr)):
+            return Predicate(((self, op, other),))
+        return NotImplemented
+
+    def __lt__(self, other): return self._cmp("<", other)
+    def __le__(self, other): return self._cmp("<=", other)
+    def __gt__(self, other): return self._cmp(">", other)
+    def __ge__(self, other): return self._cmp(">=", other)
+
+    # -- placing an arange on an axis: nl.arange(128)[:, None] -------------------------------
+    def __getitem__(self, key):
+        if len(self.terms) != 1 or not isinstance(key, tuple):
+            raise TypeError("only a bare nl.arange(n) can be placed on an axis, e.g. nl.arange(128)[:, None]")
+        (it, coef), = self.terms
+        full = [k for k, entry in enumerate(key) if isinstance(entry, slice)]
+        if len(full) != 1 or any(e is not None for e in key if not isinstance(e, slice)):
+            raise TypeError(f"expected one ':' and None elsewhere, got {key}")
+        return IndexExpr(self.const, ((Iterator(it.size, full[0], len(key)), coef),))
+
+    # -- ranges ----------------------------------------------------------------------
+    def bounds(self, ranges: dict | None = None) -> tuple[int, int]:
+        """(min, max) of the expression over the iterators' (possibly masked) ranges."""
+        low = high = self.const
+        for it, coef in self.terms:
+            lo, hi = ranges.get(it, (0, it.size)) if ranges else (0, it.size)
+            a, b = coef * lo, coef * (hi - 1)
+            low += min(a, b)
+            high += max(a, b)
+        return low, high
+
+    def values(self, iterators: list[Iterator], ranges: dict | None) -> np.ndarray:
+        """Integer array over the grid spanned by `iterators` (one grid axis each)."""
+        n = len(iterators)
+        total = np.asarray(self.const, dtype=np.int64)
+        for it, coef in self.terms:
+            lo, hi = ranges.get(it, (0, it.size)) if ranges else (0, it.size)
+            shape = [1] * n
+            shape[iterators.index(it)] = hi - lo
+            total = total + coef * np.arange(lo, hi, dtype=np.int64).reshape(shape)
+        return total
+
+    def __repr__(self) -> str:
+        parts = [f"{c}*it{it.axis}[{it.size}]" for it, c in self.terms]
+        return " + ".join(parts + [str(self.const)])
+
+
+class Predicate:
+    """A conjunction of affine comparisons: the value of `mask=`."""
+
+    __slots__ = ("clauses",)
+
+    def __init__(self, clauses):
+        self.clauses = clauses
+
+    def __and__(self, other):
+        if not isinstance(other, Predicate):
+            return NotImplemented
+        return Predicate(self.clauses + other.clauses)
+
+    def __bool__(self):
+        raise MaskError("a mask predicate has no truth value inside Python control flow; pass it as mask=")
+
+
+def arange(*args) -> IndexExpr:
+    """nl.arange(stop) or nl.arange(start, stop[, step]): a 1-D iterator expression."""
+    r = range(*args)
+    if len(r) == 0:
+        raise ValueError(f"nl.arange{args} is empty")
+    return IndexExpr(r.start, ((Iterator(len(r), 0, 1), r.step),))
+
+
+class _MGrid:
+    """nl.mgrid[0:128, 0:512] -> (i_p, i_f), each an iterator placed on its own axis."""
+
+    def __getitem__(self, key):
+        single = not isinstance(key, tuple)
+        key = (key,) if single else key
+        out = []
+        for axis, s in enumerate(key):
+            r = range(s.start or 0, s.stop, s.step or 1)
+            out.append(IndexExpr(r.start, ((Iterator(len(r), axis, len(key)), r.step),)))
+        return out[0] if single else tuple(out)
+
+
+mgrid = _MGrid()
+
+
+def restrict(mask: Predicate | None) -> dict:
+    """Iterator -> (lo, hi) ranges where the mask holds. Each clause must bound a single iterator."""
+    ranges: dict = {}
+    if mask is None:
+        return ranges
+    if not isinstance(mask, Predicate):
+        raise MaskError(f"mask= expects a predicate built from nl.arange/nl.mgrid, got {type(mask).__name__}")
+    for left, op, right in mask.clauses:
+        expr = left - right  # expr op 0
+        if len(expr.terms) != 1:
+            raise MaskError(f"mask clause '{left!r} {op} {right!r}' must involve exactly one iterator")
+        (it, coef), = expr.terms
+        lo, hi = ranges.get(it, (0, it.size))
+        # coef * x + c  op  0: bound x (division by a negative coef flips the inequality)
+        c = expr.const
+        if op in ("<", "<="):
+            limit = -c - (1 if op == "<" else 0)  # coef * x <= limit
+            if coef > 0:
+                hi = min(hi, limit // coef + 1)
+            else:
+                lo = max(lo, _ceil_div(limit, coef))
+        else:
+            limit = -c + (1 if op == ">" else 0)  # coef * x >= limit
+            if coef > 0:
+                lo = max(lo, _ceil_div(limit, coef))
+            else:
+                hi = min(hi, limit // coef + 1)
+        ranges[it] = (lo, max(lo, hi))
+    return ranges
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -((-a) // b)
+
+
+def expr_iterators(key) -> list[Iterator]:
+    """The distinct iterators used in an index key, ordered by tile axis."""
+    seen: dict = {}
+    for entry in key:
+        if isinstance(entry, IndexExpr):
+            for it, _ in entry.terms:
+                seen[id(it)] = it
+    return sorted(seen.values(), key=lambda it: it.axis)
+
+
+def resolve(key: tuple, extents: tuple[int, ...], ranges: dict | None, what: str):
+    """NumPy index for an access pattern `key` (ints and IndexExprs, one per axis of `extents`).
+
+    Returns (index, shape). Raises IndexOutOfBoundsError naming the axis, the range and the extent.
+    """
+    iterators = expr_iterators(key)
+    axes = [it.axis for it in iterators]
+    if len(set(axes)) != len(axes):
+        raise MaskError(f"{what}: two different iterators are placed on the same tile axis {axes}")
+    for pos, (entry, extent) in enumerate(zip(key, extents)):
+        low, high = entry.bounds(ranges) if isinstance(entry, IndexExpr) else (entry, entry)
+        if low < 0 or high >= extent:
+            raise IndexOutOfBoundsError(
+                f"out-of-bounds access on {what}: axis {pos} reaches [{low}, {high}] but the axis has "
+                f"extent {extent}", value=(low, high), limit=extent)
+    shape = tuple((ranges.get(it, (0, it.size))[1] - ranges.get(it, (0, it.size))[0]) if ranges else it.size
+                  for it in iterators)
+    # A plain strided box (each axis a constant or one iterator with positive step, in axis order) -> slices.
+    order = [entry.terms[0][0].axis for entry in key if isinstance(entry, IndexExpr) and len(entry.terms) == 1]
+    boxable = all(not isinstance(e, IndexExpr) or (len(e.terms) == 1 and e.terms[0][1] > 0) for e in key)
+    if boxable and order == sorted(order) and len(order) == len(iterators):
+        index = []
+        for entry in key:
+            if isinstance(entry, IndexExpr):
+                (it, coef), = entry.terms
+                lo, hi = ranges.get(it, (0, it.size)) if ranges else (0, it.size)
+                start = entry.const + coef * lo
+                index.append(slice(start, start + coef * (hi - lo - 1) + 1, coef))
+            else:
+                index.append(entry)
+        return tuple(index), shape
+    arrays = tuple(entry.values(iterators, ranges) if isinstance(entry, IndexExpr)
+                   else np.full([1] * len(iterators), entry, dtype=np.int64) for entry in key)
+    return arrays, shape

@@ -1,0 +1,429 @@
+"""`nki.isa`: one function per NeuronCore instruction, issued to the simulated core.
+
+Both call styles of AWS's tutorials work:
+
+- destination style (NKI 0.x "beta 2" and later): ``nisa.nc_matmul(dst=psum, stationary=a, moving=b)``,
+  ``nisa.dma_copy(dst=t, src=x)``, ``nisa.tensor_copy(dst=sb, src=psum)``; positional ``(dst, ...)`` too;
+- functional style (earlier releases): ``res = nisa.nc_matmul(a, b)``, ``t = nisa.tensor_copy(x)``,
+  which return a new tile (see `tensor.NkiTensor.pending`).
+
+A call is recognised as destination style when it names `dst` or passes a tile where the functional
+signature has none. Argument names and defaults follow the NKI API reference (nki.isa.*); each function
+maps onto the `trnlab.hardware.NeuronCore` method of the same name.
+"""
+from __future__ import annotations
+
+import enum
+
+import numpy as np
+
+from trnlab.hardware import dtypes as hw_dtypes
+from trnlab.hardware.errors import MemoryPlacementError, ShapeMismatchError
+from trnlab.nki import indexing, runtime
+from trnlab.nki.errors import NKIError
+from trnlab.nki.indexing import IndexExpr
+from trnlab.nki.tensor import NkiTensor
+
+
+class engine(enum.Enum):
+    """nki.isa.engine: which engine runs an instruction that several engines can run."""
+    unknown = None
+    tensor = "pe"
+    vector = "dve"
+    scalar = "act"
+    gpsimd = "pool"
+    sync = "sp"
+
+
+class reduce_cmd(enum.Enum):
+    """nki.isa.reduce_cmd: what nisa.activation does with its reduce registers."""
+    idle = 0
+    reset = 1
+    reduce = 2
+    reset_reduce = 3
+
+
+class dge_mode(enum.Enum):
+    """nki.isa.dge_mode: descriptor generation for DMAs (accepted, no effect on the simulation)."""
+    unknown = 0
+    none = 1
+    swdge = 2
+    hwdge = 3
+
+
+class nc_version(enum.Enum):
+    gen2 = 2
+    gen3 = 3
+    gen4 = 4
+
+
+def get_nc_version() -> nc_version:
+    """The NeuronCore generation of the running kernel's target (v2 = Trn1, v3 = Trn2, v4 = Trn3)."""
+    gen = str(getattr(runtime.current().core.spec, "generation", "v3")).lower().lstrip("v")
+    return {"2": nc_version.gen2, "3": nc_version.gen3, "4": nc_version.gen4}.get(gen, nc_version.gen3)
+
+
+# -- operator names -----------------------------------------------------------------------
+_OP_NAMES: dict = {}        # nl.add -> "add", filled by language.py
+
+
+def op_name(op) -> str:
+    if op is None:
+        return None
+    if isinstance(op, str):
+        return op
+    name = _OP_NAMES.get(op)
+    if name is not None:
+        return name
+    if isinstance(op, np.ufunc):
+        return op            # the hardware knows NumPy ufuncs by their NKI names
+    raise NKIError(f"unknown operator {op!r}: use nl.add, nl.exp, np.add, ... or an op name")
+
+
+def _engine(value, default=None):
+    if value is None or value is engine.unknown:
+        return default
+    if isinstance(value, engine):
+        return value.value
+    return value
+
+
+# -- shared plumbing ------------------------------------------------------------------------
+def _launch():
+    launch = runtime.current()
+    if launch.pending is not None:
+        launch.flush()
+    return launch
+
+
+def _tile(x, what: str) -> NkiTensor:
+    if not isinstance(x, NkiTensor):
+        raise NKIError(f"{what} must be a tile (an NkiTensor), got {type(x).__name__}")
+    return x
+
+
+def _operand(x, ranges):
+    """A tile's hardware view, a float, or None."""
+    if x is None or isinstance(x, (int, float, np.integer, np.floating)):
+        return None if x is None else float(x)
+    return _tile(x, "operand").hw_view(ranges)
+
+
+def _produce(shape, dtype, buffer, emit, accumulates=False) -> NkiTensor:
+    emit.accumulates = accumulates
+    return NkiTensor.pending(shape, hw_dtypes.as_dtype(dtype), buffer, emit, runtime.current())
+
+
+def _is_tile(x) -> bool:
+    return isinstance(x, NkiTensor)
+
+
+# -- Tensor engine ---------------------------------------------------------------------------
+def nc_matmul(*args, **kwargs):
+    """dst[M, N] (+)= stationary[K, M].T @ moving[K, N] on the Tensor engine (fp32 in PSUM).
+
+    Destination style: ``nc_matmul(dst, stationary, moving, ..., accumulate=None)``; with
+    accumulate=None the result is added to what the PSUM region already holds (the first matmul into
+    a fresh region overwrites it). Functional style: ``nc_matmul(stationary, moving)`` returns the
+    PSUM tile, and ``psum_tile += nisa.nc_matmul(a, b)`` accumulates in place.
+    """
+    destination = "dst" in kwargs or (len(args) >= 3 and _is_tile(args[2]))
+    if destination:
+        names = ("dst", "stationary", "moving")
+        bound = dict(zip(names, args)) | {k: v for k, v in kwargs.items() if k in names}
+        dst, stationary, moving = bound["dst"], bound["stationary"], bound["moving"]
+        accumulate = kwargs.get("accumulate")
+        mask = kwargs.get("mask")
+    else:
+        names = ("stationary", "moving")
+        bound = dict(zip(names, args)) | {k: v for k, v in kwargs.items() if k in names}
+        stationary, moving = bound["stationary"], bound["moving"]
+        mask = kwargs.get("mask")
+    for flag in ("is_stationary_onezero", "is_moving_onezero", "is_transpose"):
+        if kwargs.get(flag):
+            raise NKIError(f"nc_matmul({flag}=True) is not simulated")
+    launch = _launch()
+    ranges = indexing.restrict(mask)
+    stationary, moving = _tile(stationary, "stationary"), _tile(moving, "moving")
+
+    def emit(out: NkiTensor, accumulate_flag):
+        # accumulate=None: the core adds onto a PSUM region already written, overwrites a fresh one
+        launch.core.nc_matmul(dst=out.hw_view(ranges), stationary=stationary.hw_view(ranges),
+                              moving=moving.hw_view(ranges), accumulate=accumulate_flag)
+
+    if destination:
+        emit(_tile(dst, "dst"), accumulate)
+        return None
+    shape = (stationary.shape[-1], moving.shape[-1]) if stationary.ndim == 2 and moving.ndim == 2 \
+        else (stationary.shape[1:], moving.shape[1:])
+    return _produce(shape, hw_dtypes.float32, "psum", emit, accumulates=True)
+
+
+def nc_transpose(*args, **kwargs):
+    """Swap a tile's partition and free axes: dst[F, P] = data[P, F] (Tensor engine, into PSUM)."""
+    destination = "dst" in kwargs or (len(args) >= 2 and _is_tile(args[1]))
+    bound = dict(zip(("dst", "data") if destination else ("data",), args)) | kwargs
+    data = _tile(bound["data"], "data")
+    ranges = indexing.restrict(bound.get("mask"))
+    launch = _launch()
+
+    def emit(out, _accumulate):
+        launch.core.nc_transpose(dst=out.hw_view(ranges), src=data.hw_view(ranges))
+
+    if destination:
+        emit(_tile(bound["dst"], "dst"), None)
+        return None
+    dtype = bound.get("dtype") or data.dtype
+    return _produce((data.shape[-1], data.shape[0]), dtype, "psum", emit)
+
+
+# -- data movement -----------------------------------------------------------------------------
+def dma_copy(*args, dst=None, src=None, mask=None, dge_mode=None, oob_mode=None, name=None, **kwargs):
+    """Copy src to dst with a DMA engine (HBM <-> SBUF, SBUF <-> SBUF); PSUM -> HBM is refused."""
+    if args:
+        dst, src = (args + (None, None))[:2] if dst is None else (dst, args[0])
+    dst, src = _tile(dst, "dst"), _tile(src, "src")
+    launch = _launch()
+    ranges = indexing.restrict(mask)
+    launch.core.dma_copy(dst=dst.hw_view(ranges), src=src.hw_view(ranges))
+
+
+def tensor_copy(*args, **kwargs):
+    """Copy (and cast to dst's dtype) a tile on an on-chip engine; the way out of PSUM."""
+    destination = "dst" in kwargs or (len(args) >= 2 and _is_tile(args[1]))
+    bound = dict(zip(("dst", "src") if destination else ("src",), args)) | kwargs
+    src = _tile(bound["src"], "src")
+    ranges = indexing.restrict(bound.get("mask"))
+    engine_name = _engine(bound.get("engine"), "dve")
+    launch = _launch()
+
+    def emit(out, _accumulate):
+        if out.buffer not in ("sbuf", "psum") or src.buffer not in ("sbuf", "psum"):
+            raise MemoryPlacementError(
+                f"operand memory: tensor_copy runs on an on-chip engine and needs SBUF/PSUM operands, got "
+                f"{src.buffer} -> {out.buffer}; use nisa.dma_copy / nl.load / nl.store for HBM",
+                value=(src.buffer, out.buffer), limit=("sbuf", "psum"))
+        launch.core.tensor_copy(dst=out.hw_view(ranges), src=src.hw_view(ranges), engine=engine_name)
+
+    if destination:
+        emit(_tile(bound["dst"], "dst"), None)
+        return None
+    return _produce(src.shape, bound.get("dtype") or src.dtype, "sbuf", emit)
+
+
+# -- Vector / Scalar / GpSimd -------------------------------------------------------------
+def tensor_tensor(*args, **kwargs):
+    """dst = data1 <op> data2, element-wise (Vector engine by default)."""
+    destination = "dst" in kwargs or (len(args) >= 3 and _is_tile(args[2])) or len(args) >= 4
+    bound = dict(zip(("dst", "data1", "data2", "op") if destination else ("data1", "data2", "op"), args)) | kwargs
+    data1, data2 = _tile(bound["data1"], "data1"), _tile(bound["data2"], "data2")
+    op = op_name(bound["op"])
+    ranges = indexing.restrict(bound.get("mask"))
+    engine_name = _engine(bound.get("engine"), "dve")
+    launch = _launch()
+
+    def emit(out, _accumulate):
+        launch.core.tensor_tensor(dst=out.hw_view(ranges), data1=data1.hw_view(ranges),
+                                  data2=data2.hw_view(ranges), op=op, **_engine_kw(engine_name))
+
+    if destination:
+        emit(_tile(bound["dst"], "dst"), None)
+        return None
+    return _produce(data1.shape, bound.get("dtype") or _promote(data1.dtype, data2.dtype), "sbuf", emit)
+
+
+def tensor_scalar(*args, **kwargs):
+    """dst = (data <op0> operand0) <op1> operand1; operands are numbers or [P, 1] tiles."""
+    destination = "dst" in kwargs or (len(args) >= 2 and _is_tile(args[1]))
+    names = ("data", "op0", "operand0", "reverse0", "op1", "operand1", "reverse1")
+    bound = dict(zip((("dst",) + names) if destination else names, args)) | kwargs
+    data = _tile(bound["data"], "data")
+    op0, op1 = op_name(bound["op0"]), op_name(bound.get("op1"))
+    operand0, operand1 = bound["operand0"], bound.get("operand1")
+    reverse0, reverse1 = bool(bound.get("reverse0", False)), bool(bound.get("reverse1", False))
+    ranges = indexing.restrict(bound.get("mask"))
+    engine_name = _engine(bound.get("engine"), "dve")
+    launch = _launch()
+
+    def emit(out, _accumulate):
+        launch.core.tensor_scalar(dst=out.hw_view(ranges), data=data.hw_view(ranges), op0=op0,
+                                  operand0=_scalar_operand(operand0, ranges), reverse0=reverse0, op1=op1,
+                                  operand1=_scalar_operand(operand1, ranges), reverse1=reverse1,
+                                  engine=engine_name)
+
+    if destination:
+        emit(_tile(bound["dst"], "dst"), None)
+        return None
+    return _produce(data.shape, bound.get("dtype") or data.dtype, "sbuf", emit)
+
+
+def tensor_reduce(*args, **kwargs):
+    """Reduce `data` along free axes with `op` (add, maximum, minimum, ...) on the Vector engine."""
+    destination = "dst" in kwargs or (len(args) >= 1 and _is_tile(args[0]))
+    names = ("op", "data", "axis", "negate", "keepdims")
+    bound = dict(zip((("dst",) + names) if destination else names, args)) | kwargs
+    data = _tile(bound["data"], "data")
+    op = op_name(bound["op"])
+    axis = bound["axis"]
+    axis = tuple(axis) if isinstance(axis, (list, tuple)) else (int(axis),)
+    if 0 in axis:
+        raise NKIError("tensor_reduce: axis 0 is the partition axis; reductions run along free axes only "
+                       "(use nl.transpose or nisa.nc_matmul with a ones vector to reduce across partitions)")
+    keepdims, negate = bool(bound.get("keepdims", False)), bool(bound.get("negate", False))
+    ranges = indexing.restrict(bound.get("mask"))
+    launch = _launch()
+
+    def emit(out, _accumulate):
+        # trnlab keeps reduced axes as size-1 dims in memory, so [P] and [P, 1] results look alike
+        view = out.hw_view(ranges)
+        launch.core.tensor_reduce(dst=view, data=data.hw_view(ranges), op=op, axis=axis, negate=negate,
+                                  keepdims=len(view.shape) == data.ndim)
+
+    if destination:
+        emit(_tile(bound["dst"], "dst"), None)
+        return None
+    kept = tuple(1 if a in axis else n for a, n in enumerate(data.shape))
+    shape = kept if keepdims else tuple(n for a, n in enumerate(data.shape) if a not in axis)
+    return _produce_with_storage(shape, kept, bound.get("dtype") or data.dtype, emit)
+
+
+def activation(*args, **kwargs):
+    """dst = op(data * scale + bias) on the Scalar engine; optional add-reduce into reduce_res."""
+    destination = "dst" in kwargs or (len(args) >= 1 and _is_tile(args[0]))
+    names = ("op", "data", "bias", "scale")
+    bound = dict(zip((("dst",) + names) if destination else names, args)) | kwargs
+    data = _tile(bound["data"], "data")
+    op = op_name(bound["op"])
+    bias, scale = bound.get("bias"), bound.get("scale", 1.0)
+    reduce_res, reduce_op = bound.get("reduce_res"), bound.get("reduce_op")
+    ranges = indexing.restrict(bound.get("mask"))
+    launch = _launch()
+
+    def emit(out, _accumulate):
+        view = out.hw_view(ranges)
+        launch.core.activation(dst=view, data=data.hw_view(ranges), op=op,
+                               scale=_scalar_operand(scale, ranges), bias=_operand(bias, ranges))
+        if reduce_res is not None:
+            # the Scalar engine sums along the free axis as it writes; trnlab issues the sum separately
+            axes = tuple(range(1, out.ndim))
+            launch.core.tensor_reduce(dst=reduce_res.hw_view(ranges), data=view, op=op_name(reduce_op or "add"),
+                                      axis=axes, keepdims=len(reduce_res.shape) == out.ndim)
+
+    if destination:
+        emit(_tile(bound["dst"], "dst"), None)
+        return None
+    return _produce(data.shape, bound.get("dtype") or data.dtype, "sbuf", emit)
+
+
+def activation_reduce(*args, **kwargs):
+    """nisa.activation with a reduction of the result into reduce_res (kept for older kernels)."""
+    return activation(*args, **kwargs)
+
+
+def reciprocal(*args, **kwargs):
+    """dst = 1 / data (Vector engine)."""
+    destination = "dst" in kwargs or len(args) >= 2
+    bound = dict(zip(("dst", "data") if destination else ("data",), args)) | kwargs
+    call = dict(op0="divide", operand0=1.0, reverse0=True, mask=bound.get("mask"))
+    if destination:
+        return tensor_scalar(dst=bound["dst"], data=bound["data"], **call)
+    return tensor_scalar(bound["data"], dtype=bound.get("dtype"), **call)
+
+
+def memset(*args, **kwargs):
+    """Fill a tile with one value. Functional style: memset(shape, value, dtype) returns the tile."""
+    destination = "dst" in kwargs or (len(args) >= 1 and _is_tile(args[0]))
+    names = ("dst", "value") if destination else ("shape", "value", "dtype")
+    bound = dict(zip(names, args)) | kwargs
+    value = bound["value"]
+    ranges = indexing.restrict(bound.get("mask"))
+    engine_name = _engine(bound.get("engine"), "dve")
+    launch = _launch()
+
+    def emit(out, _accumulate):
+        launch.core.memset(dst=out.hw_view(ranges), value=float(value) if not isinstance(value, bool) else value,
+                           engine=engine_name)
+
+    if destination:
+        emit(_tile(bound["dst"], "dst"), None)
+        return None
+    buffer = bound.get("buffer", "sbuf")
+    return _produce(tuple(bound["shape"]), bound["dtype"], getattr(buffer, "name", buffer), emit)
+
+
+def iota(*args, **kwargs):
+    """Write an index expression's values (e.g. nl.arange(128)[:, None] * 512 + nl.arange(512)[None, :])."""
+    destination = "dst" in kwargs or (len(args) >= 1 and _is_tile(args[0]))
+    names = ("dst", "expr") if destination else ("expr", "dtype")
+    bound = dict(zip(names, args)) | kwargs
+    expr = bound["expr"]
+    ranges = indexing.restrict(bound.get("mask"))
+    if isinstance(expr, IndexExpr):
+        iterators = indexing.expr_iterators((expr,))
+        grid_ndim = max((it.ndim for it in iterators), default=1)
+        values = expr.values(iterators, ranges)
+        shape = [1] * grid_ndim
+        for k, it in enumerate(iterators):
+            shape[it.axis] = values.shape[k]
+        values = values.reshape(shape)
+    else:
+        values = np.asarray(expr)
+    launch = _launch()
+
+    def emit(out, _accumulate):
+        view = out.hw_view(ranges)
+        launch.core.iota(dst=view, expr=np.broadcast_to(values, view.shape))
+
+    if destination:
+        emit(_tile(bound["dst"], "dst"), None)
+        return None
+    return _produce(values.shape, bound.get("dtype") or hw_dtypes.int32, "sbuf", emit)
+
+
+def scalar_tensor_tensor(*args, **kwargs):
+    """dst = (data <op0> operand0) <op1> data1 (two Vector-engine instructions in trnlab)."""
+    destination = "dst" in kwargs or (len(args) >= 2 and _is_tile(args[1]))
+    names = ("data", "op0", "operand0", "op1", "operand1")
+    bound = dict(zip((("dst",) + names) if destination else names, args)) | kwargs
+    first = tensor_scalar(bound["data"], bound["op0"], bound["operand0"], reverse0=bound.get("reverse0", False),
+                          mask=bound.get("mask"))
+    if destination:
+        return tensor_tensor(dst=bound["dst"], data1=first, data2=bound["operand1"], op=bound["op1"],
+                             mask=bound.get("mask"))
+    return tensor_tensor(first, bound["operand1"], bound["op1"], mask=bound.get("mask"), dtype=bound.get("dtype"))
+
+
+# -- helpers -------------------------------------------------------------------------------------
+def _engine_kw(engine_name):
+    return {} if engine_name in (None, "dve") else {"engine": engine_name}
+
+
+def _scalar_operand(x, ranges):
+    if x is None or isinstance(x, (int, float, np.integer, np.floating)):
+        return x if x is None else float(x)
+    tile = _tile(x, "operand")
+    view = tile.hw_view(ranges)
+    if len(view.shape) < 1:
+        raise ShapeMismatchError("a per-partition operand must be a [P, 1] tile", value=view.shape, limit="[P, 1]")
+    return view
+
+
+def _promote(a, b):
+    a, b = np.dtype(a), np.dtype(b)
+    if a == b:
+        return a
+    if hw_dtypes.float32 in (a, b):
+        return hw_dtypes.float32
+    if hw_dtypes.is_float(a) and not hw_dtypes.is_float(b):
+        return a
+    if hw_dtypes.is_float(b) and not hw_dtypes.is_float(a):
+        return b
+    return hw_dtypes.float32
+
+
+def _produce_with_storage(shape, storage_shape, dtype, emit) -> NkiTensor:
+    """A pending tile whose memory keeps reduced axes (storage_shape) while it reports `shape`."""
+    t = _produce(tuple(storage_shape), dtype, "sbuf", emit)
+    t._storage = tuple(storage_shape)
+    t.shape = tuple(shape)
+    return t

@@ -1,0 +1,438 @@
+"""`nki.language`: tensors, buffers, loops, index helpers and tile-level math of NKI.
+
+Names, arguments and semantics follow the NKI API reference (nki.language.*). The functions lower to
+the instructions of `nki.isa` (see isa.py) on the running kernel's simulated NeuronCore:
+
+- element-wise binary math -> `tensor_tensor` (two tiles) or `tensor_scalar` (a number, or a [P, 1]
+  tile broadcast along the free axis) on the Vector engine;
+- unary math (exp, tanh, rsqrt, ...) -> `activation` on the Scalar engine;
+- reductions along free axes -> `tensor_reduce`; `matmul` -> `nc_matmul` (plus a Tensor-engine
+  transpose of x unless transpose_x=True); `transpose` -> `nc_transpose`;
+- `load` / `store` -> `dma_copy`.
+
+Loops are plain Python: `affine_range`, `sequential_range` and `static_range` are ranges that remember
+which kind they are (the simulator issues iterations in program order either way; the engines overlap
+independent work through the scheduler's dependency tracking).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from trnlab.hardware import dtypes as _dt
+from trnlab.hardware import presets as _presets
+from trnlab.hardware.errors import MemoryPlacementError, ShapeMismatchError
+from trnlab.nki import isa as _isa
+from trnlab.nki import indexing as _indexing
+from trnlab.nki import runtime as _runtime
+from trnlab.nki.errors import NKIError
+from trnlab.nki.indexing import arange, mgrid  # noqa: F401  (public: nl.arange, nl.mgrid)
+from trnlab.nki.tensor import NkiTensor
+
+# -- data types (nl.bfloat16 is the same NumPy dtype as trnlab.hardware.dtypes.bfloat16) ------------
+float32, bfloat16, float16 = _dt.float32, _dt.bfloat16, _dt.float16
+float8_e4m3, float8_e4m3fn, float8_e5m2 = _dt.float8_e4m3, _dt.float8_e4m3fn, _dt.float8_e5m2
+int8, uint8, int16, uint16, int32, uint32, bool_ = _dt.int8, _dt.uint8, _dt.int16, _dt.uint16, _dt.int32, \
+    _dt.uint32, _dt.bool_
+tfloat32 = _dt.float32  # tf32 inputs are fp32 in memory; the Tensor engine's reduced precision is not modelled
+
+
+# -- buffers ----------------------------------------------------------------------------------
+class _Buffer:
+    def __init__(self, name: str):
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"nl.{self.name}"
+
+
+sbuf, psum = _Buffer("sbuf"), _Buffer("psum")
+hbm, shared_hbm, private_hbm = _Buffer("hbm"), _Buffer("shared_hbm"), _Buffer("private_hbm")
+
+
+class par_dim(int):
+    """Marks the partition dimension in a shape: nl.ndarray((4, nl.par_dim(128), 512), buffer=nl.sbuf)."""
+
+    def __repr__(self) -> str:
+        return f"par_dim({int(self)})"
+
+
+# -- tile sizes (read from the running kernel's core spec, Trn2 outside a kernel) -----------------
+def _spec():
+    launch = _runtime.active()
+    return launch.core.spec if launch is not None else _presets.TRN2.core
+
+
+class _TileSizeMeta(type):
+    pmax = property(lambda cls: _spec().partitions)
+    gemm_stationary_fmax = property(lambda cls: _spec().stationary_fmax)
+    gemm_moving_fmax = property(lambda cls: _spec().moving_fmax)
+    psum_fmax = property(lambda cls: _spec().psum_bank_bytes // 4)
+    psum_bank_fmax = property(lambda cls: _spec().psum_bank_bytes // 4)
+    psum_fmax_bytes = property(lambda cls: _spec().psum_bank_bytes)
+    psum_num_banks = property(lambda cls: _spec().psum_banks)
+    sbuf_fmax_bytes = property(lambda cls: _spec().sbuf_partition_bytes)
+    total_available_sbuf_size = property(lambda cls: _spec().sbuf_partition_bytes)
+    sbuf_size_bytes = property(lambda cls: _spec().sbuf_bytes)
+    bn_stats_fmax = property(lambda cls: 512)
+    psum_min_align = property(lambda cls: 4)
+    sbuf_min_align = property(lambda cls: 1)
+
+
+class tile_size(metaclass=_TileSizeMeta):
+    """Hardware tile-size limits: pmax, gemm_stationary_fmax, gemm_moving_fmax, psum_fmax, ..."""
+
+
+# -- loops and SPMD ---------------------------------------------------------------------------
+class _Range:
+    kind = "affine"
+
+    def __init__(self, *args, **kwargs):
+        self._range = range(*(int(a) for a in args))
+
+    def __iter__(self):
+        return iter(self._range)
+
+    def __len__(self):
+        return len(self._range)
+
+    def __repr__(self) -> str:
+        return f"nl.{self.kind}_range({self._range.start}, {self._range.stop}, {self._range.step})"
+
+
+class affine_range(_Range):
+    """Iterations without a loop-carried dependency (the compiler may reorder and pipeline them)."""
+    kind = "affine"
+
+
+class sequential_range(_Range):
+    """Iterations that depend on each other (kept in order)."""
+    kind = "sequential"
+
+
+class static_range(_Range):
+    """A loop fully unrolled at trace time."""
+    kind = "static"
+
+
+def program_id(axis: int) -> int:
+    """Index of this SPMD program along `axis` of the launch grid `kernel[g0, g1, ...]`."""
+    launch = _runtime.current()
+    if not launch.grid:
+        return 0
+    if not 0 <= axis < len(launch.grid):
+        raise NKIError(f"program_id({axis}): the launch grid {launch.grid} has {len(launch.grid)} axes")
+    return launch.program_id[axis]
+
+
+def num_programs(axes=None):
+    """Programs along `axes` of the launch grid (all of them if axes is None)."""
+    grid = _runtime.current().grid or (1,)
+    if axes is None:
+        return math.prod(grid)
+    if isinstance(axes, (tuple, list)):
+        return tuple(grid[a] for a in axes)
+    return grid[axes]
+
+
+def program_ndim() -> int:
+    return len(_runtime.current().grid)
+
+
+# -- allocation ----------------------------------------------------------------------------------
+def _buffer_name(buffer) -> str:
+    name = getattr(buffer, "name", buffer) or "sbuf"
+    if name not in ("sbuf", "psum", "hbm", "shared_hbm", "private_hbm"):
+        raise NKIError(f"unknown buffer {buffer!r}: use nl.sbuf, nl.psum, nl.hbm, nl.shared_hbm or nl.private_hbm")
+    return name
+
+
+def _allocate(shape, dtype, buffer, name, launch) -> NkiTensor:
+    buffer = _buffer_name(buffer)
+    dtype = _dt.as_dtype(dtype)
+    shape = tuple(shape)
+    core = launch.core
+    if buffer in ("sbuf", "psum"):
+        marked = [k for k, n in enumerate(shape) if isinstance(n, par_dim)]
+        partition_axis = marked[0] if marked else 0
+        hw = getattr(core, buffer).allocate(tuple(int(n) for n in shape), dtype,
+                                            name=launch.fresh_name(name or buffer), partition_axis=partition_axis)
+        return NkiTensor.allocation(hw, buffer, launch)
+    if buffer == "shared_hbm" and launch.grid:
+        # one output shared by every SPMD program: the n-th shared_hbm allocation of each program
+        cursor = launch.shared_cursor
+        launch.shared_cursor += 1
+        if cursor < len(launch.shared_hbm):
+            return launch.shared_hbm[cursor]
+    hw = core.hbm.allocate(tuple(int(n) for n in shape), dtype, name=launch.fresh_name(name or buffer))
+    tensor = NkiTensor.allocation(hw, buffer, launch)
+    if buffer == "shared_hbm" and launch.grid:
+        launch.shared_hbm.append(tensor)
+    return tensor
+
+
+def ndarray(shape, dtype, *, buffer=None, name: str = "", **kwargs) -> NkiTensor:
+    """A new tensor (uninitialised) in `buffer` (default SBUF)."""
+    launch = _runtime.current()
+    launch.flush()
+    return _allocate(shape, dtype, buffer or sbuf, name, launch)
+
+
+def empty(shape, dtype, *, buffer=None, name: str = "", **kwargs) -> NkiTensor:
+    return ndarray(shape, dtype, buffer=buffer, name=name)
+
+
+def full(shape, fill_value, dtype, *, buffer=None, name: str = "", **kwargs) -> NkiTensor:
+    """A new tensor filled with `fill_value` (one memset)."""
+    tensor = ndarray(shape, dtype, buffer=buffer, name=name)
+    _isa.memset(dst=tensor, value=fill_value)
+    return tensor
+
+
+def zeros(shape, dtype, *, buffer=None, name: str = "", **kwargs) -> NkiTensor:
+    return full(shape, 0.0, dtype, buffer=buffer, name=name)
+
+
+def ones(shape, dtype, *, buffer=None, name: str = "", **kwargs) -> NkiTensor:
+    return full(shape, 1.0, dtype, buffer=buffer, name=name)
+
+
+def zeros_like(a, dtype=None, *, buffer=None, name: str = "", **kwargs) -> NkiTensor:
+    return zeros(a.shape, dtype or a.dtype, buffer=buffer or a.buffer, name=name)
+
+
+def ones_like(a, dtype=None, *, buffer=None, name: str = "", **kwargs) -> NkiTensor:
+    return ones(a.shape, dtype or a.dtype, buffer=buffer or a.buffer, name=name)
+
+
+def full_like(a, fill_value, dtype=None, *, buffer=None, name: str = "", **kwargs) -> NkiTensor:
+    return full(a.shape, fill_value, dtype or a.dtype, buffer=buffer or a.buffer, name=name)
+
+
+def empty_like(a, dtype=None, *, buffer=None, name: str = "", **kwargs) -> NkiTensor:
+    return ndarray(a.shape, dtype or a.dtype, buffer=buffer or a.buffer, name=name)
+
+
+# -- data movement -------------------------------------------------------------------------------
+def load(src, *, mask=None, dtype=None, **kwargs) -> NkiTensor:
+    """Load a tile from HBM into a new SBUF tile (one DMA)."""
+    if not isinstance(src, NkiTensor):
+        raise NKIError(f"nl.load expects an HBM tensor or a slice of one, got {type(src).__name__}")
+    if src.buffer not in ("hbm", "shared_hbm", "private_hbm"):
+        raise MemoryPlacementError(f"operand memory: nl.load reads HBM, but the source is in {src.buffer.upper()}"
+                                   "; use nl.copy for on-chip copies", value=src.buffer, limit="hbm")
+    launch = _runtime.current()
+    launch.flush()
+    ranges = _indexing.restrict(mask)
+    target = _dt.as_dtype(dtype) if dtype is not None else src.dtype
+
+    def emit(out, _accumulate):
+        if out.dtype == src.dtype:
+            launch.core.dma_copy(dst=out.hw_view(ranges), src=src.hw_view(ranges))
+        else:  # DMA moves bytes; a cast needs an engine: load then tensor_copy
+            staged = _allocate(out.shape, src.dtype, sbuf, "load", launch)
+            launch.core.dma_copy(dst=staged.hw_view(ranges), src=src.hw_view(ranges))
+            launch.core.tensor_copy(dst=out.hw_view(ranges), src=staged.hw_view(ranges))
+
+    return _isa._produce(src.shape, target, "sbuf", emit)
+
+
+def store(dst, value, *, mask=None, **kwargs) -> None:
+    """Store an SBUF tile into HBM (one DMA). PSUM tiles must be copied to SBUF first."""
+    if not isinstance(dst, NkiTensor) or dst.buffer not in ("hbm", "shared_hbm", "private_hbm"):
+        raise MemoryPlacementError("operand memory: nl.store writes to HBM; the destination is "
+                                   f"{getattr(dst, 'buffer', type(dst).__name__)}", value=getattr(dst, "buffer", None),
+                                   limit="hbm")
+    if isinstance(value, (int, float)):
+        value = full(dst.shape, value, dst.dtype)
+    _isa.dma_copy(dst=dst, src=value, mask=mask)
+
+
+def copy(x, *, dtype=None, mask=None, **kwargs) -> NkiTensor:
+    """A copy of a tile in SBUF (e.g. PSUM -> SBUF), cast to `dtype`."""
+    return _isa.tensor_copy(x, dtype=dtype, mask=mask)
+
+
+# -- element-wise math ------------------------------------------------------------------------------
+def _is_scalar(x) -> bool:
+    return isinstance(x, (int, float, np.integer, np.floating))
+
+
+def _per_partition(x: NkiTensor, other: NkiTensor) -> bool:
+    """x is a [P, 1] (or [P]) tile that broadcasts along other's free axes."""
+    return (x.shape[0] == other.shape[0] and math.prod(x.shape[1:]) == 1 and math.prod(other.shape[1:]) > 1)
+
+
+_REVERSIBLE = {"subtract", "divide", "power"}
+
+
+def _binary(op: str, x, y, dtype=None, mask=None):
+    if _is_scalar(x) and _is_scalar(y):
+        raise NKIError(f"nl.{op} needs at least one tile operand")
+    if _is_scalar(y) or (isinstance(x, NkiTensor) and isinstance(y, NkiTensor) and _per_partition(y, x)):
+        return _isa.tensor_scalar(x, op, y, dtype=dtype, mask=mask)
+    if _is_scalar(x) or (isinstance(x, NkiTensor) and isinstance(y, NkiTensor) and _per_partition(x, y)):
+        return _isa.tensor_scalar(y, op, x, reverse0=op in _REVERSIBLE, dtype=dtype, mask=mask)
+    if not isinstance(x, NkiTensor) or not isinstance(y, NkiTensor):
+        raise NKIError(f"nl.{op} operands must be tiles or numbers, got {type(x).__name__}, {type(y).__name__}")
+    if tuple(x.shape) != tuple(y.shape):
+        raise ShapeMismatchError(
+            f"shape mismatch in nl.{op}: {x.shape} vs {y.shape}; tiles must match, or one must be [P, 1] "
+            "(broadcast along the free axis); broadcast across partitions with .broadcast_to",
+            value=(x.shape, y.shape), limit="same shape")
+    return _isa.tensor_tensor(x, y, op, dtype=dtype, mask=mask)
+
+
+def _make_binary(op: str):
+    def fn(x, y, *, dtype=None, mask=None, **kwargs):
+        return _binary(op, x, y, dtype, mask)
+    fn.__name__ = fn.__qualname__ = op
+    fn.__doc__ = f"Element-wise {op} of two tiles, or of a tile and a number / [P, 1] tile (Vector engine)."
+    _isa._OP_NAMES[fn] = op
+    return fn
+
+
+add, subtract, multiply, divide = (_make_binary(n) for n in ("add", "subtract", "multiply", "divide"))
+maximum, minimum, power = (_make_binary(n) for n in ("maximum", "minimum", "power"))
+equal, not_equal, greater, greater_equal, less, less_equal = (
+    _make_binary(n) for n in ("equal", "not_equal", "greater", "greater_equal", "less", "less_equal"))
+logical_and, logical_or = _make_binary("logical_and"), _make_binary("logical_or")
+bitwise_and, bitwise_or, bitwise_xor = (_make_binary(n) for n in ("bitwise_and", "bitwise_or", "bitwise_xor"))
+mod = _make_binary("mod")
+
+
+def _make_unary(op: str):
+    def fn(x, *, dtype=None, mask=None, **kwargs):
+        return _isa.activation(op, x, dtype=dtype, mask=mask)
+    fn.__name__ = fn.__qualname__ = op
+    fn.__doc__ = f"Element-wise {op} of a tile (Scalar engine activation)."
+    _isa._OP_NAMES[fn] = op
+    return fn
+
+
+exp, log, tanh, sigmoid, relu = (_make_unary(n) for n in ("exp", "log", "tanh", "sigmoid", "relu"))
+gelu, gelu_apprx_tanh, silu = (_make_unary(n) for n in ("gelu", "gelu_apprx_tanh", "silu"))
+sqrt, rsqrt, square, abs, sign = (_make_unary(n) for n in ("sqrt", "rsqrt", "square", "abs", "sign"))
+sin, cos, erf, softplus = (_make_unary(n) for n in ("sin", "cos", "erf", "softplus"))
+identity = _make_unary("identity")
+_isa._OP_NAMES[copy] = "copy"
+
+
+def negative(x, *, dtype=None, mask=None, **kwargs):
+    """-x (Vector engine)."""
+    return _isa.tensor_scalar(x, "multiply", -1.0, dtype=dtype, mask=mask)
+
+
+def reciprocal(x, *, dtype=None, mask=None, **kwargs):
+    """1 / x (Vector engine)."""
+    return _isa.reciprocal(x, dtype=dtype, mask=mask)
+
+
+_isa._OP_NAMES[negative] = "negative"
+_isa._OP_NAMES[reciprocal] = "reciprocal"
+
+
+def where(condition, x, y, *, dtype=None, mask=None, **kwargs):
+    """condition ? x : y element-wise, condition a 0/1 tile (x or y may be numbers).
+
+    Lowered as y + condition * (x - y) on the Vector engine, so x and y must be finite
+    (use a large negative number such as -30000.0 instead of -inf for masking).
+    """
+    if not isinstance(condition, NkiTensor):
+        raise NKIError("nl.where: condition must be a tile of 0/1 values (e.g. from nl.greater)")
+    difference = subtract(x, y, mask=mask, dtype=float32)
+    selected = multiply(condition, difference, mask=mask, dtype=float32)
+    return add(selected, y, mask=mask, dtype=dtype or (x.dtype if isinstance(x, NkiTensor) else float32))
+
+
+# -- reductions along free axes ----------------------------------------------------------------
+def _reduce(op: str, x, axis, dtype, mask, keepdims, negate=False):
+    return _isa.tensor_reduce(op, x, axis, negate=negate, keepdims=keepdims, dtype=dtype, mask=mask)
+
+
+def sum(x, axis, *, dtype=None, mask=None, keepdims=False, **kwargs):  # noqa: A001  (NKI's name)
+    """Sum along free axes (Vector engine)."""
+    return _reduce("add", x, axis, dtype, mask, keepdims)
+
+
+def max(x, axis, *, dtype=None, mask=None, keepdims=False, **kwargs):  # noqa: A001
+    """Maximum along free axes (Vector engine)."""
+    return _reduce("maximum", x, axis, dtype, mask, keepdims)
+
+
+def min(x, axis, *, dtype=None, mask=None, keepdims=False, **kwargs):  # noqa: A001
+    """Minimum along free axes (Vector engine)."""
+    return _reduce("minimum", x, axis, dtype, mask, keepdims)
+
+
+def prod(x, axis, *, dtype=None, mask=None, keepdims=False, **kwargs):
+    return _reduce("multiply", x, axis, dtype, mask, keepdims)
+
+
+def mean(x, axis, *, dtype=None, mask=None, keepdims=False, **kwargs):
+    """Mean along free axes: a sum, then a multiply by 1/n (float32 for integer inputs)."""
+    axes = tuple(axis) if isinstance(axis, (list, tuple)) else (axis,)
+    count = math.prod(x.shape[a] for a in axes)
+    total = _reduce("add", x, axes, float32 if not _dt.is_float(x.dtype) else dtype, mask, keepdims)
+    return _isa.tensor_scalar(total, "multiply", 1.0 / count, dtype=dtype, mask=mask)
+
+
+_isa._OP_NAMES.update({sum: "add", max: "maximum", min: "minimum", prod: "multiply"})
+
+
+# -- Tensor-engine operations -------------------------------------------------------------------------
+def transpose(x, *, dtype=None, mask=None, **kwargs) -> NkiTensor:
+    """x[P, F] -> [F, P] through the Tensor engine; the result is a PSUM tile."""
+    return _isa.nc_transpose(x, dtype=dtype, mask=mask)
+
+
+def matmul(x, y, *, transpose_x: bool = False, mask=None, **kwargs) -> NkiTensor:
+    """x @ y into a new PSUM tile (fp32); `psum_tile += nl.matmul(...)` accumulates.
+
+    With transpose_x=True, x is given as [K, M] (already transposed, the layout the Tensor engine
+    wants) and the result is x.T @ y; otherwise x is [M, K] and is first transposed on the Tensor
+    engine (nc_transpose into PSUM, then a copy back to SBUF), as NKI does.
+    """
+    if not transpose_x:
+        xt_psum = _isa.nc_transpose(x, mask=mask)
+        x = _isa.tensor_copy(xt_psum, dtype=x.dtype)
+    return _isa.nc_matmul(x, y, mask=mask)
+
+
+def broadcast_to(x: NkiTensor, shape) -> NkiTensor:
+    """Broadcast a [1, F] tile across partitions ([P, F], via a ones-vector matmul on the Tensor engine)
+    or a [P, 1] tile along the free axis ([P, F], via the Vector engine)."""
+    shape = tuple(shape)
+    if tuple(x.shape) == shape:
+        return x
+    if len(shape) == 2 and x.shape[0] == 1 and x.shape[1] == shape[1]:
+        ones_row = full((1, shape[0]), 1.0, x.dtype)                # [K=1, M=P]
+        spread = _isa.nc_matmul(ones_row, x)                        # [P, F] = ones.T @ x
+        return _isa.tensor_copy(spread, dtype=x.dtype)
+    if len(shape) == 2 and x.shape[0] == shape[0] and math.prod(x.shape[1:]) == 1:
+        out = zeros(shape, x.dtype)
+        _isa.tensor_scalar(dst=out, data=out, op0="add", operand0=x)
+        return out
+    raise ShapeMismatchError(f"shape mismatch: cannot broadcast {x.shape} to {shape}", value=x.shape, limit=shape)
+
+
+def device_print(prefix: str, x) -> None:
+    """Print a tile's values (full mode; in timing mode the shape only)."""
+    launch = _runtime.current()
+    launch.flush()
+    if isinstance(x, NkiTensor):
+        view = x.hw_view()
+        data = None if launch.timing_only else view.read()
+        print(prefix, data if data is not None else f"<{x.shape} {x.dtype}, timing mode>")
+    else:
+        print(prefix, x)
+
+
+def softmax(x, axis, *, dtype=None, mask=None, **kwargs) -> NkiTensor:
+    """exp(x - max) / sum along a free axis (numerically stable)."""
+    peak = max(x, axis=axis, keepdims=True, mask=mask)
+    shifted = subtract(x, peak, mask=mask)
+    e = exp(shifted, mask=mask)
+    total = sum(e, axis=axis, keepdims=True, mask=mask)
+    return divide(e, total, mask=mask, dtype=dtype)

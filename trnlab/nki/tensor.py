@@ -1,0 +1,329 @@
+"""`NkiTensor`: what a kernel holds — a tensor in HBM, SBUF or PSUM, or a view (tile) of one.
+
+An allocation (`nl.ndarray(..., buffer=nl.sbuf)`, a kernel argument) owns a `trnlab.hardware` tensor.
+Indexing gives views: plain ints and slices compose into one index on the owner; `nl.arange`/`nl.mgrid`
+expressions give an *access pattern* that is resolved when an instruction runs (so that a `mask=` can
+shrink it first). `hw_view` turns any of them into the hardware `View` an instruction reads or writes.
+
+A tile produced by a functional call (`nl.exp(x)`, `nisa.nc_matmul(a, b)`) starts *pending*: its
+instruction is issued into wherever the program puts it (`out[...] = ...`, `psum += ...`) or, at the
+next instruction, into a fresh tile of its own (see runtime.py).
+
+On-chip allocations are released when the Python object dies, which mirrors how NKI's compiler
+reuses the memory of tiles that are no longer live (a tile made inside a loop body lives one iteration).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from trnlab.hardware.errors import OutOfBoundsError, ShapeMismatchError
+from trnlab.nki import indexing, runtime
+from trnlab.nki.errors import NKIError
+from trnlab.nki.indexing import IndexExpr
+
+ON_CHIP = ("sbuf", "psum")
+HBM_KINDS = ("hbm", "shared_hbm", "private_hbm")
+
+
+class NkiTensor:
+    __slots__ = ("shape", "dtype", "buffer", "name", "_owner", "_hw", "_index", "_ap", "_emit",
+                 "_launch", "_view_cache", "_storage", "__weakref__")
+
+    def __init__(self, shape, dtype, buffer, name=""):
+        self.shape = tuple(shape)
+        self.dtype = dtype
+        self.buffer = buffer          # "sbuf" | "psum" | "hbm" | "shared_hbm" | "private_hbm"
+        self.name = name
+        self._owner = None            # the allocation this is (a view of)
+        self._hw = None               # the hardware Tensor of the owner
+        self._index = None            # tuple of ints/slices on the owner, or None for all of it
+        self._ap = None               # access pattern: tuple of (expr|int, start, step, extent) per owner axis
+        self._emit = None             # pending: callable(dst NkiTensor, accumulate) issuing the instruction
+        self._launch = None
+        self._view_cache = None
+        self._storage = None          # shape in memory when it differs (reductions keep size-1 axes)
+
+    # -- construction ---------------------------------------------------------------------
+    @classmethod
+    def allocation(cls, hw, buffer, launch, shape=None):
+        t = cls(hw.shape if shape is None else shape, hw.dtype, buffer, hw.name)
+        t._owner, t._hw, t._launch = t, hw, launch
+        return t
+
+    @classmethod
+    def pending(cls, shape, dtype, buffer, emit, launch):
+        t = cls(shape, dtype, buffer)
+        t._emit, t._launch = emit, launch
+        launch.flush()
+        launch.pending = t
+        return t
+
+    def _materialize(self) -> None:
+        """Issue a pending instruction into a fresh allocation of this tile's own."""
+        emit, self._emit = self._emit, None
+        from trnlab.nki.language import _allocate  # language owns allocation rules
+        shape = self.shape
+        owner = _allocate(self._storage or shape, self.dtype, self.buffer, "t", self._launch)
+        self._become(owner)
+        self.shape = shape
+        emit(self, None)
+
+    def _become(self, other: "NkiTensor") -> None:
+        """Make this object another name for `other` (a pending result that was written elsewhere)."""
+        self._owner, self._hw, self._index, self._ap = other._owner, other._hw, other._index, other._ap
+        self.shape, self.dtype, self.buffer, self._view_cache = other.shape, other.dtype, other.buffer, None
+
+    def __del__(self):
+        if self._owner is self and self.buffer in ON_CHIP:
+            launch = self._launch
+            if launch is not None and launch.active:
+                try:
+                    getattr(launch.core, self.buffer).free(self._hw)
+                except Exception:
+                    pass
+
+    # -- basic properties -------------------------------------------------------------
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def is_pending(self) -> bool:
+        return self._emit is not None
+
+    def __repr__(self) -> str:
+        state = "pending" if self._emit else self.buffer
+        return f"NkiTensor({self.name or '?'}, shape={self.shape}, dtype={self.dtype}, {state})"
+
+    def __len__(self):
+        return self.shape[0]
+
+    def __iter__(self):
+        raise TypeError("iterate over tiles with nl.affine_range(n) and index them, not over the tensor")
+
+    def __bool__(self):
+        raise NKIError("a tile has no truth value during tracing; compare with nl.greater/nl.where")
+
+    # -- indexing ---------------------------------------------------------------------
+    def _ready(self) -> "NkiTensor":
+        if self._emit is not None:
+            launch = self._launch
+            if launch.pending is self:
+                launch.pending = None
+            self._materialize()
+        return self
+
+    def __getitem__(self, key) -> "NkiTensor":
+        self._ready()
+        key = key if isinstance(key, tuple) else (key,)
+        if self._ap is not None:
+            raise NKIError("indexing a tile that was itself made with nl.arange/nl.mgrid is not supported; "
+                           "index the original tensor once")
+        owner = self._owner
+        base = self._index if self._index is not None else tuple(slice(0, n, 1) for n in owner.shape)
+        key = _expand_ellipsis(key, self.ndim)
+        view = NkiTensor((), self.dtype, self.buffer, self.name)
+        view._owner, view._hw, view._launch = owner, self._hw, self._launch
+        if any(isinstance(k, IndexExpr) for k in key):
+            if len(key) != self.ndim:
+                raise NKIError(f"an access pattern must index every axis of a {self.ndim}-d tensor "
+                               f"(got {len(key)} indices)")
+            ap, shape, keys = [], [], iter(key)
+            for entry in base:
+                if isinstance(entry, slice):
+                    k = next(keys)
+                    if isinstance(k, slice):
+                        raise NKIError("mixing ':' slices with nl.arange/nl.mgrid indices in one access is not "
+                                       "supported; use an iterator for every axis")
+                    ap.append((k, entry.start, entry.step, _slice_len(entry)))
+                else:
+                    ap.append((entry, 0, 1, None))
+            view._ap = tuple(ap)
+            view.shape = tuple(it.size for it in indexing.expr_iterators(key))
+            return view
+        index, shape, keys = [], [], iter(key)
+        for axis, entry in enumerate(base):
+            if not isinstance(entry, slice):
+                index.append(entry)
+                continue
+            extent = _slice_len(entry)
+            k = next(keys, slice(None))
+            if isinstance(k, (int, np.integer)):
+                k = int(k)
+                if k < -extent or k >= extent:
+                    raise OutOfBoundsError(f"out-of-bounds index {k} on axis {len(shape)} of extent {extent} "
+                                           f"({self.name or 'tensor'} {self.shape})", value=k, limit=extent)
+                k %= extent
+                index.append(entry.start + k * entry.step)
+            elif isinstance(k, slice):
+                start, stop, step = k.start, k.stop, k.step or 1
+                start = 0 if start is None else int(start)
+                stop = extent if stop is None else int(stop)
+                if step <= 0:
+                    raise NKIError(f"slice step must be positive, got {step}")
+                if start < 0 or stop > extent or start > stop:
+                    raise OutOfBoundsError(
+                        f"out-of-bounds slice [{start}:{stop}] on axis {len(shape)} of extent {extent} "
+                        f"({self.name or 'tensor'} {self.shape})", value=(start, stop), limit=extent)
+                n = len(range(start, stop, step))
+                index.append(slice(entry.start + start * entry.step,
+                                   entry.start + start * entry.step + (n - 1) * step * entry.step + 1,
+                                   entry.step * step))
+                shape.append(n)
+            else:
+                raise NKIError(f"unsupported index {k!r}: use ints, slices or nl.arange/nl.mgrid expressions")
+        if next(keys, None) is not None:
+            raise OutOfBoundsError(f"too many indices for a {self.ndim}-d tensor", value=len(key), limit=self.ndim)
+        view._index = tuple(index)
+        view.shape = tuple(shape)
+        return view
+
+    def __setitem__(self, key, value) -> None:
+        dst = self[key]
+        _assign(dst, value)
+
+    # -- the hardware view an instruction uses --------------------------------------------
+    def hw_view(self, ranges: dict | None = None):
+        """The hardware View of this tile, shrunk to `ranges` (iterator -> (lo, hi)) from a mask."""
+        self._ready()
+        if self._ap is not None:
+            return self._hw[_resolve_ap(self._ap, ranges, self.name)]
+        if not ranges:
+            cached = self._view_cache
+            if cached is None:
+                cached = self._hw[self._index] if self._index is not None else self._hw.full
+                self._view_cache = cached
+            return cached
+        # a mask on a plain tile shrinks the tile axes its iterators are placed on
+        index = list(self._index if self._index is not None else (slice(0, n, 1) for n in self._owner.shape))
+        free_axes = [i for i, e in enumerate(index) if isinstance(e, slice)]
+        for it, (lo, hi) in ranges.items():
+            if it.axis < len(free_axes):
+                a = free_axes[it.axis]
+                s = index[a]
+                index[a] = slice(s.start + lo * s.step, s.start + (hi - 1) * s.step + 1, s.step) if hi > lo \
+                    else slice(s.start, s.start, s.step)
+        return self._hw[tuple(index)]
+
+    # -- tensor methods NKI kernels use ---------------------------------------------------
+    def reshape(self, shape) -> "NkiTensor":
+        raise NKIError("reshape of a tensor needs an aliasing view in trnlab.hardware, which it does not "
+                       "offer yet; reshape the NumPy input before the call")
+
+    def broadcast_to(self, shape) -> "NkiTensor":
+        from trnlab.nki.language import broadcast_to
+        return broadcast_to(self, shape)
+
+    def view(self, dtype):
+        raise NKIError("bit-casting views are not supported by trnlab.hardware")
+
+    # -- arithmetic (nl.add etc.) ------------------------------------------------------
+    def __add__(self, other): return _lang().add(self, other)
+    def __radd__(self, other): return _lang().add(other, self)
+    def __sub__(self, other): return _lang().subtract(self, other)
+    def __rsub__(self, other): return _lang().subtract(other, self)
+    def __mul__(self, other): return _lang().multiply(self, other)
+    def __rmul__(self, other): return _lang().multiply(other, self)
+    def __truediv__(self, other): return _lang().divide(self, other)
+    def __rtruediv__(self, other): return _lang().divide(other, self)
+    def __neg__(self): return _lang().negative(self)
+    def __pow__(self, other): return _lang().power(self, other)
+
+    def __iadd__(self, other):
+        launch = self._launch
+        if isinstance(other, NkiTensor) and other._emit is not None and launch.pending is other \
+                and getattr(other._emit, "accumulates", False):
+            launch.pending = None
+            _check_same_shape(self, other, "+=")
+            emit, other._emit = other._emit, None
+            emit(self, True)          # matmul accumulates in PSUM, no extra instruction
+            other._become(self)
+            return self
+        _assign(self, _lang().add(self, other))
+        return self
+
+    def __isub__(self, other):
+        _assign(self, _lang().subtract(self, other))
+        return self
+
+    def __imul__(self, other):
+        _assign(self, _lang().multiply(self, other))
+        return self
+
+    def __itruediv__(self, other):
+        _assign(self, _lang().divide(self, other))
+        return self
+
+
+def _lang():
+    from trnlab.nki import language
+    return language
+
+
+def _slice_len(s: slice) -> int:
+    return len(range(s.start, s.stop, s.step))
+
+
+def _expand_ellipsis(key: tuple, ndim: int) -> tuple:
+    if not any(k is Ellipsis for k in key):
+        return key
+    at = next(i for i, k in enumerate(key) if k is Ellipsis)
+    fill = ndim - (len(key) - 1)
+    return key[:at] + (slice(None),) * max(fill, 0) + key[at + 1:]
+
+
+def _resolve_ap(ap, ranges, name):
+    exprs = tuple(e for e, _, _, extent in ap if extent is not None)
+    extents = tuple(extent for _, _, _, extent in ap if extent is not None)
+    index, _ = indexing.resolve(exprs, extents, ranges, name or "tensor")
+    out, k = [], 0
+    arrays = not isinstance(index[0], slice) if index else False
+    for entry, start, step, extent in ap:
+        if extent is None:
+            out.append(np.asarray(entry) if arrays else entry)
+            continue
+        local = index[k]
+        k += 1
+        if isinstance(local, slice):
+            out.append(slice(start + local.start * step, start + (local.stop - 1) * step + 1, local.step * step)
+                       if local.stop > local.start else slice(start, start, step))
+        elif isinstance(local, np.ndarray):
+            out.append(start + local * step)
+        else:
+            out.append(start + int(local) * step)
+    return tuple(out)
+
+
+def _check_same_shape(dst: NkiTensor, src: NkiTensor, what: str) -> None:
+    if tuple(dst.shape) != tuple(src.shape):
+        raise ShapeMismatchError(f"shape mismatch in '{what}': destination {dst.shape} vs value {src.shape}",
+                                 value=src.shape, limit=dst.shape)
+
+
+def _assign(dst: NkiTensor, value) -> None:
+    """`dst[...] = value`: issue the pending instruction into dst, or copy / fill."""
+    launch = dst._launch
+    if isinstance(value, NkiTensor):
+        if value._emit is not None:
+            if launch.pending is value:
+                launch.pending = None
+            _check_same_shape(dst, value, "tile assignment")
+            emit, value._emit = value._emit, None
+            emit(dst, None)
+            value._become(dst)
+            return
+        if (value._owner is dst._owner and value._ap is None and dst._ap is None
+                and value._index == dst._index):
+            return  # `t[i] += x` writes back the region it just updated
+        _check_same_shape(dst, value, "tile assignment")
+        from trnlab.nki import isa
+        if dst.buffer in HBM_KINDS or value.buffer in HBM_KINDS:
+            isa.dma_copy(dst=dst, src=value)
+        else:
+            isa.tensor_copy(dst=dst, src=value)
+        return
+    if isinstance(value, (int, float, np.integer, np.floating)):
+        from trnlab.nki import isa
+        isa.memset(dst=dst, value=value)
+        return
+    raise NKIError(f"cannot assign a {type(value).__name__} to a tile")
