@@ -155,3 +155,46 @@ def test_timeline_gantt_labels_engines_as_the_profiler_does():
     assert "until result ready in PSUM" in legend  # the matmul's fill/drain tail
     with pytest.raises(ValueError, match="empty"):
         timeline.plot_timeline(Timeline(["pe"]))
+
+
+def _one_tile_matmul_core():
+    """A real NeuronCore run: load Aᵀ and B, one matmul, PSUM -> SBUF -> HBM."""
+    from trnlab.hardware import NeuronCore
+
+    core = NeuronCore(presets.TRN2.core, mode="full")
+    rng = np.random.default_rng(0)
+    a_t = core.hbm.tensor(rng.standard_normal((128, 128)).astype(np.float32), name="a_t")
+    b = core.hbm.tensor(rng.standard_normal((128, 512)).astype(np.float32), name="b")
+    c = core.hbm.allocate((128, 512), "float32", name="c")
+    stationary = core.sbuf.allocate((128, 128), "float32", name="stationary")
+    moving = core.sbuf.allocate((128, 512), "float32", name="moving")
+    acc = core.psum.allocate((128, 512), "float32", name="acc")
+    result = core.sbuf.allocate((128, 512), "float32", name="result")
+    core.dma_copy(dst=stationary[:, :], src=a_t[:, :])
+    core.dma_copy(dst=moving[:, :], src=b[:, :])
+    core.nc_matmul(dst=acc[:, :], stationary=stationary[:, :], moving=moving[:, :])
+    core.tensor_copy(dst=result[:, :], src=acc[:, :])
+    core.dma_copy(dst=c[:, :], src=result[:, :])
+    return core
+
+
+def test_gantt_and_maps_of_a_real_core_run():
+    core = _one_tile_matmul_core()
+    fig = timeline.plot_timeline(core.timeline)
+    labels = [t.get_text() for t in fig.axes[0].get_yticklabels()]
+    assert labels[0] == "pe · Tensor (PE)" and labels[1] == "dve · Vector (DVE)"
+    assert all(label.startswith("dma") for label in labels[2:])
+    fig = memory_map.plot_core_memory(core)
+    # stationary 512 B + moving 2 KiB + result 2 KiB per partition; one PSUM tile of 2 KiB (one bank)
+    assert "4.5 KiB of 224.0 KiB per partition reserved (2%), 3 tensors" in fig.axes[0].get_title()
+    assert "2.0 KiB of 16.0 KiB per partition reserved (12%), 1 tensor" in fig.axes[1].get_title()
+
+
+def test_profile_roofline_point_is_the_profiles_intensity_and_throughput():
+    core = _one_tile_matmul_core()
+    profile = core.profile("float32")
+    fig = roofline.plot_profile_roofline(profile, core.spec, label="one tile")
+    (x,), (y,) = fig.axes[0].lines[-1].get_data()
+    assert x == pytest.approx(profile.arithmetic_intensity)
+    assert y == pytest.approx(profile.achieved_tflops)
+    assert f"{100 * profile.mfu:.1f}% MFU" in fig.axes[0].get_title()

@@ -63,8 +63,9 @@ def plot_memory_map(memory: Any, ax: plt.Axes | None = None, title: str | None =
     ax.set_ylabel("partition")
     used = memory.used_partition_bytes
     label = "SBUF" if memory.kind == "sbuf" else "PSUM"
+    count = len(memory.occupancy())
     ax.set_title(title or f"{label}: {_size(used)} of {_size(width)} per partition reserved "
-                          f"({100 * used / width:.0f}%), {len(memory.occupancy())} tensors", fontsize=9)
+                          f"({100 * used / width:.0f}%), {count} tensor{'' if count == 1 else 's'}", fontsize=9)
     ax.figure.tight_layout()
     return ax.figure
 

@@ -86,3 +86,21 @@ def plot_core_rooflines(cores: Sequence[Any], dtype: str = "bfloat16", ax: plt.A
     ax.legend(fontsize=7, loc="lower right")
     ax.figure.tight_layout()
     return ax.figure
+
+
+def plot_profile_roofline(profile: Any, spec: Any = None, label: str = "kernel",
+                          ax: plt.Axes | None = None) -> Figure:
+    """Roofline of one core with a kernel's point taken from its `Profile`.
+
+    The roof is the profile's own peak (the core's peak for the profile's dtype) and the core's HBM
+    bandwidth share; the point is the profile's arithmetic intensity (FLOPs per HBM byte) and
+    achieved FLOP/s. So the point's height over the peak is exactly the profile's MFU.
+    """
+    if not profile.hbm_bytes:
+        raise ValueError("the profile moved no HBM bytes: its arithmetic intensity is infinite")
+    name = getattr(spec, "name", "one NeuronCore")
+    title = (f"{name}: {label} at {profile.achieved_tflops:.2f} TFLOPS = "
+             f"{100 * profile.mfu:.1f}% MFU, MBU {100 * profile.mbu:.0f}%")
+    return plot_roofline(profile.peak_flops, profile.hbm_bandwidth,
+                         [RooflinePoint(label, profile.arithmetic_intensity, profile.achieved_flops)],
+                         title=title, ax=ax)
