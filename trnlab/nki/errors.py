@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import linecache
 import os
+import sys
 import types
 
 _PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # .../trnlab
@@ -31,6 +32,28 @@ class MaskError(NKIError):
 
 def _is_internal(filename: str) -> bool:
     return os.path.abspath(filename).startswith(_INTERNAL_DIRS)
+
+
+_internal_files: dict = {}
+_notes: dict = {}
+
+
+def user_line(depth: int = 2) -> str:
+    """'file.py:42 (kernel)' of the innermost caller outside the machinery (recorded per instruction)."""
+    frame = sys._getframe(depth)
+    while frame is not None:
+        code = frame.f_code
+        internal = _internal_files.get(code.co_filename)
+        if internal is None:
+            internal = _internal_files[code.co_filename] = _is_internal(code.co_filename)
+        if not internal:
+            key = (code, frame.f_lineno)
+            note = _notes.get(key)
+            if note is None:
+                note = _notes[key] = f"{os.path.basename(code.co_filename)}:{frame.f_lineno} ({code.co_name})"
+            return note
+        frame = frame.f_back
+    return ""
 
 
 def user_frame(tb: types.TracebackType | None) -> tuple[str, int, str] | None:

@@ -20,7 +20,7 @@ import numpy as np
 from trnlab.hardware import dtypes as hw_dtypes
 from trnlab.hardware.errors import MemoryPlacementError, ShapeMismatchError
 from trnlab.nki import indexing, runtime
-from trnlab.nki.errors import NKIError
+from trnlab.nki.errors import NKIError, user_line
 from trnlab.nki.indexing import IndexExpr
 from trnlab.nki.tensor import NkiTensor
 
@@ -90,9 +90,11 @@ def _engine(value, default=None):
 
 # -- shared plumbing ------------------------------------------------------------------------
 def _launch():
+    """The running launch, with the pending result issued and the caller's kernel line noted."""
     launch = runtime.current()
     if launch.pending is not None:
         launch.flush()
+    launch.core.note = user_line(3)   # shown with each instruction in the timeline / Chrome trace
     return launch
 
 
@@ -110,8 +112,16 @@ def _operand(x, ranges):
 
 
 def _produce(shape, dtype, buffer, emit, accumulates=False) -> NkiTensor:
-    emit.accumulates = accumulates
-    return NkiTensor.pending(shape, hw_dtypes.as_dtype(dtype), buffer, emit, runtime.current())
+    """A pending tile: `emit(dst, accumulate)` issues its instruction once the program says where."""
+    launch = runtime.current()
+    core, note = launch.core, launch.core.note
+
+    def emit_at_call_site(out, accumulate):
+        core.note = note              # the instruction belongs to the line that asked for it
+        emit(out, accumulate)
+
+    emit_at_call_site.accumulates = accumulates
+    return NkiTensor.pending(shape, hw_dtypes.as_dtype(dtype), buffer, emit_at_call_site, launch)
 
 
 def _is_tile(x) -> bool:

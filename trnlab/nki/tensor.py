@@ -34,7 +34,7 @@ class NkiTensor:
         self.dtype = dtype
         self.buffer = buffer          # "sbuf" | "psum" | "hbm" | "shared_hbm" | "private_hbm"
         self.name = name
-        self._owner = None            # the allocation this is (a view of)
+        self._owner = None            # the allocation this is a view of (None: this is the allocation)
         self._hw = None               # the hardware Tensor of the owner
         self._index = None            # tuple of ints/slices on the owner, or None for all of it
         self._ap = None               # access pattern: tuple of (expr|int, start, step, extent) per owner axis
@@ -47,7 +47,7 @@ class NkiTensor:
     @classmethod
     def allocation(cls, hw, buffer, launch, shape=None):
         t = cls(hw.shape if shape is None else shape, hw.dtype, buffer, hw.name)
-        t._owner, t._hw, t._launch = t, hw, launch
+        t._hw, t._launch = hw, launch   # _owner stays None: no self-reference, so refcounting frees it
         return t
 
     @classmethod
@@ -70,17 +70,20 @@ class NkiTensor:
 
     def _become(self, other: "NkiTensor") -> None:
         """Make this object another name for `other` (a pending result that was written elsewhere)."""
-        self._owner, self._hw, self._index, self._ap = other._owner, other._hw, other._index, other._ap
+        self._owner, self._hw, self._index, self._ap = other._base(), other._hw, other._index, other._ap
         self.shape, self.dtype, self.buffer, self._view_cache = other.shape, other.dtype, other.buffer, None
 
     def __del__(self):
-        if self._owner is self and self.buffer in ON_CHIP:
+        if self._owner is None and self._hw is not None and self.buffer in ON_CHIP:
             launch = self._launch
             if launch is not None and launch.active:
                 try:
                     getattr(launch.core, self.buffer).free(self._hw)
                 except Exception:
                     pass
+
+    def _base(self) -> "NkiTensor":
+        return self if self._owner is None else self._owner
 
     # -- basic properties -------------------------------------------------------------
     @property
@@ -119,7 +122,7 @@ class NkiTensor:
         if self._ap is not None:
             raise NKIError("indexing a tile that was itself made with nl.arange/nl.mgrid is not supported; "
                            "index the original tensor once")
-        owner = self._owner
+        owner = self._base()
         base = self._index if self._index is not None else tuple(slice(0, n, 1) for n in owner.shape)
         key = _expand_ellipsis(key, self.ndim)
         view = NkiTensor((), self.dtype, self.buffer, self.name)
@@ -195,7 +198,7 @@ class NkiTensor:
                 self._view_cache = cached
             return cached
         # a mask on a plain tile shrinks the tile axes its iterators are placed on
-        index = list(self._index if self._index is not None else (slice(0, n, 1) for n in self._owner.shape))
+        index = list(self._index if self._index is not None else (slice(0, n, 1) for n in self._base().shape))
         free_axes = [i for i, e in enumerate(index) if isinstance(e, slice)]
         for it, (lo, hi) in ranges.items():
             if it.axis < len(free_axes):
@@ -312,7 +315,7 @@ def _assign(dst: NkiTensor, value) -> None:
             emit(dst, None)
             value._become(dst)
             return
-        if (value._owner is dst._owner and value._ap is None and dst._ap is None
+        if (value._base() is dst._base() and value._ap is None and dst._ap is None
                 and value._index == dst._index):
             return  # `t[i] += x` writes back the region it just updated
         _check_same_shape(dst, value, "tile assignment")
