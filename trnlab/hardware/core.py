@@ -81,7 +81,9 @@ class NeuronCore:
         self._next_queue = 0
         self._now = 0.0
         # tensor engine state: the stationary tile loaded, when its load ended, last matmul start
-        self._stationary_key = None
+        self._stationary = None                     # the view loaded as stationary, and its version
+        self._stationary_version = -1
+        self._matmul_checked = {}
         self._load_end = 0.0
         self._last_mm_start = 0.0
         self.note = ""                              # recorded with each instruction (e.g. source)
@@ -205,6 +207,51 @@ class NeuronCore:
         M <= 128, N <= 512. ``accumulate``: True adds to dst, False overwrites it, None (default)
         adds if dst was already written and overwrites a fresh tile (NKI's PSUM accumulation).
         """
+        # The rules depend only on the operands' shapes and places: check each triple of operand
+        # objects once (tiled loops reuse the same views) — the hot path of every GEMM.
+        key = (dst, stationary, moving)
+        checked = self._matmul_checked.get(key)
+        if checked is None:
+            checked = self._check_matmul(dst, stationary, moving)
+            if len(self._matmul_checked) > 4096:
+                self._matmul_checked.clear()
+            self._matmul_checked[key] = checked
+        dst, st, mv, K, M, N, busy_ns, latency_ns, load_ns, flops, sbuf, psum = checked
+        if st.tensor.freed or mv.tensor.freed or dst.tensor.freed:
+            for v, what in ((st, "stationary"), (mv, "moving"), (dst, "dst")):
+                _view(v, what)
+        if self.full:
+            self._matmul_values(dst, st, mv, K, M, N, accumulate)
+
+        # --- time: LoadStationary in the background, MultiplyMoving busy, result after drain ---
+        start, waited = _wait_reads((mv,), self._free[PE], -1)
+        last = self._stationary
+        version = st.tensor.version
+        if last is not st and (last is None or last.tensor is not st.tensor or last.box != st.box) \
+                or version != self._stationary_version:
+            # a new stationary tile: its load starts once the data is there and the previous
+            # matmul has taken its weights out of the shadow buffer
+            st_ready, st_waited = _wait_reads((st,), 0.0, -1)
+            load_start = st_ready if st_ready > self._last_mm_start else self._last_mm_start
+            self._load_end = load_start + load_ns
+            self._stationary = st
+            self._stationary_version = version
+            if self._load_end > start:
+                start, waited = self._load_end, st_waited
+        elif self._load_end > start:
+            start = self._load_end
+        start, waited, group_ready = _wait_write(dst, start, waited, True)
+        end = start + busy_ns
+        ready = start + latency_ns
+        if group_ready > ready:
+            ready = group_ready
+        self._last_mm_start = start
+        idx = len(self._records)
+        _record_reads((st, mv), end, idx)
+        _record_write(dst, ready, idx, True)
+        return self._append(PE, "nc_matmul", start, end, ready, flops, 0, sbuf, psum, waited)
+
+    def _check_matmul(self, dst, stationary, moving):
         dst = _view(dst, "dst")
         st = _view(stationary, "stationary")
         mv = _view(moving, "moving")
@@ -260,65 +307,53 @@ class NeuronCore:
                     f"start partition: nc_matmul {what} starts at partition {v.part_start} with "
                     f"{v.partitions} partitions; allowed starts: 0 for >64 partitions, 0/64 for "
                     f"33-64, 0/32/64/96 for <=32", value=v.part_start, limit=(0, 32, 64, 96))
+        busy, latency = cost.matmul_cycles(self.spec, K, M, N,
+                                           dtypes.float32 if dtypes.float32 in (sdt, mdt) else sdt)
+        pe_ns = self._pe_ns
+        load_ns = cost.stationary_load_cycles(self.spec, K, M) * pe_ns
+        return (dst, st, mv, K, M, N, busy * pe_ns, latency * pe_ns, load_ns, 2.0 * K * M * N,
+                st.nbytes + mv.nbytes, dst.nbytes)
 
-        if self.full:
-            if accumulate is None:
-                accumulate = dst.tensor.written is None or bool(
-                    (dst.tensor.written if dst.index is None else dst.tensor.written[dst.index]).all())
-            st.check_initialized()
-            mv.check_initialized()
-            s32 = st.fp32().reshape(K, M)
-            m32 = mv.fp32().reshape(K, N)
-            product = s32.T @ m32                                  # [M, N] fp32
-            if accumulate:
-                dst.check_initialized()
-                if dst.basic:
-                    out = dst.values()
-                    out += product.reshape(out.shape).astype(ddt, copy=False)
-                else:
-                    dst.write((dst.values().astype(np.float32) + product.reshape(dst.shape))
-                              .astype(ddt))
+    def _matmul_values(self, dst, st, mv, K, M, N, accumulate):
+        """Full mode: fp32 products of the (exactly widened) inputs, accumulated in PSUM."""
+        t = dst.tensor
+        if accumulate is None:
+            accumulate = t.written is None or bool(
+                (t.written if dst.index is None else t.written[dst.index]).all())
+        st.check_initialized()
+        mv.check_initialized()
+        product = st.fp32().reshape(K, M).T @ mv.fp32().reshape(K, N)     # [M, N] fp32
+        if accumulate:
+            dst.check_initialized()
+            if dst.basic:
+                out = dst.values()                     # a NumPy view: add in place
+                out += product.reshape(out.shape)
             else:
-                self._store(dst, product)
-
-        # --- time ---
-        fp32 = sdt == dtypes.float32 or mdt == dtypes.float32
-        return self._pe_issue("nc_matmul", st, (mv,), dst, K, M, N, fp32, 2.0 * K * M * N,
-                              st.nbytes + mv.nbytes, dst.nbytes)
+                dst.write((dst.values().astype(np.float32) + product.reshape(dst.shape))
+                          .astype(t.dtype))
+        else:
+            self._store(dst, product)
 
     def _pe_issue(self, opcode, st, reads, dst, K, M, N, fp32, flops, sbuf, psum):
-        """Schedule a Tensor-engine instruction: LoadStationary in the background, then
-        MultiplyMoving (busy), with the result ready after the array's fill/drain."""
-        busy = max(min(self.spec.matmul_min_cycles, M), N)
-        if fp32:
-            busy *= self.spec.fp32_matmul_factor
+        """Schedule a Tensor-engine instruction other than nc_matmul (nc_transpose): the array
+        loads `st` as its stationary tile (in the background), then streams N columns."""
+        busy, latency = cost.matmul_cycles(self.spec, K, M, N,
+                                           dtypes.float32 if fp32 else dtypes.bfloat16)
         pe_ns = self._pe_ns
-        busy_ns = busy * pe_ns
-        latency_ns = (busy + K + M - 2) * pe_ns
-        st_tensor = st.tensor
-        # LoadStationary runs in the background once the stationary data is there and the
-        # previous matmul has taken its weights out of the shadow buffer.
-        key = (id(st_tensor), st.box, st_tensor.version)
         start, waited = _wait_reads(reads, self._free[PE], -1)
-        if key != self._stationary_key:
-            st_ready, st_waited = _wait_reads((st,), 0.0, -1)
-            load_start = st_ready if st_ready > self._last_mm_start else self._last_mm_start
-            self._load_end = load_start + cost.stationary_load_cycles(self.spec, K, M) * pe_ns
-            self._stationary_key = key
-            if self._load_end > start:
-                start, waited = self._load_end, st_waited
-        elif self._load_end > start:
-            start = self._load_end
-        by_matmul = opcode == "nc_matmul"
-        start, waited, group_ready = _wait_write(dst, start, waited, by_matmul)
-        end = start + busy_ns
-        ready = start + latency_ns
-        if group_ready > ready:
-            ready = group_ready
+        st_ready, st_waited = _wait_reads((st,), 0.0, -1)
+        load_start = st_ready if st_ready > self._last_mm_start else self._last_mm_start
+        self._load_end = load_start + cost.stationary_load_cycles(self.spec, K, M) * pe_ns
+        self._stationary = None
+        if self._load_end > start:
+            start, waited = self._load_end, st_waited
+        start, waited, _ = _wait_write(dst, start, waited)
+        end = start + busy * pe_ns
+        ready = start + latency * pe_ns
         self._last_mm_start = start
         idx = len(self._records)
         _record_reads((st,) + reads, end, idx)
-        _record_write(dst, ready, idx, by_matmul)
+        _record_write(dst, ready, idx)
         return self._append(PE, opcode, start, end, ready, flops, 0, sbuf, psum, waited)
 
     def nc_transpose(self, dst, src) -> int:

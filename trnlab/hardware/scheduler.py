@@ -15,12 +15,13 @@ accumulation group.
 
 Bookkeeping is per tensor and small: a write that covers earlier records replaces them (anything
 that overlaps them overlaps the new write, which ends later), and when a tensor collects more than
-`MAX_RECORDS` records the oldest half is merged into one bounding record (conservative: it can only
+`MAX_RECORDS` records all but the newest `KEEP` are merged into one bounding record (conservative: it can only
 add waits, never remove one). So the cost per instruction is O(1) in the length of the program.
 """
 from __future__ import annotations
 
-MAX_RECORDS = 16
+MAX_RECORDS = 32
+KEEP = 4
 
 
 def overlap(a, b) -> bool:
@@ -48,20 +49,24 @@ def covers(a, b) -> bool:
 def _union(boxes):
     if any(b is None for b in boxes):
         return None
-    n = len(boxes[0])
-    return tuple(min(b[k] for b in boxes) if k % 2 == 0 else max(b[k] for b in boxes)
-                 for k in range(n))
+    lo_hi = list(boxes[0])
+    for b in boxes:
+        for k in range(0, len(lo_hi), 2):
+            if b[k] < lo_hi[k]:
+                lo_hi[k] = b[k]
+            if b[k + 1] > lo_hi[k + 1]:
+                lo_hi[k + 1] = b[k + 1]
+    return tuple(lo_hi)
 
 
 def _compact(records: list):
-    """Merge the oldest half of a record list into one bounding record (latest time wins)."""
-    half = len(records) // 2
-    old = records[:half]
+    """Merge all but the newest KEEP records into one bounding record (latest time wins)."""
+    old = records[:-KEEP]
     latest = max(old, key=lambda r: r[1])
     merged = (_union([r[0] for r in old]), latest[1], latest[2])
     if len(latest) == 4:
         merged = merged + (False,)
-    records[:half] = [merged]
+    records[:-KEEP] = [merged]
 
 
 def wait_reads(views, t: float, waited: int):

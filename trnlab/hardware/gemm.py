@@ -1,0 +1,210 @@
+"""A reference tiled GEMM on one NeuronCore: C[M, N] = A[M, K] @ B[K, N] for any M, N, K.
+
+The tensor engine computes ``stationary[K, M].T @ moving[K, N]`` with K <= 128 (partitions),
+M <= 128 and N <= 512 (one PSUM bank of fp32), so a GEMM is cut into tiles [MM]:
+
+    for each block of block_m × block_n output tiles (128 × 512 each):
+        for each K tile (128 rows):
+            DMA  lhsT[k, m-block] -> SBUF     (A is stored transposed, "lhsT", as in NKI's tutorials)
+            DMA  rhs[k, n-block]  -> SBUF
+            nc_matmul into each output tile's PSUM bank (accumulating over K)
+        tensor_copy PSUM -> SBUF (casting), DMA SBUF -> HBM
+
+SBUF input tiles rotate through `buffers` copies, so the DMA of the next K tile overlaps the
+matmuls of this one (the scheduler finds the WAR dependencies by itself). Edge tiles — shapes
+that are not multiples of the tile — are *masked*: the DMA, the matmul and the store touch only the
+valid rows and columns (a matmul with K < 128, M < 128 or N < 512 is legal, it just leaves part
+of the array idle; `plan(...).utilisation` says how much).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import dtypes
+from .core import NeuronCore
+from .presets import TRN2_CORE, CoreSpec, core_spec
+
+
+@dataclass(frozen=True)
+class GemmPlan:
+    """How a GEMM is cut into tiles, and what that costs in instructions and utilisation."""
+    M: int
+    N: int
+    K: int
+    tile_m: int
+    tile_n: int
+    tile_k: int
+    block_m: int
+    block_n: int
+
+    @property
+    def m_tiles(self) -> int:
+        return math.ceil(self.M / self.tile_m)
+
+    @property
+    def n_tiles(self) -> int:
+        return math.ceil(self.N / self.tile_n)
+
+    @property
+    def k_tiles(self) -> int:
+        return math.ceil(self.K / self.tile_k)
+
+    @property
+    def m_blocks(self) -> int:
+        return math.ceil(self.M / (self.tile_m * self.block_m))
+
+    @property
+    def n_blocks(self) -> int:
+        return math.ceil(self.N / (self.tile_n * self.block_n))
+
+    @property
+    def matmuls(self) -> int:
+        return self.m_tiles * self.n_tiles * self.k_tiles
+
+    @property
+    def dma_loads(self) -> int:
+        return 2 * self.m_blocks * self.n_blocks * self.k_tiles
+
+    @property
+    def stores(self) -> int:
+        return self.m_tiles * self.n_tiles
+
+    @property
+    def instructions(self) -> int:
+        """matmuls + loads + (copy + store) per output tile."""
+        return self.matmuls + self.dma_loads + 2 * self.stores
+
+    @property
+    def flops(self) -> float:
+        return 2.0 * self.M * self.N * self.K
+
+    @property
+    def utilisation(self) -> float:
+        """Useful MACs / MACs of the same number of full 128×128×512 tile matmuls."""
+        full = self.matmuls * self.tile_m * self.tile_n * self.tile_k
+        return self.M * self.N * self.K / full
+
+    @property
+    def hbm_bytes_per_element(self) -> float:
+        """Input elements loaded from HBM: A once per n-block, B once per m-block."""
+        return self.M * self.K * self.n_blocks + self.K * self.N * self.m_blocks
+
+
+def default_tiles(spec: CoreSpec) -> tuple[int, int, int]:
+    """(tile_m, tile_n, tile_k): the largest tiles the tensor engine and one PSUM bank allow."""
+    tile_k = min(spec.partitions, spec.pe_rows)
+    tile_m = min(spec.stationary_fmax, spec.pe_cols)
+    tile_n = min(spec.moving_fmax, spec.psum_bank_bytes // 4)
+    return tile_m, tile_n, tile_k
+
+
+def plan(M: int, N: int, K: int, spec: "CoreSpec | str" = TRN2_CORE, tile_m=None, tile_n=None,
+         tile_k=None, block_m: int = 2, block_n: int = 2) -> GemmPlan:
+    spec = core_spec(spec)
+    dm, dn, dk = default_tiles(spec)
+    return GemmPlan(M, N, K, tile_m or dm, tile_n or dn, tile_k or dk, block_m, block_n)
+
+
+def tiled_gemm(core: NeuronCore, lhsT, rhs, out, *, tile_m=None, tile_n=None, tile_k=None,
+               block_m: int = 2, block_n: int = 2, buffers: int = 2) -> GemmPlan:
+    """Issue the instructions of out[M, N] = lhsT[K, M].T @ rhs[K, N] on `core`.
+
+    lhsT, rhs, out: HBM tensors. Returns the plan. SBUF/PSUM tiles are allocated here and freed
+    at the end.
+    """
+    K, M = lhsT.shape
+    K2, N = rhs.shape
+    if K2 != K or out.shape != (M, N):
+        raise ValueError(f"gemm shapes: lhsT {lhsT.shape}, rhs {rhs.shape}, out {out.shape}")
+    p = plan(M, N, K, core.spec, tile_m, tile_n, tile_k, block_m, block_n)
+    tm, tn, tk, bm, bn = p.tile_m, p.tile_n, p.tile_k, p.block_m, p.block_n
+    BM, BN = tm * bm, tn * bn
+    sbuf, psum = core.sbuf, core.psum
+    lhsT_bufs = [sbuf.allocate((tk, BM), lhsT.dtype, name=f"lhsT_sb{i}") for i in range(buffers)]
+    rhs_bufs = [sbuf.allocate((tk, BN), rhs.dtype, name=f"rhs_sb{i}") for i in range(buffers)]
+    tiles_per_block = bm * bn
+    psum_sets = 2 if 2 * tiles_per_block <= core.spec.psum_banks else 1
+    acc = [[psum.allocate((tm, tn), dtypes.float32, name=f"acc{s}_{t}")
+            for t in range(tiles_per_block)] for s in range(psum_sets)]
+    out_bufs = [sbuf.allocate((tm, tn), out.dtype, name=f"out_sb{i}") for i in range(2)]
+
+    views = {}
+
+    def tile(t, rows, c0, cols):
+        """The view t[:rows, c0:c0+cols], cached: the same tiles are used over and over."""
+        key = (id(t), rows, c0, cols)
+        v = views.get(key)
+        if v is None:
+            v = views[key] = t[:rows, c0:c0 + cols]
+        return v
+
+    step = 0
+    block = 0
+    stores = 0
+    for m0 in range(0, M, BM):
+        mm = min(BM, M - m0)
+        for n0 in range(0, N, BN):
+            nn = min(BN, N - n0)
+            accs = acc[block % psum_sets]
+            block += 1
+            m_sub = [(mi, min(tm, mm - mi)) for mi in range(0, mm, tm)]
+            n_sub = [(ni, min(tn, nn - ni)) for ni in range(0, nn, tn)]
+            for kt, k0 in enumerate(range(0, K, tk)):
+                kk = min(tk, K - k0)
+                lb = lhsT_bufs[step % buffers]
+                rb = rhs_bufs[step % buffers]
+                step += 1
+                core.dma_copy(tile(lb, kk, 0, mm), lhsT[k0:k0 + kk, m0:m0 + mm])
+                core.dma_copy(tile(rb, kk, 0, nn), rhs[k0:k0 + kk, n0:n0 + nn])
+                first = kt == 0
+                for i, (mi, ms) in enumerate(m_sub):
+                    stationary = tile(lb, kk, mi, ms)
+                    for j, (ni, ns) in enumerate(n_sub):
+                        core.nc_matmul(tile(accs[i * bn + j], ms, 0, ns), stationary,
+                                       tile(rb, kk, ni, ns), accumulate=not first)
+            for i, (mi, ms) in enumerate(m_sub):
+                for j, (ni, ns) in enumerate(n_sub):
+                    ob = out_bufs[stores % 2]
+                    stores += 1
+                    o = tile(ob, ms, 0, ns)
+                    core.tensor_copy(o, tile(accs[i * bn + j], ms, 0, ns))
+                    core.dma_copy(out[m0 + mi:m0 + mi + ms, n0 + ni:n0 + ni + ns], o)
+    for t in lhsT_bufs + rhs_bufs + out_bufs + [a for s in acc for a in s]:
+        (sbuf if t.kind == "sbuf" else psum).free(t)
+    return p
+
+
+def run_gemm(A: np.ndarray | None = None, B: np.ndarray | None = None, *, shape=None,
+             spec: "CoreSpec | str" = TRN2_CORE, dtype="bfloat16", out_dtype="float32",
+             mode: str = "full", **tiling):
+    """C = A @ B on a fresh simulated core. Returns (C or None in timing mode, core).
+
+    A is placed in HBM transposed (lhsT [K, M]) and both inputs cast to `dtype`. In timing mode
+    you may give ``shape=(M, N, K)`` instead of arrays: no values are created at all.
+    """
+    core = NeuronCore(spec, mode=mode)
+    dt = dtypes.as_dtype(dtype)
+    if A is not None:
+        A = np.asarray(A)
+        B = np.asarray(B)
+        (M, K), (_, N) = A.shape, B.shape
+        if B.shape[0] != K:
+            raise ValueError(f"gemm shapes: A {A.shape} @ B {B.shape}")
+    elif shape is not None:
+        M, N, K = shape
+    else:
+        raise ValueError("give A and B, or shape=(M, N, K) in timing mode")
+    if core.full:
+        if A is None:
+            raise ValueError("full mode needs the arrays A and B")
+        lhsT = core.hbm.tensor(np.ascontiguousarray(A.T), name="lhsT", dtype=dt)
+        rhs = core.hbm.tensor(B, name="rhs", dtype=dt)
+    else:
+        lhsT = core.hbm.allocate((K, M), dt, name="lhsT")
+        rhs = core.hbm.allocate((K, N), dt, name="rhs")
+    out = core.hbm.allocate((M, N), out_dtype, name="out")
+    tiled_gemm(core, lhsT, rhs, out, **tiling)
+    return (out.numpy() if core.full else None), core
