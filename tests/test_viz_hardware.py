@@ -67,14 +67,26 @@ def test_systolic_utilisation_plot_reports_the_mean(trace):
     assert f"{100 * trace.utilisation.mean():.0f}% busy" in fig.axes[0].get_title()
 
 
-def test_gemm_tiles_counts_instructions_and_padding():
+def test_gemm_tiles_counts_instructions_cycles_and_utilisation():
     fig = tiles.plot_gemm_tiles(M=300, N=1000, K=384, output_tile=(1, 1))
     title = fig._suptitle.get_text()
     assert "3 × 2 × 3 = 18 nc_matmul" in title  # ceil(300/128) x ceil(1000/512) x ceil(384/128)
-    useful = 300 * 1000 * 384 / (384 * 1024 * 384)
-    assert f"{100 * useful:.0f}%" in title
+    assert "9,000 tensor-engine cycles" in title  # 9 (m, k) pairs x (512 + 488) streamed columns
+    assert f"PE utilisation {100 * 300 * 1000 * 384 / (128 * 128 * 9000):.0f}%" in title
     with pytest.raises(IndexError, match="out of range"):
         tiles.plot_gemm_tiles(M=128, N=512, K=128, output_tile=(1, 0))
+
+
+@pytest.mark.parametrize("shape", [(300, 1000, 384), (128, 512, 128), (64, 100, 50), (257, 513, 129)])
+def test_tensor_engine_work_equals_the_reference_drivers_timeline(shape):
+    from trnlab.hardware import gemm
+
+    spec = presets.TRN2.core
+    _, core = gemm.run_gemm(shape=shape, spec=spec, mode="timing")
+    profile = core.profile()
+    work = tiles.tensor_engine_work(spec, *shape)
+    assert work.instructions == profile.instructions["nc_matmul"]
+    assert work.busy_cycles == pytest.approx(profile.busy_ns["pe"] * spec.pe_clock_hz / 1e9)
 
 
 def test_roofline_point_and_ridge_come_from_the_given_numbers():
