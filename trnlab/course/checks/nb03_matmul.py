@@ -5,10 +5,46 @@ from __future__ import annotations
 import numpy as np
 
 from trnlab.course.exercises import CheckFailed, exercise
+from trnlab.hardware import gemm, presets
 from trnlab.hardware.systolic import systolic_step
+from trnlab.viz.tiles import tensor_engine_work
+
+NOTEBOOK = "03_matmul_and_the_systolic_array"
+# exact multiples, one element over, tiny shapes, K < 128, M < 64 (the floor becomes min(64, M))
+GEMM_SHAPES = [(128, 512, 128), (256, 1024, 384), (129, 512, 128), (128, 513, 128), (128, 512, 129),
+               (300, 1000, 384), (1, 1, 1), (128, 40, 128), (100, 700, 50), (10, 5, 300), (2048, 2048, 2048)]
 
 
-@exercise("nb03_systolic_step", notebook="03_matmul_and_the_systolic_array", points=3,
+def _as_int(value, what: str, shape) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) and not (
+            isinstance(value, float) and value.is_integer()):
+        raise CheckFailed(f"{what} should be a whole number, got {value!r} for (M, N, K) = {shape}")
+    return int(value)
+
+
+@exercise("nb03_matmul_count", notebook=NOTEBOOK, points=1, answer="matmul_instructions",
+          title="How many nc_matmul instructions does a GEMM take?")
+def check_matmul_count(matmul_instructions) -> None:
+    for shape in GEMM_SHAPES:
+        expected = gemm.plan(*shape, presets.TRN2.core).matmuls
+        got = _as_int(matmul_instructions(*shape), "the instruction count", shape)
+        if got != expected:
+            raise CheckFailed(f"expected {expected} instructions, got {got} for (M, N, K) = {shape} "
+                              "(every dimension is cut into tiles; a partial tile is still a tile)")
+
+
+@exercise("nb03_pe_cycles", notebook=NOTEBOOK, points=2, answer="tensor_engine_cycles",
+          title="How many cycles does the tensor engine spend on a GEMM?")
+def check_pe_cycles(tensor_engine_cycles) -> None:
+    for shape in GEMM_SHAPES:
+        expected = tensor_engine_work(presets.TRN2.core, *shape, dtype="bfloat16").busy_cycles
+        got = _as_int(tensor_engine_cycles(*shape), "the cycle count", shape)
+        if got != expected:
+            raise CheckFailed(f"expected {expected:,} cycles, got {got:,} for (M, N, K) = {shape} "
+                              "(sum max(n, min(64, m)) over the instructions, n and m the tile's own sizes)")
+
+
+@exercise("nb03_systolic_step", notebook=NOTEBOOK, points=3,
           answer="systolic_step", title="One clock cycle of the systolic array")
 def check_systolic_step(student_step) -> None:
     rng = np.random.default_rng(3)
