@@ -1,6 +1,10 @@
 """`python -m trnlab.course COMMAND ...` — tools for maintainers and instructors.
 
-    execute [NOTEBOOK...]   re-execute notebooks in place, keeping their outputs
+    execute [NOTEBOOK...]                 re-execute notebooks in place, keeping their outputs
+    solve NOTEBOOK -o OUT [--wrong]       write a copy with the reference solutions inserted
+    grade SUBMISSION... --out grades.csv  grade students' notebooks (CSV, JSON, feedback files)
+
+`python -m trnlab.course COMMAND --help` describes each command's options.
 """
 
 from __future__ import annotations
@@ -18,6 +22,14 @@ def main(argv: list[str] | None = None) -> int:
         from trnlab.course.execute import main as execute_main
 
         return execute_main(rest)
+    if command == "solve":
+        from trnlab.course.solve import main as solve_main
+
+        return solve_main(rest)
+    if command == "grade":
+        from trnlab.course.grade import main as grade_main
+
+        return grade_main(rest)
     print(f"unknown command {command!r}\n\n{__doc__.strip()}", file=sys.stderr)
     return 2
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+import sys
 import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -50,9 +51,15 @@ class CheckResult:
     points: int  # points earned
     max_points: int
     message: str
+    # passed | failed (a checker said no) | not_attempted (the stub still raises
+    # NotImplementedError) | error (the answer raised) | missing (no answer was given)
+    status: str = "passed"
 
 
 REGISTRY: dict[str, Exercise] = {}
+# Instructors' private checks (`--extra-checks FILE` of the grader): more checkers for an exercise
+# that is already registered; the answer must pass the public checker and every extra one.
+EXTRA_CHECKS: dict[str, list[Callable[[Any], None]]] = {}
 
 
 def exercise(id: str, *, notebook: str, points: int, answer: str, title: str) -> Callable:
@@ -67,12 +74,30 @@ def exercise(id: str, *, notebook: str, points: int, answer: str, title: str) ->
     return register
 
 
-def load_all() -> dict[str, Exercise]:
-    """Import every module in trnlab.course.checks so that all exercises are registered."""
+def extra_check(id: str) -> Callable:
+    """Decorator for an instructor's private checker of exercise `id` (see `EXTRA_CHECKS`)."""
+
+    def register(checker: Callable[[Any], None]) -> Callable[[Any], None]:
+        EXTRA_CHECKS.setdefault(id, []).append(checker)
+        return checker
+
+    return register
+
+
+def load_all(strict: bool = True) -> dict[str, Exercise]:
+    """Import every module in trnlab.course.checks so that all exercises are registered.
+
+    With ``strict=False`` (the grader) a checker module that fails to import is reported on stderr
+    and skipped, so one broken notebook's checks do not stop the grading of the others."""
     from trnlab.course import checks
 
     for info in pkgutil.iter_modules(checks.__path__):
-        importlib.import_module(f"{checks.__name__}.{info.name}")
+        try:
+            importlib.import_module(f"{checks.__name__}.{info.name}")
+        except Exception as error:
+            if strict:
+                raise
+            print(f"warning: checks {info.name} not loaded: {type(error).__name__}: {error}", file=sys.stderr)
     return REGISTRY
 
 
@@ -85,24 +110,34 @@ def get(id: str) -> Exercise:
     return REGISTRY[id]
 
 
-def run_check(id: str, answer: Any = _UNSET) -> CheckResult:
-    """Run exercise `id`'s checker on `answer`; never raises for anything the answer does."""
-    ex = get(id)
+def evaluate(ex: Exercise, answer: Any, extra: tuple[Callable[[Any], None], ...] = ()) -> CheckResult:
+    """Run `ex`'s checker, then each `extra` checker, on `answer`; never raises for what the answer does."""
     if answer is _UNSET:
-        return CheckResult(id, False, 0, ex.points, "no answer was given")
+        return CheckResult(ex.id, False, 0, ex.points, "no answer was given", "missing")
     try:
-        ex.checker(answer)
+        for checker in (ex.checker, *extra):
+            checker(answer)
     except NotImplementedError:
-        return CheckResult(id, False, 0, ex.points, "not attempted yet: replace `raise NotImplementedError` with your code")
+        return CheckResult(
+            ex.id, False, 0, ex.points,
+            "not attempted yet: replace `raise NotImplementedError` with your code", "not_attempted",
+        )
     except (CheckFailed, AssertionError) as failure:
-        return CheckResult(id, False, 0, ex.points, str(failure) or "the answer is not right yet")
-    except Exception as error:  # the student's code raised while being checked
+        return CheckResult(ex.id, False, 0, ex.points, str(failure) or "the answer is not right yet", "failed")
+    except (Exception, SystemExit) as error:  # the student's code raised while being checked
         where = traceback.extract_tb(error.__traceback__)[-1]
         return CheckResult(
-            id, False, 0, ex.points,
+            ex.id, False, 0, ex.points,
             f"your code raised {type(error).__name__}: {error} (line {where.lineno} of {where.name})",
+            "error",
         )
-    return CheckResult(id, True, ex.points, ex.points, "correct")
+    return CheckResult(ex.id, True, ex.points, ex.points, "correct", "passed")
+
+
+def run_check(id: str, answer: Any = _UNSET) -> CheckResult:
+    """Run exercise `id`'s checker (and any registered extra checks) on `answer`; never raises
+    for anything the answer does."""
+    return evaluate(get(id), answer, tuple(EXTRA_CHECKS.get(id, ())))
 
 
 def check(id: str, answer: Any = _UNSET) -> bool:
