@@ -115,9 +115,7 @@ def _argument(value, name: str, launch):
     if _is_torch(value):
         value = _to_numpy(value)
     if isinstance(value, np.ndarray):
-        if value.dtype == np.float64:
-            value = value.astype(np.float32)
-        hw = core.hbm.tensor(value, name=name)
+        hw = core.hbm.tensor(value, name=name)       # float64 is refused: NeuronCores have no fp64
         return NkiTensor.allocation(hw, "shared_hbm", launch)
     return value
 

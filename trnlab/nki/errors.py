@@ -38,8 +38,8 @@ _internal_files: dict = {}
 _notes: dict = {}
 
 
-def user_line(depth: int = 2) -> str:
-    """'file.py:42 (kernel)' of the innermost caller outside the machinery (recorded per instruction)."""
+def user_site(depth: int = 2):
+    """(code, line) of the innermost caller outside the machinery, or None."""
     frame = sys._getframe(depth)
     while frame is not None:
         code = frame.f_code
@@ -47,13 +47,20 @@ def user_line(depth: int = 2) -> str:
         if internal is None:
             internal = _internal_files[code.co_filename] = _is_internal(code.co_filename)
         if not internal:
-            key = (code, frame.f_lineno)
-            note = _notes.get(key)
-            if note is None:
-                note = _notes[key] = f"{os.path.basename(code.co_filename)}:{frame.f_lineno} ({code.co_name})"
-            return note
+            return code, frame.f_lineno
         frame = frame.f_back
-    return ""
+    return None
+
+
+def site_note(site) -> str:
+    """'file.py:42 (kernel)', recorded with each instruction in the timeline."""
+    if site is None:
+        return ""
+    note = _notes.get(site)
+    if note is None:
+        code, line = site
+        note = _notes[site] = f"{os.path.basename(code.co_filename)}:{line} ({code.co_name})"
+    return note
 
 
 def user_frame(tb: types.TracebackType | None) -> tuple[str, int, str] | None:
@@ -67,11 +74,19 @@ def user_frame(tb: types.TracebackType | None) -> tuple[str, int, str] | None:
     return found
 
 
-def locate(error: BaseException) -> BaseException:
-    """Append the user's kernel line to `error`'s message (once) and return it."""
+def locate(error: BaseException, site=None) -> BaseException:
+    """Append the user's kernel line to `error`'s message (once) and return it.
+
+    `site` (code, line) names the line explicitly: a functional call such as `t = nl.load(x)` is
+    issued later (see tensor.py), and its errors belong to the line that made it.
+    """
     if getattr(error, "_nki_located", False):
         return error
-    where = user_frame(error.__traceback__)
+    if site is not None:
+        code, line = site
+        where = (code.co_filename, line, code.co_name)
+    else:
+        where = user_frame(error.__traceback__)
     error._nki_located = True  # type: ignore[attr-defined]
     if where is None:
         return error

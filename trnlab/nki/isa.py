@@ -14,13 +14,14 @@ maps onto the `trnlab.hardware.NeuronCore` method of the same name.
 from __future__ import annotations
 
 import enum
+import math
 
 import numpy as np
 
 from trnlab.hardware import dtypes as hw_dtypes
-from trnlab.hardware.errors import MemoryPlacementError, ShapeMismatchError
+from trnlab.hardware.errors import MatmulShapeError, MemoryPlacementError, ShapeMismatchError
 from trnlab.nki import indexing, runtime
-from trnlab.nki.errors import NKIError, user_line
+from trnlab.nki.errors import NKIError, locate, site_note, user_site
 from trnlab.nki.indexing import IndexExpr
 from trnlab.nki.tensor import NkiTensor
 
@@ -94,7 +95,8 @@ def _launch():
     launch = runtime.current()
     if launch.pending is not None:
         launch.flush()
-    launch.core.note = user_line(3)   # shown with each instruction in the timeline / Chrome trace
+    launch.site = site = user_site(3)
+    launch.core.note = site_note(site)   # shown with each instruction in the timeline / Chrome trace
     return launch
 
 
@@ -114,11 +116,16 @@ def _operand(x, ranges):
 def _produce(shape, dtype, buffer, emit, accumulates=False) -> NkiTensor:
     """A pending tile: `emit(dst, accumulate)` issues its instruction once the program says where."""
     launch = runtime.current()
-    core, note = launch.core, launch.core.note
+    core, note, site = launch.core, launch.core.note, launch.site
 
     def emit_at_call_site(out, accumulate):
         core.note = note              # the instruction belongs to the line that asked for it
-        emit(out, accumulate)
+        try:
+            emit(out, accumulate)
+        except Exception as error:
+            raise locate(error, site)
+
+    emit_at_call_site.site = site
 
     emit_at_call_site.accumulates = accumulates
     return NkiTensor.pending(shape, hw_dtypes.as_dtype(dtype), buffer, emit_at_call_site, launch)
@@ -164,9 +171,16 @@ def nc_matmul(*args, **kwargs):
     if destination:
         emit(_tile(dst, "dst"), accumulate)
         return None
-    shape = (stationary.shape[-1], moving.shape[-1]) if stationary.ndim == 2 and moving.ndim == 2 \
-        else (stationary.shape[1:], moving.shape[1:])
-    return _produce(shape, hw_dtypes.float32, "psum", emit, accumulates=True)
+    # the result tile is allocated before the instruction runs: check the tile limits first, so a too
+    # wide moving tile is reported as the matmul rule it breaks rather than as a PSUM bank overflow
+    spec = launch.core.spec
+    M, N = math.prod(stationary.shape[1:]), math.prod(moving.shape[1:])
+    if M > spec.stationary_fmax or N > spec.moving_fmax:
+        raise MatmulShapeError(
+            f"matmul tile shape: stationary {stationary.shape} x moving {moving.shape} gives M={M}, N={N}; "
+            f"the limits are M <= {spec.stationary_fmax} (gemm_stationary_fmax), N <= {spec.moving_fmax} "
+            f"(gemm_moving_fmax)", value=(M, N), limit=(spec.stationary_fmax, spec.moving_fmax))
+    return _produce((M, N), hw_dtypes.float32, "psum", emit, accumulates=True)
 
 
 def nc_transpose(*args, **kwargs):

@@ -25,6 +25,7 @@ class Launch:
     shared_cursor: int = 0
     active: bool = True
     names: dict = field(default_factory=dict)     # allocation name -> count, for readable timelines
+    site: object = None                           # (code, line) of the kernel line being executed
 
     def flush(self) -> None:
         """Issue the pending instruction into a fresh tile of its own."""

@@ -18,7 +18,7 @@ import numpy as np
 
 from trnlab.hardware.errors import OutOfBoundsError, ShapeMismatchError
 from trnlab.nki import indexing, runtime
-from trnlab.nki.errors import NKIError
+from trnlab.nki.errors import NKIError, locate
 from trnlab.nki.indexing import IndexExpr
 
 ON_CHIP = ("sbuf", "psum")
@@ -63,7 +63,10 @@ class NkiTensor:
         emit, self._emit = self._emit, None
         from trnlab.nki.language import _allocate  # language owns allocation rules
         shape = self.shape
-        owner = _allocate(self._storage or shape, self.dtype, self.buffer, "t", self._launch)
+        try:
+            owner = _allocate(self._storage or shape, self.dtype, self.buffer, "t", self._launch)
+        except Exception as error:
+            raise locate(error, getattr(emit, "site", None))
         self._become(owner)
         self.shape = shape
         emit(self, None)

@@ -1,0 +1,292 @@
+"""Every NKI rule a kernel can break gives an error that names the rule and points at the kernel's line."""
+import inspect
+
+import numpy as np
+import pytest
+
+import trnlab.nki as nki
+import trnlab.nki.isa as nisa
+import trnlab.nki.language as nl
+from trnlab.hardware import errors
+
+
+def _line_of(kernel, text: str) -> int:
+    """Line number (in this file) of the kernel source line containing `text`."""
+    lines, start = inspect.getsourcelines(kernel.func)
+    return start + next(i for i, line in enumerate(lines) if text in line)
+
+
+def _raises_at(kernel, text, error_type, *args, **kwargs):
+    with pytest.raises(error_type) as caught:
+        kernel(*args, **kwargs)
+    file, line = caught.value.kernel_location
+    assert file == __file__ and line == _line_of(kernel, text), caught.value
+    assert text in str(caught.value)
+    return caught.value
+
+
+X128 = np.ones((128, 512), np.float32)
+
+
+def test_partition_dimension_over_128_is_refused():
+    @nki.jit
+    def kernel(x):
+        tile = nl.ndarray((256, 64), dtype=nl.float32, buffer=nl.sbuf)
+        return x
+
+    error = _raises_at(kernel, "(256, 64)", errors.PartitionLimitError, X128)
+    assert "256" in str(error) and "128" in str(error)
+
+
+def test_loading_more_than_128_rows_into_one_tile_is_refused():
+    @nki.jit
+    def kernel(x):
+        tile = nl.load(x)
+        return x
+
+    _raises_at(kernel, "nl.load(x)", errors.PartitionLimitError, np.ones((200, 8), np.float32))
+
+
+def test_matmul_stationary_free_size_over_128_is_refused():
+    @nki.jit
+    def kernel(x):
+        stationary = nl.load(x[:, 0:256])
+        moving = nl.load(x[:, 0:512])
+        out = nl.ndarray((256, 512), dtype=nl.float32, buffer=nl.psum)
+        nisa.nc_matmul(dst=out, stationary=stationary, moving=moving)
+        return x
+
+    # the [256, 512] PSUM tile cannot exist either; ask for the matmul with a legal destination
+    with pytest.raises((errors.MatmulShapeError, errors.PartitionLimitError)):
+        kernel(X128)
+
+    @nki.jit
+    def functional(x):
+        stationary = nl.load(x[:, 0:256])
+        moving = nl.load(x[:, 0:512])
+        product = nisa.nc_matmul(stationary, moving)
+        return x
+
+    error = _raises_at(functional, "nisa.nc_matmul(stationary, moving)", errors.MatmulShapeError, X128)
+    assert "gemm_stationary_fmax" in str(error)
+
+
+def test_matmul_moving_free_size_over_512_is_refused():
+    @nki.jit
+    def kernel(x):
+        stationary = nl.load(x[:, 0:128])
+        moving = nl.load(x)
+        product = nl.matmul(stationary, moving, transpose_x=True)
+        return x
+
+    error = _raises_at(kernel, "nl.matmul(stationary, moving", errors.MatmulShapeError,
+                       np.ones((128, 1024), np.float32))
+    assert "gemm_moving_fmax" in str(error) and "1024" in str(error)
+
+
+def test_matmul_contraction_sizes_must_agree():
+    @nki.jit
+    def kernel(x):
+        stationary = nl.load(x[0:128, 0:128])
+        moving = nl.load(x[0:64, 0:128])
+        out = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
+        nisa.nc_matmul(dst=out, stationary=stationary, moving=moving)
+        return x
+
+    _raises_at(kernel, "nisa.nc_matmul(dst=out", errors.MatmulShapeError, X128)
+
+
+def test_psum_tile_must_fit_one_2KiB_bank():
+    @nki.jit
+    def kernel(x):
+        acc = nl.ndarray((128, 1024), dtype=nl.float32, buffer=nl.psum)
+        return x
+
+    error = _raises_at(kernel, "(128, 1024)", errors.PSUMBankError, X128)
+    assert "2048" in str(error) and "4096" in str(error)
+
+
+def test_psum_cannot_be_stored_to_hbm():
+    @nki.jit
+    def kernel(x):
+        out = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.shared_hbm)
+        tile = nl.load(x[:, 0:128])
+        product = nl.matmul(tile, tile, transpose_x=True)
+        nl.store(out, value=product)
+        return out
+
+    error = _raises_at(kernel, "nl.store(out, value=product)", errors.PSUMToHBMError, X128)
+    assert "tensor_copy" in str(error)
+
+
+def test_matmul_reads_sbuf_not_psum():
+    @nki.jit
+    def kernel(x):
+        tile = nl.load(x[:, 0:128])
+        product = nl.matmul(tile, tile, transpose_x=True)
+        again = nl.matmul(product, tile, transpose_x=True)
+        return x
+
+    _raises_at(kernel, "again = nl.matmul(product", errors.MemoryPlacementError, X128)
+
+
+def test_matmul_of_integer_tiles_is_a_dtype_error():
+    @nki.jit
+    def kernel(x):
+        tile = nl.load(x)
+        product = nisa.nc_matmul(tile, tile)
+        return x
+
+    _raises_at(kernel, "nisa.nc_matmul(tile, tile)", errors.DtypeError, np.ones((128, 128), np.int32))
+
+
+def test_dma_does_not_convert_dtypes():
+    @nki.jit
+    def kernel(x):
+        tile = nl.ndarray((128, 512), dtype=nl.bfloat16, buffer=nl.sbuf)
+        nisa.dma_copy(dst=tile, src=x)
+        return x
+
+    error = _raises_at(kernel, "nisa.dma_copy(dst=tile, src=x)", errors.DtypeError, X128)
+    assert "tensor_copy" in str(error)
+
+
+def test_matmul_accumulates_in_fp32_psum_only():
+    @nki.jit
+    def kernel(x):
+        tile = nl.load(x[:, 0:128])
+        out = nl.ndarray((128, 128), dtype=nl.bfloat16, buffer=nl.psum)
+        nisa.nc_matmul(dst=out, stationary=tile, moving=tile)
+        return x
+
+    _raises_at(kernel, "nisa.nc_matmul(dst=out", errors.DtypeError, X128)
+
+
+def test_slice_past_the_end_is_out_of_bounds():
+    @nki.jit
+    def kernel(x):
+        tile = nl.load(x[0:128, 256:1024])
+        return x
+
+    error = _raises_at(kernel, "x[0:128, 256:1024]", errors.OutOfBoundsError, X128)
+    assert "512" in str(error)
+
+
+def test_access_pattern_past_the_end_is_out_of_bounds_unless_masked():
+    @nki.jit
+    def unmasked(x):
+        i_p, i_f = nl.mgrid[0:128, 0:512]
+        tile = nl.load(x[64 + i_p, i_f])
+        return x
+
+    error = _raises_at(unmasked, "x[64 + i_p, i_f]", errors.OutOfBoundsError, np.ones((150, 512), np.float32))
+    assert "150" in str(error)
+
+    @nki.jit
+    def masked(x):
+        out = nl.ndarray((150, 512), dtype=x.dtype, buffer=nl.shared_hbm)
+        i_p, i_f = nl.mgrid[0:128, 0:512]
+        for t in nl.affine_range(2):
+            tile = nl.load(x[t * 128 + i_p, i_f], mask=(t * 128 + i_p < 150))
+            nl.store(out[t * 128 + i_p, i_f], value=tile, mask=(t * 128 + i_p < 150))
+        return out
+
+    x = np.arange(150 * 512, dtype=np.float32).reshape(150, 512)
+    np.testing.assert_array_equal(masked(x), x)
+
+
+def test_integer_index_past_the_end_is_out_of_bounds():
+    @nki.jit
+    def kernel(x):
+        tile = nl.ndarray((2, nl.par_dim(128), 64), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.memset(dst=tile[2], value=0.0)
+        return x
+
+    _raises_at(kernel, "tile[2]", errors.OutOfBoundsError, X128)
+
+
+def test_sbuf_capacity_is_enforced():
+    @nki.jit
+    def kernel(x):
+        live = []
+        for i in nl.affine_range(64):
+            live.append(nl.ndarray((128, 16384), dtype=nl.float32, buffer=nl.sbuf))   # 64 KiB per partition each
+        return x
+
+    error = _raises_at(kernel, "live.append(nl.ndarray", errors.SBUFOverflowError, X128)
+    assert "SBUF" in str(error) and "KiB" in str(error)
+
+
+def test_psum_capacity_is_eight_banks():
+    @nki.jit
+    def kernel(x):
+        live = []
+        for i in nl.affine_range(9):
+            live.append(nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum))
+        return x
+
+    _raises_at(kernel, "live.append(nl.ndarray", errors.PSUMOverflowError, X128)
+
+
+def test_tiles_made_in_a_loop_body_are_released_each_iteration():
+    @nki.jit
+    def kernel(x):
+        for i in nl.affine_range(100):                 # 100 x 2 KiB would not fit in 16 KiB of PSUM
+            acc = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+            nisa.memset(dst=acc, value=0.0)
+        return x
+
+    kernel(X128)
+
+
+def test_reading_a_tile_never_written_is_an_error():
+    @nki.jit
+    def kernel(x):
+        out = nl.ndarray((128, 512), dtype=x.dtype, buffer=nl.shared_hbm)
+        tile = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+        nl.store(out, value=tile)
+        return out
+
+    _raises_at(kernel, "nl.store(out, value=tile)", errors.UninitializedReadError, X128)
+
+
+def test_reductions_run_along_free_axes_only():
+    @nki.jit
+    def kernel(x):
+        tile = nl.load(x)
+        column_sums = nl.sum(tile, axis=0)
+        return x
+
+    _raises_at(kernel, "nl.sum(tile, axis=0)", nki.NKIError, X128)
+
+
+def test_elementwise_shapes_must_match():
+    @nki.jit
+    def kernel(x):
+        a = nl.load(x[:, 0:256])
+        b = nl.load(x[:, 0:128])
+        c = nl.add(a, b)
+        return x
+
+    _raises_at(kernel, "nl.add(a, b)", errors.ShapeMismatchError, X128)
+
+
+def test_start_partition_rule():
+    @nki.jit
+    def kernel(x):
+        tile = nl.load(x)
+        part = nl.ndarray((48, 512), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=part, src=tile[16:64, :])
+        return x
+
+    error = _raises_at(kernel, "tile[16:64, :]", errors.StartPartitionError, X128)
+    assert "16" in str(error)
+
+
+def test_compute_engines_cannot_read_hbm():
+    @nki.jit
+    def kernel(x):
+        doubled = nl.multiply(x, 2.0)
+        return x
+
+    _raises_at(kernel, "nl.multiply(x, 2.0)", errors.MemoryPlacementError, X128)
