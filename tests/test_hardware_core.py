@@ -1,0 +1,185 @@
+"""Instructions compute what NumPy computes (with the hardware's dtypes and fp32 engines)."""
+import ml_dtypes
+import numpy as np
+import pytest
+
+from trnlab.hardware import NeuronCore, dtypes, presets
+
+rng = np.random.default_rng(0)
+
+
+@pytest.fixture
+def core():
+    return NeuronCore(presets.TRN2.core, mode="full")
+
+
+def to_sbuf(core, array, dtype="float32", name=None):
+    """HBM tensor -> SBUF tile through a DMA."""
+    h = core.hbm.tensor(array, dtype=dtype)
+    s = core.sbuf.allocate(array.shape, dtype, name=name)
+    core.dma_copy(s, h)
+    return s
+
+
+def bf16(x):
+    return x.astype(ml_dtypes.bfloat16).astype(np.float32)
+
+
+def test_dma_round_trip_keeps_bf16_values(core):
+    x = rng.standard_normal((128, 300)).astype(np.float32)
+    s = to_sbuf(core, x, "bfloat16")
+    out = core.hbm.allocate((128, 300), "bfloat16")
+    core.dma_copy(out, s)
+    np.testing.assert_array_equal(out.numpy().astype(np.float32), bf16(x))
+
+
+def test_dma_may_reshape_same_elements(core):
+    x = rng.standard_normal((256, 64)).astype(np.float32)
+    h = core.hbm.tensor(x)
+    s = core.sbuf.allocate((2, 128, 64), "float32", partition_axis=1)
+    core.dma_copy(s[0], h[0:128])
+    core.dma_copy(s[1], h[128:256])
+    np.testing.assert_array_equal(s.numpy().reshape(256, 64), x)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32", "float8_e4m3", "float8_e5m2"])
+def test_nc_matmul_is_stationary_transposed_times_moving_in_fp32(core, dtype):
+    K, M, N = 128, 96, 384
+    a = rng.standard_normal((K, M)).astype(np.float32)
+    b = rng.standard_normal((K, N)).astype(np.float32)
+    st, mv = to_sbuf(core, a, dtype), to_sbuf(core, b, dtype)
+    acc = core.psum.allocate((M, N), "float32")
+    core.nc_matmul(acc, st, mv)
+    a_q = dtypes.cast(a, dtype).astype(np.float32)
+    b_q = dtypes.cast(b, dtype).astype(np.float32)
+    ref = a_q.astype(np.float64).T @ b_q.astype(np.float64)
+    np.testing.assert_allclose(acc.numpy(), ref, rtol=1e-5, atol=1e-4)
+
+
+def test_matmul_accumulates_over_k_in_psum(core):
+    K, M, N = 384, 128, 512
+    a = rng.standard_normal((K, M)).astype(np.float32)
+    b = rng.standard_normal((K, N)).astype(np.float32)
+    acc = core.psum.allocate((M, N), "float32")
+    for k0 in range(0, K, 128):
+        st = to_sbuf(core, a[k0:k0 + 128], "bfloat16")
+        mv = to_sbuf(core, b[k0:k0 + 128], "bfloat16")
+        core.nc_matmul(acc, st, mv)                      # accumulate=None: first overwrites
+    np.testing.assert_allclose(acc.numpy(), bf16(a).T @ bf16(b), rtol=1e-4, atol=1e-3)
+    # accumulate=False starts a new sum; True adds
+    core.nc_matmul(acc, st, mv, accumulate=False)
+    np.testing.assert_allclose(acc.numpy(), bf16(a[256:]).T @ bf16(b[256:]), rtol=1e-5, atol=1e-4)
+    core.nc_matmul(acc, st, mv, accumulate=True)
+    np.testing.assert_allclose(acc.numpy(), 2 * bf16(a[256:]).T @ bf16(b[256:]), rtol=1e-5, atol=1e-4)
+
+
+def test_nc_transpose(core):
+    x = rng.standard_normal((128, 64)).astype(np.float32)
+    s = to_sbuf(core, x)
+    t = core.psum.allocate((64, 128), "float32")
+    core.nc_transpose(t, s)
+    np.testing.assert_array_equal(t.numpy(), x.T)
+
+
+def test_tensor_copy_casts_like_ml_dtypes(core):
+    x = rng.standard_normal((128, 100)).astype(np.float32) * 100
+    s = to_sbuf(core, x)
+    for dtype in ("bfloat16", "float16", "float8_e4m3", "float8_e5m2", "int32"):
+        d = core.sbuf.allocate((128, 100), dtype)
+        core.tensor_copy(d, s)
+        np.testing.assert_array_equal(d.numpy(), x.astype(dtypes.as_dtype(dtype)))
+
+
+@pytest.mark.parametrize("op,fn", [("add", np.add), ("subtract", np.subtract),
+                                   ("multiply", np.multiply), ("maximum", np.maximum),
+                                   (np.divide, np.divide)])
+def test_tensor_tensor(core, op, fn):
+    a = rng.standard_normal((128, 64)).astype(np.float32)
+    b = rng.standard_normal((128, 64)).astype(np.float32) + 3
+    out = core.sbuf.allocate((128, 64), "float32")
+    core.tensor_tensor(out, to_sbuf(core, a), to_sbuf(core, b), op)
+    np.testing.assert_allclose(out.numpy(), fn(a, b), rtol=1e-6)
+
+
+def test_tensor_scalar_with_constants_vectors_and_reverse(core):
+    x = rng.standard_normal((128, 32)).astype(np.float32)
+    col = rng.standard_normal((128, 1)).astype(np.float32)
+    sx, scol = to_sbuf(core, x), to_sbuf(core, col)
+    out = core.sbuf.allocate((128, 32), "float32")
+    core.tensor_scalar(out, sx, "subtract", scol, op1="multiply", operand1=2.0)
+    np.testing.assert_allclose(out.numpy(), (x - col) * 2.0, rtol=1e-6)
+    core.tensor_scalar(out, sx, "subtract", 1.0, reverse0=True)
+    np.testing.assert_allclose(out.numpy(), 1.0 - x, rtol=1e-6)
+
+
+def test_tensor_reduce_along_free_axes(core):
+    x = rng.standard_normal((128, 4, 16)).astype(np.float32)
+    sx = to_sbuf(core, x)
+    out = core.sbuf.allocate((128, 1), "float32")
+    core.tensor_reduce(out, sx, "add", axis=(1, 2))
+    np.testing.assert_allclose(out.numpy()[:, 0], x.sum(axis=(1, 2)), rtol=1e-5)
+    mx = core.sbuf.allocate((128, 4), "float32")
+    core.tensor_reduce(mx, sx, np.max, axis=2, negate=True)
+    np.testing.assert_allclose(mx.numpy(), -x.max(axis=2))
+
+
+@pytest.mark.parametrize("op,fn", [
+    ("exp", np.exp), ("tanh", np.tanh), ("relu", lambda v: np.maximum(v, 0)),
+    ("sigmoid", lambda v: 1 / (1 + np.exp(-v))), ("rsqrt", lambda v: 1 / np.sqrt(v)),
+    ("gelu_apprx_tanh", lambda v: 0.5 * v * (1 + np.tanh(np.sqrt(2 / np.pi) * (v + 0.044715 * v ** 3)))),
+])
+def test_activation_with_scale_and_bias(core, op, fn):
+    x = np.abs(rng.standard_normal((128, 48)).astype(np.float32)) + 0.1
+    bias = rng.standard_normal((128, 1)).astype(np.float32) * 0.1 + 1.0
+    out = core.sbuf.allocate((128, 48), "float32")
+    core.activation(out, to_sbuf(core, x), op, bias=to_sbuf(core, bias), scale=0.5)
+    np.testing.assert_allclose(out.numpy(), fn(x * 0.5 + bias), rtol=2e-5, atol=1e-6)
+
+
+def test_memset_and_iota(core):
+    t = core.sbuf.allocate((128, 16), "int32")
+    core.memset(t, 7, engine="gpsimd")
+    assert (t.numpy() == 7).all()
+    core.iota(t, np.arange(128)[:, None] * 16 + np.arange(16)[None, :])
+    np.testing.assert_array_equal(t.numpy(), np.arange(128 * 16).reshape(128, 16))
+
+
+def test_views_follow_numpy_indexing(core):
+    x = rng.standard_normal((128, 64)).astype(np.float32)
+    s = to_sbuf(core, x)
+    assert s[:, 10:20].shape == (128, 10)
+    assert s[0:32, 3].shape == (32,)
+    idx = s[np.arange(64)[:, None], np.arange(0, 64, 2)[None, :]]
+    assert idx.shape == (64, 32) and idx.partitions == 64
+    np.testing.assert_array_equal(idx.read(), x[:64, ::2])
+    out = core.sbuf.allocate((64, 32), "float32")
+    core.tensor_copy(out, idx)
+    np.testing.assert_array_equal(out.numpy(), x[:64, ::2])
+
+
+def test_new_on_chip_memory_is_nan_or_poison(core):
+    assert np.isnan(core.sbuf.allocate((128, 4), "float32").data).all()
+    assert np.isnan(core.psum.allocate((128, 4), "float32").data).all()
+    assert (core.sbuf.allocate((128, 4), "int32").data == np.iinfo(np.int32).min).all()
+
+
+def test_allocation_first_fit_reuses_freed_space_and_respects_banks(core):
+    a = core.sbuf.allocate((128, 1024), "float32")            # 4 KiB per partition at 0
+    b = core.sbuf.allocate((128, 1024), "float32")            # at 4 KiB
+    assert (a.offset, b.offset) == (0, 4096)
+    core.sbuf.free(a)
+    c = core.sbuf.allocate((128, 512), "float32")
+    assert c.offset == 0                                      # the hole is reused
+    p1 = core.psum.allocate((128, 384), "float32")            # 1.5 KiB in bank 0
+    p2 = core.psum.allocate((128, 256), "float32")            # 1 KiB would straddle: bank 1
+    assert (p1.offset, p2.offset) == (0, 2048)
+    assert [r["name"] for r in core.psum.occupancy()] == [p1.name, p2.name]
+
+
+def test_timing_mode_keeps_no_values_but_checks_rules():
+    core = NeuronCore("trn2", mode="timing")
+    x = core.sbuf.allocate((128, 512), "bfloat16")
+    assert x.data is None
+    acc = core.psum.allocate((128, 512), "float32")
+    core.nc_matmul(acc, x[:, 0:128], x)                        # no values: no uninitialised check
+    assert len(core.timeline) == 1 and acc.data is None
