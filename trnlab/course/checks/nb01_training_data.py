@@ -1,0 +1,38 @@
+"""Checks for notebook 01, the training data."""
+
+from __future__ import annotations
+
+from trnlab.course.exercises import CheckFailed, exercise
+from trnlab.data import CharTokenizer, example_targets
+
+CASES = [("407+38", "445"), ("0+0", "0"), ("reverse kite", "etik"), ("sort 52819", "12589"), ("999-999", "0")]
+
+
+@exercise("nb01_encode", notebook="01_training_data", points=2, answer="encode_example",
+          title="Encode a training example")
+def check_encode_example(student_encode) -> None:
+    tokenizer = CharTokenizer()
+    for prompt, answer in CASES:
+        expected = tokenizer.encode_example(prompt, answer)
+        got = student_encode(prompt, answer)
+        if list(got) != expected:
+            raise CheckFailed(
+                f"expected {expected} ({tokenizer.decode(expected)}), got {list(got)} for prompt={prompt!r}, "
+                f"answer={answer!r} (layout: <bos> prompt <sep> answer <eos>, one id per character from stoi)"
+            )
+
+
+@exercise("nb01_targets", notebook="01_training_data", points=2, answer="answer_targets",
+          title="Targets graded on the answer only")
+def check_answer_targets(student_targets) -> None:
+    tokenizer = CharTokenizer()
+    for prompt, answer in CASES:
+        ids = tokenizer.encode_example(prompt, answer)
+        _, expected = example_targets(ids, tokenizer.sep_id, answer_only=True)
+        got = student_targets(list(ids))
+        if list(got) != expected:
+            raise CheckFailed(
+                f"expected {expected}, got {list(got)} for ids {ids} ({tokenizer.decode(ids)}): targets are the ids "
+                "shifted left by one, with -100 wherever the target is still part of the prompt; the prediction "
+                "made at <sep> (the first answer token) is graded"
+            )
