@@ -1,0 +1,105 @@
+"""Checks for notebook 04, the NeuronCore: SBUF blocking, DMA time, PSUM banks.
+
+Every expected value comes from the simulator itself: the allocator of a fresh Trainium2 core (what
+fits, how many bytes per partition it reserves) and its timeline (how long a DMA takes).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from trnlab.course.exercises import CheckFailed, exercise
+from trnlab.hardware import NeuronCore, dtypes, presets
+from trnlab.hardware.errors import PSUMBankError, PSUMOverflowError
+
+NOTEBOOK = "04_the_neuroncore"
+SPEC = presets.TRN2.core
+DTYPE_OF_BYTES = {1: dtypes.float8_e4m3, 2: dtypes.bfloat16, 4: dtypes.float32}
+
+
+def _number(value, what: str, inputs) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise CheckFailed(f"{what} should be a number, got {value!r} for {inputs}")
+    return float(value)
+
+
+def sbuf_bytes_of_blocking(K: int, block_m: int, block_n: int, dtype_bytes: int) -> int:
+    """Allocate the blocking on a fresh core and read how many bytes per partition SBUF reserves."""
+    core = NeuronCore(SPEC.derive(sbuf_partition_bytes=2**40), mode="timing")  # room for any answer
+    k_tiles = math.ceil(K / 128)
+    dtype = DTYPE_OF_BYTES[dtype_bytes]
+    core.sbuf.allocate((k_tiles, min(K, 128), block_m), dtype, name="lhsT_block", partition_axis=1)
+    core.sbuf.allocate((k_tiles, min(K, 128), block_n), dtype, name="rhs_block", partition_axis=1)
+    core.sbuf.allocate((math.ceil(block_m / 128), min(block_m, 128), block_n), dtypes.float32,
+                       name="out_block", partition_axis=1)
+    return core.sbuf.used_partition_bytes
+
+
+@exercise("nb04_sbuf_blocking", notebook=NOTEBOOK, points=2, answer="sbuf_bytes_per_partition",
+          title="Does this blocking fit in SBUF?")
+def check_sbuf_blocking(sbuf_bytes_per_partition) -> None:
+    cases = [(128, 128, 512, 2), (1024, 256, 1024, 2), (4096, 512, 2048, 2), (200, 128, 512, 2),
+             (64, 64, 100, 4), (8192, 128, 4096, 1), (300, 300, 700, 4)]
+    for case in cases:
+        expected = sbuf_bytes_of_blocking(*case)
+        got = _number(sbuf_bytes_per_partition(*case), "the bytes per partition", case)
+        if got != expected:
+            K, block_m, block_n, dtype_bytes = case
+            raise CheckFailed(
+                f"expected {expected:,} bytes per partition, got {got:,.0f} for (K, block_m, block_n, "
+                f"dtype_bytes) = {case} (the allocator reserves whole 128-partition tiles: a K of {K} "
+                f"is {math.ceil(K / 128)} tile(s), and the output block is fp32)")
+
+
+def dma_time_of(rows: int, cols: int, dtype_bytes: int) -> float:
+    """One HBM -> SBUF dma_copy on an idle core: its duration in the timeline."""
+    core = NeuronCore(SPEC, mode="timing")
+    dtype = DTYPE_OF_BYTES[dtype_bytes]
+    source = core.hbm.allocate((rows, cols), dtype, name="source")
+    tile = core.sbuf.allocate((rows, cols), dtype, name="tile")
+    core.dma_copy(dst=tile, src=source)
+    record = core.timeline[0]
+    return record.end_ns - record.start_ns
+
+
+@exercise("nb04_dma_time", notebook=NOTEBOOK, points=2, answer="dma_time_ns",
+          title="How long does one DMA take?")
+def check_dma_time(dma_time_ns) -> None:
+    cases = [(128, 2048, 2), (128, 16, 2), (1, 4096, 4), (8, 4096, 4), (16, 1024, 2), (100, 50000, 1),
+             (128, 65536, 2)]
+    for case in cases:
+        expected = dma_time_of(*case)
+        got = _number(dma_time_ns(*case), "the time in ns", case)
+        if not math.isclose(got, expected, rel_tol=1e-6):
+            rows = case[0]
+            raise CheckFailed(
+                f"expected {expected:,.1f} ns, got {got:,.1f} ns for (rows, cols, dtype_bytes) = {case} "
+                f"(fixed latency, plus bytes over the rate: {min(rows, SPEC.dma_engines)} DMA engine(s) for "
+                f"{rows} row(s), never faster than the core's HBM bandwidth)")
+
+
+def psum_tiles_of(tile_n: int) -> int:
+    """How many [128, tile_n] fp32 tiles a fresh core's PSUM accepts before it refuses."""
+    core = NeuronCore(SPEC, mode="timing")
+    count = 0
+    try:
+        while True:
+            core.psum.allocate((128, tile_n), dtypes.float32, name=f"acc{count}")
+            count += 1
+    except (PSUMOverflowError, PSUMBankError):
+        return count
+
+
+@exercise("nb04_psum_tiles", notebook=NOTEBOOK, points=2, answer="psum_tiles_that_fit",
+          title="How many accumulation tiles fit in PSUM at once?")
+def check_psum_tiles(psum_tiles_that_fit) -> None:
+    for tile_n in [512, 256, 384, 128, 200, 100, 1, 511, 513, 1024]:
+        expected = psum_tiles_of(tile_n)
+        got = _number(psum_tiles_that_fit(tile_n), "the number of tiles", f"tile_n={tile_n}")
+        if got != expected:
+            raise CheckFailed(
+                f"expected {expected} tiles, got {got:.0f} for tile_n={tile_n} "
+                f"({tile_n * 4} bytes per partition per fp32 tile; {SPEC.psum_banks} banks of "
+                f"{SPEC.psum_bank_bytes} bytes; a tile may not straddle two banks)")
