@@ -1,0 +1,224 @@
+"""The grader's side inside a student's kernel: pristine references, checks, unforgeable results.
+
+The grader (`grade.py`) runs a submission in a fresh kernel. Its first cell, before any student
+code, calls `install`. That sets the kernel's memory limit, imports the checkers, snapshots the
+libraries they rely on, and defines one hook function under a random name. After each solution
+cell the grader runs a hidden cell ``<hook>("nb01_encode")`` which
+
+1. puts the snapshot back for the duration of the check: every attribute of numpy, torch,
+   trnlab, builtins, math, ... that the notebook rebound (``np.allclose = lambda *a: True``),
+   every function whose code it swapped, every class attribute it patched, ``sys.modules``
+   entries, ``sys.stdout``, trace and profile hooks;
+2. runs the checker captured at install time (not the one in ``REGISTRY``, which the notebook can
+   reach) on the answer the solution cell defined;
+3. puts the notebook's own state back, so later cells run as the student wrote them;
+4. publishes the result as ``application/vnd.trnlab.grade+json`` carrying a nonce that is never
+   part of any cell's source. The grader only counts results of its own hidden cell that carry
+   the nonce, so printing "✓", redefining ``check`` or faking output earns nothing.
+
+Limits (documented in docs/instructors.md): all of this runs in the student's process, so code
+that digs the nonce out of this closure, or a background thread that keeps patching during the
+check, is not stopped; run the grader in a container for hostile submissions.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+import types
+import warnings
+from typing import Any, Callable
+
+GRADE_MIME = "application/vnd.trnlab.grade+json"
+EXTRA_CHECKS_MODULE = "trnlab_course_extra_checks"  # the module name of --extra-checks FILE
+
+# Libraries a checker (or the answer) may lean on; anything the notebook rebinds in them is undone
+# while a check runs. IPython/ipykernel are left alone: the kernel itself runs on them.
+WATCHED_PACKAGES = (
+    "builtins", "numpy", "torch", "ml_dtypes", "scipy", "trnlab", "math", "cmath", "operator",
+    "functools", "itertools", "collections", "random", "statistics", "copy", "types", "inspect",
+    "traceback", "json", "re", "string", "decimal", "fractions", "numbers", "abc", "typing", "dataclasses",
+)
+# Rebound by ipykernel itself for every cell (stdin forwarding): neither restored nor reported.
+KERNEL_OWNED = {("builtins", "input"), ("builtins", "raw_input"), ("builtins", "_"), ("builtins", "__"), ("builtins", "___")}
+_MISSING = object()
+_IMMUTABLE_TYPE = 1 << 8  # Py_TPFLAGS_IMMUTABLETYPE: builtin types cannot be patched anyway
+
+
+def _watched(name: str) -> bool:
+    return name.split(".")[0] in WATCHED_PACKAGES or name == EXTRA_CHECKS_MODULE
+
+
+class _Snapshot:
+    """References to the watched libraries as they were before any student code ran."""
+
+    def __init__(self) -> None:
+        with warnings.catch_warnings():  # touching deprecated attributes (torch) warns
+            warnings.simplefilter("ignore")
+            self._take()
+
+    def _take(self) -> None:
+        self.modules = {name: m for name, m in list(sys.modules.items()) if _watched(name) and isinstance(m, types.ModuleType)}
+        self.module_dicts = [(m, dict(vars(m))) for m in self.modules.values()]
+        self.functions: list[tuple[types.FunctionType, Any, Any, Any]] = []
+        self.classes: list[tuple[type, dict]] = []
+        seen: set[int] = set()
+        for module, names in self.module_dicts:
+            for value in names.values():
+                if id(value) in seen:
+                    continue
+                seen.add(id(value))
+                if isinstance(value, types.FunctionType):
+                    self.functions.append((value, value.__code__, value.__defaults__, value.__kwdefaults__))
+                elif isinstance(value, type) and not value.__flags__ & _IMMUTABLE_TYPE:
+                    self.classes.append((value, dict(vars(value))))
+                    for attr in vars(value).values():
+                        if isinstance(attr, (staticmethod, classmethod)):
+                            attr = attr.__func__
+                        if isinstance(attr, types.FunctionType) and id(attr) not in seen:
+                            seen.add(id(attr))
+                            self.functions.append((attr, attr.__code__, attr.__defaults__, attr.__kwdefaults__))
+        self.stdout, self.stderr, self.displayhook = sys.stdout, sys.stderr, sys.displayhook
+
+    def enter(self) -> tuple[list[Callable[[], None]], list[str]]:
+        """Make the pristine state current. Returns (undo actions, names the notebook had changed)."""
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return self._enter()
+
+    def _enter(self) -> tuple[list[Callable[[], None]], list[str]]:
+        undo: list[Callable[[], None]] = []
+        changed: list[str] = []
+
+        def restore_item(mapping: dict, key: str, value: Any, label: str) -> None:
+            current = mapping.get(key, _MISSING)
+            if current is value:
+                return
+            # Report patched code, not private state the libraries rebind themselves (builtins._).
+            if not key.startswith("_") and (callable(value) or isinstance(value, types.ModuleType)):
+                changed.append(label)
+            mapping[key] = value
+            undo.append(lambda: mapping.__setitem__(key, current) if current is not _MISSING else mapping.pop(key, None))
+
+        for name, module in self.modules.items():
+            restore_item(sys.modules, name, module, f"sys.modules[{name!r}]")
+        for module, names in self.module_dicts:
+            current = vars(module)
+            for key, value in names.items():
+                if (module.__name__, key) in KERNEL_OWNED:
+                    continue
+                restore_item(current, key, value, f"{module.__name__}.{key}")
+        for function, code, defaults, kwdefaults in self.functions:
+            if function.__code__ is not code or function.__defaults__ is not defaults or function.__kwdefaults__ is not kwdefaults:
+                changed.append(f"{function.__module__}.{function.__qualname__} (its code)")
+                state = (function.__code__, function.__defaults__, function.__kwdefaults__)
+                function.__code__, function.__defaults__, function.__kwdefaults__ = code, defaults, kwdefaults
+                undo.append(lambda f=function, s=state: _set_function_state(f, s))
+        for cls, pristine in self.classes:
+            current = dict(vars(cls))
+            for key in [k for k in current if k not in pristine] + [k for k, v in pristine.items() if current.get(k, _MISSING) is not v]:
+                if key in ("__dict__", "__weakref__", "__doc__"):
+                    continue
+                try:
+                    if key in pristine:
+                        setattr(cls, key, pristine[key])
+                    else:
+                        delattr(cls, key)
+                except (AttributeError, TypeError):
+                    continue
+                changed.append(f"{cls.__module__}.{cls.__qualname__}.{key}")
+                old = current.get(key, _MISSING)
+                undo.append(lambda c=cls, k=key, v=old: delattr(c, k) if v is _MISSING else setattr(c, k, v))
+        streams = (sys.stdout, sys.stderr, sys.displayhook)
+        if streams != (self.stdout, self.stderr, self.displayhook):
+            changed.append("sys.stdout/stderr/displayhook")
+        sys.stdout, sys.stderr, sys.displayhook = self.stdout, self.stderr, self.displayhook
+        undo.append(lambda: _set_streams(streams))
+        trace, profile = sys.gettrace(), sys.getprofile()
+        if trace is not None or profile is not None:
+            changed.append("sys.settrace/setprofile hook")
+        sys.settrace(None)
+        sys.setprofile(None)
+        undo.append(lambda: (sys.settrace(trace), sys.setprofile(profile)))
+        return undo, changed
+
+
+def _set_function_state(function: types.FunctionType, state: tuple) -> None:
+    function.__code__, function.__defaults__, function.__kwdefaults__ = state
+
+
+def _set_streams(streams: tuple) -> None:
+    sys.stdout, sys.stderr, sys.displayhook = streams
+
+
+def _set_memory_limit(limit_mb: int) -> None:
+    import resource
+
+    limit = limit_mb * 2**20
+    try:
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    except (ValueError, OSError):  # a limit above the current hard limit: keep the hard one
+        pass
+
+
+def load_extra_checks(path: str) -> None:
+    """Run an instructor's checks file once per process (it registers with @exercise/@extra_check)."""
+    if EXTRA_CHECKS_MODULE in sys.modules:
+        if getattr(sys.modules[EXTRA_CHECKS_MODULE], "__file__", None) != path:
+            raise RuntimeError(f"extra checks already loaded from {sys.modules[EXTRA_CHECKS_MODULE].__file__}")
+        return
+    spec = importlib.util.spec_from_file_location(EXTRA_CHECKS_MODULE, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[EXTRA_CHECKS_MODULE] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[EXTRA_CHECKS_MODULE]
+        raise
+
+
+def install(*, nonce: str, hook: str, exercise_ids: list[str], checker_modules: list[str],
+            extra_checks: str | None, memory_limit_mb: int | None) -> None:
+    """Prepare this kernel for grading; define the hook `hook` in the notebook's namespace."""
+    if memory_limit_mb:
+        _set_memory_limit(memory_limit_mb)
+    from IPython import get_ipython
+    from IPython.display import publish_display_data
+
+    from trnlab.course import exercises
+
+    for name in checker_modules:
+        if name != EXTRA_CHECKS_MODULE:
+            importlib.import_module(name)
+    if extra_checks:
+        load_extra_checks(extra_checks)
+    # Captured now, before the notebook can reach REGISTRY or EXTRA_CHECKS.
+    captured = {i: (exercises.REGISTRY[i], exercises.REGISTRY[i].checker, tuple(exercises.EXTRA_CHECKS.get(i, ())))
+                for i in exercise_ids if i in exercises.REGISTRY}
+    evaluate, unset = exercises.evaluate, exercises._UNSET
+    replace = __import__("dataclasses").replace
+    namespace = get_ipython().user_ns
+    snapshot = _Snapshot()
+
+    def grade(exercise_id: str) -> None:
+        result: dict[str, Any] = {"nonce": nonce, "exercise": exercise_id}
+        undo, changed = snapshot.enter()
+        try:
+            if exercise_id not in captured:
+                result.update(status="unknown", passed=False, points=0, message=f"no checker for {exercise_id!r}")
+            else:
+                ex, checker, extra = captured[exercise_id]
+                answer = namespace.get(ex.answer, unset)
+                outcome = evaluate(replace(ex, checker=checker), answer, extra)
+                message = outcome.message
+                if answer is unset:
+                    message = f"`{ex.answer}` is not defined after the solution cell"
+                result.update(status=outcome.status, passed=outcome.passed, points=outcome.points, message=message)
+            result["tampered"] = changed[:20]
+            publish_display_data({GRADE_MIME: result})
+        finally:
+            for action in reversed(undo):
+                action()
+
+    namespace[hook] = grade
