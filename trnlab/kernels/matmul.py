@@ -1,0 +1,187 @@
+"""Tiled matrix multiplication for any shape, the fused linear layer, and their backward kernels.
+
+Layouts (HBM, PyTorch's row-major order):
+
+    matmul(a, b)                 a [M, K], b [K, N]                    -> a @ b          [M, N]
+    matmul_lhsT(lhsT, rhs)       lhsT [K, M], rhs [K, N]               -> lhsT.T @ rhs   [M, N]
+    linear(x, weight, bias, act) x [M, K], weight [K, N], bias [N]     -> act(x @ weight + bias)
+    matmul_backward(a, b, g)     -> (g @ b.T [M, K], a.T @ g [K, N])
+    linear_backward(x, w, g)     -> (g @ w.T [M, K], x.T @ g [K, N], g summed over rows [N])
+
+Why these layouts. The Tensor engine computes dst[M, N] = stationary[K, M].T @ moving[K, N]: both
+operands need the contraction axis K on the partitions. `rhs`/`weight` [K, N] is a moving operand as it
+lies in HBM. Activations arrive token-major ([M tokens, K features]), so the kernel transposes each
+[128, 128] block of `a` on the Tensor engine (nc_transpose, as nl.matmul does without transpose_x)
+once per output row stripe and reuses it for every N tile. The weight of a linear layer is taken as
+[in, out] = `nn.Linear.weight.T`: a compiler transposes a constant weight once, not at every call,
+and the weight gradient x.T @ g comes out in the same [in, out] layout with no transpose at all
+(x [M, K] is already the stationary operand of a contraction over M). `matmul_lhsT` is the layout of
+AWS's matmul tutorial, for callers that hold the transposed operand already.
+
+Tiling: output tiles of [128 rows, 512 columns] (one PSUM bank of fp32); K in tiles of 128
+partitions accumulated in PSUM. Edge tiles in M, N and K are smaller tiles (see common.py). The PSUM
+result leaves through one instruction per engine: bias add on the Vector engine (PSUM -> SBUF), then
+the activation on the Scalar engine; without a bias the activation reads PSUM directly.
+"""
+from __future__ import annotations
+
+import trnlab.nki as nki
+import trnlab.nki.isa as nisa
+import trnlab.nki.language as nl
+from trnlab.kernels.common import broadcast_rows, load_row, num_tiles, tile_extent, transpose_to_sbuf
+
+ACTIVATIONS = {
+    None: None, "identity": None, "none": None,
+    "relu": nl.relu, "gelu": nl.gelu, "gelu_tanh": nl.gelu_apprx_tanh,
+    "tanh": nl.tanh, "sigmoid": nl.sigmoid, "silu": nl.silu,
+}
+
+
+def _activation_op(name):
+    if name not in ACTIVATIONS:
+        raise ValueError(f"unknown activation {name!r}; known: {[k for k in ACTIVATIONS if k]}")
+    return ACTIVATIONS[name]
+
+
+def _stationary_stripe(a, m0: int, rows: int, a_is_kxm: bool):
+    """The K tiles of lhsT for output rows m0:m0+rows: a list of SBUF tiles [k <= 128, rows]."""
+    K = a.shape[0] if a_is_kxm else a.shape[1]
+    TK = nl.tile_size.pmax
+    stripe = []
+    for k in nl.affine_range(num_tiles(K, TK)):
+        k0, depth = tile_extent(k, TK, K)
+        if a_is_kxm:
+            stripe.append(nl.load(a[k0:k0 + depth, m0:m0 + rows]))                 # [depth, rows]
+        else:
+            block = nl.load(a[m0:m0 + rows, k0:k0 + depth])                         # [rows, depth]
+            stripe.append(transpose_to_sbuf(block))                                 # [depth, rows]
+    return stripe
+
+
+def _moving_tile(b, k0: int, depth: int, n0: int, cols: int, b_is_nxk: bool):
+    """The moving tile [depth, cols] of b for contraction rows k0:k0+depth and output columns n0:n0+cols."""
+    if not b_is_nxk:
+        return nl.load(b[k0:k0 + depth, n0:n0 + cols])
+    # b holds [N, K]: transpose 128-column pieces into place
+    tile = nl.ndarray((depth, cols), dtype=b.dtype, buffer=nl.sbuf)
+    TP = nl.tile_size.pmax
+    for c in nl.affine_range(num_tiles(cols, TP)):
+        c0, width = tile_extent(c, TP, cols)
+        block = nl.load(b[n0 + c0:n0 + c0 + width, k0:k0 + depth])                 # [width, depth]
+        tile[:, c0:c0 + width] = nl.copy(nl.transpose(block), dtype=b.dtype)       # [depth, width]
+    return tile
+
+
+def tiled_matmul(result, a, b, *, a_is_kxm: bool = False, b_is_nxk: bool = False, bias=None,
+                 activation=None) -> None:
+    """result[M, N] = activation(op(a) @ op(b) + bias), issued tile by tile (call inside a kernel).
+
+    a is [M, K] (or [K, M] with a_is_kxm), b is [K, N] (or [N, K] with b_is_nxk), bias is [N] or None.
+    """
+    M, N = result.shape
+    K = a.shape[0] if a_is_kxm else a.shape[1]
+    TK, TM, TN = nl.tile_size.pmax, nl.tile_size.gemm_stationary_fmax, nl.tile_size.gemm_moving_fmax
+    act = _activation_op(activation)
+    bias_tile = broadcast_rows(load_row(bias), TM) if bias is not None else None   # [128, N] fp32
+    for m in nl.affine_range(num_tiles(M, TM)):
+        m0, rows = tile_extent(m, TM, M)
+        stripe = _stationary_stripe(a, m0, rows, a_is_kxm)           # hoisted: reused by every N tile
+        for n in nl.affine_range(num_tiles(N, TN)):
+            n0, cols = tile_extent(n, TN, N)
+            acc = nl.ndarray((rows, cols), dtype=nl.float32, buffer=nl.psum)
+            for k in nl.affine_range(num_tiles(K, TK)):
+                k0, depth = tile_extent(k, TK, K)
+                moving = _moving_tile(b, k0, depth, n0, cols, b_is_nxk)
+                nisa.nc_matmul(dst=acc, stationary=stripe[k], moving=moving)      # accumulates over k
+            out_tile = nl.ndarray((rows, cols), dtype=result.dtype, buffer=nl.sbuf)
+            if bias_tile is not None:
+                biased = nl.ndarray((rows, cols), dtype=nl.float32, buffer=nl.sbuf)
+                nisa.tensor_tensor(dst=biased, data1=acc, data2=bias_tile[:rows, n0:n0 + cols], op=nl.add)
+                if act is None:
+                    nisa.tensor_copy(dst=out_tile, src=biased)
+                else:
+                    nisa.activation(dst=out_tile, op=act, data=biased)
+            elif act is None:
+                nisa.tensor_copy(dst=out_tile, src=acc)
+            else:
+                nisa.activation(dst=out_tile, op=act, data=acc)
+            nl.store(result[m0:m0 + rows, n0:n0 + cols], value=out_tile)
+
+
+def column_sums(result, g) -> None:
+    """result[N] = g[M, N] summed over its rows: ones[M, 1].T @ g, accumulated over row tiles in PSUM."""
+    M, N = g.shape
+    TP, TN = nl.tile_size.pmax, nl.tile_size.gemm_moving_fmax
+    for n in nl.affine_range(num_tiles(N, TN)):
+        n0, cols = tile_extent(n, TN, N)
+        total = nl.ndarray((1, cols), dtype=nl.float32, buffer=nl.psum)
+        for m in nl.affine_range(num_tiles(M, TP)):
+            m0, rows = tile_extent(m, TP, M)
+            ones = nl.ones((rows, 1), dtype=g.dtype)
+            nisa.nc_matmul(dst=total, stationary=ones, moving=nl.load(g[m0:m0 + rows, n0:n0 + cols]))
+        out_row = nl.copy(total, dtype=result.dtype)
+        nisa.dma_copy(dst=result[n0:n0 + cols], src=out_row)
+
+
+# -- kernels ---------------------------------------------------------------------------------------
+@nki.jit
+def matmul(a, b):
+    """a [M, K] @ b [K, N] -> [M, N] (any M, K, N; fp32 accumulation in PSUM, output in a's dtype)."""
+    M, K = a.shape
+    K_, N = b.shape
+    assert K == K_, f"matmul: contraction sizes differ: a {a.shape}, b {b.shape}"
+    result = nl.ndarray((M, N), dtype=a.dtype, buffer=nl.shared_hbm)
+    tiled_matmul(result, a, b)
+    return result
+
+
+@nki.jit
+def matmul_lhsT(lhsT, rhs):
+    """lhsT [K, M], rhs [K, N] -> lhsT.T @ rhs [M, N]: the Tensor engine's own layout, no transposes."""
+    K, M = lhsT.shape
+    K_, N = rhs.shape
+    assert K == K_, f"matmul_lhsT: contraction sizes differ: lhsT {lhsT.shape}, rhs {rhs.shape}"
+    result = nl.ndarray((M, N), dtype=lhsT.dtype, buffer=nl.shared_hbm)
+    tiled_matmul(result, lhsT, rhs, a_is_kxm=True)
+    return result
+
+
+@nki.jit
+def linear(x, weight, bias=None, activation=None):
+    """activation(x [M, K] @ weight [K, N] + bias [N]) -> [M, N], bias and activation fused into the
+    PSUM evacuation. activation: None, "relu", "gelu" (erf, nn.GELU's default), "gelu_tanh", "tanh",
+    "sigmoid", "silu". weight is nn.Linear.weight.T."""
+    M, K = x.shape
+    K_, N = weight.shape
+    assert K == K_, f"linear: x {x.shape} does not match weight [in, out] {weight.shape}"
+    result = nl.ndarray((M, N), dtype=x.dtype, buffer=nl.shared_hbm)
+    tiled_matmul(result, x, weight, bias=bias, activation=activation)
+    return result
+
+
+@nki.jit
+def matmul_backward(a, b, grad_out):
+    """Gradients of a [M, K] @ b [K, N]: (grad_a = grad_out @ b.T, grad_b = a.T @ grad_out) — two matmuls."""
+    M, K = a.shape
+    _, N = b.shape
+    grad_a = nl.ndarray((M, K), dtype=a.dtype, buffer=nl.shared_hbm)
+    grad_b = nl.ndarray((K, N), dtype=b.dtype, buffer=nl.shared_hbm)
+    tiled_matmul(grad_a, grad_out, b, b_is_nxk=True)      # contraction over N; b [K, N] read as [N, K].T
+    tiled_matmul(grad_b, a, grad_out, a_is_kxm=True)      # contraction over M; a [M, K] is already lhsT
+    return grad_a, grad_b
+
+
+@nki.jit
+def linear_backward(x, weight, grad_out):
+    """Gradients of x [M, K] @ weight [K, N] + bias: (grad_x [M, K], grad_weight [K, N], grad_bias [N]).
+
+    grad_out is the gradient at the linear output (before any activation: chain gelu_backward first)."""
+    M, K = x.shape
+    _, N = weight.shape
+    grad_x = nl.ndarray((M, K), dtype=x.dtype, buffer=nl.shared_hbm)
+    grad_weight = nl.ndarray((K, N), dtype=weight.dtype, buffer=nl.shared_hbm)
+    grad_bias = nl.ndarray((N,), dtype=weight.dtype, buffer=nl.shared_hbm)
+    tiled_matmul(grad_x, grad_out, weight, b_is_nxk=True)
+    tiled_matmul(grad_weight, x, grad_out, a_is_kxm=True)
+    column_sums(grad_bias, grad_out)
+    return grad_x, grad_weight, grad_bias
