@@ -351,3 +351,33 @@ def test_torch_float32_in_and_out():
     out = kernel(x)
     assert isinstance(out, torch.Tensor)
     torch.testing.assert_close(out, torch.tanh(x))
+
+
+def test_reshape_of_an_input_and_transposing_load():
+    @nki.jit
+    def kernel(x, g):
+        transposed = nl.ndarray((64, 96), dtype=x.dtype, buffer=nl.shared_hbm)
+        nl.store(transposed, value=nl.load_transpose2d(x[0:96, 0:64]))
+        row = nl.ndarray((1, 16), dtype=g.dtype, buffer=nl.shared_hbm)
+        nl.store(row, value=nl.load(g.reshape((1, 16))))
+        return transposed, row
+
+    rng = np.random.default_rng(4)
+    x, g = rng.standard_normal((100, 70)).astype(np.float32), np.arange(16, dtype=np.float32)
+    transposed, row = kernel(x, g)
+    np.testing.assert_array_equal(transposed, x[:96, :64].T)
+    np.testing.assert_array_equal(row[0], g)
+
+
+def test_ap_stride_count_access_pattern_pools_windows():
+    @nki.jit
+    def kernel(x):
+        c, h, w = x.shape
+        out = nl.ndarray((c, h // 2, w // 2), dtype=x.dtype, buffer=nl.shared_hbm)
+        tile = nl.load(x)
+        windows = tile.ap([[h * w, c], [2 * w, h // 2], [2, w // 2], [w, 2], [1, 2]])
+        nl.store(out, value=nl.multiply(nl.sum(windows, axis=[3, 4]), 0.25))
+        return out
+
+    x = np.random.default_rng(5).standard_normal((8, 6, 10)).astype(np.float32)
+    np.testing.assert_allclose(kernel(x), x.reshape(8, 3, 2, 5, 2).mean(axis=(2, 4)), rtol=1e-6, atol=1e-6)

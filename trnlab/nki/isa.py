@@ -212,6 +212,31 @@ def dma_copy(*args, dst=None, src=None, mask=None, dge_mode=None, oob_mode=None,
     launch.core.dma_copy(dst=dst.hw_view(ranges), src=src.hw_view(ranges))
 
 
+def dma_transpose(*args, **kwargs):
+    """Transpose a 2-D tile while moving it with a DMA: [A, B] -> [B, A] (HBM or SBUF source)."""
+    destination = "dst" in kwargs or (len(args) >= 2 and _is_tile(args[1]))
+    bound = dict(zip(("dst", "src") if destination else ("src",), args)) | kwargs
+    src = _tile(bound["src"], "src")
+    if src.ndim != 2 or src._ap is not None:
+        raise NKIError("dma_transpose: trnlab supports 2-D sources indexed with ints and slices")
+    launch = _launch()
+
+    # element indices of the source on its owner tensor, read column-major: [B, A]
+    owner = src._base()
+    base = src._index if src._index is not None else tuple(slice(0, n, 1) for n in owner.shape)
+    ranges = [np.arange(e.start, e.stop, e.step) for e in base if isinstance(e, slice)]
+    shaped = iter((ranges[0][None, :], ranges[1][:, None]))
+    transposed_index = tuple(next(shaped) if isinstance(e, slice) else e for e in base)
+
+    def emit(out, _accumulate):
+        launch.core.dma_copy(dst=out.hw_view(), src=src._hw[transposed_index])
+
+    if destination:
+        emit(_tile(bound["dst"], "dst"), None)
+        return None
+    return _produce((src.shape[1], src.shape[0]), src.dtype, "sbuf", emit)
+
+
 def tensor_copy(*args, **kwargs):
     """Copy (and cast to dst's dtype) a tile on an on-chip engine; the way out of PSUM."""
     destination = "dst" in kwargs or (len(args) >= 2 and _is_tile(args[1]))

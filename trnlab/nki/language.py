@@ -237,6 +237,11 @@ def load(src, *, mask=None, dtype=None, **kwargs) -> NkiTensor:
     return _isa._produce(src.shape, target, "sbuf", emit)
 
 
+def load_transpose2d(src, *, mask=None, dtype=None, **kwargs) -> NkiTensor:
+    """Load a 2-D HBM tensor [A, B] transposed into SBUF [B, A] (DMA with a transposing access pattern)."""
+    return _isa.dma_transpose(src, mask=mask, dtype=dtype)
+
+
 def store(dst, value, *, mask=None, **kwargs) -> None:
     """Store an SBUF tile into HBM (one DMA). PSUM tiles must be copied to SBUF first."""
     if not isinstance(dst, NkiTensor) or dst.buffer not in ("hbm", "shared_hbm", "private_hbm"):

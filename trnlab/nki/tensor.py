@@ -14,6 +14,8 @@ reuses the memory of tiles that are no longer live (a tile made inside a loop bo
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from trnlab.hardware.errors import OutOfBoundsError, ShapeMismatchError
@@ -122,9 +124,9 @@ class NkiTensor:
     def __getitem__(self, key) -> "NkiTensor":
         self._ready()
         key = key if isinstance(key, tuple) else (key,)
-        if self._ap is not None:
-            raise NKIError("indexing a tile that was itself made with nl.arange/nl.mgrid is not supported; "
-                           "index the original tensor once")
+        if self._ap is not None or (self._index is not None and any(isinstance(e, np.ndarray) for e in self._index)):
+            raise NKIError("indexing a tile that was itself made with an access pattern (nl.arange/nl.mgrid, .ap) "
+                           "is not supported; index the original tensor once")
         owner = self._base()
         base = self._index if self._index is not None else tuple(slice(0, n, 1) for n in owner.shape)
         key = _expand_ellipsis(key, self.ndim)
@@ -213,8 +215,45 @@ class NkiTensor:
 
     # -- tensor methods NKI kernels use ---------------------------------------------------
     def reshape(self, shape) -> "NkiTensor":
-        raise NKIError("reshape of a tensor needs an aliasing view in trnlab.hardware, which it does not "
-                       "offer yet; reshape the NumPy input before the call")
+        """Another shape for a whole HBM tensor (same bytes, row-major), e.g. a [N] vector as [1, N].
+
+        The alias shares the values; the scheduler tracks it as its own tensor, so reshape tensors
+        that are read (kernel inputs), not ones the kernel is still writing.
+        """
+        shape = tuple(int(n) for n in (shape if isinstance(shape, (tuple, list)) else (shape,)))
+        if self.buffer not in HBM_KINDS or self._index is not None or self._ap is not None:
+            raise NKIError("reshape is supported for whole HBM tensors (kernel arguments); reshape on-chip "
+                           "tiles by indexing or by allocating the shape you need")
+        if math.prod(shape) != math.prod(self.shape):
+            raise ShapeMismatchError(f"shape mismatch: cannot reshape {self.shape} to {shape}",
+                                     value=shape, limit=self.shape)
+        hw = self._hw
+        if hw.written is not None:
+            raise NKIError(f"reshape of {hw.name!r}: the tensor is only partly written; reshape inputs only")
+        data = None if hw.data is None else hw.data.reshape(shape)
+        alias = type(hw)(hw.memory, shape, hw.dtype, f"{hw.name}.reshape", None, 0, hw.data is not None, fill=data)
+        alias.written = None
+        return NkiTensor.allocation(alias, self.buffer, self._launch)
+
+    def ap(self, pattern, offset: int = 0) -> "NkiTensor":
+        """An access pattern in NKI's [[stride, count], ...] form over this tensor's row-major elements
+        (the first pair walks partitions): e.g. pool windows as trailing axes of a [C, H, W] tile."""
+        self._ready()
+        if self._index is not None or self._ap is not None:
+            raise NKIError(".ap() is supported on a whole tensor or tile")
+        flat = np.asarray(offset, dtype=np.int64)
+        for axis, (stride, count) in enumerate(pattern):
+            shape = [1] * len(pattern)
+            shape[axis] = count
+            flat = flat + stride * np.arange(count, dtype=np.int64).reshape(shape)
+        if flat.size and (flat.min() < 0 or flat.max() >= math.prod(self.shape)):
+            raise OutOfBoundsError(f"out-of-bounds access pattern on {self.name or 'tensor'} {self.shape}: "
+                                   f"elements [{flat.min()}, {flat.max()}] of {math.prod(self.shape)}",
+                                   value=(int(flat.min()), int(flat.max())), limit=math.prod(self.shape))
+        view = NkiTensor(flat.shape, self.dtype, self.buffer, self.name)
+        view._owner, view._hw, view._launch = self._base(), self._hw, self._launch
+        view._index = np.unravel_index(flat, self._hw.shape)
+        return view
 
     def broadcast_to(self, shape) -> "NkiTensor":
         from trnlab.nki.language import broadcast_to
