@@ -148,3 +148,11 @@ def test_fused_attention_matches_numpy(d, seq_q, seq_k):
     expected = (p / p.sum(axis=1, keepdims=True)) @ v
     out = attention.attention_fwd(np.ascontiguousarray(q.T), np.ascontiguousarray(k.T), v)
     np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("rows", [128, 200, 300])
+def test_rmsnorm_masked_functional_style_matches_numpy(rows):
+    rng = np.random.default_rng(rows)
+    x, weight = _rand(rng, rows, 96), _rand(rng, 96)
+    expected = x / np.sqrt((x * x).mean(axis=1, keepdims=True) + 1e-6) * weight
+    np.testing.assert_allclose(norms.rmsnorm_masked(x, weight), expected, rtol=1e-4, atol=1e-4)

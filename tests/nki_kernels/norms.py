@@ -73,3 +73,22 @@ def rmsnorm_rows(x_tensor, weight):
         nisa.tensor_tensor(dst=y, data1=y, data2=weight_tile, op=nl.multiply)
         nisa.dma_copy(dst=out_tensor[t * 128:(t + 1) * 128, :], src=y)
     return out_tensor
+
+
+@nki.jit
+def rmsnorm_masked(x_tensor, weight_vector):
+    """RMS norm for any row count, older functional style: a 3-D mgrid with a size-1 axis, a 1-D weight
+    reshaped to [1, cols], operators on tiles, masks on every instruction of the last partial tile."""
+    rows, cols = x_tensor.shape
+    out_tensor = nl.ndarray((rows, cols), dtype=x_tensor.dtype, buffer=nl.shared_hbm)
+    i_row, i_one, i_col = nl.mgrid[0:128, 0:1, 0:cols]
+    weight = nl.load(weight_vector.reshape((1, cols))[i_one, i_col]).broadcast_to((128, cols))
+    for t in nl.affine_range(math.ceil(rows / 128)):
+        live = (t * 128 + i_row < rows)
+        x = nl.load(x_tensor[t * 128 + i_row, i_col], mask=live)
+        mean_square = nl.mean(nl.square(x, mask=live), axis=[1], mask=live)       # [128]
+        scale = nl.rsqrt(nl.add(mean_square, 1e-6, mask=live), mask=live)
+        y = nl.ndarray((128, cols), dtype=x_tensor.dtype, buffer=nl.sbuf)
+        y[...] = nl.multiply(nl.multiply(x, scale, mask=live), weight, mask=live)
+        nl.store(out_tensor[t * 128 + i_row, i_col], value=y, mask=live)
+    return out_tensor
