@@ -381,3 +381,16 @@ def test_ap_stride_count_access_pattern_pools_windows():
 
     x = np.random.default_rng(5).standard_normal((8, 6, 10)).astype(np.float32)
     np.testing.assert_allclose(kernel(x), x.reshape(8, 3, 2, 5, 2).mean(axis=(2, 4)), rtol=1e-6, atol=1e-6)
+
+
+def test_affine_select_builds_a_causal_mask():
+    @nki.jit
+    def kernel(x):
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        i_q, i_k = nl.mgrid[0:64, 0:64]
+        masked = nisa.affine_select(i_q >= i_k, nl.load(x[i_q, i_k]), -9984.0)
+        nl.store(out, value=masked)
+        return out
+
+    x = np.random.default_rng(6).standard_normal((64, 64)).astype(np.float32)
+    np.testing.assert_allclose(kernel(x), np.where(np.tril(np.ones((64, 64), bool)), x, -9984.0), rtol=1e-6)

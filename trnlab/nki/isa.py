@@ -429,6 +429,36 @@ def iota(*args, **kwargs):
     return _produce(values.shape, bound.get("dtype") or hw_dtypes.int32, "sbuf", emit)
 
 
+def affine_select(*args, **kwargs):
+    """on_true_tile where the affine predicate over the tile's iterators holds, else on_false_value.
+
+    ``nisa.affine_select(i_q >= i_k, scores[i_q, i_k], -9984.0)`` builds a causal mask. The hardware
+    evaluates the predicate inside GpSimd; trnlab writes it with `iota` and selects with Vector
+    instructions as x * pred + on_false * (1 - pred), exact for finite x.
+    """
+    destination = "dst" in kwargs
+    bound = dict(zip(("pred", "on_true_tile", "on_false_value"), args)) | kwargs
+    pred, on_true, on_false = bound["pred"], _tile(bound["on_true_tile"], "on_true_tile"), bound["on_false_value"]
+    if not isinstance(pred, indexing.Predicate):
+        raise NKIError("affine_select: pred must be an affine comparison of nl.arange/nl.mgrid iterators")
+    iterators = indexing.expr_iterators(tuple(e for clause in pred.clauses for e in (clause[0], clause[2])
+                                              if isinstance(e, IndexExpr)))
+    holds = np.ones([it.size for it in iterators], dtype=bool)
+    compare = {"<": np.less, "<=": np.less_equal, ">": np.greater, ">=": np.greater_equal}
+    for left, op, right in pred.clauses:
+        difference = (left - right).values(iterators, None)
+        holds &= compare[op](difference, 0)
+    if holds.shape != tuple(on_true.shape):
+        raise ShapeMismatchError(f"shape mismatch: affine_select predicate over {holds.shape} vs tile {on_true.shape}",
+                                 value=holds.shape, limit=on_true.shape)
+    flags = iota(holds.astype(np.int32), hw_dtypes.float32)
+    kept = tensor_tensor(on_true, flags, "multiply", dtype=hw_dtypes.float32)
+    filler = tensor_scalar(flags, "subtract", 1.0, reverse0=True, op1="multiply", operand1=on_false)
+    if destination:
+        return tensor_tensor(dst=bound["dst"], data1=kept, data2=filler, op="add")
+    return tensor_tensor(kept, filler, "add", dtype=bound.get("dtype") or on_true.dtype)
+
+
 def scalar_tensor_tensor(*args, **kwargs):
     """dst = (data <op0> operand0) <op1> data1 (two Vector-engine instructions in trnlab)."""
     destination = "dst" in kwargs or (len(args) >= 2 and _is_tile(args[1]))

@@ -338,16 +338,21 @@ _isa._OP_NAMES[reciprocal] = "reciprocal"
 
 
 def where(condition, x, y, *, dtype=None, mask=None, **kwargs):
-    """condition ? x : y element-wise, condition a 0/1 tile (x or y may be numbers).
+    """condition ? x : y element-wise, for a 0/1 condition tile (x or y may be numbers).
 
-    Lowered as y + condition * (x - y) on the Vector engine, so x and y must be finite
-    (use a large negative number such as -30000.0 instead of -inf for masking).
+    Lowered on the Vector engine as x * condition + y * (1 - condition): exact for finite values
+    (use a large negative number such as -30000.0 rather than -inf to mask).
     """
     if not isinstance(condition, NkiTensor):
         raise NKIError("nl.where: condition must be a tile of 0/1 values (e.g. from nl.greater)")
-    difference = subtract(x, y, mask=mask, dtype=float32)
-    selected = multiply(condition, difference, mask=mask, dtype=float32)
-    return add(selected, y, mask=mask, dtype=dtype or (x.dtype if isinstance(x, NkiTensor) else float32))
+    kept = multiply(condition, x, mask=mask, dtype=float32)
+    if _is_scalar(y):
+        filler = _isa.tensor_scalar(condition, "subtract", 1.0, reverse0=True, op1="multiply",
+                                    operand1=float(y), mask=mask, dtype=float32)
+    else:
+        complement = _isa.tensor_scalar(condition, "subtract", 1.0, reverse0=True, mask=mask, dtype=float32)
+        filler = multiply(complement, y, mask=mask, dtype=float32)
+    return add(kept, filler, mask=mask, dtype=dtype or (x.dtype if isinstance(x, NkiTensor) else float32))
 
 
 # -- reductions along free axes ----------------------------------------------------------------
