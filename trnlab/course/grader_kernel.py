@@ -42,6 +42,9 @@ WATCHED_PACKAGES = (
 )
 # Rebound by ipykernel itself for every cell (stdin forwarding): neither restored nor reported.
 KERNEL_OWNED = {("builtins", "input"), ("builtins", "raw_input"), ("builtins", "_"), ("builtins", "__"), ("builtins", "___")}
+# Feedback names patches only in the libraries a checker compares with; other libraries patch each
+# other on import (torch.package rebinds inspect.getfile), which is restored but not worth a word.
+REPORTED_PACKAGES = ("builtins", "numpy", "torch", "trnlab", "math", EXTRA_CHECKS_MODULE)
 _MISSING = object()
 _IMMUTABLE_TYPE = 1 << 8  # Py_TPFLAGS_IMMUTABLETYPE: builtin types cannot be patched anyway
 
@@ -91,27 +94,29 @@ class _Snapshot:
         undo: list[Callable[[], None]] = []
         changed: list[str] = []
 
-        def restore_item(mapping: dict, key: str, value: Any, label: str) -> None:
+        def restore_item(mapping: dict, key: str, value: Any, label: str, package: str) -> None:
             current = mapping.get(key, _MISSING)
             if current is value:
                 return
             # Report patched code, not private state the libraries rebind themselves (builtins._).
-            if not key.startswith("_") and (callable(value) or isinstance(value, types.ModuleType)):
+            if (not key.startswith("_") and package.split(".")[0] in REPORTED_PACKAGES
+                    and (callable(value) or isinstance(value, types.ModuleType))):
                 changed.append(label)
             mapping[key] = value
             undo.append(lambda: mapping.__setitem__(key, current) if current is not _MISSING else mapping.pop(key, None))
 
         for name, module in self.modules.items():
-            restore_item(sys.modules, name, module, f"sys.modules[{name!r}]")
+            restore_item(sys.modules, name, module, f"sys.modules[{name!r}]", name)
         for module, names in self.module_dicts:
             current = vars(module)
             for key, value in names.items():
                 if (module.__name__, key) in KERNEL_OWNED:
                     continue
-                restore_item(current, key, value, f"{module.__name__}.{key}")
+                restore_item(current, key, value, f"{module.__name__}.{key}", module.__name__)
         for function, code, defaults, kwdefaults in self.functions:
             if function.__code__ is not code or function.__defaults__ is not defaults or function.__kwdefaults__ is not kwdefaults:
-                changed.append(f"{function.__module__}.{function.__qualname__} (its code)")
+                if str(function.__module__).split(".")[0] in REPORTED_PACKAGES:
+                    changed.append(f"{function.__module__}.{function.__qualname__} (its code)")
                 state = (function.__code__, function.__defaults__, function.__kwdefaults__)
                 function.__code__, function.__defaults__, function.__kwdefaults__ = code, defaults, kwdefaults
                 undo.append(lambda f=function, s=state: _set_function_state(f, s))
@@ -127,7 +132,8 @@ class _Snapshot:
                         delattr(cls, key)
                 except (AttributeError, TypeError):
                     continue
-                changed.append(f"{cls.__module__}.{cls.__qualname__}.{key}")
+                if str(cls.__module__).split(".")[0] in REPORTED_PACKAGES:
+                    changed.append(f"{cls.__module__}.{cls.__qualname__}.{key}")
                 old = current.get(key, _MISSING)
                 undo.append(lambda c=cls, k=key, v=old: delattr(c, k) if v is _MISSING else setattr(c, k, v))
         streams = (sys.stdout, sys.stderr, sys.displayhook)
