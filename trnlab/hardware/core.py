@@ -322,17 +322,23 @@ class NeuronCore:
                 (t.written if dst.index is None else t.written[dst.index]).all())
         st.check_initialized()
         mv.check_initialized()
-        product = st.fp32().reshape(K, M).T @ mv.fp32().reshape(K, N)     # [M, N] fp32
+        s32 = st.fp32().reshape(K, M)
+        m32 = mv.fp32().reshape(K, N)
+        # fp32 inputs are the tensor's own array, which later writes change: keep a copy
+        if st.tensor.dtype == dtypes.float32:
+            s32 = s32.copy()
+        if mv.tensor.dtype == dtypes.float32:
+            m32 = m32.copy()
         if accumulate:
             dst.check_initialized()
-            if dst.basic:
-                out = dst.values()                     # a NumPy view: add in place
-                out += product.reshape(out.shape)
-            else:
-                dst.write((dst.values().astype(np.float32) + product.reshape(dst.shape))
-                          .astype(t.dtype))
+        if dst.basic and t.dtype == dtypes.float32:
+            t.defer_matmul(dst, s32, m32, accumulate)      # computed when next read (PSUM groups)
+            dst.mark_written()
+        elif accumulate:
+            dst.write((dst.values().astype(np.float32) + (s32.T @ m32).reshape(dst.shape))
+                      .astype(t.dtype))
         else:
-            self._store(dst, product)
+            self._store(dst, s32.T @ m32)
 
     def _pe_issue(self, opcode, st, reads, dst, K, M, N, fp32, flops, sbuf, psum):
         """Schedule a Tensor-engine instruction other than nc_matmul (nc_transpose): the array

@@ -200,11 +200,15 @@ def run_gemm(A: np.ndarray | None = None, B: np.ndarray | None = None, *, shape=
     if core.full:
         if A is None:
             raise ValueError("full mode needs the arrays A and B")
-        lhsT = core.hbm.tensor(np.ascontiguousarray(A.T), name="lhsT", dtype=dt)
+        # cast first, then transpose: the transposing copy moves 2-byte elements, not 4
+        lhsT = core.hbm.tensor(np.ascontiguousarray(dtypes.cast(A, dt).T), name="lhsT", dtype=dt)
         rhs = core.hbm.tensor(B, name="rhs", dtype=dt)
     else:
         lhsT = core.hbm.allocate((K, M), dt, name="lhsT")
         rhs = core.hbm.allocate((K, N), dt, name="rhs")
     out = core.hbm.allocate((M, N), out_dtype, name="out")
     tiled_gemm(core, lhsT, rhs, out, **tiling)
-    return (out.numpy() if core.full else None), core
+    if not core.full:
+        return None, core
+    out.full.check_initialized()
+    return out.data, core                   # the core's HBM buffer itself (no copy)

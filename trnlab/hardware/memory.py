@@ -18,10 +18,11 @@ element never written raises UninitializedReadError (full mode).
 from __future__ import annotations
 
 import math
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from . import dtypes
+from . import _blas, dtypes
 from .errors import (HBMOverflowError, PartitionLimitError, PSUMBankError, PSUMOverflowError,
                      SBUFOverflowError)
 from .presets import CoreSpec, KiB, MiB
@@ -34,6 +35,16 @@ def _fmt_bytes(n: float) -> str:
     if n >= KiB:
         return f"{n / KiB:.1f} KiB"
     return f"{int(n)} B"
+
+
+_EXECUTOR = None
+
+
+def _executor() -> ThreadPoolExecutor:
+    global _EXECUTOR
+    if _EXECUTOR is None:
+        _EXECUTOR = ThreadPoolExecutor(max_workers=_blas.workers(), thread_name_prefix="trnlab-psum")
+    return _EXECUTOR
 
 
 class HBM:
@@ -108,6 +119,19 @@ class OnChipMemory:
             self._overflow = PSUMOverflowError
         self.tensors: list[Tensor] = []       # live allocations, sorted by offset
         self._count = 0
+        self.pending: list[Tensor] = []       # PSUM tensors with deferred matmul products
+
+    def flush_pending(self):
+        """Compute every deferred PSUM product (in parallel threads, BLAS single-threaded)."""
+        tensors = [t for t in self.pending if t._pending is not None]
+        self.pending = []
+        if not tensors:
+            return
+        with _blas.single_threaded():
+            if len(tensors) == 1:
+                tensors[0].flush()
+            else:
+                list(_executor().map(Tensor.flush, tensors))
 
     @property
     def capacity(self) -> int:
@@ -180,6 +204,7 @@ class OnChipMemory:
         """Release a tile (its memory may be reused; using the tensor afterwards raises)."""
         if not tensor.freed:
             tensor.freed = True
+            tensor._pending = None
             self.tensors.remove(tensor)
 
     def occupancy(self) -> list[dict]:

@@ -28,7 +28,8 @@ from .errors import (FreedTensorError, IndexError_, PartitionStrideError,
 class Tensor:
     """One allocation. Create through ``core.hbm/sbuf/psum.allocate(...)`` or ``core.hbm.tensor(...)``."""
 
-    __slots__ = ("name", "shape", "dtype", "memory", "kind", "partition_axis", "data", "written",
+    __slots__ = ("name", "shape", "dtype", "memory", "kind", "partition_axis", "_data", "written",
+                 "_pending",
                  "offset", "partition_bytes", "freed", "version", "_fp32", "_fp32_version",
                  "_reads", "_writes", "full", "itemsize", "nbytes", "__weakref__")
 
@@ -52,6 +53,7 @@ class Tensor:
         self._fp32_version = -1
         self._reads = []                            # scheduler records: (box, end_ns, index)
         self._writes = []                           # (box, ready_ns, index, by_matmul)
+        self._pending = None                        # deferred PSUM accumulation (see flush)
         if with_data:
             if fill is None:
                 self.data = np.full(self.shape, dtypes.poison(self.dtype), dtype=self.dtype)
@@ -86,6 +88,59 @@ class Tensor:
                 f"dtype={dtypes.name(self.dtype)}{par})")
 
     # -- values (full mode) -------------------------------------------------------------------
+    @property
+    def data(self):
+        """The values (NumPy array in the tensor's dtype); None in timing mode."""
+        if self._pending is not None:
+            self.memory.flush_pending()
+        return self._data
+
+    @data.setter
+    def data(self, value):
+        self._data = value
+
+    def defer_matmul(self, view: "View", stationary: np.ndarray, moving: np.ndarray,
+                     accumulate: bool):
+        """Record `view (+)= stationary.T @ moving` (fp32 [K, M], [K, N]) without computing it yet.
+
+        Consecutive matmuls accumulating into the same PSUM region are computed together, as one
+        larger product over the concatenated K, when anything next touches the tensor's values
+        (`data`). The result is the same fp32 accumulation; only the order of the additions
+        inside the group may differ (rounding at the level of one fp32 ulp). This turns many
+        small BLAS calls into few large ones, which is what keeps full mode near NumPy's speed.
+        """
+        pending = self._pending
+        if pending is not None and (pending[0].box != view.box or not accumulate):
+            if accumulate:
+                self.flush()
+            pending = self._pending = None          # overwritten: earlier products are dropped
+        if pending is None:
+            self._pending = [view, not accumulate, [stationary], [moving], stationary.shape[0]]
+            self.memory.pending.append(self)
+        else:
+            pending[2].append(stationary)
+            pending[3].append(moving)
+            pending[4] += stationary.shape[0]
+            if pending[4] >= 8192:
+                self.flush()
+
+    def flush(self):
+        """Compute deferred matmuls (see defer_matmul)."""
+        if self._pending is None:
+            return
+        view, overwrite, stationaries, movings, _ = self._pending
+        self._pending = None
+        if len(stationaries) == 1:
+            product = stationaries[0].T @ movings[0]
+        else:
+            product = np.concatenate(stationaries).T @ np.concatenate(movings)
+        out = self._data if view.index is None else self._data[view.index]
+        product = product.reshape(out.shape)
+        if overwrite:
+            out[...] = product
+        else:
+            out += product
+
     def fp32(self) -> np.ndarray:
         """The whole tensor as float32, cached until the next write (bf16→fp32 is exact)."""
         if self.dtype == np.float32:

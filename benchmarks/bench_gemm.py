@@ -1,0 +1,98 @@
+"""Benchmark the simulated NeuronCore on GEMMs (ratios measured in the same run).
+
+    python benchmarks/bench_gemm.py            # both parts
+    python benchmarks/bench_gemm.py --full     # full mode only
+    python benchmarks/bench_gemm.py --timing   # timing-only mode only
+
+Full mode: a 2048×2048×2048 bf16 GEMM through the tensor engine as 128×128×512 tiles (values and
+time), against NumPy float32 ``A @ B`` of the same shape.   Target: ≤ 2× NumPy's time.
+Timing-only mode: an 8192×8192×8192 GEMM (~100k instructions), run in a fresh process so that its
+peak memory is its own.   Targets: ≥ 200,000 simulated instructions per second, peak RSS < 1 GiB.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+
+def best_of(fn, repeats: int) -> float:
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def full_mode(n: int = 2048, repeats: int = 3) -> dict:
+    from trnlab.hardware import dtypes, gemm
+    rng = np.random.default_rng(0)
+    A = rng.standard_normal((n, n)).astype(np.float32)
+    B = rng.standard_normal((n, n)).astype(np.float32)
+    numpy_s = best_of(lambda: A @ B, repeats)
+    result = {}
+
+    def simulate():
+        result["C"], result["core"] = gemm.run_gemm(A, B, dtype="bfloat16", mode="full")
+
+    sim_s = best_of(simulate, repeats)
+    ref = dtypes.cast(A, "bfloat16").astype(np.float32) @ dtypes.cast(B, "bfloat16").astype(np.float32)
+    err = float(np.abs(result["C"] - ref).max() / np.abs(ref).max())
+    core = result["core"]
+    return {"shape": n, "numpy_s": numpy_s, "sim_s": sim_s, "ratio": sim_s / numpy_s,
+            "instructions": len(core.timeline), "max_rel_err_vs_numpy": err,
+            "simulated_us": core.now / 1e3, "mfu": core.profile().mfu}
+
+
+def timing_mode(n: int = 8192) -> dict:
+    """Run in its own process: peak RSS is then this benchmark's."""
+    from trnlab.hardware import gemm
+    t0 = time.perf_counter()
+    _, core = gemm.run_gemm(shape=(n, n, n), mode="timing")
+    wall = time.perf_counter() - t0
+    prof = core.profile()
+    rss_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss     # KiB on Linux
+    return {"shape": n, "instructions": len(core.timeline), "wall_s": wall,
+            "instructions_per_s": len(core.timeline) / wall, "peak_rss_mib": rss_kib / 1024,
+            "simulated_ms": core.now / 1e6, "mfu": prof.mfu, "mbu": prof.mbu}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--full", action="store_true")
+    ap.add_argument("--timing", action="store_true")
+    ap.add_argument("--json", action="store_true", help="print one JSON object (internal)")
+    ap.add_argument("--size", type=int, default=None)
+    args = ap.parse_args()
+    both = not (args.full or args.timing)
+    if args.json:                                  # child process of the timing part
+        print(json.dumps(timing_mode(args.size or 8192)))
+        return
+    if args.full or both:
+        r = full_mode(args.size or 2048)
+        print(f"full mode  {r['shape']}^3 bf16 GEMM, {r['instructions']} instructions")
+        print(f"  NumPy float32 A @ B      {r['numpy_s'] * 1e3:9.1f} ms")
+        print(f"  simulated NeuronCore     {r['sim_s'] * 1e3:9.1f} ms   "
+              f"ratio {r['ratio']:.2f}x (target <= 2x)")
+        print(f"  max |C - C_numpy|/max|C| {r['max_rel_err_vs_numpy']:.1e}   simulated time "
+              f"{r['simulated_us']:.0f} us, MFU {r['mfu']:.1%}")
+    if args.timing or both:
+        out = subprocess.run([sys.executable, __file__, "--json"] +
+                             (["--size", str(args.size)] if args.size and args.timing else []),
+                             check=True, capture_output=True, text=True).stdout
+        r = json.loads(out)
+        print(f"timing-only mode  {r['shape']}^3 GEMM, {r['instructions']} instructions")
+        print(f"  wall clock               {r['wall_s']:9.2f} s")
+        print(f"  instructions per second  {r['instructions_per_s']:9.0f}   (target >= 200,000)")
+        print(f"  peak RSS                 {r['peak_rss_mib']:9.0f} MiB (target < 1024 MiB)")
+        print(f"  simulated time {r['simulated_ms']:.2f} ms, MFU {r['mfu']:.1%}, MBU {r['mbu']:.1%}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,75 @@
+"""Run NumPy's matrix products single-threaded, for the simulator's many mid-sized products.
+
+OpenBLAS splits every product over all cores. For the shapes a tiled GEMM produces
+([128, K] x [K, 512]) on a small, busy machine that costs far more in thread hand-offs than it
+gains (measured: up to 10x slower than one thread). Full mode therefore computes its deferred
+PSUM products with BLAS set to one thread, and runs independent products in parallel Python
+threads instead (NumPy releases the GIL inside BLAS).
+
+The switch goes through OpenBLAS's own ``*_set_num_threads`` entry point of the library NumPy
+loaded (found in /proc/self/maps, as threadpoolctl does). Where that is not available (macOS's
+Accelerate, other BLAS), `single_threaded()` does nothing — results are identical either way.
+"""
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import threading
+
+_NAMES = (("scipy_openblas_set_num_threads64_", "scipy_openblas_get_num_threads64_"),
+          ("scipy_openblas_set_num_threads", "scipy_openblas_get_num_threads"),
+          ("openblas_set_num_threads64_", "openblas_get_num_threads64_"),
+          ("openblas_set_num_threads", "openblas_get_num_threads"))
+_lock = threading.Lock()
+_api = None
+
+
+def _find():
+    global _api
+    if _api is not None:
+        return _api
+    _api = False
+    try:
+        with open("/proc/self/maps") as f:
+            paths = sorted({line.split()[-1] for line in f if "openblas" in line.lower()},
+                           key=lambda p: "numpy" not in p)
+    except OSError:
+        return _api
+    for path in paths:
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError:
+            continue
+        for set_name, get_name in _NAMES:
+            if hasattr(lib, set_name) and hasattr(lib, get_name):
+                setter, getter = getattr(lib, set_name), getattr(lib, get_name)
+                setter.argtypes = [ctypes.c_int]
+                _api = (setter, getter)
+                return _api
+    return _api
+
+
+@contextlib.contextmanager
+def single_threaded():
+    """BLAS on one thread inside the block (no-op where the BLAS cannot be controlled)."""
+    if os.environ.get("TRNLAB_BLAS_THREADS") == "default":
+        yield
+        return
+    api = _find()
+    if not api:
+        yield
+        return
+    setter, getter = api
+    with _lock:
+        before = getter()
+        setter(1)
+        try:
+            yield
+        finally:
+            setter(before)
+
+
+def workers() -> int:
+    """Python threads to run independent products in parallel."""
+    return max(1, min(os.cpu_count() or 1, 4))
