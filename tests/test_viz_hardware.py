@@ -137,6 +137,8 @@ def test_memory_map_draws_each_allocation_and_psum_banks():
     assert "36.0 KiB of 224.0 KiB per partition" in ax.get_title()  # 4 KiB + 32 KiB
     # y uses 64 partitions: a solid block plus a hatched block for the reserved-but-unused rest
     assert sum(1 for p in ax.patches if p.get_hatch()) == 1
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert legend == ["x: 128×2048 bfloat16, 4.0 KiB/partition on 128", "y: 64×8192 float32, 32.0 KiB/partition on 64"]
     psum = OnChipMemory("psum", spec, with_data=False)
     psum.allocate((128, 512), "float32", name="acc")
     fig = memory_map.plot_memory_map(psum)

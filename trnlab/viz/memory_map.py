@@ -16,7 +16,7 @@ from typing import Any
 
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
-from matplotlib.patches import Rectangle
+from matplotlib.patches import Patch, Rectangle
 from matplotlib.ticker import FuncFormatter, MultipleLocator
 
 COLOURS = ["#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7"]
@@ -38,15 +38,18 @@ def plot_memory_map(memory: Any, ax: plt.Axes | None = None, title: str | None =
         _, ax = plt.subplots(figsize=(7, 3))
     partitions, width = memory.partitions, memory.partition_bytes
     ax.add_patch(Rectangle((0, 0), width, partitions, facecolor="#f3f3f3", edgecolor="#555555", lw=1))
+    handles = []
     for i, block in enumerate(memory.occupancy()):
         colour = COLOURS[i % len(COLOURS)]
+        shape = "×".join(str(s) for s in block["shape"])
+        handles.append(Patch(color=colour, label=f"{block['name']}: {shape} {block['dtype']}, "
+                                                 f"{_size(block['bytes'])}/partition on {block['partitions']}"))
         x, w, used = block["offset"], block["bytes"], block["partitions"]
         ax.add_patch(Rectangle((x, 0), w, used, facecolor=colour, edgecolor="white", lw=0.5, alpha=0.9))
         if used < partitions:  # reserved on the other partitions too, but unused
             ax.add_patch(Rectangle((x, used), w, partitions - used, facecolor="none", edgecolor=colour,
                                    hatch="///", lw=0.5))
         if w > width * 0.09:
-            shape = "×".join(str(s) for s in block["shape"])
             ax.text(x + w / 2, min(used, partitions) / 2, f"{block['name']}\n{shape} {block['dtype']}",
                     ha="center", va="center", fontsize=7, color="white" if used > 20 else "black")
     bank = getattr(memory, "bank_bytes", None)
@@ -55,6 +58,8 @@ def plot_memory_map(memory: Any, ax: plt.Axes | None = None, title: str | None =
             ax.axvline(edge, color="#333333", lw=0.6, ls="--")
         for b in range(width // bank):
             ax.text(b * bank + bank / 2, -2, f"bank {b}", ha="center", va="bottom", fontsize=6)
+    if handles:
+        ax.legend(handles=handles, fontsize=7, loc="lower right", framealpha=0.9)
     ax.set_xlim(0, width)
     ax.set_ylim(partitions, -8 if bank else 0)  # partition 0 at the top
     ax.xaxis.set_major_locator(MultipleLocator(bank or 32 * KiB))
