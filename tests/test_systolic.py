@@ -131,3 +131,28 @@ def test_recording_too_large_for_cycle_level_mode_is_refused():
     big = presets.TRN2.core
     with pytest.raises(SystolicShapeError, match="recording too large"):
         simulate_matmul(np.ones((128, 128)), np.ones((128, 512)), big)
+
+
+@settings(max_examples=25, deadline=None)
+@given(shape=shapes, seed=st.integers(0, 2**31 - 1))
+def test_neuroncore_full_mode_agrees_with_the_cycle_level_array(shape, seed):
+    """The same instruction on the simulated core (full mode): same PSUM values, and the timeline's
+    start-to-ready time is the cycle-level run's cycle count."""
+    from trnlab.hardware import NeuronCore
+
+    K, M, N = shape
+    rng = np.random.default_rng(seed)
+    stationary = rng.integers(-8, 9, (K, M)).astype(np.float32)  # exact in bf16
+    moving = rng.integers(-8, 9, (K, N)).astype(np.float32)
+    core = NeuronCore(TINY, mode="full")
+    stationary_sbuf = core.sbuf.allocate((K, M), "bfloat16", name="stationary")
+    moving_sbuf = core.sbuf.allocate((K, N), "bfloat16", name="moving")
+    result_psum = core.psum.allocate((M, N), "float32", name="result")
+    core.dma_copy(dst=stationary_sbuf, src=core.hbm.tensor(stationary, dtype="bfloat16"))
+    core.dma_copy(dst=moving_sbuf, src=core.hbm.tensor(moving, dtype="bfloat16"))
+    matmul = core.timeline[core.nc_matmul(dst=result_psum, stationary=stationary_sbuf, moving=moving_sbuf)]
+
+    trace = simulate_matmul(stationary, moving, TINY)
+    np.testing.assert_array_equal(result_psum.numpy(), trace.result)
+    cycles = (matmul.ready_ns - matmul.start_ns) * TINY.pe_clock_hz / 1e9
+    assert cycles == pytest.approx(trace.cycles)
