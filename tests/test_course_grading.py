@@ -38,7 +38,7 @@ fixture = _load("grading_fixture_notebooks", FIXTURES / "notebooks.py")
 
 
 def _digest(folder: Path) -> dict[str, str]:
-    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir())}
+    return {str(p): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
 @pytest.fixture(scope="module")
@@ -53,6 +53,15 @@ def graded(tmp_path_factory):
             path.write_bytes(content)
         else:
             nbformat.write(content, path)
+    # a student who hands in a folder: the notebook, a scratch notebook, an editor checkpoint, notes
+    folder = submissions / "folder_student"
+    (folder / ".ipynb_checkpoints").mkdir(parents=True)
+    nbformat.write(fixture.fixture_notebook({**fixture.SOLVED, "fx_vowels": fixture.STUBS["fx_vowels"]}),
+                   folder / "fixture_grading.ipynb")
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("1 + 1")]), folder / "scratch.ipynb")
+    nbformat.write(fixture.fixture_notebook(fixture.SOLVED), folder / ".ipynb_checkpoints" / "fixture_grading-checkpoint.ipynb")
+    (folder / "notes.txt").write_text("my notes")
+    (submissions / "empty_folder").mkdir()
     before = _digest(submissions)
     out = root / "out"
     command = [sys.executable, "-m", "trnlab.course", "grade", *sorted(map(str, submissions.iterdir())),
@@ -81,7 +90,7 @@ ZERO = {"fx_square": 0, "fx_mean": 0, "fx_vowels": 0}
 
 def test_every_submission_gets_a_line_in_the_csv_with_one_column_per_exercise(graded):
     results, rows, out = graded
-    assert set(rows) == set(fixture.adversarial_notebooks())
+    assert set(rows) == {*fixture.adversarial_notebooks(), "folder_student", "empty_folder"}
     assert list(next(iter(rows.values()))) == ["student", "fx_square", "fx_mean", "fx_vowels", "total"]
     for student, row in rows.items():
         assert int(row["total"]) == sum(int(row[i]) for i in FULL) == results[student]["total"]
@@ -166,6 +175,11 @@ def test_redefined_check_and_fake_grader_output_earn_nothing(graded):
     assert set(statuses(graded, "fake_check").values()) == {"not_attempted"}
 
 
+def test_results_forged_with_a_nonce_from_history_are_not_counted(graded):
+    assert points(graded, "forged_results") == ZERO
+    assert set(statuses(graded, "forged_results").values()) == {"not_graded"}
+
+
 def test_monkeypatched_numpy_and_checkers_are_undone_while_checking(graded):
     result = graded[0]["monkeypatch"]["exercises"]
     assert points(graded, "monkeypatch") == ZERO
@@ -173,6 +187,26 @@ def test_monkeypatched_numpy_and_checkers_are_undone_while_checking(graded):
     tampered = result["fx_square"]["tampered"]
     assert "numpy.allclose" in tampered and "trnlab.course.exercises.evaluate" in tampered
     assert any("check_square (its code)" in t for t in tampered)
+
+
+def test_folder_submission_grades_its_notebook_and_ignores_scratch_and_checkpoints(graded):
+    assert points(graded, "folder_student") == {**FULL, "fx_vowels": 0}
+    problems = graded[0]["folder_student"]["problems"]
+    assert any("scratch.ipynb" in p and "ignored" in p for p in problems)
+    assert len(graded[0]["folder_student"]["notebooks"]) == 1
+
+
+def test_empty_folder_is_not_submitted(graded):
+    assert points(graded, "empty_folder") == ZERO
+    assert set(statuses(graded, "empty_folder").values()) == {"not_submitted"}
+
+
+def test_feedback_tells_the_student_what_happened(graded):
+    feedback = (graded[2] / "feedback" / "os_exit.md").read_text()
+    assert feedback.startswith("# Feedback for os_exit: 6/6 points")
+    assert "the kernel died while running cell" in feedback
+    feedback = (graded[2] / "feedback" / "monkeypatch.md").read_text()
+    assert "the notebook had replaced" in feedback and "numpy.allclose" in feedback
 
 
 # ----------------------------------------------------------------------------- without a kernel

@@ -338,7 +338,9 @@ async def _run_notebook(nb: nbformat.NotebookNode, notebook: str, workdir: Path,
                 client.timeout = int(max(1, min(limit, remaining)))
                 cell = exec_nb.cells[index]
                 try:
-                    await client.async_execute_cell(cell, index)
+                    # The grader's own cells stay out of IPython's history (In, _ih), so the notebook
+                    # cannot read the setup cell's nonce back from it.
+                    await client.async_execute_cell(cell, index, store_history=step.kind == "cell")
                 except CellTimeoutError:
                     limit = client.timeout
                     if step.kind == "setup":
@@ -418,36 +420,47 @@ def _ungraded(notebooks: list[str], status: str, message: str) -> dict[str, Exer
             for nbname in notebooks for ex in exercises_of(nbname)}
 
 
+def _rank(path: Path, nb: nbformat.NotebookNode | None, name: str) -> tuple:
+    """Which of several files claiming to be notebook `name` to grade: readable, with exercise
+    cells, named like the notebook, then the first in order."""
+    has_exercises = nb is not None and any(i in registry.REGISTRY for i in find_exercise_cells(nb))
+    return (nb is None, not has_exercises, path.stem != name)
+
+
 def grade_submission(submission: Submission, assignment: list[str], config: GradeConfig) -> StudentGrade:
     """Grade every assignment notebook in one student's submission; never raises."""
     grade = StudentGrade(submission.student, str(submission.source),
                          _ungraded(assignment, "not_submitted", "no notebook for it was found in the submission"))
     if not submission.notebooks:
         grade.problems.append(f"{submission.source}: no .ipynb file in the submission")
-    chosen: dict[str, Path] = {}
+    files: list[tuple[Path, nbformat.NotebookNode | None, str | None, str | None]] = []  # path, nb, name, error
     for path in submission.notebooks:
         try:
-            nb = read_notebook(path)
-        except (NotANotebook, OSError) as error:
-            name = identify_notebook(path, None, assignment) or (assignment[0] if len(assignment) == 1 else None)
-            grade.problems.append(f"{path}: {error}")
-            grade.notebooks.append(NotebookRun(str(path), name, problems=[str(error)]))
-            if name:
-                grade.exercises.update(_ungraded([name], "not_graded", f"the file could not be read: {error}"))
-            continue
-        name = identify_notebook(path, nb, assignment) or (assignment[0] if len(assignment) == 1 else None)
+            nb, error = read_notebook(path), None
+        except (NotANotebook, OSError) as problem:
+            nb, error = None, str(problem)
+        files.append((path, nb, identify_notebook(path, nb, assignment), error))
+    if len(assignment) == 1 and not any(name for _, _, name, _ in files):
+        # One notebook graded and nothing in this submission says which file it is: all are candidates.
+        files = [(path, nb, assignment[0], error) for path, nb, _, error in files]
+    candidates: dict[str, list[tuple]] = {}
+    for path, nb, name, error in files:
         if name not in assignment:
             grade.problems.append(f"{path}: not one of the graded notebooks ({', '.join(assignment)}); ignored")
-            continue
-        if name in chosen:
-            keep = path if path.stem == name else chosen[name]
-            grade.problems.append(f"{path} and {chosen[name]} are both {name}; graded {keep}")
-            chosen[name] = keep
         else:
-            chosen[name] = path
-    for name, path in chosen.items():
+            candidates.setdefault(name, []).append((path, nb, error))
+    for name, found in candidates.items():
+        path, nb, error = min(found, key=lambda f: _rank(f[0], f[1], name))
+        if len(found) > 1:
+            others = ", ".join(str(f[0]) for f in found if f[0] != path)
+            grade.problems.append(f"several files are {name}: graded {path}, ignored {others}")
         run = NotebookRun(str(path), name)
         grade.notebooks.append(run)
+        if error:
+            grade.problems.append(f"{path}: {error}")
+            run.problems.append(error)
+            grade.exercises.update(_ungraded([name], "not_graded", f"the file could not be read: {error}"))
+            continue
         try:
             grade.exercises.update(grade_notebook(path, name, config, run))
         except Exception as error:  # the grader itself failed on this notebook: say so, keep going
