@@ -286,7 +286,7 @@ def _write_profile(result: KernelRun, options: dict) -> dict:
         raise FileExistsError(f"{trace_path} exists; pass overwrite=True")
     result.timeline.to_chrome_trace(trace_path)
     profile = result.profile()
-    summary = profile.to_dict() if hasattr(profile, "to_dict") else dict(getattr(profile, "__dict__", {}))
+    summary = profile.as_dict()
     summary_path = os.path.join(directory, os.path.splitext(trace_name)[0] + "_summary.json")
     with open(summary_path, "w") as f:
         json.dump(summary, f, indent=2, default=str)

@@ -29,7 +29,7 @@ HBM_KINDS = ("hbm", "shared_hbm", "private_hbm")
 
 class NkiTensor:
     __slots__ = ("shape", "dtype", "buffer", "name", "_owner", "_hw", "_index", "_ap", "_emit",
-                 "_launch", "_view_cache", "_storage", "__weakref__")
+                 "_launch", "_view_cache", "_storage", "_views", "__weakref__")
 
     def __init__(self, shape, dtype, buffer, name=""):
         self.shape = tuple(shape)
@@ -44,12 +44,15 @@ class NkiTensor:
         self._launch = None
         self._view_cache = None
         self._storage = None          # shape in memory when it differs (reductions keep size-1 axes)
+        self._views = None            # HBM tensors: slice views already made (tiles are re-read often)
 
     # -- construction ---------------------------------------------------------------------
     @classmethod
     def allocation(cls, hw, buffer, launch, shape=None):
         t = cls(hw.shape if shape is None else shape, hw.dtype, buffer, hw.name)
         t._hw, t._launch = hw, launch   # _owner stays None: no self-reference, so refcounting frees it
+        if buffer not in ON_CHIP:
+            t._views = {}
         return t
 
     @classmethod
@@ -122,8 +125,13 @@ class NkiTensor:
         return self
 
     def __getitem__(self, key) -> "NkiTensor":
-        self._ready()
-        key = key if isinstance(key, tuple) else (key,)
+        if self._emit is not None:
+            self._ready()
+        key = key if type(key) is tuple else (key,)
+        if self._index is None and self._ap is None and len(key) == len(self.shape):
+            view = self._slice_whole(key)        # the common case: t[a:b, c:d] of a whole tensor
+            if view is not None:
+                return view
         if self._ap is not None or (self._index is not None and any(isinstance(e, np.ndarray) for e in self._index)):
             raise NKIError("indexing a tile that was itself made with an access pattern (nl.arange/nl.mgrid, .ap) "
                            "is not supported; index the original tensor once")
@@ -184,6 +192,35 @@ class NkiTensor:
             raise OutOfBoundsError(f"too many indices for a {self.ndim}-d tensor", value=len(key), limit=self.ndim)
         view._index = tuple(index)
         view.shape = tuple(shape)
+        return view
+
+    def _slice_whole(self, key):
+        """Fast path of __getitem__: only slices, on a whole tensor (None if the key is anything else)."""
+        cache = self._views
+        if cache is not None:
+            try:
+                cache_key = tuple((k.start, k.stop, k.step) for k in key)
+                view = cache.get(cache_key)
+                if view is not None:
+                    return view
+            except AttributeError:               # not all slices
+                return None
+        index, shape = [], []
+        for k, extent in zip(key, self.shape):
+            if type(k) is not slice:
+                return None
+            start = 0 if k.start is None else int(k.start)
+            stop = extent if k.stop is None else int(k.stop)
+            step = 1 if k.step is None else int(k.step)
+            if step <= 0 or start < 0 or stop > extent or start > stop:
+                return None                      # let the general path report it
+            n = (stop - start + step - 1) // step
+            index.append(slice(start, start + (n - 1) * step + 1 if n else start, step))
+            shape.append(n)
+        view = NkiTensor(shape, self.dtype, self.buffer, self.name)
+        view._owner, view._hw, view._launch, view._index = self._base(), self._hw, self._launch, tuple(index)
+        if cache is not None:
+            cache[cache_key] = view
         return view
 
     def __setitem__(self, key, value) -> None:
