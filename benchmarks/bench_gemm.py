@@ -35,7 +35,7 @@ def full_mode(n: int = 2048, repeats: int = 3) -> dict:
     rng = np.random.default_rng(0)
     A = rng.standard_normal((n, n)).astype(np.float32)
     B = rng.standard_normal((n, n)).astype(np.float32)
-    numpy_s = best_of(lambda: A @ B, repeats)
+    numpy_s = best_of(lambda: A @ B, repeats)      # NumPy uses all cores (BLAS threads)
     result = {}
 
     def simulate():
@@ -53,13 +53,14 @@ def full_mode(n: int = 2048, repeats: int = 3) -> dict:
 def timing_mode(n: int = 8192) -> dict:
     """Run in its own process: peak RSS is then this benchmark's."""
     from trnlab.hardware import gemm
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     _, core = gemm.run_gemm(shape=(n, n, n), mode="timing")
-    wall = time.perf_counter() - t0
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     prof = core.profile()
     rss_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss     # KiB on Linux
-    return {"shape": n, "instructions": len(core.timeline), "wall_s": wall,
-            "instructions_per_s": len(core.timeline) / wall, "peak_rss_mib": rss_kib / 1024,
+    return {"shape": n, "instructions": len(core.timeline), "wall_s": wall, "cpu_s": cpu,
+            "instructions_per_s": len(core.timeline) / wall,
+            "instructions_per_cpu_s": len(core.timeline) / cpu, "peak_rss_mib": rss_kib / 1024,
             "simulated_ms": core.now / 1e6, "mfu": prof.mfu, "mbu": prof.mbu}
 
 
@@ -88,8 +89,9 @@ def main():
                              check=True, capture_output=True, text=True).stdout
         r = json.loads(out)
         print(f"timing-only mode  {r['shape']}^3 GEMM, {r['instructions']} instructions")
-        print(f"  wall clock               {r['wall_s']:9.2f} s")
-        print(f"  instructions per second  {r['instructions_per_s']:9.0f}   (target >= 200,000)")
+        print(f"  wall clock               {r['wall_s']:9.2f} s   (CPU time {r['cpu_s']:.2f} s)")
+        print(f"  instructions per second  {r['instructions_per_s']:9.0f}   (target >= 200,000; "
+              f"per CPU second: {r['instructions_per_cpu_s']:.0f})")
         print(f"  peak RSS                 {r['peak_rss_mib']:9.0f} MiB (target < 1024 MiB)")
         print(f"  simulated time {r['simulated_ms']:.2f} ms, MFU {r['mfu']:.1%}, MBU {r['mbu']:.1%}")
 

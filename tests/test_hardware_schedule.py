@@ -76,11 +76,26 @@ def test_write_after_write_and_disjoint_regions():
     core = NeuronCore(SPEC, mode="timing")
     x = core.sbuf.allocate((128, 1024), "float32")
     a = core.timeline[core.memset(x[:, 0:512], 1.0, engine="vector")]
-    b = core.timeline[core.memset(x[:, 512:1024], 2.0, engine="gpsimd")]
+    b = core.timeline[core.memset(x[:, 512:1024], 2.0, engine="scalar")]
     assert b.start_ns == 0.0                                  # disjoint halves: no dependency
-    c = core.timeline[core.memset(x[:, 256:768], 3.0, engine="gpsimd")]
+    c = core.timeline[core.memset(x[:, 256:768], 3.0, engine="scalar")]
     assert c.start_ns == pytest.approx(max(a.end_ns, b.end_ns))   # overlaps both: WAW
     assert c.waited_for in (a.index, b.index)
+
+
+def test_vector_and_gpsimd_share_the_sbuf_port_vector_and_scalar_the_psum_port():
+    core = NeuronCore(SPEC, mode="timing")
+    x = core.sbuf.allocate((128, 512), "float32")
+    y = core.sbuf.allocate((128, 512), "float32")
+    p = core.psum.allocate((128, 512), "float32")
+    q = core.psum.allocate((128, 512), "float32")
+    v = core.timeline[core.memset(x, 0.0, engine="vector")]
+    g = core.timeline[core.memset(y, 0.0, engine="gpsimd")]      # other data, but same SBUF port
+    assert g.start_ns == pytest.approx(v.end_ns) and g.waited_for == v.index
+    s = core.timeline[core.memset(p, 0.0, engine="scalar")]      # PSUM: free of the SBUF port
+    assert s.start_ns == 0.0
+    v2 = core.timeline[core.memset(q, 0.0, engine="vector")]     # PSUM port held by the scalar op
+    assert v2.start_ns >= s.end_ns
 
 
 def test_accumulating_matmuls_do_not_wait_for_each_other_but_readers_wait_for_all():

@@ -34,6 +34,9 @@ _wait_reads = scheduler.wait_reads
 _wait_write = scheduler.wait_write
 _record_reads = scheduler.record_reads
 _record_write = scheduler.record_write
+_overlap = scheduler.overlap
+_compact = scheduler._compact
+_MAX_RECORDS = scheduler.MAX_RECORDS
 
 
 def _view(x, what: str) -> View:
@@ -78,6 +81,8 @@ class NeuronCore:
         self._records = self.timeline.records
         self._free = [0.0] * len(self.engines)     # when each engine (queue) is free
         self._hbm_free = 0.0                        # the shared HBM channel
+        self._sbuf_port = (0.0, -1)                 # (free at, last user) shared by DVE and POOL
+        self._psum_port = (0.0, -1)                 # shared by DVE and ACT
         self._next_queue = 0
         self._now = 0.0
         # tensor engine state: the stationary tile loaded, when its load ended, last matmul start
@@ -170,19 +175,33 @@ class NeuronCore:
         return cycles * self._clock_ns[eid]
 
     def _issue(self, eid, opcode, dur, reads, write, flops=0.0):
-        """Schedule a compute-engine instruction that reads `reads` and writes `write`."""
+        """Schedule a Vector / Scalar / GpSimd instruction that reads `reads`, writes `write`.
+
+        Besides its queue and its data it waits for a shared memory port [PERF]: Vector and
+        GpSimd cannot access SBUF at the same time, Vector and Scalar cannot access PSUM at the
+        same time (the port is granted in issue order)."""
         start, waited = _wait_reads(reads, self._free[eid], -1)
         start, waited, _ = _wait_write(write, start, waited)
-        end = start + dur
-        idx = len(self._records)
-        _record_reads(reads, end, idx)
-        _record_write(write, end, idx)
         sbuf = psum = 0
         for v in reads + (write,):
             if v.tensor.kind == "sbuf":
                 sbuf += v.nbytes
             else:
                 psum += v.nbytes
+        sbuf_port = sbuf and eid != ACT             # DVE and POOL share the SBUF port
+        psum_port = psum and eid != POOL            # DVE and ACT share the PSUM port
+        if sbuf_port and self._sbuf_port[0] > start:
+            start, waited = self._sbuf_port
+        if psum_port and self._psum_port[0] > start:
+            start, waited = self._psum_port
+        end = start + dur
+        idx = len(self._records)
+        _record_reads(reads, end, idx)
+        _record_write(write, end, idx)
+        if sbuf_port:
+            self._sbuf_port = (end, idx)
+        if psum_port:
+            self._psum_port = (end, idx)
         return self._append(eid, opcode, start, end, end, flops, 0, sbuf, psum, waited)
 
     def _inputs(self, *views):
@@ -224,10 +243,18 @@ class NeuronCore:
             self._matmul_values(dst, st, mv, K, M, N, accumulate)
 
         # --- time: LoadStationary in the background, MultiplyMoving busy, result after drain ---
-        start, waited = _wait_reads((mv,), self._free[PE], -1)
+        # (the scheduler's helpers are inlined here: this is the innermost loop of every GEMM)
+        start = self._free[PE]
+        waited = -1
+        vb = mv.box
+        for box, ready, i, _ in mv.tensor._writes:           # RAW on the moving tile
+            if ready > start and (box is None or vb is None or _overlap(box, vb)):
+                start = ready
+                waited = i
         last = self._stationary
-        version = st.tensor.version
-        if last is not st and (last is None or last.tensor is not st.tensor or last.box != st.box) \
+        st_tensor = st.tensor
+        version = st_tensor.version
+        if last is not st and (last is None or last.tensor is not st_tensor or last.box != st.box) \
                 or version != self._stationary_version:
             # a new stationary tile: its load starts once the data is there and the previous
             # matmul has taken its weights out of the shadow buffer
@@ -246,10 +273,20 @@ class NeuronCore:
         if group_ready > ready:
             ready = group_ready
         self._last_mm_start = start
-        idx = len(self._records)
-        _record_reads((st, mv), end, idx)
+        records = self._records
+        idx = len(records)
+        for v in (st, mv):
+            reads = v.tensor._reads
+            reads.append((v.box, end, idx))
+            if len(reads) > _MAX_RECORDS:
+                _compact(reads)
         _record_write(dst, ready, idx, True)
-        return self._append(PE, "nc_matmul", start, end, ready, flops, 0, sbuf, psum, waited)
+        records.append((PE, "nc_matmul", start, end, ready, flops, 0, sbuf, psum, waited,
+                        self.note))
+        self._free[PE] = end
+        if ready > self._now:
+            self._now = ready
+        return idx
 
     def _check_matmul(self, dst, stationary, moving):
         dst = _view(dst, "dst")
