@@ -1,0 +1,182 @@
+"""Causal multi-head attention, forward (flash-style online softmax) and backward (recomputing the scores).
+
+Layout: q, k, v [B, H, T, d] as trnlab.model.gpt makes them ((B, nh, T, hs) after the head split),
+d <= 128; out [B, H, T, d]; lse [B, H, T] fp32 (the log-sum-exp of each query's scaled scores, which
+the backward needs). Every (batch, head) pair is processed in turn; inside one, queries and keys go in
+tiles of 128 positions.
+
+Forward, per query tile i (rows on the partitions), over key tiles j <= i (later ones are all masked):
+
+    s    = scale * q_i @ k_j.T  (+ -1e30 above the diagonal)   qT_i [d, Tq] stationary, kT_j [d, Tk] moving
+    m'   = max(m, rowmax(s));  alpha = exp(m - m')            the running max and the rescale of old sums
+    p    = exp(s - m');  l = l * alpha + rowsum(p)            one Scalar-engine activation gives p and rowsum
+    acc  = acc * alpha + p @ v_j                              pT_j [Tk, Tq] stationary, v_j [Tk, d] moving
+    out  = acc / l,  lse = m + log(l)
+
+so the [T, T] score matrix never exists whole: one [128, 128] block at a time, in PSUM then SBUF.
+q and k arrive token-major and are transposed on the Tensor engine (nc_transpose), as is p. The causal
+mask of a diagonal block is built with iota (query index - key index >= 0); AWS's kernels use
+nisa.affine_select for this, which trnlab.nki does not provide.
+
+Backward (FlashAttention-2 order), per key tile j, over query tiles i >= j, with p recomputed from lse:
+
+    p  = exp(s - lse_i);          dv_j += p.T @ dout_i          (p [Tq, Tk] is already the stationary)
+    dp = dout_i @ v_j.T;          ds = p * (dp - D_i) * scale,  D_i = rowsum(dout_i * out_i)
+    dk_j += ds.T @ q_i;           dq_i += ds @ k_j              (dsT from one nc_transpose)
+
+dk_j and dv_j accumulate in PSUM over i; dq_i in SBUF (fp32) over j.
+"""
+from __future__ import annotations
+
+import math
+
+import trnlab.nki as nki
+import trnlab.nki.isa as nisa
+import trnlab.nki.language as nl
+from trnlab.kernels.common import num_tiles, tile_extent, transpose_to_sbuf
+
+MASKED = -1.0e30            # added to scores above the diagonal: exp() of it is exactly 0 in fp32
+
+
+def _causal_bias(q0: int, rows: int, k0: int, cols: int):
+    """[rows, cols] fp32: 0 where key k0+f <= query q0+p, MASKED elsewhere (iota of the index difference)."""
+    i_p = nl.arange(rows)[:, None]
+    i_f = nl.arange(cols)[None, :]
+    offset = nl.ndarray((rows, cols), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.iota(dst=offset, expr=(q0 - k0) + i_p - i_f)                               # query - key
+    allowed = nl.greater_equal(offset, 0.0, dtype=nl.float32)                       # 1.0 / 0.0
+    bias = nl.ndarray((rows, cols), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_scalar(dst=bias, data=allowed, op0=nl.subtract, operand0=1.0, op1=nl.multiply,
+                       operand1=-MASKED)                                           # 0 or -1e30
+    return bias
+
+
+def _scores(qT, kT, scale: float, q0: int, rows: int, k0: int, cols: int):
+    """scale * q @ k.T for one block, causally masked if the block reaches past the diagonal: [rows, cols] fp32."""
+    product = nl.ndarray((rows, cols), dtype=nl.float32, buffer=nl.psum)
+    nisa.nc_matmul(dst=product, stationary=qT, moving=kT)
+    scores = nl.ndarray((rows, cols), dtype=nl.float32, buffer=nl.sbuf)
+    if k0 + cols - 1 > q0:                                                          # some keys are in the future
+        nisa.scalar_tensor_tensor(dst=scores, data=product, op0=nl.multiply, operand0=scale, op1=nl.add,
+                                  operand1=_causal_bias(q0, rows, k0, cols))
+    else:
+        nisa.tensor_scalar(dst=scores, data=product, op0=nl.multiply, operand0=scale)
+    return scores
+
+
+def _check(q, k, v):
+    B, H, T, d = q.shape
+    if tuple(k.shape) != (B, H, T, d) or tuple(v.shape) != (B, H, T, d):
+        raise ValueError(f"attention: q, k, v must all be [B, H, T, d]; got {q.shape}, {k.shape}, {v.shape}")
+    if d > nl.tile_size.pmax:
+        raise ValueError(f"attention: head size d={d} exceeds {nl.tile_size.pmax} partitions (the contraction "
+                         f"of q @ k.T runs over d)")
+    return B, H, T, d
+
+
+@nki.jit
+def causal_attention(q, k, v, scale=None, return_lse=False):
+    """softmax(q @ k.T * scale + causal mask) @ v for q, k, v [B, H, T, d] -> out [B, H, T, d]
+    (and lse [B, H, T] fp32 with return_lse=True, for causal_attention_backward). scale: 1/sqrt(d)."""
+    B, H, T, d = _check(q, k, v)
+    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    out = nl.ndarray((B, H, T, d), dtype=q.dtype, buffer=nl.shared_hbm)
+    lse = nl.ndarray((B, H, T), dtype=nl.float32, buffer=nl.shared_hbm)
+    P = nl.tile_size.pmax
+    for b in nl.affine_range(B):
+        for h in nl.affine_range(H):
+            for i in nl.affine_range(num_tiles(T, P)):
+                q0, rows = tile_extent(i, P, T)
+                qT = transpose_to_sbuf(nl.load(q[b, h, q0:q0 + rows, :]))           # [d, rows]
+                running_max = nl.full((rows, 1), MASKED, dtype=nl.float32)
+                running_sum = nl.zeros((rows, 1), dtype=nl.float32)
+                acc = nl.zeros((rows, d), dtype=nl.float32)
+                for j in nl.sequential_range(num_tiles(q0 + rows, P)):             # key tiles up to the diagonal
+                    k0, cols = tile_extent(j, P, T)
+                    kT = transpose_to_sbuf(nl.load(k[b, h, k0:k0 + cols, :]))       # [d, cols]
+                    v_tile = nl.load(v[b, h, k0:k0 + cols, :])                       # [cols, d]
+                    scores = _scores(qT, kT, scale, q0, rows, k0, cols)              # [rows, cols]
+                    block_max = nl.max(scores, axis=1, keepdims=True)
+                    new_max = nl.maximum(running_max, block_max)
+                    neg_max = nl.multiply(new_max, -1.0)
+                    alpha = nl.ndarray((rows, 1), dtype=nl.float32, buffer=nl.sbuf)
+                    nisa.activation(dst=alpha, op=nl.exp, data=running_max, bias=neg_max)
+                    probs = nl.ndarray((rows, cols), dtype=nl.float32, buffer=nl.sbuf)
+                    block_sum = nl.ndarray((rows, 1), dtype=nl.float32, buffer=nl.sbuf)
+                    nisa.activation(dst=probs, op=nl.exp, data=scores, bias=neg_max,
+                                    reduce_op=nl.add, reduce_res=block_sum)
+                    running_sum = nl.add(nl.multiply(running_sum, alpha), block_sum)
+                    probs_T = transpose_to_sbuf(probs, dtype=v.dtype)                # [cols, rows]
+                    pv = nl.ndarray((rows, d), dtype=nl.float32, buffer=nl.psum)
+                    nisa.nc_matmul(dst=pv, stationary=probs_T, moving=v_tile)
+                    nisa.scalar_tensor_tensor(dst=acc, data=acc, op0=nl.multiply, operand0=alpha,
+                                              op1=nl.add, operand1=pv)
+                    running_max = new_max
+                o_tile = nl.multiply(acc, nl.reciprocal(running_sum), dtype=q.dtype)
+                nl.store(out[b, h, q0:q0 + rows, :], value=o_tile)
+                if return_lse:
+                    nl.store(lse[b, h, q0:q0 + rows], value=nl.add(nl.log(running_sum), running_max))
+    return (out, lse) if return_lse else out
+
+
+@nki.jit
+def causal_attention_backward(q, k, v, out, grad_out, lse, scale=None):
+    """Gradients of causal_attention: (grad_q, grad_k, grad_v), each [B, H, T, d] in q's dtype.
+
+    out and lse are the forward's outputs (causal_attention(..., return_lse=True))."""
+    B, H, T, d = _check(q, k, v)
+    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    grad_q = nl.ndarray((B, H, T, d), dtype=q.dtype, buffer=nl.shared_hbm)
+    grad_k = nl.ndarray((B, H, T, d), dtype=q.dtype, buffer=nl.shared_hbm)
+    grad_v = nl.ndarray((B, H, T, d), dtype=q.dtype, buffer=nl.shared_hbm)
+    P = nl.tile_size.pmax
+    n_tiles = num_tiles(T, P)
+    for b in nl.affine_range(B):
+        for h in nl.affine_range(H):
+            # per query tile: the operands every key tile needs, loaded and transposed once
+            q_rows, qT, dout_rows, doutT, neg_lse, delta, dq = [], [], [], [], [], [], []
+            for i in nl.affine_range(n_tiles):
+                q0, rows = tile_extent(i, P, T)
+                q_tile = nl.load(q[b, h, q0:q0 + rows, :])                            # [rows, d]
+                dout_tile = nl.load(grad_out[b, h, q0:q0 + rows, :])
+                q_rows.append(q_tile)
+                qT.append(transpose_to_sbuf(q_tile))                                  # [d, rows]
+                dout_rows.append(dout_tile)
+                doutT.append(transpose_to_sbuf(dout_tile))
+                lse_column = nl.ndarray((rows, 1), dtype=nl.float32, buffer=nl.sbuf)
+                nisa.dma_copy(dst=lse_column, src=lse[b, h, q0:q0 + rows])
+                neg_lse.append(nl.multiply(lse_column, -1.0))
+                o_tile = nl.load(out[b, h, q0:q0 + rows, :], dtype=nl.float32)
+                delta.append(nl.sum(nl.multiply(nl.copy(dout_tile, dtype=nl.float32), o_tile),
+                                    axis=1, keepdims=True))                          # D_i [rows, 1]
+                dq.append(nl.zeros((rows, d), dtype=nl.float32))
+            for j in nl.affine_range(n_tiles):
+                k0, cols = tile_extent(j, P, T)
+                k_tile = nl.load(k[b, h, k0:k0 + cols, :])                            # [cols, d]
+                kT = transpose_to_sbuf(k_tile)                                        # [d, cols]
+                vT = transpose_to_sbuf(nl.load(v[b, h, k0:k0 + cols, :]))             # [d, cols]
+                dv_acc = nl.ndarray((cols, d), dtype=nl.float32, buffer=nl.psum)
+                dk_acc = nl.ndarray((cols, d), dtype=nl.float32, buffer=nl.psum)
+                for i in nl.sequential_range(j, n_tiles):                             # query tiles at or after j
+                    q0, rows = tile_extent(i, P, T)
+                    scores = _scores(qT[i], kT, scale, q0, rows, k0, cols)            # [rows, cols]
+                    probs = nl.ndarray((rows, cols), dtype=nl.float32, buffer=nl.sbuf)
+                    nisa.activation(dst=probs, op=nl.exp, data=scores, bias=neg_lse[i])
+                    probs_lp = nl.copy(probs, dtype=q.dtype)
+                    nisa.nc_matmul(dst=dv_acc, stationary=probs_lp, moving=dout_rows[i])   # += p.T @ dout_i
+                    dprobs = nl.ndarray((rows, cols), dtype=nl.float32, buffer=nl.psum)
+                    nisa.nc_matmul(dst=dprobs, stationary=doutT[i], moving=vT)        # dout_i @ v_j.T
+                    centered = nl.subtract(dprobs, delta[i])                          # dp - D_i
+                    dscores = nl.ndarray((rows, cols), dtype=q.dtype, buffer=nl.sbuf)
+                    nisa.scalar_tensor_tensor(dst=dscores, data=centered, op0=nl.multiply, operand0=scale,
+                                              op1=nl.multiply, operand1=probs)
+                    nisa.nc_matmul(dst=dk_acc, stationary=dscores, moving=q_rows[i])  # += ds.T @ q_i
+                    dq_part = nl.ndarray((rows, d), dtype=nl.float32, buffer=nl.psum)
+                    nisa.nc_matmul(dst=dq_part, stationary=transpose_to_sbuf(dscores), moving=k_tile)
+                    nisa.tensor_tensor(dst=dq[i], data1=dq[i], data2=dq_part, op=nl.add)
+                nl.store(grad_v[b, h, k0:k0 + cols, :], value=nl.copy(dv_acc, dtype=q.dtype))
+                nl.store(grad_k[b, h, k0:k0 + cols, :], value=nl.copy(dk_acc, dtype=q.dtype))
+            for i in nl.affine_range(n_tiles):
+                q0, rows = tile_extent(i, P, T)
+                nl.store(grad_q[b, h, q0:q0 + rows, :], value=nl.copy(dq[i], dtype=q.dtype))
+    return grad_q, grad_k, grad_v
