@@ -183,3 +183,24 @@ def test_timing_mode_keeps_no_values_but_checks_rules():
     acc = core.psum.allocate((128, 512), "float32")
     core.nc_matmul(acc, x[:, 0:128], x)                        # no values: no uninitialised check
     assert len(core.timeline) == 1 and acc.data is None
+
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_bound = st.one_of(st.none(), st.integers(-300, 300))
+
+
+@settings(max_examples=200, deadline=None)
+@given(a=_bound, b=_bound, c=_bound, d=_bound, step=st.sampled_from([None, 1, 2, -1]))
+def test_views_shapes_and_boxes_agree_with_numpy(a, b, c, d, step):
+    core = NeuronCore("trn2", mode="timing")
+    t = core.hbm.allocate((200, 150), "float32")
+    index = (slice(a, b), slice(c, d, step))
+    v = t[index]
+    ref = np.arange(200 * 150).reshape(200, 150)[index]
+    assert v.shape == ref.shape
+    if ref.size:
+        rows, cols = np.divmod(ref, 150)
+        lo0, hi0, lo1, hi1 = v.box if v.box is not None else (0, 200, 0, 150)
+        assert (rows.min(), rows.max() + 1, cols.min(), cols.max() + 1) == (lo0, hi0, lo1, hi1)

@@ -127,11 +127,21 @@ class OnChipMemory:
         self.pending = []
         if not tensors:
             return
+        # Tiles of one output block share their stationary (or moving) lists: stack each list once.
+        stacks = {}
+
+        def stacked(arrays):
+            key = tuple(map(id, arrays))
+            if key not in stacks:
+                stacks[key] = arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
+            return stacks[key]
+
+        jobs = [(t, (stacked(t._pending[2]), stacked(t._pending[3]))) for t in tensors]
         with _blas.single_threaded():
-            if len(tensors) == 1:
-                tensors[0].flush()
+            if len(jobs) == 1:
+                jobs[0][0].flush(jobs[0][1])
             else:
-                list(_executor().map(Tensor.flush, tensors))
+                list(_executor().map(lambda job: job[0].flush(job[1]), jobs))
 
     @property
     def capacity(self) -> int:

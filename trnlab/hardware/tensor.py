@@ -124,13 +124,16 @@ class Tensor:
             if pending[4] >= 8192:
                 self.flush()
 
-    def flush(self):
-        """Compute deferred matmuls (see defer_matmul)."""
+    def flush(self, stacked=None):
+        """Compute deferred matmuls (see defer_matmul). `stacked`: the K-concatenated
+        (stationary, moving) arrays, if the caller already built them (shared between tiles)."""
         if self._pending is None:
             return
         view, overwrite, stationaries, movings, _ = self._pending
         self._pending = None
-        if len(stationaries) == 1:
+        if stacked is not None:
+            product = stacked[0].T @ stacked[1]
+        elif len(stationaries) == 1:
             product = stationaries[0].T @ movings[0]
         else:
             product = np.concatenate(stationaries).T @ np.concatenate(movings)
@@ -175,6 +178,29 @@ class View:
                 self.part_start, self.partitions, self.part_first = 0, 1, True
             else:
                 self.part_start, self.partitions, self.part_first = 0, shape[pa], pa == 0
+        elif (type(index) is tuple and len(index) == 2 and len(shape) == 2
+              and type(index[0]) is slice and type(index[1]) is slice
+              and index[0].step is None and index[1].step is None):
+            # fast path: t[a:b, c:d], the access of almost every tiled kernel
+            n0, n1 = shape
+            lo0, hi0, _ = index[0].indices(n0)
+            lo1, hi1, _ = index[1].indices(n1)
+            if hi0 < lo0:
+                hi0 = lo0
+            if hi1 < lo1:
+                hi1 = lo1
+            self.index = index
+            self.shape = (hi0 - lo0, hi1 - lo1)
+            self.box = None if (lo0 == 0 and hi0 == n0 and lo1 == 0 and hi1 == n1) \
+                else (lo0, hi0, lo1, hi1)
+            self.basic = True
+            if pa is None:
+                self.part_start, self.partitions, self.part_first = 0, 1, True
+            elif pa == 0:
+                self.part_start, self.partitions, self.part_first = lo0, hi0 - lo0, True
+            else:
+                self.part_start, self.partitions = lo1, hi1 - lo1
+                self.part_first = False
         else:
             if type(index) is not tuple:
                 index = (index,)
@@ -191,10 +217,11 @@ class View:
         tensor = self.tensor
         shape = tensor.shape
         ndim = len(shape)
-        if any(i is Ellipsis for i in index):
-            k = next(j for j, i in enumerate(index) if i is Ellipsis)
-            fill = ndim - (len(index) - 1)
-            index = index[:k] + (slice(None),) * fill + index[k + 1:]
+        for k, i in enumerate(index):
+            if i is Ellipsis:
+                fill = ndim - (len(index) - 1)
+                index = index[:k] + (slice(None),) * fill + index[k + 1:]
+                break
         if len(index) > ndim:
             raise IndexError_(f"index out of range: {len(index)} indices for {ndim}-d tensor "
                               f"{tensor.name!r}", value=len(index), limit=ndim)
