@@ -90,7 +90,7 @@ def plot_active_comparison(results: Sequence[Any], aws: dict | None = None, titl
         ax.set_ylim(0, 112)
         ax.grid(axis="y", alpha=0.3)
     axes[0].set_ylabel("% of the kernel's time")
-    axes[0].legend(fontsize=7, loc="upper right")
+    axes[-1].legend(fontsize=7, loc="upper left")  # the last engine's bars are the lowest
     if title:
         fig.suptitle(title, fontsize=10)
     fig.tight_layout()
