@@ -394,3 +394,23 @@ def test_affine_select_builds_a_causal_mask():
 
     x = np.random.default_rng(6).standard_normal((64, 64)).astype(np.float32)
     np.testing.assert_allclose(kernel(x), np.where(np.tril(np.ones((64, 64), bool)), x, -9984.0), rtol=1e-6)
+
+
+def test_unmasked_math_on_a_masked_load_runs_on_the_rows_it_loaded():
+    """As in AWS's tutorials: mask the load and the store of the last partial tile, not the math."""
+    @nki.jit
+    def kernel(x):
+        rows, cols = x.shape
+        out = nl.ndarray((rows, cols), dtype=x.dtype, buffer=nl.shared_hbm)
+        i_p, i_f = nl.mgrid[0:128, 0:cols]
+        for t in nl.affine_range((rows + 127) // 128):
+            tile = nl.load(x[t * 128 + i_p, i_f], mask=(t * 128 + i_p < rows))
+            row_max = nl.max(tile, axis=1)                       # [128]: only the loaded rows
+            shifted = nl.exp(tile - row_max)
+            normalised = shifted / nl.sum(shifted, axis=1)
+            nl.store(out[t * 128 + i_p, i_f], value=normalised, mask=(t * 128 + i_p < rows))
+        return out
+
+    x = np.random.default_rng(7).standard_normal((200, 24)).astype(np.float32)
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    np.testing.assert_allclose(kernel(x), e / e.sum(axis=1, keepdims=True), rtol=1e-5, atol=1e-7)

@@ -113,7 +113,33 @@ def _operand(x, ranges):
     return _tile(x, "operand").hw_view(ranges)
 
 
-def _produce(shape, dtype, buffer, emit, accumulates=False) -> NkiTensor:
+# stands for "rows lo..hi of the partition axis" in a ranges dict (see _ranges)
+_PARTITION_ROWS = indexing.Iterator(size=0, axis=0, ndim=0)
+
+
+def _ranges(mask, *operands) -> dict:
+    """The ranges an instruction runs on: its mask, or else the valid rows of its operands.
+
+    A functional result of a masked instruction (e.g. `nl.load(x[...], mask=rows < n)` for the last,
+    partial tile) is only written on the rows the mask kept. Later unmasked element-wise calls on it
+    run on those rows too, as if the mask had been repeated: the other partitions hold garbage on the
+    hardware and are never stored, and the engines cost the same either way (they process all
+    partitions in parallel).
+    """
+    if mask is not None:
+        return indexing.restrict(mask)
+    valid = None
+    for x in operands:
+        if isinstance(x, NkiTensor):
+            if x._ap is not None:
+                return {}
+            rows = x._valid
+            if rows is not None:
+                valid = rows if valid is None else (max(valid[0], rows[0]), min(valid[1], rows[1]))
+    return {} if valid is None else {_PARTITION_ROWS: valid}
+
+
+def _produce(shape, dtype, buffer, emit, accumulates=False, ranges=None) -> NkiTensor:
     """A pending tile: `emit(dst, accumulate)` issues its instruction once the program says where."""
     launch = runtime.current()
     core, note, site = launch.core, launch.core.note, launch.site
@@ -126,9 +152,13 @@ def _produce(shape, dtype, buffer, emit, accumulates=False) -> NkiTensor:
             raise locate(error, site)
 
     emit_at_call_site.site = site
-
     emit_at_call_site.accumulates = accumulates
-    return NkiTensor.pending(shape, hw_dtypes.as_dtype(dtype), buffer, emit_at_call_site, launch)
+    result = NkiTensor.pending(shape, hw_dtypes.as_dtype(dtype), buffer, emit_at_call_site, launch)
+    if ranges:
+        rows = [bounds for it, bounds in ranges.items() if it.axis == 0]
+        if rows:
+            result._valid = rows[0]
+    return result
 
 
 def _is_tile(x) -> bool:
@@ -208,7 +238,7 @@ def dma_copy(*args, dst=None, src=None, mask=None, dge_mode=None, oob_mode=None,
         dst, src = (args + (None, None))[:2] if dst is None else (dst, args[0])
     dst, src = _tile(dst, "dst"), _tile(src, "src")
     launch = _launch()
-    ranges = indexing.restrict(mask)
+    ranges = _ranges(mask, src)
     launch.core.dma_copy(dst=dst.hw_view(ranges), src=src.hw_view(ranges))
 
 
@@ -242,7 +272,7 @@ def tensor_copy(*args, **kwargs):
     destination = "dst" in kwargs or (len(args) >= 2 and _is_tile(args[1]))
     bound = dict(zip(("dst", "src") if destination else ("src",), args)) | kwargs
     src = _tile(bound["src"], "src")
-    ranges = indexing.restrict(bound.get("mask"))
+    ranges = _ranges(bound.get("mask"), src)
     engine_name = _engine(bound.get("engine"), "dve")
     launch = _launch()
 
@@ -257,7 +287,7 @@ def tensor_copy(*args, **kwargs):
     if destination:
         emit(_tile(bound["dst"], "dst"), None)
         return None
-    return _produce(src.shape, bound.get("dtype") or src.dtype, "sbuf", emit)
+    return _produce(src.shape, bound.get("dtype") or src.dtype, "sbuf", emit, ranges=ranges)
 
 
 # -- Vector / Scalar / GpSimd -------------------------------------------------------------
@@ -267,7 +297,7 @@ def tensor_tensor(*args, **kwargs):
     bound = dict(zip(("dst", "data1", "data2", "op") if destination else ("data1", "data2", "op"), args)) | kwargs
     data1, data2 = _tile(bound["data1"], "data1"), _tile(bound["data2"], "data2")
     op = op_name(bound["op"])
-    ranges = indexing.restrict(bound.get("mask"))
+    ranges = _ranges(bound.get("mask"), data1, data2)
     engine_name = _engine(bound.get("engine"), "dve")
     launch = _launch()
 
@@ -278,7 +308,7 @@ def tensor_tensor(*args, **kwargs):
     if destination:
         emit(_tile(bound["dst"], "dst"), None)
         return None
-    return _produce(data1.shape, bound.get("dtype") or _promote(data1.dtype, data2.dtype), "sbuf", emit)
+    return _produce(data1.shape, bound.get("dtype") or _promote(data1.dtype, data2.dtype), "sbuf", emit, ranges=ranges)
 
 
 def tensor_scalar(*args, **kwargs):
@@ -290,7 +320,7 @@ def tensor_scalar(*args, **kwargs):
     op0, op1 = op_name(bound["op0"]), op_name(bound.get("op1"))
     operand0, operand1 = bound["operand0"], bound.get("operand1")
     reverse0, reverse1 = bool(bound.get("reverse0", False)), bool(bound.get("reverse1", False))
-    ranges = indexing.restrict(bound.get("mask"))
+    ranges = _ranges(bound.get("mask"), data, operand0, operand1)
     engine_name = _engine(bound.get("engine"), "dve")
     launch = _launch()
 
@@ -303,7 +333,7 @@ def tensor_scalar(*args, **kwargs):
     if destination:
         emit(_tile(bound["dst"], "dst"), None)
         return None
-    return _produce(data.shape, bound.get("dtype") or data.dtype, "sbuf", emit)
+    return _produce(data.shape, bound.get("dtype") or data.dtype, "sbuf", emit, ranges=ranges)
 
 
 def tensor_reduce(*args, **kwargs):
@@ -319,7 +349,7 @@ def tensor_reduce(*args, **kwargs):
         raise NKIError("tensor_reduce: axis 0 is the partition axis; reductions run along free axes only "
                        "(use nl.transpose or nisa.nc_matmul with a ones vector to reduce across partitions)")
     keepdims, negate = bool(bound.get("keepdims", False)), bool(bound.get("negate", False))
-    ranges = indexing.restrict(bound.get("mask"))
+    ranges = _ranges(bound.get("mask"), data)
     launch = _launch()
 
     def emit(out, _accumulate):
@@ -333,7 +363,7 @@ def tensor_reduce(*args, **kwargs):
         return None
     kept = tuple(1 if a in axis else n for a, n in enumerate(data.shape))
     shape = kept if keepdims else tuple(n for a, n in enumerate(data.shape) if a not in axis)
-    return _produce_with_storage(shape, kept, bound.get("dtype") or data.dtype, emit)
+    return _produce_with_storage(shape, kept, bound.get("dtype") or data.dtype, emit, ranges=ranges)
 
 
 def activation(*args, **kwargs):
@@ -345,7 +375,7 @@ def activation(*args, **kwargs):
     op = op_name(bound["op"])
     bias, scale = bound.get("bias"), bound.get("scale", 1.0)
     reduce_res, reduce_op = bound.get("reduce_res"), bound.get("reduce_op")
-    ranges = indexing.restrict(bound.get("mask"))
+    ranges = _ranges(bound.get("mask"), data, bias, scale)
     launch = _launch()
 
     def emit(out, _accumulate):
@@ -361,7 +391,7 @@ def activation(*args, **kwargs):
     if destination:
         emit(_tile(bound["dst"], "dst"), None)
         return None
-    return _produce(data.shape, bound.get("dtype") or data.dtype, "sbuf", emit)
+    return _produce(data.shape, bound.get("dtype") or data.dtype, "sbuf", emit, ranges=ranges)
 
 
 def activation_reduce(*args, **kwargs):
@@ -500,9 +530,9 @@ def _promote(a, b):
     return hw_dtypes.float32
 
 
-def _produce_with_storage(shape, storage_shape, dtype, emit) -> NkiTensor:
+def _produce_with_storage(shape, storage_shape, dtype, emit, ranges=None) -> NkiTensor:
     """A pending tile whose memory keeps reduced axes (storage_shape) while it reports `shape`."""
-    t = _produce(tuple(storage_shape), dtype, "sbuf", emit)
+    t = _produce(tuple(storage_shape), dtype, "sbuf", emit, ranges=ranges)
     t._storage = tuple(storage_shape)
     t.shape = tuple(shape)
     return t

@@ -234,7 +234,7 @@ def load(src, *, mask=None, dtype=None, **kwargs) -> NkiTensor:
             launch.core.dma_copy(dst=staged.hw_view(ranges), src=src.hw_view(ranges))
             launch.core.tensor_copy(dst=out.hw_view(ranges), src=staged.hw_view(ranges))
 
-    return _isa._produce(src.shape, target, "sbuf", emit)
+    return _isa._produce(src.shape, target, "sbuf", emit, ranges=ranges)
 
 
 def load_transpose2d(src, *, mask=None, dtype=None, **kwargs) -> NkiTensor:

@@ -29,7 +29,7 @@ HBM_KINDS = ("hbm", "shared_hbm", "private_hbm")
 
 class NkiTensor:
     __slots__ = ("shape", "dtype", "buffer", "name", "_owner", "_hw", "_index", "_ap", "_emit",
-                 "_launch", "_view_cache", "_storage", "_views", "__weakref__")
+                 "_launch", "_view_cache", "_storage", "_views", "_valid", "__weakref__")
 
     def __init__(self, shape, dtype, buffer, name=""):
         self.shape = tuple(shape)
@@ -45,6 +45,7 @@ class NkiTensor:
         self._view_cache = None
         self._storage = None          # shape in memory when it differs (reductions keep size-1 axes)
         self._views = None            # HBM tensors: slice views already made (tiles are re-read often)
+        self._valid = None            # (lo, hi): the rows a masked functional call wrote (isa._ranges)
 
     # -- construction ---------------------------------------------------------------------
     @classmethod
