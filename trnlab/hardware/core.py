@@ -232,7 +232,7 @@ class NeuronCore:
         checked = self._matmul_checked.get(key)
         if checked is None:
             checked = self._check_matmul(dst, stationary, moving)
-            if len(self._matmul_checked) > 4096:
+            if len(self._matmul_checked) > 1024:
                 self._matmul_checked.clear()
             self._matmul_checked[key] = checked
         dst, st, mv, K, M, N, busy_ns, latency_ns, load_ns, flops, sbuf, psum = checked

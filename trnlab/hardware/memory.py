@@ -215,6 +215,9 @@ class OnChipMemory:
         if not tensor.freed:
             tensor.freed = True
             tensor._pending = None
+            # drop the values now: caches elsewhere may still hold the Tensor object
+            tensor._data = tensor._fp32 = None
+            tensor.written = None
             self.tensors.remove(tensor)
 
     def occupancy(self) -> list[dict]:

@@ -393,6 +393,7 @@ class View:
 
     def read(self) -> np.ndarray:
         """A copy of the values (checks that they were written)."""
+        self.check_live()
         self.check_initialized()
         t = self.tensor
         if t.data is None:
