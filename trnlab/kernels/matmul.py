@@ -19,7 +19,9 @@ and the weight gradient x.T @ g comes out in the same [in, out] layout with no t
 AWS's matmul tutorial, for callers that hold the transposed operand already.
 
 Tiling: output tiles of [128 rows, 512 columns] (one PSUM bank of fp32); K in tiles of 128
-partitions accumulated in PSUM. Edge tiles in M, N and K are smaller tiles (see common.py). The PSUM
+partitions accumulated in PSUM. The K tiles of one 128-row stripe of a are loaded (and transposed)
+once and reused for every N tile; b is loaded once for all stripes when it fits in 64 KiB per
+partition (any weight of a tiny GPT), otherwise once per stripe. Edge tiles in M, N and K are smaller tiles (see common.py). The PSUM
 result leaves through one instruction per engine: bias add on the Vector engine (PSUM -> SBUF), then
 the activation on the Scalar engine; without a bias the activation reads PSUM directly.
 """
@@ -29,6 +31,8 @@ import trnlab.nki as nki
 import trnlab.nki.isa as nisa
 import trnlab.nki.language as nl
 from trnlab.kernels.common import broadcast_rows, load_row, num_tiles, tile_extent, transpose_to_sbuf
+
+RESIDENT_BYTES_PER_PARTITION = 64 * 1024     # keep all of b in SBUF up to this much (a third of Trn2's 192 KiB)
 
 ACTIVATIONS = {
     None: None, "identity": None, "none": None,
@@ -83,15 +87,22 @@ def tiled_matmul(result, a, b, *, a_is_kxm: bool = False, b_is_nxk: bool = False
     TK, TM, TN = nl.tile_size.pmax, nl.tile_size.gemm_stationary_fmax, nl.tile_size.gemm_moving_fmax
     act = _activation_op(activation)
     bias_tile = broadcast_rows(load_row(bias), TM) if bias is not None else None   # [128, N] fp32
+    k_tiles, n_tiles = num_tiles(K, TK), num_tiles(N, TN)
+    # all of b stays on chip when it fits (every M stripe reuses it); else it is reloaded per stripe
+    b_bytes_per_partition = k_tiles * N * b.dtype.itemsize
+    resident = None
+    if num_tiles(M, TM) > 1 and b_bytes_per_partition <= RESIDENT_BYTES_PER_PARTITION:
+        resident = [[_moving_tile(b, *tile_extent(k, TK, K), *tile_extent(n, TN, N), b_is_nxk)
+                     for k in range(k_tiles)] for n in range(n_tiles)]
     for m in nl.affine_range(num_tiles(M, TM)):
         m0, rows = tile_extent(m, TM, M)
         stripe = _stationary_stripe(a, m0, rows, a_is_kxm)           # hoisted: reused by every N tile
-        for n in nl.affine_range(num_tiles(N, TN)):
+        for n in nl.affine_range(n_tiles):
             n0, cols = tile_extent(n, TN, N)
             acc = nl.ndarray((rows, cols), dtype=nl.float32, buffer=nl.psum)
-            for k in nl.affine_range(num_tiles(K, TK)):
+            for k in nl.affine_range(k_tiles):
                 k0, depth = tile_extent(k, TK, K)
-                moving = _moving_tile(b, k0, depth, n0, cols, b_is_nxk)
+                moving = resident[n][k] if resident else _moving_tile(b, k0, depth, n0, cols, b_is_nxk)
                 nisa.nc_matmul(dst=acc, stationary=stripe[k], moving=moving)      # accumulates over k
             out_tile = nl.ndarray((rows, cols), dtype=result.dtype, buffer=nl.sbuf)
             if bias_tile is not None:
