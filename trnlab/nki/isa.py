@@ -76,8 +76,8 @@ def op_name(op) -> str:
     name = _OP_NAMES.get(op)
     if name is not None:
         return name
-    if isinstance(op, np.ufunc):
-        return op            # the hardware knows NumPy ufuncs by their NKI names
+    if callable(op):
+        return op            # NumPy functions: the hardware knows them by their NKI names (np.add -> add)
     raise NKIError(f"unknown operator {op!r}: use nl.add, nl.exp, np.add, ... or an op name")
 
 

@@ -19,7 +19,7 @@ import math
 import numpy as np
 
 from trnlab.hardware.errors import OutOfBoundsError, ShapeMismatchError
-from trnlab.nki import indexing, runtime
+from trnlab.nki import indexing
 from trnlab.nki.errors import NKIError, locate
 from trnlab.nki.indexing import IndexExpr
 
