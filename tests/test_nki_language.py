@@ -414,3 +414,18 @@ def test_unmasked_math_on_a_masked_load_runs_on_the_rows_it_loaded():
     x = np.random.default_rng(7).standard_normal((200, 24)).astype(np.float32)
     e = np.exp(x - x.max(axis=1, keepdims=True))
     np.testing.assert_allclose(kernel(x), e / e.sum(axis=1, keepdims=True), rtol=1e-5, atol=1e-7)
+
+
+def test_mgrid_access_spreads_a_row_over_the_partitions_it_does_not_use():
+    @nki.jit
+    def kernel(x, bias):
+        rows, cols = x.shape
+        out = nl.ndarray((rows, cols), dtype=x.dtype, buffer=nl.shared_hbm)
+        i_p, i_f, i_one = nl.mgrid[0:rows, 0:cols, 0:1]
+        bias_tile = nl.load(bias.reshape((1, cols))[i_one, i_f])        # [rows, cols]: row 0 on every partition
+        nl.store(out[i_p, i_f], value=nl.add(nl.load(x[i_p, i_f]), bias_tile))
+        return out
+
+    rng = np.random.default_rng(8)
+    x, bias = rng.standard_normal((32, 16)).astype(np.float32), rng.standard_normal(16).astype(np.float32)
+    np.testing.assert_array_equal(kernel(x, bias), x + bias)

@@ -31,13 +31,18 @@ class Iterator:
 
 
 class IndexExpr:
-    """const + sum(coef * iterator): an affine index expression (what `nl.arange` arithmetic builds)."""
+    """const + sum(coef * iterator): an affine index expression (what `nl.arange` arithmetic builds).
 
-    __slots__ = ("const", "terms")
+    `grid` lists every iterator of the `nl.mgrid` the expression came from: like NumPy's mgrid, each
+    output spans the whole grid, so `w[i_one, i_f]` from `mgrid[0:128, 0:1, 0:n]` reads a [128, n]
+    tile (row 0 of w on every partition).
+    """
+
+    __slots__ = ("const", "terms", "grid")
     __array_priority__ = 1000  # so `3 * i_p` with a NumPy int on the left still comes here
 
-    def __init__(self, const: int, terms: tuple[tuple[Iterator, int], ...]):
-        self.const, self.terms = const, terms
+    def __init__(self, const: int, terms: tuple[tuple[Iterator, int], ...], grid: tuple = ()):
+        self.const, self.terms, self.grid = const, terms, grid
 
     # -- arithmetic (affine only) -------------------------------------------------
     def __add__(self, other):
@@ -45,15 +50,16 @@ class IndexExpr:
             merged = dict(self.terms)
             for it, coef in other.terms:
                 merged[it] = merged.get(it, 0) + coef
-            return IndexExpr(self.const + other.const, tuple((i, c) for i, c in merged.items() if c))
+            grid = self.grid + tuple(it for it in other.grid if all(it is not g for g in self.grid))
+            return IndexExpr(self.const + other.const, tuple((i, c) for i, c in merged.items() if c), grid)
         if isinstance(other, (int, np.integer)):
-            return IndexExpr(self.const + int(other), self.terms)
+            return IndexExpr(self.const + int(other), self.terms, self.grid)
         return NotImplemented
 
     __radd__ = __add__
 
     def __neg__(self):
-        return IndexExpr(-self.const, tuple((i, -c) for i, c in self.terms))
+        return IndexExpr(-self.const, tuple((i, -c) for i, c in self.terms), self.grid)
 
     def __sub__(self, other):
         if isinstance(other, (IndexExpr, int, np.integer)):
@@ -66,7 +72,7 @@ class IndexExpr:
     def __mul__(self, other):
         if isinstance(other, (int, np.integer)):
             k = int(other)
-            return IndexExpr(self.const * k, tuple((i, c * k) for i, c in self.terms if c * k))
+            return IndexExpr(self.const * k, tuple((i, c * k) for i, c in self.terms if c * k), self.grid)
         return NotImplemented
 
     __rmul__ = __mul__
@@ -150,11 +156,10 @@ class _MGrid:
     def __getitem__(self, key):
         single = not isinstance(key, tuple)
         key = (key,) if single else key
-        out = []
-        for axis, s in enumerate(key):
-            r = range(s.start or 0, s.stop, s.step or 1)
-            out.append(IndexExpr(r.start, ((Iterator(len(r), axis, len(key)), r.step),)))
-        return out[0] if single else tuple(out)
+        ranges = [range(s.start or 0, s.stop, s.step or 1) for s in key]
+        grid = tuple(Iterator(len(r), axis, len(key)) for axis, r in enumerate(ranges))
+        out = tuple(IndexExpr(r.start, ((it, r.step),), grid) for r, it in zip(ranges, grid))
+        return out[0] if single else out
 
 
 mgrid = _MGrid()
@@ -202,7 +207,27 @@ def expr_iterators(key) -> list[Iterator]:
         if isinstance(entry, IndexExpr):
             for it, _ in entry.terms:
                 seen[id(it)] = it
-    return sorted(seen.values(), key=lambda it: it.axis)
+            for it in entry.grid:
+                seen.setdefault(id(it), it)
+    used = {id(it) for entry in key if isinstance(entry, IndexExpr) for it, _ in entry.terms}
+    # an mgrid axis of size 1 that the access does not use adds nothing
+    return sorted((it for k, it in seen.items() if k in used or it.size > 1), key=lambda it: it.axis)
+
+
+def spreads(key, iterators: list[Iterator]) -> bool:
+    """True if the access repeats along mgrid axes it does not use (a broadcasting read)."""
+    used = {id(it) for entry in key if isinstance(entry, IndexExpr) for it, _ in entry.terms}
+    return any(id(it) not in used for it in iterators)
+
+
+def tile_shape(key, iterators: list[Iterator], ranges: dict | None = None) -> tuple[int, ...]:
+    """The tile an access pattern reads: one axis per iterator, in axis order. When the access
+    spreads along unused mgrid axes, its own size-1 free axes are dropped (w[i_one, i_f] -> [P, n])."""
+    sizes = [(ranges.get(it, (0, it.size))[1] - ranges.get(it, (0, it.size))[0]) if ranges else it.size
+             for it in iterators]
+    if not spreads(key, iterators):
+        return tuple(sizes)
+    return tuple(n for k, n in enumerate(sizes) if k == 0 or n != 1)
 
 
 def resolve(key: tuple, extents: tuple[int, ...], ranges: dict | None, what: str):
@@ -220,12 +245,12 @@ def resolve(key: tuple, extents: tuple[int, ...], ranges: dict | None, what: str
             raise IndexOutOfBoundsError(
                 f"out-of-bounds access on {what}: axis {pos} reaches [{low}, {high}] but the axis has "
                 f"extent {extent}", value=(low, high), limit=extent)
-    shape = tuple((ranges.get(it, (0, it.size))[1] - ranges.get(it, (0, it.size))[0]) if ranges else it.size
-                  for it in iterators)
+    shape = tile_shape(key, iterators, ranges)
+    spread = spreads(key, iterators)
     # A plain strided box (each axis a constant or one iterator with positive step, in axis order) -> slices.
     order = [entry.terms[0][0].axis for entry in key if isinstance(entry, IndexExpr) and len(entry.terms) == 1]
     boxable = all(not isinstance(e, IndexExpr) or (len(e.terms) == 1 and e.terms[0][1] > 0) for e in key)
-    if boxable and order == sorted(order) and len(order) == len(iterators):
+    if boxable and not spread and order == sorted(order) and len(order) == len(iterators):
         index = []
         for entry in key:
             if isinstance(entry, IndexExpr):
@@ -236,6 +261,8 @@ def resolve(key: tuple, extents: tuple[int, ...], ranges: dict | None, what: str
             else:
                 index.append(entry)
         return tuple(index), shape
-    arrays = tuple(entry.values(iterators, ranges) if isinstance(entry, IndexExpr)
-                   else np.full([1] * len(iterators), entry, dtype=np.int64) for entry in key)
+    grid = tuple((ranges.get(it, (0, it.size))[1] - ranges.get(it, (0, it.size))[0]) if ranges else it.size
+                 for it in iterators)
+    arrays = tuple(np.broadcast_to(entry.values(iterators, ranges) if isinstance(entry, IndexExpr)
+                                   else np.asarray(entry, dtype=np.int64), grid) for entry in key)
     return arrays, shape

@@ -156,7 +156,7 @@ class NkiTensor:
                 else:
                     ap.append((entry, 0, 1, None))
             view._ap = tuple(ap)
-            view.shape = tuple(it.size for it in indexing.expr_iterators(key))
+            view.shape = indexing.tile_shape(key, indexing.expr_iterators(key))
             return view
         index, shape, keys = [], [], iter(key)
         for axis, entry in enumerate(base):
