@@ -153,7 +153,8 @@ def test_file_that_is_not_a_notebook_gets_zero_and_a_reason(graded, student):
     result = graded[0][student]
     assert points(graded, student) == ZERO
     assert set(statuses(graded, student).values()) == {"not_graded"}
-    assert result["problems"] and "could not be read" in result["exercises"]["fx_mean"]["message"]
+    assert "could not be read" in result["notebooks"][0]["problems"][0]
+    assert "could not be read" in result["exercises"]["fx_mean"]["message"]
 
 
 def test_deleted_exercise_cells_lose_only_that_exercise(graded):

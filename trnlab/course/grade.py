@@ -457,8 +457,7 @@ def grade_submission(submission: Submission, assignment: list[str], config: Grad
         run = NotebookRun(str(path), name)
         grade.notebooks.append(run)
         if error:
-            grade.problems.append(f"{path}: {error}")
-            run.problems.append(error)
+            run.problems.append(f"{path.name} could not be read: {error}")
             grade.exercises.update(_ungraded([name], "not_graded", f"the file could not be read: {error}"))
             continue
         try:
@@ -570,7 +569,7 @@ def feedback_markdown(grade: StudentGrade, assignment: list[str]) -> str:
                 lines.append(f"  - the notebook had replaced {', '.join(g.tampered[:5])}; "
                              "the check ran with the original library functions")
         if run and (run.problems or run.cell_errors):
-            lines += ["", "What happened when your notebook ran:"]
+            lines += ["", "What happened when your notebook ran:" if run.kernels else "About your notebook file:"]
             lines += [f"- {p}" for p in run.problems]
             lines += [f"- {e}" for e in run.cell_errors[:10]]
             if len(run.cell_errors) > 10:
@@ -598,12 +597,15 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--notebook", action="append", default=[], metavar="NAME",
                         help="grade this course notebook (e.g. 01_training_data); repeatable; default: every "
                              "course notebook found in the submissions")
-    parser.add_argument("--extra-checks", type=Path, help="a Python file of private checks (@extra_check / @exercise)")
-    parser.add_argument("-j", "--jobs", type=int, default=1, help="submissions graded in parallel")
-    parser.add_argument("--timeout-cell", type=float, default=GradeConfig.cell_timeout, metavar="S")
-    parser.add_argument("--timeout-notebook", type=float, default=GradeConfig.notebook_timeout, metavar="S")
+    parser.add_argument("--extra-checks", type=Path, metavar="FILE",
+                        help="a Python file of private checks (@extra_check / @exercise)")
+    parser.add_argument("-j", "--jobs", type=int, default=1, help="submissions graded in parallel (default 1)")
+    parser.add_argument("--timeout-cell", type=float, default=GradeConfig.cell_timeout, metavar="S",
+                        help="seconds a cell (or one check) may run before it is interrupted (default %(default)s)")
+    parser.add_argument("--timeout-notebook", type=float, default=GradeConfig.notebook_timeout, metavar="S",
+                        help="seconds for a whole notebook, restarts included (default %(default)s)")
     parser.add_argument("--memory-limit", type=int, default=GradeConfig.memory_limit_mb, metavar="MB",
-                        help="address-space limit per kernel in MiB (0: none)")
+                        help="address-space limit per kernel in MiB, 0 for none (default %(default)s)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     args = parser.parse_args(argv)
 

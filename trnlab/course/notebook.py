@@ -37,7 +37,7 @@ def read_notebook(path: Path) -> nbformat.NotebookNode:
     try:
         content = json.loads(text)
     except json.JSONDecodeError as error:
-        raise NotANotebook(f"not valid JSON: {error.msg} at line {error.lineno}, column {error.colno}") from None
+        raise NotANotebook(f"not valid JSON: {error.msg} (line {error.lineno}, column {error.colno})") from None
     if not isinstance(content, dict) or not isinstance(content.get("cells"), list):
         raise NotANotebook("valid JSON but not a notebook: no list of 'cells'")
     try:
