@@ -359,23 +359,20 @@ class NeuronCore:
                 (t.written if dst.index is None else t.written[dst.index]).all())
         st.check_initialized()
         mv.check_initialized()
-        s32 = st.fp32().reshape(K, M)
-        m32 = mv.fp32().reshape(K, N)
-        # fp32 inputs are the tensor's own array, which later writes change: keep a copy
-        if st.tensor.dtype == dtypes.float32:
-            s32 = s32.copy()
-        if mv.tensor.dtype == dtypes.float32:
-            m32 = m32.copy()
         if accumulate:
             dst.check_initialized()
         if dst.basic and t.dtype == dtypes.float32:
-            t.defer_matmul(dst, s32, m32, accumulate)      # computed when next read (PSUM groups)
+            # computed when the PSUM tile is next read, together with the rest of its group
+            t.defer_matmul(dst, st.tensor.snapshot(st), mv.tensor.snapshot(mv), accumulate)
             dst.mark_written()
-        elif accumulate:
-            dst.write((dst.values().astype(np.float32) + (s32.T @ m32).reshape(dst.shape))
+            return
+        product = (np.asarray(st.values(), np.float32).reshape(K, M).T
+                   @ np.asarray(mv.values(), np.float32).reshape(K, N))
+        if accumulate:
+            dst.write((dst.values().astype(np.float32) + product.reshape(dst.shape))
                       .astype(t.dtype))
         else:
-            self._store(dst, s32.T @ m32)
+            self._store(dst, product)
 
     def _pe_issue(self, opcode, st, reads, dst, K, M, N, fp32, flops, sbuf, psum):
         """Schedule a Tensor-engine instruction other than nc_matmul (nc_transpose): the array

@@ -127,21 +127,37 @@ class OnChipMemory:
         self.pending = []
         if not tensors:
             return
-        # Tiles of one output block share their stationary (or moving) lists: stack each list once.
         stacks = {}
 
-        def stacked(arrays):
-            key = tuple(map(id, arrays))
+        def stacked(snapshots):
+            """The fp32 [sum K, F] operand of a group. Snapshots of whole 2-D tiles are stacked
+            as whole arrays (shared between the tiles of a block) and sliced afterwards."""
+            first_index = snapshots[0][1]
+            simple = all(s[3] for s in snapshots) and all(
+                s[0].shape == snapshots[0][0].shape and s[1] == first_index for s in snapshots)
+            key = tuple(id(s[0]) for s in snapshots)
+            if not simple:
+                key = key + (id(snapshots),)
             if key not in stacks:
-                stacks[key] = arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
-            return stacks[key]
+                if simple:
+                    bases = [s[0] for s in snapshots]
+                    whole = (bases[0] if len(bases) == 1 else np.concatenate(bases)).astype(
+                        np.float32, copy=False)
+                else:
+                    parts = [s[0][s[1]].reshape(s[2], -1) for s in snapshots]
+                    whole = np.concatenate(parts).astype(np.float32, copy=False)
+                stacks[key] = whole
+            whole = stacks[key]
+            if simple and first_index is not None:
+                return whole[:, first_index[1]].reshape(whole.shape[0], -1)
+            return whole
 
-        jobs = [(t, (stacked(t._pending[2]), stacked(t._pending[3]))) for t in tensors]
+        jobs = [(t, stacked(t._pending[2]), stacked(t._pending[3])) for t in tensors]
         with _blas.single_threaded():
             if len(jobs) == 1:
-                jobs[0][0].flush(jobs[0][1])
+                jobs[0][0].flush(jobs[0][1], jobs[0][2])
             else:
-                list(_executor().map(lambda job: job[0].flush(job[1]), jobs))
+                list(_executor().map(lambda job: job[0].flush(job[1], job[2]), jobs))
 
     @property
     def capacity(self) -> int:
@@ -216,7 +232,7 @@ class OnChipMemory:
             tensor.freed = True
             tensor._pending = None
             # drop the values now: caches elsewhere may still hold the Tensor object
-            tensor._data = tensor._fp32 = None
+            tensor._data = None
             tensor.written = None
             self.tensors.remove(tensor)
 

@@ -30,7 +30,7 @@ class Tensor:
 
     __slots__ = ("name", "shape", "dtype", "memory", "kind", "partition_axis", "_data", "written",
                  "_pending",
-                 "offset", "partition_bytes", "freed", "version", "_fp32", "_fp32_version",
+                 "offset", "partition_bytes", "freed", "version", "_shared",
                  "_reads", "_writes", "full", "itemsize", "nbytes", "__weakref__")
 
     def __init__(self, memory, shape, dtype, name, partition_axis, offset, with_data, fill=None):
@@ -49,8 +49,7 @@ class Tensor:
             self.partition_bytes = self.nbytes // max(self.shape[partition_axis], 1)
         self.freed = False
         self.version = 0                            # bumped on every write (both modes)
-        self._fp32 = None                           # cached float32 copy for the tensor engine
-        self._fp32_version = -1
+        self._shared = False                        # _data is held by a deferred matmul (copy on write)
         self._reads = []                            # scheduler records: (box, end_ns, index)
         self._writes = []                           # (box, ready_ns, index, by_matmul)
         self._pending = None                        # deferred PSUM accumulation (see flush)
@@ -99,9 +98,16 @@ class Tensor:
     def data(self, value):
         self._data = value
 
-    def defer_matmul(self, view: "View", stationary: np.ndarray, moving: np.ndarray,
-                     accumulate: bool):
-        """Record `view (+)= stationary.T @ moving` (fp32 [K, M], [K, N]) without computing it yet.
+    def snapshot(self, view: "View") -> tuple:
+        """An immutable handle on `view`'s current values for a deferred matmul: the array itself,
+        which the next write replaces instead of changing (copy on write)."""
+        self._shared = True
+        whole = self.partition_axis == 0 and len(self.shape) == 2 and view.part_start == 0 \
+            and view.partitions == self.shape[0] and view.basic
+        return (self._data, view.index, view.partitions, whole)
+
+    def defer_matmul(self, view: "View", stationary: tuple, moving: tuple, accumulate: bool):
+        """Record ``view (+)= stationary.T @ moving`` (snapshots, see `snapshot`) without computing.
 
         Consecutive matmuls accumulating into the same PSUM region are computed together, as one
         larger product over the concatenated K, when anything next touches the tensor's values
@@ -112,46 +118,32 @@ class Tensor:
         pending = self._pending
         if pending is not None and (pending[0].box != view.box or not accumulate):
             if accumulate:
-                self.flush()
+                self.memory.flush_pending()
             pending = self._pending = None          # overwritten: earlier products are dropped
         if pending is None:
-            self._pending = [view, not accumulate, [stationary], [moving], stationary.shape[0]]
+            self._pending = [view, not accumulate, [stationary], [moving], stationary[2]]
             self.memory.pending.append(self)
         else:
             pending[2].append(stationary)
             pending[3].append(moving)
-            pending[4] += stationary.shape[0]
+            pending[4] += stationary[2]
             if pending[4] >= 8192:
-                self.flush()
+                self.memory.flush_pending()
 
-    def flush(self, stacked=None):
-        """Compute deferred matmuls (see defer_matmul). `stacked`: the K-concatenated
-        (stationary, moving) arrays, if the caller already built them (shared between tiles)."""
-        if self._pending is None:
-            return
-        view, overwrite, stationaries, movings, _ = self._pending
+    def flush(self, stationary: np.ndarray, moving: np.ndarray):
+        """Add (or store) the deferred product, given the K-stacked fp32 operands."""
+        view, overwrite, _, _, _ = self._pending
         self._pending = None
-        if stacked is not None:
-            product = stacked[0].T @ stacked[1]
-        elif len(stationaries) == 1:
-            product = stationaries[0].T @ movings[0]
-        else:
-            product = np.concatenate(stationaries).T @ np.concatenate(movings)
         out = self._data if view.index is None else self._data[view.index]
-        product = product.reshape(out.shape)
+        product = (stationary.T @ moving).reshape(out.shape)
         if overwrite:
             out[...] = product
         else:
             out += product
 
     def fp32(self) -> np.ndarray:
-        """The whole tensor as float32, cached until the next write (bf16→fp32 is exact)."""
-        if self.dtype == np.float32:
-            return self.data
-        if self._fp32_version != self.version:
-            self._fp32 = self.data.astype(np.float32)
-            self._fp32_version = self.version
-        return self._fp32
+        """The whole tensor as float32 (bf16 -> fp32 is exact)."""
+        return np.asarray(self.data, dtype=np.float32)
 
 
 def _bounds_error(tensor, axis, value, n):
@@ -189,10 +181,12 @@ class View:
                 hi0 = lo0
             if hi1 < lo1:
                 hi1 = lo1
-            self.index = index
+            if lo0 == 0 and hi0 == n0 and lo1 == 0 and hi1 == n1:
+                self.index = self.box = None            # the whole tensor
+            else:
+                self.index = index
+                self.box = (lo0, hi0, lo1, hi1)
             self.shape = (hi0 - lo0, hi1 - lo1)
-            self.box = None if (lo0 == 0 and hi0 == n0 and lo1 == 0 and hi1 == n1) \
-                else (lo0, hi0, lo1, hi1)
             self.basic = True
             if pa is None:
                 self.part_start, self.partitions, self.part_first = 0, 1, True
@@ -413,6 +407,9 @@ class View:
     def write(self, values: np.ndarray):
         """Store values (already of the tensor's dtype and this view's shape) and mark them written."""
         t = self.tensor
+        if t._shared:                               # a deferred matmul holds the old array
+            t._data = np.empty_like(t._data) if self.index is None else t._data.copy()
+            t._shared = False
         if self.index is None:
             t.data[...] = values
             t.written = None
