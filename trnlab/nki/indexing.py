@@ -4,6 +4,9 @@ In NKI a tile is addressed by affine expressions of *iterators*: `i_p = nl.arang
 iterator of 128 values placed on tile axis 0, `i_f = nl.arange(512)[None, :]` one of 512 values on axis
 1, and `a[k * 128 + i_p, i_f]` is the [128, 512] tile of `a` starting at row 128k. The tile's shape is
 the sizes of the iterators it uses, ordered by their axis (so `a[i_f, i_p]` reads `a` transposed).
+Outputs of `nl.mgrid` span their whole grid, as NumPy's mgrid does: an access that leaves a grid axis
+unused repeats along it (`w[i_one, i_f]` with `i_p, i_f, i_one = nl.mgrid[0:128, 0:n, 0:1]` reads row
+0 of `w` onto all 128 partitions).
 
 A mask such as `mask=(k * 128 + i_p < n)` is an affine predicate on iterators; the hardware executes the
 instruction on the sub-range of each iterator where the predicate holds. `restrict` turns a mask into
