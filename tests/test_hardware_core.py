@@ -204,3 +204,33 @@ def test_views_shapes_and_boxes_agree_with_numpy(a, b, c, d, step):
         rows, cols = np.divmod(ref, 150)
         lo0, hi0, lo1, hi1 = v.box if v.box is not None else (0, 200, 0, 150)
         assert (rows.min(), rows.max() + 1, cols.min(), cols.max() + 1) == (lo0, hi0, lo1, hi1)
+
+
+def test_lazy_matmuls_use_the_inputs_as_they_were_when_issued(core):
+    """Matmul values are computed lazily (grouped per PSUM tile); overwriting an input tile
+    before the PSUM tile is read must not change the result (copy on write)."""
+    a = rng.standard_normal((128, 128)).astype(np.float32)
+    b = rng.standard_normal((128, 512)).astype(np.float32)
+    st, mv = to_sbuf(core, a, "bfloat16"), to_sbuf(core, b, "bfloat16")
+    acc = core.psum.allocate((128, 512), "float32")
+    core.nc_matmul(acc, st, mv)
+    core.dma_copy(mv, core.hbm.tensor(np.zeros((128, 512)), dtype="bfloat16"))   # whole tile
+    core.dma_copy(st[:, 0:64], core.hbm.tensor(np.zeros((128, 64)), dtype="bfloat16"))  # part
+    core.nc_matmul(acc, st, mv)                                  # adds zeros
+    np.testing.assert_allclose(acc.numpy(), bf16(a).T @ bf16(b), rtol=1e-5, atol=1e-4)
+    assert not np.any(mv.numpy().astype(np.float32))            # the tile itself did change
+
+
+def test_lazy_matmuls_on_two_regions_of_one_psum_tensor(core):
+    a = rng.standard_normal((128, 64)).astype(np.float32)
+    b = rng.standard_normal((128, 256)).astype(np.float32)
+    st, mv = to_sbuf(core, a), to_sbuf(core, b)
+    acc = core.psum.allocate((64, 512), "float32")
+    left, right = acc[:, 0:256], acc[:, 256:512]
+    core.nc_matmul(left, st, mv)
+    core.nc_matmul(right, st, mv)
+    core.nc_matmul(left, st, mv, accumulate=True)
+    core.nc_matmul(right, st, mv, accumulate=False)              # restart: drops the first
+    ref = a.astype(np.float64).T @ b
+    np.testing.assert_allclose(acc.numpy()[:, :256], 2 * ref, rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(acc.numpy()[:, 256:], ref, rtol=1e-5, atol=1e-4)

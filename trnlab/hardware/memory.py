@@ -123,7 +123,7 @@ class OnChipMemory:
 
     def flush_pending(self):
         """Compute every deferred PSUM product (in parallel threads, BLAS single-threaded)."""
-        tensors = [t for t in self.pending if t._pending is not None]
+        tensors = list({id(t): t for t in self.pending if t._pending is not None}.values())
         self.pending = []
         if not tensors:
             return

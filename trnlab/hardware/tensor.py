@@ -116,10 +116,11 @@ class Tensor:
         small BLAS calls into few large ones, which is what keeps full mode near NumPy's speed.
         """
         pending = self._pending
-        if pending is not None and (pending[0].box != view.box or not accumulate):
-            if accumulate:
-                self.memory.flush_pending()
-            pending = self._pending = None          # overwritten: earlier products are dropped
+        if pending is not None and pending[0].box != view.box:
+            self.memory.flush_pending()             # another region of this tensor: finish it
+            pending = None
+        elif pending is not None and not accumulate:
+            pending = self._pending = None          # the same region overwritten: drop the group
         if pending is None:
             self._pending = [view, not accumulate, [stationary], [moving], stationary[2]]
             self.memory.pending.append(self)
