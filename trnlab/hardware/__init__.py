@@ -4,6 +4,7 @@
     core = NeuronCore(presets.TRN2.core, mode="full")     # or mode="timing"
 """
 from . import cost, dtypes, errors, ops, presets
+from . import gemm  # noqa: E402  (the reference tiled GEMM driver)
 from .core import NeuronCore, start_partition_ok
 from .errors import *  # noqa: F401,F403  (one class per hardware rule)
 from .errors import HardwareError
@@ -17,7 +18,7 @@ from .timeline import Instruction, Timeline
 
 __all__ = [
     "NeuronCore", "Tensor", "View", "Timeline", "Instruction", "Profile", "HBM", "OnChipMemory",
-    "CoreSpec", "ChipSpec", "ServerSpec", "derive", "presets", "dtypes", "errors", "ops", "cost",
+    "CoreSpec", "ChipSpec", "ServerSpec", "derive", "presets", "dtypes", "errors", "ops", "cost", "gemm",
     "HardwareError", "start_partition_ok",
     "TRN1", "TRN2", "TRN3", "TRN1_32XLARGE", "TRN2_48XLARGE", "TRN2_ULTRASERVER",
     "TRN3_ULTRASERVER_GEN1", "TRN3_ULTRASERVER_GEN2",

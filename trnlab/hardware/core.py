@@ -22,6 +22,7 @@ from .errors import (DtypeError, EngineError, FreedTensorError, FreeSizeError, M
                      StartPartitionError)
 from .memory import HBM, OnChipMemory
 from .presets import CoreSpec, core_spec
+from .profile import Profile
 from .tensor import Tensor, View
 from .timeline import COMPUTE_ENGINES, Timeline
 
@@ -35,7 +36,7 @@ _wait_write = scheduler.wait_write
 _record_reads = scheduler.record_reads
 _record_write = scheduler.record_write
 _overlap = scheduler.overlap
-_compact = scheduler._compact
+_compact = scheduler.compact
 _MAX_RECORDS = scheduler.MAX_RECORDS
 
 
@@ -104,9 +105,8 @@ class NeuronCore:
         """ns: when the last result of the run so far is ready."""
         return self._now
 
-    def profile(self, dtype="bfloat16"):
-        """The Profile of the run so far (computed from the timeline)."""
-        from .profile import Profile
+    def profile(self, dtype="bfloat16") -> Profile:
+        """The Profile of the run so far (computed from the timeline); MFU against `dtype`'s peak."""
         return Profile.from_timeline(self.timeline, self.spec, dtype=dtype)
 
     def __repr__(self) -> str:

@@ -59,7 +59,7 @@ def _union(boxes):
     return tuple(lo_hi)
 
 
-def _compact(records: list):
+def compact(records: list):
     """Merge all but the newest KEEP records into one bounding record (latest time wins)."""
     old = records[:-KEEP]
     latest = max(old, key=lambda r: r[1])
@@ -106,7 +106,7 @@ def record_reads(views, end: float, idx: int):
         records = v.tensor._reads
         records.append((v.box, end, idx))
         if len(records) > MAX_RECORDS:
-            _compact(records)
+            compact(records)
 
 
 def record_write(v, ready: float, idx: int, by_matmul: bool = False):
@@ -123,5 +123,5 @@ def record_write(v, ready: float, idx: int, by_matmul: bool = False):
     writes = tensor._writes
     writes.append((vb, ready, idx, by_matmul))
     if len(writes) > MAX_RECORDS:
-        _compact(writes)
+        compact(writes)
     tensor.version += 1
