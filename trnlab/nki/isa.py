@@ -161,6 +161,11 @@ def _produce(shape, dtype, buffer, emit, accumulates=False, ranges=None) -> NkiT
     return result
 
 
+def _bind(args: tuple, kwargs: dict, names: tuple) -> list:
+    """The values of `names`, given positionally first and by keyword after."""
+    return list(args[:len(names)]) + [kwargs.get(n) for n in names[len(args):]]
+
+
 def _is_tile(x) -> bool:
     return isinstance(x, NkiTensor)
 
@@ -176,19 +181,15 @@ def nc_matmul(*args, **kwargs):
     """
     destination = "dst" in kwargs or (len(args) >= 3 and _is_tile(args[2]))
     if destination:
-        names = ("dst", "stationary", "moving")
-        bound = dict(zip(names, args)) | {k: v for k, v in kwargs.items() if k in names}
-        dst, stationary, moving = bound["dst"], bound["stationary"], bound["moving"]
+        dst, stationary, moving = _bind(args, kwargs, ("dst", "stationary", "moving"))
         accumulate = kwargs.get("accumulate")
-        mask = kwargs.get("mask")
     else:
-        names = ("stationary", "moving")
-        bound = dict(zip(names, args)) | {k: v for k, v in kwargs.items() if k in names}
-        stationary, moving = bound["stationary"], bound["moving"]
-        mask = kwargs.get("mask")
-    for flag in ("is_stationary_onezero", "is_moving_onezero", "is_transpose"):
-        if kwargs.get(flag):
-            raise NKIError(f"nc_matmul({flag}=True) is not simulated")
+        stationary, moving = _bind(args, kwargs, ("stationary", "moving"))
+    mask = kwargs.get("mask")
+    if len(kwargs) > 3:
+        for flag in ("is_stationary_onezero", "is_moving_onezero", "is_transpose"):
+            if kwargs.get(flag):
+                raise NKIError(f"nc_matmul({flag}=True) is not simulated")
     launch = _launch()
     ranges = indexing.restrict(mask)
     stationary, moving = _tile(stationary, "stationary"), _tile(moving, "moving")
@@ -238,7 +239,7 @@ def dma_copy(*args, dst=None, src=None, mask=None, dge_mode=None, oob_mode=None,
         dst, src = (args + (None, None))[:2] if dst is None else (dst, args[0])
     dst, src = _tile(dst, "dst"), _tile(src, "src")
     launch = _launch()
-    ranges = _ranges(mask, src)
+    ranges = _ranges(mask, src) if mask is not None or src._valid is not None else None
     launch.core.dma_copy(dst=dst.hw_view(ranges), src=src.hw_view(ranges))
 
 

@@ -149,16 +149,19 @@ def _buffer_name(buffer) -> str:
 
 
 def _allocate(shape, dtype, buffer, name, launch) -> NkiTensor:
-    buffer = _buffer_name(buffer)
-    dtype = _dt.as_dtype(dtype)
-    shape = tuple(shape)
+    buffer = buffer.name if type(buffer) is _Buffer else _buffer_name(buffer)
     core = launch.core
-    if buffer in ("sbuf", "psum"):
-        marked = [k for k, n in enumerate(shape) if isinstance(n, par_dim)]
-        partition_axis = marked[0] if marked else 0
-        hw = getattr(core, buffer).allocate(tuple(int(n) for n in shape), dtype,
-                                            name=launch.fresh_name(name or buffer), partition_axis=partition_axis)
+    if buffer == "sbuf" or buffer == "psum":
+        partition_axis = 0
+        for k, n in enumerate(shape):
+            if type(n) is par_dim:
+                partition_axis = k
+                break
+        # the core checks shape, dtype and capacity (and names the rule broken)
+        hw = (core.sbuf if buffer == "sbuf" else core.psum).allocate(
+            shape, dtype, name=launch.fresh_name(name or buffer), partition_axis=partition_axis)
         return NkiTensor.allocation(hw, buffer, launch)
+    dtype = _dt.as_dtype(dtype)
     if buffer == "shared_hbm" and launch.grid:
         # one output shared by every SPMD program: the n-th shared_hbm allocation of each program
         cursor = launch.shared_cursor

@@ -231,7 +231,8 @@ class NkiTensor:
     # -- the hardware view an instruction uses --------------------------------------------
     def hw_view(self, ranges: dict | None = None):
         """The hardware View of this tile, shrunk to `ranges` (iterator -> (lo, hi)) from a mask."""
-        self._ready()
+        if self._emit is not None:
+            self._ready()
         if self._ap is not None:
             return self._hw[_resolve_ap(self._ap, ranges, self.name)]
         if not ranges:
