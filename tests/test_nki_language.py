@@ -429,3 +429,16 @@ def test_mgrid_access_spreads_a_row_over_the_partitions_it_does_not_use():
     rng = np.random.default_rng(8)
     x, bias = rng.standard_normal((32, 16)).astype(np.float32), rng.standard_normal(16).astype(np.float32)
     np.testing.assert_array_equal(kernel(x, bias), x + bias)
+
+
+def test_identity_matrix_and_typing_names():
+    from trnlab.nki.typing import tensor
+
+    @nki.jit
+    def kernel(x: tensor):
+        out = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.shared_hbm)
+        eye = nl.shared_identity_matrix(n=128, dtype=nl.float32)
+        nl.store(out, value=nl.copy(nl.transpose(eye)))
+        return out
+
+    np.testing.assert_array_equal(kernel(np.zeros(1, np.float32)), np.eye(128, dtype=np.float32))

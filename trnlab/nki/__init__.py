@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from trnlab.nki import isa, language  # noqa: F401  (nki.language / nki.isa attribute access)
+from trnlab.nki import isa, language, typing  # noqa: F401  (nki.language / nki.isa / nki.typing)
 from trnlab.nki import runtime
 from trnlab.nki.errors import MaskError, NKIError, locate  # noqa: F401
 from trnlab.nki.tensor import NkiTensor

@@ -429,6 +429,13 @@ def broadcast_to(x: NkiTensor, shape) -> NkiTensor:
     raise ShapeMismatchError(f"shape mismatch: cannot broadcast {x.shape} to {shape}", value=x.shape, limit=shape)
 
 
+def shared_identity_matrix(n: int, dtype=float32, **kwargs) -> NkiTensor:
+    """An [n, n] identity matrix in SBUF (written by one GpSimd iota instruction)."""
+    eye = ndarray((n, n), dtype, buffer=sbuf, name="identity")
+    _isa.iota(dst=eye, expr=np.eye(n, dtype=np.int32))
+    return eye
+
+
 def device_print(prefix: str, x) -> None:
     """Print a tile's values (full mode; in timing mode the shape only)."""
     launch = _runtime.current()
