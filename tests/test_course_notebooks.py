@@ -14,6 +14,7 @@ Set TRNLAB_GRADE_VARIANTS=solved,wrong to leave the unsolved run out when CI tim
 from __future__ import annotations
 
 import __future__
+import ast
 import json
 import os
 import re
@@ -126,9 +127,20 @@ def test_exercise_cells_follow_the_course_format(notebook, exercise_id):
 @pytest.mark.parametrize("notebook,exercise_id", EXERCISES)
 def test_stub_is_rejected_by_its_checker(notebook, exercise_id):
     ex = registry.REGISTRY[exercise_id]
-    source = NOTEBOOKS[notebook].cells[solution_cells(notebook)[exercise_id]].source
+    nb, index = NOTEBOOKS[notebook], solution_cells(notebook)[exercise_id]
     namespace: dict = {}
-    # Annotations are not evaluated, so the stub needs none of the notebook's imports.
+    # The stub may use names the notebook imported above it (a decorator such as @nki.jit): run
+    # those import statements, and nothing else of the notebook. Annotations are not evaluated.
+    for cell in nb.cells[:index]:
+        if cell.cell_type == "code":
+            try:
+                tree = ast.parse(cell.source)
+            except SyntaxError:  # IPython magics
+                continue
+            imports = [node for node in tree.body if isinstance(node, ast.Import)
+                       or isinstance(node, ast.ImportFrom) and node.module != "__future__"]
+            exec(compile(ast.Module(body=imports, type_ignores=[]), "imports", "exec"), namespace)
+    source = nb.cells[index].source
     exec(compile(source, exercise_id, "exec", flags=__future__.annotations.compiler_flag), namespace)
     result = registry.run_check(exercise_id, namespace[ex.answer])
     assert (result.points, result.status) == (0, "not_attempted"), result.message
