@@ -132,6 +132,7 @@ def tiled_gemm(core: NeuronCore, lhsT, rhs, out, *, tile_m=None, tile_n=None, ti
     out_bufs = [sbuf.allocate((tm, tn), out.dtype, name=f"out_sb{i}") for i in range(2)]
 
     views = {}
+    matmuls = {}
 
     def tile(t, rows, c0, cols):
         """The view t[:rows, c0:c0+cols], cached: the same tiles are used over and over."""
@@ -149,22 +150,25 @@ def tiled_gemm(core: NeuronCore, lhsT, rhs, out, *, tile_m=None, tile_n=None, ti
         for n0 in range(0, N, BN):
             nn = min(BN, N - n0)
             accs = acc[block % psum_sets]
-            block += 1
             m_sub = [(mi, min(tm, mm - mi)) for mi in range(0, mm, tm)]
             n_sub = [(ni, min(tn, nn - ni)) for ni in range(0, nn, tn)]
             for kt, k0 in enumerate(range(0, K, tk)):
                 kk = min(tk, K - k0)
-                lb = lhsT_bufs[step % buffers]
-                rb = rhs_bufs[step % buffers]
+                b = step % buffers
                 step += 1
+                lb, rb = lhsT_bufs[b], rhs_bufs[b]
                 core.dma_copy(tile(lb, kk, 0, mm), lhsT[k0:k0 + kk, m0:m0 + mm])
                 core.dma_copy(tile(rb, kk, 0, nn), rhs[k0:k0 + kk, n0:n0 + nn])
-                first = kt == 0
-                for i, (mi, ms) in enumerate(m_sub):
-                    stationary = tile(lb, kk, mi, ms)
-                    for j, (ni, ns) in enumerate(n_sub):
-                        core.nc_matmul(tile(accs[i * bn + j], ms, 0, ns), stationary,
-                                       tile(rb, kk, ni, ns), accumulate=not first)
+                accumulate = kt > 0
+                # the matmuls of one K step: (dst, stationary, moving) views, built once per shape
+                key = (b, block % psum_sets, kk, mm, nn)
+                triples = matmuls.get(key)
+                if triples is None:
+                    triples = matmuls[key] = [
+                        (tile(accs[i * bn + j], ms, 0, ns), tile(lb, kk, mi, ms), tile(rb, kk, ni, ns))
+                        for i, (mi, ms) in enumerate(m_sub) for j, (ni, ns) in enumerate(n_sub)]
+                for dst, stationary, moving in triples:
+                    core.nc_matmul(dst, stationary, moving, accumulate)
             for i, (mi, ms) in enumerate(m_sub):
                 for j, (ni, ns) in enumerate(n_sub):
                     ob = out_bufs[stores % 2]
@@ -172,6 +176,7 @@ def tiled_gemm(core: NeuronCore, lhsT, rhs, out, *, tile_m=None, tile_n=None, ti
                     o = tile(ob, ms, 0, ns)
                     core.tensor_copy(o, tile(accs[i * bn + j], ms, 0, ns))
                     core.dma_copy(out[m0 + mi:m0 + mi + ms, n0 + ni:n0 + ni + ns], o)
+            block += 1
     for t in lhsT_bufs + rhs_bufs + out_bufs + [a for s in acc for a in s]:
         (sbuf if t.kind == "sbuf" else psum).free(t)
     return p
