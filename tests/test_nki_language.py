@@ -442,3 +442,19 @@ def test_identity_matrix_and_typing_names():
         return out
 
     np.testing.assert_array_equal(kernel(np.zeros(1, np.float32)), np.eye(128, dtype=np.float32))
+
+
+def test_positional_dst_with_keyword_operands_is_destination_style():
+    @nki.jit
+    def kernel(x):
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        tile = nl.load(x)
+        doubled = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+        nisa.tensor_scalar(doubled, data=tile, op0=nl.multiply, operand0=2.0)
+        copied = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+        nisa.tensor_copy(copied, src=doubled)
+        nl.store(out, value=copied)
+        return out
+
+    x = np.arange(8, dtype=np.float32).reshape(2, 4)
+    np.testing.assert_array_equal(kernel(x), 2 * x)

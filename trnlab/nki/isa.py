@@ -161,6 +161,12 @@ def _produce(shape, dtype, buffer, emit, accumulates=False, ranges=None) -> NkiT
     return result
 
 
+def _refills(args: tuple, kwargs: dict, functional_names: tuple) -> bool:
+    """True if a keyword repeats a slot the positional arguments already filled in the functional
+    signature: then the first positional argument is `dst` (``nisa.tensor_copy(out, src=x)``)."""
+    return bool(args) and any(name in kwargs for name in functional_names[:len(args)])
+
+
 def _bind(args: tuple, kwargs: dict, names: tuple) -> list:
     """The values of `names`, given positionally first and by keyword after."""
     return list(args[:len(names)]) + [kwargs.get(n) for n in names[len(args):]]
@@ -179,7 +185,8 @@ def nc_matmul(*args, **kwargs):
     a fresh region overwrites it). Functional style: ``nc_matmul(stationary, moving)`` returns the
     PSUM tile, and ``psum_tile += nisa.nc_matmul(a, b)`` accumulates in place.
     """
-    destination = "dst" in kwargs or (len(args) >= 3 and _is_tile(args[2]))
+    destination = (_refills(args, kwargs, ('stationary', 'moving')) or
+                   "dst" in kwargs or (len(args) >= 3 and _is_tile(args[2])))
     if destination:
         dst, stationary, moving = _bind(args, kwargs, ("dst", "stationary", "moving"))
         accumulate = kwargs.get("accumulate")
@@ -216,7 +223,8 @@ def nc_matmul(*args, **kwargs):
 
 def nc_transpose(*args, **kwargs):
     """Swap a tile's partition and free axes: dst[F, P] = data[P, F] (Tensor engine, into PSUM)."""
-    destination = "dst" in kwargs or (len(args) >= 2 and _is_tile(args[1]))
+    destination = (_refills(args, kwargs, ('data',)) or
+                   "dst" in kwargs or (len(args) >= 2 and _is_tile(args[1])))
     bound = dict(zip(("dst", "data") if destination else ("data",), args)) | kwargs
     data = _tile(bound["data"], "data")
     ranges = indexing.restrict(bound.get("mask"))
@@ -245,7 +253,8 @@ def dma_copy(*args, dst=None, src=None, mask=None, dge_mode=None, oob_mode=None,
 
 def dma_transpose(*args, **kwargs):
     """Transpose a 2-D tile while moving it with a DMA: [A, B] -> [B, A] (HBM or SBUF source)."""
-    destination = "dst" in kwargs or (len(args) >= 2 and _is_tile(args[1]))
+    destination = (_refills(args, kwargs, ('src',)) or
+                   "dst" in kwargs or (len(args) >= 2 and _is_tile(args[1])))
     bound = dict(zip(("dst", "src") if destination else ("src",), args)) | kwargs
     src = _tile(bound["src"], "src")
     if src.ndim != 2 or src._ap is not None:
@@ -270,7 +279,8 @@ def dma_transpose(*args, **kwargs):
 
 def tensor_copy(*args, **kwargs):
     """Copy (and cast to dst's dtype) a tile on an on-chip engine; the way out of PSUM."""
-    destination = "dst" in kwargs or (len(args) >= 2 and _is_tile(args[1]))
+    destination = (_refills(args, kwargs, ('src',)) or
+                   "dst" in kwargs or (len(args) >= 2 and _is_tile(args[1])))
     bound = dict(zip(("dst", "src") if destination else ("src",), args)) | kwargs
     src = _tile(bound["src"], "src")
     ranges = _ranges(bound.get("mask"), src)
@@ -294,7 +304,8 @@ def tensor_copy(*args, **kwargs):
 # -- Vector / Scalar / GpSimd -------------------------------------------------------------
 def tensor_tensor(*args, **kwargs):
     """dst = data1 <op> data2, element-wise (Vector engine by default)."""
-    destination = "dst" in kwargs or (len(args) >= 3 and _is_tile(args[2])) or len(args) >= 4
+    destination = (_refills(args, kwargs, ('data1', 'data2', 'op')) or
+                   "dst" in kwargs or (len(args) >= 3 and _is_tile(args[2])) or len(args) >= 4)
     bound = dict(zip(("dst", "data1", "data2", "op") if destination else ("data1", "data2", "op"), args)) | kwargs
     data1, data2 = _tile(bound["data1"], "data1"), _tile(bound["data2"], "data2")
     op = op_name(bound["op"])
@@ -309,12 +320,14 @@ def tensor_tensor(*args, **kwargs):
     if destination:
         emit(_tile(bound["dst"], "dst"), None)
         return None
-    return _produce(data1.shape, bound.get("dtype") or _promote(data1.dtype, data2.dtype), "sbuf", emit, ranges=ranges)
+    dtype = bound.get("dtype") or _promote(data1.dtype, data2.dtype)
+    return _produce(data1.shape, dtype, "sbuf", emit, ranges=ranges)
 
 
 def tensor_scalar(*args, **kwargs):
     """dst = (data <op0> operand0) <op1> operand1; operands are numbers or [P, 1] tiles."""
-    destination = "dst" in kwargs or (len(args) >= 2 and _is_tile(args[1]))
+    destination = (_refills(args, kwargs, ('data', 'op0', 'operand0')) or
+                   "dst" in kwargs or (len(args) >= 2 and _is_tile(args[1])))
     names = ("data", "op0", "operand0", "reverse0", "op1", "operand1", "reverse1")
     bound = dict(zip((("dst",) + names) if destination else names, args)) | kwargs
     data = _tile(bound["data"], "data")
@@ -402,7 +415,7 @@ def activation_reduce(*args, **kwargs):
 
 def reciprocal(*args, **kwargs):
     """dst = 1 / data (Vector engine)."""
-    destination = "dst" in kwargs or len(args) >= 2
+    destination = _refills(args, kwargs, ('data',)) or "dst" in kwargs or len(args) >= 2
     bound = dict(zip(("dst", "data") if destination else ("data",), args)) | kwargs
     call = dict(op0="divide", operand0=1.0, reverse0=True, mask=bound.get("mask"))
     if destination:
@@ -480,8 +493,9 @@ def affine_select(*args, **kwargs):
         difference = (left - right).values(iterators, None)
         holds &= compare[op](difference, 0)
     if holds.shape != tuple(on_true.shape):
-        raise ShapeMismatchError(f"shape mismatch: affine_select predicate over {holds.shape} vs tile {on_true.shape}",
-                                 value=holds.shape, limit=on_true.shape)
+        raise ShapeMismatchError(
+            f"shape mismatch: affine_select predicate over {holds.shape} vs tile {on_true.shape}",
+            value=holds.shape, limit=on_true.shape)
     flags = iota(holds.astype(np.int32), hw_dtypes.float32)
     kept = tensor_tensor(on_true, flags, "multiply", dtype=hw_dtypes.float32)
     filler = tensor_scalar(flags, "subtract", 1.0, reverse0=True, op1="multiply", operand1=on_false)
@@ -492,7 +506,8 @@ def affine_select(*args, **kwargs):
 
 def scalar_tensor_tensor(*args, **kwargs):
     """dst = (data <op0> operand0) <op1> data1 (two Vector-engine instructions in trnlab)."""
-    destination = "dst" in kwargs or (len(args) >= 2 and _is_tile(args[1]))
+    destination = (_refills(args, kwargs, ('data', 'op0', 'operand0')) or
+                   "dst" in kwargs or (len(args) >= 2 and _is_tile(args[1])))
     names = ("data", "op0", "operand0", "op1", "operand1")
     bound = dict(zip((("dst",) + names) if destination else names, args)) | kwargs
     first = tensor_scalar(bound["data"], bound["op0"], bound["operand0"], reverse0=bound.get("reverse0", False),

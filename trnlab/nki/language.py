@@ -248,9 +248,9 @@ def load_transpose2d(src, *, mask=None, dtype=None, **kwargs) -> NkiTensor:
 def store(dst, value, *, mask=None, **kwargs) -> None:
     """Store an SBUF tile into HBM (one DMA). PSUM tiles must be copied to SBUF first."""
     if not isinstance(dst, NkiTensor) or dst.buffer not in ("hbm", "shared_hbm", "private_hbm"):
-        raise MemoryPlacementError("operand memory: nl.store writes to HBM; the destination is "
-                                   f"{getattr(dst, 'buffer', type(dst).__name__)}", value=getattr(dst, "buffer", None),
-                                   limit="hbm")
+        where = getattr(dst, "buffer", type(dst).__name__)
+        raise MemoryPlacementError(f"operand memory: nl.store writes to HBM; the destination is {where}",
+                                   value=where, limit="hbm")
     if isinstance(value, (int, float)):
         value = full(dst.shape, value, dst.dtype)
     _isa.dma_copy(dst=dst, src=value, mask=mask)

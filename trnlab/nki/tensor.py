@@ -133,7 +133,8 @@ class NkiTensor:
             view = self._slice_whole(key)        # the common case: t[a:b, c:d] of a whole tensor
             if view is not None:
                 return view
-        if self._ap is not None or (self._index is not None and any(isinstance(e, np.ndarray) for e in self._index)):
+        gathered = self._index is not None and any(isinstance(e, np.ndarray) for e in self._index)
+        if self._ap is not None or gathered:
             raise NKIError("indexing a tile that was itself made with an access pattern (nl.arange/nl.mgrid, .ap) "
                            "is not supported; index the original tensor once")
         owner = self._base()
