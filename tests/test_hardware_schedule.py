@@ -162,6 +162,21 @@ def test_concurrent_dmas_share_the_hbm_bandwidth():
     assert total_bytes / (span * 1e-9) == pytest.approx(SPEC.hbm_bandwidth, rel=1e-6)
 
 
+def test_concurrent_sbuf_to_sbuf_dmas_share_the_dma_engines():
+    core = NeuronCore(SPEC, mode="timing")
+    src = core.sbuf.allocate((128, 8192), "bfloat16")
+    core.memset(src, 0.0)
+    t0 = core.now
+    dmas = []
+    for _ in range(4):
+        dst = core.sbuf.allocate((128, 8192), "bfloat16")
+        dmas.append(core.timeline[core.dma_copy(dst, src)])
+    assert all(d.hbm_bytes == 0 for d in dmas)
+    span = max(d.end_ns for d in dmas) - t0 - SPEC.dma_latency_ns
+    aggregate = SPEC.dma_engines * SPEC.dma_engine_bandwidth
+    assert 4 * 128 * 8192 * 2 / (span * 1e-9) == pytest.approx(aggregate, rel=1e-6)
+
+
 def test_record_lists_stay_small_and_merging_is_conservative():
     core = NeuronCore(SPEC, mode="timing")
     x = core.sbuf.allocate((128, 4096), "float32")

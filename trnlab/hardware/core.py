@@ -82,6 +82,7 @@ class NeuronCore:
         self._records = self.timeline.records
         self._free = [0.0] * len(self.engines)     # when each engine (queue) is free
         self._hbm_free = 0.0                        # the shared HBM channel
+        self._dma_free = 0.0                        # the core's DMA engines, shared by all queues
         self._sbuf_port = (0.0, -1)                 # (free at, last user) shared by DVE and POOL
         self._psum_port = (0.0, -1)                 # shared by DVE and ACT
         self._next_queue = 0
@@ -472,6 +473,12 @@ class NeuronCore:
         start, waited, _ = _wait_write(dst, start, waited)
         begin = start + spec.dma_latency_ns
         end = begin + nbytes * 1e9 / rate
+        # all transfers share the core's DMA engines and (if they touch it) its HBM bandwidth:
+        # each channel passes bytes in issue order at its aggregate rate
+        engines = begin if begin > self._dma_free else self._dma_free
+        self._dma_free = engines + nbytes * 1e9 / (spec.dma_engines * spec.dma_engine_bandwidth)
+        if self._dma_free > end:
+            end = self._dma_free
         hbm = 0
         if sk == "hbm" or dk == "hbm":
             hbm = nbytes

@@ -20,8 +20,10 @@ for one input, 2N for two, plus the static overhead. Scalar (activation): ``acti
 + max(activation_min_cycles, N)``.
 
 DMA: ``dma_latency_ns + bytes / rate`` where rate = min(dma_engines, rows) × dma_engine_bandwidth (a
-transfer is spread over up to 16 DMA engines by its rows [DMA]); transfers touching HBM share the
-core's HBM bandwidth (the scheduler serialises their bytes on one HBM channel).
+transfer is spread over up to 16 DMA engines by its rows [DMA]). Transfers in flight on different
+queues share the core's DMA engines (dma_engines × dma_engine_bandwidth in total) and, if they
+touch HBM, the core's HBM bandwidth: the scheduler passes their bytes through one channel per
+shared resource, in issue order.
 """
 from __future__ import annotations
 
