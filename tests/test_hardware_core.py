@@ -33,7 +33,7 @@ def test_dma_round_trip_keeps_bf16_values(core):
     np.testing.assert_array_equal(out.numpy().astype(np.float32), bf16(x))
 
 
-def test_dma_may_reshape_same_elements(core):
+def test_dma_fills_the_blocks_of_a_tensor_with_partition_axis_1(core):
     x = rng.standard_normal((256, 64)).astype(np.float32)
     h = core.hbm.tensor(x)
     s = core.sbuf.allocate((2, 128, 64), "float32", partition_axis=1)
