@@ -6,7 +6,7 @@ import torch
 
 from trnlab.data import (
     CORPUS_DIR, IGNORE_INDEX, SPLITS, TASKS, BatchSampler, CharTokenizer, CorpusConfig, encode_examples,
-    example_targets, load_corpus, make_corpus, solve, task_of, write_corpus,
+    example_targets, load_corpus, make_corpus, model_prompt, read_answer, solve, task_of, write_corpus, written_answer,
 )
 
 SMALL = CorpusConfig(seed=7, train_per_task=300, val_per_task=20, test_per_task=40)
@@ -80,12 +80,13 @@ def test_encoded_split_pads_inputs_and_ignores_padding_targets():
     examples = make_corpus(SMALL)["val"]
     x, y = encode_examples(examples, tokenizer)
     assert x.shape == y.shape and x.dtype == torch.long
-    longest = max(len(tokenizer.encode_example(e.prompt, e.answer)) - 1 for e in examples)
+    longest = max(len(tokenizer.encode_example(model_prompt(e.task, e.prompt), written_answer(e.task, e.answer))) - 1
+                  for e in examples)
     assert x.shape == (len(examples), longest)
     assert bool(((x == tokenizer.pad_id) <= (y == IGNORE_INDEX)).all())  # pad input ⇒ ignored target
-    # per row: exactly len(answer) + 1 graded targets
+    # per row: exactly the written answer and <eos> are graded
     graded = (y != IGNORE_INDEX).sum(dim=1).tolist()
-    assert graded == [len(e.answer) + 1 for e in examples]
+    assert graded == [len(written_answer(e.task, e.answer)) + 1 for e in examples]
 
 
 def test_batch_sampler_is_reproducible_and_trims_padding():
@@ -103,3 +104,30 @@ def test_module_entry_point_rewrites_the_same_files(tmp_path):
 
     assert main([str(tmp_path)]) == 0
     assert (tmp_path / "test.tsv").read_bytes() == (CORPUS_DIR / "test.tsv").read_bytes()
+
+
+def test_number_template_pads_operands_and_writes_answers_units_first():
+    assert model_prompt("add", "407+38") == "407+038" and model_prompt("sub", "9-0") == "009-000"
+    assert model_prompt("reverse", "reverse kite") == "reverse kite"
+    assert model_prompt("add", "12+") == "12+"  # not a number problem after all: read as typed
+    assert written_answer("add", "445") == "5440" and read_answer("add", "5440") == "445"
+    assert written_answer("sub", "0") == "000" and read_answer("sub", "000") == "0"
+    assert written_answer("reverse", "etik") == "etik" and written_answer("sort", "123") == "123"
+    assert read_answer("add", "5x") == "x5"  # a malformed answer is shown, not hidden
+    assert read_answer(None, "abc") == "abc"
+    assert task_of("hello") is None
+
+
+def test_every_answer_survives_the_template():
+    for e in load_corpus()["test"]:
+        assert read_answer(e.task, written_answer(e.task, e.answer)) == e.answer
+
+
+def test_batches_hold_the_template():
+    from trnlab.data import Example
+
+    tokenizer = CharTokenizer()
+    x, y = encode_examples([Example("add", "407+38", "445")], tokenizer)
+    assert tokenizer.decode(x[0].tolist()) == "<bos>407+038<sep>5440"
+    graded = [int(t) for t in y[0] if t != IGNORE_INDEX]
+    assert tokenizer.decode(graded) == "5440<eos>"

@@ -1,5 +1,4 @@
-def positions_processed(prompt: str, answer: str) -> int:
-    start = len(prompt) + 2  # <bos> prompt <sep>
-    steps = len(answer) + 1  # every answer character, then <eos>
-    # step i runs the model on start + i positions: the sequence grows by one each step
-    return sum(start + i for i in range(steps))
+def positions_processed(prompt_tokens: int, answer_tokens: int) -> int:
+    steps = answer_tokens + 1  # one run per answer token, then one that writes <eos>
+    # run i reads the prompt and the i tokens written so far: the sequence grows by one each run
+    return sum(prompt_tokens + i for i in range(steps))

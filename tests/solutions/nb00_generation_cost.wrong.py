@@ -1,3 +1,3 @@
-def positions_processed(prompt: str, answer: str) -> int:
-    # mistake: forgets that the sequence grows by one token every step
-    return (len(answer) + 1) * (len(prompt) + 2)
+def positions_processed(prompt_tokens: int, answer_tokens: int) -> int:
+    # mistake: forgets that the sequence grows by one token every run
+    return (answer_tokens + 1) * prompt_tokens

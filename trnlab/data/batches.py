@@ -5,13 +5,14 @@ A batch is two integer tensors of shape (B, T): the inputs ``x`` and the targets
 Targets the loss must skip hold ``IGNORE_INDEX`` (PyTorch's default for ``cross_entropy``):
 the padding, and — with ``answer_only=True`` — every prompt token, so the model is graded only on
 what it must produce (the answer and its ``<eos>``), not on guessing the user's question.
+Examples are encoded in the model's template (`model_prompt`, `written_answer` in `tasks`).
 """
 
 from __future__ import annotations
 
 import torch
 
-from trnlab.data.tasks import Example
+from trnlab.data.tasks import Example, model_prompt, written_answer
 from trnlab.data.tokenizer import CharTokenizer
 
 IGNORE_INDEX = -100
@@ -33,7 +34,8 @@ def encode_examples(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """All examples → padded (N, T) inputs and targets; T is the longest example unless given."""
     pairs = [
-        example_targets(tokenizer.encode_example(e.prompt, e.answer), tokenizer.sep_id, answer_only)
+        example_targets(tokenizer.encode_example(model_prompt(e.task, e.prompt), written_answer(e.task, e.answer)),
+                        tokenizer.sep_id, answer_only)
         for e in examples
     ]
     longest = max(len(inputs) for inputs, _ in pairs)

@@ -6,7 +6,20 @@ Every example is a question a user could type and the one right answer:
     add       "407+38"        "445"
     sub       "512-87"        "425"       (never negative: the first number is the larger)
     reverse   "reverse kite"  "etik"      (random lowercase "words", 3–7 letters)
-    sort      "sort 52819"    "12589"     (3–7 digits)
+    sort      "sort 52819"    "12589"     (3–6 digits)
+
+The model does not see a number problem exactly as the user typed it. Like the chat template of a
+real assistant, a fixed *template* turns it into the model's text (`model_prompt`, `written_answer`):
+
+    user     "407+38"  → "445"
+    model    "407+038" → "5440"
+
+Operands are zero-padded to three digits, so every digit of a column sits at the same position in
+every problem, and the answer is written **units first** (padded to 4 digits for a sum, 3 for a
+difference) — the way column addition goes on paper: each digit then depends only on its column and
+the carry from the digit just written, never on a carry not computed yet. A small transformer learns
+addition far faster this way (Lee et al., "Teaching Arithmetic to Small Transformers", 2023). The
+files and everything a user sees keep the usual form; `read_answer` turns the model's text back.
 
 Each task draws problems from its own seeded random generator, drops repeats (a problem is the
 same problem whatever its written order, so ``3+5`` and ``5+3`` count once), and deals the unique
@@ -25,7 +38,7 @@ SPLITS = ("train", "val", "test")
 
 MAX_OPERAND_DIGITS = 3
 WORD_LETTERS = (3, 7)
-SORT_DIGITS = (3, 7)
+SORT_DIGITS = (3, 6)
 
 
 @dataclass(frozen=True)
@@ -33,6 +46,35 @@ class Example:
     task: str
     prompt: str
     answer: str
+
+
+NUMBER_TASKS = ("add", "sub")
+ANSWER_DIGITS = {"add": MAX_OPERAND_DIGITS + 1, "sub": MAX_OPERAND_DIGITS}
+
+
+def model_prompt(task: str | None, prompt: str) -> str:
+    """The prompt as the model reads it: operands of a number task zero-padded to 3 digits."""
+    if task in NUMBER_TASKS:
+        operator = "+" if task == "add" else "-"
+        left, _, right = prompt.partition(operator)
+        if left.isdigit() and right.isdigit():
+            return f"{int(left):0{MAX_OPERAND_DIGITS}d}{operator}{int(right):0{MAX_OPERAND_DIGITS}d}"
+    return prompt  # anything else is read as typed
+
+
+def written_answer(task: str, answer: str) -> str:
+    """The answer as the model writes it: numbers zero-padded and units first; others unchanged."""
+    if task in NUMBER_TASKS:
+        return f"{int(answer):0{ANSWER_DIGITS[task]}d}"[::-1]
+    return answer
+
+
+def read_answer(task: str | None, written: str) -> str:
+    """The model's written answer in the usual form (undoes `written_answer`)."""
+    if task in NUMBER_TASKS:
+        usual_order = written[::-1]
+        return str(int(usual_order)) if usual_order.isdigit() else usual_order
+    return written
 
 
 @dataclass(frozen=True)
@@ -94,8 +136,8 @@ def solve(task: str, prompt: str) -> str:
     raise ValueError(f"unknown task {task!r}; tasks are {', '.join(TASKS)}")
 
 
-def task_of(prompt: str) -> str:
-    """Which task a prompt belongs to, from its shape."""
+def task_of(prompt: str) -> str | None:
+    """Which task a prompt belongs to, from its shape (None if it matches none)."""
     if prompt.startswith("reverse "):
         return "reverse"
     if prompt.startswith("sort "):
@@ -104,7 +146,7 @@ def task_of(prompt: str) -> str:
         return "add"
     if "-" in prompt:
         return "sub"
-    raise ValueError(f"prompt {prompt!r} matches no task; tasks are {', '.join(TASKS)}")
+    return None
 
 
 def unique_problems(task: str, count: int, seed: int) -> list[Example]:

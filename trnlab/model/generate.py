@@ -4,6 +4,8 @@ Generation feeds ``<bos> prompt <sep>`` to the model, takes the logits at the la
 picks the next token — the most likely one (greedy, ``temperature=0``) or a random draw from the
 softmax at a temperature — appends it and repeats until ``<eos>``. There is no KV cache here: each
 step runs the whole sequence again (the serving stage of the course adds the cache).
+The model reads and writes number problems in a template (`trnlab.data.tasks.model_prompt`,
+`written_answer`: zero-padded, answers units first); `ask` returns answers in the usual form.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from collections import defaultdict
 
 import torch
 
-from trnlab.data.tasks import Example
+from trnlab.data.tasks import Example, model_prompt, read_answer, task_of
 from trnlab.data.tokenizer import CharTokenizer
 from trnlab.model.gpt import GPT
 
@@ -76,12 +78,14 @@ def ask(
     seed: int | None = None,
 ) -> str:
     """The model's answer to one prompt (greedy unless a temperature > 0 is given)."""
-    prompt_ids = tokenizer.encode_prompt(prompt)
+    task = task_of(prompt)
+    prompt_ids = tokenizer.encode_prompt(model_prompt(task, prompt))
     check_prompt_fits(model, prompt_ids, prompt)
     generator = None if seed is None else torch.Generator().manual_seed(seed)
     idx = torch.tensor([prompt_ids], dtype=torch.long)  # (1, T)
     out = generate_ids(model, idx, model.config.block_size, tokenizer.eos_id, temperature, top_k, generator)
-    return tokenizer.decode_answer(out[0, len(prompt_ids) :].tolist())
+    written = tokenizer.decode_answer(out[0, len(prompt_ids) :].tolist())
+    return read_answer(task, written)  # the model's template back to the usual form
 
 
 def ask_many(model: GPT, tokenizer: CharTokenizer, prompts: list[str], batch_size: int = 512) -> list[str]:
@@ -89,7 +93,7 @@ def ask_many(model: GPT, tokenizer: CharTokenizer, prompts: list[str], batch_siz
     by_length: dict[int, list[int]] = defaultdict(list)
     encoded = []
     for i, prompt in enumerate(prompts):
-        ids = tokenizer.encode_prompt(prompt)
+        ids = tokenizer.encode_prompt(model_prompt(task_of(prompt), prompt))
         check_prompt_fits(model, ids, prompt)
         encoded.append(ids)
         by_length[len(ids)].append(i)
@@ -100,7 +104,8 @@ def ask_many(model: GPT, tokenizer: CharTokenizer, prompts: list[str], batch_siz
             idx = torch.tensor([encoded[i] for i in chunk], dtype=torch.long)  # (B, length)
             out = generate_ids(model, idx, model.config.block_size, tokenizer.eos_id)
             for row, i in enumerate(chunk):
-                answers[i] = tokenizer.decode_answer(out[row, length:].tolist())
+                written = tokenizer.decode_answer(out[row, length:].tolist())
+                answers[i] = read_answer(task_of(prompts[i]), written)
     return answers
 
 
@@ -128,7 +133,7 @@ def accuracy_by_task(model: GPT, tokenizer: CharTokenizer, examples: list[Exampl
 def generation_steps(model: GPT, tokenizer: CharTokenizer, prompt: str) -> list[dict]:
     """Greedy generation one step at a time, for showing: at each step the sequence the model
     reads, the token it picks and the probability it gave that token."""
-    ids = tokenizer.encode_prompt(prompt)
+    ids = tokenizer.encode_prompt(model_prompt(task_of(prompt), prompt))
     check_prompt_fits(model, ids, prompt)
     steps = []
     while len(ids) <= model.config.block_size:

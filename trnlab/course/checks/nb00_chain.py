@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import torch
-
 from trnlab.course.exercises import CheckFailed, exercise
-from trnlab.model import ask, exact_match, load_checkpoint
+from trnlab.model import ask, exact_match, generation_steps, load_checkpoint
 
 
 @exercise("nb00_exact_match", notebook="00_the_whole_chain", points=2, answer="exact_match",
@@ -29,27 +27,29 @@ def check_exact_match(student_exact_match) -> None:
             )
 
 
-def _positions_the_model_processes(model, tokenizer, prompt: str) -> tuple[str, int]:
-    """Ask the real model and count, with a forward hook, how many positions it runs."""
+def _positions_the_model_processes(model, tokenizer, prompt: str) -> tuple[int, int, int]:
+    """Ask the real model, counting with a forward hook how many positions it runs on; return
+    (tokens it reads before answering, answer tokens it writes before <eos>, positions processed)."""
     positions = []
     hook = model.register_forward_pre_hook(lambda module, args: positions.append(args[0].shape[1]))
     try:
-        answer = ask(model, tokenizer, prompt)
+        ask(model, tokenizer, prompt)
     finally:
         hook.remove()
-    return answer, sum(positions)
+    steps = generation_steps(model, tokenizer, prompt)
+    return steps[0]["positions"], len(steps) - 1, sum(positions)
 
 
 @exercise("nb00_generation_cost", notebook="00_the_whole_chain", points=2, answer="positions_processed",
           title="What one answer costs without a KV cache")
 def check_positions_processed(student_positions) -> None:
     model, tokenizer = load_checkpoint()
-    for prompt in ["12+5", "407+38", "reverse kite", "sort 52819", "999-1", "0+0"]:
-        answer, expected = _positions_the_model_processes(model, tokenizer, prompt)
-        got = student_positions(prompt, answer)
+    for prompt in ["12+5", "407+38", "reverse kite", "sort 52819", "reverse ab", "sort 000"]:
+        prompt_tokens, answer_tokens, expected = _positions_the_model_processes(model, tokenizer, prompt)
+        got = student_positions(prompt_tokens, answer_tokens)
         if got != expected:
             raise CheckFailed(
-                f"expected {expected}, got {got!r} for prompt={prompt!r}, answer={answer!r} "
-                f"(the model runs once per generated token, answer and <eos>, each time on the whole sequence so far, "
-                f"which starts as <bos> prompt <sep>)"
+                f"expected {expected}, got {got!r} for prompt_tokens={prompt_tokens}, answer_tokens={answer_tokens} "
+                f"(the model runs once per answer token and once more for <eos>, each time on the whole sequence "
+                f"so far, which starts with the prompt_tokens)"
             )

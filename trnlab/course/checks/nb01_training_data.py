@@ -5,7 +5,7 @@ from __future__ import annotations
 from trnlab.course.exercises import CheckFailed, exercise
 from trnlab.data import CharTokenizer, example_targets
 
-CASES = [("407+38", "445"), ("0+0", "0"), ("reverse kite", "etik"), ("sort 52819", "12589"), ("999-999", "0")]
+CASES = [("407+038", "5440"), ("000+000", "0000"), ("reverse kite", "etik"), ("sort 52819", "12589"), ("999-999", "000")]
 
 
 @exercise("nb01_encode", notebook="01_training_data", points=2, answer="encode_example",
