@@ -234,3 +234,16 @@ def test_lazy_matmuls_on_two_regions_of_one_psum_tensor(core):
     ref = a.astype(np.float64).T @ b
     np.testing.assert_allclose(acc.numpy()[:, :256], 2 * ref, rtol=1e-5, atol=1e-4)
     np.testing.assert_allclose(acc.numpy()[:, 256:], ref, rtol=1e-5, atol=1e-4)
+
+
+def test_lazy_matmuls_on_overlapping_regions(core):
+    a = rng.standard_normal((128, 64)).astype(np.float32)
+    b = rng.standard_normal((128, 512)).astype(np.float32)
+    st, mv = to_sbuf(core, a), to_sbuf(core, b)
+    acc = core.psum.allocate((64, 512), "float32")
+    core.nc_matmul(acc[:, 0:256], st, mv[:, 0:256])
+    core.nc_matmul(acc, st, mv, accumulate=False)                 # covers the first region
+    core.nc_matmul(acc[:, 256:512], st, mv[:, 256:512], accumulate=True)
+    ref = a.astype(np.float64).T @ b
+    np.testing.assert_allclose(acc.numpy()[:, :256], ref[:, :256], rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(acc.numpy()[:, 256:], 2 * ref[:, 256:], rtol=1e-5, atol=1e-4)

@@ -125,7 +125,8 @@ class OnChipMemory:
         """Compute every deferred PSUM product (in parallel threads, BLAS single-threaded)."""
         tensors = list({id(t): t for t in self.pending if t._pending is not None}.values())
         self.pending = []
-        if not tensors:
+        groups = [(t, g) for t in tensors for g in t.take_pending()]
+        if not groups:
             return
         stacks = {}
 
@@ -152,12 +153,12 @@ class OnChipMemory:
                 return whole[:, first_index[1]].reshape(whole.shape[0], -1)
             return whole
 
-        jobs = [(t, stacked(t._pending[2]), stacked(t._pending[3])) for t in tensors]
+        jobs = [(t, g[0], g[1], stacked(g[2]), stacked(g[3])) for t, g in groups]
         with _blas.single_threaded():
             if len(jobs) == 1:
-                jobs[0][0].flush(jobs[0][1], jobs[0][2])
+                jobs[0][0].apply(*jobs[0][1:])
             else:
-                list(_executor().map(lambda job: job[0].flush(job[1], job[2]), jobs))
+                list(_executor().map(lambda job: job[0].apply(*job[1:]), jobs))
 
     @property
     def capacity(self) -> int:

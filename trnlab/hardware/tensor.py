@@ -23,6 +23,7 @@ import numpy as np
 from . import dtypes
 from .errors import (FreedTensorError, IndexError_, PartitionStrideError,
                      UninitializedReadError)
+from .scheduler import overlap as _overlap
 
 
 class Tensor:
@@ -111,30 +112,41 @@ class Tensor:
 
         Consecutive matmuls accumulating into the same PSUM region are computed together, as one
         larger product over the concatenated K, when anything next touches the tensor's values
-        (`data`). The result is the same fp32 accumulation; only the order of the additions
-        inside the group may differ (rounding at the level of one fp32 ulp). This turns many
-        small BLAS calls into few large ones, which is what keeps full mode near NumPy's speed.
+        (`data`). Disjoint regions of one tensor (e.g. the tiles of a ``[n, 128, 512]`` PSUM
+        array) keep separate groups. The result is the same fp32 accumulation; only the order of
+        the additions inside a group may differ (rounding at the level of one fp32 ulp). This
+        turns many small BLAS calls into few large ones, which keeps full mode near NumPy's speed.
         """
-        pending = self._pending
-        if pending is not None and pending[0].box != view.box:
-            self.memory.flush_pending()             # another region of this tensor: finish it
-            pending = None
-        elif pending is not None and not accumulate:
-            pending = self._pending = None          # the same region overwritten: drop the group
-        if pending is None:
-            self._pending = [view, not accumulate, [stationary], [moving], stationary[2]]
+        groups = self._pending
+        box = view.box
+        group = None
+        if groups is not None:
+            group = groups.get(box)
+            if group is None and any(b is None or box is None or _overlap(b, box) for b in groups):
+                self.memory.flush_pending()         # an overlapping region: finish the others
+                groups = None
+            elif group is not None and not accumulate:
+                group = None                        # the same region overwritten: drop the group
+        if groups is None:
+            groups = self._pending = {}
             self.memory.pending.append(self)
+        if group is None:
+            groups[box] = [view, not accumulate, [stationary], [moving], stationary[2]]
         else:
-            pending[2].append(stationary)
-            pending[3].append(moving)
-            pending[4] += stationary[2]
-            if pending[4] >= 8192:
+            group[2].append(stationary)
+            group[3].append(moving)
+            group[4] += stationary[2]
+            if group[4] >= 8192:
                 self.memory.flush_pending()
 
-    def flush(self, stationary: np.ndarray, moving: np.ndarray):
-        """Add (or store) the deferred product, given the K-stacked fp32 operands."""
-        view, overwrite, _, _, _ = self._pending
+    def take_pending(self) -> list:
+        """Remove and return the deferred groups: [view, overwrite, stationaries, movings, K]."""
+        groups = self._pending
         self._pending = None
+        return [] if groups is None else list(groups.values())
+
+    def apply(self, view: "View", overwrite: bool, stationary: np.ndarray, moving: np.ndarray):
+        """Add (or store) one deferred group's product, given its K-stacked fp32 operands."""
         out = self._data if view.index is None else self._data[view.index]
         product = (stationary.T @ moving).reshape(out.shape)
         if overwrite:
