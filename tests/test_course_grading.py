@@ -124,6 +124,10 @@ def test_infinite_loop_in_a_cell_is_interrupted_and_the_rest_is_graded(graded):
     assert any("did not finish within 4 s" in p for p in graded[0]["loop_cell"]["notebooks"][0]["problems"])
 
 
+def test_endless_output_is_interrupted_and_the_rest_is_graded(graded):
+    assert points(graded, "print_flood") == FULL
+
+
 def test_answer_that_loops_when_checked_times_out_alone(graded):
     assert points(graded, "loop_answer") == {**FULL, "fx_mean": 0}
     assert statuses(graded, "loop_answer")["fx_mean"] == "timeout"

@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import csv
+import functools
 import json
 import os
 import secrets
@@ -39,6 +40,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import nbformat
+import zmq
+import zmq.asyncio
 from nbclient import NotebookClient
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
 
@@ -241,9 +244,19 @@ class _Client(NotebookClient):
     """nbclient leaves a timed-out cell's output reader running (it would steal the next cells'
     messages); this client tracks those readers so that they can be cancelled."""
 
-    def __init__(self, *args, **kwargs) -> None:
+    def __init__(self, *args, grade_cells: set[int] = frozenset(), **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self._pollers: set[asyncio.Task] = set()
+        self.grade_cells = grade_cells  # indices of the grader's hidden cells
+
+    def output(self, outs, msg, display_id, cell_index):
+        # Only errors and the grader's own results are ever read. Dropping everything else keeps a
+        # notebook that prints (or displays) without end from filling the grader's memory.
+        kind = msg["msg_type"]
+        if kind == "error" or (kind == "display_data" and cell_index in self.grade_cells
+                               and GRADE_MIME in msg["content"].get("data", {})):
+            return super().output(outs, msg, display_id, cell_index)
+        return None
 
     async def _async_poll_output_msg(self, *args, **kwargs) -> None:
         task = asyncio.current_task()
@@ -313,8 +326,14 @@ async def _run_notebook(nb: nbformat.NotebookNode, notebook: str, workdir: Path,
             exec_nb, timeout=config.cell_timeout, startup_timeout=int(config.startup_timeout), allow_errors=True,
             interrupt_on_timeout=False, kernel_name="python3", shutdown_kernel="immediate", record_timing=False,
             resources={"metadata": {"path": str(workdir)}},
+            grade_cells={i for i, step in enumerate(steps) if step.kind == "grade"},
         )
         client.km = client.create_kernel_manager()
+        # A short receive queue: when a notebook prints faster than the grader reads, ZeroMQ drops
+        # output instead of buffering gigabytes of it in the grader.
+        context = zmq.asyncio.Context()
+        context.setsockopt(zmq.RCVHWM, 64)
+        client.km.client = functools.partial(client.km.client, context=context)
         restart = False
         out_of_time = False
         try:
@@ -387,6 +406,7 @@ async def _run_notebook(nb: nbformat.NotebookNode, notebook: str, workdir: Path,
                 await client._async_cleanup_kernel()
             except Exception:  # a kernel that is already gone
                 pass
+            context.destroy(linger=0)
         if out_of_time:
             run.problems.append(f"the notebook time limit ({config.notebook_timeout:.0f} s) was reached")
             break

@@ -168,6 +168,25 @@ def _set_memory_limit(limit_mb: int) -> None:
         pass
 
 
+def _cap_output(pending_limit: int = 2**20) -> None:
+    """Drop text printed while more than `pending_limit` characters wait to be sent. A cell that
+    prints without end would otherwise make ipykernel send messages of hundreds of MB, which the
+    grader would have to receive and parse."""
+    try:
+        from ipykernel.iostream import OutStream
+    except ImportError:
+        return
+    write = OutStream.write
+
+    def capped_write(self, string):
+        buffers = getattr(self, "_buffers", None)
+        if buffers is not None and sum(b.tell() for b in list(buffers.values())) > pending_limit:
+            return len(string)
+        return write(self, string)
+
+    OutStream.write = capped_write
+
+
 def load_extra_checks(path: str) -> None:
     """Run an instructor's checks file once per process (it registers with @exercise/@extra_check)."""
     if EXTRA_CHECKS_MODULE in sys.modules:
@@ -189,6 +208,7 @@ def install(*, nonce: str, hook: str, exercise_ids: list[str], checker_modules: 
     """Prepare this kernel for grading; define the hook `hook` in the notebook's namespace."""
     if memory_limit_mb:
         _set_memory_limit(memory_limit_mb)
+    _cap_output()
     from IPython import get_ipython
     from IPython.display import publish_display_data
 
