@@ -20,11 +20,16 @@ import math
 import trnlab.nki as nki
 import trnlab.nki.isa as nisa
 import trnlab.nki.language as nl
-from trnlab.kernels.common import num_tiles, tile_extent
+from trnlab.kernels.common import double_buffered, row_tiles
 
 FREE_TILE = 2048                       # elements per partition per instruction
 SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 CUBIC = 0.044715
+
+
+def _tiles(R: int, C: int) -> list:
+    """((r0, rows), (c0, cols)) of every [<=128, <=FREE_TILE] tile of an [R, C] tensor."""
+    return [(rows, cols) for rows in row_tiles(R) for cols in row_tiles(C, FREE_TILE)]
 
 
 def _check_approximate(approximate: str) -> None:
@@ -33,11 +38,11 @@ def _check_approximate(approximate: str) -> None:
 
 
 def _gelu_derivative(x):
-    """gelu'(x) of an fp32 tile, erf form."""
+    """gelu'(x) of a tile, erf form (fp32)."""
     cdf = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.sbuf)
     nisa.activation(dst=cdf, op=nl.erf, data=x, scale=1.0 / math.sqrt(2.0))         # erf(x / sqrt 2)
     nisa.tensor_scalar(dst=cdf, data=cdf, op0=nl.multiply, operand0=0.5, op1=nl.add, operand1=0.5)
-    squares = nl.square(x)
+    squares = nl.square(x, dtype=nl.float32)
     pdf = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.sbuf)
     nisa.activation(dst=pdf, op=nl.exp, data=squares, scale=-0.5)                     # exp(-x^2 / 2)
     x_pdf = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.sbuf)
@@ -47,18 +52,18 @@ def _gelu_derivative(x):
 
 
 def _gelu_tanh_derivative(x):
-    """gelu'(x) of an fp32 tile, tanh form."""
-    squares = nl.square(x)
+    """gelu'(x) of a tile, tanh form (fp32)."""
+    squares = nl.square(x, dtype=nl.float32)
     inner = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.sbuf)
     nisa.tensor_scalar(dst=inner, data=squares, op0=nl.multiply, operand0=CUBIC, op1=nl.add, operand1=1.0)
     t = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.sbuf)
-    nisa.activation(dst=t, op=nl.tanh, data=nl.multiply(x, inner), scale=SQRT_2_OVER_PI)
+    nisa.activation(dst=t, op=nl.tanh, data=nl.multiply(x, inner, dtype=nl.float32), scale=SQRT_2_OVER_PI)
     sech2 = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.sbuf)                     # 1 - t^2
     nisa.tensor_scalar(dst=sech2, data=nl.square(t), op0=nl.multiply, operand0=-1.0, op1=nl.add, operand1=1.0)
     slope = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.sbuf)                      # k (1 + 3c x^2)
     nisa.tensor_scalar(dst=slope, data=squares, op0=nl.multiply, operand0=3.0 * CUBIC * SQRT_2_OVER_PI,
                        op1=nl.add, operand1=SQRT_2_OVER_PI)
-    term = nl.multiply(nl.multiply(x, sech2), slope)
+    term = nl.multiply(nl.multiply(x, sech2, dtype=nl.float32), slope)
     half_term = nl.multiply(term, 0.5)
     outer = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.sbuf)                      # 0.5 (1 + t)
     nisa.tensor_scalar(dst=outer, data=t, op0=nl.multiply, operand0=0.5, op1=nl.add, operand1=0.5)
@@ -72,15 +77,14 @@ def gelu(x, approximate="none"):
     R, C = x.shape
     out = nl.ndarray((R, C), dtype=x.dtype, buffer=nl.shared_hbm)
     op = nl.gelu if approximate == "none" else nl.gelu_apprx_tanh
-    P = nl.tile_size.pmax
-    for t in nl.affine_range(num_tiles(R, P)):
-        r0, rows = tile_extent(t, P, R)
-        for c in nl.affine_range(num_tiles(C, FREE_TILE)):
-            c0, cols = tile_extent(c, FREE_TILE, C)
-            x_tile = nl.load(x[r0:r0 + rows, c0:c0 + cols])
-            y = nl.ndarray((rows, cols), dtype=x.dtype, buffer=nl.sbuf)
-            nisa.activation(dst=y, op=op, data=x_tile)
-            nl.store(out[r0:r0 + rows, c0:c0 + cols], value=y)
+    def load(tile):
+        (r0, rows), (c0, cols) = tile
+        return nl.load(x[r0:r0 + rows, c0:c0 + cols])
+
+    for ((r0, rows), (c0, cols)), x_tile in double_buffered(_tiles(R, C), load):
+        y = nl.ndarray((rows, cols), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.activation(dst=y, op=op, data=x_tile)
+        nl.store(out[r0:r0 + rows, c0:c0 + cols], value=y)
     return out
 
 
@@ -91,13 +95,11 @@ def gelu_backward(x, grad_y, approximate="none"):
     R, C = x.shape
     grad_x = nl.ndarray((R, C), dtype=grad_y.dtype, buffer=nl.shared_hbm)
     derivative = _gelu_derivative if approximate == "none" else _gelu_tanh_derivative
-    P = nl.tile_size.pmax
-    for t in nl.affine_range(num_tiles(R, P)):
-        r0, rows = tile_extent(t, P, R)
-        for c in nl.affine_range(num_tiles(C, FREE_TILE)):
-            c0, cols = tile_extent(c, FREE_TILE, C)
-            x_tile = nl.load(x[r0:r0 + rows, c0:c0 + cols], dtype=nl.float32)
-            dy = nl.load(grad_y[r0:r0 + rows, c0:c0 + cols], dtype=nl.float32)
-            dx = nl.multiply(dy, derivative(x_tile), dtype=grad_y.dtype)
-            nl.store(grad_x[r0:r0 + rows, c0:c0 + cols], value=dx)
+    def load(tile):
+        (r0, rows), (c0, cols) = tile
+        return nl.load(x[r0:r0 + rows, c0:c0 + cols]), nl.load(grad_y[r0:r0 + rows, c0:c0 + cols])
+
+    for ((r0, rows), (c0, cols)), (x_tile, dy) in double_buffered(_tiles(R, C), load):
+        dx = nl.multiply(dy, derivative(x_tile), dtype=grad_y.dtype)
+        nl.store(grad_x[r0:r0 + rows, c0:c0 + cols], value=dx)
     return grad_x

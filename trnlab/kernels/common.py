@@ -10,6 +10,12 @@ They run inside an @nki.jit kernel like any other NKI code. Conventions of the w
   shows that form.
 - Sums across partitions (over rows) go through the Tensor engine: a matmul with a ones vector, which
   also accumulates over row tiles in PSUM for free.
+- Loads are issued one tile ahead (`double_buffered`). trnlab issues instructions in program order,
+  and each engine (and the DMA engines as a whole) works through its queue in that order, so a kernel
+  that loads tile i+1 only after storing tile i waits for that store. AWS's compiler overlaps affine_range
+  iterations by itself; here the kernel writes the overlap out, which is also what hand-tuned NKI
+  kernels do. Loads keep the input dtype (a cast would sit in the Vector engine's queue ahead of the
+  current tile's work); the first instruction that reads a tile writes fp32.
 """
 from __future__ import annotations
 
@@ -28,6 +34,24 @@ def tile_extent(index: int, tile: int, extent: int) -> tuple[int, int]:
     """(start, size) of tile `index` of `tile` elements along an axis of `extent` elements."""
     start = index * tile
     return start, min(tile, extent - start)
+
+
+def row_tiles(extent: int, tile: int | None = None) -> list[tuple[int, int]]:
+    """(start, size) of each tile of `tile` (default 128, the partitions) covering `extent` rows."""
+    tile = tile or nl.tile_size.pmax
+    return [tile_extent(t, tile, extent) for t in range(num_tiles(extent, tile))]
+
+
+def double_buffered(tiles, load):
+    """Yield (tile, load(tile)) for each tile, issuing the loads of the next tile before the caller
+    works on (and stores) the current one: the next tile's DMA overlaps this tile's compute."""
+    tiles = list(tiles)
+    upcoming = load(tiles[0]) if tiles else None
+    for i, tile in enumerate(tiles):
+        current = upcoming
+        if i + 1 < len(tiles):
+            upcoming = load(tiles[i + 1])
+        yield tile, current
 
 
 def transpose_to_sbuf(tile, dtype=None):

@@ -22,21 +22,21 @@ from __future__ import annotations
 import trnlab.nki as nki
 import trnlab.nki.isa as nisa
 import trnlab.nki.language as nl
-from trnlab.kernels.common import broadcast_rows, load_row, num_tiles, tile_extent
+from trnlab.kernels.common import broadcast_rows, double_buffered, load_row, num_tiles, row_tiles, tile_extent
 
 
 def _normalize(x_tile, rows: int, cols: int, eps: float, centered: bool):
-    """(xhat [rows, C], rstd [rows, 1]) of an fp32 tile: xhat = (x - mean) * rstd (or x * rstd for RMS)."""
+    """(xhat [rows, C], rstd [rows, 1]) of a tile, in fp32: xhat = (x - mean) * rstd (or x * rstd for RMS)."""
     if centered:
-        mean = nl.mean(x_tile, axis=1, keepdims=True)                               # [rows, 1]
-        x_tile = nl.subtract(x_tile, mean)
+        mean = nl.mean(x_tile, axis=1, keepdims=True, dtype=nl.float32)             # [rows, 1]
+        x_tile = nl.subtract(x_tile, mean, dtype=nl.float32)
     squares = nl.ndarray((rows, cols), dtype=nl.float32, buffer=nl.sbuf)
     sum_sq = nl.ndarray((rows, 1), dtype=nl.float32, buffer=nl.sbuf)
     nisa.activation(dst=squares, op=nl.square, data=x_tile, reduce_op=nl.add, reduce_res=sum_sq)
     rstd = nl.ndarray((rows, 1), dtype=nl.float32, buffer=nl.sbuf)
     nisa.tensor_scalar(dst=rstd, data=sum_sq, op0=nl.multiply, operand0=1.0 / cols, op1=nl.add, operand1=eps)
     nisa.activation(dst=rstd, op=nl.rsqrt, data=rstd)                               # 1 / sqrt(var + eps)
-    xhat = nl.multiply(x_tile, rstd)                                                # [rows, C]
+    xhat = nl.multiply(x_tile, rstd, dtype=nl.float32)                              # [rows, C]
     return xhat, rstd
 
 
@@ -45,9 +45,11 @@ def _norm_forward(out, x, weight, bias, eps: float, centered: bool) -> None:
     P = nl.tile_size.pmax
     weight_tile = broadcast_rows(load_row(weight), P)                                # [128, C] fp32
     bias_tile = broadcast_rows(load_row(bias), P) if bias is not None else None
-    for t in nl.affine_range(num_tiles(R, P)):
-        r0, rows = tile_extent(t, P, R)
-        x_tile = nl.load(x[r0:r0 + rows, :], dtype=nl.float32)                      # [rows, C]
+    def load(tile):
+        r0, rows = tile
+        return nl.load(x[r0:r0 + rows, :])                                          # [rows, C]
+
+    for (r0, rows), x_tile in double_buffered(row_tiles(R), load):
         xhat, _ = _normalize(x_tile, rows, C, eps, centered)
         if bias_tile is None:
             y = nl.multiply(xhat, weight_tile[:rows, :], dtype=out.dtype)
@@ -66,25 +68,28 @@ def _norm_backward(grad_x, grad_weight, grad_bias, x, weight, grad_y, eps: float
     sum_dy_xhat = [nl.ndarray((1, width), dtype=nl.float32, buffer=nl.psum) for _, width in chunks]
     sum_dy = [nl.ndarray((1, width), dtype=nl.float32, buffer=nl.psum) for _, width in chunks] \
         if grad_bias is not None else None
-    for t in nl.affine_range(num_tiles(R, P)):
-        r0, rows = tile_extent(t, P, R)
-        x_tile = nl.load(x[r0:r0 + rows, :], dtype=nl.float32)
-        dy = nl.load(grad_y[r0:r0 + rows, :], dtype=nl.float32)
+    def load(tile):
+        r0, rows = tile
+        return nl.load(x[r0:r0 + rows, :]), nl.load(grad_y[r0:r0 + rows, :])
+
+    for (r0, rows), (x_tile, dy) in double_buffered(row_tiles(R), load):
         xhat, rstd = _normalize(x_tile, rows, C, eps, centered)
         ones = nl.ones((rows, 1), dtype=nl.float32)                                  # [K=rows, M=1]
-        dy_xhat = nl.multiply(dy, xhat)
+        dy_xhat = nl.multiply(dy, xhat, dtype=nl.float32)
         for c, (c0, width) in enumerate(chunks):
             nisa.nc_matmul(dst=sum_dy_xhat[c], stationary=ones, moving=dy_xhat[:, c0:c0 + width])
-            if sum_dy is not None:
-                nisa.nc_matmul(dst=sum_dy[c], stationary=ones, moving=dy[:, c0:c0 + width])
-        g = nl.multiply(dy, weight_tile[:rows, :])                                  # dy * gamma
+        if sum_dy is not None:
+            ones_like_dy = nl.ones((rows, 1), dtype=dy.dtype)
+            for c, (c0, width) in enumerate(chunks):
+                nisa.nc_matmul(dst=sum_dy[c], stationary=ones_like_dy, moving=dy[:, c0:c0 + width])
+        g = nl.multiply(dy, weight_tile[:rows, :], dtype=nl.float32)                # dy * gamma
         g_xhat = nl.multiply(g, xhat)
         mean_g_xhat = nl.mean(g_xhat, axis=1, keepdims=True)                       # [rows, 1]
         correction = nl.multiply(xhat, mean_g_xhat)
         if centered:
             mean_g = nl.mean(g, axis=1, keepdims=True)
             g = nl.subtract(g, mean_g)
-        inner = nl.subtract(g, correction)
+        inner = nl.subtract(g, correction)                                          # fp32
         dx = nl.multiply(inner, rstd, dtype=grad_x.dtype)
         nl.store(grad_x[r0:r0 + rows, :], value=dx)
     for c, (c0, width) in enumerate(chunks):

@@ -3,8 +3,9 @@
 Layout: x [R, C] (flatten leading axes first: (B, nh, T, T) -> (B*nh*T, T)); softmax over the last
 axis. Rows go on the partitions in tiles of 128, a whole row along the free axis, so the max and the
 sum are free-axis reductions on one engine. The last row tile is masked (`mask=(row < R)`), the form
-AWS's compiler needs where loop iterators are symbolic. Math is fp32 on chip whatever the input dtype;
-the result is rounded once to x's dtype.
+AWS's compiler needs where loop iterators are symbolic. The next row tile is loaded while this one is
+computed (common.double_buffered). Math is fp32 on chip whatever the input dtype; the result is
+rounded once to x's dtype.
 
     forward   y = exp(x - max(x)) / sum(exp(x - max(x)))      (the max keeps exp from overflowing)
     backward  dx = y * (dy - sum(dy * y))                      (takes the forward output y, as autograd does)
@@ -14,7 +15,7 @@ from __future__ import annotations
 import trnlab.nki as nki
 import trnlab.nki.isa as nisa
 import trnlab.nki.language as nl
-from trnlab.kernels.common import num_tiles
+from trnlab.kernels.common import double_buffered, num_tiles
 
 
 @nki.jit
@@ -25,11 +26,14 @@ def softmax(x):
     P = nl.tile_size.pmax
     i_p = nl.arange(P)[:, None]
     i_f = nl.arange(C)[None, :]
-    for t in nl.affine_range(num_tiles(R, P)):
+
+    def load(t):
+        return nl.load(x[t * P + i_p, i_f], mask=(t * P + i_p < R))                 # [128, C]
+
+    for t, scores in double_buffered(range(num_tiles(R, P)), load):
         row = t * P + i_p
         valid = row < R
-        scores = nl.load(x[row, i_f], dtype=nl.float32, mask=valid)                 # [128, C]
-        row_max = nl.max(scores, axis=1, keepdims=True, mask=valid)                 # [128, 1]
+        row_max = nl.max(scores, axis=1, keepdims=True, dtype=nl.float32, mask=valid)   # [128, 1]
         neg_max = nl.multiply(row_max, -1.0, mask=valid)
         exps = nl.ndarray((P, C), dtype=nl.float32, buffer=nl.sbuf)
         row_sum = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf)
@@ -50,14 +54,17 @@ def softmax_backward(y, grad_y):
     P = nl.tile_size.pmax
     i_p = nl.arange(P)[:, None]
     i_f = nl.arange(C)[None, :]
-    for t in nl.affine_range(num_tiles(R, P)):
+
+    def load(t):
+        valid = t * P + i_p < R
+        return nl.load(y[t * P + i_p, i_f], mask=valid), nl.load(grad_y[t * P + i_p, i_f], mask=valid)
+
+    for t, (probs, grad) in double_buffered(range(num_tiles(R, P)), load):
         row = t * P + i_p
         valid = row < R
-        probs = nl.load(y[row, i_f], dtype=nl.float32, mask=valid)
-        grad = nl.load(grad_y[row, i_f], dtype=nl.float32, mask=valid)
-        weighted = nl.multiply(grad, probs, mask=valid)
+        weighted = nl.multiply(grad, probs, dtype=nl.float32, mask=valid)
         dot = nl.sum(weighted, axis=1, keepdims=True, mask=valid)                   # [128, 1]
-        centered = nl.subtract(grad, dot, mask=valid)
+        centered = nl.subtract(grad, dot, dtype=nl.float32, mask=valid)
         result = nl.multiply(centered, probs, dtype=grad_y.dtype, mask=valid)
         nl.store(grad_x[row, i_f], value=result, mask=valid)
     return grad_x
