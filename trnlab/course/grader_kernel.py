@@ -1,9 +1,10 @@
 """The grader's side inside a student's kernel: pristine references, checks, unforgeable results.
 
 The grader (`grade.py`) runs a submission in a fresh kernel. Its first cell, before any student
-code, calls `install`. That sets the kernel's memory limit, imports the checkers, snapshots the
-libraries they rely on, and defines one hook function under a random name. After each solution
-cell the grader runs a hidden cell ``<hook>("nb01_encode")`` which
+code, calls `install`. That sets the kernel's memory limit, caps how much printed text may wait to
+be sent, imports the checkers, snapshots the libraries they rely on, and defines one hook function
+under a random name. After each solution cell the grader runs a hidden cell ``<hook>("nb01_encode")``
+which
 
 1. puts the snapshot back for the duration of the check: every attribute of numpy, torch,
    trnlab, builtins, math, ... that the notebook rebound (``np.allclose = lambda *a: True``),
@@ -12,9 +13,10 @@ cell the grader runs a hidden cell ``<hook>("nb01_encode")`` which
 2. runs the checker captured at install time (not the one in ``REGISTRY``, which the notebook can
    reach) on the answer the solution cell defined;
 3. puts the notebook's own state back, so later cells run as the student wrote them;
-4. publishes the result as ``application/vnd.trnlab.grade+json`` carrying a nonce that is never
-   part of any cell's source. The grader only counts results of its own hidden cell that carry
-   the nonce, so printing "✓", redefining ``check`` or faking output earns nothing.
+4. publishes the result as ``application/vnd.trnlab.grade+json`` carrying a nonce that only the
+   setup cell's source contains (the grader's cells are kept out of IPython's history). The
+   grader only counts results of its own hidden cells that carry the nonce, so printing "✓",
+   redefining ``check`` or faking output earns nothing.
 
 Limits (documented in docs/instructors.md): all of this runs in the student's process, so code
 that digs the nonce out of this closure, or a background thread that keeps patching during the
@@ -159,8 +161,10 @@ def _set_streams(streams: tuple) -> None:
 
 
 def _set_memory_limit(limit_mb: int) -> None:
-    import resource
-
+    try:
+        import resource
+    except ImportError:  # not on Windows
+        return
     limit = limit_mb * 2**20
     try:
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
