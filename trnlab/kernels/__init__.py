@@ -23,7 +23,7 @@ cross_entropy mean over non-ignored targets  cross_entropy_backward (softmax - o
 """
 from trnlab.kernels import activations, attention, cross_entropy, embedding, matmul, norms, softmax
 
-KERNELS = {
+KERNELS = {  # name -> (kernel, one-line description)
     "matmul": (matmul.matmul, "a [M, K] @ b [K, N] for any shape; row-major a transposed on the Tensor engine"),
     "matmul_lhsT": (matmul.matmul_lhsT, "lhsT [K, M].T @ rhs [K, N]: the Tensor engine's layout, no transposes"),
     "linear": (matmul.linear, "activation(x [M, K] @ w [K, N] + bias [N]), bias and activation fused on PSUM exit"),
@@ -39,10 +39,14 @@ KERNELS = {
     "gelu_backward": (activations.gelu_backward, "dy * gelu'(x), either form"),
     "embedding": (embedding.embedding, "table [V, C] rows for int32 ids [T], as a one-hot matmul built on chip"),
     "embedding_backward": (embedding.embedding_backward, "scatter-add of dout [T, C] into a [V, C] table gradient"),
-    "causal_attention": (attention.causal_attention, "causal multi-head attention, tiled, online softmax, optional lse"),
-    "causal_attention_backward": (attention.causal_attention_backward, "(dq, dk, dv) of causal attention, FlashAttention-2 order"),
-    "cross_entropy": (cross_entropy.cross_entropy, "mean cross-entropy of logits [R, V] vs int32 targets, ignore_index=-100"),
-    "cross_entropy_backward": (cross_entropy.cross_entropy_backward, "(softmax - one_hot) * dloss / count of counted targets"),
+    "causal_attention": (
+        attention.causal_attention, "causal multi-head attention, tiled, online softmax, optional lse"),
+    "causal_attention_backward": (
+        attention.causal_attention_backward, "(dq, dk, dv) of causal attention, FlashAttention-2 order"),
+    "cross_entropy": (
+        cross_entropy.cross_entropy, "mean cross-entropy of logits [R, V] vs int32 targets, ignore_index=-100"),
+    "cross_entropy_backward": (
+        cross_entropy.cross_entropy_backward, "(softmax - one_hot) * dloss / count of counted targets"),
 }
 
 __all__ = ["KERNELS", "activations", "attention", "cross_entropy", "embedding", "matmul", "norms",

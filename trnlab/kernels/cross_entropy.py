@@ -20,7 +20,8 @@ from __future__ import annotations
 import trnlab.nki as nki
 import trnlab.nki.isa as nisa
 import trnlab.nki.language as nl
-from trnlab.kernels.common import broadcast_rows, load_per_partition, load_row, num_tiles, tile_extent
+from trnlab.kernels.common import (broadcast_rows, double_buffered, load_per_partition, load_row, num_tiles,
+                                   row_tiles, tile_extent)
 
 
 def _class_columns(V: int):
@@ -31,8 +32,8 @@ def _class_columns(V: int):
 
 
 def _row_softmax_parts(logits_tile, rows: int, V: int):
-    """(exps [rows, V] = exp(x - max), row_sum [rows, 1], row_max [rows, 1]) of an fp32 tile."""
-    row_max = nl.max(logits_tile, axis=1, keepdims=True)
+    """(exps [rows, V] = exp(x - max), row_sum [rows, 1], row_max [rows, 1]) of a tile, in fp32."""
+    row_max = nl.max(logits_tile, axis=1, keepdims=True, dtype=nl.float32)
     neg_max = nl.multiply(row_max, -1.0)
     exps = nl.ndarray((rows, V), dtype=nl.float32, buffer=nl.sbuf)
     row_sum = nl.ndarray((rows, 1), dtype=nl.float32, buffer=nl.sbuf)
@@ -45,17 +46,20 @@ def cross_entropy(logits, targets, ignore_index=-100):
     """Mean cross-entropy of logits [R, V] against int32 targets [R] -> [1] (F.cross_entropy)."""
     R, V = logits.shape
     loss = nl.ndarray((1,), dtype=nl.float32, buffer=nl.shared_hbm)
-    P = nl.tile_size.pmax
     columns = _class_columns(V)
     totals = nl.ndarray((1, 2), dtype=nl.float32, buffer=nl.psum)       # [sum of valid losses, valid count]
-    for t in nl.affine_range(num_tiles(R, P)):
-        r0, rows = tile_extent(t, P, R)
-        x = nl.load(logits[r0:r0 + rows, :], dtype=nl.float32)                      # [rows, V]
-        target = load_per_partition(targets, r0, rows)                              # [rows, 1] fp32
+
+    def load(tile):
+        r0, rows = tile
+        # int32 as stored: a cast here would queue on the Vector engine ahead of the current tile's work
+        return nl.load(logits[r0:r0 + rows, :]), load_per_partition(targets, r0, rows, dtype=targets.dtype)
+
+    for (r0, rows), (x, target_ids) in double_buffered(row_tiles(R), load):       # [rows, V], [rows, 1]
+        target = nl.copy(target_ids, dtype=nl.float32)
         _, row_sum, row_max = _row_softmax_parts(x, rows, V)
         logsumexp = nl.add(nl.log(row_sum), row_max)                                # [rows, 1]
         one_hot = nl.equal(columns[:rows, :], target)                               # [rows, V]
-        picked = nl.sum(nl.multiply(x, one_hot), axis=1, keepdims=True)             # logits[r, target_r]
+        picked = nl.sum(nl.multiply(x, one_hot, dtype=nl.float32), axis=1, keepdims=True)   # logits[r, target_r]
         stats = nl.ndarray((rows, 2), dtype=nl.float32, buffer=nl.sbuf)
         stats[:, 1:2] = nl.not_equal(target, float(ignore_index), dtype=nl.float32)  # valid_r
         stats[:, 0:1] = nl.multiply(nl.subtract(logsumexp, picked), stats[:, 1:2])
@@ -88,10 +92,12 @@ def cross_entropy_backward(logits, targets, grad_loss=1.0, ignore_index=-100):
         upstream = broadcast_rows(load_row(grad_loss, dtype=nl.float32), P)          # [128, 1]
         scale = nl.divide(upstream, count)
     # 2. (softmax - one_hot) * valid * scale, row tile by row tile
-    for t in nl.affine_range(num_tiles(R, P)):
-        r0, rows = tile_extent(t, P, R)
+    def load(tile):
+        r0, rows = tile
+        return nl.load(logits[r0:r0 + rows, :])
+
+    for t, ((r0, rows), x) in enumerate(double_buffered(row_tiles(R), load)):
         target, valid = valids[t]
-        x = nl.load(logits[r0:r0 + rows, :], dtype=nl.float32)
         exps, row_sum, _ = _row_softmax_parts(x, rows, V)
         probs = nl.multiply(exps, nl.reciprocal(row_sum))
         one_hot = nl.equal(columns[:rows, :], target)

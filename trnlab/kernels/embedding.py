@@ -21,7 +21,7 @@ from __future__ import annotations
 import trnlab.nki as nki
 import trnlab.nki.isa as nisa
 import trnlab.nki.language as nl
-from trnlab.kernels.common import load_per_partition, num_tiles, tile_extent, transpose_to_sbuf
+from trnlab.kernels.common import load_per_partition, num_tiles, row_tiles, tile_extent, transpose_to_sbuf
 
 
 def _vocab_columns(V: int):
@@ -51,9 +51,11 @@ def embedding(ids, table):
     columns = _vocab_columns(V)
     table_tiles = [nl.load(table[v0:v0 + width, :])                                # [width, C] each
                    for v0, width in (tile_extent(v, P, V) for v in range(num_tiles(V, P)))]
-    for t in nl.affine_range(num_tiles(T, P)):
-        t0, tokens = tile_extent(t, P, T)
-        ids_column = load_per_partition(ids, t0, tokens)                            # [tokens, 1] fp32
+    token_tiles = row_tiles(T)
+    id_columns = [load_per_partition(ids, t0, n, dtype=ids.dtype) for t0, n in token_tiles]  # all ids first
+    for t in nl.affine_range(len(token_tiles)):
+        t0, tokens = token_tiles[t]
+        ids_column = nl.copy(id_columns[t], dtype=nl.float32)                       # [tokens, 1]
         selectors = [transpose_to_sbuf(_one_hot(ids_column, columns[v], tokens, table.dtype))
                      for v in range(len(columns))]                                  # [width, tokens] each
         for n in nl.affine_range(num_tiles(C, TN)):
@@ -74,12 +76,14 @@ def embedding_backward(ids, grad_out, num_embeddings):
     grad_table = nl.ndarray((V, C), dtype=grad_out.dtype, buffer=nl.shared_hbm)
     P, TN = nl.tile_size.pmax, nl.tile_size.gemm_moving_fmax
     columns = _vocab_columns(V)
-    one_hots, grads = [], []                                   # per token tile: [tokens, width] per V tile
-    for t in nl.affine_range(num_tiles(T, P)):
-        t0, tokens = tile_extent(t, P, T)
-        ids_column = load_per_partition(ids, t0, tokens)
-        one_hots.append([_one_hot(ids_column, columns[v], tokens, grad_out.dtype) for v in range(len(columns))])
-        grads.append(nl.load(grad_out[t0:t0 + tokens, :]))                          # [tokens, C]
+    token_tiles = row_tiles(T)
+    id_columns = [load_per_partition(ids, t0, n, dtype=ids.dtype) for t0, n in token_tiles]  # all loads first
+    grads = [nl.load(grad_out[t0:t0 + n, :]) for t0, n in token_tiles]                   # [tokens, C] each
+    one_hots = []                                              # per token tile: [tokens, width] per V tile
+    for t in nl.affine_range(len(token_tiles)):
+        ids_column = nl.copy(id_columns[t], dtype=nl.float32)
+        one_hots.append([_one_hot(ids_column, columns[v], token_tiles[t][1], grad_out.dtype)
+                         for v in range(len(columns))])
     for v in nl.affine_range(len(columns)):
         v0, width = tile_extent(v, P, V)
         for n in nl.affine_range(num_tiles(C, TN)):

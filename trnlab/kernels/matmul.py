@@ -20,8 +20,9 @@ AWS's matmul tutorial, for callers that hold the transposed operand already.
 
 Tiling: output tiles of [128 rows, 512 columns] (one PSUM bank of fp32); K in tiles of 128
 partitions accumulated in PSUM. The K tiles of one 128-row stripe of a are loaded (and transposed)
-once and reused for every N tile; b is loaded once for all stripes when it fits in 64 KiB per
-partition (any weight of a tiny GPT), otherwise once per stripe. Edge tiles in M, N and K are smaller tiles (see common.py). The PSUM
+once and reused for every N tile; the next stripe's loads are issued before this stripe's matmuls.
+b is loaded once for all stripes when it fits in 64 KiB per partition (any weight of a tiny GPT),
+otherwise once per stripe. Edge tiles in M, N and K are smaller tiles (see common.py). The PSUM
 result leaves through one instruction per engine: bias add on the Vector engine (PSUM -> SBUF), then
 the activation on the Scalar engine; without a bias the activation reads PSUM directly.
 """
@@ -30,7 +31,8 @@ from __future__ import annotations
 import trnlab.nki as nki
 import trnlab.nki.isa as nisa
 import trnlab.nki.language as nl
-from trnlab.kernels.common import broadcast_rows, load_row, num_tiles, tile_extent, transpose_to_sbuf
+from trnlab.kernels.common import (broadcast_rows, double_buffered, load_row, num_tiles, row_tiles, tile_extent,
+                                   transpose_to_sbuf)
 
 RESIDENT_BYTES_PER_PARTITION = 64 * 1024     # keep all of b in SBUF up to this much (a third of Trn2's 192 KiB)
 
@@ -47,19 +49,22 @@ def _activation_op(name):
     return ACTIVATIONS[name]
 
 
-def _stationary_stripe(a, m0: int, rows: int, a_is_kxm: bool):
-    """The K tiles of lhsT for output rows m0:m0+rows: a list of SBUF tiles [k <= 128, rows]."""
+def _load_stripe(a, m0: int, rows: int, a_is_kxm: bool):
+    """DMA the K blocks of a that output rows m0:m0+rows need: [k, rows] blocks of a [K, M], or
+    [rows, k] blocks of a [M, K] (transposed later, by _stationary_stripe)."""
     K = a.shape[0] if a_is_kxm else a.shape[1]
-    TK = nl.tile_size.pmax
-    stripe = []
-    for k in nl.affine_range(num_tiles(K, TK)):
-        k0, depth = tile_extent(k, TK, K)
+    blocks = []
+    for k0, depth in row_tiles(K):
         if a_is_kxm:
-            stripe.append(nl.load(a[k0:k0 + depth, m0:m0 + rows]))                 # [depth, rows]
+            blocks.append(nl.load(a[k0:k0 + depth, m0:m0 + rows]))                  # [depth, rows]
         else:
-            block = nl.load(a[m0:m0 + rows, k0:k0 + depth])                         # [rows, depth]
-            stripe.append(transpose_to_sbuf(block))                                 # [depth, rows]
-    return stripe
+            blocks.append(nl.load(a[m0:m0 + rows, k0:k0 + depth]))                  # [rows, depth]
+    return blocks
+
+
+def _stationary_stripe(blocks, a_is_kxm: bool):
+    """The stationary tiles [k <= 128, rows] of one output row stripe (transposing a [M, K] operand)."""
+    return blocks if a_is_kxm else [transpose_to_sbuf(block) for block in blocks]
 
 
 def _moving_tile(b, k0: int, depth: int, n0: int, cols: int, b_is_nxk: bool):
@@ -94,9 +99,9 @@ def tiled_matmul(result, a, b, *, a_is_kxm: bool = False, b_is_nxk: bool = False
     if num_tiles(M, TM) > 1 and b_bytes_per_partition <= RESIDENT_BYTES_PER_PARTITION:
         resident = [[_moving_tile(b, *tile_extent(k, TK, K), *tile_extent(n, TN, N), b_is_nxk)
                      for k in range(k_tiles)] for n in range(n_tiles)]
-    for m in nl.affine_range(num_tiles(M, TM)):
-        m0, rows = tile_extent(m, TM, M)
-        stripe = _stationary_stripe(a, m0, rows, a_is_kxm)           # hoisted: reused by every N tile
+    stripes = double_buffered(row_tiles(M, TM), lambda tile: _load_stripe(a, *tile, a_is_kxm))
+    for (m0, rows), blocks in stripes:                               # the next stripe loads meanwhile
+        stripe = _stationary_stripe(blocks, a_is_kxm)                # hoisted: reused by every N tile
         for n in nl.affine_range(n_tiles):
             n0, cols = tile_extent(n, TN, N)
             acc = nl.ndarray((rows, cols), dtype=nl.float32, buffer=nl.psum)
