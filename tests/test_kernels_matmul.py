@@ -103,3 +103,29 @@ def test_linear_runs_in_timing_only_mode_for_large_shapes():
 def test_unknown_activation_is_named_in_the_error():
     with pytest.raises(ValueError, match="unknown activation 'swish'"):
         mm.linear(np.ones((2, 2), np.float32), np.ones((2, 2), np.float32), None, "swish")
+
+
+def test_matmul_reloads_b_per_stripe_when_it_does_not_fit(monkeypatch):
+    monkeypatch.setattr(mm, "RESIDENT_BYTES_PER_PARTITION", 0)      # force the reload path
+    a, b = _rand(20, 300, 140), _rand(21, 140, 530)
+    torch.testing.assert_close(mm.matmul(a, b), a @ b, **FP32)
+    grad_a, _ = mm.matmul_backward(a, b, _rand(22, 300, 530))
+    torch.testing.assert_close(grad_a, _rand(22, 300, 530) @ b.T, **FP32)
+
+
+def test_linear_backward_bf16_within_bf16_rounding_of_fp32_gradients():
+    x, weight = _rand(23, 160, 96, dtype=torch.bfloat16), _rand(24, 96, 200, dtype=torch.bfloat16)
+    grad_out = _rand(25, 160, 200, dtype=torch.bfloat16)
+    grad_x, grad_weight, grad_bias = mm.linear_backward(x, weight, grad_out)
+    assert grad_x.dtype == grad_weight.dtype == grad_bias.dtype == torch.bfloat16
+    g = grad_out.float()
+    torch.testing.assert_close(grad_x.float(), g @ weight.float().T, rtol=2e-2, atol=1e-1)
+    torch.testing.assert_close(grad_weight.float(), x.float().T @ g, rtol=2e-2, atol=1e-1)
+    torch.testing.assert_close(grad_bias.float(), g.sum(0), rtol=2e-2, atol=1e-1)
+
+
+def test_matmul_1024_cubed_fits_on_chip_in_timing_only_mode():
+    shape = nki.ShapeDtype((1024, 1024), "bfloat16")
+    run = nki.run(mm.matmul, shape, shape, timing_only=True)
+    matmul_flops = sum(r.flops for r in run.timeline if r.opcode == "nc_matmul")
+    assert matmul_flops == 2 * 1024 ** 3                 # the transposes of a are counted apart

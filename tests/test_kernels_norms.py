@@ -81,3 +81,13 @@ def test_norm_kernels_run_in_timing_only_mode():
         run = nki.run(kernel, *args, timing_only=True)
         outputs = run.outputs if isinstance(run.outputs, tuple) else (run.outputs,)
         assert all(o is None for o in outputs) and run.latency_us > 0
+
+
+def test_layer_norm_backward_bf16_within_bf16_rounding():
+    x = (_rand(8, 100, 64) * 2 + 0.5).bfloat16()
+    gamma, beta, grad_y = _rand(9, 64).bfloat16(), _rand(10, 64).bfloat16(), _rand(11, 100, 64).bfloat16()
+    leaves = [t.float().requires_grad_() for t in (x, gamma, beta)]
+    F.layer_norm(leaves[0], (64,), leaves[1], leaves[2]).backward(grad_y.float())
+    for grad, leaf in zip(norms.layer_norm_backward(x, gamma, grad_y), leaves):
+        assert grad.dtype == torch.bfloat16
+        torch.testing.assert_close(grad.float(), leaf.grad, rtol=2 ** -7, atol=2e-2)
