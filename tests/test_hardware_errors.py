@@ -125,6 +125,15 @@ def test_gpsimd_cannot_touch_psum(core):
         core.memset(acc, 0.0, engine="gpsimd")
 
 
+def test_tensor_tensor_takes_at_most_one_psum_input(core):
+    a = filled(core, (128, 64), "float32", memory="psum")
+    b = filled(core, (128, 64), "float32", memory="psum")
+    out = core.sbuf.allocate((128, 64), "float32")
+    with pytest.raises(errors.MemoryPlacementError, match=r"both in PSUM; at most one input"):
+        core.tensor_tensor(out, a, b, "add")
+    core.tensor_tensor(out, a, filled(core, (128, 64), "float32"), "add")      # one is fine
+
+
 def test_psum_to_hbm_is_refused(core):
     acc = core.psum.allocate((128, 512), "float32")
     core.memset(acc, 0.0)

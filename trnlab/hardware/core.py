@@ -518,6 +518,11 @@ class NeuronCore:
         name, fn = ops.binary(op)
         for v, what in ((a, "data1"), (b, "data2"), (dst, "dst")):
             self._onchip(v, what, "tensor_tensor", psum_ok=eid != POOL)
+        if a.tensor.kind == "psum" and b.tensor.kind == "psum":
+            raise MemoryPlacementError(
+                "operand memory: tensor_tensor data1 and data2 are both in PSUM; at most one input "
+                "may be in PSUM [nki.isa.tensor_tensor]", value=("psum", "psum"),
+                limit="at most one PSUM input")
         self._same_tile(a, b, "tensor_tensor", "data1 vs data2")
         self._same_tile(dst, a, "tensor_tensor", "dst vs data1")
         if self.full:
