@@ -129,3 +129,8 @@ def test_matmul_1024_cubed_fits_on_chip_in_timing_only_mode():
     run = nki.run(mm.matmul, shape, shape, timing_only=True)
     matmul_flops = sum(r.flops for r in run.timeline if r.opcode == "nc_matmul")
     assert matmul_flops == 2 * 1024 ** 3                 # the transposes of a are counted apart
+
+
+def test_contraction_mismatch_names_both_sizes():
+    with pytest.raises(ValueError, match=r"contraction sizes differ: x \[M, K\] has K=3, weight .* has K=4"):
+        mm.linear(np.ones((2, 3), np.float32), np.ones((4, 5), np.float32))

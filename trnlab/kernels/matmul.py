@@ -49,6 +49,11 @@ def _activation_op(name):
     return ACTIVATIONS[name]
 
 
+def _check_contraction(kernel: str, left: str, k_left: int, right: str, k_right: int) -> None:
+    if k_left != k_right:
+        raise ValueError(f"{kernel}: contraction sizes differ: {left} has K={k_left}, {right} has K={k_right}")
+
+
 def _load_stripe(a, m0: int, rows: int, a_is_kxm: bool):
     """DMA the K blocks of a that output rows m0:m0+rows need: [k, rows] blocks of a [K, M], or
     [rows, k] blocks of a [M, K] (transposed later, by _stationary_stripe)."""
@@ -145,7 +150,7 @@ def matmul(a, b):
     """a [M, K] @ b [K, N] -> [M, N] (any M, K, N; fp32 accumulation in PSUM, output in a's dtype)."""
     M, K = a.shape
     K_, N = b.shape
-    assert K == K_, f"matmul: contraction sizes differ: a {a.shape}, b {b.shape}"
+    _check_contraction("matmul", "a [M, K]", K, "b [K, N]", K_)
     result = nl.ndarray((M, N), dtype=a.dtype, buffer=nl.shared_hbm)
     tiled_matmul(result, a, b)
     return result
@@ -156,7 +161,7 @@ def matmul_lhsT(lhsT, rhs):
     """lhsT [K, M], rhs [K, N] -> lhsT.T @ rhs [M, N]: the Tensor engine's own layout, no transposes."""
     K, M = lhsT.shape
     K_, N = rhs.shape
-    assert K == K_, f"matmul_lhsT: contraction sizes differ: lhsT {lhsT.shape}, rhs {rhs.shape}"
+    _check_contraction("matmul_lhsT", "lhsT [K, M]", K, "rhs [K, N]", K_)
     result = nl.ndarray((M, N), dtype=lhsT.dtype, buffer=nl.shared_hbm)
     tiled_matmul(result, lhsT, rhs, a_is_kxm=True)
     return result
@@ -169,7 +174,7 @@ def linear(x, weight, bias=None, activation=None):
     "sigmoid", "silu". weight is nn.Linear.weight.T."""
     M, K = x.shape
     K_, N = weight.shape
-    assert K == K_, f"linear: x {x.shape} does not match weight [in, out] {weight.shape}"
+    _check_contraction("linear", "x [M, K]", K, "weight [K, N] (nn.Linear.weight.T)", K_)
     result = nl.ndarray((M, N), dtype=x.dtype, buffer=nl.shared_hbm)
     tiled_matmul(result, x, weight, bias=bias, activation=activation)
     return result
