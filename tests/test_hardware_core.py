@@ -247,3 +247,17 @@ def test_lazy_matmuls_on_overlapping_regions(core):
     ref = a.astype(np.float64).T @ b
     np.testing.assert_allclose(acc.numpy()[:, :256], ref[:, :256], rtol=1e-5, atol=1e-4)
     np.testing.assert_allclose(acc.numpy()[:, 256:], 2 * ref[:, 256:], rtol=1e-5, atol=1e-4)
+
+
+def test_trn3_accumulates_bf16_in_psum_keeping_the_group_sum_in_fp32():
+    core = NeuronCore(presets.TRN3.core, mode="full")
+    a = rng.standard_normal((256, 128)).astype(np.float32)
+    b = rng.standard_normal((256, 512)).astype(np.float32)
+    acc = core.psum.allocate((128, 512), "bfloat16")
+    for k0 in (0, 128):
+        core.nc_matmul(acc, to_sbuf(core, a[k0:k0 + 128], "bfloat16"),
+                       to_sbuf(core, b[k0:k0 + 128], "bfloat16"))
+    exact = bf16(a).T @ bf16(b)
+    # one rounding of the fp32 sum (up to fp32 summation order, which can move a tie)
+    np.testing.assert_allclose(acc.numpy().astype(np.float32), exact, rtol=2 ** -8, atol=1e-6)
+    assert np.mean(acc.numpy() == exact.astype(ml_dtypes.bfloat16)) > 0.99

@@ -362,7 +362,7 @@ class NeuronCore:
         mv.check_initialized()
         if accumulate:
             dst.check_initialized()
-        if dst.basic and t.dtype == dtypes.float32:
+        if dst.basic and (t.dtype == dtypes.float32 or t.dtype == dtypes.bfloat16):
             # computed when the PSUM tile is next read, together with the rest of its group
             t.defer_matmul(dst, st.tensor.snapshot(st), mv.tensor.snapshot(mv), accumulate)
             dst.mark_written()

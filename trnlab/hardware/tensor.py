@@ -149,7 +149,11 @@ class Tensor:
         """Add (or store) one deferred group's product, given its K-stacked fp32 operands."""
         out = self._data if view.index is None else self._data[view.index]
         product = (stationary.T @ moving).reshape(out.shape)
-        if overwrite:
+        if out.dtype != np.float32:                 # bf16 PSUM (v4): the group's sum stays fp32
+            if not overwrite:
+                product += out.astype(np.float32)
+            out[...] = product.astype(out.dtype)
+        elif overwrite:
             out[...] = product
         else:
             out += product
