@@ -239,7 +239,7 @@ TRN1 = ChipSpec(
     quoted_tflops={"bfloat16": 190.0, "float32": 47.5},   # chip [HW-trn1]
 )
 TRN1_32XLARGE = ServerSpec(
-    name="trn1.32xlarge", chip=TRN1, chips=16, topology="2-D torus",
+    name="trn1.32xlarge", chip=TRN1, chips=16, topology="16 chips on NeuronLink-v2",
     hbm_bytes=512 * GiB,                      # [HW-trn1]
     link_bandwidth=384e9, hbm_bandwidth_total=16 * 820e9,
     quoted_pflops={"bfloat16": 16 * 190.0 / 1000},
@@ -275,11 +275,11 @@ TRN2_48XLARGE = ServerSpec(
     quoted_pflops={"bfloat16": 10.7, "float8_e4m3": 20.8},   # [HW-trn2]
 )
 TRN2_ULTRASERVER = ServerSpec(
-    name="Trn2 UltraServer", chip=TRN2, chips=64, topology="4 trn2.48xlarge, 3-D torus",
+    name="Trn2 UltraServer", chip=TRN2, chips=64, topology="4 trn2.48xlarge on NeuronLink",
     hbm_bytes=4 * 1536 * GiB, link_bandwidth=1024e9,
     inter_server_bandwidth=256e9,             # 256 GB/s per chip between instances [HW-trn2]
     hbm_bandwidth_total=4 * 46.4e12,
-    quoted_pflops={"bfloat16": 4 * 10.7, "float8_e4m3": 4 * 20.8},
+    quoted_pflops={"bfloat16": 4 * 10.7, "float8_e4m3": 4 * 20.8},   # 4 × trn2.48xlarge
 )
 
 # ---------------------------------------------------------------------------------------------
