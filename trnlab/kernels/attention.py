@@ -15,9 +15,8 @@ Forward, per query tile i (rows on the partitions), over key tiles j <= i (later
     out  = acc / l,  lse = m + log(l)
 
 so the [T, T] score matrix never exists whole: one [128, 128] block at a time, in PSUM then SBUF.
-q and k arrive token-major and are transposed on the Tensor engine (nc_transpose), as is p. The causal
-mask of a diagonal block is built with iota (query index - key index >= 0); AWS's kernels use
-nisa.affine_select for this, which trnlab.nki does not provide.
+q and k arrive token-major and are transposed on the Tensor engine (nc_transpose), as is p. Blocks on
+the diagonal are masked with nisa.affine_select(query >= key, scores, -1e30), as AWS's kernels do.
 
 Backward (FlashAttention-2 order), per key tile j, over query tiles i >= j, with p recomputed from lse:
 
@@ -36,20 +35,7 @@ import trnlab.nki.isa as nisa
 import trnlab.nki.language as nl
 from trnlab.kernels.common import double_buffered, row_tiles, transpose_to_sbuf
 
-MASKED = -1.0e30            # added to scores above the diagonal: exp() of it is exactly 0 in fp32
-
-
-def _causal_bias(q0: int, rows: int, k0: int, cols: int):
-    """[rows, cols] fp32: 0 where key k0+f <= query q0+p, MASKED elsewhere (iota of the index difference)."""
-    i_p = nl.arange(rows)[:, None]
-    i_f = nl.arange(cols)[None, :]
-    offset = nl.ndarray((rows, cols), dtype=nl.float32, buffer=nl.sbuf)
-    nisa.iota(dst=offset, expr=(q0 - k0) + i_p - i_f)                               # query - key
-    allowed = nl.greater_equal(offset, 0.0, dtype=nl.float32)                       # 1.0 / 0.0
-    bias = nl.ndarray((rows, cols), dtype=nl.float32, buffer=nl.sbuf)
-    nisa.tensor_scalar(dst=bias, data=allowed, op0=nl.subtract, operand0=1.0, op1=nl.multiply,
-                       operand1=-MASKED)                                           # 0 or -1e30
-    return bias
+MASKED = -1.0e30            # scores above the diagonal: exp() of it is exactly 0 in fp32
 
 
 def _scores(qT, kT, scale: float, q0: int, rows: int, k0: int, cols: int):
@@ -57,12 +43,14 @@ def _scores(qT, kT, scale: float, q0: int, rows: int, k0: int, cols: int):
     product = nl.ndarray((rows, cols), dtype=nl.float32, buffer=nl.psum)
     nisa.nc_matmul(dst=product, stationary=qT, moving=kT)
     scores = nl.ndarray((rows, cols), dtype=nl.float32, buffer=nl.sbuf)
-    if k0 + cols - 1 > q0:                                                          # some keys are in the future
-        nisa.scalar_tensor_tensor(dst=scores, data=product, op0=nl.multiply, operand0=scale, op1=nl.add,
-                                  operand1=_causal_bias(q0, rows, k0, cols))
-    else:
-        nisa.tensor_scalar(dst=scores, data=product, op0=nl.multiply, operand0=scale)
-    return scores
+    nisa.tensor_scalar(dst=scores, data=product, op0=nl.multiply, operand0=scale)   # PSUM -> SBUF, scaled
+    if k0 + cols - 1 <= q0:
+        return scores                                                               # no key is in the future
+    i_q = nl.arange(rows)[:, None]
+    i_k = nl.arange(cols)[None, :]
+    # keep key k0+i_k for query q0+i_q only if it is not in the future
+    return nisa.affine_select(pred=(q0 + i_q >= k0 + i_k), on_true_tile=scores[i_q, i_k],
+                              on_false_value=MASKED, dtype=nl.float32)
 
 
 def _heads(B: int, H: int) -> list[tuple[int, int]]:
