@@ -27,7 +27,7 @@ class GPTConfig:
     block_size: int = 32  # the context: the most positions the model can see at once
     n_layer: int = 4
     n_head: int = 4
-    n_embd: int = 128
+    n_embd: int = 64
     dropout: float = 0.0
 
     def __post_init__(self) -> None:
