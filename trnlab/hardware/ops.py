@@ -7,9 +7,18 @@ NumPy ufuncs are accepted as aliases (``np.add`` → ``"add"``). An unknown name
 from __future__ import annotations
 
 import numpy as np
-from scipy import special
 
 from .errors import UnknownOpError
+
+
+def _erf(x):
+    """erf: SciPy's if installed, else PyTorch's (both are exact to fp32; NumPy has none)."""
+    try:
+        from scipy import special
+        return special.erf(x)
+    except ImportError:
+        import torch
+        return torch.special.erf(torch.from_numpy(np.asarray(x, dtype=np.float64))).numpy()
 
 # Binary element-wise operators (tensor_tensor, tensor_scalar)
 BINARY = {
@@ -34,7 +43,7 @@ REDUCE = {"add": np.sum, "multiply": np.prod, "maximum": np.max, "minimum": np.m
 
 
 def _gelu(x):
-    return 0.5 * x * (1.0 + special.erf(x / np.sqrt(2.0)))
+    return 0.5 * x * (1.0 + _erf(x / np.sqrt(2.0)))
 
 
 def _gelu_tanh(x):
@@ -42,7 +51,8 @@ def _gelu_tanh(x):
 
 
 def _sigmoid(x):
-    return special.expit(x)
+    e = np.exp(-np.abs(x))                      # stable for large |x|
+    return np.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
 
 
 # Unary activation functions (activation on the Scalar engine)
@@ -53,7 +63,7 @@ ACTIVATION = {
     "silu": lambda x: x * _sigmoid(x), "rsqrt": lambda x: 1.0 / np.sqrt(x), "sqrt": np.sqrt,
     "square": np.square, "abs": np.abs, "sign": np.sign, "sin": np.sin, "cos": np.cos,
     "reciprocal": lambda x: 1.0 / x, "softplus": lambda x: np.logaddexp(0, x),
-    "erf": special.erf, "negative": np.negative,
+    "erf": _erf, "negative": np.negative,
 }
 
 _UFUNC_ALIASES = {
