@@ -94,3 +94,42 @@ def test_attention_kernels_run_in_timing_only_mode():
     assert run.outputs is None and run.latency_us > 0
     run = nki.run(att.causal_attention_backward, x, x, x, x, x, lse, timing_only=True)
     assert run.outputs == (None, None, None) and run.latency_us > 0
+
+
+def _model_attention(qkv, n_head):
+    """The attention core of trnlab.model.gpt.CausalSelfAttention, from its qkv projection to y."""
+    B, T, C3 = qkv.shape
+    C = C3 // 3
+    q, k, v = (part.view(B, T, n_head, C // n_head).transpose(1, 2) for part in qkv.split(C, dim=2))
+    return _reference(q, k, v)[0].transpose(1, 2).contiguous().view(B, T, C)
+
+
+@settings(max_examples=4, deadline=None)
+@given(B=st.integers(1, 2), T=st.integers(1, 150), n_head=st.sampled_from([1, 2, 4]), d=st.integers(1, 32))
+def test_attention_in_the_models_qkv_layout_forward_and_backward(B, T, n_head, d):
+    generator = torch.Generator().manual_seed(B * 100 + T)
+    qkv = torch.randn(B, T, 3 * n_head * d, generator=generator)
+    y, lse = att.causal_attention_qkv(qkv, n_head, return_lse=True)
+    torch.testing.assert_close(y, _model_attention(qkv, n_head), rtol=1e-4, atol=1e-5)
+    leaf = qkv.clone().requires_grad_()
+    grad_y = torch.randn(B, T, n_head * d, generator=generator)
+    _model_attention(leaf, n_head).backward(grad_y)
+    torch.testing.assert_close(att.causal_attention_qkv_backward(qkv, y, grad_y, lse, n_head), leaf.grad,
+                               rtol=1e-4, atol=1e-4)
+
+
+def test_attention_qkv_matches_the_model_module():
+    from trnlab.model.gpt import CausalSelfAttention, GPTConfig
+    torch.manual_seed(0)
+    module = CausalSelfAttention(GPTConfig(n_embd=64, n_head=4, block_size=32))
+    x = torch.randn(2, 32, 64)
+    with torch.no_grad():
+        expected = module(x)
+        qkv = module.qkv(x)
+        y = att.causal_attention_qkv(qkv, 4)
+        torch.testing.assert_close(module.proj(y), expected, rtol=1e-4, atol=1e-5)
+
+
+def test_qkv_width_must_split_into_heads():
+    with pytest.raises(ValueError, match="qkv has 10 columns, not 3 \\* n_head \\* d for n_head=4"):
+        att.causal_attention_qkv(torch.zeros(1, 4, 10), 4)

@@ -19,6 +19,7 @@ rms_norm      RMS norm over rows             rms_norm_backward      (dx, dweight
 gelu          erf (nn.GELU) or tanh form     gelu_backward          dy * gelu'(x)
 embedding     table[ids] (one-hot matmul)    embedding_backward     scatter-add into the table
 causal_attention  flash-style, multi-head    causal_attention_backward  (dq, dk, dv), scores recomputed
+causal_attention_qkv  same, model's layout   causal_attention_qkv_backward  d(qkv [B, T, 3C])
 cross_entropy mean over non-ignored targets  cross_entropy_backward (softmax - one_hot) / count
 """
 from trnlab.kernels import activations, attention, cross_entropy, embedding, matmul, norms, softmax
@@ -43,6 +44,10 @@ KERNELS = {  # name -> (kernel, one-line description)
         attention.causal_attention, "causal multi-head attention, tiled, online softmax, optional lse"),
     "causal_attention_backward": (
         attention.causal_attention_backward, "(dq, dk, dv) of causal attention, FlashAttention-2 order"),
+    "causal_attention_qkv": (
+        attention.causal_attention_qkv, "causal attention from the qkv projection [B, T, 3C] to y [B, T, C]"),
+    "causal_attention_qkv_backward": (
+        attention.causal_attention_qkv_backward, "gradient of causal_attention_qkv, laid out like qkv"),
     "cross_entropy": (
         cross_entropy.cross_entropy, "mean cross-entropy of logits [R, V] vs int32 targets, ignore_index=-100"),
     "cross_entropy_backward": (

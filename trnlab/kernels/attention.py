@@ -25,6 +25,11 @@ Backward (FlashAttention-2 order), per key tile j, over query tiles i >= j, with
     dk_j += ds.T @ q_i;           dq_i += ds @ k_j              (dsT from one nc_transpose)
 
 dk_j and dv_j accumulate in PSUM over i; dq_i in SBUF (fp32) over j.
+
+`causal_attention_qkv` / `causal_attention_qkv_backward` take the model's own layout instead: the
+qkv projection's output [B, T, 3C] and y [B, T, C] with the heads side by side. Each head's [n, d]
+block is then a strided DMA of d contiguous columns per row, so no head split or transpose has to
+happen in HBM between the qkv linear, attention and the output projection.
 """
 from __future__ import annotations
 
@@ -57,29 +62,49 @@ def _heads(B: int, H: int) -> list[tuple[int, int]]:
     return [(b, h) for b in range(B) for h in range(H)]
 
 
+def _per_head(x):
+    """Blocks of a [B, H, T, d] tensor: (b, h, t0, n) -> the [n, d] rows t0:t0+n of head h of batch b."""
+    return lambda b, h, t0, n: x[b, h, t0:t0 + n, :]
+
+
+def _packed(x, part: int, H: int, d: int):
+    """Blocks of a [B, T, parts * H * d] tensor whose columns hold parts (q, k, v) of H heads side by side,
+    as nn.Linear writes them: (b, h, t0, n) -> [n, d] (a strided DMA, no transpose in HBM)."""
+    column = lambda h: (part * H + h) * d                                            # noqa: E731
+    return lambda b, h, t0, n: x[b, t0:t0 + n, column(h):column(h) + d]
+
+
+def _check_head_size(d: int) -> None:
+    if d > nl.tile_size.pmax:
+        raise ValueError(f"attention: head size d={d} exceeds {nl.tile_size.pmax} partitions (the contraction "
+                         f"of q @ k.T runs over d)")
+
+
 def _check(q, k, v):
     B, H, T, d = q.shape
     if tuple(k.shape) != (B, H, T, d) or tuple(v.shape) != (B, H, T, d):
         raise ValueError(f"attention: q, k, v must all be [B, H, T, d]; got {q.shape}, {k.shape}, {v.shape}")
-    if d > nl.tile_size.pmax:
-        raise ValueError(f"attention: head size d={d} exceeds {nl.tile_size.pmax} partitions (the contraction "
-                         f"of q @ k.T runs over d)")
+    _check_head_size(d)
     return B, H, T, d
 
 
-@nki.jit
-def causal_attention(q, k, v, scale=None, return_lse=False):
-    """softmax(q @ k.T * scale + causal mask) @ v for q, k, v [B, H, T, d] -> out [B, H, T, d]
-    (and lse [B, H, T] fp32 with return_lse=True, for causal_attention_backward). scale: 1/sqrt(d)."""
-    B, H, T, d = _check(q, k, v)
-    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
-    out = nl.ndarray((B, H, T, d), dtype=q.dtype, buffer=nl.shared_hbm)
-    lse = nl.ndarray((B, H, T), dtype=nl.float32, buffer=nl.shared_hbm)
+def _packed_sizes(qkv, n_head: int):
+    B, T, width = qkv.shape
+    if width % (3 * n_head):
+        raise ValueError(f"attention: qkv has {width} columns, not 3 * n_head * d for n_head={n_head}")
+    d = width // (3 * n_head)
+    _check_head_size(d)
+    return B, T, d
+
+
+def attention_forward(q_at, k_at, v_at, out_at, lse, B: int, H: int, T: int, d: int, scale: float,
+                      return_lse: bool, dtype) -> None:
+    """Issue the forward for every head; x_at(b, h, t0, n) gives the HBM block [n, d] of q, k, v, out."""
     tiles = row_tiles(T)                                                            # 128 positions each
 
     def load(head):
         b, h = head
-        return tuple([nl.load(x[b, h, t0:t0 + n, :]) for t0, n in tiles] for x in (q, k, v))   # [n, d] tiles
+        return tuple([nl.load(x_at(b, h, t0, n)) for t0, n in tiles] for x_at in (q_at, k_at, v_at))
 
     for (b, h), (q_tiles, k_tiles, v_tiles) in double_buffered(_heads(B, H), load):
         kT = [transpose_to_sbuf(tile) for tile in k_tiles]                          # [d, n], once per head
@@ -102,34 +127,26 @@ def causal_attention(q, k, v, scale=None, return_lse=False):
                 nisa.activation(dst=probs, op=nl.exp, data=scores, bias=neg_max,
                                 reduce_op=nl.add, reduce_res=block_sum)
                 running_sum = nl.add(nl.multiply(running_sum, alpha), block_sum)
-                probs_T = transpose_to_sbuf(probs, dtype=v.dtype)                    # [cols, rows]
+                probs_T = transpose_to_sbuf(probs, dtype=v_tiles[j].dtype)          # [cols, rows]
                 pv = nl.ndarray((rows, d), dtype=nl.float32, buffer=nl.psum)
                 nisa.nc_matmul(dst=pv, stationary=probs_T, moving=v_tiles[j])
                 nisa.scalar_tensor_tensor(dst=acc, data=acc, op0=nl.multiply, operand0=alpha,
                                           op1=nl.add, operand1=pv)
                 running_max = new_max
-            o_tile = nl.multiply(acc, nl.reciprocal(running_sum), dtype=q.dtype)
-            nl.store(out[b, h, q0:q0 + rows, :], value=o_tile)
+            o_tile = nl.multiply(acc, nl.reciprocal(running_sum), dtype=dtype)
+            nl.store(out_at(b, h, q0, rows), value=o_tile)
             if return_lse:
                 nl.store(lse[b, h, q0:q0 + rows], value=nl.add(nl.log(running_sum), running_max))
-    return (out, lse) if return_lse else out
 
 
-@nki.jit
-def causal_attention_backward(q, k, v, out, grad_out, lse, scale=None):
-    """Gradients of causal_attention: (grad_q, grad_k, grad_v), each [B, H, T, d] in q's dtype.
-
-    out and lse are the forward's outputs (causal_attention(..., return_lse=True))."""
-    B, H, T, d = _check(q, k, v)
-    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
-    grad_q = nl.ndarray((B, H, T, d), dtype=q.dtype, buffer=nl.shared_hbm)
-    grad_k = nl.ndarray((B, H, T, d), dtype=q.dtype, buffer=nl.shared_hbm)
-    grad_v = nl.ndarray((B, H, T, d), dtype=q.dtype, buffer=nl.shared_hbm)
+def attention_backward(q_at, k_at, v_at, o_at, do_at, lse, dq_at, dk_at, dv_at, B: int, H: int, T: int,
+                       d: int, scale: float, dtype) -> None:
+    """Issue the backward for every head (blocks as in attention_forward; dq_at/dk_at/dv_at are outputs)."""
     tiles = row_tiles(T)
 
     def load(head):
         b, h = head
-        blocks = tuple([nl.load(x[b, h, t0:t0 + n, :]) for t0, n in tiles] for x in (q, k, v, out, grad_out))
+        blocks = tuple([nl.load(x_at(b, h, t0, n)) for t0, n in tiles] for x_at in (q_at, k_at, v_at, o_at, do_at))
         lse_columns = []
         for t0, n in tiles:
             column = nl.ndarray((n, 1), dtype=nl.float32, buffer=nl.sbuf)
@@ -156,21 +173,76 @@ def causal_attention_backward(q, k, v, out, grad_out, lse, scale=None):
                 scores = _scores(qT[i], kT, scale, q0, rows, k0, cols)              # [rows, cols]
                 probs = nl.ndarray((rows, cols), dtype=nl.float32, buffer=nl.sbuf)
                 nisa.activation(dst=probs, op=nl.exp, data=scores, bias=neg_lse[i])
-                probs_lp = nl.copy(probs, dtype=q.dtype)
+                probs_lp = nl.copy(probs, dtype=dout_rows[i].dtype)
                 nisa.nc_matmul(dst=dv_acc, stationary=probs_lp, moving=dout_rows[i])   # += p.T @ dout_i
                 dprobs = nl.ndarray((rows, cols), dtype=nl.float32, buffer=nl.psum)
                 nisa.nc_matmul(dst=dprobs, stationary=doutT[i], moving=vT)          # dout_i @ v_j.T
                 centered = nl.subtract(dprobs, delta[i])                            # dp - D_i
-                dscores = nl.ndarray((rows, cols), dtype=q.dtype, buffer=nl.sbuf)
+                dscores = nl.ndarray((rows, cols), dtype=q_rows[i].dtype, buffer=nl.sbuf)
                 nisa.scalar_tensor_tensor(dst=dscores, data=centered, op0=nl.multiply, operand0=scale,
                                           op1=nl.multiply, operand1=probs)
                 nisa.nc_matmul(dst=dk_acc, stationary=dscores, moving=q_rows[i])    # += ds.T @ q_i
                 dq_part = nl.ndarray((rows, d), dtype=nl.float32, buffer=nl.psum)
                 nisa.nc_matmul(dst=dq_part, stationary=transpose_to_sbuf(dscores), moving=k_rows[j])
                 nisa.tensor_tensor(dst=dq[i], data1=dq[i], data2=dq_part, op=nl.add)
-            nl.store(grad_v[b, h, k0:k0 + cols, :], value=nl.copy(dv_acc, dtype=q.dtype))
-            nl.store(grad_k[b, h, k0:k0 + cols, :], value=nl.copy(dk_acc, dtype=q.dtype))
+            nl.store(dv_at(b, h, k0, cols), value=nl.copy(dv_acc, dtype=dtype))
+            nl.store(dk_at(b, h, k0, cols), value=nl.copy(dk_acc, dtype=dtype))
         for i in nl.affine_range(len(tiles)):
             q0, rows = tiles[i]
-            nl.store(grad_q[b, h, q0:q0 + rows, :], value=nl.copy(dq[i], dtype=q.dtype))
-    return grad_q, grad_k, grad_v
+            nl.store(dq_at(b, h, q0, rows), value=nl.copy(dq[i], dtype=dtype))
+
+
+def _scale(scale, d: int) -> float:
+    return 1.0 / math.sqrt(d) if scale is None else float(scale)
+
+
+# -- kernels ---------------------------------------------------------------------------------------
+@nki.jit
+def causal_attention(q, k, v, scale=None, return_lse=False):
+    """softmax(q @ k.T * scale + causal mask) @ v for q, k, v [B, H, T, d] -> out [B, H, T, d]
+    (and lse [B, H, T] fp32 with return_lse=True, for causal_attention_backward). scale: 1/sqrt(d)."""
+    B, H, T, d = _check(q, k, v)
+    out = nl.ndarray((B, H, T, d), dtype=q.dtype, buffer=nl.shared_hbm)
+    lse = nl.ndarray((B, H, T), dtype=nl.float32, buffer=nl.shared_hbm)
+    attention_forward(_per_head(q), _per_head(k), _per_head(v), _per_head(out), lse, B, H, T, d, _scale(scale, d),
+                      return_lse, q.dtype)
+    return (out, lse) if return_lse else out
+
+
+@nki.jit
+def causal_attention_backward(q, k, v, out, grad_out, lse, scale=None):
+    """Gradients of causal_attention: (grad_q, grad_k, grad_v), each [B, H, T, d] in q's dtype.
+
+    out and lse are the forward's outputs (causal_attention(..., return_lse=True))."""
+    B, H, T, d = _check(q, k, v)
+    grads = [nl.ndarray((B, H, T, d), dtype=q.dtype, buffer=nl.shared_hbm) for _ in range(3)]
+    attention_backward(*(_per_head(x) for x in (q, k, v, out, grad_out)), lse, *(_per_head(g) for g in grads),
+                       B, H, T, d, _scale(scale, d), q.dtype)
+    return tuple(grads)
+
+
+@nki.jit
+def causal_attention_qkv(qkv, n_head, scale=None, return_lse=False):
+    """Causal attention straight from the qkv projection of trnlab.model.gpt: qkv [B, T, 3C] (q, k, v side
+    by side, n_head heads of d = C / n_head columns within each) -> y [B, T, C] with the heads side by
+    side, ready for the output projection (and lse [B, n_head, T] with return_lse=True)."""
+    B, T, d = _packed_sizes(qkv, n_head)
+    H = int(n_head)
+    y = nl.ndarray((B, T, H * d), dtype=qkv.dtype, buffer=nl.shared_hbm)
+    lse = nl.ndarray((B, H, T), dtype=nl.float32, buffer=nl.shared_hbm)
+    q_at, k_at, v_at = (_packed(qkv, part, H, d) for part in range(3))
+    attention_forward(q_at, k_at, v_at, _packed(y, 0, H, d), lse, B, H, T, d, _scale(scale, d), return_lse,
+                      qkv.dtype)
+    return (y, lse) if return_lse else y
+
+
+@nki.jit
+def causal_attention_qkv_backward(qkv, y, grad_y, lse, n_head, scale=None):
+    """Gradient of causal_attention_qkv with respect to qkv: [B, T, 3C], laid out like qkv."""
+    B, T, d = _packed_sizes(qkv, n_head)
+    H = int(n_head)
+    grad_qkv = nl.ndarray(qkv.shape, dtype=qkv.dtype, buffer=nl.shared_hbm)
+    inputs = [_packed(qkv, part, H, d) for part in range(3)] + [_packed(y, 0, H, d), _packed(grad_y, 0, H, d)]
+    outputs = [_packed(grad_qkv, part, H, d) for part in range(3)]
+    attention_backward(*inputs, lse, *outputs, B, H, T, d, _scale(scale, d), qkv.dtype)
+    return grad_qkv

@@ -43,6 +43,9 @@ def gpt_arguments(batch: int = 4, seq: int = 128, d_model: int = 128, n_head: in
         "embedding_backward": (ids, x, vocab),
         "causal_attention": (heads, heads, heads),
         "causal_attention_backward": (heads, heads, heads, heads, heads, lse),
+        "causal_attention_qkv": (t(batch, seq, 3 * d_model), n_head),
+        "causal_attention_qkv_backward": (t(batch, seq, 3 * d_model), t(batch, seq, d_model),
+                                          t(batch, seq, d_model), lse, n_head),
         "cross_entropy": (t(tokens, vocab, dt="float32"), ids),
         "cross_entropy_backward": (t(tokens, vocab, dt="float32"), ids),
     }
