@@ -3,7 +3,8 @@
 Layout: logits [R, V] (flatten (B, T, V) -> (B*T, V)), targets [R] int32 (cast torch's int64 with
 `.int()`); targets equal to `ignore_index` (-100, as in trnlab.model.gpt) are skipped. The loss comes
 back as a [1] tensor (torch returns a 0-d tensor). Rows go on the partitions, 128 per tile, a whole
-row of V logits along the free axis; math is fp32.
+row of V logits along the free axis (so V is limited by SBUF: a few [128, V] fp32 tiles live at once,
+V up to about 8k on Trn2; this course's vocabularies are under 128); math is fp32.
 
     per row    loss_r = logsumexp(logits_r) - logits_r[target_r]
                (logsumexp = max + log(sum(exp(x - max))); the target logit is sum(logits * one_hot),

@@ -13,8 +13,9 @@ The backward is the scatter-add: rows of dout whose tokens repeat are summed by 
 T, in PSUM, accumulated over every token tile, with no read-modify-write races. On AWS's NKI the
 forward can also be an indirect DMA (`nl.load(table[ids_tile, i_f])`), which trnlab.nki does not
 simulate; for the vocabularies this course compiles (V of 30-100, one partition tile) the one-hot matmul
-costs V/128 of one matmul per output tile and is exact (the products are x * 1.0 and x * 0.0). Ids outside
-[0, V) give zero rows (torch raises instead).
+costs V/128 of one matmul per output tile and is exact (the products are x * 1.0 and x * 0.0); the
+whole table is kept in SBUF, so V * C must fit there (16k x 256 bf16 does). Ids outside [0, V) give
+zero rows (torch raises instead).
 """
 from __future__ import annotations
 
