@@ -12,7 +12,7 @@ Forward, per query tile i (rows on the partitions), over key tiles j <= i (later
     m'   = max(m, rowmax(s));  alpha = exp(m - m')            the running max and the rescale of old sums
     p    = exp(s - m');  l = l * alpha + rowsum(p)            one Scalar-engine activation gives p and rowsum
     acc  = acc * alpha + p @ v_j                              pT_j [Tk, Tq] stationary, v_j [Tk, d] moving
-    out  = acc / l,  lse = m + log(l)
+    out  = acc / l,  lse = m + log(l)                         (the first key tile sets m, l, acc directly)
 
 so the [T, T] score matrix never exists whole: one [128, 128] block at a time, in PSUM then SBUF.
 q and k arrive token-major and are transposed on the Tensor engine (nc_transpose), as is p. Blocks on
@@ -111,27 +111,28 @@ def attention_forward(q_at, k_at, v_at, out_at, lse, B: int, H: int, T: int, d: 
         for i in nl.affine_range(len(tiles)):
             q0, rows = tiles[i]
             qT = transpose_to_sbuf(q_tiles[i])                                      # [d, rows]
-            running_max = nl.full((rows, 1), MASKED, dtype=nl.float32)
-            running_sum = nl.zeros((rows, 1), dtype=nl.float32)
-            acc = nl.zeros((rows, d), dtype=nl.float32)
+            running_max = running_sum = acc = None
             for j in nl.sequential_range(i + 1):                                    # key tiles up to the diagonal
                 k0, cols = tiles[j]
                 scores = _scores(qT, kT[j], scale, q0, rows, k0, cols)              # [rows, cols]
                 block_max = nl.max(scores, axis=1, keepdims=True)
-                new_max = nl.maximum(running_max, block_max)
+                new_max = block_max if j == 0 else nl.maximum(running_max, block_max)
                 neg_max = nl.multiply(new_max, -1.0)
-                alpha = nl.ndarray((rows, 1), dtype=nl.float32, buffer=nl.sbuf)
-                nisa.activation(dst=alpha, op=nl.exp, data=running_max, bias=neg_max)
                 probs = nl.ndarray((rows, cols), dtype=nl.float32, buffer=nl.sbuf)
                 block_sum = nl.ndarray((rows, 1), dtype=nl.float32, buffer=nl.sbuf)
                 nisa.activation(dst=probs, op=nl.exp, data=scores, bias=neg_max,
                                 reduce_op=nl.add, reduce_res=block_sum)
-                running_sum = nl.add(nl.multiply(running_sum, alpha), block_sum)
                 probs_T = transpose_to_sbuf(probs, dtype=v_tiles[j].dtype)          # [cols, rows]
                 pv = nl.ndarray((rows, d), dtype=nl.float32, buffer=nl.psum)
                 nisa.nc_matmul(dst=pv, stationary=probs_T, moving=v_tiles[j])
-                nisa.scalar_tensor_tensor(dst=acc, data=acc, op0=nl.multiply, operand0=alpha,
-                                          op1=nl.add, operand1=pv)
+                if j == 0:                                  # the first key tile starts the running statistics
+                    running_sum, acc = block_sum, nl.copy(pv, dtype=nl.float32)
+                else:                                       # later ones rescale them by exp(old max - new max)
+                    alpha = nl.ndarray((rows, 1), dtype=nl.float32, buffer=nl.sbuf)
+                    nisa.activation(dst=alpha, op=nl.exp, data=running_max, bias=neg_max)
+                    running_sum = nl.add(nl.multiply(running_sum, alpha), block_sum)
+                    nisa.scalar_tensor_tensor(dst=acc, data=acc, op0=nl.multiply, operand0=alpha,
+                                              op1=nl.add, operand1=pv)
                 running_max = new_max
             o_tile = nl.multiply(acc, nl.reciprocal(running_sum), dtype=dtype)
             nl.store(out_at(b, h, q0, rows), value=o_tile)
