@@ -77,6 +77,7 @@ def gelu(x, approximate="none"):
     R, C = x.shape
     out = nl.ndarray((R, C), dtype=x.dtype, buffer=nl.shared_hbm)
     op = nl.gelu if approximate == "none" else nl.gelu_apprx_tanh
+
     def load(tile):
         (r0, rows), (c0, cols) = tile
         return nl.load(x[r0:r0 + rows, c0:c0 + cols])
@@ -95,6 +96,7 @@ def gelu_backward(x, grad_y, approximate="none"):
     R, C = x.shape
     grad_x = nl.ndarray((R, C), dtype=grad_y.dtype, buffer=nl.shared_hbm)
     derivative = _gelu_derivative if approximate == "none" else _gelu_tanh_derivative
+
     def load(tile):
         (r0, rows), (c0, cols) = tile
         return nl.load(x[r0:r0 + rows, c0:c0 + cols]), nl.load(grad_y[r0:r0 + rows, c0:c0 + cols])

@@ -93,6 +93,7 @@ def cross_entropy_backward(logits, targets, grad_loss=1.0, ignore_index=-100):
         upstream = broadcast_rows(load_row(grad_loss, dtype=nl.float32), P)          # [128, 1]
         scale = nl.divide(upstream, count)
     # 2. (softmax - one_hot) * valid * scale, row tile by row tile
+
     def load(tile):
         r0, rows = tile
         return nl.load(logits[r0:r0 + rows, :])

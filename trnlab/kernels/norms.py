@@ -3,8 +3,9 @@
 Layout: x [R, C] (flatten (B, T, C) -> (B*T, C)), weight/bias [C]. Rows go on the partitions in tiles
 of 128, the C features along the free axis: the mean and variance are free-axis reductions, and the
 per-row scale 1/std is a [128, 1] operand that the Vector engine broadcasts along the row. gamma and
-beta are spread over the 128 partitions once per kernel (a ones-vector matmul). Math is fp32 on
-chip; outputs are rounded to x's dtype.
+beta are spread over the 128 partitions once per kernel (a ones-vector matmul). The next row tile
+is loaded while this one is computed (common.double_buffered). Math is fp32 on chip; outputs are
+rounded to x's dtype.
 
     layer_norm   y = (x - mean) * rstd * gamma + beta,      rstd = 1 / sqrt(var + eps)
     rms_norm     y = x * rstd * weight,                     rstd = 1 / sqrt(mean(x^2) + eps)
@@ -45,6 +46,7 @@ def _norm_forward(out, x, weight, bias, eps: float, centered: bool) -> None:
     P = nl.tile_size.pmax
     weight_tile = broadcast_rows(load_row(weight), P)                                # [128, C] fp32
     bias_tile = broadcast_rows(load_row(bias), P) if bias is not None else None
+
     def load(tile):
         r0, rows = tile
         return nl.load(x[r0:r0 + rows, :])                                          # [rows, C]
@@ -68,6 +70,7 @@ def _norm_backward(grad_x, grad_weight, grad_bias, x, weight, grad_y, eps: float
     sum_dy_xhat = [nl.ndarray((1, width), dtype=nl.float32, buffer=nl.psum) for _, width in chunks]
     sum_dy = [nl.ndarray((1, width), dtype=nl.float32, buffer=nl.psum) for _, width in chunks] \
         if grad_bias is not None else None
+
     def load(tile):
         r0, rows = tile
         return nl.load(x[r0:r0 + rows, :]), nl.load(grad_y[r0:r0 + rows, :])
