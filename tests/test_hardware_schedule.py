@@ -156,7 +156,7 @@ def test_concurrent_dmas_share_the_hbm_bandwidth():
     for _ in range(n):
         s = core.sbuf.allocate(size, "bfloat16")
         dmas.append(core.timeline[core.dma_copy(s, core.hbm.allocate(size, "bfloat16"))])
-    assert len({d.engine for d in dmas}) == n                   # round-robin over queues
+    assert len({d.engine for d in dmas}) == n                   # each on a queue free first
     total_bytes = n * 128 * 4096 * 2
     span = max(d.end_ns for d in dmas) - SPEC.dma_latency_ns
     assert total_bytes / (span * 1e-9) == pytest.approx(SPEC.hbm_bandwidth, rel=1e-6)
@@ -175,6 +175,54 @@ def test_concurrent_sbuf_to_sbuf_dmas_share_the_dma_engines():
     span = max(d.end_ns for d in dmas) - t0 - SPEC.dma_latency_ns
     aggregate = SPEC.dma_engines * SPEC.dma_engine_bandwidth
     assert 4 * 128 * 8192 * 2 / (span * 1e-9) == pytest.approx(aggregate, rel=1e-6)
+
+
+def _stored_result(core, matmuls: int):
+    """`matmuls` accumulating matmuls, their result copied to SBUF and stored to HBM: the store."""
+    st, _ = loaded(core, (128, 128))
+    mv, _ = loaded(core, (128, 512))
+    acc = core.psum.allocate((128, 512), "float32")
+    for _ in range(matmuls):
+        core.nc_matmul(acc, st, mv)
+    res = core.sbuf.allocate((128, 512), "float32")
+    core.tensor_copy(res, acc)
+    return core.timeline[core.dma_copy(core.hbm.allocate((128, 512), "float32"), res)]
+
+
+def test_hbm_channel_gives_a_ready_load_the_gap_before_a_waiting_store():
+    # a store that waits for its matmuls must not hold back an independent load issued after it
+    core = NeuronCore(SPEC, mode="timing")
+    store = _stored_result(core, 100)
+    load_dst = core.sbuf.allocate((128, 512), "bfloat16")       # 128 KiB
+    load = core.timeline[core.dma_copy(load_dst, core.hbm.allocate((128, 512), "bfloat16"))]
+    assert store.start_ns > 20_000
+    assert load.end_ns < store.start_ns
+    alone = SPEC.dma_latency_ns + 128 * 512 * 2 / min(SPEC.hbm_bandwidth, 16 * SPEC.dma_engine_bandwidth) * 1e9
+    assert load.end_ns - load.start_ns == pytest.approx(alone, rel=0.5)
+
+
+def test_hbm_channel_still_shares_bandwidth_when_transfers_overlap():
+    # filling a gap never lets two transfers use the channel at the same time
+    from trnlab.hardware.scheduler import Channel
+    channel = Channel()
+    assert channel.reserve(100.0, 50.0) == 100.0        # [100, 150)
+    assert channel.reserve(0.0, 40.0) == 0.0            # fits before it: [0, 40)
+    assert channel.reserve(0.0, 70.0) == 150.0          # the gap [40, 100) is too short
+    assert channel.reserve(30.0, 60.0) == 40.0          # exactly fills [40, 100)
+    assert channel.starts == [0.0] and channel.ends == [220.0]
+
+
+def test_dma_queue_is_chosen_so_loads_do_not_queue_behind_a_waiting_store():
+    # queue=None picks the queue that is free first: a full round of loads issued after a store
+    # that waits for its matmuls never lands behind it on the store's queue
+    core = NeuronCore(SPEC, mode="timing")
+    store = _stored_result(core, 100)
+    loads = []
+    for _ in range(SPEC.dma_queues):
+        dst = core.sbuf.allocate((128, 64), "bfloat16")
+        loads.append(core.timeline[core.dma_copy(dst, core.hbm.allocate((128, 64), "bfloat16"))])
+    assert all(d.engine != store.engine for d in loads)
+    assert max(d.end_ns for d in loads) < store.start_ns
 
 
 def test_record_lists_stay_small_and_merging_is_conservative():

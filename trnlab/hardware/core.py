@@ -81,11 +81,10 @@ class NeuronCore:
         self.timeline = Timeline(self.engines)
         self._records = self.timeline.records
         self._free = [0.0] * len(self.engines)     # when each engine (queue) is free
-        self._hbm_free = 0.0                        # the shared HBM channel
-        self._dma_free = 0.0                        # the core's DMA engines, shared by all queues
+        self._hbm = scheduler.Channel()             # the shared HBM channel
+        self._dma = scheduler.Channel()             # the core's DMA engines, shared by all queues
         self._sbuf_port = (0.0, -1)                 # (free at, last user) shared by DVE and POOL
         self._psum_port = (0.0, -1)                 # shared by DVE and ACT
-        self._next_queue = 0
         self._now = 0.0
         # tensor engine state: the stationary tile loaded, when its load ended, last matmul start
         self._stationary = None                     # the view loaded as stationary, and its version
@@ -431,7 +430,9 @@ class NeuronCore:
 
         PSUM is not reachable by DMA: results go PSUM -> SBUF (tensor_copy) -> HBM [MM].
         No dtype conversion (cast on an engine first). ``queue``: a DMA queue number, or None for
-        round-robin over the core's queues.
+        the queue that can start the transfer earliest (the one free first; ties: lowest number).
+        Each queue runs its transfers in order; the shared DMA engines and HBM channel give each
+        transfer the earliest free slot at or after its start (not the issue order).
         """
         dst = _view(dst, "dst")
         src = _view(src, "src")
@@ -455,37 +456,48 @@ class NeuronCore:
             src.check_initialized()
             dst.write(np.reshape(src.values(), dst.shape))
         nq = self.spec.dma_queues
+        free = self._free
+        deps, waited = _wait_reads((src,), 0.0, -1)
+        deps, waited, _ = _wait_write(dst, deps, waited)
         if queue is None:
-            q = self._next_queue
-            self._next_queue = (q + 1) % nq
+            # the queue free first can start the transfer earliest (like the runtime's DMA rings,
+            # a transfer is not stuck behind a store on a busy queue while another queue idles)
+            queues = free[4:]
+            q = queues.index(min(queues))
         else:
             if not 0 <= int(queue) < nq:
                 raise EngineError(f"engine: DMA queue {queue} does not exist; the core has {nq}",
                                   value=queue, limit=nq)
             q = int(queue)
         eid = 4 + q
+        start = deps
+        if free[eid] >= start:
+            start, waited = free[eid], -1
         nbytes = src.nbytes
         rows = dst.partitions if dk == "sbuf" else (src.partitions if sk == "sbuf" else
                                                     (src.shape[0] if src.shape else 1))
         spec = self.spec
         rate = min(spec.dma_engines, rows if rows > 0 else 1) * spec.dma_engine_bandwidth
-        start, waited = _wait_reads((src,), self._free[eid], -1)
-        start, waited, _ = _wait_write(dst, start, waited)
         begin = start + spec.dma_latency_ns
         end = begin + nbytes * 1e9 / rate
         # all transfers share the core's DMA engines and (if they touch it) its HBM bandwidth:
-        # each channel passes bytes in issue order at its aggregate rate
-        engines = begin if begin > self._dma_free else self._dma_free
-        self._dma_free = engines + nbytes * 1e9 / (spec.dma_engines * spec.dma_engine_bandwidth)
-        if self._dma_free > end:
-            end = self._dma_free
+        # each channel passes the bytes at its aggregate rate in its earliest free slot
+        engines_ns = nbytes * 1e9 / (spec.dma_engines * spec.dma_engine_bandwidth)
+        engines_end = self._dma.reserve(begin, engines_ns) + engines_ns
+        if engines_end > end:
+            end = engines_end
         hbm = 0
         if sk == "hbm" or dk == "hbm":
             hbm = nbytes
-            channel = begin if begin > self._hbm_free else self._hbm_free
-            self._hbm_free = channel + nbytes * 1e9 / spec.hbm_bandwidth
-            if self._hbm_free > end:
-                end = self._hbm_free
+            hbm_ns = nbytes * 1e9 / spec.hbm_bandwidth
+            hbm_end = self._hbm.reserve(begin, hbm_ns) + hbm_ns
+            if hbm_end > end:
+                end = hbm_end
+        if len(self._hbm.ends) > 64 or len(self._dma.ends) > 64:
+            # no later transfer can begin before the first queue is free (+ the fixed latency)
+            horizon = min(free[4:]) + spec.dma_latency_ns
+            self._hbm.prune(horizon)
+            self._dma.prune(horizon)
         idx = len(self._records)
         _record_reads((src,), end, idx)
         _record_write(dst, end, idx)

@@ -20,8 +20,11 @@ add waits, never remove one). So the cost per instruction is O(1) in the length 
 """
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
+
 MAX_RECORDS = 32
 KEEP = 4
+_TOUCH = 1e-6          # ns: intervals closer than this are merged (float rounding)
 
 
 def overlap(a, b) -> bool:
@@ -125,3 +128,57 @@ def record_write(v, ready: float, idx: int, by_matmul: bool = False):
     if len(writes) > MAX_RECORDS:
         compact(writes)
     tensor.version += 1
+
+
+class Channel:
+    """A shared resource that passes one transfer at a time (the HBM channel, the DMA engines).
+
+    It keeps its busy intervals, sorted and merged; a transfer takes the earliest free gap long
+    enough for it at or after its ready time — so a transfer that is ready early is not held back
+    by one issued before it that must wait (e.g. a store waiting for its matmuls). Intervals that
+    end before any future transfer can start are pruned (`prune`), so the cost per transfer stays
+    small: a bisect plus a scan over the few gaps after the ready time.
+    """
+
+    __slots__ = ("starts", "ends")
+
+    def __init__(self):
+        self.starts: list[float] = []
+        self.ends: list[float] = []
+
+    def reserve(self, ready: float, duration: float) -> float:
+        """Book `duration` ns in the earliest gap at or after `ready`; returns the start."""
+        starts, ends = self.starts, self.ends
+        i = bisect_right(ends, ready)           # first interval that ends after `ready`
+        t = ready
+        n = len(ends)
+        while i < n:
+            if starts[i] >= t + duration:
+                break                           # fits in the gap before interval i
+            if ends[i] > t:
+                t = ends[i]
+            i += 1
+        end = t + duration
+        join_prev = i > 0 and ends[i - 1] >= t - _TOUCH
+        join_next = i < n and starts[i] <= end + _TOUCH
+        if join_prev and join_next:             # fills a gap exactly: merge three into one
+            ends[i - 1] = ends[i]
+            del starts[i], ends[i]
+        elif join_prev:
+            ends[i - 1] = end
+        elif join_next:
+            starts[i] = t
+        else:
+            starts.insert(i, t)
+            ends.insert(i, end)
+        return t
+
+    def prune(self, before: float):
+        """Forget intervals that end before `before` (no future transfer can start earlier)."""
+        k = bisect_left(self.ends, before)
+        if k > 32:
+            del self.starts[:k], self.ends[:k]
+
+    @property
+    def busy_until(self) -> float:
+        return self.ends[-1] if self.ends else 0.0
