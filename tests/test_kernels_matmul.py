@@ -134,3 +134,24 @@ def test_matmul_1024_cubed_fits_on_chip_in_timing_only_mode():
 def test_contraction_mismatch_names_both_sizes():
     with pytest.raises(ValueError, match=r"contraction sizes differ: x \[M, K\] has K=3, weight .* has K=4"):
         mm.linear(np.ones((2, 3), np.float32), np.ones((4, 5), np.float32))
+
+
+@settings(max_examples=4, deadline=None)
+@given(M=SIZES, K=SIZES, N=SIZES)
+def test_linear_with_nn_linear_weight_layout_forward_and_backward(M, K, N):
+    x = _rand(26, M, K).requires_grad_()
+    weight = _rand(27, N, K).requires_grad_()           # [out, in], as nn.Linear stores it
+    bias = _rand(28, N).requires_grad_()
+    out = torch.nn.functional.linear(x, weight, bias)
+    torch.testing.assert_close(mm.linear(x.detach(), weight.detach(), bias.detach(), None, "out_in"), out, **FP32)
+    grad_out = _rand(29, M, N)
+    out.backward(grad_out)
+    grads = mm.linear_backward(x.detach(), weight.detach(), grad_out, "out_in")
+    for grad, leaf in zip(grads, (x, weight, bias)):
+        torch.testing.assert_close(grad, leaf.grad, **FP32)
+
+
+def test_lm_head_tied_to_the_token_table():
+    table = _rand(30, 43, 64)                          # wte [V, C] doubles as lm_head.weight [out=V, in=C]
+    x = _rand(31, 70, 64)
+    torch.testing.assert_close(mm.linear(x, table, None, None, "out_in"), x @ table.T, **FP32)

@@ -12,7 +12,7 @@ at tiny-GPT sizes. The matmul optimization ladder of notebook 05 lives in `matmu
 Forward                                     Backward
 matmul        a @ b, any M, K, N             matmul_backward        (g @ b.T, a.T @ g)
 matmul_lhsT   lhsT.T @ rhs (no transposes)   linear_backward        (g @ w.T, x.T @ g, sum of g over rows)
-linear        act(x @ w + b), fused          (activation: gelu_backward first)
+linear        act(x @ w + b), fused          (activation: gelu_backward first); w [in, out] or [out, in]
 softmax       stable softmax over rows       softmax_backward       y * (dy - sum(dy * y))
 layer_norm    nn.LayerNorm over rows         layer_norm_backward    (dx, dgamma, dbeta)
 rms_norm      RMS norm over rows             rms_norm_backward      (dx, dweight)
@@ -21,8 +21,9 @@ embedding     table[ids] (one-hot matmul)    embedding_backward     scatter-add 
 causal_attention  flash-style, multi-head    causal_attention_backward  (dq, dk, dv), scores recomputed
 causal_attention_qkv  same, model's layout   causal_attention_qkv_backward  d(qkv [B, T, 3C])
 cross_entropy mean over non-ignored targets  cross_entropy_backward (softmax - one_hot) / count
+add           a + b (residuals)              (its gradient reaches both inputs unchanged)
 """
-from trnlab.kernels import activations, attention, cross_entropy, embedding, matmul, norms, softmax
+from trnlab.kernels import activations, attention, cross_entropy, elementwise, embedding, matmul, norms, softmax
 
 KERNELS = {  # name -> (kernel, one-line description)
     "matmul": (matmul.matmul, "a [M, K] @ b [K, N] for any shape; row-major a transposed on the Tensor engine"),
@@ -48,11 +49,12 @@ KERNELS = {  # name -> (kernel, one-line description)
         attention.causal_attention_qkv, "causal attention from the qkv projection [B, T, 3C] to y [B, T, C]"),
     "causal_attention_qkv_backward": (
         attention.causal_attention_qkv_backward, "gradient of causal_attention_qkv, laid out like qkv"),
+    "add": (elementwise.add, "a + b for [R, C]: residual connections and gradients that meet"),
     "cross_entropy": (
         cross_entropy.cross_entropy, "mean cross-entropy of logits [R, V] vs int32 targets, ignore_index=-100"),
     "cross_entropy_backward": (
         cross_entropy.cross_entropy_backward, "(softmax - one_hot) * dloss / count of counted targets"),
 }
 
-__all__ = ["KERNELS", "activations", "attention", "cross_entropy", "embedding", "matmul", "norms",
+__all__ = ["KERNELS", "activations", "attention", "cross_entropy", "elementwise", "embedding", "matmul", "norms",
            "softmax"]

@@ -5,6 +5,7 @@ Layouts (HBM, PyTorch's row-major order):
     matmul(a, b)                 a [M, K], b [K, N]                    -> a @ b          [M, N]
     matmul_lhsT(lhsT, rhs)       lhsT [K, M], rhs [K, N]               -> lhsT.T @ rhs   [M, N]
     linear(x, weight, bias, act) x [M, K], weight [K, N], bias [N]     -> act(x @ weight + bias)
+                                 (weight_layout="out_in": weight [N, K] as nn.Linear stores it)
     matmul_backward(a, b, g)     -> (g @ b.T [M, K], a.T @ g [K, N])
     linear_backward(x, w, g)     -> (g @ w.T [M, K], x.T @ g [K, N], g summed over rows [N])
 
@@ -13,9 +14,11 @@ operands need the contraction axis K on the partitions. `rhs`/`weight` [K, N] is
 lies in HBM. Activations arrive token-major ([M tokens, K features]), so the kernel transposes each
 [128, 128] block of `a` on the Tensor engine (nc_transpose, as nl.matmul does without transpose_x)
 once per output row stripe and reuses it for every N tile. The weight of a linear layer is taken as
-[in, out] = `nn.Linear.weight.T`: a compiler transposes a constant weight once, not at every call,
-and the weight gradient x.T @ g comes out in the same [in, out] layout with no transpose at all
-(x [M, K] is already the stationary operand of a contraction over M). `matmul_lhsT` is the layout of
+[in, out] = `nn.Linear.weight.T` by default: a compiler transposes a constant weight once, not at
+every call, and the weight gradient x.T @ g comes out in the same [in, out] layout with no transpose
+at all (x [M, K] is already the stationary operand of a contraction over M). weight_layout="out_in"
+takes nn.Linear's own [out, in] (the lm_head that shares the token table [V, C]); the forward then
+transposes weight tiles on chip, the backward needs none. `matmul_lhsT` is the layout of
 AWS's matmul tutorial, for callers that hold the transposed operand already.
 
 Tiling: output tiles of [128 rows, 512 columns] (one PSUM bank of fp32); K in tiles of 128
@@ -167,16 +170,28 @@ def matmul_lhsT(lhsT, rhs):
     return result
 
 
-@nki.jit
-def linear(x, weight, bias=None, activation=None):
-    """activation(x [M, K] @ weight [K, N] + bias [N]) -> [M, N], bias and activation fused into the
-    PSUM evacuation. activation: None, "relu", "gelu" (erf, nn.GELU's default), "gelu_tanh", "tanh",
-    "sigmoid", "silu". weight is nn.Linear.weight.T."""
+def _weight_sizes(kernel: str, x, weight, weight_layout: str) -> tuple[int, int, int]:
+    """(M, K, N) of x [M, K] and a weight stored [K, N] ("in_out") or [N, K] ("out_in", nn.Linear's)."""
+    if weight_layout not in ("in_out", "out_in"):
+        raise ValueError(f"{kernel}: weight_layout must be 'in_out' ([K, N]) or 'out_in' ([N, K], nn.Linear's), "
+                         f"got {weight_layout!r}")
     M, K = x.shape
-    K_, N = weight.shape
-    _check_contraction("linear", "x [M, K]", K, "weight [K, N] (nn.Linear.weight.T)", K_)
+    K_, N = weight.shape if weight_layout == "in_out" else weight.shape[::-1]
+    _check_contraction(kernel, "x [M, K]", K, f"weight ({weight_layout})", K_)
+    return M, K, N
+
+
+@nki.jit
+def linear(x, weight, bias=None, activation=None, weight_layout="in_out"):
+    """activation(x [M, K] @ W + bias [N]) -> [M, N], bias and activation fused into the PSUM evacuation.
+
+    weight: [K, N] (weight_layout="in_out", nn.Linear.weight.T, no transpose on chip) or [N, K]
+    ("out_in", nn.Linear.weight as stored, e.g. the lm_head tied to the token table; its tiles are
+    transposed on the Tensor engine at every call). activation: None, "relu", "gelu" (erf, nn.GELU's
+    default), "gelu_tanh", "tanh", "sigmoid", "silu"."""
+    M, K, N = _weight_sizes("linear", x, weight, weight_layout)
     result = nl.ndarray((M, N), dtype=x.dtype, buffer=nl.shared_hbm)
-    tiled_matmul(result, x, weight, bias=bias, activation=activation)
+    tiled_matmul(result, x, weight, b_is_nxk=weight_layout == "out_in", bias=bias, activation=activation)
     return result
 
 
@@ -193,16 +208,21 @@ def matmul_backward(a, b, grad_out):
 
 
 @nki.jit
-def linear_backward(x, weight, grad_out):
-    """Gradients of x [M, K] @ weight [K, N] + bias: (grad_x [M, K], grad_weight [K, N], grad_bias [N]).
+def linear_backward(x, weight, grad_out, weight_layout="in_out"):
+    """Gradients of x [M, K] @ W + bias: (grad_x [M, K], grad_weight in weight's layout, grad_bias [N]).
 
-    grad_out is the gradient at the linear output (before any activation: chain gelu_backward first)."""
-    M, K = x.shape
-    _, N = weight.shape
+    grad_out is the gradient at the linear output (before any activation: chain gelu_backward first).
+    For "out_in" weights [N, K] both matmuls need no operand transpose: grad_x = grad_out @ W and
+    grad_W = grad_out.T @ x (grad_out [M, N] is already the stationary of a contraction over M)."""
+    M, K, N = _weight_sizes("linear_backward", x, weight, weight_layout)
     grad_x = nl.ndarray((M, K), dtype=x.dtype, buffer=nl.shared_hbm)
-    grad_weight = nl.ndarray((K, N), dtype=weight.dtype, buffer=nl.shared_hbm)
+    grad_weight = nl.ndarray(weight.shape, dtype=weight.dtype, buffer=nl.shared_hbm)
     grad_bias = nl.ndarray((N,), dtype=weight.dtype, buffer=nl.shared_hbm)
-    tiled_matmul(grad_x, grad_out, weight, b_is_nxk=True)
-    tiled_matmul(grad_weight, x, grad_out, a_is_kxm=True)
+    if weight_layout == "in_out":
+        tiled_matmul(grad_x, grad_out, weight, b_is_nxk=True)          # grad_out @ W.T, W [K, N] read as [N, K]
+        tiled_matmul(grad_weight, x, grad_out, a_is_kxm=True)          # x.T @ grad_out
+    else:
+        tiled_matmul(grad_x, grad_out, weight)                         # grad_out [M, N] @ W [N, K]
+        tiled_matmul(grad_weight, grad_out, x, a_is_kxm=True)          # grad_out.T @ x -> [N, K]
     column_sums(grad_bias, grad_out)
     return grad_x, grad_weight, grad_bias

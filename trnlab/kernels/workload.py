@@ -46,6 +46,7 @@ def gpt_arguments(batch: int = 4, seq: int = 128, d_model: int = 128, n_head: in
         "causal_attention_qkv": (t(batch, seq, 3 * d_model), n_head),
         "causal_attention_qkv_backward": (t(batch, seq, 3 * d_model), t(batch, seq, d_model),
                                           t(batch, seq, d_model), lse, n_head),
+        "add": (x, x),
         "cross_entropy": (t(tokens, vocab, dt="float32"), ids),
         "cross_entropy_backward": (t(tokens, vocab, dt="float32"), ids),
     }
