@@ -48,7 +48,7 @@ def _scores(qT, kT, scale: float, q0: int, rows: int, k0: int, cols: int):
     product = nl.ndarray((rows, cols), dtype=nl.float32, buffer=nl.psum)
     nisa.nc_matmul(dst=product, stationary=qT, moving=kT)
     scores = nl.ndarray((rows, cols), dtype=nl.float32, buffer=nl.sbuf)
-    nisa.tensor_scalar(dst=scores, data=product, op0=nl.multiply, operand0=scale)   # PSUM -> SBUF, scaled
+    nisa.activation(dst=scores, op=nl.copy, data=product, scale=scale)              # PSUM -> SBUF, scaled
     if k0 + cols - 1 <= q0:
         return scores                                                               # no key is in the future
     i_q = nl.arange(rows)[:, None]
@@ -111,16 +111,15 @@ def attention_forward(q_at, k_at, v_at, out_at, lse, B: int, H: int, T: int, d: 
         for i in nl.affine_range(len(tiles)):
             q0, rows = tiles[i]
             qT = transpose_to_sbuf(q_tiles[i])                                      # [d, rows]
-            running_max = running_sum = acc = None
+            neg_max = running_sum = acc = None              # running -max (the exp bias), sum and p @ v
             for j in nl.sequential_range(i + 1):                                    # key tiles up to the diagonal
                 k0, cols = tiles[j]
                 scores = _scores(qT, kT[j], scale, q0, rows, k0, cols)              # [rows, cols]
-                block_max = nl.max(scores, axis=1, keepdims=True)
-                new_max = block_max if j == 0 else nl.maximum(running_max, block_max)
-                neg_max = nl.multiply(new_max, -1.0)
+                block_neg_max = nisa.tensor_reduce(nl.maximum, scores, axis=1, negate=True, keepdims=True)
+                new_neg_max = block_neg_max if j == 0 else nl.minimum(neg_max, block_neg_max)
                 probs = nl.ndarray((rows, cols), dtype=nl.float32, buffer=nl.sbuf)
                 block_sum = nl.ndarray((rows, 1), dtype=nl.float32, buffer=nl.sbuf)
-                nisa.activation(dst=probs, op=nl.exp, data=scores, bias=neg_max,
+                nisa.activation(dst=probs, op=nl.exp, data=scores, bias=new_neg_max,
                                 reduce_op=nl.add, reduce_res=block_sum)
                 probs_T = transpose_to_sbuf(probs, dtype=v_tiles[j].dtype)          # [cols, rows]
                 pv = nl.ndarray((rows, d), dtype=nl.float32, buffer=nl.psum)
@@ -129,16 +128,15 @@ def attention_forward(q_at, k_at, v_at, out_at, lse, B: int, H: int, T: int, d: 
                     running_sum, acc = block_sum, nl.copy(pv, dtype=nl.float32)
                 else:                                       # later ones rescale them by exp(old max - new max)
                     alpha = nl.ndarray((rows, 1), dtype=nl.float32, buffer=nl.sbuf)
-                    nisa.activation(dst=alpha, op=nl.exp, data=running_max, bias=neg_max)
+                    nisa.activation(dst=alpha, op=nl.exp, data=neg_max, scale=-1.0, bias=new_neg_max)
                     running_sum = nl.add(nl.multiply(running_sum, alpha), block_sum)
                     nisa.scalar_tensor_tensor(dst=acc, data=acc, op0=nl.multiply, operand0=alpha,
                                               op1=nl.add, operand1=pv)
-                running_max = new_max
+                neg_max = new_neg_max
             o_tile = nl.multiply(acc, nl.reciprocal(running_sum), dtype=dtype)
             nl.store(out_at(b, h, q0, rows), value=o_tile)
-            if return_lse:
-                nl.store(lse[b, h, q0:q0 + rows], value=nl.add(nl.log(running_sum), running_max))
-
+            if return_lse:                                  # lse = max + log(sum)
+                nl.store(lse[b, h, q0:q0 + rows], value=nl.subtract(nl.log(running_sum), neg_max))
 
 def attention_backward(q_at, k_at, v_at, o_at, do_at, lse, dq_at, dk_at, dv_at, B: int, H: int, T: int,
                        d: int, scale: float, dtype) -> None:

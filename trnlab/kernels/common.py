@@ -58,10 +58,12 @@ def transpose_to_sbuf(tile, dtype=None):
     """[P, F] SBUF tile -> [F, P] SBUF tile: nc_transpose on the Tensor engine (into PSUM), then a copy out.
 
     P, F <= 128. This is how NKI moves an axis onto the partitions when the data arrives row-major
-    (a transposing DMA would read one element per descriptor and is far slower on the device).
+    (a transposing DMA would read one element per descriptor and is far slower on the device). The copy
+    out of PSUM runs on the Scalar engine, leaving the Vector engine to the kernel's element-wise work.
     """
-    transposed = nl.transpose(tile)                          # [F, P] in PSUM
-    return nl.copy(transposed, dtype=dtype or tile.dtype)    # PSUM -> SBUF
+    transposed = nl.transpose(tile)                                                  # [F, P] in PSUM
+    # PSUM -> SBUF on the Scalar engine: the Vector engine has the element-wise work of most kernels
+    return nisa.tensor_copy(transposed, dtype=dtype or tile.dtype, engine=nisa.engine.scalar)
 
 
 def load_row(vector, dtype=None):

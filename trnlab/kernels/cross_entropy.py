@@ -33,13 +33,12 @@ def _class_columns(V: int):
 
 
 def _row_softmax_parts(logits_tile, rows: int, V: int):
-    """(exps [rows, V] = exp(x - max), row_sum [rows, 1], row_max [rows, 1]) of a tile, in fp32."""
-    row_max = nl.max(logits_tile, axis=1, keepdims=True, dtype=nl.float32)
-    neg_max = nl.multiply(row_max, -1.0)
+    """(exps [rows, V] = exp(x - max), row_sum [rows, 1], -max [rows, 1]) of a tile, in fp32."""
+    neg_max = nisa.tensor_reduce(nl.maximum, logits_tile, axis=1, negate=True, keepdims=True, dtype=nl.float32)
     exps = nl.ndarray((rows, V), dtype=nl.float32, buffer=nl.sbuf)
     row_sum = nl.ndarray((rows, 1), dtype=nl.float32, buffer=nl.sbuf)
     nisa.activation(dst=exps, op=nl.exp, data=logits_tile, bias=neg_max, reduce_op=nl.add, reduce_res=row_sum)
-    return exps, row_sum, row_max
+    return exps, row_sum, neg_max
 
 
 @nki.jit
@@ -57,8 +56,8 @@ def cross_entropy(logits, targets, ignore_index=-100):
 
     for (r0, rows), (x, target_ids) in double_buffered(row_tiles(R), load):       # [rows, V], [rows, 1]
         target = nl.copy(target_ids, dtype=nl.float32)
-        _, row_sum, row_max = _row_softmax_parts(x, rows, V)
-        logsumexp = nl.add(nl.log(row_sum), row_max)                                # [rows, 1]
+        _, row_sum, neg_max = _row_softmax_parts(x, rows, V)
+        logsumexp = nl.subtract(nl.log(row_sum), neg_max)                           # [rows, 1]
         one_hot = nl.equal(columns[:rows, :], target)                               # [rows, V]
         picked = nl.sum(nl.multiply(x, one_hot, dtype=nl.float32), axis=1, keepdims=True)   # logits[r, target_r]
         stats = nl.ndarray((rows, 2), dtype=nl.float32, buffer=nl.sbuf)

@@ -33,8 +33,8 @@ def softmax(x):
     for t, scores in double_buffered(range(num_tiles(R, P)), load):
         row = t * P + i_p
         valid = row < R
-        row_max = nl.max(scores, axis=1, keepdims=True, dtype=nl.float32, mask=valid)   # [128, 1]
-        neg_max = nl.multiply(row_max, -1.0, mask=valid)
+        neg_max = nisa.tensor_reduce(nl.maximum, scores, axis=1, negate=True, keepdims=True,
+                                     dtype=nl.float32, mask=valid)                  # -max [128, 1]
         exps = nl.ndarray((P, C), dtype=nl.float32, buffer=nl.sbuf)
         row_sum = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf)
         # exp(x - max) and its row sum in one Scalar-engine instruction
