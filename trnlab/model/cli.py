@@ -2,7 +2,7 @@
 
     python -m trnlab ask "407+38"                       # → 445, from the committed checkpoint
     python -m trnlab ask "reverse kite" --temperature 0.8 --seed 1
-    python -m trnlab train --out data/checkpoint        # the committed recipe (a few minutes)
+    python -m trnlab train --out data/checkpoint        # the committed recipe: rewrites the checkpoint
     python -m trnlab train --steps 300 --out /tmp/ckpt  # a quick run
 """
 
@@ -21,7 +21,8 @@ def train_main(argv: list[str]) -> int:
     from trnlab.model.train import TrainConfig, train
 
     parser = argparse.ArgumentParser(prog="python -m trnlab train", description="Train the tiny GPT from scratch on the CPU.")
-    parser.add_argument("--out", type=Path, default=DEFAULT_CHECKPOINT, help="checkpoint directory (default: data/checkpoint)")
+    parser.add_argument("--out", type=Path, required=True,
+                        help="checkpoint directory to write (data/checkpoint replaces the committed checkpoint)")
     parser.add_argument("--no-test", action="store_true", help="skip the test-split accuracy at the end")
     defaults = TrainConfig()
     for f in fields(TrainConfig):
