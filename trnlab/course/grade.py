@@ -397,10 +397,12 @@ async def _run_notebook(nb: nbformat.NotebookNode, notebook: str, workdir: Path,
                     if result is None:
                         fail(step.exercise, "not_graded", "the grader's check produced no result"
                              + (f" ({error})" if error else "") + "; did the notebook interfere with the grader?")
-                    else:
+                    else:  # points from the grader's registry, never from the kernel
+                        max_points = by_id[step.exercise].points
+                        status = str(result["status"])
                         results[step.exercise] = ExerciseGrade(
-                            step.exercise, notebook, int(result["points"]), by_id[step.exercise].points,
-                            str(result["status"]), str(result["message"]), list(result.get("tampered", [])))
+                            step.exercise, notebook, max_points if status == "passed" else 0, max_points,
+                            status, str(result["message"]), [str(t) for t in result.get("tampered", [])])
         finally:
             try:
                 await client._async_cleanup_kernel()

@@ -183,8 +183,12 @@ def _cap_output(pending_limit: int = 2**20) -> None:
     write = OutStream.write
 
     def capped_write(self, string):
-        buffers = getattr(self, "_buffers", None)
-        if buffers is not None and sum(b.tell() for b in list(buffers.values())) > pending_limit:
+        try:
+            with self._buffer_lock:  # the IO thread swaps and closes buffers under this lock
+                pending = sum(buffer.tell() for buffer in self._buffers.values())
+        except (AttributeError, ValueError):  # another ipykernel version: no cap
+            pending = 0
+        if pending > pending_limit:
             return len(string)
         return write(self, string)
 
