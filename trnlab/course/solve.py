@@ -17,7 +17,7 @@ from pathlib import Path
 import nbformat
 
 from trnlab import REPO_ROOT
-from trnlab.course.notebook import find_exercise_cells, read_notebook
+from trnlab.course.notebook import NotANotebook, find_exercise_cells, read_notebook
 
 SOLUTIONS_DIR = REPO_ROOT / "tests" / "solutions"
 
@@ -51,16 +51,18 @@ def solve_notebook(nb: nbformat.NotebookNode, wrong: bool = False,
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m trnlab.course solve", description=__doc__.split("\n")[0])
     parser.add_argument("notebook", type=Path)
-    parser.add_argument("-o", "--out", type=Path, required=True, help="the solved copy (a file, or a folder)")
+    parser.add_argument("-o", "--out", type=Path, required=True,
+                        help="the solved copy: a .ipynb file, or a folder to write it into")
     parser.add_argument("--wrong", action="store_true", help="insert the deliberately wrong answers instead")
     parser.add_argument("--solutions", type=Path, default=SOLUTIONS_DIR, help=f"default {SOLUTIONS_DIR}")
     args = parser.parse_args(argv)
-    out = args.out / args.notebook.name if args.out.is_dir() else args.out
+    # -o key/ or -o key (no .ipynb): a folder that receives the notebook under its own name
+    out = args.out / args.notebook.name if args.out.is_dir() or args.out.suffix != ".ipynb" else args.out
     if out.resolve() == args.notebook.resolve():
         parser.error("refusing to overwrite the notebook itself; choose another -o")
     try:
         solved, ids = solve_notebook(read_notebook(args.notebook), args.wrong, args.solutions)
-    except MissingSolution as error:
+    except (MissingSolution, NotANotebook, OSError) as error:
         print(f"error: {args.notebook}: {error}")
         return 1
     if not ids:
