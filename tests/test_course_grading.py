@@ -142,9 +142,10 @@ def test_loop_that_ignores_interrupts_gets_its_kernel_replaced(graded):
     assert run["kernels"] == 2
 
 
-def test_kernel_killed_by_os_exit_is_restarted_without_that_cell(graded):
-    run = graded[0]["os_exit"]["notebooks"][0]
-    assert points(graded, "os_exit") == FULL
+@pytest.mark.parametrize("student", ["os_exit", "segfault"])
+def test_kernel_that_dies_is_restarted_without_that_cell(graded, student):
+    run = graded[0][student]["notebooks"][0]
+    assert points(graded, student) == FULL
     assert run["kernels"] == 2
     assert any("kernel died" in p for p in run["problems"])
 
