@@ -131,3 +131,11 @@ def test_batches_hold_the_template():
     assert tokenizer.decode(x[0].tolist()) == "<bos>407+038<sep>5440"
     graded = [int(t) for t in y[0] if t != IGNORE_INDEX]
     assert tokenizer.decode(graded) == "5440<eos>"
+
+
+def test_problem_key_merges_commuted_sums_only():
+    from trnlab.data import problem_key
+
+    assert problem_key("3+5") == problem_key("5+3") == problem_key("03+5")
+    assert problem_key("40-4") != problem_key("4-40")
+    assert problem_key("reverse ab") != problem_key("reverse ba")

@@ -13,7 +13,7 @@ from trnlab.course.exercises import load_all, run_check
 from trnlab.data import CharTokenizer
 
 SOLUTIONS = REPO_ROOT / "tests" / "solutions"
-IDS = ["nb00_exact_match", "nb00_generation_cost", "nb01_encode", "nb01_targets",
+IDS = ["nb00_exact_match", "nb00_generation_cost", "nb01_encode", "nb01_targets", "nb01_leak",
        "nb02_causal_mask", "nb02_block_params", "nb02_mlp_flops"]
 
 

@@ -21,8 +21,8 @@ the carry from the digit just written, never on a carry not computed yet. A smal
 addition far faster this way (Lee et al., "Teaching Arithmetic to Small Transformers", 2023). The
 files and everything a user sees keep the usual form; `read_answer` turns the model's text back.
 
-Each task draws problems from its own seeded random generator, drops repeats (a problem is the
-same problem whatever its written order, so ``3+5`` and ``5+3`` count once), and deals the unique
+Each task draws problems from its own seeded random generator, drops repeats (`problem_key`: a
+sum is the same problem whatever its order, so ``3+5`` and ``5+3`` count once), and deals the unique
 problems out in order: the first ``test`` to the test split, the next ``val`` to validation, the
 rest to training. No problem is in two splits, and the same seed always gives the same files.
 """
@@ -92,28 +92,37 @@ def _number(rng: random.Random) -> int:
     return rng.randint(low, 10**digits - 1)
 
 
-def draw_add(rng: random.Random) -> tuple[Hashable, Example]:
+def draw_add(rng: random.Random) -> Example:
     a, b = _number(rng), _number(rng)
-    return ("add", min(a, b), max(a, b)), Example("add", f"{a}+{b}", str(a + b))
+    return Example("add", f"{a}+{b}", str(a + b))
 
 
-def draw_sub(rng: random.Random) -> tuple[Hashable, Example]:
+def draw_sub(rng: random.Random) -> Example:
     a, b = _number(rng), _number(rng)
     a, b = max(a, b), min(a, b)
-    return ("sub", a, b), Example("sub", f"{a}-{b}", str(a - b))
+    return Example("sub", f"{a}-{b}", str(a - b))
 
 
-def draw_reverse(rng: random.Random) -> tuple[Hashable, Example]:
+def draw_reverse(rng: random.Random) -> Example:
     word = "".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(*WORD_LETTERS)))
-    return ("reverse", word), Example("reverse", f"reverse {word}", word[::-1])
+    return Example("reverse", f"reverse {word}", word[::-1])
 
 
-def draw_sort(rng: random.Random) -> tuple[Hashable, Example]:
+def draw_sort(rng: random.Random) -> Example:
     digits = "".join(rng.choice("0123456789") for _ in range(rng.randint(*SORT_DIGITS)))
-    return ("sort", digits), Example("sort", f"sort {digits}", "".join(sorted(digits)))
+    return Example("sort", f"sort {digits}", "".join(sorted(digits)))
 
 
-DRAW: dict[str, Callable[[random.Random], tuple[Hashable, Example]]] = {
+def problem_key(prompt: str) -> Hashable:
+    """What makes two prompts the same problem: ``3+5`` and ``5+3`` are one addition."""
+    task = task_of(prompt)
+    if task == "add":
+        a, b = (int(n) for n in prompt.split("+"))
+        return ("add", min(a, b), max(a, b))
+    return (task, prompt)
+
+
+DRAW: dict[str, Callable[[random.Random], Example]] = {
     "add": draw_add,
     "sub": draw_sub,
     "reverse": draw_reverse,
@@ -159,7 +168,8 @@ def unique_problems(task: str, count: int, seed: int) -> list[Example]:
         attempts += 1
         if attempts > 50 * count:
             raise RuntimeError(f"task {task!r} ran out of distinct problems after {len(examples)} of {count}")
-        key, example = DRAW[task](rng)
+        example = DRAW[task](rng)
+        key = problem_key(example.prompt)
         if key not in seen:
             seen.add(key)
             examples.append(example)
