@@ -163,13 +163,18 @@ def test_new_on_chip_memory_is_nan_or_poison(core):
     assert (core.sbuf.allocate((128, 4), "int32").data == np.iinfo(np.int32).min).all()
 
 
-def test_allocation_first_fit_reuses_freed_space_and_respects_banks(core):
+def test_allocation_rotates_next_fit_reuses_freed_space_last_and_respects_banks(core):
     a = core.sbuf.allocate((128, 1024), "float32")            # 4 KiB per partition at 0
     b = core.sbuf.allocate((128, 1024), "float32")            # at 4 KiB
     assert (a.offset, b.offset) == (0, 4096)
     core.sbuf.free(a)
     c = core.sbuf.allocate((128, 512), "float32")
-    assert c.offset == 0                                      # the hole is reused
+    assert c.offset == 8192                                   # next fit: after the last allocation
+    rest = core.sbuf.partition_bytes - 8192 - 2048
+    filler = core.sbuf.allocate((128, rest), "uint8")         # fills the memory to its end
+    assert filler.offset == 8192 + 2048
+    d = core.sbuf.allocate((128, 512), "float32")
+    assert d.offset == 0                                      # nothing further on: wrap, reuse a's hole
     p1 = core.psum.allocate((128, 384), "float32")            # 1.5 KiB in bank 0
     p2 = core.psum.allocate((128, 256), "float32")            # 1 KiB would straddle: bank 1
     assert (p1.offset, p2.offset) == (0, 2048)

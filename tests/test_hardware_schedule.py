@@ -225,6 +225,52 @@ def test_dma_queue_is_chosen_so_loads_do_not_queue_behind_a_waiting_store():
     assert max(d.end_ns for d in loads) < store.start_ns
 
 
+def test_reusing_freed_bytes_waits_for_the_freed_tiles_last_reader():
+    # dependencies follow the memory: a tile placed on a freed tile's bytes is not written before
+    # the last instruction reading those bytes has finished (WAR through the allocator)
+    core = NeuronCore(SPEC, mode="timing")
+    st, _ = loaded(core, (128, 128))
+    mv, _ = loaded(core, (128, 512))
+    acc = core.psum.allocate((128, 512), "float32")
+    last_read = max(core.timeline[core.nc_matmul(acc, st, mv)].end_ns for _ in range(50))
+    rest = core.sbuf.partition_bytes - mv.offset - mv.partition_bytes
+    core.sbuf.allocate((128, rest), "uint8")                   # the rest of SBUF is taken
+    offset = mv.offset
+    core.sbuf.free(mv)
+    reused = core.sbuf.allocate((128, 512), "bfloat16")
+    assert reused.offset == offset                             # the only place left: the same bytes
+    load = core.timeline[core.dma_copy(reused, core.hbm.allocate((128, 512), "bfloat16"))]
+    assert last_read > 10_000
+    assert load.start_ns >= last_read
+    # a tile on bytes never used before does not wait
+    fresh = NeuronCore(SPEC, mode="timing")
+    tile = fresh.sbuf.allocate((128, 512), "bfloat16")
+    assert fresh.timeline[fresh.dma_copy(tile, fresh.hbm.allocate((128, 512), "bfloat16"))].start_ns == 0.0
+
+
+def test_per_iteration_tiles_rotate_over_buffers_so_loads_run_ahead_within_sbuf():
+    # a loop that allocates its input tile each iteration: next-fit placement gives each iteration
+    # fresh bytes until SBUF wraps, so loads prefetch ahead of the matmuls — but never by more than
+    # SBUF holds, because a wrapped tile waits for the matmul that read the old bytes
+    core = NeuronCore(SPEC, mode="timing")
+    st, _ = loaded(core, (128, 128))
+    acc = core.psum.allocate((128, 512), "float32")
+    tile_bytes = 512 * 4
+    fits = (core.sbuf.partition_bytes - st.partition_bytes) // tile_bytes
+    offsets, loads, matmuls = [], [], []
+    for _ in range(3 * fits):
+        mv = core.sbuf.allocate((128, 512), "float32")
+        offsets.append(mv.offset)
+        loads.append(core.timeline[core.dma_copy(mv, core.hbm.allocate((128, 512), "float32"))])
+        matmuls.append(core.timeline[core.nc_matmul(acc, st, mv)])
+        core.sbuf.free(mv)
+    assert len(set(offsets[:fits])) == fits                     # every iteration on new bytes
+    assert offsets[fits] == offsets[0]                          # then the rotation wraps
+    for i in range(fits, 3 * fits):                             # a load into reused bytes waits for
+        previous = max(k for k in range(i) if offsets[k] == offsets[i])   # the matmul that read
+        assert loads[i].start_ns >= matmuls[previous].end_ns           # them last
+
+
 def test_record_lists_stay_small_and_merging_is_conservative():
     core = NeuronCore(SPEC, mode="timing")
     x = core.sbuf.allocate((128, 4096), "float32")

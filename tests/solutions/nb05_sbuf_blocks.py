@@ -9,7 +9,8 @@ def choose_blocks(M, N, K):
                 block_m, block_n = 128 * tm, 512 * tn
                 partial_sums = (M // 128) * block_n * 4          # fp32, the whole [M, BLOCK_N] stripe
                 inputs = tk * (block_n + block_m) * 4            # one K block of rhs and lhsT rows
-                if partial_sums + inputs > capacity:
+                # room for two K blocks of inputs: the next one loads while this one is multiplied
+                if partial_sums + 2 * inputs > capacity:
                     continue
                 # bigger blocks: each loaded byte feeds more matmuls, fewer partial-sum adds
                 score = (tk, tm * tn)

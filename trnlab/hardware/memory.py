@@ -3,13 +3,25 @@
 SBUF and PSUM are 2-D [ARCH-v2]: `partitions` rows (128) by a free dimension of bytes per
 partition (SBUF 192/224/256 KiB on Trn1/2/3; PSUM 16 KiB cut into 8 banks of 2 KiB). An
 allocation of shape (..., P, ...) with partition axis P holds bytes [offset, offset + bytes per
-partition) of partitions 0..P-1; to keep the allocator simple (first fit along the free
-dimension) that byte range is reserved on every partition. `free` releases it. Rules checked at allocation:
+partition) of partitions 0..P-1; to keep the allocator simple that byte range is reserved on
+every partition. `free` releases it. Rules checked at allocation:
 
 - P <= partitions (PartitionLimitError);
 - the bytes per partition fit in what is left (SBUFOverflowError / PSUMOverflowError);
 - PSUM: one tile (the dims after the partition axis) fits in a 2 KiB bank (PSUMBankError), and a
   tile never straddles two banks (an allocation larger than a bank starts on a bank boundary).
+
+Placement rotates (next fit): a new tile goes into the first gap at or after the end of the previous
+allocation, wrapping to the start of the memory only when nothing fits further on (and starting over
+at 0 whenever the memory is empty). So a block that was just freed is reused as late as possible,
+and a loop that allocates a tile per iteration gets several buffers in turn (as the Neuron compiler
+rotates a loop's tile over several buffers) instead of landing on the bytes the previous
+iteration's instructions still read.
+
+Hazards follow bytes, not only tensor objects: `free` remembers, for the freed byte range, when its
+last access ends (the latest read end or write ready of the freed tensor). A tensor later placed on
+any of those bytes inherits that time as a read of its whole extent, so its first write waits for
+the old tile's last reader and writer (WAR / WAW on the memory, not just on the object).
 
 HBM is the chip's device memory; a core sees its share (`CoreSpec.hbm_bytes`). HBM tensors have no
 partition axis. New on-chip tensors are filled with NaN (integers: their minimum) and reading an
@@ -119,6 +131,8 @@ class OnChipMemory:
             self._overflow = PSUMOverflowError
         self.tensors: list[Tensor] = []       # live allocations, sorted by offset
         self._count = 0
+        self._cursor = 0                      # next fit starts here: the end of the last allocation
+        self._retired: list[list] = []        # freed byte ranges [lo, hi, last access ns, index], by lo
         self.pending: list[Tensor] = []       # PSUM tensors with deferred matmul products
 
     def flush_pending(self):
@@ -194,7 +208,7 @@ class OnChipMemory:
                     f"one PSUM bank holds {self.bank_bytes} bytes "
                     f"({self.bank_bytes // 4} fp32); split the free dimension",
                     value=tile_bytes, limit=self.bank_bytes)
-        offset = self._first_fit(per_partition)
+        offset = self._next_fit(per_partition)
         if offset is None:
             free = self.partition_bytes - self.used_partition_bytes
             label = "SBUF" if self.kind == "sbuf" else "PSUM"
@@ -206,13 +220,66 @@ class OnChipMemory:
                 f"({_fmt_bytes(self.capacity)} per core)",
                 value=per_partition, limit=free)
         t = Tensor(self, shape, dt, name, partition_axis, offset, self.with_data)
+        inherited = self._inherit(offset, offset + t.partition_bytes)
+        if inherited is not None:
+            t._reads.append((None,) + inherited)      # WAR / WAW on the reused bytes
+        self._cursor = offset + t.partition_bytes
         self.tensors.append(t)
         self.tensors.sort(key=lambda x: x.offset)
         return t
 
-    def _first_fit(self, nbytes: int) -> int | None:
+    def _inherit(self, lo: int, hi: int):
+        """Take the freed ranges overlapping [lo, hi) out of the retired list; return the latest
+        (last access ns, instruction index) among them, or None."""
+        latest = None
+        kept = []
+        for r in self._retired:
+            if r[1] <= lo or r[0] >= hi:
+                kept.append(r)
+                continue
+            if latest is None or r[2] > latest[0]:
+                latest = (r[2], r[3])
+            if r[0] < lo:
+                kept.append([r[0], lo, r[2], r[3]])   # the parts outside stay retired
+            if r[1] > hi:
+                kept.append([hi, r[1], r[2], r[3]])
+        self._retired = kept
+        return latest
+
+    def _retire(self, tensor: Tensor):
+        """Remember when the last access to a freed tensor's bytes ends."""
+        last, index = 0.0, -1
+        for _, end, i in tensor._reads:
+            if end > last:
+                last, index = end, i
+        for record in tensor._writes:
+            if record[1] > last:
+                last, index = record[1], record[2]
+        if index < 0:
+            return
+        retired = self._retired
+        retired.append([tensor.offset, tensor.offset + tensor.partition_bytes, last, index])
+        retired.sort(key=lambda r: r[0])
+        if len(retired) > 64:
+            # merge neighbours pairwise, keeping the later time (conservative: may add a wait)
+            merged = []
+            for k in range(0, len(retired) - 1, 2):
+                a, b = retired[k], retired[k + 1]
+                merged.append([a[0], b[1]] + (a[2:] if a[2] >= b[2] else b[2:]))
+            if len(retired) % 2:
+                merged.append(retired[-1])
+            self._retired = merged
+
+    def _next_fit(self, nbytes: int) -> int | None:
+        """The first place at or after the cursor where `nbytes` fit, else the first from 0."""
+        offset = self._fit(nbytes, self._cursor)
+        if offset is None and self._cursor > 0:
+            offset = self._fit(nbytes, 0)
+        return offset
+
+    def _fit(self, nbytes: int, lowest: int) -> int | None:
         bank = self.bank_bytes
-        cursor = 0
+        cursor = lowest
         for t in self.tensors + [None]:
             end = self.partition_bytes if t is None else t.offset
             start = cursor
@@ -231,11 +298,14 @@ class OnChipMemory:
         """Release a tile (its memory may be reused; using the tensor afterwards raises)."""
         if not tensor.freed:
             tensor.freed = True
+            self._retire(tensor)
             tensor._pending = None
             # drop the values now: caches elsewhere may still hold the Tensor object
             tensor._data = None
             tensor.written = None
             self.tensors.remove(tensor)
+            if not self.tensors:
+                self._cursor = 0        # an empty memory starts over at 0 (no fragments to avoid)
 
     def occupancy(self) -> list[dict]:
         """Live allocations as rectangles: name, partitions, byte offset and size per partition."""

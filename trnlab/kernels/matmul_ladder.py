@@ -184,6 +184,13 @@ def matmul_block_free(lhsT, rhs, TILES_IN_BLOCK_M=2, TILES_IN_BLOCK_N=2):
 # ------------------------------------------------------------------------------------------------
 # 5. fully blocked: block K too, partial sums in SBUF, wide loads, coalesced stores
 # ------------------------------------------------------------------------------------------------
+def _zeroed_sbuf_tile(partitions: int, free: int):
+    """A new fp32 SBUF tile [partitions, free] set to 0 (a partial-sum accumulator)."""
+    tile = nl.ndarray((partitions, free), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.memset(dst=tile, value=0.0)
+    return tile
+
+
 @nki.jit
 def matmul_fully_blocked(lhsT, rhs, TILES_IN_BLOCK_M=16, TILES_IN_BLOCK_N=2, TILES_IN_BLOCK_K=8):
     """Blocks in M, N and K (the meta-parameters); AWS's defaults are 16, 2, 8.
@@ -203,17 +210,10 @@ def matmul_fully_blocked(lhsT, rhs, TILES_IN_BLOCK_M=16, TILES_IN_BLOCK_N=2, TIL
 
     result = nl.ndarray((M, N), dtype=lhsT.dtype, buffer=nl.shared_hbm)
     for n in nl.affine_range(NUM_BLOCK_N):
-        partial_sums = []                                # [m][bm][bn] -> [TILE_M, TILE_N] fp32, zeroed
-        for m in range(NUM_BLOCK_M):
-            rows = []
-            for bm in range(TILES_IN_BLOCK_M):
-                tiles = []
-                for bn in range(TILES_IN_BLOCK_N):
-                    tile = nl.ndarray((TILE_M, TILE_N), dtype=nl.float32, buffer=nl.sbuf)
-                    nisa.memset(dst=tile, value=0.0)
-                    tiles.append(tile)
-                rows.append(tiles)
-            partial_sums.append(rows)
+        # [m][bm][bn] -> [TILE_M, TILE_N] fp32, zeroed; built without loop variables that would keep
+        # the last stripe's tiles alive (trnlab frees a tile when its last Python reference goes)
+        partial_sums = [[[_zeroed_sbuf_tile(TILE_M, TILE_N) for bn in range(TILES_IN_BLOCK_N)]
+                         for bm in range(TILES_IN_BLOCK_M)] for m in range(NUM_BLOCK_M)]
 
         for k in nl.sequential_range(NUM_BLOCK_K):      # carries the partial sums: keep it in order
             rhs_tiles = []                               # [bk] -> [TILE_K, BLOCK_N]: one wide DMA each
@@ -241,7 +241,7 @@ def matmul_fully_blocked(lhsT, rhs, TILES_IN_BLOCK_M=16, TILES_IN_BLOCK_N=2, TIL
                                            data2=result_tile, op=nl.add)
         # trnlab frees a tile when its last Python reference goes (NKI's compiler: after its last
         # use); drop the last K block's tiles so the store buffers below find room
-        del rhs_tiles, lhsT_tiles
+        del rhs_tiles, lhsT_tiles, rhs_tile, lhsT_tile
 
         for m in nl.affine_range(NUM_BLOCK_M):
             for bm in nl.affine_range(TILES_IN_BLOCK_M):
@@ -250,7 +250,7 @@ def matmul_fully_blocked(lhsT, rhs, TILES_IN_BLOCK_M=16, TILES_IN_BLOCK_N=2, TIL
                     nisa.tensor_copy(dst=packed[:, bn * TILE_N:(bn + 1) * TILE_N], src=partial_sums[m][bm][bn])
                 row = (m * TILES_IN_BLOCK_M + bm) * TILE_M
                 nisa.dma_copy(dst=result[row:row + TILE_M, n * BLOCK_N:(n + 1) * BLOCK_N], src=packed)
-        del packed                                       # the next stripe needs all 224 KiB (fp32, AWS sizes)
+        del packed, partial_sums                         # the next stripe needs all 224 KiB (fp32, AWS sizes)
     return result
 
 
