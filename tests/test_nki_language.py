@@ -178,6 +178,34 @@ def test_benchmark_and_profile_report_simulated_latency_and_write_a_trace(tmp_pa
     assert os.path.exists(prof.profile_result["summary"])
 
 
+def test_profile_mfu_is_against_the_peak_of_the_dtype_the_kernel_multiplies():
+    @nki.jit
+    def matmul(lhsT, rhs):                                     # [K, M] x [K, N] -> [M, N]
+        K, M = lhsT.shape
+        N = rhs.shape[1]
+        stationary = nl.ndarray((K, M), dtype=lhsT.dtype, buffer=nl.sbuf)
+        moving = nl.ndarray((K, N), dtype=rhs.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=stationary, src=lhsT)
+        nisa.dma_copy(dst=moving, src=rhs)
+        product = nl.ndarray((M, N), dtype=nl.float32, buffer=nl.psum)
+        nisa.nc_matmul(dst=product, stationary=stationary, moving=moving)
+        result = nl.ndarray((M, N), dtype=lhsT.dtype, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=result, src=product)
+        out = nl.ndarray((M, N), dtype=lhsT.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=result)
+        return out
+
+    spec = presets.TRN2.core
+    for dtype, peak in [(nl.float32, spec.peak_flops("float32")), (nl.bfloat16, spec.peak_flops("bfloat16"))]:
+        args = (nki.ShapeDtype((128, 128), dtype), nki.ShapeDtype((128, 512), dtype))
+        run = nki.run(matmul, *args, timing_only=True)
+        assert run.core.matmul_dtype == dtypes.as_dtype(dtype)
+        expected = 2.0 * 128 * 128 * 512 / (run.latency_ns * 1e-9) / peak
+        assert run.profile().mfu == pytest.approx(expected, rel=1e-9)
+    assert spec.peak_flops("float32") < spec.peak_flops("bfloat16")
+    assert run.profile("float32").mfu > run.profile().mfu        # an explicit dtype still wins
+
+
 def test_timeline_records_the_kernel_source_line():
     @nki.jit
     def kernel(x):

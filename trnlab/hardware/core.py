@@ -90,6 +90,7 @@ class NeuronCore:
         self._stationary = None                     # the view loaded as stationary, and its version
         self._stationary_version = -1
         self._matmul_checked = {}
+        self._matmul_dtypes = set()                 # input dtypes of the matmuls issued (for MFU)
         self._load_end = 0.0
         self._last_mm_start = 0.0
         self.note = ""                              # recorded with each instruction (e.g. source)
@@ -105,8 +106,19 @@ class NeuronCore:
         """ns: when the last result of the run so far is ready."""
         return self._now
 
-    def profile(self, dtype="bfloat16") -> Profile:
-        """The Profile of the run so far (computed from the timeline); MFU against `dtype`'s peak."""
+    @property
+    def matmul_dtype(self):
+        """The dtype of the Tensor engine's matmul inputs so far (None before the first matmul); if
+        several were used, the one with the highest peak, so MFU never exceeds 100 %."""
+        if not self._matmul_dtypes:
+            return None
+        return max(sorted(self._matmul_dtypes, key=dtypes.name), key=self.spec.peak_flops)
+
+    def profile(self, dtype=None) -> Profile:
+        """The Profile of the run so far (computed from the timeline); MFU against `dtype`'s peak,
+        by default the matmuls' input dtype (`matmul_dtype`; bfloat16 if there were none)."""
+        if dtype is None:
+            dtype = self.matmul_dtype or dtypes.bfloat16
         return Profile.from_timeline(self.timeline, self.spec, dtype=dtype)
 
     def __repr__(self) -> str:
@@ -344,8 +356,9 @@ class NeuronCore:
                     f"start partition: nc_matmul {what} starts at partition {v.part_start} with "
                     f"{v.partitions} partitions; allowed starts: 0 for >64 partitions, 0/64 for "
                     f"33-64, 0/32/64/96 for <=32", value=v.part_start, limit=(0, 32, 64, 96))
-        busy, latency = cost.matmul_cycles(self.spec, K, M, N,
-                                           dtypes.float32 if dtypes.float32 in (sdt, mdt) else sdt)
+        matmul_dtype = dtypes.float32 if dtypes.float32 in (sdt, mdt) else sdt
+        self._matmul_dtypes.add(matmul_dtype)
+        busy, latency = cost.matmul_cycles(self.spec, K, M, N, matmul_dtype)
         pe_ns = self._pe_ns
         load_ns = cost.stationary_load_cycles(self.spec, K, M) * pe_ns
         return (dst, st, mv, K, M, N, busy * pe_ns, latency * pe_ns, load_ns, 2.0 * K * M * N,

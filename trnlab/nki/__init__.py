@@ -72,8 +72,10 @@ class KernelRun:
     def latency_us(self) -> float:
         return self.latency_ns / 1e3
 
-    def profile(self):
-        return self.core.profile()
+    def profile(self, dtype=None):
+        """The run's Profile; MFU against `dtype`'s tensor-engine peak, by default the dtype the
+        kernel's matmuls multiplied (fp32 inputs: the fp32 peak, a quarter of bf16's)."""
+        return self.core.profile(dtype)
 
 
 # -- argument and result conversion ----------------------------------------------------------------
