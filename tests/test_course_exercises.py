@@ -71,3 +71,16 @@ def test_extra_checks_must_also_pass(double_exercise):
 def test_registering_one_id_twice_is_an_error(double_exercise):
     with pytest.raises(ValueError, match="registered twice"):
         exercise("test_double", notebook="test_notebook", points=1, answer="d", title="t")(lambda d: None)
+
+
+def test_an_object_that_equals_everything_is_not_an_answer(double_exercise):
+    class AlwaysEqual:
+        def __eq__(self, other):
+            return True
+
+        def __ne__(self, other):
+            return False
+
+    result = run_check("test_double", lambda x: AlwaysEqual())
+    assert result.status == "failed" and "AlwaysEqual" in result.message
+    assert run_check("test_double", lambda x: [2 * x][0]).passed  # plain values inside containers are fine

@@ -16,10 +16,12 @@ never raises, so a notebook with unsolved exercises still runs to the end.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import pkgutil
 import sys
 import traceback
+import types
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -110,13 +112,47 @@ def get(id: str) -> Exercise:
     return REGISTRY[id]
 
 
+# What an answer function may return: values of these libraries, not objects of a class the notebook
+# defined (whose `__eq__` could say True to anything the checker compares it with).
+PLAIN_VALUE_PACKAGES = ("builtins", "numpy", "torch", "ml_dtypes", "trnlab", "collections", "fractions", "decimal")
+
+
+def _reject_own_classes(value: Any, depth: int = 0) -> None:
+    package = str(getattr(type(value), "__module__", "")).split(".")[0]
+    if package not in PLAIN_VALUE_PACKAGES:
+        raise CheckFailed(f"your function returned a {type(value).__name__} object defined outside NumPy/PyTorch/"
+                          "trnlab; return plain values (numbers, lists, dicts, arrays, tensors)")
+    if depth < 3 and isinstance(value, (list, tuple, set, frozenset)):
+        for item in list(value)[:1000]:
+            _reject_own_classes(item, depth + 1)
+    elif depth < 3 and isinstance(value, dict):
+        for item in [*list(value)[:1000], *list(value.values())[:1000]]:
+            _reject_own_classes(item, depth + 1)
+
+
+def _returning_plain_values(answer: Any) -> Any:
+    """Wrap a plain answer function so that what it returns is screened by `_reject_own_classes`.
+    Other callables (e.g. an `nki.jit` kernel, which checkers hand to the simulator) pass unchanged."""
+    if type(answer) is not types.FunctionType:
+        return answer
+
+    @functools.wraps(answer)
+    def screened(*args: Any, **kwargs: Any) -> Any:
+        result = answer(*args, **kwargs)
+        _reject_own_classes(result)
+        return result
+
+    return screened
+
+
 def evaluate(ex: Exercise, answer: Any, extra: tuple[Callable[[Any], None], ...] = ()) -> CheckResult:
     """Run `ex`'s checker, then each `extra` checker, on `answer`; never raises for what the answer does."""
     if answer is _UNSET:
         return CheckResult(ex.id, False, 0, ex.points, "no answer was given", "missing")
     try:
+        screened = _returning_plain_values(answer)
         for checker in (ex.checker, *extra):
-            checker(answer)
+            checker(screened)
     except NotImplementedError:
         return CheckResult(
             ex.id, False, 0, ex.points,
