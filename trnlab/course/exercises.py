@@ -176,16 +176,19 @@ def run_check(id: str, answer: Any = _UNSET) -> CheckResult:
     return evaluate(get(id), answer, tuple(EXTRA_CHECKS.get(id, ())))
 
 
-def check(id: str, answer: Any = _UNSET) -> bool:
-    """Check a student's answer and print ✓ or ✗ with a hint. Never raises."""
+def check(id: str, answer: Any = _UNSET) -> None:
+    """Check a student's answer and print ✓ or ✗ with a hint. Never raises.
+
+    Returns nothing, so that a check cell shows only the mark and the hint; code that needs the
+    outcome calls `run_check`.
+    """
     try:
         result = run_check(id, answer)
     except Exception as error:  # an unknown id, a broken registry: still never raise in a notebook
         print(f"✗ {id}: could not be checked ({type(error).__name__}: {error})")
-        return False
+        return
     ex = REGISTRY[id]
     mark = "✓" if result.passed else "✗"
     print(f"{mark} {ex.title} [{result.points}/{result.max_points} points]")
     if not result.passed:
         print(f"  hint: {result.message}")
-    return result.passed
