@@ -23,7 +23,8 @@ DMA: ``dma_latency_ns + bytes / rate`` where rate = min(dma_engines, rows) × dm
 transfer is spread over up to 16 DMA engines by its rows [DMA]). Transfers in flight on different
 queues share the core's DMA engines (dma_engines × dma_engine_bandwidth in total) and, if they
 touch HBM, the core's HBM bandwidth: the scheduler passes their bytes through one channel per
-shared resource, in issue order.
+shared resource, each transfer in the earliest free gap at or after it can begin
+(`scheduler.Channel`), not in issue order.
 """
 from __future__ import annotations
 

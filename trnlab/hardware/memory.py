@@ -114,7 +114,7 @@ class HBM:
 
 
 class OnChipMemory:
-    """SBUF or PSUM: partitions × bytes-per-partition, first-fit allocation of byte ranges."""
+    """SBUF or PSUM: partitions × bytes-per-partition, rotating (next-fit) allocation of byte ranges."""
 
     def __init__(self, kind: str, spec: CoreSpec, with_data: bool):
         self.kind = kind
