@@ -212,6 +212,29 @@ def test_hbm_channel_still_shares_bandwidth_when_transfers_overlap():
     assert channel.starts == [0.0] and channel.ends == [220.0]
 
 
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 200), st.integers(1, 40)), min_size=1, max_size=25))
+def test_channel_books_the_earliest_gap_and_never_overlaps(requests):
+    from trnlab.hardware.scheduler import Channel
+    channel = Channel()
+    booked = []
+    for ready, duration in requests:
+        start = channel.reserve(float(ready), float(duration))
+        assert start >= ready
+        # earliest: every earlier candidate start (the ready time, or the end of a booking) collides
+        for candidate in [c for c in [ready] + [end for _, end in booked] if ready <= c < start]:
+            assert any(s < candidate + duration and candidate < e for s, e in booked)
+        booked.append((start, start + duration))
+    booked.sort()
+    assert all(a[1] <= b[0] for a, b in zip(booked, booked[1:]))
+    # the channel's merged intervals cover exactly the booked time
+    assert sum(e - s for s, e in zip(channel.starts, channel.ends)) == sum(e - s for s, e in booked)
+
+
 def test_dma_queue_is_chosen_so_loads_do_not_queue_behind_a_waiting_store():
     # queue=None picks the queue that is free first: a full round of loads issued after a store
     # that waits for its matmuls never lands behind it on the store's queue
