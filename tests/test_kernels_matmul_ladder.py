@@ -73,26 +73,6 @@ def test_torch_tensors_in_torch_tensor_out():
     torch.testing.assert_close(out, lhsT.T @ rhs, rtol=1e-4, atol=1e-3)
 
 
-def test_same_kernels_as_the_nki_compatibility_suite():
-    """tests/nki_kernels/matmul_ladder.py (the NKI front-end's own test kernels) issues the same program
-    (instructions, FLOPs and bytes in order) with the same latency. Their Python names keep tiles alive
-    a little differently, so SBUF placement, and with it which DMA queue waits, may differ."""
-    reference = pytest.importorskip("nki_kernels.matmul_ladder")
-    assert [k.__name__ for k in reference.LADDER] == [k.__name__ for k in ladder.LADDER]
-    lhsT, rhs = nki.ShapeDtype((1024, 512), dtypes.bfloat16), nki.ShapeDtype((1024, 2048), dtypes.bfloat16)
-    options = dict(TILES_IN_BLOCK_M=2, TILES_IN_BLOCK_N=2, TILES_IN_BLOCK_K=4)
-
-    def program(run):
-        return [(r[1],) + tuple(r[5:9]) for r in run.timeline.records]   # opcode, flops, hbm/sbuf/psum bytes
-
-    for ours, theirs in zip(ladder.LADDER[1:], reference.LADDER[1:]):
-        kwargs = options if ours is ladder.matmul_fully_blocked else {}
-        a = nki.run(ours, lhsT, rhs, timing_only=True, **kwargs)
-        b = nki.run(theirs, lhsT, rhs, timing_only=True, **kwargs)
-        assert program(a) == program(b), ours.__name__
-        assert a.latency_ns == pytest.approx(b.latency_ns, rel=1e-9), ours.__name__
-
-
 def test_sbuf_formulas_are_exactly_what_the_simulator_allocates():
     """fits with exactly the predicted bytes per partition, overflows with 4 bytes fewer"""
     cases = [(ladder.matmul_fully_blocked, (1024, 1024, 1024), dict(TILES_IN_BLOCK_M=4, TILES_IN_BLOCK_N=1, TILES_IN_BLOCK_K=2),

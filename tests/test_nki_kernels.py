@@ -1,4 +1,4 @@
-"""NKI-style kernels (tests/nki_kernels) run on trnlab.nki and match NumPy."""
+"""NKI-style kernels (tests/nki_kernels, and the matmul ladder of trnlab.kernels) run on trnlab.nki and match NumPy."""
 import numpy as np
 import pytest
 import torch
@@ -7,7 +7,8 @@ from hypothesis import strategies as st
 
 import trnlab.nki as nki
 from trnlab.hardware import dtypes
-from nki_kernels import attention, avgpool, matmul_ladder, norms, tensor_add, transpose2d
+from trnlab.kernels import matmul_ladder  # one ladder, in the package: notebook 05 shows it
+from nki_kernels import attention, avgpool, norms, tensor_add, transpose2d
 
 
 def _rand(rng, *shape, dtype=np.float32):
