@@ -118,4 +118,5 @@ def check_sbuf_blocks(choose_blocks) -> None:
             raise CheckFailed(f"expected the tensor engine to be busy at least {MIN_PE_ACTIVE:.0f}% of the time, got "
                               f"{result.active['pe']:.1f}% (DMA {result.active['dma']:.0f}%, Vector engine "
                               f"{result.active['dve']:.0f}%) with {blocks} for (M, N, K) = {(M, N, K)}; small blocks "
-                              "reload data more often and add partial sums on the Vector engine after every K block")
+                              "reload data more often and add partial sums on the Vector engine after every K block, "
+                              "while blocks that fill SBUF leave no room to load the next block during the matmuls")
