@@ -19,7 +19,7 @@ import numpy as np
 from . import cost, dtypes, ops, scheduler
 from .errors import (DtypeError, EngineError, FreedTensorError, FreeSizeError, MatmulShapeError,
                      MemoryPlacementError, PartitionAxisError, PSUMToHBMError, ShapeMismatchError,
-                     StartPartitionError)
+                     StartPartitionError, UnknownOpError)
 from .memory import HBM, OnChipMemory
 from .presets import CoreSpec, core_spec
 from .profile import Profile
@@ -186,16 +186,21 @@ class NeuronCore:
             cycles = cost.vector_cycles(self.spec, free, inputs)
         return cycles * self._clock_ns[eid]
 
-    def _issue(self, eid, opcode, dur, reads, write, flops=0.0):
-        """Schedule a Vector / Scalar / GpSimd instruction that reads `reads`, writes `write`.
+    def _issue(self, eid, opcode, dur, reads, write, flops=0.0, also_write=None):
+        """Schedule a Vector / Scalar / GpSimd instruction that reads `reads`, writes `write`
+        (and `also_write`, e.g. the reduce_res of an activation with reduction).
 
         Besides its queue and its data it waits for a shared memory port [PERF]: Vector and
         GpSimd cannot access SBUF at the same time, Vector and Scalar cannot access PSUM at the
         same time (the port is granted in issue order)."""
         start, waited = _wait_reads(reads, self._free[eid], -1)
         start, waited, _ = _wait_write(write, start, waited)
+        writes = (write,)
+        if also_write is not None:
+            start, waited, _ = _wait_write(also_write, start, waited)
+            writes = (write, also_write)
         sbuf = psum = 0
-        for v in reads + (write,):
+        for v in reads + writes:
             if v.tensor.kind == "sbuf":
                 sbuf += v.nbytes
             else:
@@ -209,7 +214,8 @@ class NeuronCore:
         end = start + dur
         idx = len(self._records)
         _record_reads(reads, end, idx)
-        _record_write(write, end, idx)
+        for v in writes:
+            _record_write(v, end, idx)
         if sbuf_port:
             self._sbuf_port = (end, idx)
         if psum_port:
@@ -631,14 +637,35 @@ class NeuronCore:
         dur = self._elementwise_cycles(eid, x.free_size, 1)
         return self._issue(eid, "tensor_reduce", dur, (x,), dst)
 
-    def activation(self, dst, data, op, bias=None, scale=1.0) -> int:
-        """dst = op(data * scale + bias) on the Scalar engine; bias/scale: scalar or [P, 1] view."""
+    def activation(self, dst, data, op, bias=None, scale=1.0, reduce_op=None, reduce_res=None) -> int:
+        """dst = op(data * scale + bias) on the Scalar engine; bias/scale: scalar or [P, 1] view.
+
+        With `reduce_res` ([P, 1]) the same instruction also sums the activated values of each
+        partition along the free axes into reduce_res (nki.isa.activation with reduce_res, i.e.
+        nisa.activation_reduce); the reduce registers can only add [nki.isa.activation]. Cost
+        max(MIN_II, N), plus MIN_II when reducing [nki.isa.activation_reduce].
+        """
         dst = _view(dst, "dst")
         x = _view(data, "data")
         name, fn = ops.activation(op)
         self._onchip(x, "data", "activation")
         self._onchip(dst, "dst", "activation")
         self._same_tile(dst, x, "activation", "dst vs data")
+        reduce_view = None
+        if reduce_res is not None:
+            reduce_name = ops.op_name(reduce_op if reduce_op is not None else "add")
+            if reduce_name != "add":
+                raise UnknownOpError(
+                    f"activation reduce_op: the Scalar engine's reduce registers only add, got "
+                    f"{reduce_name!r} (reduce with a separate tensor_reduce for max/min)",
+                    value=reduce_name, limit="add")
+            reduce_view = _view(reduce_res, "reduce_res")
+            self._onchip(reduce_view, "reduce_res", "activation")
+            if reduce_view.partitions != x.partitions or reduce_view.free_size != 1:
+                raise ShapeMismatchError(
+                    f"shape mismatch: activation reduce_res {reduce_view.shape} must be "
+                    f"[{x.partitions}, 1] (one value per partition)", value=reduce_view.shape,
+                    limit=(x.partitions, 1))
         reads = (x,)
         b = None
         if bias is not None:
@@ -654,9 +681,48 @@ class NeuronCore:
                 pre = vals * s
                 if b is not None:
                     pre = pre + b
-                self._store(dst, fn(pre))
-        dur = cost.activation_cycles(self.spec, x.free_size) * self._clock_ns[ACT]
-        return self._issue(ACT, "activation", dur, reads, dst)
+                out = fn(pre)
+            self._store(dst, out)
+            if reduce_view is not None:
+                # the registers sum the fp32 activated values, before dst's rounding
+                self._store(reduce_view, np.asarray(out, np.float32).sum(axis=1, keepdims=True))
+        cycles = cost.activation_cycles(self.spec, x.free_size)
+        if reduce_view is not None:
+            cycles += self.spec.activation_min_cycles
+        return self._issue(ACT, "activation", cycles * self._clock_ns[ACT], reads, dst,
+                           also_write=reduce_view)
+
+    def scalar_tensor_tensor(self, dst, data, op0, operand0, op1, operand1, reverse0=False,
+                             reverse1=False, engine="vector") -> int:
+        """dst = (data <op0> operand0) <op1> operand1 in one instruction: operand0 a scalar or a
+        [P, 1] view, operand1 a tile of data's shape [nki.isa.scalar_tensor_tensor]."""
+        dst = _view(dst, "dst")
+        x = _view(data, "data")
+        other = _view(operand1, "operand1")
+        eid = self._engine(engine, "scalar_tensor_tensor", (DVE, POOL))
+        for v, what in ((x, "data"), (other, "operand1"), (dst, "dst")):
+            self._onchip(v, what, "scalar_tensor_tensor", psum_ok=eid != POOL)
+        if x.tensor.kind == "psum" and other.tensor.kind == "psum":
+            raise MemoryPlacementError(
+                "operand memory: scalar_tensor_tensor data and operand1 are both in PSUM; at most "
+                "one may be [nki.isa.scalar_tensor_tensor]", value=("psum", "psum"),
+                limit="at most one PSUM input")
+        self._same_tile(other, x, "scalar_tensor_tensor", "operand1 vs data")
+        self._same_tile(dst, x, "scalar_tensor_tensor", "dst vs data")
+        name0, f0 = ops.binary(op0)
+        name1, f1 = ops.binary(op1)
+        c0, v0 = self._operand(operand0, x.partitions, "scalar_tensor_tensor", "operand0")
+        reads = (x, other) if v0 is None else (x, v0, other)
+        if self.full:
+            vals, rhs = self._inputs(x, other)
+            with np.errstate(all="ignore"):
+                out = f0(c0, vals) if reverse0 else f0(vals, c0)
+                out = f1(rhs, out) if reverse1 else f1(out, rhs)
+            self._store(dst, out)
+        fast = (x.tensor.dtype == dtypes.bfloat16 and other.tensor.dtype == dtypes.bfloat16
+                and name0 == "subtract" and name1 == "multiply")
+        cycles = cost.scalar_tensor_tensor_cycles(self.spec, x.free_size, fast)
+        return self._issue(eid, "scalar_tensor_tensor", cycles * self._clock_ns[eid], reads, dst)
 
     def memset(self, dst, value=0.0, engine="vector") -> int:
         """Fill dst with a constant."""

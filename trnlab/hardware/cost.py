@@ -17,7 +17,9 @@ Tensor engine (a systolic array of pe_rows × pe_cols PEs, weights stationary):
 
 Vector / GpSimd: ``vector_static_cycles + N × inputs`` (N = elements per partition), i.e. about N
 for one input, 2N for two, plus the static overhead. Scalar (activation): ``activation_static_cycles
-+ max(activation_min_cycles, N)``.
++ max(activation_min_cycles, N)``, + activation_min_cycles more when the same instruction also
+sums its result along the free axis (activation with reduce_res). scalar_tensor_tensor: static + 2N
+(N for bf16 subtract-then-multiply).
 
 DMA: ``dma_latency_ns + bytes / rate`` where rate = min(dma_engines, rows) × dma_engine_bandwidth (a
 transfer is spread over up to 16 DMA engines by its rows [DMA]). Transfers in flight on different
@@ -59,6 +61,13 @@ def vector_cycles(spec: CoreSpec, free_size: int, inputs: int = 1) -> int:
 def activation_cycles(spec: CoreSpec, free_size: int) -> int:
     """Scalar engine activation: max(64, N) (+ static overhead, 0 by default)."""
     return spec.activation_static_cycles + max(spec.activation_min_cycles, free_size)
+
+
+def scalar_tensor_tensor_cycles(spec: CoreSpec, free_size: int, bf16_subtract_multiply: bool) -> int:
+    """scalar_tensor_tensor: 2N, or N when data and operand1 are bfloat16, op0 = subtract,
+    op1 = multiply and N is even [nki.isa.scalar_tensor_tensor] (+ the static overhead)."""
+    per_element = 1 if bf16_subtract_multiply and free_size % 2 == 0 else 2
+    return spec.vector_static_cycles + per_element * free_size
 
 
 def dma_rate(spec: CoreSpec, rows: int) -> float:

@@ -381,36 +381,45 @@ def tensor_reduce(*args, **kwargs):
 
 
 def activation(*args, **kwargs):
-    """dst = op(data * scale + bias) on the Scalar engine; optional add-reduce into reduce_res."""
+    """dst = op(data * scale + bias) on the Scalar engine; with reduce_res, the same instruction also
+    sums the result along the free axes into reduce_res ([P, 1]; reduce_op must be nl.add)."""
+    return _activation(args, kwargs, ("op", "data", "bias", "scale", "reduce_op", "reduce_res", "reduce_cmd"))
+
+
+def activation_reduce(*args, **kwargs):
+    """nisa.activation with reduce_cmd=reset_reduce: one Scalar-engine instruction that also sums
+    the result along the free axes into reduce_res (AWS keeps it for older kernels)."""
+    return _activation(args, kwargs, ("op", "data", "reduce_op", "reduce_res", "bias", "scale"))
+
+
+def _activation(args, kwargs, names):
     destination = "dst" in kwargs or (len(args) >= 1 and _is_tile(args[0]))
-    names = ("op", "data", "bias", "scale")
     bound = dict(zip((("dst",) + names) if destination else names, args)) | kwargs
     data = _tile(bound["data"], "data")
     op = op_name(bound["op"])
     bias, scale = bound.get("bias"), bound.get("scale", 1.0)
     reduce_res, reduce_op = bound.get("reduce_res"), bound.get("reduce_op")
+    command = bound.get("reduce_cmd")
+    if command not in (None, reduce_cmd.idle, reduce_cmd.reset_reduce):
+        # reset/reduce keep partial sums in the engine's registers across instructions
+        raise NKIError(f"activation(reduce_cmd={command}): trnlab simulates reset_reduce only (each "
+                       f"instruction's own sum into reduce_res); accumulating the Scalar engine's reduce "
+                       f"registers across instructions is not simulated")
+    if reduce_res is not None:
+        reduce_res = _tile(reduce_res, "reduce_res")
     ranges = _ranges(bound.get("mask"), data, bias, scale)
     launch = _launch()
 
     def emit(out, _accumulate):
-        view = out.hw_view(ranges)
-        launch.core.activation(dst=view, data=data.hw_view(ranges), op=op,
-                               scale=_scalar_operand(scale, ranges), bias=_operand(bias, ranges))
-        if reduce_res is not None:
-            # the Scalar engine sums along the free axis as it writes; trnlab issues the sum separately
-            axes = tuple(range(1, out.ndim))
-            launch.core.tensor_reduce(dst=reduce_res.hw_view(ranges), data=view, op=op_name(reduce_op or "add"),
-                                      axis=axes, keepdims=len(reduce_res.shape) == out.ndim)
+        launch.core.activation(dst=out.hw_view(ranges), data=data.hw_view(ranges), op=op,
+                               scale=_scalar_operand(scale, ranges), bias=_operand(bias, ranges),
+                               reduce_op=op_name(reduce_op) if reduce_res is not None else None,
+                               reduce_res=reduce_res.hw_view(ranges) if reduce_res is not None else None)
 
     if destination:
         emit(_tile(bound["dst"], "dst"), None)
         return None
     return _produce(data.shape, bound.get("dtype") or data.dtype, "sbuf", emit, ranges=ranges)
-
-
-def activation_reduce(*args, **kwargs):
-    """nisa.activation with a reduction of the result into reduce_res (kept for older kernels)."""
-    return activation(*args, **kwargs)
 
 
 def reciprocal(*args, **kwargs):
@@ -505,17 +514,31 @@ def affine_select(*args, **kwargs):
 
 
 def scalar_tensor_tensor(*args, **kwargs):
-    """dst = (data <op0> operand0) <op1> data1 (two Vector-engine instructions in trnlab)."""
+    """dst = (data <op0> operand0) <op1> operand1: one Vector-engine instruction; operand0 is a number
+    or a [P, 1] tile, operand1 a tile of data's shape."""
     destination = (_refills(args, kwargs, ('data', 'op0', 'operand0')) or
                    "dst" in kwargs or (len(args) >= 2 and _is_tile(args[1])))
-    names = ("data", "op0", "operand0", "op1", "operand1")
+    names = ("data", "op0", "operand0", "op1", "operand1", "reverse0", "reverse1")
     bound = dict(zip((("dst",) + names) if destination else names, args)) | kwargs
-    first = tensor_scalar(bound["data"], bound["op0"], bound["operand0"], reverse0=bound.get("reverse0", False),
-                          mask=bound.get("mask"))
+    data, other = _tile(bound["data"], "data"), _tile(bound["operand1"], "operand1")
+    op0, op1 = op_name(bound["op0"]), op_name(bound["op1"])
+    operand0 = bound["operand0"]
+    reverse0, reverse1 = bool(bound.get("reverse0", False)), bool(bound.get("reverse1", False))
+    ranges = _ranges(bound.get("mask"), data, operand0, other)
+    engine_name = _engine(bound.get("engine"), "dve")
+    launch = _launch()
+
+    def emit(out, _accumulate):
+        launch.core.scalar_tensor_tensor(dst=out.hw_view(ranges), data=data.hw_view(ranges), op0=op0,
+                                         operand0=_scalar_operand(operand0, ranges), op1=op1,
+                                         operand1=other.hw_view(ranges), reverse0=reverse0,
+                                         reverse1=reverse1, engine=engine_name)
+
     if destination:
-        return tensor_tensor(dst=bound["dst"], data1=first, data2=bound["operand1"], op=bound["op1"],
-                             mask=bound.get("mask"))
-    return tensor_tensor(first, bound["operand1"], bound["op1"], mask=bound.get("mask"), dtype=bound.get("dtype"))
+        emit(_tile(bound["dst"], "dst"), None)
+        return None
+    dtype = bound.get("dtype") or _promote(data.dtype, other.dtype)
+    return _produce(data.shape, dtype, "sbuf", emit, ranges=ranges)
 
 
 # -- helpers -------------------------------------------------------------------------------------
