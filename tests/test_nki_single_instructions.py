@@ -106,3 +106,133 @@ def test_scalar_tensor_tensor_cost_follows_the_published_table(dtype, op0, expec
     index = core.scalar_tensor_tensor(dst=out, data=x, op0=op0, operand0=1.0, op1="multiply", operand1=y)
     cycles = spec.vector_static_cycles + expected_per_element * 256
     assert core.timeline[index].duration_ns == pytest.approx(cycles * 1e9 / spec.dve_clock_hz)
+
+
+# -- iota ---------------------------------------------------------------------------------------
+def test_iota_keeps_an_axis_whose_coefficient_is_zero():
+    @nki.jit
+    def kernel(x):
+        out = nl.ndarray((128, 16), dtype=nl.int32, buffer=nl.shared_hbm)
+        i_p, i_f = nl.mgrid[0:128, 0:16]
+        nl.store(out, value=nisa.iota(0 * i_p + i_f, dtype=nl.int32))
+        return out
+
+    run = nki.run(kernel, np.zeros(1, np.float32))
+    np.testing.assert_array_equal(run.outputs, np.broadcast_to(np.arange(16), (128, 16)))
+    assert _compute(run) == [("pool", "iota")]
+
+
+def test_iota_of_cancelling_arange_terms_spans_both_axes():
+    @nki.jit
+    def kernel(x):
+        out = nl.ndarray((8, 5), dtype=nl.float32, buffer=nl.shared_hbm)
+        i_p, i_f = nl.arange(8)[:, None], nl.arange(5)[None, :]
+        nl.store(out, value=nisa.iota(i_p - i_p + 3 * i_f + 1, dtype=nl.float32))
+        return out
+
+    np.testing.assert_array_equal(kernel(np.zeros(1, np.float32)), np.broadcast_to(3 * np.arange(5) + 1, (8, 5)))
+
+
+def test_iota_pattern_form_follows_the_documented_formula():
+    """Current NKI: dst[p, w, x] = offset + p * channel_multiplier + w * step_w + x * step_x."""
+    @nki.jit
+    def kernel(x):
+        out = nl.ndarray((32, 4, 6), dtype=nl.int32, buffer=nl.shared_hbm)
+        tile = nl.ndarray((32, 4, 6), dtype=nl.int32, buffer=nl.sbuf)
+        nisa.iota(dst=tile, pattern=[[100, 4], [2, 6]], offset=7, channel_multiplier=-3)
+        nl.store(out, value=tile)
+        return out
+
+    p, w, x = np.meshgrid(np.arange(32), np.arange(4), np.arange(6), indexing="ij")
+    np.testing.assert_array_equal(kernel(np.zeros(1, np.float32)), 7 - 3 * p + 100 * w + 2 * x)
+
+
+def test_iota_costs_150_plus_n_gpsimd_cycles():
+    spec = presets.core_spec("trn2")
+    core = NeuronCore(spec, mode="timing")
+    tile = core.sbuf.allocate((128, 300), dtypes.int32)
+    index = core.iota(tile, np.zeros((128, 300), np.int32))
+    assert core.timeline[index].engine == "pool"
+    assert core.timeline[index].duration_ns == pytest.approx((150 + 300) * 1e9 / spec.pool_clock_hz)
+
+
+def test_iota_refuses_the_non_nki_dst_expr_form():
+    @nki.jit
+    def kernel(x):
+        tile = nl.ndarray((8, 4), dtype=nl.int32, buffer=nl.sbuf)
+        nisa.iota(dst=tile, expr=nl.arange(4)[None, :])
+        return x
+
+    with pytest.raises(NKIError, match="pattern"):
+        kernel(np.zeros(1, np.float32))
+
+
+# -- affine_select / nl.where: one instruction, exact for inf and NaN ------------------------------
+def test_affine_select_is_one_gpsimd_instruction_and_passes_inf_and_nan_through():
+    @nki.jit
+    def kernel(x):
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        i_q, i_k = nl.mgrid[0:64, 0:64]
+        nl.store(out, value=nisa.affine_select(i_q >= i_k, nl.load(x[i_q, i_k]), -np.inf))
+        return out
+
+    x = np.random.default_rng(2).normal(size=(64, 64)).astype(np.float32)
+    x[5, 2], x[7, 7], x[3, 9] = np.inf, np.nan, np.nan      # kept, kept, masked
+    run = nki.run(kernel, x)
+    expected = np.where(np.tril(np.ones((64, 64), bool)), x, -np.inf)
+    np.testing.assert_array_equal(run.outputs, expected)     # NaN == NaN for assert_array_equal
+    assert _compute(run) == [("pool", "affine_select")]
+    spec = presets.core_spec("trn2")
+    (select,) = [run.timeline[i] for i in range(len(run.timeline)) if run.timeline[i].engine == "pool"]
+    assert select.duration_ns == pytest.approx((150 + 64) * 1e9 / spec.pool_clock_hz)
+
+
+def test_affine_select_pattern_form_compares_the_iota_value_with_zero():
+    @nki.jit
+    def kernel(x):
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        result = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+        # keep where p - f >= 0 (the causal mask): value = p * 1 + f * (-1)
+        nisa.affine_select(dst=result, pattern=[[-1, 32]], offset=0, channel_multiplier=1,
+                           on_true_tile=nl.load(x), on_false_value=-5.0, cmp_op=nl.greater_equal)
+        nl.store(out, value=result)
+        return out
+
+    x = np.arange(32 * 32, dtype=np.float32).reshape(32, 32)
+    np.testing.assert_array_equal(kernel(x), np.where(np.tril(np.ones((32, 32), bool)), x, -5.0))
+
+
+@pytest.mark.parametrize("y_kind", ["number", "tile", "column"])
+def test_where_is_one_vector_select_exact_for_inf_and_nan(y_kind):
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(32, 24)).astype(np.float32)
+    x[0, :3] = [np.inf, -np.inf, np.nan]
+    y = {"number": np.float32(-7.0), "tile": rng.normal(size=(32, 24)).astype(np.float32),
+         "column": rng.normal(size=(32, 1)).astype(np.float32)}[y_kind]
+
+    @nki.jit
+    def kernel(x, y):
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        tile = nl.load(x)
+        condition = nl.greater(nl.load(x), 0.0)
+        nl.store(out, value=nl.where(condition, tile, -7.0 if y_kind == "number" else nl.load(y)))
+        return out
+
+    run = nki.run(kernel, x, y if y_kind != "number" else np.zeros(1, np.float32))
+    with np.errstate(invalid="ignore"):
+        expected = np.where(x > 0, x, y)
+    np.testing.assert_array_equal(run.outputs, expected)
+    assert [op for _, op in _compute(run)] == ["tensor_scalar", "select"]
+    assert _compute(run)[-1][0] == "dve"
+
+
+def test_where_with_a_number_for_x_selects_the_tile_where_the_condition_is_false():
+    @nki.jit
+    def kernel(x):
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        tile = nl.load(x)
+        nl.store(out, value=nl.where(nl.greater(tile, 0.0), 1.5, tile))
+        return out
+
+    x = np.linspace(-2, 2, 40, dtype=np.float32).reshape(4, 10)
+    np.testing.assert_array_equal(kernel(x), np.where(x > 0, np.float32(1.5), x))

@@ -735,11 +735,71 @@ class NeuronCore:
         return self._issue(eid, "memset", dur, (), dst)
 
     def iota(self, dst, expr) -> int:
-        """Write the integer pattern `expr` (an array broadcastable to dst) on GpSimd."""
+        """Write the integer pattern `expr` (an array broadcastable to dst) on GpSimd: 150 + N cycles."""
         dst = _view(dst, "dst")
         self._onchip(dst, "dst", "iota", psum_ok=False)
         if self.full:
             pattern = np.broadcast_to(np.asarray(expr), dst.shape)
             dst.write(pattern.astype(dst.tensor.dtype))
-        dur = self._elementwise_cycles(POOL, dst.free_size, 1)
+        dur = (self.spec.affine_static_cycles + dst.free_size) * self._clock_ns[POOL]
         return self._issue(POOL, "iota", dur, (), dst)
+
+    def affine_select(self, dst, predicate, on_true, on_false_value) -> int:
+        """dst = on_true where `predicate` holds, else on_false_value, on GpSimd: 150 + N cycles.
+
+        `predicate` is the boolean array (broadcastable to dst) of a compile-time affine condition
+        over the tile's indices, which the engine evaluates as it goes [nki.isa.affine_select]; the
+        selection copies values, so inf and NaN pass through exactly."""
+        dst = _view(dst, "dst")
+        x = _view(on_true, "on_true")
+        self._onchip(x, "on_true", "affine_select", psum_ok=False)
+        self._onchip(dst, "dst", "affine_select", psum_ok=False)
+        self._same_tile(dst, x, "affine_select", "dst vs on_true")
+        if self.full:
+            (vals,) = self._inputs(x)
+            holds = np.broadcast_to(np.asarray(predicate, bool), x.shape).reshape(vals.shape)
+            self._store(dst, np.where(holds, vals, np.float32(on_false_value)))
+        dur = (self.spec.affine_static_cycles + x.free_size) * self._clock_ns[POOL]
+        return self._issue(POOL, "affine_select", dur, (x,), dst)
+
+    def select(self, dst, predicate, on_true, on_false, reverse_pred=False, engine="vector") -> int:
+        """dst = on_true where predicate != 0 (== 0 with reverse_pred), else on_false: one Vector
+        instruction (nki.isa.select_reduce without the reduction). on_false: a number, a [P, 1]
+        view or a tile of on_true's shape. Values are copied, so inf and NaN pass through exactly.
+        Cost: the Vector model, 100 + N per input tile."""
+        dst = _view(dst, "dst")
+        pred = _view(predicate, "predicate")
+        x = _view(on_true, "on_true")
+        eid = self._engine(engine, "select", (DVE, POOL))
+        for v, what in ((pred, "predicate"), (x, "on_true"), (dst, "dst")):
+            self._onchip(v, what, "select", psum_ok=eid != POOL)
+        if pred.tensor.kind == "psum" and x.tensor.kind == "psum":
+            raise MemoryPlacementError(
+                "operand memory: select predicate and on_true are both in PSUM; at most one may be "
+                "[nki.isa.select_reduce]", value=("psum", "psum"), limit="at most one PSUM input")
+        self._same_tile(pred, x, "select", "predicate vs on_true")
+        self._same_tile(dst, x, "select", "dst vs on_true")
+        reads = (pred, x)
+        other = None
+        if isinstance(on_false, (Tensor, View)):
+            other = _view(on_false, "on_false")
+            if other.free_size != 1 or other.partitions != x.partitions:
+                self._onchip(other, "on_false", "select", psum_ok=eid != POOL)
+                self._same_tile(other, x, "select", "on_false vs on_true")
+                reads = reads + (other,)
+                false_value = None
+            else:
+                false_value, other = self._operand(on_false, x.partitions, "select", "on_false")
+                reads = reads + (other,)
+                other = None
+        else:
+            false_value = np.float32(on_false)
+        if self.full:
+            flags, vals = self._inputs(pred, x)
+            holds = (flags == 0) if reverse_pred else (flags != 0)
+            if other is not None:
+                (false_value,) = self._inputs(other)
+            self._store(dst, np.where(holds, vals, false_value))
+        tiles = 3 if other is not None else 2
+        dur = self._elementwise_cycles(eid, x.free_size, tiles)
+        return self._issue(eid, "select", dur, reads, dst)

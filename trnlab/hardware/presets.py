@@ -50,6 +50,7 @@ class CoreSpec:
     - LoadStationary: M / `stationary_load_speedup` cycles, in the background;
     - Vector / GpSimd: `vector_static_cycles` + N cycles per input tensor;
     - Scalar activation: `activation_static_cycles` + max(`activation_min_cycles`, N);
+    - GpSimd iota / affine_select (an affine pattern evaluated in the engine): `affine_static_cycles` + N;
     - DMA: `dma_latency_ns` + bytes / (engines used × `dma_engine_bandwidth`), sharing the core's
       `hbm_bandwidth` with the other transfers in flight.
     """
@@ -88,6 +89,7 @@ class CoreSpec:
     vector_static_cycles: int = 100
     activation_min_cycles: int = 64
     activation_static_cycles: int = 0
+    affine_static_cycles: int = 150  # iota, affine_select: 150 + N GpSimd cycles [ISA] (NKI 2.26 docs)
     fp8_peak_factor: int = 1        # quoted fp8 peak / bf16 peak (fp8 fast modes are not simulated)
     # quoted figures, for comparison only (the simulator computes its own from the fields above)
     quoted_tflops_bf16: float = 92.0

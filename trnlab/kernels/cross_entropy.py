@@ -28,7 +28,7 @@ from trnlab.kernels.common import (broadcast_rows, double_buffered, load_per_par
 def _class_columns(V: int):
     """[128, V] fp32 tile holding the class index v in column v of every row."""
     columns = nl.ndarray((nl.tile_size.pmax, V), dtype=nl.float32, buffer=nl.sbuf)
-    nisa.iota(dst=columns, expr=nl.arange(V)[None, :])
+    nisa.iota(dst=columns, pattern=[[1, V]], offset=0, channel_multiplier=0)
     return columns
 
 

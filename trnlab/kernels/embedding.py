@@ -32,7 +32,7 @@ def _vocab_columns(V: int):
     for v in nl.affine_range(num_tiles(V, P)):
         v0, width = tile_extent(v, P, V)
         tile = nl.ndarray((P, width), dtype=nl.float32, buffer=nl.sbuf)
-        nisa.iota(dst=tile, expr=v0 + nl.arange(width)[None, :])
+        nisa.iota(dst=tile, pattern=[[1, width]], offset=v0, channel_multiplier=0)
         columns.append(tile)
     return columns
 

@@ -54,6 +54,8 @@ class IndexExpr:
             for it, coef in other.terms:
                 merged[it] = merged.get(it, 0) + coef
             grid = self.grid + tuple(it for it in other.grid if all(it is not g for g in self.grid))
+            # an iterator whose coefficients cancel still spans its axis (0 * i_p + i_f is [P, F])
+            grid = grid + tuple(i for i, c in merged.items() if not c and all(i is not g for g in grid))
             return IndexExpr(self.const + other.const, tuple((i, c) for i, c in merged.items() if c), grid)
         if isinstance(other, (int, np.integer)):
             return IndexExpr(self.const + int(other), self.terms, self.grid)
@@ -75,7 +77,9 @@ class IndexExpr:
     def __mul__(self, other):
         if isinstance(other, (int, np.integer)):
             k = int(other)
-            return IndexExpr(self.const * k, tuple((i, c * k) for i, c in self.terms if c * k), self.grid)
+            # 0 * i_p drops the term but keeps the axis it spans
+            grid = self.grid + tuple(i for i, _ in self.terms if not k and all(i is not g for g in self.grid))
+            return IndexExpr(self.const * k, tuple((i, c * k) for i, c in self.terms if c * k), grid)
         return NotImplemented
 
     __rmul__ = __mul__

@@ -19,6 +19,7 @@ import math
 import numpy as np
 
 from trnlab.hardware import dtypes as hw_dtypes
+from trnlab.hardware import ops as _hw_ops
 from trnlab.hardware.errors import MatmulShapeError, MemoryPlacementError, ShapeMismatchError
 from trnlab.nki import indexing, runtime
 from trnlab.nki.errors import NKIError, locate, site_note, user_site
@@ -454,63 +455,158 @@ def memset(*args, **kwargs):
 
 
 def iota(*args, **kwargs):
-    """Write an index expression's values (e.g. nl.arange(128)[:, None] * 512 + nl.arange(512)[None, :])."""
+    """Write constant index values into SBUF with one GpSimd instruction. Both of AWS's signatures:
+
+    - ``iota(expr, dtype, mask=None)`` (NKI 0.x): the values of an affine expression of nl.arange /
+      nl.mgrid iterators, e.g. ``nisa.iota(i_p * 512 + i_f, dtype=nl.int32)``, returned as a new tile
+      spanning every iterator's axis (``0 * i_p + i_f`` is [P, F], the same row on every partition);
+    - ``iota(dst, pattern, offset, channel_multiplier=0)`` (current NKI): dst[p, ...] = offset +
+      p * channel_multiplier + sum(index_k * step_k) over ``pattern = [[step, num], ...]`` (outermost
+      first; the nums multiply to dst's elements per partition).
+
+    Values are computed in int32 and cast to the destination dtype.
+    """
     destination = "dst" in kwargs or (len(args) >= 1 and _is_tile(args[0]))
-    names = ("dst", "expr") if destination else ("expr", "dtype")
+    names = ("dst", "pattern", "offset", "channel_multiplier") if destination else ("expr", "dtype")
     bound = dict(zip(names, args)) | kwargs
-    expr = bound["expr"]
-    ranges = indexing.restrict(bound.get("mask"))
-    if isinstance(expr, IndexExpr):
-        iterators = indexing.expr_iterators((expr,))
-        grid_ndim = max((it.ndim for it in iterators), default=1)
-        values = expr.values(iterators, ranges)
-        shape = [1] * grid_ndim
-        for k, it in enumerate(iterators):
-            shape[it.axis] = values.shape[k]
-        values = values.reshape(shape)
+    if destination and "expr" in bound:
+        raise NKIError("iota(dst=..., expr=...) is not an NKI signature: write iota(dst, pattern=[[step, num]], "
+                       "offset=..., channel_multiplier=...) or tile = iota(expr, dtype)")
+    if destination:
+        dst = _tile(bound["dst"], "dst")
+        values = _pattern_values(dst.shape, bound.get("pattern"), bound.get("offset", 0),
+                                 bound.get("channel_multiplier", 0))
+        ranges = {}
     else:
-        values = np.asarray(expr)
+        expr = bound["expr"]
+        ranges = indexing.restrict(bound.get("mask"))
+        if not isinstance(expr, IndexExpr):
+            raise NKIError(f"iota: expr must be an affine expression of nl.arange / nl.mgrid iterators, "
+                           f"got {type(expr).__name__}")
+        iterators = indexing.expr_iterators((expr,))
+        sizes = [hi - lo for lo, hi in (ranges.get(it, (0, it.size)) for it in iterators)]
+        values = np.broadcast_to(expr.values(iterators, ranges), sizes)
+        if values.ndim == 1:
+            values = values[None, :] if iterators and iterators[0].axis > 0 else values[:, None]
     launch = _launch()
 
     def emit(out, _accumulate):
         view = out.hw_view(ranges)
-        launch.core.iota(dst=view, expr=np.broadcast_to(values, view.shape))
+        launch.core.iota(dst=view, expr=np.asarray(values).reshape(view.shape))
 
     if destination:
-        emit(_tile(bound["dst"], "dst"), None)
+        emit(dst, None)
         return None
     return _produce(values.shape, bound.get("dtype") or hw_dtypes.int32, "sbuf", emit)
 
 
-def affine_select(*args, **kwargs):
-    """on_true_tile where the affine predicate over the tile's iterators holds, else on_false_value.
+def _pattern_values(shape, pattern, offset, channel_multiplier) -> np.ndarray:
+    """The values of iota's [[step, num], ...] access pattern over a [P, free...] destination."""
+    if not pattern or any(len(entry) != 2 for entry in pattern) or len(pattern) > 4:
+        raise NKIError(f"iota: pattern must be 1 to 4 [step, num] pairs (outermost first), got {pattern!r}")
+    free = math.prod(shape[1:])
+    nums = [int(num) for _, num in pattern]
+    if math.prod(nums) != free:
+        raise ShapeMismatchError(
+            f"shape mismatch: iota pattern {pattern} gives {math.prod(nums)} elements per partition, "
+            f"dst {tuple(shape)} has {free}", value=math.prod(nums), limit=free)
+    values = np.full(nums, int(offset), dtype=np.int64)
+    for k, (step, num) in enumerate(pattern):
+        axis = [1] * len(nums)
+        axis[k] = num
+        values = values + int(step) * np.arange(num, dtype=np.int64).reshape(axis)
+    partitions = int(channel_multiplier) * np.arange(shape[0], dtype=np.int64)[:, None]
+    return (partitions + values.reshape(1, -1)).reshape(shape)
 
-    ``nisa.affine_select(i_q >= i_k, scores[i_q, i_k], -9984.0)`` builds a causal mask. The hardware
-    evaluates the predicate inside GpSimd; trnlab writes it with `iota` and selects with Vector
-    instructions as x * pred + on_false * (1 - pred), exact for finite x.
+
+def _write_constant(dst: NkiTensor, values: np.ndarray) -> None:
+    """Write a compile-time constant pattern into an SBUF tile with one GpSimd iota (trnlab-internal:
+    nl.shared_identity_matrix; AWS's compiler materialises such constants itself)."""
+    launch = _launch()
+    launch.core.iota(dst=dst.hw_view(), expr=values)
+
+
+def affine_select(*args, **kwargs):
+    """on_true_tile where an affine predicate over the tile's indices holds, else on_false_value: one
+    GpSimd instruction that evaluates the predicate as it goes (exact for inf/NaN). Both of AWS's forms:
+
+    - ``affine_select(pred, on_true_tile, on_false_value, mask=None, dtype=None)`` (NKI 0.x), e.g.
+      ``nisa.affine_select(i_q >= i_k, scores[i_q, i_k], -9984.0)`` for a causal mask;
+    - ``affine_select(dst, pattern, offset, channel_multiplier, on_true_tile, on_false_value,
+      cmp_op=nl.equal)`` (current NKI): the predicate is cmp_op(iota value, 0), with the iota value of
+      `nisa.iota`'s pattern form.
     """
-    destination = "dst" in kwargs
-    bound = dict(zip(("pred", "on_true_tile", "on_false_value"), args)) | kwargs
-    pred, on_true, on_false = bound["pred"], _tile(bound["on_true_tile"], "on_true_tile"), bound["on_false_value"]
-    if not isinstance(pred, indexing.Predicate):
-        raise NKIError("affine_select: pred must be an affine comparison of nl.arange/nl.mgrid iterators")
-    iterators = indexing.expr_iterators(tuple(e for clause in pred.clauses for e in (clause[0], clause[2])
-                                              if isinstance(e, IndexExpr)))
-    holds = np.ones([it.size for it in iterators], dtype=bool)
-    compare = {"<": np.less, "<=": np.less_equal, ">": np.greater, ">=": np.greater_equal}
-    for left, op, right in pred.clauses:
-        difference = (left - right).values(iterators, None)
-        holds &= compare[op](difference, 0)
-    if holds.shape != tuple(on_true.shape):
+    if "pattern" in kwargs or (args and _is_tile(args[0])):
+        names = ("dst", "pattern", "offset", "channel_multiplier", "on_true_tile", "on_false_value", "cmp_op")
+        bound = dict(zip(names, args)) | kwargs
+        dst, on_true = _tile(bound["dst"], "dst"), _tile(bound["on_true_tile"], "on_true_tile")
+        affine = _pattern_values(dst.shape, bound["pattern"], bound.get("offset", 0),
+                                 bound.get("channel_multiplier", 0))
+        _, compare = _hw_ops.binary(op_name(bound.get("cmp_op") or "equal"))
+        holds = np.asarray(compare(affine, 0), dtype=bool)
+        ranges = {}
+    else:
+        bound = dict(zip(("pred", "on_true_tile", "on_false_value"), args)) | kwargs
+        pred, on_true = bound["pred"], _tile(bound["on_true_tile"], "on_true_tile")
+        dst = bound.get("dst")
+        if not isinstance(pred, indexing.Predicate):
+            raise NKIError("affine_select: pred must be an affine comparison of nl.arange/nl.mgrid iterators")
+        ranges = indexing.restrict(bound.get("mask"))
+        iterators = indexing.expr_iterators(tuple(e for clause in pred.clauses for e in (clause[0], clause[2])
+                                                  if isinstance(e, IndexExpr)))
+        holds = np.ones([hi - lo for lo, hi in (ranges.get(it, (0, it.size)) for it in iterators)], dtype=bool)
+        compare = {"<": np.less, "<=": np.less_equal, ">": np.greater, ">=": np.greater_equal}
+        for left, op, right in pred.clauses:
+            difference = (left - right).values(iterators, ranges)
+            holds &= compare[op](difference, 0)
+    if holds.size != math.prod(on_true.shape):
         raise ShapeMismatchError(
             f"shape mismatch: affine_select predicate over {holds.shape} vs tile {on_true.shape}",
             value=holds.shape, limit=on_true.shape)
-    flags = iota(holds.astype(np.int32), hw_dtypes.float32)
-    kept = tensor_tensor(on_true, flags, "multiply", dtype=hw_dtypes.float32)
-    filler = tensor_scalar(flags, "subtract", 1.0, reverse0=True, op1="multiply", operand1=on_false)
+    on_false = float(bound["on_false_value"])
+    launch = _launch()
+
+    def emit(out, _accumulate):
+        view = out.hw_view(ranges)
+        launch.core.affine_select(dst=view, predicate=holds.reshape(view.shape), on_true=on_true.hw_view(ranges),
+                                  on_false_value=on_false)
+
+    if dst is not None:
+        emit(_tile(dst, "dst"), None)
+        return None
+    return _produce(on_true.shape, bound.get("dtype") or on_true.dtype, "sbuf", emit, ranges=ranges)
+
+
+def select(*args, **kwargs):
+    """dst = on_true where predicate is nonzero (zero with reverse_pred), else on_false: one Vector-engine
+    instruction that copies values (exact for inf/NaN). nki.isa.select_reduce without reduce_res; trnlab
+    also accepts an on_false tile of on_true's shape (what nl.where needs)."""
+    names = ("predicate", "on_true", "on_false")
+    destination = "dst" in kwargs or (len(args) >= 4 and _is_tile(args[0]))
+    bound = dict(zip((("dst",) + names) if destination else names, args)) | kwargs
+    if bound.get("reduce_res") is not None:
+        raise NKIError("select_reduce(reduce_res=...): the fused max-reduction is not simulated; "
+                       "reduce the result with nisa.tensor_reduce")
+    predicate, on_true, on_false = (_tile(bound["predicate"], "predicate"), _tile(bound["on_true"], "on_true"),
+                                    bound["on_false"])
+    reverse = bool(bound.get("reverse_pred", False))
+    ranges = _ranges(bound.get("mask"), predicate, on_true, on_false)
+    launch = _launch()
+
+    def emit(out, _accumulate):
+        false = on_false.hw_view(ranges) if _is_tile(on_false) else float(on_false)
+        launch.core.select(dst=out.hw_view(ranges), predicate=predicate.hw_view(ranges),
+                           on_true=on_true.hw_view(ranges), on_false=false, reverse_pred=reverse)
+
     if destination:
-        return tensor_tensor(dst=bound["dst"], data1=kept, data2=filler, op="add")
-    return tensor_tensor(kept, filler, "add", dtype=bound.get("dtype") or on_true.dtype)
+        emit(_tile(bound["dst"], "dst"), None)
+        return None
+    return _produce(on_true.shape, bound.get("dtype") or on_true.dtype, "sbuf", emit, ranges=ranges)
+
+
+def select_reduce(*args, **kwargs):
+    """nki.isa.select_reduce (dst, predicate, on_true, on_false, ...); the select part only (see `select`)."""
+    return select(*args, **kwargs)
 
 
 def scalar_tensor_tensor(*args, **kwargs):

@@ -341,21 +341,16 @@ _isa._OP_NAMES[reciprocal] = "reciprocal"
 
 
 def where(condition, x, y, *, dtype=None, mask=None, **kwargs):
-    """condition ? x : y element-wise, for a 0/1 condition tile (x or y may be numbers).
-
-    Lowered on the Vector engine as x * condition + y * (1 - condition): exact for finite values
-    (use a large negative number such as -30000.0 rather than -inf to mask).
-    """
+    """condition ? x : y element-wise, for a 0/1 condition tile (x or y may be a number; y may also be a
+    [P, 1] tile): one Vector-engine select that copies values, so inf and NaN pass through exactly."""
     if not isinstance(condition, NkiTensor):
         raise NKIError("nl.where: condition must be a tile of 0/1 values (e.g. from nl.greater)")
-    kept = multiply(condition, x, mask=mask, dtype=float32)
-    if _is_scalar(y):
-        filler = _isa.tensor_scalar(condition, "subtract", 1.0, reverse0=True, op1="multiply",
-                                    operand1=float(y), mask=mask, dtype=float32)
-    else:
-        complement = _isa.tensor_scalar(condition, "subtract", 1.0, reverse0=True, mask=mask, dtype=float32)
-        filler = multiply(complement, y, mask=mask, dtype=float32)
-    return add(kept, filler, mask=mask, dtype=dtype or (x.dtype if isinstance(x, NkiTensor) else float32))
+    if not isinstance(x, NkiTensor):
+        if not isinstance(y, NkiTensor):
+            raise NKIError("nl.where: x and y are both numbers; at least one must be a tile")
+        # select picks its tile where the predicate holds: swap the roles and reverse the predicate
+        return _isa.select(condition, y, x, reverse_pred=True, mask=mask, dtype=dtype or float32)
+    return _isa.select(condition, x, y, mask=mask, dtype=dtype or x.dtype)
 
 
 # -- reductions along free axes ----------------------------------------------------------------
@@ -432,7 +427,7 @@ def broadcast_to(x: NkiTensor, shape) -> NkiTensor:
 def shared_identity_matrix(n: int, dtype=float32, **kwargs) -> NkiTensor:
     """An [n, n] identity matrix in SBUF (written by one GpSimd iota instruction)."""
     eye = ndarray((n, n), dtype, buffer=sbuf, name="identity")
-    _isa.iota(dst=eye, expr=np.eye(n, dtype=np.int32))
+    _isa._write_constant(eye, np.eye(n, dtype=np.int32))
     return eye
 
 
