@@ -1,8 +1,9 @@
-"""trnlab.kernels.embedding: gather and scatter-add (as one-hot matmuls) against torch's embedding.
+"""trnlab.kernels.embedding: gather (an indirect DMA) and scatter-add (a one-hot matmul) against torch's embedding.
 
 The forward is exact (every product is x * 1.0 or x * 0.0), so it is compared bit for bit, in fp32
 and bf16. The backward sums repeated tokens' gradients in fp32 (atol 1e-5 against autograd).
 """
+import pytest
 import torch
 import torch.nn.functional as F
 from hypothesis import given, settings
@@ -59,3 +60,12 @@ def test_embedding_kernels_run_in_timing_only_mode():
     for kernel, args in ((emb.embedding, (ids, table)), (emb.embedding_backward, (ids, grad, 100))):
         run = nki.run(kernel, *args, timing_only=True)
         assert run.outputs is None and run.latency_us > 0
+
+
+def test_embedding_forward_is_one_indirect_dma_per_token_tile_and_refuses_ids_outside_the_table():
+    ids, table = torch.tensor([0, 4, 4, 1], dtype=torch.int32), torch.randn(5, 8)
+    run = nki.run(emb.embedding, ids, table)
+    opcodes = [run.timeline[i].opcode for i in range(len(run.timeline))]
+    assert opcodes == ["dma_copy", "dma_gather", "dma_copy"]          # ids in, rows gathered, rows out
+    with pytest.raises(Exception, match="out-of-bounds"):
+        emb.embedding(torch.tensor([0, 5], dtype=torch.int32), table)

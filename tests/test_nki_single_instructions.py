@@ -236,3 +236,74 @@ def test_where_with_a_number_for_x_selects_the_tile_where_the_condition_is_false
 
     x = np.linspace(-2, 2, 40, dtype=np.float32).reshape(4, 10)
     np.testing.assert_array_equal(kernel(x), np.where(x > 0, np.float32(1.5), x))
+
+
+# -- indirect DMA: nl.load(table[ids_tile, i_f]) -------------------------------------------------------
+def test_indirect_load_gathers_rows_named_by_an_sbuf_index_tile_as_aws_documents():
+    """AWS's nl.load example 1: indices loaded from HBM into a [64, 1] tile, then table[idx_tile[i_p, 0], i_f]."""
+    @nki.jit
+    def kernel(table, ids):
+        out = nl.ndarray((64, 512), dtype=table.dtype, buffer=nl.shared_hbm)
+        i_p, i_f = nl.arange(64)[:, None], nl.arange(512)[None, :]
+        idx_tile = nl.load(ids[i_p])
+        nl.store(out, value=nl.load(table[idx_tile[i_p, 0], i_f]))
+        return out
+
+    rng = np.random.default_rng(4)
+    table = rng.normal(size=(128, 512)).astype(np.float32)
+    ids = rng.integers(0, 128, size=64).astype(np.int32)
+    run = nki.run(kernel, table, ids)
+    np.testing.assert_array_equal(run.outputs, table[ids])
+    gathers = [run.timeline[i] for i in range(len(run.timeline)) if run.timeline[i].opcode == "dma_gather"]
+    assert len(gathers) == 1 and gathers[0].engine.startswith("dma")
+    assert gathers[0].hbm_bytes == 64 * 512 * 4
+    assert gathers[0].start_ns >= run.timeline[0].end_ns          # it needs the indices on chip first
+
+
+def test_indirect_load_with_iota_indices_and_a_cast():
+    """AWS's example 2: idx_tile = nisa.iota(2 * nl.arange(64)[:, None], dtype=int32); table[idx_tile, i_f]."""
+    @nki.jit
+    def kernel(table):
+        out = nl.ndarray((64, 32), dtype=nl.bfloat16, buffer=nl.shared_hbm)
+        i_f = nl.arange(32)[None, :]
+        idx_tile = nisa.iota(2 * nl.arange(64)[:, None], dtype=np.int32)
+        nl.store(out, value=nl.load(table[idx_tile, i_f], dtype=nl.bfloat16))
+        return out
+
+    table = np.arange(128 * 32, dtype=np.float32).reshape(128, 32) / 7
+    np.testing.assert_array_equal(np.asarray(kernel(table), np.float32),
+                                  table[::2].astype(dtypes.bfloat16).astype(np.float32))
+
+
+def test_indirect_load_out_of_bounds_and_indirect_store_are_named_errors():
+    @nki.jit
+    def gather(table, ids):
+        out = nl.ndarray((4, 8), dtype=table.dtype, buffer=nl.shared_hbm)
+        nl.store(out, value=nl.load(table[nl.load(ids.reshape((4, 1))), :]))
+        return out
+
+    @nki.jit
+    def scatter(table, ids):
+        out = nl.ndarray(table.shape, dtype=table.dtype, buffer=nl.shared_hbm)
+        nl.store(out[nl.load(ids.reshape((4, 1))), :], value=nl.load(table[0:4, :]))
+        return out
+
+    table = np.zeros((6, 8), np.float32)
+    with pytest.raises(Exception, match="out-of-bounds.*row 6"):
+        gather(table, np.array([0, 6, 1, 2], np.int32))
+    with pytest.raises(NKIError, match="scatter"):
+        scatter(table, np.array([0, 1, 2, 3], np.int32))
+
+
+def test_indirect_load_in_timing_mode_costs_the_same():
+    @nki.jit
+    def kernel(table, ids):
+        out = nl.ndarray((128, 64), dtype=table.dtype, buffer=nl.shared_hbm)
+        nl.store(out, value=nl.load(table[nl.load(ids.reshape((128, 1))), :]))
+        return out
+
+    table, ids = np.ones((300, 64), np.float32), np.zeros(128, np.int32)
+    full = nki.run(kernel, table, ids)
+    timing = nki.run(kernel, nki.ShapeDtype((300, 64), nl.float32), nki.ShapeDtype((128,), nl.int32),
+                     timing_only=True)
+    assert timing.latency_ns == pytest.approx(full.latency_ns)

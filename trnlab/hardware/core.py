@@ -19,7 +19,7 @@ import numpy as np
 from . import cost, dtypes, ops, scheduler
 from .errors import (DtypeError, EngineError, FreedTensorError, FreeSizeError, MatmulShapeError,
                      MemoryPlacementError, PartitionAxisError, PSUMToHBMError, ShapeMismatchError,
-                     StartPartitionError, UnknownOpError)
+                     OutOfBoundsError, StartPartitionError, UnknownOpError)
 from .memory import HBM, OnChipMemory
 from .presets import CoreSpec, core_spec
 from .profile import Profile
@@ -474,9 +474,58 @@ class NeuronCore:
         if self.full:
             src.check_initialized()
             dst.write(np.reshape(src.values(), dst.shape))
+        return self._schedule_dma(dst, src, (src,), src.nbytes, queue, "dma_copy")
+
+    def dma_gather(self, dst, src, indices, queue: int | None = None) -> int:
+        """Indirect DMA: dst[r, ...] = src[indices[r], ...] for the R rows of dst (a gather).
+
+        `indices` is an integer [R, 1] view in SBUF, read at run time (NKI's ``nl.load(table[ids_tile,
+        i_f])``; the DMA needs the index values on chip first). An index outside src's rows raises
+        `OutOfBoundsError` (NKI's default oob_mode.error). Each row is one DMA descriptor of one
+        row's bytes; the R rows are spread over the DMA engines like a dense transfer of R rows,
+        and the transfer waits for the whole of src (its rows are known only at run time)."""
+        dst = _view(dst, "dst")
+        src = _view(src, "src")
+        idx = _view(indices, "indices")
+        if src.tensor.kind != "hbm" or dst.tensor.kind != "sbuf":
+            raise MemoryPlacementError(
+                f"operand memory: dma_gather reads rows of an HBM tensor into SBUF, got "
+                f"{src.tensor.kind.upper()} -> {dst.tensor.kind.upper()}",
+                value=(src.tensor.kind, dst.tensor.kind), limit=("hbm", "sbuf"))
+        self._onchip(idx, "indices", "dma_gather", psum_ok=False)
+        if dtypes.is_float(idx.tensor.dtype):
+            raise DtypeError(f"data type: dma_gather indices must be integers, got "
+                             f"{dtypes.name(idx.tensor.dtype)}", value=idx.tensor.dtype, limit="int32")
+        R = dst.shape[0] if dst.shape else 1
+        if idx.size != R or tuple(dst.shape[1:]) != tuple(src.shape[1:]):
+            raise ShapeMismatchError(
+                f"shape mismatch: dma_gather of {idx.size} indices from src {src.shape} into dst "
+                f"{dst.shape}; dst must be [{idx.size}, {', '.join(map(str, src.shape[1:]))}]",
+                value=dst.shape, limit=(idx.size,) + tuple(src.shape[1:]))
+        if dst.tensor.dtype != src.tensor.dtype:
+            raise DtypeError(f"data type: dma_gather does not convert: src "
+                             f"{dtypes.name(src.tensor.dtype)}, dst {dtypes.name(dst.tensor.dtype)}",
+                             value=src.tensor.dtype, limit=dst.tensor.dtype)
+        if self.full:
+            idx.check_initialized()
+            rows = np.asarray(idx.values()).reshape(-1).astype(np.int64)
+            n = src.shape[0]
+            bad = rows[(rows < 0) | (rows >= n)]
+            if bad.size:
+                raise OutOfBoundsError(f"out-of-bounds index: dma_gather row {int(bad[0])} of a source "
+                                       f"with {n} rows", value=int(bad[0]), limit=n)
+            src.check_initialized()
+            dst.write(np.asarray(src.values())[rows].reshape(dst.shape))
+        whole = src.tensor.full                    # which rows is known only at run time
+        nbytes = dst.nbytes
+        return self._schedule_dma(dst, whole, (whole, idx), nbytes, queue, "dma_gather")
+
+    def _schedule_dma(self, dst, src, reads, nbytes, queue, opcode) -> int:
+        """Schedule a DMA of `nbytes` from src to dst (after `reads` are ready) on a queue."""
+        sk, dk = src.tensor.kind, dst.tensor.kind
         nq = self.spec.dma_queues
         free = self._free
-        deps, waited = _wait_reads((src,), 0.0, -1)
+        deps, waited = _wait_reads(reads, 0.0, -1)
         deps, waited, _ = _wait_write(dst, deps, waited)
         if queue is None:
             # the queue free first can start the transfer earliest (like the runtime's DMA rings,
@@ -492,7 +541,6 @@ class NeuronCore:
         start = deps
         if free[eid] >= start:
             start, waited = free[eid], -1
-        nbytes = src.nbytes
         rows = dst.partitions if dk == "sbuf" else (src.partitions if sk == "sbuf" else
                                                     (src.shape[0] if src.shape else 1))
         spec = self.spec
@@ -518,10 +566,10 @@ class NeuronCore:
             self._hbm.prune(horizon)
             self._dma.prune(horizon)
         idx = len(self._records)
-        _record_reads((src,), end, idx)
+        _record_reads(reads, end, idx)
         _record_write(dst, end, idx)
         sbuf = (nbytes if sk == "sbuf" else 0) + (nbytes if dk == "sbuf" else 0)
-        return self._append(eid, "dma_copy", start, end, end, 0.0, hbm, sbuf, 0, waited)
+        return self._append(eid, opcode, start, end, end, 0.0, hbm, sbuf, 0, waited)
 
     # ---------------------------------------------------------------------------------------------
     # Vector / Scalar / GpSimd

@@ -17,7 +17,7 @@ softmax       stable softmax over rows       softmax_backward       y * (dy - su
 layer_norm    nn.LayerNorm over rows         layer_norm_backward    (dx, dgamma, dbeta)
 rms_norm      RMS norm over rows             rms_norm_backward      (dx, dweight)
 gelu          erf (nn.GELU) or tanh form     gelu_backward          dy * gelu'(x)
-embedding     table[ids] (one-hot matmul)    embedding_backward     scatter-add into the table
+embedding     table[ids] (indirect DMA)      embedding_backward     scatter-add into the table
 causal_attention  flash-style, multi-head    causal_attention_backward  (dq, dk, dv), scores recomputed
 causal_attention_qkv  same, model's layout   causal_attention_qkv_backward  d(qkv [B, T, 3C])
 cross_entropy mean over non-ignored targets  cross_entropy_backward (softmax - one_hot) / count
@@ -39,7 +39,7 @@ KERNELS = {  # name -> (kernel, one-line description)
     "rms_norm_backward": (norms.rms_norm_backward, "(dx, dweight) of RMS norm"),
     "gelu": (activations.gelu, "GELU, erf form (nn.GELU default) or tanh form (GPT-2)"),
     "gelu_backward": (activations.gelu_backward, "dy * gelu'(x), either form"),
-    "embedding": (embedding.embedding, "table [V, C] rows for int32 ids [T], as a one-hot matmul built on chip"),
+    "embedding": (embedding.embedding, "table [V, C] rows for int32 ids [T], gathered by an indirect DMA"),
     "embedding_backward": (embedding.embedding_backward, "scatter-add of dout [T, C] into a [V, C] table gradient"),
     "causal_attention": (
         attention.causal_attention, "causal multi-head attention, tiled, online softmax, optional lse"),

@@ -3,26 +3,27 @@
 Layout: ids [T] int32 (flatten (B, T) first; torch's int64 ids must be cast with `.int()`, trnlab's
 HBM has no int64), table [V, C] -> out [T, C]. Tokens go on the partitions, 128 per tile.
 
-How. Both directions are matmuls with a one-hot matrix built on chip:
+Forward: an indirect DMA, as NKI kernels gather rows (AWS's nl.load docs; nkilib's gather kernel):
+the ids of a token tile are loaded into SBUF as a [tokens, 1] column, and
+``nl.load(table[ids_column, :])`` fetches row ids[t] of the HBM table into partition t, one DMA
+descriptor per row. The table never has to fit in SBUF. Ids outside [0, V) raise an out-of-bounds
+error (NKI's default oob_mode.error; torch raises too).
+
+Backward: a matmul with a one-hot matrix built on chip (an indirect DMA store cannot add repeated
+rows without read-modify-write hazards):
 
     one_hot[t, v] = (ids[t] == v)          iota of v along the free axis, compared with each partition's id
-    forward    out[T, C]  = one_hot[T, V] @ table[V, C]       stationary one_hot.T [V, T], moving table [V, C]
-    backward   dtable[V, C] = one_hot[T, V].T @ dout[T, C]    stationary one_hot [T, V], moving dout [T, C]
+    dtable[V, C] = one_hot[T, V].T @ dout[T, C]    stationary one_hot [T, V], moving dout [T, C]
 
-The backward is the scatter-add: rows of dout whose tokens repeat are summed by the contraction over
-T, in PSUM, accumulated over every token tile, with no read-modify-write races. On AWS's NKI the
-forward can also be an indirect DMA (`nl.load(table[ids_tile, i_f])`), which trnlab.nki does not
-simulate; for the vocabularies this course compiles (V of 30-100, one partition tile) the one-hot matmul
-costs V/128 of one matmul per output tile and is exact (the products are x * 1.0 and x * 0.0); the
-whole table is kept in SBUF, so V * C must fit there (16k x 256 bf16 does). Ids outside [0, V) give
-zero rows (torch raises instead).
+Rows of dout whose tokens repeat are summed by the contraction over T, in PSUM, accumulated over
+every token tile; the products are x * 1.0 and x * 0.0, so the sums are exact in fp32.
 """
 from __future__ import annotations
 
 import trnlab.nki as nki
 import trnlab.nki.isa as nisa
 import trnlab.nki.language as nl
-from trnlab.kernels.common import load_per_partition, num_tiles, row_tiles, tile_extent, transpose_to_sbuf
+from trnlab.kernels.common import load_per_partition, num_tiles, row_tiles, tile_extent
 
 
 def _vocab_columns(V: int):
@@ -44,27 +45,16 @@ def _one_hot(ids_column, columns, tokens: int, dtype):
 
 @nki.jit
 def embedding(ids, table):
-    """table[ids]: ids [T] int32, table [V, C] -> [T, C] in table's dtype."""
+    """table[ids]: ids [T] int32, table [V, C] -> [T, C] in table's dtype (one indirect DMA per token tile)."""
     (T,) = ids.shape
     V, C = table.shape
     out = nl.ndarray((T, C), dtype=table.dtype, buffer=nl.shared_hbm)
-    P, TN = nl.tile_size.pmax, nl.tile_size.gemm_moving_fmax
-    columns = _vocab_columns(V)
-    table_tiles = [nl.load(table[v0:v0 + width, :])                                # [width, C] each
-                   for v0, width in (tile_extent(v, P, V) for v in range(num_tiles(V, P)))]
     token_tiles = row_tiles(T)
-    id_columns = [load_per_partition(ids, t0, n, dtype=ids.dtype) for t0, n in token_tiles]  # all ids first
+    id_columns = [load_per_partition(ids, t0, n, dtype=ids.dtype) for t0, n in token_tiles]  # [tokens, 1] each
     for t in nl.affine_range(len(token_tiles)):
         t0, tokens = token_tiles[t]
-        ids_column = nl.copy(id_columns[t], dtype=nl.float32)                       # [tokens, 1]
-        selectors = [transpose_to_sbuf(_one_hot(ids_column, columns[v], tokens, table.dtype))
-                     for v in range(len(columns))]                                  # [width, tokens] each
-        for n in nl.affine_range(num_tiles(C, TN)):
-            n0, cols = tile_extent(n, TN, C)
-            rows = nl.ndarray((tokens, cols), dtype=nl.float32, buffer=nl.psum)
-            for v in nl.affine_range(len(columns)):
-                nisa.nc_matmul(dst=rows, stationary=selectors[v], moving=table_tiles[v][:, n0:n0 + cols])
-            nl.store(out[t0:t0 + tokens, n0:n0 + cols], value=nl.copy(rows, dtype=table.dtype))
+        rows = nl.load(table[id_columns[t], :])                                     # [tokens, C] gathered
+        nl.store(out[t0:t0 + tokens, :], value=rows)
     return out
 
 

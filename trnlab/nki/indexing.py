@@ -233,6 +233,14 @@ def tile_shape(key, iterators: list[Iterator], ranges: dict | None = None) -> tu
     sizes = [(ranges.get(it, (0, it.size))[1] - ranges.get(it, (0, it.size))[0]) if ranges else it.size
              for it in iterators]
     if not spreads(key, iterators):
+        grid_ndim = max((it.ndim for it in iterators), default=0)
+        from_arange = all(not e.grid for e in key if isinstance(e, IndexExpr))   # not nl.mgrid
+        if grid_ndim > len(iterators) and from_arange:
+            # ids[nl.arange(64)[:, None]] of a 1-d tensor is a [64, 1] tile: axes no iterator uses are 1
+            shape = [1] * grid_ndim
+            for it, n in zip(iterators, sizes):
+                shape[it.axis] = n
+            return tuple(shape)
         return tuple(sizes)
     return tuple(n for k, n in enumerate(sizes) if k == 0 or n != 1)
 

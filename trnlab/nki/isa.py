@@ -247,7 +247,15 @@ def dma_copy(*args, dst=None, src=None, mask=None, dge_mode=None, oob_mode=None,
     if args:
         dst, src = (args + (None, None))[:2] if dst is None else (dst, args[0])
     dst, src = _tile(dst, "dst"), _tile(src, "src")
+    if dst._gather is not None:
+        raise NKIError("indirect DMA store (a scatter: dst indexed by a tile of indices) is not simulated; "
+                       "trnlab simulates the indirect load (gather) only")
     launch = _launch()
+    if src._gather is not None:
+        if mask is not None:
+            raise NKIError("an indirect DMA (src indexed by a tile of indices) with mask= is not simulated")
+        launch.core.dma_gather(dst=dst.hw_view(), src=src.hw_view(), indices=src._gather.hw_view())
+        return
     ranges = _ranges(mask, src) if mask is not None or src._valid is not None else None
     launch.core.dma_copy(dst=dst.hw_view(ranges), src=src.hw_view(ranges))
 

@@ -228,6 +228,8 @@ def load(src, *, mask=None, dtype=None, **kwargs) -> NkiTensor:
     launch = _isa._launch()
     ranges = _indexing.restrict(mask)
     target = _dt.as_dtype(dtype) if dtype is not None else src.dtype
+    if src._gather is not None:
+        return _load_rows(src, mask, target, launch)
 
     def emit(out, _accumulate):
         if out.dtype == src.dtype:
@@ -238,6 +240,24 @@ def load(src, *, mask=None, dtype=None, **kwargs) -> NkiTensor:
             launch.core.tensor_copy(dst=out.hw_view(ranges), src=staged.hw_view(ranges))
 
     return _isa._produce(src.shape, target, "sbuf", emit, ranges=ranges)
+
+
+def _load_rows(src, mask, target, launch) -> NkiTensor:
+    """nl.load(table[ids_tile, i_f]): one indirect DMA gathering the rows the SBUF tile `ids_tile` names."""
+    if mask is not None:
+        raise NKIError("nl.load of an indirect access (a tile of row indices) with mask= is not simulated; "
+                       "load fewer indices instead")
+    ids = src._gather
+
+    def emit(out, _accumulate):
+        if out.dtype == src.dtype:
+            launch.core.dma_gather(dst=out.hw_view(), src=src.hw_view(), indices=ids.hw_view())
+        else:  # DMA moves bytes; a cast needs an engine
+            staged = _allocate(out.shape, src.dtype, sbuf, "load", launch)
+            launch.core.dma_gather(dst=staged.hw_view(), src=src.hw_view(), indices=ids.hw_view())
+            launch.core.tensor_copy(dst=out.hw_view(), src=staged.hw_view())
+
+    return _isa._produce(src.shape, target, "sbuf", emit)
 
 
 def load_transpose2d(src, *, mask=None, dtype=None, **kwargs) -> NkiTensor:

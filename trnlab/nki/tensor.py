@@ -29,7 +29,7 @@ HBM_KINDS = ("hbm", "shared_hbm", "private_hbm")
 
 class NkiTensor:
     __slots__ = ("shape", "dtype", "buffer", "name", "_owner", "_hw", "_index", "_ap", "_emit",
-                 "_launch", "_view_cache", "_storage", "_views", "_valid", "__weakref__")
+                 "_launch", "_view_cache", "_storage", "_views", "_valid", "_gather", "__weakref__")
 
     def __init__(self, shape, dtype, buffer, name=""):
         self.shape = tuple(shape)
@@ -46,6 +46,7 @@ class NkiTensor:
         self._storage = None          # shape in memory when it differs (reductions keep size-1 axes)
         self._views = None            # HBM tensors: slice views already made (tiles are re-read often)
         self._valid = None            # (lo, hi): the rows a masked functional call wrote (isa._ranges)
+        self._gather = None           # indirect access table[ids_tile, ...]: the SBUF tile of row indices
 
     # -- construction ---------------------------------------------------------------------
     @classmethod
@@ -129,6 +130,8 @@ class NkiTensor:
         if self._emit is not None:
             self._ready()
         key = key if type(key) is tuple else (key,)
+        if key and isinstance(key[0], NkiTensor):
+            return self._indirect(key)
         if self._index is None and self._ap is None and len(key) == len(self.shape):
             view = self._slice_whole(key)        # the common case: t[a:b, c:d] of a whole tensor
             if view is not None:
@@ -195,6 +198,35 @@ class NkiTensor:
         view._index = tuple(index)
         view.shape = tuple(shape)
         return view
+
+    def _indirect(self, key) -> "NkiTensor":
+        """table[ids_tile, i_f]: the rows of an HBM tensor named by an [R, 1] SBUF tile of integer indices
+        (NKI's indirect DMA, for nl.load). The other axes are indexed as usual."""
+        ids = key[0]
+        if self.buffer not in HBM_KINDS or self._index is not None or self._ap is not None:
+            raise NKIError("indirect indexing (a tile of indices on axis 0) is supported on whole HBM tensors, "
+                           "read with nl.load (an indirect DMA)")
+        if ids.buffer not in ON_CHIP or ids.buffer == "psum":
+            raise NKIError(f"indirect DMA: the indices must be in SBUF (nl.load them first), got {ids.buffer}")
+        rows = ids.shape[0] if ids.shape else 1
+        if math.prod(ids.shape) != rows:
+            raise ShapeMismatchError(f"shape mismatch: indirect DMA indices {ids.shape} must be [R, 1] "
+                                     f"(one row index per partition)", value=ids.shape, limit=(rows, 1))
+        rest = key[1:]
+        if any(isinstance(k, NkiTensor) for k in rest):
+            raise NKIError("indirect DMA: only axis 0 may be indexed by a tile of indices")
+        # every row of axis 0 for now; the DMA picks `rows` of them at run time
+        exprs = [k for k in rest if isinstance(k, IndexExpr)]
+        if exprs:
+            ndim = max(it.ndim for it in indexing.expr_iterators(tuple(exprs)))
+            all_rows = IndexExpr(0, ((indexing.Iterator(self.shape[0], 0, max(ndim, 2)), 1),))
+        else:
+            all_rows = slice(None)
+        view = self[(all_rows,) + tuple(rest)]
+        gathered = NkiTensor((rows,) + tuple(view.shape[1:]), self.dtype, self.buffer, self.name)
+        gathered._owner, gathered._hw, gathered._launch = view._owner, view._hw, view._launch
+        gathered._index, gathered._ap, gathered._gather = view._index, view._ap, ids
+        return gathered
 
     def _slice_whole(self, key):
         """Fast path of __getitem__: only slices, on a whole tensor (None if the key is anything else)."""
