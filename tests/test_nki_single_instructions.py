@@ -307,3 +307,58 @@ def test_indirect_load_in_timing_mode_costs_the_same():
     timing = nki.run(kernel, nki.ShapeDtype((300, 64), nl.float32), nki.ShapeDtype((128,), nl.int32),
                      timing_only=True)
     assert timing.latency_ns == pytest.approx(full.latency_ns)
+
+
+# -- bn_stats / bn_aggr ------------------------------------------------------------------------------
+def test_bn_stats_holds_count_mean_and_m2_of_the_even_and_the_odd_elements():
+    @nki.jit
+    def kernel(x):
+        out = nl.ndarray((x.shape[0], 6), dtype=nl.float32, buffer=nl.shared_hbm)
+        nl.store(out, value=nisa.bn_stats(nl.load(x), dtype=nl.float32))
+        return out
+
+    x = np.random.default_rng(5).normal(size=(16, 11)).astype(np.float32)
+    stats = kernel(x)
+    for half, columns in ((x[:, 0::2], slice(0, 3)), (x[:, 1::2], slice(3, 6))):
+        expected = np.stack([np.full(16, half.shape[1]), half.mean(1), half.var(1) * half.shape[1]], axis=1)
+        np.testing.assert_allclose(stats[:, columns], expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("cols", [1, 300, 512, 1300])
+def test_bn_aggr_of_bn_stats_pieces_gives_mean_and_population_variance(cols):
+    """AWS's layer-norm recipe: bn_stats per 512 features (the last piece masked), one bn_aggr."""
+    @nki.jit
+    def kernel(x):
+        R, C = x.shape
+        out = nl.ndarray((R, 2), dtype=nl.float32, buffer=nl.shared_hbm)
+        i_p, i_c = nl.arange(R)[:, None], nl.arange(C)[None, :]
+        tile = nl.load(x[i_p, i_c])
+        fmax = nl.tile_size.bn_stats_fmax
+        pieces = -(-C // fmax)
+        i_f, i_six = nl.arange(fmax)[None, :], nl.arange(6)[None, :]
+        stats = nl.ndarray((R, 6 * pieces), dtype=nl.float32, buffer=nl.sbuf)
+        for j in nl.affine_range(pieces):
+            stats[i_p, j * 6 + i_six] = nisa.bn_stats(tile[i_p, j * fmax + i_f], mask=(j * fmax + i_f < C))
+        mean_var = nl.ndarray((R, 2), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.bn_aggr(dst=mean_var, data=stats)
+        nl.store(out, value=mean_var)
+        return out
+
+    x = (np.random.default_rng(cols).normal(size=(128, cols)) * 3 + 5).astype(np.float32)
+    run = nki.run(kernel, x)
+    np.testing.assert_allclose(run.outputs[:, 0], x.mean(1), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(run.outputs[:, 1], x.var(1), rtol=1e-4, atol=1e-5)
+    pieces = -(-cols // 512)
+    assert _compute(run) == [("dve", "bn_stats")] * pieces + [("dve", "bn_aggr")]
+    spec = presets.core_spec("trn2")
+    (aggr,) = [run.timeline[i] for i in range(len(run.timeline)) if run.timeline[i].opcode == "bn_aggr"]
+    cycles = spec.vector_static_cycles + max(64, 13 * (6 * pieces) // 3)
+    assert aggr.duration_ns == pytest.approx(cycles * 1e9 / spec.dve_clock_hz)
+
+
+def test_bn_stats_refuses_more_than_512_elements_per_partition():
+    core = NeuronCore("trn2")
+    x, stats = core.sbuf.allocate((8, 513), dtypes.float32), core.sbuf.allocate((8, 6), dtypes.float32)
+    core.memset(x, 1.0)
+    with pytest.raises(Exception, match="bn_stats_fmax"):
+        core.bn_stats(stats, x)

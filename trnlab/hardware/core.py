@@ -851,3 +851,60 @@ class NeuronCore:
         tiles = 3 if other is not None else 2
         dur = self._elementwise_cycles(eid, x.free_size, tiles)
         return self._issue(eid, "select", dur, reads, dst)
+
+    def bn_stats(self, dst, data) -> int:
+        """Per partition, dst[P, 6] = (count, mean, variance * count) of the even- and then of the
+        odd-indexed elements of data (free axes flattened, at most bn_stats_fmax = 512 of them), in
+        fp32 on the Vector engine [nki.isa.bn_stats]; bn_aggr turns one or more of these into mean
+        and variance."""
+        dst = _view(dst, "dst")
+        x = _view(data, "data")
+        self._onchip(x, "data", "bn_stats")
+        self._onchip(dst, "dst", "bn_stats")
+        if x.free_size > self.spec.bn_stats_fmax:
+            raise FreeSizeError(
+                f"free size: bn_stats data has {x.free_size} elements per partition, the limit is "
+                f"{self.spec.bn_stats_fmax} (nl.tile_size.bn_stats_fmax); split the row and aggregate "
+                f"the pieces with one bn_aggr", value=x.free_size, limit=self.spec.bn_stats_fmax)
+        if dst.partitions != x.partitions or dst.free_size != 6:
+            raise ShapeMismatchError(f"shape mismatch: bn_stats dst {dst.shape} must be "
+                                     f"[{x.partitions}, 6]", value=dst.shape, limit=(x.partitions, 6))
+        if self.full:
+            (vals,) = self._inputs(x)
+            stats = []
+            for half in (vals[:, 0::2], vals[:, 1::2]):
+                count = half.shape[1]
+                mean = half.mean(axis=1) if count else np.zeros(len(half), np.float32)
+                m2 = ((half - mean[:, None]) ** 2).sum(axis=1) if count else np.zeros(len(half), np.float32)
+                stats += [np.full(len(half), count, np.float32), mean, m2]
+            self._store(dst, np.stack(stats, axis=1))
+        dur = self._elementwise_cycles(DVE, x.free_size, 1)
+        return self._issue(DVE, "bn_stats", dur, (x,), dst)
+
+    def bn_aggr(self, dst, data) -> int:
+        """dst[P, 2] = (mean, variance) per partition from the (count, mean, variance * count)
+        triples of one or more bn_stats results laid side by side in data [nki.isa.bn_aggr]."""
+        dst = _view(dst, "dst")
+        x = _view(data, "data")
+        self._onchip(x, "data", "bn_aggr")
+        self._onchip(dst, "dst", "bn_aggr")
+        if x.free_size % 3:
+            raise ShapeMismatchError(f"shape mismatch: bn_aggr data has {x.free_size} elements per "
+                                     f"partition, not a whole number of (count, mean, variance * count) "
+                                     f"triples", value=x.free_size, limit="multiple of 3")
+        if dst.partitions != x.partitions or dst.free_size != 2:
+            raise ShapeMismatchError(f"shape mismatch: bn_aggr dst {dst.shape} must be "
+                                     f"[{x.partitions}, 2]", value=dst.shape, limit=(x.partitions, 2))
+        if self.full:
+            (vals,) = self._inputs(x)
+            triples = vals.reshape(len(vals), -1, 3).astype(np.float64)
+            count, mean, m2 = triples[..., 0], triples[..., 1], triples[..., 2]
+            total = count.sum(axis=1)
+            with np.errstate(all="ignore"):
+                grand = (count * mean).sum(axis=1) / total
+                # Chan et al.: the pieces' M2 plus each piece's spread of its mean about the grand mean
+                spread = (m2 + count * (mean - grand[:, None]) ** 2).sum(axis=1)
+                variance = spread / total
+            self._store(dst, np.stack([grand, variance], axis=1).astype(np.float32))
+        cycles = self.spec.vector_static_cycles + max(self.spec.activation_min_cycles, 13 * x.free_size // 3)
+        return self._issue(DVE, "bn_aggr", cycles * self._clock_ns[DVE], (x,), dst)

@@ -50,6 +50,8 @@ class CoreSpec:
     - LoadStationary: M / `stationary_load_speedup` cycles, in the background;
     - Vector / GpSimd: `vector_static_cycles` + N cycles per input tensor;
     - Scalar activation: `activation_static_cycles` + max(`activation_min_cycles`, N);
+    - bn_aggr: `vector_static_cycles` + max(`activation_min_cycles` (MIN_II), 13 × N / 3) [ISA]
+      (bn_stats has no published figure: the generic Vector model);
     - GpSimd iota / affine_select (an affine pattern evaluated in the engine): `affine_static_cycles` + N;
     - DMA: `dma_latency_ns` + bytes / (engines used × `dma_engine_bandwidth`), sharing the core's
       `hbm_bandwidth` with the other transfers in flight.
@@ -80,6 +82,7 @@ class CoreSpec:
     # instruction limits [ISA]
     moving_fmax: int = 512          # nl.tile_size.gemm_moving_fmax
     stationary_fmax: int = 128      # nl.tile_size.gemm_stationary_fmax
+    bn_stats_fmax: int = 512        # nl.tile_size.bn_stats_fmax: elements per partition of one bn_stats [ISA]
     sbuf_free_max: int = 64 * 1024  # elements per partition an instruction may touch in SBUF [PERF]
     psum_free_max: int = 4 * 1024   # ... and in PSUM [PERF]
     # cost model [ARCH-v2], [PERF]

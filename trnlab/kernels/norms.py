@@ -2,7 +2,9 @@
 
 Layout: x [R, C] (flatten (B, T, C) -> (B*T, C)), weight/bias [C]. Rows go on the partitions in tiles
 of 128, the C features along the free axis: the mean and variance are free-axis reductions, and the
-per-row scale 1/std is a [128, 1] operand that the Vector engine broadcasts along the row. gamma and
+per-row scale 1/std is a [128, 1] operand that the Vector engine broadcasts along the row. Layer norm
+takes its mean and variance from the Vector engine's bn_stats / bn_aggr (as AWS's layer-norm tutorial),
+then centres and scales each row with one tensor_scalar. gamma and
 beta are spread over the 128 partitions once per kernel (a ones-vector matmul). The next row tile
 is loaded while this one is computed (common.double_buffered). Math is fp32 on chip; outputs are
 rounded to x's dtype.
@@ -28,17 +30,37 @@ from trnlab.kernels.common import broadcast_rows, double_buffered, load_row, num
 
 def _normalize(x_tile, rows: int, cols: int, eps: float, centered: bool):
     """(xhat [rows, C], rstd [rows, 1]) of a tile, in fp32: xhat = (x - mean) * rstd (or x * rstd for RMS)."""
+    rstd = nl.ndarray((rows, 1), dtype=nl.float32, buffer=nl.sbuf)
     if centered:
-        mean = nl.mean(x_tile, axis=1, keepdims=True, dtype=nl.float32)             # [rows, 1]
-        x_tile = nl.subtract(x_tile, mean, dtype=nl.float32)
+        # mean and variance with the Vector engine's statistics instructions, as AWS's layer-norm
+        # tutorial does: one bn_stats per 512 features, one bn_aggr for the row
+        mean, variance = _mean_variance(x_tile, rows, cols)                         # [rows, 1] each
+        nisa.tensor_scalar(dst=rstd, data=variance, op0=nl.add, operand0=eps)
+        nisa.activation(dst=rstd, op=nl.rsqrt, data=rstd)                           # 1 / sqrt(var + eps)
+        xhat = nl.ndarray((rows, cols), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_scalar(dst=xhat, data=x_tile, op0=nl.subtract, operand0=mean, op1=nl.multiply, operand1=rstd)
+        return xhat, rstd
     squares = nl.ndarray((rows, cols), dtype=nl.float32, buffer=nl.sbuf)
     sum_sq = nl.ndarray((rows, 1), dtype=nl.float32, buffer=nl.sbuf)
     nisa.activation(dst=squares, op=nl.square, data=x_tile, reduce_op=nl.add, reduce_res=sum_sq)
-    rstd = nl.ndarray((rows, 1), dtype=nl.float32, buffer=nl.sbuf)
     nisa.tensor_scalar(dst=rstd, data=sum_sq, op0=nl.multiply, operand0=1.0 / cols, op1=nl.add, operand1=eps)
-    nisa.activation(dst=rstd, op=nl.rsqrt, data=rstd)                               # 1 / sqrt(var + eps)
+    nisa.activation(dst=rstd, op=nl.rsqrt, data=rstd)                               # 1 / sqrt(mean(x^2) + eps)
     xhat = nl.multiply(x_tile, rstd, dtype=nl.float32)                              # [rows, C]
     return xhat, rstd
+
+
+def _mean_variance(x_tile, rows: int, cols: int):
+    """Per-row mean and (population) variance of a [rows, C] tile: bn_stats on each 512-feature piece
+    into one [rows, 6 * pieces] tile, then bn_aggr."""
+    fmax = nl.tile_size.bn_stats_fmax
+    pieces = num_tiles(cols, fmax)
+    stats = nl.ndarray((rows, 6 * pieces), dtype=nl.float32, buffer=nl.sbuf)
+    for j in nl.affine_range(pieces):
+        c0, width = tile_extent(j, fmax, cols)
+        nisa.bn_stats(dst=stats[:, 6 * j:6 * j + 6], data=x_tile[:, c0:c0 + width])
+    mean_var = nl.ndarray((rows, 2), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.bn_aggr(dst=mean_var, data=stats)
+    return mean_var[:, 0:1], mean_var[:, 1:2]
 
 
 def _norm_forward(out, x, weight, bias, eps: float, centered: bool) -> None:

@@ -645,6 +645,35 @@ def scalar_tensor_tensor(*args, **kwargs):
     return _produce(data.shape, dtype, "sbuf", emit, ranges=ranges)
 
 
+def bn_stats(*args, **kwargs):
+    """Per partition, the (count, mean, variance * count) of the even and the odd elements of data: a
+    [P, 6] fp32 tile (Vector engine; at most nl.tile_size.bn_stats_fmax = 512 elements per partition).
+    ``bn_stats(dst, data)`` or functional ``stats = bn_stats(data, dtype=...)``."""
+    return _statistics("bn_stats", 6, args, kwargs)
+
+
+def bn_aggr(*args, **kwargs):
+    """(mean, variance) per partition, a [P, 2] tile, from one or more bn_stats results side by side
+    (Vector engine). ``bn_aggr(dst, data)`` or functional ``mean_var = bn_aggr(data, dtype=...)``."""
+    return _statistics("bn_aggr", 2, args, kwargs)
+
+
+def _statistics(opcode: str, width: int, args, kwargs):
+    destination = "dst" in kwargs or len(args) >= 2
+    bound = dict(zip(("dst", "data") if destination else ("data",), args)) | kwargs
+    data = _tile(bound["data"], "data")
+    ranges = _ranges(bound.get("mask"), data)
+    launch = _launch()
+
+    def emit(out, _accumulate):
+        getattr(launch.core, opcode)(dst=out.hw_view(ranges), data=data.hw_view(ranges))
+
+    if destination:
+        emit(_tile(bound["dst"], "dst"), None)
+        return None
+    return _produce((data.shape[0], width), bound.get("dtype") or hw_dtypes.float32, "sbuf", emit, ranges=ranges)
+
+
 # -- helpers -------------------------------------------------------------------------------------
 def _engine_kw(engine_name):
     return {} if engine_name in (None, "dve") else {"engine": engine_name}

@@ -75,7 +75,7 @@ class _TileSizeMeta(type):
     sbuf_fmax_bytes = property(lambda cls: _spec().sbuf_partition_bytes)
     total_available_sbuf_size = property(lambda cls: _spec().sbuf_partition_bytes)
     sbuf_size_bytes = property(lambda cls: _spec().sbuf_bytes)
-    bn_stats_fmax = property(lambda cls: 512)
+    bn_stats_fmax = property(lambda cls: _spec().bn_stats_fmax)
     psum_min_align = property(lambda cls: 4)
     sbuf_min_align = property(lambda cls: 1)
 
