@@ -362,3 +362,21 @@ def test_bn_stats_refuses_more_than_512_elements_per_partition():
     core.memset(x, 1.0)
     with pytest.raises(Exception, match="bn_stats_fmax"):
         core.bn_stats(stats, x)
+
+
+def test_select_reduce_selects_with_a_per_partition_on_false_in_one_vector_instruction():
+    @nki.jit
+    def kernel(x, fill):
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        tile = nl.load(x)
+        result = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+        nisa.select_reduce(dst=result, predicate=nl.greater(tile, 0.0), on_true=tile, on_false=nl.load(fill),
+                           reverse_pred=True)
+        nl.store(out, value=result)
+        return out
+
+    rng = np.random.default_rng(6)
+    x, fill = rng.normal(size=(16, 9)).astype(np.float32), rng.normal(size=(16, 1)).astype(np.float32)
+    run = nki.run(kernel, x, fill)
+    np.testing.assert_array_equal(run.outputs, np.where(x > 0, fill, x))
+    assert _compute(run)[-1] == ("dve", "select")

@@ -585,10 +585,19 @@ def affine_select(*args, **kwargs):
     return _produce(on_true.shape, bound.get("dtype") or on_true.dtype, "sbuf", emit, ranges=ranges)
 
 
-def select(*args, **kwargs):
-    """dst = on_true where predicate is nonzero (zero with reverse_pred), else on_false: one Vector-engine
-    instruction that copies values (exact for inf/NaN). nki.isa.select_reduce without reduce_res; trnlab
-    also accepts an on_false tile of on_true's shape (what nl.where needs)."""
+def select_reduce(*args, **kwargs):
+    """dst = on_true where predicate is nonzero (zero with reverse_pred), else on_false (a number or a
+    [P, 1] tile): one Vector-engine instruction that copies values, exact for inf/NaN. The optional fused
+    max-reduction into reduce_res is not simulated."""
+    on_false = kwargs.get("on_false", args[3] if len(args) >= 4 else None)
+    if _is_tile(on_false) and math.prod(on_false.shape[1:]) != 1:
+        raise ShapeMismatchError(f"shape mismatch: select_reduce on_false must be a number or a [P, 1] tile, "
+                                 f"got {on_false.shape}", value=on_false.shape, limit="[P, 1]")
+    return _select(*args, **kwargs)
+
+
+def _select(*args, **kwargs):
+    """select_reduce's select, also with an on_false tile of on_true's shape (how nl.where is lowered)."""
     names = ("predicate", "on_true", "on_false")
     destination = "dst" in kwargs or (len(args) >= 4 and _is_tile(args[0]))
     bound = dict(zip((("dst",) + names) if destination else names, args)) | kwargs
@@ -610,11 +619,6 @@ def select(*args, **kwargs):
         emit(_tile(bound["dst"], "dst"), None)
         return None
     return _produce(on_true.shape, bound.get("dtype") or on_true.dtype, "sbuf", emit, ranges=ranges)
-
-
-def select_reduce(*args, **kwargs):
-    """nki.isa.select_reduce (dst, predicate, on_true, on_false, ...); the select part only (see `select`)."""
-    return select(*args, **kwargs)
 
 
 def scalar_tensor_tensor(*args, **kwargs):

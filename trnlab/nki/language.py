@@ -369,8 +369,8 @@ def where(condition, x, y, *, dtype=None, mask=None, **kwargs):
         if not isinstance(y, NkiTensor):
             raise NKIError("nl.where: x and y are both numbers; at least one must be a tile")
         # select picks its tile where the predicate holds: swap the roles and reverse the predicate
-        return _isa.select(condition, y, x, reverse_pred=True, mask=mask, dtype=dtype or float32)
-    return _isa.select(condition, x, y, mask=mask, dtype=dtype or x.dtype)
+        return _isa._select(condition, y, x, reverse_pred=True, mask=mask, dtype=dtype or float32)
+    return _isa._select(condition, x, y, mask=mask, dtype=dtype or x.dtype)
 
 
 # -- reductions along free axes ----------------------------------------------------------------
