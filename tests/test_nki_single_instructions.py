@@ -380,3 +380,27 @@ def test_select_reduce_selects_with_a_per_partition_on_false_in_one_vector_instr
     run = nki.run(kernel, x, fill)
     np.testing.assert_array_equal(run.outputs, np.where(x > 0, fill, x))
     assert _compute(run)[-1] == ("dve", "select")
+
+
+def test_activation_reduce_registers_accumulate_across_instructions_with_reduce_cmd():
+    """reset_reduce, then reduce, then idle with reduce_res: the registers hold the running row sum."""
+    @nki.jit
+    def kernel(x):
+        R, C = x.shape
+        out = nl.ndarray((R, 1), dtype=nl.float32, buffer=nl.shared_hbm)
+        tile = nl.load(x)
+        scratch = nl.ndarray((R, C // 2), dtype=nl.float32, buffer=nl.sbuf)
+        total = nl.ndarray((R, 1), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.activation(dst=scratch, op=nl.exp, data=tile[:, 0:C // 2], reduce_op=nl.add,
+                        reduce_cmd=nisa.reduce_cmd.reset_reduce)
+        nisa.activation(dst=scratch, op=nl.exp, data=tile[:, C // 2:C], reduce_op=nl.add,
+                        reduce_cmd=nisa.reduce_cmd.reduce)
+        nisa.activation(dst=scratch, op=nl.copy, data=tile[:, 0:C // 2], reduce_res=total,
+                        reduce_cmd=nisa.reduce_cmd.idle)
+        nl.store(out, value=total)
+        return out
+
+    x = np.random.default_rng(7).normal(size=(32, 20)).astype(np.float32)
+    run = nki.run(kernel, x)
+    np.testing.assert_allclose(run.outputs[:, 0], np.exp(x).sum(axis=1), rtol=1e-5)
+    assert _compute(run) == [("act", "activation")] * 3

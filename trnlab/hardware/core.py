@@ -93,6 +93,8 @@ class NeuronCore:
         self._matmul_dtypes = set()                 # input dtypes of the matmuls issued (for MFU)
         self._load_end = 0.0
         self._last_mm_start = 0.0
+        # the Scalar engine's reduce registers, one fp32 per partition (nisa.activation reduce_cmd)
+        self._act_regs = np.zeros(spec.partitions, np.float32) if self.full else None
         self.note = ""                              # recorded with each instruction (e.g. source)
         self._pe_ns = 1e9 / spec.pe_clock_hz
         self._clock_ns = [1e9 / spec.pe_clock_hz, 1e9 / spec.act_clock_hz,
@@ -685,14 +687,23 @@ class NeuronCore:
         dur = self._elementwise_cycles(eid, x.free_size, 1)
         return self._issue(eid, "tensor_reduce", dur, (x,), dst)
 
-    def activation(self, dst, data, op, bias=None, scale=1.0, reduce_op=None, reduce_res=None) -> int:
+    def activation(self, dst, data, op, bias=None, scale=1.0, reduce_op=None, reduce_res=None,
+                   reduce_cmd=None) -> int:
         """dst = op(data * scale + bias) on the Scalar engine; bias/scale: scalar or [P, 1] view.
 
-        With `reduce_res` ([P, 1]) the same instruction also sums the activated values of each
-        partition along the free axes into reduce_res (nki.isa.activation with reduce_res, i.e.
-        nisa.activation_reduce); the reduce registers can only add [nki.isa.activation]. Cost
-        max(MIN_II, N), plus MIN_II when reducing [nki.isa.activation_reduce].
+        The engine can also sum the activated values of each partition along the free axes into
+        its reduce registers (one fp32 per partition) [nki.isa.activation]: `reduce_cmd` "reset"
+        zeroes them, "reduce" adds this instruction's sums, "reset_reduce" stores them, "idle"
+        leaves them; with `reduce_res` ([P, 1]) the registers are then read out into it. Without
+        a reduce_cmd, reduce_res gets this instruction's sums (reset_reduce, i.e.
+        nisa.activation_reduce). The registers can only add. Cost max(MIN_II, N), plus MIN_II when
+        the registers are used [nki.isa.activation_reduce].
         """
+        if reduce_cmd is None:
+            reduce_cmd = "reset_reduce" if reduce_res is not None else "idle"
+        if reduce_cmd not in ("idle", "reset", "reduce", "reset_reduce"):
+            raise ValueError(f"activation reduce_cmd must be idle, reset, reduce or reset_reduce, "
+                             f"got {reduce_cmd!r}")
         dst = _view(dst, "dst")
         x = _view(data, "data")
         name, fn = ops.activation(op)
@@ -700,13 +711,14 @@ class NeuronCore:
         self._onchip(dst, "dst", "activation")
         self._same_tile(dst, x, "activation", "dst vs data")
         reduce_view = None
-        if reduce_res is not None:
+        if reduce_res is not None or reduce_cmd in ("reduce", "reset_reduce"):
             reduce_name = ops.op_name(reduce_op if reduce_op is not None else "add")
             if reduce_name != "add":
                 raise UnknownOpError(
                     f"activation reduce_op: the Scalar engine's reduce registers only add, got "
                     f"{reduce_name!r} (reduce with a separate tensor_reduce for max/min)",
                     value=reduce_name, limit="add")
+        if reduce_res is not None:
             reduce_view = _view(reduce_res, "reduce_res")
             self._onchip(reduce_view, "reduce_res", "activation")
             if reduce_view.partitions != x.partitions or reduce_view.free_size != 1:
@@ -731,11 +743,16 @@ class NeuronCore:
                     pre = pre + b
                 out = fn(pre)
             self._store(dst, out)
+            # the registers sum the fp32 activated values, before dst's rounding
+            regs = self._act_regs[x.part_start:x.part_start + x.partitions]   # one per lane
+            if reduce_cmd in ("reset", "reset_reduce"):
+                regs[:] = 0.0
+            if reduce_cmd in ("reduce", "reset_reduce"):
+                regs += np.asarray(out, np.float32).sum(axis=1)
             if reduce_view is not None:
-                # the registers sum the fp32 activated values, before dst's rounding
-                self._store(reduce_view, np.asarray(out, np.float32).sum(axis=1, keepdims=True))
+                self._store(reduce_view, regs[:, None].copy())
         cycles = cost.activation_cycles(self.spec, x.free_size)
-        if reduce_view is not None:
+        if reduce_view is not None or reduce_cmd != "idle":
             cycles += self.spec.activation_min_cycles
         return self._issue(ACT, "activation", cycles * self._clock_ns[ACT], reads, dst,
                            also_write=reduce_view)

@@ -390,8 +390,12 @@ def tensor_reduce(*args, **kwargs):
 
 
 def activation(*args, **kwargs):
-    """dst = op(data * scale + bias) on the Scalar engine; with reduce_res, the same instruction also
-    sums the result along the free axes into reduce_res ([P, 1]; reduce_op must be nl.add)."""
+    """dst = op(data * scale + bias) on the Scalar engine, optionally summing the result along the free
+    axes in the engine's reduce registers (reduce_op must be nl.add): reduce_cmd = nisa.reduce_cmd.reset,
+    reduce (accumulate over several instructions), reset_reduce or idle; a reduce_res [P, 1] tile
+    receives the registers. With reduce_res and no reduce_cmd, reduce_res gets this instruction's own
+    sums (as nisa.activation_reduce); AWS's default is idle, so pass reduce_cmd explicitly in code meant
+    for the device."""
     return _activation(args, kwargs, ("op", "data", "bias", "scale", "reduce_op", "reduce_res", "reduce_cmd"))
 
 
@@ -409,11 +413,10 @@ def _activation(args, kwargs, names):
     bias, scale = bound.get("bias"), bound.get("scale", 1.0)
     reduce_res, reduce_op = bound.get("reduce_res"), bound.get("reduce_op")
     command = bound.get("reduce_cmd")
-    if command not in (None, reduce_cmd.idle, reduce_cmd.reset_reduce):
-        # reset/reduce keep partial sums in the engine's registers across instructions
-        raise NKIError(f"activation(reduce_cmd={command}): trnlab simulates reset_reduce only (each "
-                       f"instruction's own sum into reduce_res); accumulating the Scalar engine's reduce "
-                       f"registers across instructions is not simulated")
+    if isinstance(command, reduce_cmd):
+        command = command.name
+    if names[2] == "reduce_op":          # activation_reduce: reset_reduce by definition
+        command = "reset_reduce"
     if reduce_res is not None:
         reduce_res = _tile(reduce_res, "reduce_res")
     ranges = _ranges(bound.get("mask"), data, bias, scale)
@@ -422,8 +425,9 @@ def _activation(args, kwargs, names):
     def emit(out, _accumulate):
         launch.core.activation(dst=out.hw_view(ranges), data=data.hw_view(ranges), op=op,
                                scale=_scalar_operand(scale, ranges), bias=_operand(bias, ranges),
-                               reduce_op=op_name(reduce_op) if reduce_res is not None else None,
-                               reduce_res=reduce_res.hw_view(ranges) if reduce_res is not None else None)
+                               reduce_op=op_name(reduce_op) if reduce_op is not None else None,
+                               reduce_res=reduce_res.hw_view(ranges) if reduce_res is not None else None,
+                               reduce_cmd=command)
 
     if destination:
         emit(_tile(bound["dst"], "dst"), None)
