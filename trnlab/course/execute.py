@@ -24,11 +24,14 @@ def execute_notebook(path: Path, timeout: int = 600) -> float:
     path = Path(path)
     nb = nbformat.read(path, as_version=4)
     client = NotebookClient(
-        nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}
+        nb, timeout=timeout, kernel_name="python3", record_timing=False,  # no timestamps: diffs show only real changes
+        resources={"metadata": {"path": str(path.parent)}},
     )
     start = time.perf_counter()
     client.execute()
     elapsed = time.perf_counter() - start
+    for cell in nb.cells:
+        cell.metadata.pop("execution", None)  # timestamps left by earlier runs
     nbformat.write(nb, path)
     return elapsed
 
