@@ -29,6 +29,8 @@ element never written raises UninitializedReadError (full mode).
 """
 from __future__ import annotations
 
+import contextlib
+
 import math
 from concurrent.futures import ThreadPoolExecutor
 
@@ -168,11 +170,16 @@ class OnChipMemory:
             return whole
 
         jobs = [(t, g[0], g[1], stacked(g[2]), stacked(g[3])) for t, g in groups]
-        with _blas.single_threaded():
-            if len(jobs) == 1:
+        if len(jobs) == 1:
+            stationary, moving = jobs[0][3], jobs[0][4]       # [sum K, M], [sum K, N]
+            flops = 2 * stationary.shape[0] * stationary.shape[1] * moving.shape[1]
+            # one large product with nothing beside it: BLAS may use every core
+            threads = contextlib.nullcontext() if flops >= _blas.MULTITHREAD_FLOPS else _blas.single_threaded()
+            with threads:
                 jobs[0][0].apply(*jobs[0][1:])
-            else:
-                list(_executor().map(lambda job: job[0].apply(*job[1:]), jobs))
+            return
+        with _blas.single_threaded():
+            list(_executor().map(lambda job: job[0].apply(*job[1:]), jobs))
 
     @property
     def capacity(self) -> int:
