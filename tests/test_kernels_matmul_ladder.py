@@ -166,53 +166,7 @@ def test_ladder_pictures(mid_ladder):
     plt.close("all")
 
 
-# -- notebook 05 exercises: reference solutions earn full marks, common mistakes and stubs zero ---------
-EXERCISES = ["nb05_tiled_matmul", "nb05_bias_relu", "nb05_sbuf_blocks"]
-
-
-def _answer(grade_id: str, suffix: str = ""):
-    import trnlab.nki.isa as nisa
-    import trnlab.nki.language as nl
-    from trnlab import REPO_ROOT
-    from trnlab.course.exercises import load_all
-
-    exercise = load_all()[grade_id]
-    namespace = {"nki": nki, "nl": nl, "nisa": nisa, "np": np}    # what the notebook imported before
-    source = (REPO_ROOT / "tests" / "solutions" / f"{grade_id}{suffix}.py").read_text()
-    exec(compile(source, grade_id, "exec"), namespace)
-    return exercise, namespace[exercise.answer]
-
-
-@pytest.mark.parametrize("grade_id", EXERCISES)
-def test_nb05_reference_solution_earns_full_marks(grade_id):
-    from trnlab.course.exercises import run_check
-
-    exercise, answer = _answer(grade_id)
-    result = run_check(grade_id, answer)
-    assert result.passed and result.points == exercise.points, result.message
-
-
-@pytest.mark.parametrize("grade_id", EXERCISES)
-def test_nb05_common_mistake_earns_zero_with_a_hint(grade_id):
-    from trnlab.course.exercises import run_check
-
-    _, answer = _answer(grade_id, ".wrong")
-    result = run_check(grade_id, answer)
-    assert not result.passed and result.points == 0 and "expected" in result.message
-
-
-@pytest.mark.parametrize("grade_id", EXERCISES)
-def test_nb05_stub_earns_zero(grade_id):
-    from trnlab.course.exercises import run_check
-
-    @nki.jit
-    def stub(*args, **kwargs):
-        raise NotImplementedError
-
-    result = run_check(grade_id, stub if grade_id != "nb05_sbuf_blocks" else stub.func)
-    assert result.points == 0 and "not attempted" in result.message
-
-
+# -- notebook 05's block-size exercise (solutions, mistakes and stubs: tests/test_exercises.py) ---------
 def test_nb05_blocks_that_fit_but_are_too_small_leave_the_tensor_engine_waiting():
     from trnlab.course.exercises import run_check
 
