@@ -164,6 +164,14 @@ class NeuronCore:
                 f"{kind.upper()}, the limit is {limit}", value=v.free_size, limit=limit)
 
     @staticmethod
+    def _one_psum_input(a: View, b: View, opcode: str, what: str, reference: str):
+        """The Vector and GpSimd engines read at most one operand from PSUM."""
+        if a.tensor.kind == "psum" and b.tensor.kind == "psum":
+            raise MemoryPlacementError(
+                f"operand memory: {opcode} {what} are both in PSUM; at most one input may be in PSUM "
+                f"[{reference}]", value=("psum", "psum"), limit="at most one PSUM input")
+
+    @staticmethod
     def _same_tile(a: View, b: View, opcode: str, what: str):
         if a.partitions != b.partitions or a.free_size != b.free_size:
             raise ShapeMismatchError(
@@ -599,11 +607,7 @@ class NeuronCore:
         name, fn = ops.binary(op)
         for v, what in ((a, "data1"), (b, "data2"), (dst, "dst")):
             self._onchip(v, what, "tensor_tensor", psum_ok=eid != POOL)
-        if a.tensor.kind == "psum" and b.tensor.kind == "psum":
-            raise MemoryPlacementError(
-                "operand memory: tensor_tensor data1 and data2 are both in PSUM; at most one input "
-                "may be in PSUM [nki.isa.tensor_tensor]", value=("psum", "psum"),
-                limit="at most one PSUM input")
+        self._one_psum_input(a, b, "tensor_tensor", "data1 and data2", "nki.isa.tensor_tensor")
         self._same_tile(a, b, "tensor_tensor", "data1 vs data2")
         self._same_tile(dst, a, "tensor_tensor", "dst vs data1")
         if self.full:
@@ -767,11 +771,8 @@ class NeuronCore:
         eid = self._engine(engine, "scalar_tensor_tensor", (DVE, POOL))
         for v, what in ((x, "data"), (other, "operand1"), (dst, "dst")):
             self._onchip(v, what, "scalar_tensor_tensor", psum_ok=eid != POOL)
-        if x.tensor.kind == "psum" and other.tensor.kind == "psum":
-            raise MemoryPlacementError(
-                "operand memory: scalar_tensor_tensor data and operand1 are both in PSUM; at most "
-                "one may be [nki.isa.scalar_tensor_tensor]", value=("psum", "psum"),
-                limit="at most one PSUM input")
+        self._one_psum_input(x, other, "scalar_tensor_tensor", "data and operand1",
+                             "nki.isa.scalar_tensor_tensor")
         self._same_tile(other, x, "scalar_tensor_tensor", "operand1 vs data")
         self._same_tile(dst, x, "scalar_tensor_tensor", "dst vs data")
         name0, f0 = ops.binary(op0)
@@ -838,10 +839,7 @@ class NeuronCore:
         eid = self._engine(engine, "select", (DVE, POOL))
         for v, what in ((pred, "predicate"), (x, "on_true"), (dst, "dst")):
             self._onchip(v, what, "select", psum_ok=eid != POOL)
-        if pred.tensor.kind == "psum" and x.tensor.kind == "psum":
-            raise MemoryPlacementError(
-                "operand memory: select predicate and on_true are both in PSUM; at most one may be "
-                "[nki.isa.select_reduce]", value=("psum", "psum"), limit="at most one PSUM input")
+        self._one_psum_input(pred, x, "select", "predicate and on_true", "nki.isa.select_reduce")
         self._same_tile(pred, x, "select", "predicate vs on_true")
         self._same_tile(dst, x, "select", "dst vs on_true")
         reads = (pred, x)
