@@ -32,7 +32,7 @@ class Tensor:
     __slots__ = ("name", "shape", "dtype", "memory", "kind", "partition_axis", "_data", "written",
                  "_pending",
                  "offset", "partition_bytes", "freed", "version", "_shared",
-                 "_reads", "_writes", "full", "itemsize", "nbytes", "__weakref__")
+                 "_reads", "_writes", "full", "itemsize", "nbytes", "_unpoisoned", "__weakref__")
 
     def __init__(self, memory, shape, dtype, name, partition_axis, offset, with_data, fill=None):
         self.memory = memory
@@ -54,10 +54,14 @@ class Tensor:
         self._reads = []                            # scheduler records: (box, end_ns, index)
         self._writes = []                           # (box, ready_ns, index, by_matmul)
         self._pending = None                        # deferred PSUM accumulation (see flush)
+        # A new tensor's garbage (NaN poison) is filled in lazily, only where still unwritten when
+        # its values are first read through `data`: most tensors are fully written before that.
+        self._unpoisoned = False
         if with_data:
             if fill is None:
-                self.data = np.full(self.shape, dtypes.poison(self.dtype), dtype=self.dtype)
+                self._data = np.empty(self.shape, dtype=self.dtype)
                 self.written = np.zeros(self.shape, dtype=bool)
+                self._unpoisoned = True
             else:
                 self.data = fill
                 self.written = None                 # None: every element written
@@ -93,7 +97,15 @@ class Tensor:
         """The values (NumPy array in the tensor's dtype); None in timing mode."""
         if self._pending is not None:
             self.memory.flush_pending()
+        if self._unpoisoned:
+            self._poison()
         return self._data
+
+    def _poison(self):
+        """Fill the never-written elements with the poison value (NaN for floats)."""
+        self._unpoisoned = False
+        if self.written is not None and self._data is not None:
+            np.copyto(self._data, dtypes.poison(self.dtype), where=~self.written)
 
     @data.setter
     def data(self, value):
@@ -427,11 +439,14 @@ class View:
         if t._shared:                               # a deferred matmul holds the old array
             t._data = np.empty_like(t._data) if self.index is None else t._data.copy()
             t._shared = False
+        if t._pending is not None:
+            t.memory.flush_pending()
         if self.index is None:
-            t.data[...] = values
+            t._data[...] = values
             t.written = None
+            t._unpoisoned = False
         else:
-            t.data[self.index] = values
+            t._data[self.index] = values
             if t.written is not None:
                 t.written[self.index] = True
                 if self.size * 8 >= t.written.size and t.written.all():
