@@ -136,6 +136,7 @@ class OnChipMemory:
         self._cursor = 0                      # next fit starts here: the end of the last allocation
         self._retired: list[list] = []        # freed byte ranges [lo, hi, last access ns, index], by lo
         self.pending: list[Tensor] = []       # PSUM tensors with deferred matmul products
+        self._scratch: dict[tuple, list] = {}  # shape -> float32 arrays reused by flush_pending
 
     def flush_pending(self):
         """Compute every deferred PSUM product (in parallel threads, BLAS single-threaded)."""
@@ -145,6 +146,22 @@ class OnChipMemory:
         if not groups:
             return
         stacks = {}
+        scratch = self._scratch
+        taken = []
+
+        def fp32_buffer(shape):
+            """A reused float32 array: fresh memory costs a page fault per 4 KiB on first touch."""
+            free = scratch.get(shape)
+            buffer = free.pop() if free else np.empty(shape, np.float32)
+            taken.append(buffer)
+            return buffer
+
+        def concatenated(parts):
+            if len(parts) == 1 and parts[0].dtype == np.float32:
+                return parts[0]
+            rows = sum(p.shape[0] for p in parts)
+            buffer = fp32_buffer((rows,) + parts[0].shape[1:])
+            return np.concatenate(parts, out=buffer, casting="unsafe")
 
         def stacked(snapshots):
             """The fp32 [sum K, F] operand of a group. Snapshots of whole 2-D tiles are stacked
@@ -157,12 +174,9 @@ class OnChipMemory:
                 key = key + (id(snapshots),)
             if key not in stacks:
                 if simple:
-                    bases = [s[0] for s in snapshots]
-                    whole = (bases[0] if len(bases) == 1 else np.concatenate(bases)).astype(
-                        np.float32, copy=False)
+                    whole = concatenated([s[0] for s in snapshots])
                 else:
-                    parts = [s[0][s[1]].reshape(s[2], -1) for s in snapshots]
-                    whole = np.concatenate(parts).astype(np.float32, copy=False)
+                    whole = concatenated([s[0][s[1]].reshape(s[2], -1) for s in snapshots])
                 stacks[key] = whole
             whole = stacks[key]
             if simple and first_index is not None:
@@ -177,9 +191,11 @@ class OnChipMemory:
             threads = contextlib.nullcontext() if flops >= _blas.MULTITHREAD_FLOPS else _blas.single_threaded()
             with threads:
                 jobs[0][0].apply(*jobs[0][1:])
-            return
-        with _blas.single_threaded():
-            list(_executor().map(lambda job: job[0].apply(*job[1:]), jobs))
+        else:
+            with _blas.single_threaded():
+                list(_executor().map(lambda job: job[0].apply(*job[1:]), jobs))
+        for buffer in taken:                  # the products are done: the stacks may be reused
+            scratch.setdefault(buffer.shape, []).append(buffer)
 
     @property
     def capacity(self) -> int:
