@@ -182,6 +182,21 @@ def tiled_gemm(core: NeuronCore, lhsT, rhs, out, *, tile_m=None, tile_n=None, ti
     return p
 
 
+def _cast_transposed(A: np.ndarray, dt) -> np.ndarray:
+    """``dtypes.cast(A, dt).T`` as a new C-contiguous array, cast and transposed in one pass.
+
+    The transpose goes in bands of 64 rows of A, which stay in cache while their columns are
+    written out; each element is rounded to `dt` by the same NumPy cast as ``astype``.
+    """
+    if A.dtype == np.float64 and dt != dtypes.float32:
+        A = A.astype(np.float32)        # as dtypes.cast: round once to fp32 first
+    M, K = A.shape
+    lhsT = np.empty((K, M), dt)         # [K, M]
+    for m0 in range(0, M, 64):
+        lhsT[:, m0:m0 + 64] = A[m0:m0 + 64].T
+    return lhsT
+
+
 def run_gemm(A: np.ndarray | None = None, B: np.ndarray | None = None, *, shape=None,
              spec: "CoreSpec | str" = TRN2_CORE, dtype="bfloat16", out_dtype="float32",
              mode: str = "full", **tiling):
@@ -205,8 +220,7 @@ def run_gemm(A: np.ndarray | None = None, B: np.ndarray | None = None, *, shape=
     if core.full:
         if A is None:
             raise ValueError("full mode needs the arrays A and B")
-        # cast first, then transpose: the transposing copy moves 2-byte elements, not 4
-        lhsT = core.hbm.tensor(np.ascontiguousarray(dtypes.cast(A, dt).T), name="lhsT", dtype=dt)
+        lhsT = core.hbm.tensor(_cast_transposed(A, dt), name="lhsT", dtype=dt, copy=False)
         rhs = core.hbm.tensor(B, name="rhs", dtype=dt)
     else:
         lhsT = core.hbm.allocate((K, M), dt, name="lhsT")

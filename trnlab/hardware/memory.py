@@ -94,14 +94,22 @@ class HBM:
         self.tensors.append(t)
         return t
 
-    def tensor(self, array, name: str | None = None, dtype=None) -> Tensor:
-        """An HBM tensor holding a copy of `array` (cast to `dtype` if given)."""
+    def tensor(self, array, name: str | None = None, dtype=None, copy: bool = True) -> Tensor:
+        """An HBM tensor holding a copy of `array` (cast to `dtype` if given).
+
+        ``copy=False``: hold `array` itself when it is already a C-contiguous array of `dtype`
+        (the caller hands it over and must not change it afterwards)."""
         name = self._name(name)
         arr = np.asarray(array)
         dt = dtypes.as_dtype(dtype if dtype is not None else
                              (np.float32 if arr.dtype == np.float64 else arr.dtype))
         self._reserve(arr.size * dt.itemsize, name)
-        data = dtypes.cast(arr, dt) if self.with_data else None
+        if not self.with_data:
+            data = None
+        elif not copy and arr.dtype == dt and arr.flags.c_contiguous:
+            data = arr
+        else:
+            data = dtypes.cast(arr, dt)
         t = Tensor(self, arr.shape, dt, name, None, 0, self.with_data, fill=data)
         if not self.with_data:
             t.written = None
