@@ -128,6 +128,21 @@ class NeuronCore:
             dtype = self.matmul_dtype or dtypes.bfloat16
         return Profile.from_timeline(self.timeline, self.spec, dtype=dtype)
 
+    def barrier(self) -> None:
+        """Every engine waits until everything issued so far is done: the next launch on this core
+        starts after the previous one, as the runtime runs a core's programs one after another."""
+        self._free = [max(self._now, f) for f in self._free]
+
+    def device_print(self, prefix: str, src) -> int:
+        """Print src's values (full mode; its shape in timing mode). Takes no engine time."""
+        src = _view(src, "src")
+        if self.full:
+            src.check_initialized()
+            print(prefix, src.read())
+        else:
+            print(prefix, f"<{src.shape} {dtypes.name(src.tensor.dtype)}, timing mode>")
+        return -1
+
     def __repr__(self) -> str:
         return (f"NeuronCore({self.spec.name}, mode={self.mode!r}, {len(self.timeline)} "
                 f"instructions, now={self._now:.0f} ns)")

@@ -164,6 +164,7 @@ class Device:
         self._launches += 1
         label = region or f"{program.name}#{self._launches}"
         first = len(nc.timeline.records)
+        nc.barrier()
         tensors = execute(program, nc, arrays, region=label, hbm_tensors=resident)
         outputs = read_outputs(program, tensors, self.full)
         for bid, t in tensors.items():          # the launch's own HBM tensors are released

@@ -81,7 +81,7 @@ def execute(program: Program, core, args: list, region: str = "", hbm_tensors: d
     current, current_start = None, first_record
     prefix = region + "/" if region else ""
     try:
-        for opcode, attrs, operands, line, ins_region, allocs, frees in p.steps:
+        for k, (opcode, attrs, operands, line, ins_region, allocs, frees) in enumerate(p.steps):
             for bid in allocs:
                 b = buffers[bid]
                 tensors[bid] = memories[b.memory].allocate(b.shape, b.dtype, b.name, b.partition_axis,
@@ -99,7 +99,7 @@ def execute(program: Program, core, args: list, region: str = "", hbm_tensors: d
             try:
                 getattr(core, opcode)(**kwargs)
             except Exception as error:
-                raise locate_instruction(error, program, len(timeline.records) - first_record)
+                raise locate_instruction(error, program, k)
             for bid in frees:
                 b = buffers[bid]
                 memories[b.memory].free(tensors.pop(bid))

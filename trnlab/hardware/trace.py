@@ -29,6 +29,7 @@ from .program import Access, Buffer, Instruction, Program
 from .tensor import Tensor, View
 
 _SIGNATURES: dict[str, inspect.Signature] = {}
+_RUN_ONLY = {"device_print"}           # recorded, but only done when the program runs
 
 
 class _TraceOnChip:
@@ -166,8 +167,11 @@ class Recorder:
         program = self.program
         checker = self._checker
 
+        silent = opcode in _RUN_ONLY
+
         def record(*args, **kwargs):
-            index = method(*args, **kwargs)          # the rule checks (and a throw-away timing)
+            # the rule checks (and a throw-away timing); a print happens when the program runs
+            index = -1 if silent else method(*args, **kwargs)
             bound = signature.bind(*args, **kwargs)
             operands, attrs = {}, {}
             k = len(program.instructions)
@@ -184,7 +188,8 @@ class Recorder:
                 if buf.first < 0:
                     buf.first = k
                 buf.last = k
-            engine = checker.engines[checker.timeline.records[index][0]] if isinstance(index, int) else ""
+            engine = checker.engines[checker.timeline.records[index][0]] \
+                if isinstance(index, int) and index >= 0 else ""
             program.instructions.append(Instruction(opcode, engine, operands, attrs, self.note,
                                                     self.current_region, self.where()))
             return index
