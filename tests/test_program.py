@@ -163,7 +163,7 @@ def test_regions_tag_instructions_and_break_the_profile_down():
     np.testing.assert_array_equal(run.outputs, (X + Y) + Y)            # fp32, in this order
     by_region = run.profile_by_region()
     assert set(by_region) >= {"first/add_kernel", "second/add_kernel"}
-    total = sum(len(device.cores[0].timeline.region_records(r)) for r in ("first", "second"))
+    total = sum(len(device.cores[0].timeline.region_records(f"{run.region}/{r}")) for r in ("first", "second"))
     assert total == len(program)
 
 

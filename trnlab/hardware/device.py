@@ -88,14 +88,16 @@ class Run:
                                      dtype=dtype or self.core.matmul_dtype or "bfloat16")
 
     def profile_by_region(self, dtype=None) -> dict:
-        """{region: Profile} of the regions inside this launch (e.g. one per compiled op)."""
+        """{region: Profile} of the program's regions in this launch (e.g. one per compiled op),
+        by the program's region names."""
         t = self.core.timeline
         out = {}
+        prefix = self.region + "/"
         names = [name for name, first, end in t.regions
-                 if first >= self.first and end <= self.end and name != self.region]
+                 if first >= self.first and end <= self.end and name.startswith(prefix)]
         for name in dict.fromkeys(names):
             indices = [i for i in t.region_records(name) if self.first <= i < self.end]
-            out[name] = Profile.from_timeline(t.sub(indices), self.core.spec,
+            out[name[len(prefix):]] = Profile.from_timeline(t.sub(indices), self.core.spec,
                                               dtype=dtype or self.core.matmul_dtype or "bfloat16")
         return out
 
