@@ -75,9 +75,7 @@ def _overflow(error, program: Program, k: int, buffer, memory: OnChipMemory, pla
     live.sort(key=lambda b: -b.partition_bytes)
     shown = ", ".join(f"{b.name} {_fmt_bytes(b.partition_bytes)}" for b in live[:8])
     more = f" and {len(live) - 8} more" if len(live) > 8 else ""
-    line = program.instructions[k].line
-    where = f" at instruction {k}" + (f" ({line})" if line else "")
-    message = (f"{error.args[0]}{where}; live there: {len(live)} tiles, "
+    message = (f"{error.args[0]}; live there: {len(live)} tiles, "
                f"{_fmt_bytes(sum(b.partition_bytes for b in live))} per partition: {shown}{more}")
     cls = type(error)
     new = cls(message, value=error.value, limit=error.limit)
