@@ -42,10 +42,17 @@ ALGORITHMS = ("ring", "tree", "rdh", "mesh")
 # =============================================================================================
 @dataclass
 class Schedule:
-    """What moved: ``steps[s]`` is a list of (src, dst, what, nbytes) for step s."""
+    """What moved: ``steps[s]`` is a list of (src, dst, what, nbytes) for step s, and ``phases[s]``
+    says whether the receiver adds what it got ("reduce") or keeps a copy ("copy"). For the ring,
+    ``what`` is the index of the piece; for the others a short description."""
     algorithm: str
     ranks: int
-    steps: list[list[tuple[int, int, str, int]]] = field(default_factory=list)
+    steps: list[list[tuple[int, int, object, int]]] = field(default_factory=list)
+    phases: list[str] = field(default_factory=list)
+
+    def add(self, step: list, phase: str) -> None:
+        self.steps.append(step)
+        self.phases.append(phase)
 
     def bytes_sent(self) -> list[int]:
         """Bytes each rank sent over the whole collective."""
@@ -85,8 +92,7 @@ def ring_reduce_scatter(inputs: list[np.ndarray], schedule: Schedule | None = No
         for (src, dst, c), piece in zip(sends, data):
             acc[dst][c] = acc[dst][c] + piece
         if schedule is not None:
-            schedule.steps.append([(src, dst, f"partial sum of piece {c}", data[i].nbytes)
-                                   for i, (src, dst, c) in enumerate(sends)])
+            schedule.add([(src, dst, c, data[i].nbytes) for i, (src, dst, c) in enumerate(sends)], "reduce")
     return [acc[r][r] for r in range(p)]
 
 
@@ -99,7 +105,7 @@ def ring_all_gather(pieces: list[np.ndarray], schedule: Schedule | None = None) 
         for src, dst, c in sends:
             have[dst][c] = have[src][c].copy()
         if schedule is not None:
-            schedule.steps.append([(src, dst, f"piece {c}", pieces[c].nbytes) for src, dst, c in sends])
+            schedule.add([(src, dst, c, pieces[c].nbytes) for src, dst, c in sends], "copy")
     return [np.concatenate([have[r][c] for c in range(p)]) for r in range(p)]
 
 
@@ -123,7 +129,7 @@ def tree_all_reduce(inputs: list[np.ndarray], schedule: Schedule | None = None) 
                 acc[r] = acc[r] + acc[r + d]
                 step.append((r + d, r, "partial sum", acc[r + d].nbytes))
         if schedule is not None:
-            schedule.steps.append(step)
+            schedule.add(step, "reduce")
         d *= 2
     while d > 1:
         d //= 2
@@ -133,7 +139,7 @@ def tree_all_reduce(inputs: list[np.ndarray], schedule: Schedule | None = None) 
                 acc[r + d] = acc[r].copy()
                 step.append((r, r + d, "sum", acc[r].nbytes))
         if schedule is not None:
-            schedule.steps.append(step)
+            schedule.add(step, "copy")
     return acc
 
 
@@ -163,7 +169,7 @@ def rdh_reduce_scatter(inputs: list[np.ndarray], schedule: Schedule | None = Non
             lo[r], hi[r] = (lo[r], mid) if not r & d else (mid, hi[r])
         acc = new
         if schedule is not None:
-            schedule.steps.append(step)
+            schedule.add(step, "reduce")
         d //= 2
     return [acc[r][r] for r in range(p)]
 
@@ -182,7 +188,7 @@ def rdh_all_gather(pieces: list[np.ndarray], schedule: Schedule | None = None) -
             have[r ^ d].update(snapshot[r])
             step.append((r, r ^ d, f"{len(snapshot[r])} piece(s)", sum(v.nbytes for v in snapshot[r].values())))
         if schedule is not None:
-            schedule.steps.append(step)
+            schedule.add(step, "copy")
         d *= 2
     return [np.concatenate([have[r][c] for c in range(p)]) for r in range(p)]
 
@@ -198,7 +204,7 @@ def mesh_reduce_scatter(inputs: list[np.ndarray], schedule: Schedule | None = No
     p = len(inputs)
     pieces = [_chunks(x, p) for x in inputs]
     if schedule is not None and p > 1:
-        schedule.steps.append([(r, c, f"piece {c}", pieces[r][c].nbytes) for r in range(p) for c in range(p) if c != r])
+        schedule.add([(r, c, f"piece {c}", pieces[r][c].nbytes) for r in range(p) for c in range(p) if c != r], "reduce")
     out = []
     for c in range(p):
         total = pieces[c][c].copy()  # its own piece first, then the others in rank order
@@ -212,7 +218,7 @@ def mesh_reduce_scatter(inputs: list[np.ndarray], schedule: Schedule | None = No
 def mesh_all_gather(pieces: list[np.ndarray], schedule: Schedule | None = None) -> list[np.ndarray]:
     p = len(pieces)
     if schedule is not None and p > 1:
-        schedule.steps.append([(r, d, f"piece {r}", pieces[r].nbytes) for r in range(p) for d in range(p) if d != r])
+        schedule.add([(r, d, f"piece {r}", pieces[r].nbytes) for r in range(p) for d in range(p) if d != r], "copy")
     full = np.concatenate(pieces)
     return [full.copy() for _ in range(p)]
 
@@ -253,7 +259,7 @@ def send_recv(buffers: list[np.ndarray], src: int, dst: int, schedule: Schedule 
     out = [b.copy() for b in buffers]
     out[dst] = buffers[src].copy()
     if schedule is not None:
-        schedule.steps.append([(src, dst, "buffer", buffers[src].nbytes)])
+        schedule.add([(src, dst, "buffer", buffers[src].nbytes)], "copy")
     return out
 
 
