@@ -192,3 +192,29 @@ def scaling(model: ModelShape, topology: Topology, global_batch: int, strategy: 
             pass  # this size does not divide the model or the batch
         p *= 2
     return rows
+
+
+def dp_step_timeline(model: ModelShape, topology: Topology, global_batch: int, dp: int, ranks_shown: int = 2,
+                     utilization: float = UTILIZATION, algorithm: str = "ring"):
+    """One data-parallel step on a Timeline: forward, then backward layer by layer on each rank's
+    "pe" track; as soon as a layer's gradients are done their all-reduce (one bucket per layer) runs
+    on the "cc" track — the collective-compute engine — overlapping the backward of earlier layers."""
+    estimate_ = estimate(model, topology, global_batch, dp=dp, utilization=utilization, algorithm=algorithm)
+    forward = estimate_.compute_ns / 3  # backward is about twice the forward
+    per_layer_bwd = 2 * forward / model.n_layer
+    bucket = 2 * model.params / model.n_layer  # bf16 gradients of one layer (embeddings spread over them)
+    group = _group(topology, dp, 1)
+    reduce_ns = collectives.cost("all_reduce", bucket, group, algorithm).time_ns if dp > 1 else 0.0
+    timeline = collectives.new_timeline(ranks_shown)
+    for r in range(ranks_shown):
+        collectives.issue(timeline, f"chip{r}.pe", "forward", 0.0, forward)
+        cc_free = 0.0
+        for i in range(model.n_layer):
+            start = forward + i * per_layer_bwd
+            collectives.issue(timeline, f"chip{r}.pe", "backward", start, per_layer_bwd,
+                              note=f"layer {model.n_layer - 1 - i}")
+            begin = max(start + per_layer_bwd, cc_free)
+            collectives.issue(timeline, f"chip{r}.cc", "all_reduce", begin, reduce_ns,
+                              note=f"gradients of layer {model.n_layer - 1 - i}")
+            cc_free = begin + reduce_ns
+    return timeline

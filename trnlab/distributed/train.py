@@ -24,6 +24,8 @@ import argparse
 import datetime
 import json
 import os
+import socket
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -156,6 +158,22 @@ def _run(args: argparse.Namespace, group: Group) -> dict:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "losses.json").write_text(json.dumps(result, indent=1))
     return result
+
+
+def launch(nproc: int, args: list[str], timeout_s: float = 300.0) -> subprocess.Popen:
+    """Start the job as a user would from a shell — torchrun with `nproc` processes on 127.0.0.1, or
+    plain python for one — and return the running process (stdout and stderr piped)."""
+    if nproc > 1:
+        with socket.socket() as s:  # a free port on the loopback interface
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        command = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}",
+                   "--master-addr", "127.0.0.1", "--master-port", str(port), "-m", "trnlab.distributed.train", *args]
+    else:
+        command = [sys.executable, "-m", "trnlab.distributed.train", *args]
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    env.update(OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 
 
 def main(argv: list[str] | None = None) -> int:
