@@ -104,6 +104,8 @@ def published_rows() -> list[dict]:
 def markdown(rows: list[dict]) -> str:
     """Rows of dicts as a Markdown table (numbers to 3 significant figures)."""
     def cell(v):
+        if isinstance(v, bool):
+            return "yes" if v else "no"
         if isinstance(v, float):
             return f"{v:,.3g}" if abs(v) < 1e4 else f"{v:,.0f}"
         if isinstance(v, int):
