@@ -1,3 +1,6 @@
+from trnlab.distributed import scaling, topology
+
+
 def choose_layout(model_name, system, global_batch):
     model, machine = scaling.MODELS[model_name], topology.get(system)
     n = machine.ranks

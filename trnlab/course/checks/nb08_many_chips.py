@@ -89,19 +89,21 @@ def check_layout(choose_layout) -> None:
         got = choose_layout(*case)
         if not (isinstance(got, (tuple, list)) and len(got) == 3
                 and all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in got)):
-            raise CheckFailed(f"return three whole numbers (dp, tp, pp), got {got!r} for {case}")
+            raise CheckFailed(f"expected three whole numbers (dp, tp, pp), got {got!r} for {case}")
         dp, tp, pp = (int(v) for v in got)
         ranks = topology.get(system).ranks
         if dp * tp * pp != ranks:
-            raise CheckFailed(f"{case}: dp × tp × pp = {dp * tp * pp}, but {system} has {ranks} chips — use them all")
+            raise CheckFailed(f"{case}: expected dp × tp × pp = {ranks} (every chip of {system}), got {dp * tp * pp}")
         try:
             est = scaling.estimate(scaling.MODELS[model_name], topology.get(system), batch, dp, tp, pp)
         except ValueError as error:
-            raise CheckFailed(f"{case}: layout {(dp, tp, pp)} is not possible: {error}") from None
+            raise CheckFailed(f"{case}: expected a possible layout, but {(dp, tp, pp)} is not: {error}") from None
         if not est.fits:
-            raise CheckFailed(f"{case}: layout {(dp, tp, pp)} needs {est.memory.total / scaling.GiB:,.1f} GiB per chip; "
-                              f"a chip has {est.hbm_bytes / scaling.GiB:,.0f} GiB (split the model more: tp or pp)")
+            raise CheckFailed(f"{case}: expected a layout that fits one chip's {est.hbm_bytes / scaling.GiB:,.0f} GiB, "
+                              f"but {(dp, tp, pp)} needs {est.memory.total / scaling.GiB:,.1f} GiB per chip "
+                              f"(split the model more: tp or pp)")
         best = best_fitting(*case)
         if est.tokens_per_second < 0.8 * best.tokens_per_second:
-            raise CheckFailed(f"{case}: layout {(dp, tp, pp)} fits but reaches {est.tokens_per_second:,.0f} tokens/s; "
-                              f"a layout that fits reaches {best.tokens_per_second:,.0f} (within 80 % of it passes)")
+            raise CheckFailed(f"{case}: expected at least 80 % of the best fitting layout's "
+                              f"{best.tokens_per_second:,.0f} tokens/s; {(dp, tp, pp)} fits but reaches "
+                              f"{est.tokens_per_second:,.0f}")
