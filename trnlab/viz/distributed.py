@@ -151,7 +151,6 @@ def plot_memory(layouts: dict[str, scaling.Memory], hbm_bytes: float, ax: plt.Ax
         bottom += values
     ax.axhline(hbm_bytes / scaling.GiB, color="black", ls="--", lw=1, label="HBM of one chip")
     ax.set_ylabel("GiB per chip")
-    ax.set_yscale("log")
     ax.legend(fontsize=7, loc="upper right")
     ax.tick_params(axis="x", labelsize=8, rotation=20)
     ax.figure.tight_layout()
