@@ -49,7 +49,7 @@ def test_estimate_and_claim_plots_draw():
 def test_step_plot_labels_the_roofline_estimate():
     tiny = fit.GPTConfig(vocab_size=20, block_size=16, n_layer=1, n_head=2, n_embd=32)
     results = simulated.simulate_generations(tiny, batch=2)
-    fig = generations.plot_step_times(results, "decode")
+    fig = generations.plot_step_times(results, "decode", top=20)
     assert any("(roofline)" in text for text in _labels(fig))
 
 

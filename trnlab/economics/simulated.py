@@ -201,11 +201,12 @@ def decode_attention_roofline(config: GPTConfig, batch: int, context: int, targe
                               dtype_bytes: int = 2) -> KernelTime:
     """Decode attention over the KV cache on one core, from the roofline (no kernel exists yet).
 
-    Per layer: q·Kᵀ and p·V, 4·B·nh·ctx·hs FLOPs, reading K and V of every cached position."""
+    Per layer: q·Kᵀ and p·V, 4·B·nh·ctx·hs FLOPs, reading K and V of every cached position. Like a
+    simulated kernel it pays the preset's fixed DMA latency once (its first load) before the roof."""
     core = presets.CORES[target]
     flops = 4.0 * batch * config.n_head * context * config.head_size
     hbm = float(2 * batch * context * config.n_embd * dtype_bytes)
-    seconds = max(flops / core.peak_flops("bfloat16"), hbm / core.hbm_bandwidth)
+    seconds = core.dma_latency_ns * 1e-9 + max(flops / core.peak_flops("bfloat16"), hbm / core.hbm_bandwidth)
     return KernelTime("attention over the KV cache", "roofline", config.n_layer, seconds * 1e6, flops, hbm,
                       roofline=True)
 
