@@ -62,7 +62,7 @@ class OpTraffic:
         return max(self.flops / peak_flops, self.bytes / bandwidth)
 
 
-def _matmul_sizes(cost: LayerCost, T: int, config: GPTConfig) -> tuple[int, int, bool]:
+def linear_sizes(cost: LayerCost, T: int, config: GPTConfig) -> tuple[int, int, bool]:
     """(in, out, has bias) of a linear layer, recovered from its forward FLOPs and parameters.
 
     flops = 2 · T · in · out and params = in · out + out (weight and bias); the head has no
@@ -85,7 +85,7 @@ def forward_ops(config: GPTConfig, batch: int = 1, seq_len: int | None = None,
         suffix = cost.name.rsplit(".", 1)[-1]
         flops = cost.flops * B
         if cost.kind == "matmul":
-            k, n, bias = _matmul_sizes(cost, T, config)
+            k, n, bias = linear_sizes(cost, T, config)
             elements = R * k + k * n + R * n + (n if bias else 0)     # x, W, y (and b)
         elif cost.kind == "attention matmul" and suffix == "scores":
             elements = 2 * B * nh * T * hs + B * nh * T * T            # q, k -> scores (B, nh, T, T)
@@ -117,9 +117,8 @@ def decode_ops(config: GPTConfig, batch: int = 1, context: int | None = None,
     B, C, nh, hs = batch, config.n_embd, config.n_head, config.head_size
     ops = []
     for cost in layer_costs(config, seq_len=1):
-        suffix = cost.name.rsplit(".", 1)[-1]
         if cost.kind == "matmul":
-            k, n, bias = _matmul_sizes(cost, 1, config)
+            k, n, bias = linear_sizes(cost, 1, config)
             ops.append(OpTraffic(cost.name, cost.kind, float(cost.flops * B),
                                  float((B * k + k * n + B * n + (n if bias else 0)) * dtype_bytes)))
         elif cost.kind == "attention matmul":
@@ -136,7 +135,6 @@ def decode_ops(config: GPTConfig, batch: int = 1, context: int | None = None,
                                  float(((reads + 1) * B * width) * dtype_bytes)))
         else:
             ops.append(OpTraffic(cost.name, cost.kind, 0.0, float((2 * B * C + 2 * B) * dtype_bytes)))
-        del suffix
     return ops
 
 

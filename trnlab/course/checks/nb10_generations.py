@@ -14,7 +14,7 @@ import numpy as np
 from trnlab.course.exercises import CheckFailed, exercise
 from trnlab.economics import claims, cost
 from trnlab.economics.figures import ASSUMED, Accelerator, Sourced, System
-from trnlab.economics.fit import _matmul_sizes, forward_ops
+from trnlab.economics.fit import forward_ops, linear_sizes
 from trnlab.model.gpt import GPTConfig, layer_costs
 
 NOTEBOOK = "10_generations_cost_and_energy"
@@ -60,7 +60,7 @@ def _linear_layers() -> list[tuple[tuple, float]]:
         costs = {c.name: c for c in layer_costs(config, seq)}
         for op in forward_ops(config, batch, seq, dtype_bytes):
             if op.kind == "matmul" and costs[op.name].params > 0 and op.name.startswith("blocks.0"):
-                d_in, d_out, _ = _matmul_sizes(costs[op.name], seq, config)
+                d_in, d_out, _ = linear_sizes(costs[op.name], seq, config)
                 out.append(((batch * seq, d_in, d_out, dtype_bytes), op.intensity))
     return out
 
