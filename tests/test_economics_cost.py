@@ -20,7 +20,7 @@ def test_training_flops_is_six_n_d():
         cost.training_flops(-1, 10)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60, deadline=None, derandomize=True)
 @given(flops_st, st.floats(min_value=1.0, max_value=1e3), mfu_st, st.sampled_from(NAMES))
 def test_cost_time_and_energy_scale_linearly_with_flops(flops, factor, mfu, name):
     one = cost.estimate(flops, SYSTEMS[name], mfu)
@@ -29,14 +29,14 @@ def test_cost_time_and_energy_scale_linearly_with_flops(flops, factor, mfu, name
         assert math.isclose(b, a * factor, rel_tol=1e-9)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60, deadline=None, derandomize=True)
 @given(flops_st, mfu_st, st.floats(min_value=0.01, max_value=1.0), st.sampled_from(NAMES))
 def test_time_is_inversely_proportional_to_mfu(flops, m1, m2, name):
     a, b = cost.estimate(flops, SYSTEMS[name], m1), cost.estimate(flops, SYSTEMS[name], m2)
     assert math.isclose(a.seconds * m1, b.seconds * m2, rel_tol=1e-9)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=40, deadline=None, derandomize=True)
 @given(flops_st, mfu_st, st.integers(min_value=1, max_value=4096), st.sampled_from(NAMES))
 def test_more_instances_shorten_the_time_but_cost_the_same_with_perfect_scaling(flops, mfu, n, name):
     one, many = cost.estimate(flops, SYSTEMS[name], mfu), cost.estimate(flops, SYSTEMS[name], mfu, instances=n)
@@ -73,7 +73,7 @@ def test_mfu_outside_zero_one_is_an_error_naming_the_rule():
         cost.estimate(1e20, SYSTEMS["trn1.32xlarge"], 1.5)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=40, deadline=None, derandomize=True)
 @given(flops_st, st.floats(min_value=0.01, max_value=1e3), mfu_st, st.sampled_from(NAMES))
 def test_instances_for_deadline_is_the_fewest_that_finish_in_time(flops, days, mfu, name):
     n = cost.instances_for_deadline(flops, SYSTEMS[name], days, mfu)

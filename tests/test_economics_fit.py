@@ -16,7 +16,7 @@ small_configs = st.builds(
     st.integers(1, 4), st.integers(1, 16), st.integers(1, 3), st.integers(2, 60), st.integers(1, 40))
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=25, deadline=None, derandomize=True)
 @given(small_configs)
 def test_parameter_count_matches_the_pytorch_model(config):
     torch.manual_seed(0)
@@ -36,14 +36,14 @@ def test_linear_layer_traffic_is_input_weight_bias_and_output():
     assert qkv.bytes == 2 * (R * C + C * 3 * C + 3 * C + R * 3 * C)
 
 
-@settings(max_examples=20, deadline=None)
+@settings(max_examples=20, deadline=None, derandomize=True)
 @given(small_configs, st.integers(1, 8))
 def test_forward_flops_are_layer_costs_times_batch(config, batch):
     from trnlab.model import layer_costs
     assert sum(op.flops for op in fit.forward_ops(config, batch)) == batch * sum(c.flops for c in layer_costs(config))
 
 
-@settings(max_examples=20, deadline=None)
+@settings(max_examples=20, deadline=None, derandomize=True)
 @given(small_configs, st.integers(1, 64))
 def test_matmul_intensity_grows_with_batch_and_decode_is_memory_bound(config, batch):
     """More rows reuse the same weight: a linear layer's intensity rises with the batch."""

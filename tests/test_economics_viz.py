@@ -61,3 +61,9 @@ def test_calculator_widget_recomputes_when_a_price_changes():
     assert "official" in box.tooltip
     box.value = 10.0
     assert systems["trn1.32xlarge"].price.value == 10.0
+
+
+def test_fit_report_plot_shows_memory_per_chip():
+    rows = fit.fit_report(fit.MODELS["GPT-3 6.7B"], tokens=1e11, batch=1)
+    fig = generations.plot_fit_report(rows)
+    assert any("GiB /" in t.get_text() for t in fig.axes[0].texts)

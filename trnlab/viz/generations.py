@@ -286,3 +286,33 @@ def calculator_widget(systems: dict[str, System] | None = None, params: float = 
                       widgets.VBox([widgets.Label("price, USD per hour"), *price_boxes.values()]),
                       widgets.VBox([widgets.Label("power per chip"), *power_boxes.values()])]),
         out, sources])
+
+
+def plot_fit_report(rows: Sequence, title: str = "") -> Figure:
+    """A `fit.fit_report`: chips whose HBM holds the training state, the roofline's MFU bound against
+    the MFU used, and the dollars to train, per system."""
+    fig, axes = plt.subplots(1, 3, figsize=(12, 3.2))
+    names = [r.system for r in rows]
+    y = np.arange(len(rows))
+    colors = [GPU_COLOR if n.startswith("p") else "#4292c6" for n in names]
+    axes[0].barh(y, [r.chips_for_memory for r in rows], color=colors)
+    for i, r in enumerate(rows):
+        axes[0].text(r.chips_for_memory, i, f" {r.training_gib:,.0f} GiB / {r.hbm_per_chip_gib:.0f} per chip",
+                     va="center", fontsize=7)
+    axes[0].set_title("chips to hold the training state", fontsize=9)
+    axes[1].barh(y - 0.2, [100 * r.roofline_mfu for r in rows], 0.4, color="#cccccc", label="roofline bound")
+    axes[1].barh(y + 0.2, [100 * r.mfu_used for r in rows], 0.4, color=colors, label="MFU used")
+    axes[1].set_title("MFU (%)", fontsize=9)
+    axes[1].legend(fontsize=7, loc="lower right")
+    axes[2].barh(y, [r.estimate.usd for r in rows], color=colors)
+    for i, r in enumerate(rows):
+        axes[2].text(r.estimate.usd, i, f" ${r.estimate.usd:,.0f}, {r.estimate.hours:,.1f} h", va="center", fontsize=7)
+    axes[2].set_title("USD to train (one instance)", fontsize=9)
+    for ax in axes:
+        ax.set_yticks(y, names if ax is axes[0] else [""] * len(names), fontsize=7)
+        ax.invert_yaxis()
+        ax.margins(x=0.45)
+    if title:
+        fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    return fig
