@@ -98,3 +98,13 @@ def test_fit_report_uses_the_roofline_bound_for_a_model_too_small_to_be_compute_
         assert row.fits_one_chip and row.estimate.usd > 0
     big = {r.system: r for r in fit.fit_report(fit.MODELS["GPT-2 small"], tokens=2.5e9, batch=8)}
     assert big["trn2.48xlarge"].mfu_used == 0.4
+
+
+def test_op_coverage_uses_the_compilers_published_list(monkeypatch):
+    import trnlab.compiler as compiler
+    monkeypatch.setattr(compiler, "SUPPORTED", ("embedding", "add", "linear", "layer_norm", "gelu"), raising=False)
+    coverage = fit.op_coverage(fit.MODELS["tiny GPT (this course)"])
+    assert coverage == {"embedding": True, "add": True, "layer_norm": True, "linear": True, "attention": False,
+                        "gelu": True}
+    monkeypatch.delattr(compiler, "SUPPORTED")
+    assert fit.op_coverage(fit.MODELS["tiny GPT (this course)"]) is None

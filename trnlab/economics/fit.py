@@ -241,3 +241,26 @@ def fit_report(config: GPTConfig, tokens: float, batch: int = 8, seq_len: int | 
             compute_bound_share=compute_bound_share(ops, acc.ridge(dtype)), roofline_mfu=bound, mfu_used=used,
             estimate=estimate(flops, system, used, dtype)))
     return rows
+
+
+# The compiler's name for the op each kind of layer becomes (trnlab.compiler's IR, where the
+# attention matmuls and their softmax are one fused "attention" op).
+COMPILER_OP = {"matmul": "linear", "attention matmul": "attention", "softmax": "attention", "layernorm": "layer_norm",
+               "gelu": "gelu", "add": "add", "embedding": "embedding"}
+
+
+def compiler_supported_ops() -> tuple[str, ...] | None:
+    """The op list `trnlab.compiler` publishes (`trnlab.compiler.SUPPORTED`), or None if it has none."""
+    import trnlab.compiler as compiler
+    supported = getattr(compiler, "SUPPORTED", None)
+    return tuple(supported) if supported is not None else None
+
+
+def op_coverage(config: GPTConfig) -> dict[str, bool] | None:
+    """For each compiler op the model needs: does the compiler support it? None when the compiler
+    publishes no op list (then this part of "is my workload a fit?" cannot be answered)."""
+    supported = compiler_supported_ops()
+    if supported is None:
+        return None
+    needed = dict.fromkeys(COMPILER_OP[c.kind] for c in layer_costs(config))
+    return {op: op in supported for op in needed}
