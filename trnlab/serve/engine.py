@@ -119,7 +119,11 @@ class Engine:
         if not request.id:
             request.id = f"req-{next(self._ids)}"
         request.rng = request_rng(request.params)
-        self.waiting.append(request)
+        # the queue is kept in arrival order (first come, first served); equal arrivals keep submission order
+        place = len(self.waiting)
+        while place > 0 and self.waiting[place - 1].arrival_ns > request.arrival_ns:
+            place -= 1
+        self.waiting.insert(place, request)
         return request
 
     def cancel(self, request: Request) -> bool:
@@ -142,7 +146,7 @@ class Engine:
         """Admit, prefill, decode once, retire. Returns the tokens produced, in order."""
         events: list[TokenEvent] = []
         if not self.running and self.waiting and self.waiting[0].arrival_ns > self.clock_ns:
-            self.clock_ns = min(r.arrival_ns for r in self.waiting)      # nothing to do until someone arrives
+            self.clock_ns = self.waiting[0].arrival_ns                   # nothing to do until someone arrives
         for request in self._arrived():
             request.slot = self.free_slots.pop(0)
             self.running.append(request)
