@@ -262,7 +262,8 @@ class Handler(BaseHTTPRequestHandler):
 def make_server(service: Service, host: str = "127.0.0.1", port: int = 8000) -> ThreadingHTTPServer:
     """A server bound to host:port (port 0: a free one, see server.server_address) for `service`."""
     handler = type("BoundHandler", (Handler,), {"service": service})
-    server = ThreadingHTTPServer((host, port), handler)
+    server_class = type("Server", (ThreadingHTTPServer,), {"request_queue_size": 128})  # listen backlog (default 5)
+    server = server_class((host, port), handler)
     server.daemon_threads = True
     return server
 
