@@ -5,14 +5,16 @@ it for training): embedding gathers, layer norm, fused linear layers, attention,
 tied lm_head. Prefill uses the flash-style `causal_attention_qkv` over the padded prompt; decode uses
 `decode_attention` (one query per sequence against its KV cache and its own key).
 
-Each kernel is launched with `nki.run` on the chosen preset ("trn1", "trn2", "trn3"); the step's
-simulated time is the sum of the kernels' simulated latencies. That assumes kernels run one after
-another on one NeuronCore with no launch gap and no overlap between kernels (a compiled program
-would overlap a kernel's tail with the next one's loads; the program layer models that). Host work
-between kernels — slicing the new keys and values out of qkv, reshapes — is free, as views are.
+Each kernel is launched with `nki.run` on the chosen preset ("trn1", "trn2", "trn3"), which traces
+it into a program once per input shape (the program cache, like one compiled NEFF per bucket) and
+replays that program on a fresh core: after the first request of a bucket no kernel is traced again.
+The step's simulated time is the sum of the kernels' simulated latencies. That assumes kernels run
+one after another on one NeuronCore with no launch gap and no overlap between kernels (one program
+for the whole step would let a kernel's loads overlap the previous kernel's tail). Host work between
+kernels — slicing the new keys and values out of qkv, reshapes — is free, as views are.
 
-`_run` is the one place where kernels meet the device: swapping it for traced, replayed programs
-(one per bucket) changes nothing else.
+`_run` is the one place where kernels meet the device: tracing the whole step into one program per
+bucket and replaying it with `Device.run` would change only this file.
 """
 
 from __future__ import annotations
