@@ -131,7 +131,7 @@ def _shape_of(call: Call, env: dict):
     if call.kernel == "cast":
         dtype = dtypes.SUPPORTED[call.kwargs["dtype"]]
     elif call.kernel == "embedding":
-        dtype = env[call.inputs[0]].dtype
+        dtype = env[call.inputs[1]].dtype          # (ids, table): the table's dtype
     return ShapeDtype(tuple(call.out_shape), dtype)
 
 
