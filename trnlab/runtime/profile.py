@@ -4,7 +4,7 @@ Everything comes from the run's timeline (the kernels' instructions) and its reg
 the graph, with the user's source line):
 
 - total time, per-engine active %, MFU, MBU, bytes per memory level (trnlab.hardware.Profile);
-- per op: time, share of the total, FLOPs, HBM bytes, arithmetic intensity, MFU, bound ("compute" if
+- per op: time, share of the total, model FLOPs (nc_transpose's identity matmuls excluded), HBM bytes, arithmetic intensity, MFU, bound ("compute" if
   the op's FLOP per HBM byte is above the core's ridge point, else "memory");
 - advice, in the spirit of AWS's profiler (Neuron Explorer) [PERF], each naming the op it comes from:
   low MFU, transposes taking over 10 % of the Tensor engine's time, DMAs smaller than the efficient
@@ -149,7 +149,8 @@ def build(execution, program, graph, target: str, dtype: str) -> RunProfile:
         eng = cols["engine"][sl]
         dur = cols["end"][sl] - cols["start"][sl]
         opcodes = cols["opcode"][sl]
-        flops = float(cols["flops"][sl].sum())
+        transposing = np.array([o == "nc_transpose" for o in opcodes], dtype=bool)
+        flops = float(cols["flops"][sl][~transposing].sum()) if len(opcodes) else 0.0   # model FLOPs only
         hbm = float(cols["hbm"][sl].sum())
         pe_ns = float(dur[eng == pe].sum()) if pe >= 0 else 0.0
         tr = float(sum(d for d, e, o in zip(dur, eng, opcodes) if e == pe and o == "nc_transpose"))
