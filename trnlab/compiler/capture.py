@@ -143,13 +143,16 @@ def _add_aten(g: Graph, env: dict, target_node, node, val, source: str, item: in
 
 def capture_export(model: torch.nn.Module, example_inputs: tuple, name: str | None = None) -> tuple[Graph, dict]:
     """torch.export + core ATen decompositions -> ir.Graph; also returns the time of each step (s)."""
+    import warnings
     times = {}
-    t0 = time.perf_counter()
-    exported = torch.export.export(model, tuple(example_inputs))
-    times["torch.export"] = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    exported = exported.run_decompositions()        # to core ATen
-    times["decompose"] = time.perf_counter() - t0
+    with warnings.catch_warnings():                 # torch's own deprecation notices, not the user's business
+        warnings.simplefilter("ignore", FutureWarning)
+        t0 = time.perf_counter()
+        exported = torch.export.export(model, tuple(example_inputs))
+        times["torch.export"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        exported = exported.run_decompositions()    # to core ATen
+        times["decompose"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     from torch.export.graph_signature import InputKind
     placeholders = {}

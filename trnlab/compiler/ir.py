@@ -185,7 +185,15 @@ class Graph:
         for n in self.nodes:
             v = self.values[n.name]
             args = ", ".join(f"%{i}" for i in n.inputs)
-            attrs = ", ".join(f"{k}={_short(a)}" for k, a in n.attrs.items() if not k.startswith("_"))
+            if n.op.startswith("aten."):          # show the plain arguments, not the template
+                plain = [_short(a) for a in n.attrs.get("args", []) if not _is_tensor_arg(a)]
+                plain += [f"{k}={_short(a)}" for k, a in (n.attrs.get("kwargs") or {}).items()
+                          if not isinstance(a, dict)]
+                if "item" in n.attrs:
+                    plain.append(f"item={n.attrs['item']}")
+                attrs = ", ".join(plain)
+            else:
+                attrs = ", ".join(f"{k}={_short(a)}" for k, a in n.attrs.items() if not k.startswith("_"))
             text = f"  %{n.name} : {v.type_str()} = {n.op}({args}{', ' if args and attrs else ''}{attrs})"
             if n.device == "host":
                 text = "  [host]" + text[1:]
@@ -226,6 +234,10 @@ class Graph:
         g.constants = {name: constants[name] for name in data["constants"]}
         g.meta = dict(data.get("meta", {}))
         return g
+
+
+def _is_tensor_arg(a) -> bool:
+    return isinstance(a, dict) or (isinstance(a, list) and any(isinstance(x, dict) for x in a))
 
 
 def _short(a) -> str:
