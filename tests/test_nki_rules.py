@@ -119,15 +119,34 @@ def test_psum_cannot_be_stored_to_hbm():
     assert "tensor_copy" in str(error)
 
 
-def test_matmul_reads_sbuf_not_psum():
+def test_matmul_instruction_reads_sbuf_not_psum():
     @nki.jit
     def kernel(x):
         tile = nl.load(x[:, 0:128])
-        product = nl.matmul(tile, tile, transpose_x=True)
-        again = nl.matmul(product, tile, transpose_x=True)
+        product = nisa.nc_matmul(tile, tile)
+        again = nisa.nc_matmul(product, tile)
         return x
 
-    _raises_at(kernel, "again = nl.matmul(product", errors.MemoryPlacementError, X128)
+    _raises_at(kernel, "again = nisa.nc_matmul(product", errors.MemoryPlacementError, X128)
+
+
+def test_nl_matmul_of_a_psum_tile_copies_it_to_sbuf_first():
+    """nl.matmul is a language-level op: like AWS's compiler it moves a PSUM operand to SBUF."""
+    @nki.jit
+    def kernel(x):
+        out = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.shared_hbm)
+        tile = nl.load(x[:, 0:128])
+        product = nl.matmul(tile, tile, transpose_x=True)
+        again = nl.matmul(product, tile, transpose_x=True)
+        nl.store(out, value=nl.copy(again))
+        return out
+
+    x = np.random.default_rng(0).normal(size=(128, 512)).astype(np.float32)
+    run = nki.run(kernel, x)
+    a = x[:, :128]
+    np.testing.assert_allclose(run.outputs, (a.T @ a).T @ a, rtol=1e-4, atol=1e-3)
+    opcodes = [run.timeline[i].opcode for i in range(len(run.timeline))]
+    assert opcodes.count("tensor_copy") == 2 and opcodes.count("nc_matmul") == 2
 
 
 def test_matmul_of_integer_tiles_is_a_dtype_error():
@@ -140,8 +159,8 @@ def test_matmul_of_integer_tiles_is_a_dtype_error():
     _raises_at(kernel, "nisa.nc_matmul(tile, tile)", errors.DtypeError, np.ones((128, 128), np.int32))
 
 
-def test_dma_does_not_convert_dtypes():
-    @nki.jit
+def test_dma_does_not_convert_dtypes_on_trn1():
+    @nki.jit(target="trn1")
     def kernel(x):
         tile = nl.ndarray((128, 512), dtype=nl.bfloat16, buffer=nl.sbuf)
         nisa.dma_copy(dst=tile, src=x)
@@ -149,6 +168,21 @@ def test_dma_does_not_convert_dtypes():
 
     error = _raises_at(kernel, "nisa.dma_copy(dst=tile, src=x)", errors.DtypeError, X128)
     assert "tensor_copy" in str(error)
+
+
+def test_dma_casts_between_dtypes_on_trn2():
+    @nki.jit(target="trn2")
+    def kernel(x):
+        out = nl.ndarray((128, 512), dtype=nl.bfloat16, buffer=nl.shared_hbm)
+        tile = nl.ndarray((128, 512), dtype=nl.bfloat16, buffer=nl.sbuf)
+        nisa.dma_copy(dst=tile, src=x)
+        nl.store(out, value=tile)
+        return out
+
+    x = np.random.default_rng(1).normal(size=(128, 512)).astype(np.float32)
+    run = nki.run(kernel, x)
+    np.testing.assert_array_equal(run.outputs.astype(np.float32), x.astype(nl.bfloat16).astype(np.float32))
+    assert all(run.timeline[i].engine.startswith("dma") for i in range(len(run.timeline)))
 
 
 def test_matmul_accumulates_in_fp32_psum_only():
