@@ -221,9 +221,37 @@ def _finish(dst: NkiTensor | None, emit, shape, dtype, buffer: str = "sbuf", ran
             accumulates: bool = False, storage: tuple | None = None) -> NkiTensor | None:
     """Destination style: issue into dst now (returns None). Functional: a pending tile."""
     if dst is not None:
-        emit(issue.tile(dst, "dst"), None)
+        if not issue.skipped(ranges):
+            emit(issue.tile(dst, "dst"), None)
         return None
+    if buffer == "psum":
+        emit = _through_psum(emit, dtype)
     return issue.produce(shape, dtype, buffer, emit, accumulates=accumulates, ranges=ranges, storage=storage)
+
+
+def _through_psum(emit, dtype):
+    """A Tensor-engine result (nc_matmul, nc_transpose) assigned into an SBUF tile,
+    ``sbuf_tile[...] = nisa.nc_transpose(x)``: the engine writes PSUM, so, as AWS's compiler does, the
+    instruction goes into a PSUM tile and a tensor_copy (Vector engine) moves it to the SBUF tile."""
+    def emit_into(out: NkiTensor, accumulate):
+        if out.buffer != "sbuf":
+            return emit(out, accumulate)
+        launch = runtime.current()
+        staged = launch.core.psum.allocate(tuple(out.shape), hw_dtypes.float32 if dtype is None else dtype,
+                                           name=launch.fresh_name("psum_stage"))
+        tile = NkiTensor.allocation(staged, "psum", launch)
+        emit(tile, None)
+        launch.core.tensor_copy(dst=out.hw_view(), src=staged.full)
+        launch.core.psum.free(staged)
+    emit_into.site = getattr(emit, "site", None)
+    return emit_into
+
+
+def _in_sbuf(x: NkiTensor, what: str) -> NkiTensor:
+    """x, or (for an engine that reads SBUF only, such as GpSimd) a tensor_copy of it out of PSUM, the
+    copy AWS's compiler inserts."""
+    x = issue.tile(x, what)
+    return tensor_copy(x) if x.buffer == "psum" else x
 
 
 # -- Tensor engine ---------------------------------------------------------------------------------------
@@ -258,7 +286,7 @@ def nc_matmul(dst: Tile | None, stationary: Tile, moving: Tile, is_stationary_on
                               moving=moving.hw_view(ranges), accumulate=flag)
 
     if dst is not None:
-        return _finish(dst, emit, None, None)
+        return _finish(dst, emit, None, None, ranges=ranges)
     # the result tile is allocated before the instruction runs: check the tile limits first, so a too
     # wide moving tile is reported as the matmul rule it breaks rather than as a PSUM bank overflow
     spec = launch.core.spec
@@ -269,7 +297,7 @@ def nc_matmul(dst: Tile | None, stationary: Tile, moving: Tile, is_stationary_on
             f"the limits are M <= {spec.stationary_fmax} (gemm_stationary_fmax), N <= {spec.moving_fmax} "
             f"(gemm_moving_fmax)", value=(M, N), limit=(spec.stationary_fmax, spec.moving_fmax))
     shape = (M,) + tuple(moving.shape[1:])
-    return _finish(None, emit, shape, dtype or hw_dtypes.float32, "psum", accumulates=True)
+    return _finish(None, emit, shape, dtype or hw_dtypes.float32, "psum", ranges=ranges, accumulates=True)
 
 
 @instruction(functional=("data",))
@@ -313,6 +341,8 @@ def dma_copy(dst: Tile, src: Tile, dst_rmw_op: Op | None = None, oob_mode: oob_m
         launch.core.dma_gather(dst=dst.hw_view(), src=src.hw_view(), indices=src._gather.hw_view())
         return None
     ranges = issue.ranges(mask, src) if mask is not None or src._valid is not None else None
+    if issue.skipped(ranges):
+        return None
     if np.dtype(dst.dtype) != np.dtype(src.dtype):
         launch.core.dma_copy_cast(dst=dst.hw_view(ranges), src=src.hw_view(ranges))
     else:
@@ -340,7 +370,16 @@ def dma_transpose(dst: Tile | None, src: Tile, axes: tuple | None = None, dge_mo
     transposed_index = tuple(next(shaped) if isinstance(e, slice) else e for e in box)
 
     def emit(out, _accumulate):
-        launch.core.dma_copy(dst=out.hw_view(), src=src._hw[transposed_index])
+        source = src._hw[transposed_index]
+        if np.dtype(out.dtype) == np.dtype(src.dtype):
+            launch.core.dma_copy(dst=out.hw_view(), src=source)
+        elif issue.dma_casts(launch.core):        # Trn2/Trn3: the DMA converts on the way
+            launch.core.dma_copy_cast(dst=out.hw_view(), src=source)
+        else:                                     # Trn1: stage in the source dtype, cast on an engine
+            staged = launch.core.sbuf.allocate(tuple(out.shape), src.dtype, name="transpose_stage")
+            launch.core.dma_copy(dst=staged.full, src=source)
+            launch.core.tensor_copy(dst=out.hw_view(), src=staged.full)
+            launch.core.sbuf.free(staged)
 
     return _finish(dst, emit, (src.shape[1], src.shape[0]), dtype or src.dtype, "sbuf")
 
@@ -496,7 +535,7 @@ def tensor_partition_reduce(dst: Tile | None, op: Op, data: Tile, name: str = ""
                             dtype: Dtype | None = None) -> Tile | None:
     """Reduce across partitions: dst[1, ...] = op over data[P, ...] (GpSimd engine; op: add, maximum,
     bitwise_or, bitwise_and)."""
-    data = issue.tile(data, "data")
+    data = _in_sbuf(data, "data")
     opcode = op_name(op)
     ranges = indexing.restrict(mask)
     launch = issue.begin()
@@ -666,7 +705,7 @@ def affine_select(dst: Tile | None, pattern: list | None = None, offset: int = 0
       cmp_op=nl.equal)`` (beta 2): the predicate is cmp_op(iota value, 0), with the iota value of
       `nisa.iota`'s pattern form.
     """
-    on_true = issue.tile(on_true_tile, "on_true_tile")
+    on_true = _in_sbuf(on_true_tile, "on_true_tile")
     if pred is None:
         if dst is None:
             raise NKIError("affine_select needs pred= (beta 1) or dst, pattern, ... (beta 2)")

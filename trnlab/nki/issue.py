@@ -41,7 +41,8 @@ def is_number(x) -> bool:
 
 
 # stands for "rows lo..hi of the partition axis" in a ranges dict (see ranges)
-PARTITION_ROWS = indexing.Iterator(size=0, axis=0, ndim=0)
+PARTITION_ROWS = indexing.NO_ROWS
+skipped = indexing.skipped
 
 
 def ranges(mask, *operands) -> dict:
@@ -75,6 +76,8 @@ def produce(shape, dtype, buffer: str, emit, accumulates: bool = False, ranges: 
     core, note, site = launch.core, launch.core.note, launch.site
 
     def emit_at_call_site(out, accumulate):
+        if skipped(ranges):
+            return                    # masked off entirely: no instruction
         core.note = note              # the instruction belongs to the line that asked for it
         try:
             emit(out, accumulate)
@@ -93,6 +96,11 @@ def produce(shape, dtype, buffer: str, emit, accumulates: bool = False, ranges: 
         if rows:
             result._valid = rows[0]
     return result
+
+
+def dma_casts(core) -> bool:
+    """Can this core's DMA engines convert dtypes on the way (NeuronCore-v3 / Trn2 and later)?"""
+    return str(getattr(core.spec, "generation", "v3")).lower().lstrip("v") != "2"
 
 
 def partition_position(t: NkiTensor) -> int:

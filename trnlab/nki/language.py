@@ -247,7 +247,9 @@ def load(src, *, mask=None, dtype=None, **kwargs) -> NkiTensor:
     def emit(out, _accumulate):
         if out.dtype == src.dtype:
             launch.core.dma_copy(dst=out.hw_view(ranges), src=src.hw_view(ranges))
-        else:  # DMA moves bytes; a cast needs an engine: load then tensor_copy
+        elif _issue.dma_casts(launch.core):   # Trn2/Trn3 DMA engines convert dtypes on the way
+            launch.core.dma_copy_cast(dst=out.hw_view(ranges), src=src.hw_view(ranges))
+        else:  # Trn1: DMA moves bytes; a cast needs an engine: load then tensor_copy
             staged = _allocate(out.shape, src.dtype, sbuf, "load", launch)
             launch.core.dma_copy(dst=staged.hw_view(ranges), src=src.hw_view(ranges))
             launch.core.tensor_copy(dst=out.hw_view(ranges), src=staged.hw_view(ranges))
@@ -286,6 +288,10 @@ def store(dst, value, *, mask=None, **kwargs) -> None:
                                    value=where, limit="hbm")
     if isinstance(value, (int, float)):
         value = full(dst.shape, value, dst.dtype)
+    if isinstance(value, NkiTensor) and value.buffer == "psum":
+        # DMA does not reach PSUM; AWS's compiler copies PSUM -> SBUF first (its attention tutorial,
+        # attn_fwd_v1, stores a matmul result straight from PSUM), casting to dst's dtype on the way
+        value = _isa.tensor_copy(value, dtype=dst.dtype, mask=mask)
     _isa.dma_copy(dst=dst, src=value, mask=mask)
 
 
@@ -317,11 +323,45 @@ def _binary(op: str, x, y, dtype=None, mask=None):
     if not isinstance(x, NkiTensor) or not isinstance(y, NkiTensor):
         raise NKIError(f"nl.{op} operands must be tiles or numbers, got {type(x).__name__}, {type(y).__name__}")
     if tuple(x.shape) != tuple(y.shape):
-        raise ShapeMismatchError(
-            f"shape mismatch in nl.{op}: {x.shape} vs {y.shape}; tiles must match, or one must be [P, 1] "
-            "(broadcast along the free axis); broadcast across partitions with .broadcast_to",
-            value=(x.shape, y.shape), limit="same shape")
+        shape = _free_broadcast_shape(x.shape, y.shape)
+        if shape is None:
+            raise ShapeMismatchError(
+                f"shape mismatch in nl.{op}: {x.shape} vs {y.shape}; tiles must match, or broadcast along "
+                "free axes of size 1 (same partitions); broadcast across partitions with .broadcast_to",
+                value=(x.shape, y.shape), limit="same shape")
+        x, y = _spread(x, shape), _spread(y, shape)
     return _isa.tensor_tensor(x, y, op, dtype=dtype, mask=mask)
+
+
+def _free_broadcast_shape(a: tuple, b: tuple):
+    """NumPy broadcasting of two tile shapes along free axes only (the partition sizes must match)."""
+    if len(a) != len(b) or not a or a[0] != b[0]:
+        return None
+    out = [a[0]]
+    for m, n in zip(a[1:], b[1:]):
+        if m != n and 1 not in (m, n):
+            return None
+        out.append(builtins.max(m, n))
+    return tuple(out)
+
+
+def _spread(x: NkiTensor, shape: tuple) -> NkiTensor:
+    """x read with stride 0 along its size-1 free axes, as an access pattern of `shape` (the operand
+    stream repeats those elements; no copy)."""
+    if tuple(x.shape) == tuple(shape):
+        return x
+    if x._index is not None or x._ap is not None:
+        x = copy(x)                                   # an access pattern needs a whole tile
+    storage = x._storage or x.shape
+    if math.prod(storage) != math.prod(x.shape):
+        raise ShapeMismatchError(f"shape mismatch: cannot broadcast {x.shape} to {shape}", value=x.shape, limit=shape)
+    strides, step = [], 1
+    for n in reversed(x.shape):
+        strides.append(step)
+        step *= n
+    strides = strides[::-1]
+    pattern = [[0 if (n == 1 and m != 1) else stride, m] for stride, n, m in zip(strides, x.shape, shape)]
+    return x.ap(pattern)
 
 
 def _make_binary(op: str):
