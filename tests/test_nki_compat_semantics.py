@@ -161,3 +161,20 @@ def test_compiler_directives_are_accepted_where_aws_kernels_put_them():
     x = np.random.default_rng(8).normal(size=(256, 32)).astype(np.float32)
     np.testing.assert_array_equal(kernel(x), x)
     assert kernel.nki_directives == {"skip_middle_end_transformations": True}
+
+
+def test_functional_matmul_of_a_transpose_result_reads_it_through_sbuf():
+    """Beta-1 kernels feed nisa.nc_transpose's PSUM result straight into nisa.nc_matmul."""
+    @nki.jit(target="trn1")
+    def kernel(a_tensor, b_tensor):
+        out = nl.ndarray((64, 256), dtype=nl.float32, buffer=nl.shared_hbm)
+        a_t = nisa.nc_transpose(nl.load(a_tensor))                  # [64, 128] -> [128, 64] in PSUM
+        nl.store(out, value=nl.copy(nisa.nc_matmul(a_t, nl.load(b_tensor))))
+        assert nisa.get_nc_version() >= nisa.nc_version.gen2
+        return out
+
+    rng = np.random.default_rng(9)
+    a, b = rng.normal(size=(64, 128)).astype(np.float32), rng.normal(size=(128, 256)).astype(np.float32)
+    run = nki.run(kernel, a, b)
+    np.testing.assert_allclose(run.outputs, a @ b, rtol=1e-4, atol=1e-4)
+    assert [op for _, op in _engines(run)] == ["nc_transpose", "tensor_copy", "nc_matmul", "tensor_copy"]

@@ -138,11 +138,13 @@ def test_matmul_instruction_reads_sbuf_not_psum():
     @nki.jit
     def kernel(x):
         tile = nl.load(x[:, 0:128])
-        product = nisa.nc_matmul(tile, tile)
-        again = nisa.nc_matmul(product, tile)
+        product = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
+        again = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
+        nisa.nc_matmul(dst=product, stationary=tile, moving=tile)
+        nisa.nc_matmul(dst=again, stationary=product, moving=tile)
         return x
 
-    _raises_at(kernel, "again = nisa.nc_matmul(product", errors.MemoryPlacementError, X128)
+    _raises_at(kernel, "nisa.nc_matmul(dst=again, stationary=product", errors.MemoryPlacementError, X128)
 
 
 def test_nl_matmul_of_a_psum_tile_copies_it_to_sbuf_first():

@@ -88,7 +88,8 @@ class oob_mode(enum.Enum):
     skip = 1
 
 
-class nc_version(enum.Enum):
+class nc_version(enum.IntEnum):
+    """nki.isa.nc_version, ordered: ``nisa.get_nc_version() >= nisa.nc_version.gen3``."""
     gen2 = 2
     gen3 = 3
     gen4 = 4
@@ -274,9 +275,13 @@ def nc_matmul(dst: Tile | None, stationary: Tile, moving: Tile, is_stationary_on
             raise NKIError(f"nc_matmul({flag}=True) is not simulated")
     if tile_position or tile_size:
         raise NKIError("nc_matmul(tile_position=, tile_size=): row/column tiling of the PE array is not simulated")
+    stationary, moving = issue.tile(stationary, "stationary"), issue.tile(moving, "moving")
+    if dst is None:
+        # functional style (beta 1): AWS's compiler moves a PSUM operand (e.g. an nc_transpose result)
+        # to SBUF for the Tensor engine; in destination style the operands are the kernel's to place
+        stationary, moving = _in_sbuf(stationary, "stationary"), _in_sbuf(moving, "moving")
     launch = issue.begin()
     ranges = indexing.restrict(mask)
-    stationary, moving = issue.tile(stationary, "stationary"), issue.tile(moving, "moving")
     if accumulate is None and psum_acc is not None:
         accumulate = psum_acc
 
