@@ -247,3 +247,20 @@ def test_a_list_schedule_that_does_not_fit_is_refused_with_the_overflow():
     program = nki.trace(blocked_in_python_lists, nki.ShapeDtype((128, 64 * 4096), "float32"), target="trn1")
     with pytest.raises(errors.SBUFOverflowError):
         list_schedule(program, window=200)
+
+
+def test_a_direct_allocation_keeps_the_address_the_kernel_gave():
+    import trnlab.nki.compiler as ncc
+
+    @nki.jit
+    def placed(a):
+        t = nl.ndarray((128, 512), dtype=nl.float32, buffer=ncc.sbuf.mod_alloc(base_addr=8192))
+        nisa.dma_copy(dst=t, src=a)
+        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=t)
+        return out
+
+    program = nki.trace(placed, X)
+    tile = next(b for b in program.buffers if b.memory == "sbuf")
+    assert tile.offset == 8192 and tile.placement["offset"] == 8192
+    np.testing.assert_array_equal(Device("trn2", cores=1).run(program, X).outputs, X)
