@@ -6,6 +6,10 @@
 Each notebook runs top to bottom in a fresh kernel from the current environment, with
 ``notebooks/`` as the working directory (as under ``jupyter lab notebooks/`` and nbval), and is
 saved with its outputs. Run it whenever the code a notebook shows changes.
+
+The stored metadata is what JupyterLab itself writes for the kernel (the kernelspec's display name,
+e.g. "Python 3 (ipykernel)", and the ``language_info`` the kernel reports), so that opening a
+notebook in JupyterLab does not mark it modified.
 """
 
 from __future__ import annotations
@@ -14,9 +18,19 @@ import time
 from pathlib import Path
 
 import nbformat
+from jupyter_client.kernelspec import KernelSpecManager
 from nbclient import NotebookClient
 
 from trnlab import NOTEBOOKS_DIR
+
+
+KERNEL_NAME = "python3"
+
+
+def kernelspec_metadata(kernel_name: str = KERNEL_NAME) -> dict:
+    """The notebook's ``kernelspec`` as JupyterLab writes it: from the installed kernel spec."""
+    spec = KernelSpecManager().get_kernel_spec(kernel_name)
+    return {"display_name": spec.display_name, "language": spec.language, "name": kernel_name}
 
 
 def execute_notebook(path: Path, timeout: int = 600) -> float:
@@ -24,7 +38,7 @@ def execute_notebook(path: Path, timeout: int = 600) -> float:
     path = Path(path)
     nb = nbformat.read(path, as_version=4)
     client = NotebookClient(
-        nb, timeout=timeout, kernel_name="python3", record_timing=False,  # no timestamps: diffs show only real changes
+        nb, timeout=timeout, kernel_name=KERNEL_NAME, record_timing=False,  # no timestamps: diffs show only real changes
         resources={"metadata": {"path": str(path.parent)}},
     )
     start = time.perf_counter()
@@ -32,6 +46,7 @@ def execute_notebook(path: Path, timeout: int = 600) -> float:
     elapsed = time.perf_counter() - start
     for cell in nb.cells:
         cell.metadata.pop("execution", None)  # timestamps left by earlier runs
+    nb.metadata["kernelspec"] = kernelspec_metadata()  # language_info: nbclient stores the kernel's own
     nbformat.write(nb, path)
     return elapsed
 
