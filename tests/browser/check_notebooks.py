@@ -187,6 +187,11 @@ def check_notebook(context, lab: JupyterLab, name: str, shots: Path, timeout_s: 
     report.screenshots.append(str(before))
     panel = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden)")
     text = page.evaluate(OUTPUT_TEXT)  # untrusted stored outputs: widgets show their text/plain
+    placeholder = panel.locator(".jp-OutputArea-output", has_text="an interactive widget")
+    if placeholder.count():
+        path = shots / f"{stem}_widget_before_run.png"
+        placeholder.first.locator("xpath=ancestor::div[contains(@class, 'jp-CodeCell')]").screenshot(path=str(path))
+        report.screenshots.append(str(path))
     for raw in RAW_WIDGET_TEXT:
         if raw in text:
             report.problems.append(f"before Run All, a widget shows its raw repr {raw!r} (execute the notebook "
