@@ -292,6 +292,13 @@ TRN2_CORE = TRN1_CORE.derive(
     dma_engine_bandwidth_theoretical=27.2e9,  # [DMA]
     # v3: Vector/GpSimd share no SBUF port; Vector/Scalar collide only on the same PSUM bank
     sbuf_port_shared=False, psum_port="bank",   # [ARCH-v3-PAR]
+    # ASSUMED, calibrated: 100 ns per descriptor. AWS's trn2 profile of the hoisted-loads tutorial
+    # kernel (fp32, [128, 512] loads with 2 KiB rows) shows the tensor engine 99.85 % active, so a
+    # load takes no longer than its four fp32 matmuls (853 ns): 8 rows per engine × ≤ 107 ns. 100 ns
+    # puts the knee of [DMA]'s bytes-per-partition figure at 2.3 KiB (44 / 89 / 100 % at 1 / 2 /
+    # 4 KiB). Validated on the other kernels of that table (docs/calibration.md). Trn3 inherits it
+    # (no published figure).
+    dma_descriptor_ns=100.0,
     fp8_peak_factor=2,                        # 158 fp8 vs 79 bf16 per core [ARCH-v3]
     quoted_tflops_bf16=79.0, quoted_tflops_fp32=20.0,
 )
