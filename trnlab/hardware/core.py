@@ -133,6 +133,7 @@ class NeuronCore:
         self._free = [0.0] * len(self.engines)     # when each engine (queue) is free
         self._hbm = scheduler.Channel()             # the shared HBM channel
         self._dma = scheduler.Channel()             # the core's DMA engines, shared by all queues
+        self._costs = {}                            # remembered answers of the pure cost model
         self._port_table = {}                       # shared memory ports: "sbuf", "psum", ("psum", bank)
         self._now = 0.0
         # tensor engine state: the stationary tile loaded, when its load ended, last matmul start
@@ -238,10 +239,18 @@ class NeuronCore:
         return eid
 
     def _cost_ns(self, eid: int, opcode: str, reads, writes, **attrs) -> float:
-        """ns a Vector / Scalar / GpSimd instruction keeps engine `eid` busy (`cost.cost`)."""
-        instr = cost.Instruction(opcode, _ENGINE_NAMES[eid], tuple(cost.operand(v) for v in reads),
-                                 tuple(cost.operand(v) for v in writes), attrs)
-        return cost.cost(instr, self.spec).ns
+        """ns a Vector / Scalar / GpSimd instruction keeps engine `eid` busy (`cost.cost`).
+
+        The answer depends only on the engine, opcode, elements per partition, operand count and
+        attributes, so it is remembered per such key (the cost model is pure)."""
+        first = reads[0] if reads else writes[0]
+        key = (eid, opcode, first.free_size, len(reads), tuple(attrs.items()))
+        ns = self._costs.get(key)
+        if ns is None:
+            instr = cost.Instruction(opcode, _ENGINE_NAMES[eid], tuple(cost.operand(v) for v in reads),
+                                     tuple(cost.operand(v) for v in writes), attrs)
+            ns = self._costs[key] = cost.cost(instr, self.spec).ns
+        return ns
 
     def _issue(self, eid, opcode, dur, reads, write, flops=0.0, also_write=None):
         """Schedule a Vector / Scalar / GpSimd instruction that reads `reads`, writes `write`
@@ -621,8 +630,16 @@ class NeuronCore:
         if free[eid] >= start:
             start, waited = free[eid], -1
         spec = self.spec
-        c = cost.cost(cost.Instruction(opcode, "dma", (cost.operand(src, True),),
-                                       (cost.operand(dst, True),)), spec)
+        # the pure cost model's answer depends on these numbers only: remembered per key
+        chunk = nbytes // max(dst.shape[0] if dst.shape else 1, 1) if opcode == "dma_gather" else \
+            min(cost.contiguous_bytes(src), cost.contiguous_bytes(dst))
+        rows = dst.partitions if dk == "sbuf" else (src.partitions if sk == "sbuf" else
+                                                    (dst.shape[0] if dst.shape else 1))
+        key = (nbytes, rows, chunk, "hbm" in (sk, dk))
+        c = self._costs.get(key)
+        if c is None:
+            c = self._costs[key] = cost.cost(cost.Instruction(
+                opcode, "dma", (cost.operand(src, True),), (cost.operand(dst, True),)), spec)
         begin = start + c.fixed_ns
         end = begin + c.cycles
         # all transfers share the core's DMA engines and (if they touch it) its HBM bandwidth:
