@@ -53,10 +53,23 @@ def allocate(program: Program, spec: "CoreSpec | str | None" = None) -> Program:
                 "psum": OnChipMemory("psum", spec, with_data=False)}
     starts, ends = live_ranges(program)
     placed = {}
+    # tiles the kernel placed itself hold their bytes for the whole program, so that the tiles the
+    # allocator places never land on them (AWS's kernels with direct allocation place every tile)
+    fixed = [b for b in program.buffers if b.on_chip and b.first >= 0 and b.placement]
+    for b in fixed:
+        try:
+            t = memories[b.memory].allocate(b.shape, b.dtype, b.name, b.partition_axis,
+                                            offset=int(b.placement["offset"]))
+        except (SBUFOverflowError, PSUMOverflowError) as error:
+            raise _overflow(error, program, b.first, b, memories[b.memory], placed) from None
+        b.offset = t.offset
+        placed[b.id] = t
     for k in sorted(set(starts) | set(ends)):
         for b in starts.get(k, ()):
+            if b.placement:
+                continue
             memory = memories[b.memory]
-            offset = None if not b.placement else int(b.placement["offset"])
+            offset = None
             try:
                 t = memory.allocate(b.shape, b.dtype, b.name, b.partition_axis, offset=offset)
             except (SBUFOverflowError, PSUMOverflowError) as error:
@@ -64,7 +77,8 @@ def allocate(program: Program, spec: "CoreSpec | str | None" = None) -> Program:
             b.offset = t.offset
             placed[b.id] = t
         for b in ends.get(k, ()):
-            memories[b.memory].free(placed.pop(b.id))
+            if not b.placement:
+                memories[b.memory].free(placed.pop(b.id))
     program.allocated = True
     return program
 
