@@ -67,21 +67,26 @@ def start_partition_ok(start: int, count: int, partitions: int = 128) -> bool:
 class NeuronCore:
     """One simulated NeuronCore. ``mode="full"`` computes values and time, ``"timing"`` time only."""
 
-    def __init__(self, spec: "CoreSpec | str" = "trn2", mode: str = "full", name: str = "core0"):
+    def __init__(self, spec: "CoreSpec | str" = "trn2", mode: str = "full", name: str = "core0",
+                 hbm: HBM | None = None, hbm_channel=None, hbm_bandwidth: float | None = None):
+        """`hbm`, `hbm_channel`, `hbm_bandwidth`: the chip's HBM, the channel its cores' DMAs
+        share and its bandwidth, when the core is one of a `Device`'s; alone, a core has its
+        own share of the chip's HBM (`CoreSpec.hbm_bytes`, `.hbm_bandwidth`)."""
         if mode not in ("full", "timing"):
             raise ValueError(f"mode must be 'full' or 'timing', got {mode!r}")
         self.spec = spec = core_spec(spec)
         self.mode = mode
         self.full = mode == "full"
         self.name = name
-        self.hbm = HBM(spec, self.full)
+        self.hbm = hbm if hbm is not None else HBM(spec, self.full)
+        self.hbm_bandwidth = hbm_bandwidth or spec.hbm_bandwidth
         self.sbuf = OnChipMemory("sbuf", spec, self.full)
         self.psum = OnChipMemory("psum", spec, self.full)
         self.engines = list(COMPUTE_ENGINES) + [f"dma{i}" for i in range(spec.dma_queues)]
-        self.timeline = Timeline(self.engines)
+        self.timeline = Timeline(self.engines, name=name)
         self._records = self.timeline.records
         self._free = [0.0] * len(self.engines)     # when each engine (queue) is free
-        self._hbm = scheduler.Channel()             # the shared HBM channel
+        self._hbm = hbm_channel or scheduler.Channel()   # the HBM channel (shared on a device)
         self._dma = scheduler.Channel()             # the core's DMA engines, shared by all queues
         self._sbuf_port = (0.0, -1)                 # (free at, last user) shared by DVE and POOL
         self._psum_port = (0.0, -1)                 # shared by DVE and ACT
@@ -122,6 +127,21 @@ class NeuronCore:
         if dtype is None:
             dtype = self.matmul_dtype or dtypes.bfloat16
         return Profile.from_timeline(self.timeline, self.spec, dtype=dtype)
+
+    def barrier(self) -> None:
+        """Every engine waits until everything issued so far is done: the next launch on this core
+        starts after the previous one, as the runtime runs a core's programs one after another."""
+        self._free = [max(self._now, f) for f in self._free]
+
+    def device_print(self, prefix: str, src) -> int:
+        """Print src's values (full mode; its shape in timing mode). Takes no engine time."""
+        src = _view(src, "src")
+        if self.full:
+            src.check_initialized()
+            print(prefix, src.read())
+        else:
+            print(prefix, f"<{src.shape} {dtypes.name(src.tensor.dtype)}, timing mode>")
+        return -1
 
     def __repr__(self) -> str:
         return (f"NeuronCore({self.spec.name}, mode={self.mode!r}, {len(self.timeline)} "
@@ -566,7 +586,7 @@ class NeuronCore:
         hbm = 0
         if sk == "hbm" or dk == "hbm":
             hbm = nbytes
-            hbm_ns = nbytes * 1e9 / spec.hbm_bandwidth
+            hbm_ns = nbytes * 1e9 / self.hbm_bandwidth
             hbm_end = self._hbm.reserve(begin, hbm_ns) + hbm_ns
             if hbm_end > end:
                 end = hbm_end

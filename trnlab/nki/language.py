@@ -452,13 +452,12 @@ def shared_identity_matrix(n: int, dtype=float32, **kwargs) -> NkiTensor:
 
 
 def device_print(prefix: str, x) -> None:
-    """Print a tile's values (full mode; in timing mode the shape only)."""
+    """Print a tile's values when the program runs (full mode; in timing mode the shape only): an
+    instruction of the program, like every other, so each replay prints again."""
     launch = _runtime.current()
     launch.flush()
     if isinstance(x, NkiTensor):
-        view = x.hw_view()
-        data = None if launch.timing_only else view.read()
-        print(prefix, data if data is not None else f"<{x.shape} {x.dtype}, timing mode>")
+        launch.core.device_print(prefix=prefix, src=x.hw_view())
     else:
         print(prefix, x)
 
