@@ -2,9 +2,10 @@
 and a rank that dies or hangs makes the job fail with a message, never hang.
 
 Kept short (1 layer, 3 steps, 2,000 training examples): the equality test starts torchrun and runs
-the 1-process job in the test's own process meanwhile (measured 43 s on a busy shared 2-core machine;
-the two failure tests about 30 s each). Tolerance: 1e-5 relative per step — the two runs add the same per-token losses and
-gradients in a different order (two shards, then the all-reduce), so they agree to float rounding.
+the 1-process job in the test's own process meanwhile (measured 43 s on a busy shared 2-core
+machine; the two failure tests about 30 s each). Tolerance: 1e-5 relative per step — the two runs
+add the same per-token losses and gradients in another order (two shards, then the all-reduce), so
+they agree to float rounding.
 """
 
 from __future__ import annotations
