@@ -3,6 +3,7 @@
     python benchmarks/bench_collectives.py             # everything (about 10 s)
     python benchmarks/bench_collectives.py --numerics  # wall time of the executed algorithms only
     python benchmarks/bench_collectives.py --model     # the modelled times per preset only
+    python benchmarks/bench_collectives.py --scaling   # DP / TP / PP scaling of a 7B-class model per preset
 
 Numerics: a ring / rdh / mesh all-reduce of p float32 arrays executed step by step, against NumPy's
 ``np.sum(np.stack(arrays), axis=0)`` on the same arrays (the baseline, measured in the same run).
@@ -52,16 +53,33 @@ def model() -> None:
     print(validation.markdown(validation.published_rows()))
 
 
+def scaling_tables(model_name: str = "7B-class", global_batch: int = 128) -> None:
+    from trnlab.distributed import scaling, topology
+    model = scaling.MODELS[model_name]
+    print(f"\n{model_name} ({model.params / 1e9:.1f}B parameters), {global_batch} sequences of {model.seq_len} tokens "
+          f"per step; tokens/s / share of the step communicating, not hidden (hidden too) (✕: does not fit a chip)")
+    for name in topology.SYSTEMS:
+        for strategy in ("dp", "tp", "pp"):
+            rows = scaling.scaling(model, topology.get(name), global_batch, strategy)
+            cells = "  ".join(f"{r.chips}:{r.tokens_per_second / 1e3:,.0f}k/{r.communication_share:.0%}"
+                              f"({r.collective_share:.0%})"
+                              f"{'' if r.fits else '✕'}" for r in rows)
+            print(f"  {name:24} {strategy.upper()}  {cells}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--numerics", action="store_true")
     parser.add_argument("--model", action="store_true")
+    parser.add_argument("--scaling", action="store_true")
     args = parser.parse_args()
-    both = not (args.numerics or args.model)
+    both = not (args.numerics or args.model or args.scaling)
     if args.numerics or both:
         numerics()
     if args.model or both:
         model()
+    if args.scaling or both:
+        scaling_tables()
 
 
 if __name__ == "__main__":

@@ -151,3 +151,12 @@ def test_validation_tables_agree_with_the_textbook_and_name_their_gap_to_measure
     # the model has no runtime overhead and ideal links: it is a lower bound of every measurement
     assert all(r["measured / model"] >= 1 for r in rows)
     assert all(math.isfinite(r["measured / fitted"]) for r in rows)
+
+
+def test_topologies_build_program_layer_devices_of_their_chip():
+    chips = T.devices(T.TRN2_48XLARGE, count=2)
+    assert [d.name for d in chips] == ["chip0", "chip1"] and len(chips[0].cores) == 8
+    (one,) = T.devices(T.chip_cores(T.presets.TRN1))
+    assert len(one.cores) == 2
+    with pytest.raises(ValueError, match="has 16 chips; asked for 17"):
+        T.devices(T.TRN1_32XLARGE, count=17)

@@ -168,7 +168,8 @@ def simulate(model: GPT, batches, steps: int, world: int, learning_rate: Callabl
              weight_decay: float = 0.1, grad_clip: float = 1.0, zero1: bool = False, algorithm: str = "ring",
              step_fn: TrainStep = torch_step) -> SimulatedRun:
     """Train `world` copies of `model` on shards of the same global batches, gradients joined by the
-    NumPy collectives. `batches` yields global (x, y); returns the loss of every step."""
+    NumPy collectives. `batches` yields global (x, y); returns the loss of every step, and leaves
+    rank 0's trained weights in `model`."""
     replicas = [copy.deepcopy(model) for _ in range(world)]
     for r in replicas:
         r.train()

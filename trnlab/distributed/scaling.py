@@ -111,6 +111,12 @@ class StepEstimate:
     memory: Memory
     hbm_bytes: int
     tokens: int
+    dp_total_ns: float = 0.0  # the whole data-parallel all-reduce, hidden or not
+
+    @property
+    def collective_share(self) -> float:
+        """All collective time (including the all-reduce hidden behind the backward) / step time."""
+        return (self.dp_total_ns + self.tp_ns + self.p2p_ns) / self.total_ns
 
     @property
     def chips(self) -> int:
@@ -158,11 +164,11 @@ def estimate(model: ModelShape, topology: Topology, global_batch: int, dp: int =
         raise ValueError(f"the global batch must split over the replicas: {global_batch} over dp={dp}")
     per_replica = global_batch // dp
     compute = global_batch * model.flops_per_sequence() / (chips * topology.peak_flops() * utilization) * 1e9
-    dp_ns = 0.0
+    dp_ns = dp_total = 0.0
     if dp > 1:
         grads = 2 * model.params / (tp * pp)
-        t = collectives.cost("all_reduce", grads, _group(topology, dp, tp * pp), algorithm).time_ns
-        dp_ns = max(0.0, t - overlap * compute)
+        dp_total = collectives.cost("all_reduce", grads, _group(topology, dp, tp * pp), algorithm).time_ns
+        dp_ns = max(0.0, dp_total - overlap * compute)
     microbatches = per_replica if pp > 1 else 1
     micro = per_replica / microbatches  # sequences per microbatch
     act = 2 * micro * model.seq_len * model.n_embd  # one (b, T, C) bf16 activation
@@ -177,7 +183,7 @@ def estimate(model: ModelShape, topology: Topology, global_batch: int, dp: int =
         p2p = 2 * (pp - 1 + microbatches) * send
     memory = memory_per_chip(model, per_replica, dp, tp, pp, zero1, microbatches)
     return StepEstimate((dp, tp, pp), compute, dp_ns, tp_ns, bubble, p2p, memory, topology.hbm_bytes_per_rank,
-                        global_batch * model.seq_len)
+                        global_batch * model.seq_len, dp_total)
 
 
 def scaling(model: ModelShape, topology: Topology, global_batch: int, strategy: str = "dp", **kwargs) -> list[StepEstimate]:

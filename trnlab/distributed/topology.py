@@ -233,3 +233,16 @@ def is_power_of_two(n: int) -> bool:
 
 def log2_ceil(n: int) -> int:
     return max(0, math.ceil(math.log2(n))) if n > 1 else 0
+
+
+def devices(topology: Topology, mode: str = "timing", count: int | None = None) -> list:
+    """The simulated chips of `topology` (or its first `count` ranks) as program-layer Devices: one
+    `trnlab.hardware.device.Device` per chip, named "chip0", "chip1", …; for a `chip_cores` topology,
+    one Device whose cores are the ranks. A program runs on them with ``device.run(program, ...)``."""
+    from trnlab.hardware.device import Device
+    if topology.rank_name == "core":
+        return [Device(topology.chip, mode=mode, cores=count or topology.ranks, name="chip0")]
+    n = topology.ranks if count is None else count
+    if not 1 <= n <= topology.ranks:
+        raise ValueError(f"{topology.name} has {topology.ranks} chips; asked for {n}")
+    return [Device(topology.chip, mode=mode, name=f"chip{i}") for i in range(n)]

@@ -108,12 +108,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def run(args: argparse.Namespace) -> dict:
+    """The job in this process (rank and world from torchrun's environment, else a group of one)."""
+    threads = torch.get_num_threads()
     torch.set_num_threads(1)  # the losses must not depend on the machine's core count
     group = Group(args.timeout)
     try:
         return _run(args, group)
     finally:
         group.close()
+        torch.set_num_threads(threads)
 
 
 def _run(args: argparse.Namespace, group: Group) -> dict:

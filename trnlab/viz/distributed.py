@@ -125,13 +125,14 @@ def plot_scaling(curves: dict[str, list[scaling.StepEstimate]], axes: tuple | No
         ax_tp.loglog(chips, [r.tokens_per_second for r in rows], "o-", color=colour, label=label, base=2)
         ax_tp.loglog(chips, [rows[0].tokens_per_second * c / chips[0] for c in chips], ":", color=colour, base=2)
         ax_comm.semilogx(chips, [100 * r.communication_share for r in rows], "o-", color=colour, label=label, base=2)
+        ax_comm.semilogx(chips, [100 * r.collective_share for r in rows], ":", color=colour, base=2)
         for r in rows:
             if not r.fits:
                 ax_tp.plot(r.chips, r.tokens_per_second, "x", color="black", ms=8)
     ax_tp.set_xlabel("chips"), ax_tp.set_ylabel("tokens / s")
     ax_tp.set_title("throughput (dotted: perfect scaling; ✕: does not fit in HBM)", fontsize=9)
     ax_comm.set_xlabel("chips"), ax_comm.set_ylabel("% of the step")
-    ax_comm.set_title("time spent communicating (not hidden)", fontsize=9)
+    ax_comm.set_title("time spent communicating (dotted: including what overlaps compute)", fontsize=9)
     for ax in (ax_tp, ax_comm):
         ax.grid(alpha=0.3, which="both")
         ax.legend(fontsize=7)
