@@ -13,6 +13,7 @@ not count) and instructions per CPU second, with the issue's targets (trace >= 2
 
     python benchmarks/bench_program.py             # n = 8192 (about 200,000 instructions)
     python benchmarks/bench_program.py --n 2048    # a quick run
+    python benchmarks/bench_program.py --schedules # program order vs the list schedule on the ladder
 """
 from __future__ import annotations
 
@@ -37,10 +38,40 @@ def measure(n: int) -> dict:
             "simulated_ms": run.latency_ns / 1e6}
 
 
+def compare_schedules(M: int = 4096, N: int = 2048, K: int = 4096) -> None:
+    """Ladder steps 2-5 (fp32) under both schedules, next to AWS's engine-active profile (Trn2)."""
+    from trnlab.hardware import presets
+    from trnlab.hardware.errors import HardwareError
+    from trnlab.hardware.schedule import list_schedule
+    print(f"ladder at M={M} N={N} K={K} fp32, Trn2, timing-only; AWS's profile is at M=4096 N=8192 K=8192")
+    for kernel in ladder.LADDER[1:]:
+        spec = presets.TRN2.core
+        if kernel is ladder.matmul_block_free:
+            spec = ladder.roomy_trn2(max(spec.sbuf_partition_bytes, ladder.block_free_sbuf_bytes(K)))
+        program = nki.trace(kernel, nki.ShapeDtype((K, M), "float32"), nki.ShapeDtype((K, N), "float32"),
+                            target=spec)
+        aws = ladder.AWS_TRN2_ACTIVE.get(kernel.__name__, {})
+        for name in ("program", "list"):
+            try:
+                p = program if name == "program" else list_schedule(program)
+            except HardwareError as error:
+                print(f"  {kernel.__name__:22s} {name:8s} refused: {str(error).splitlines()[0][:70]}")
+                continue
+            run = Device(spec, mode="timing", cores=1).run(p, None, None)
+            active = run.profile(dtype="float32").active
+            print(f"  {kernel.__name__:22s} {name:8s} {run.latency_us:9.1f} us   TensorE {100 * active.get('pe', 0):5.1f} % "
+                  f"(AWS {aws.get('pe', float('nan')):5.1f})   DMA {100 * active.get('dma (any queue)', 0):5.1f} % "
+                  f"(AWS {aws.get('dma', float('nan')):5.1f})")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=8192)
+    parser.add_argument("--schedules", action="store_true", help="compare the two schedules on the ladder")
     args = parser.parse_args()
+    if args.schedules:
+        compare_schedules()
+        return
     r = measure(args.n)
     k = r["instructions"]
     trace_rate, replay_rate = k / r["trace_s"], k / r["replay_s"]

@@ -18,7 +18,7 @@ from collections import defaultdict
 
 from .errors import PSUMOverflowError, SBUFOverflowError
 from .memory import OnChipMemory, _fmt_bytes
-from .presets import CoreSpec, core_spec
+from .presets import CORES, CoreSpec, core_spec
 from .program import Program, locate_instruction
 
 
@@ -32,9 +32,23 @@ def live_ranges(program: Program) -> tuple[dict, dict]:
     return starts, ends
 
 
+def target_spec(program: Program, spec=None) -> CoreSpec:
+    """The CoreSpec a program is allocated for: `spec`, else the one it was traced with, else the
+    preset its target names."""
+    if spec is not None:
+        return core_spec(spec)
+    traced = getattr(program, "_spec", None)
+    if traced is not None:
+        return traced
+    for preset in CORES.values():
+        if preset.name == program.target:
+            return preset
+    return core_spec(program.target)
+
+
 def allocate(program: Program, spec: "CoreSpec | str | None" = None) -> Program:
     """Set `offset` on every on-chip buffer of `program` (in place) and return it."""
-    spec = core_spec(spec or program.target)
+    spec = target_spec(program, spec)
     memories = {"sbuf": OnChipMemory("sbuf", spec, with_data=False),
                 "psum": OnChipMemory("psum", spec, with_data=False)}
     starts, ends = live_ranges(program)
@@ -61,9 +75,7 @@ def _overflow(error, program: Program, k: int, buffer, memory: OnChipMemory, pla
     live.sort(key=lambda b: -b.partition_bytes)
     shown = ", ".join(f"{b.name} {_fmt_bytes(b.partition_bytes)}" for b in live[:8])
     more = f" and {len(live) - 8} more" if len(live) > 8 else ""
-    line = program.instructions[k].line
-    where = f" at instruction {k}" + (f" ({line})" if line else "")
-    message = (f"{error.args[0]}{where}; live there: {len(live)} tiles, "
+    message = (f"{error.args[0]}; live there: {len(live)} tiles, "
                f"{_fmt_bytes(sum(b.partition_bytes for b in live))} per partition: {shown}{more}")
     cls = type(error)
     new = cls(message, value=error.value, limit=error.limit)

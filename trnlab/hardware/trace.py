@@ -99,6 +99,7 @@ class Recorder:
         self.sbuf = _TraceOnChip("sbuf", self)
         self.psum = _TraceOnChip("psum", self)
         self.program = Program(name=name, target=spec.name)
+        self.program._spec = spec
         self._ids: dict[int, int] = {}        # id(hardware Tensor) -> buffer id
         self._tensors: list[Tensor] = []      # kept alive so that ids stay unique
         self._regions: list[str] = []
