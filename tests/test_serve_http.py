@@ -188,3 +188,36 @@ def test_the_official_openai_client_works_against_it(server):
     assert error.value.body["code"] == "model_not_found"
     with pytest.raises(openai.BadRequestError, match="unknown character"):
         client.completions.create(model=MODEL_NAME, prompt="12*5")
+
+
+def test_the_serve_command_starts_a_server_on_the_port_it_is_given():
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    from trnlab import REPO_ROOT
+
+    with socket.socket() as s:                                   # a free loopback port
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    process = subprocess.Popen([sys.executable, "-m", "trnlab", "serve", "--host", "127.0.0.1", "--port", str(port),
+                                "--device", "cpu"], cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.time() + 90
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as response:
+                    assert json.loads(response.read())["device"] == "cpu"
+                    break
+            except OSError:
+                assert process.poll() is None and time.time() < deadline, process.stderr.read().decode()[-2000:]
+                time.sleep(0.5)
+        body = json.dumps({"model": MODEL_NAME, "prompt": "12+5"}).encode()
+        request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", data=body,
+                                         headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=30) as response:
+            assert json.loads(response.read())["choices"][0]["text"] == "17"
+    finally:
+        process.terminate()
+        process.wait(timeout=30)

@@ -114,8 +114,8 @@ class Service:
         self._inbox.put(("cancel", request, None))
 
     def _loop(self) -> None:
-        engine = self.engine
         while not self._stop.is_set():
+            engine = self.engine
             try:                      # block while there is nothing to do; otherwise only drain the inbox
                 message = self._inbox.get(timeout=None if engine.idle else 0)
             except queue.Empty:
@@ -145,7 +145,7 @@ class Service:
                 for events in self._listeners.values():
                     events.put(error)
                 self._listeners.clear()
-                engine.__init__(self.backend, self.tokenizer.eos_id, engine.max_batch)
+                self.engine = Engine(self.backend, self.tokenizer.eos_id, engine.max_batch)   # a clean start
                 continue
             for event in produced:
                 listener = self._listeners.get(event.request)
