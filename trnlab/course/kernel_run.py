@@ -18,6 +18,7 @@ import secrets
 import shutil
 import subprocess
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -118,6 +119,11 @@ def _read_result(cell: nbformat.NotebookNode, nonce: str, exercise_id: str) -> d
     return None
 
 
+# Judging measures the real model and simulator (forward hooks, FLOP counters); submissions graded
+# in parallel threads (-j) must not measure at the same time, or each would count the other's runs.
+_JUDGE_LOCK = threading.Lock()
+
+
 def _judged(ex: registry.Exercise, seed: int, result: dict, notebook: str) -> ExerciseGrade:
     """Judge the plain answers a grade cell sent back; expected values exist only in this process."""
     tampered = [str(t) for t in result.get("tampered", [])][:20]
@@ -125,7 +131,8 @@ def _judged(ex: registry.Exercise, seed: int, result: dict, notebook: str) -> Ex
         return ExerciseGrade(ex.id, notebook, 0, ex.points, "missing", str(result["missing"]), tampered)
     if not isinstance(result.get("payload"), str):
         return ExerciseGrade(ex.id, notebook, 0, ex.points, "not_graded", "the grader's check sent no answers back", tampered)
-    outcome = registry.judge(ex, seed, result["payload"], tuple(registry.EXTRA_CHECKS.get(ex.id, ())))
+    with _JUDGE_LOCK:
+        outcome = registry.judge(ex, seed, result["payload"], tuple(registry.EXTRA_CHECKS.get(ex.id, ())))
     return ExerciseGrade(ex.id, notebook, outcome.points, ex.points, outcome.status, outcome.message, tampered)
 
 

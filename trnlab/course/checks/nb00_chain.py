@@ -32,7 +32,7 @@ def measured_cost_without_cache(prompt_tokens: int, answer_tokens: int) -> tuple
     per token written, each time on the whole sequence — and count with forward hooks the positions
     it runs on and the attention scores one head of one layer computes."""
     model, tokenizer = _model()
-    positions, scores = [], []
+    positions, scores = [], []  # (callers that judge in parallel threads serialise: kernel_run._JUDGE_LOCK)
     hooks = [model.register_forward_pre_hook(lambda module, args: positions.append(args[0].shape[1])),
              model.blocks[0].attn.register_forward_hook(lambda module, args, out: scores.append(args[0].shape[1] ** 2))]
     try:
