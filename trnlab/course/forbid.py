@@ -128,7 +128,7 @@ def resolve(names: Iterable[str]) -> tuple[list[tuple[str, types.FunctionType]],
             attributes.append((owner, rest[-1], dotted))
     for name, module in list(sys.modules.items()):
         if isinstance(module, types.ModuleType) and name.startswith(ALWAYS_OFF_MODULES):
-            functions += [(name, f) for f in _functions_of(module)]
+            functions += [(f"{f.__module__}.{f.__qualname__}", f) for f in _functions_of(module)]
     for module_name, attrs in PROCESS_BUILTINS.items():
         module = sys.modules.get(module_name)
         for attr in attrs if module is not None else ():
