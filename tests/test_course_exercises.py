@@ -1,22 +1,31 @@
-"""The student-facing `check` and the registry: ✓/✗ with a hint, never an exception."""
+"""The student-facing `check`, the registry, and how an answer crosses into a comparison: plain data
+only, judged in another process, with the package's own versions switched off while it runs."""
 
 from __future__ import annotations
 
 import pytest
 
-from trnlab.course import exercises
-from trnlab.course.exercises import CheckFailed, check, evaluate, exercise, extra_check, run_check
+from trnlab.course import exercises, plain
+from trnlab.course.errors import CheckFailed
+from trnlab.course.exercises import check, collect, exercise, extra_check, judge, run_check
 
 
 @pytest.fixture
 def double_exercise():
     """A throwaway exercise: `double(x)` must return 2 * x; removed from the registry afterwards."""
 
-    @exercise("test_double", notebook="test_notebook", points=2, answer="double", title="Double a number")
-    def checker(double):
-        for x in (0, 3, -4):
-            if double(x) != 2 * x:
-                raise CheckFailed(f"expected {2 * x}, got {double(x)} for input {x}")
+    @exercise("test_double", notebook="test_notebook", points=2, answer="double", title="Double a number",
+              asks_for=("trnlab.data.tasks.problem_key",))
+    class Double:
+        def cases(rng):
+            return [0, 3, -4, int(rng.integers(5, 100))]
+
+        def run(double, x):
+            return plain.integer(double(x))
+
+        def judge(x, got):
+            if got != 2 * x:
+                raise CheckFailed(f"expected {2 * x}, got {got} for input {x}")
 
     yield exercises.REGISTRY["test_double"]
     exercises.REGISTRY.pop("test_double")
@@ -33,23 +42,36 @@ def stub(x):
     (stub, "not_attempted", "not attempted yet"),
     (lambda x: 1 / 0, "error", "your code raised ZeroDivisionError"),
 ])
-def test_evaluate_classifies_each_outcome(double_exercise, answer, status, hint):
-    result = evaluate(double_exercise, answer)
+def test_judging_classifies_each_outcome(double_exercise, answer, status, hint):
+    result = run_check("test_double", answer, local=True)
     assert result.status == status and hint in result.message
     assert result.points == (2 if status == "passed" else 0) and result.max_points == 2
 
 
-def test_check_prints_a_mark_and_a_hint_and_never_raises(double_exercise, capsys):
-    assert check("test_double", lambda x: 2 * x) is None  # a check cell shows only what it prints
-    assert "✓ Double a number [2/2 points]" in capsys.readouterr().out
-    check("test_double", lambda x: x)
-    check("test_double", lambda x: exit())  # SystemExit from the answer
-    check("no_such_exercise", lambda x: x)
+def test_check_prints_a_mark_and_a_hint_and_never_raises(capsys):
+    exercises.load_all()
+    right = lambda n_embd: 12 * n_embd * n_embd + 13 * n_embd  # noqa: E731
+    assert check("nb02_block_params", right) is None  # a check cell shows only what it prints
+    assert "✓ Parameters of one transformer block [2/2 points]" in capsys.readouterr().out
+    check("nb02_block_params", lambda n: 12 * n * n)
+    check("nb02_block_params", lambda n: exit())  # SystemExit from the answer
     out = capsys.readouterr().out
-    assert out.count("✗") == 3
-    assert "hint: expected 6, got 3 for input 3" in out
-    assert "SystemExit" in out
-    assert "✗ no_such_exercise: could not be checked" in out
+    assert out.count("✗") == 2 and "hint: expected" in out and "SystemExit" in out
+
+
+def test_an_exercise_known_only_to_the_grader_says_it_is_checked_at_grading(capsys):
+    check("nb09_only_in_extra_checks", lambda x: x)
+    out = capsys.readouterr().out
+    assert "checked when your notebook is graded" in out and "✗" not in out
+
+
+def test_the_oracle_judges_in_another_process_with_the_same_verdict_as_here(double_exercise):
+    # the throwaway exercise exists only in this process; a course exercise goes to the oracle
+    exercises.load_all()
+    wrong = lambda n: 12 * n * n  # noqa: E731
+    remote = run_check("nb02_block_params", wrong, seed=7)
+    here = run_check("nb02_block_params", wrong, seed=7, local=True)
+    assert (remote.status, remote.message) == (here.status, here.message) and "expected" in here.message
 
 
 def test_run_check_without_an_answer_is_missing(double_exercise):
@@ -57,21 +79,42 @@ def test_run_check_without_an_answer_is_missing(double_exercise):
 
 
 def test_extra_checks_must_also_pass(double_exercise):
-    assert run_check("test_double", lambda x: 2 * x).passed
+    assert run_check("test_double", lambda x: 2 * x, local=True).passed
 
     @extra_check("test_double")
-    def no_floats(double):
-        if double(0.5) != 1.0:
-            raise CheckFailed("hidden: expected 1.0 for 0.5")
+    class NoFloats:
+        def cases(rng):
+            return [0.5]
 
-    assert run_check("test_double", lambda x: 2 * x).passed
-    result = run_check("test_double", lambda x: 2 * int(x))
+        def run(double, x):
+            return plain.number(double(x))
+
+        def judge(x, got):
+            if got != 1.0:
+                raise CheckFailed("hidden: expected 1.0 for 0.5")
+
+    assert run_check("test_double", lambda x: 2 * x, local=True).passed
+    result = run_check("test_double", lambda x: 2 * int(x), local=True)
     assert result.status == "failed" and "hidden" in result.message
 
 
 def test_registering_one_id_twice_is_an_error(double_exercise):
+    class Other:
+        def cases(rng): return []  # noqa: E704
+        def run(a, c): return 0  # noqa: E704
+        def judge(c, g): pass  # noqa: E704
+
     with pytest.raises(ValueError, match="registered twice"):
-        exercise("test_double", notebook="test_notebook", points=1, answer="d", title="t")(lambda d: None)
+        exercise("test_double", notebook="test_notebook", points=1, answer="d", title="t")(Other)
+
+
+def test_cases_are_drawn_from_the_seed_so_a_fixed_table_of_answers_fails(double_exercise):
+    table = {0: 0, 3: 6, -4: -8}  # the cases a student saw once
+    result = run_check("test_double", lambda x: table.get(x, 0), local=True)
+    assert result.status == "failed" and "expected" in result.message
+
+
+# ----------------------------------------------------------------------------- answers as plain data
 
 
 def test_an_object_that_equals_everything_is_not_an_answer(double_exercise):
@@ -79,9 +122,37 @@ def test_an_object_that_equals_everything_is_not_an_answer(double_exercise):
         def __eq__(self, other):
             return True
 
-        def __ne__(self, other):
-            return False
-
-    result = run_check("test_double", lambda x: AlwaysEqual())
+    result = run_check("test_double", lambda x: AlwaysEqual(), local=True)
     assert result.status == "failed" and "AlwaysEqual" in result.message
-    assert run_check("test_double", lambda x: [2 * x][0]).passed  # plain values inside containers are fine
+
+
+def test_an_int_subclass_disguised_as_a_builtin_is_rejected(double_exercise):
+    class Sneaky(int):
+        __module__ = "builtins"
+        __qualname__ = __name__ = "int"
+
+        def __eq__(self, other):
+            return True
+
+        __hash__ = int.__hash__
+
+    result = run_check("test_double", lambda x: Sneaky(0), local=True)
+    assert result.status == "failed" and "subclass of int" in result.message
+
+
+def test_plain_data_survives_the_trip_and_nothing_else_does():
+    import numpy as np
+
+    value = {"a": [1, 2.5, "x", None, True], "b": np.arange(6, dtype=np.float32).reshape(2, 3)}
+    back = plain.decode(plain.encode(value))
+    assert back["a"] == [1, 2.5, "x", None, True] and type(back["b"]) is np.ndarray
+    assert np.array_equal(back["b"], value["b"])
+    with pytest.raises(TypeError, match="not plain data"):
+        plain.encode({"a": object()})
+
+
+def test_collect_sends_only_data_and_judge_computes_the_expected_value(double_exercise):
+    payload = collect(double_exercise, lambda x: 2 * x, seed=11)
+    assert "expected" not in payload  # the student side never sees an expected value
+    assert judge(double_exercise, 11, payload).passed
+    assert not judge(double_exercise, 12, payload).passed  # other seed, other cases: the answers no longer fit

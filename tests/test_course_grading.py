@@ -194,8 +194,31 @@ def test_monkeypatched_numpy_and_checkers_are_undone_while_checking(graded):
     assert points(graded, "monkeypatch") == ZERO
     assert set(statuses(graded, "monkeypatch").values()) == {"failed"}
     tampered = result["fx_square"]["tampered"]
-    assert "numpy.allclose" in tampered and "trnlab.course.exercises.evaluate" in tampered
-    assert any("check_square (its code)" in t for t in tampered)
+    assert "numpy.allclose" in tampered and "trnlab.course.exercises.collect" in tampered
+    assert any("Square.run (its code)" in t for t in tampered)
+
+
+def test_reading_the_checkers_frames_finds_no_expected_value(graded):
+    assert points(graded, "frame_reader") == ZERO
+    assert set(statuses(graded, "frame_reader").values()) == {"failed"}
+
+
+def test_objects_that_equal_everything_are_rejected_as_answers(graded):
+    results = graded[0]["equals_everything"]["exercises"]
+    assert points(graded, "equals_everything") == ZERO
+    assert "subclass" in results["fx_square"]["message"] and "subclass" in results["fx_vowels"]["message"]
+
+
+def test_the_checkers_are_switched_off_while_the_answer_runs(graded):
+    results = graded[0]["uses_checker"]["exercises"]
+    assert points(graded, "uses_checker") == {**ZERO, "fx_vowels": 3}
+    assert "switched off" in results["fx_square"]["message"] and "switched off" in results["fx_mean"]["message"]
+
+
+def test_feedback_accuses_no_one_of_patching_when_nothing_was_patched(graded):
+    for student in ("solved", "unsolved", "wrong", "frame_reader", "equals_everything"):
+        assert not any(e["tampered"] for e in graded[0][student]["exercises"].values()), student
+        assert "had replaced" not in (graded[2] / "feedback" / f"{student}.md").read_text()
 
 
 def test_folder_submission_grades_its_notebook_and_ignores_scratch_and_checkpoints(graded):

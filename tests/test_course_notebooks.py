@@ -104,6 +104,22 @@ def test_unsolved_notebook_earns_zero(graded, notebook, exercise_id):
     assert (result["points"], result["status"]) == (0, "not_attempted"), result
 
 
+@pytest.mark.parametrize("variant", ["solved", "unsolved", "wrong"])
+def test_feedback_accuses_no_one_of_patching_libraries(graded, variant):
+    if variant not in VARIANTS:
+        pytest.skip(f"{variant} copies not graded (TRNLAB_GRADE_VARIANTS)")
+    for notebook in NOTEBOOKS:
+        for exercise_id, result in graded[f"{variant}-{notebook}"]["exercises"].items():
+            assert result["tampered"] == [], f"{variant}-{notebook} {exercise_id}: {result['tampered']}"
+
+
+def test_csv_columns_follow_the_notebooks_order(graded):
+    from trnlab.course.results import columns
+
+    order = [i for name in NOTEBOOKS for i in find_exercise_cells(NOTEBOOKS[name]) if i in registry.REGISTRY]
+    assert columns(list(NOTEBOOKS)) == order
+
+
 # ----------------------------------------------------------------------------- the format, without a kernel
 
 
@@ -117,7 +133,8 @@ def test_exercise_cells_follow_the_course_format(notebook, exercise_id):
     solution, check = nb.cells[cells.solution[0]], nb.cells[cells.check[0]]
     assert "# YOUR CODE HERE" in solution.source and "raise NotImplementedError" in solution.source
     assert re.search(rf"\bdef {re.escape(ex.answer)}\(", solution.source), f"the stub must define `{ex.answer}`"
-    assert check.metadata["nbgrader"].get("points") == ex.points, "cell metadata and registry disagree on points"
+    assert "points" not in check.metadata["nbgrader"], "points live in the registry only (nbgrader-export writes them)"
+    assert not re.search(r"\(\d+ points?\)", nb.cells[cells.solution[0] - 1].source), "no points in the statement text"
     assert re.search(rf"check\(\s*[\"']{exercise_id}[\"']\s*,\s*{re.escape(ex.answer)}\s*\)", check.source)
     assert cells.solution[0] < cells.check[0]
     for suffix in ("", ".wrong"):

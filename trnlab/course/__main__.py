@@ -3,6 +3,7 @@
     execute [NOTEBOOK...]                 re-execute notebooks in place, keeping their outputs
     solve NOTEBOOK -o OUT [--wrong]       write a copy with the reference solutions inserted
     grade SUBMISSION... --out grades.csv  grade students' notebooks (CSV, JSON, feedback files)
+    nbgrader-export COURSE_DIR            write an nbgrader course directory (source/, config)
 
 `python -m trnlab.course COMMAND --help` describes each command's options.
 """
@@ -30,6 +31,10 @@ def main(argv: list[str] | None = None) -> int:
         from trnlab.course.grade import main as grade_main
 
         return grade_main(rest)
+    if command == "nbgrader-export":
+        from trnlab.course.nbgrader_export import main as export_main
+
+        return export_main(rest)
     print(f"unknown command {command!r}\n\n{__doc__.strip()}", file=sys.stderr)
     return 2
 

@@ -1,35 +1,47 @@
-"""The exercise registry and the student-facing `check`.
+"""The exercise registry, and how an answer is checked: run beside the student, judged elsewhere.
 
 An exercise is a pair of notebook cells, marked in nbgrader's metadata format:
 
 - the *solution* cell, ``{"nbgrader": {"grade_id": "nb01_encode", "solution": true, "grade": false}}``,
   holds a stub (``# YOUR CODE HERE`` / ``raise NotImplementedError``) that the student replaces and
   that defines the answer under a known name (``Exercise.answer``);
-- the *check* cell, ``{"nbgrader": {"grade_id": "nb01_encode_check", "grade": true, "points": 2}}``,
-  calls ``check("nb01_encode", encode)``.
+- the *check* cell, ``{"nbgrader": {"grade_id": "nb01_encode_check", "grade": true}}``, calls
+  ``check("nb01_encode", encode_example)``. Points live here, in the registry, and nowhere else
+  (``nbgrader-export`` writes them into the nbgrader source tree).
 
-Each exercise's checker lives in ``trnlab/course/checks/`` beside the other exercises of its notebook.
-A checker receives the student's answer and raises `CheckFailed` (or ``AssertionError``) with a hint
-that says what was expected, what came back and for which input. `check` turns that into ✓ / ✗ and
+A checker (one class per exercise in ``trnlab/course/checks/``, registered with `exercise`) has three
+parts, because the expected values must never exist where the student's code can reach them:
+
+- ``cases(rng)``: inputs drawn from a seed chosen when the check runs (plain data);
+- ``run(answer, case)``: runs *beside the student's code* — calls the answer on one case and turns
+  the result into plain data (`trnlab.course.plain`), rejecting subclasses and foreign objects;
+  while the answer runs, the package functions the exercise asks for (``asks_for``) and every
+  checker are switched off (`trnlab.course.forbid`);
+- ``judge(case, got)``: runs *in another process* — the grader's, or for a student's instant check
+  the oracle (`trnlab.course.oracle`) — computes the expected value and raises `CheckFailed` with a
+  hint that says what was expected, what came back and for which input.
+
+`collect` is the student side, `judge` the other; `run_check` does both. `check` prints ✓ / ✗ and
 never raises, so a notebook with unsolved exercises still runs to the end.
 """
 
 from __future__ import annotations
 
-import functools
 import importlib
 import pkgutil
+import secrets
 import sys
 import traceback
-import types
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
+
+import numpy as np
+
+from trnlab.course import forbid, plain
+from trnlab.course.errors import CheckFailed, Unavailable
 
 _UNSET = object()
-
-
-class CheckFailed(Exception):
-    """Raised by a checker: the message is the hint the student sees."""
+GRADING = False  # set by the grader in a submission's kernel: check() cells then only say so
 
 
 @dataclass(frozen=True)
@@ -37,13 +49,18 @@ class Exercise:
     id: str  # nbgrader grade_id of the solution cell, e.g. "nb01_encode"
     notebook: str  # notebook stem, e.g. "01_training_data"
     points: int
-    answer: str  # the name the solution cell defines, e.g. "encode"
+    answer: str  # the name the solution cell defines, e.g. "encode_example"
     title: str
-    checker: Callable[[Any], None] = field(compare=False, repr=False)
+    spec: Any = field(compare=False, repr=False)  # the class with cases / run / judge
+    asks_for: tuple[str, ...] = ()  # package functions the student writes here: off while the answer runs
 
     @property
     def check_cell_id(self) -> str:
         return f"{self.id}_check"
+
+    @property
+    def module(self) -> str:
+        return self.spec.__module__
 
 
 @dataclass(frozen=True)
@@ -59,29 +76,37 @@ class CheckResult:
 
 
 REGISTRY: dict[str, Exercise] = {}
-# Instructors' private checks (`--extra-checks FILE` of the grader): more checkers for an exercise
-# that is already registered; the answer must pass the public checker and every extra one.
-EXTRA_CHECKS: dict[str, list[Callable[[Any], None]]] = {}
+# Instructors' private checks (`--extra-checks FILE` of the grader): more checkers (cases / run /
+# judge) for an exercise; the answer must pass the public checker and every extra one.
+EXTRA_CHECKS: dict[str, list[Any]] = {}
 
 
-def exercise(id: str, *, notebook: str, points: int, answer: str, title: str) -> Callable:
-    """Decorator that registers a checker function as exercise `id`."""
+def _require_parts(spec: Any) -> None:
+    missing = [part for part in ("cases", "run", "judge") if not callable(getattr(spec, part, None))]
+    if missing:
+        raise TypeError(f"checker {getattr(spec, '__name__', spec)!r} lacks {', '.join(missing)}")
 
-    def register(checker: Callable[[Any], None]) -> Callable[[Any], None]:
-        if id in REGISTRY and REGISTRY[id].checker is not checker:
+
+def exercise(id: str, *, notebook: str, points: int, answer: str, title: str, asks_for: tuple[str, ...] = ()):
+    """Class decorator that registers a checker (with ``cases``, ``run``, ``judge``) as exercise `id`."""
+
+    def register(spec: Any) -> Any:
+        _require_parts(spec)
+        if id in REGISTRY and REGISTRY[id].spec is not spec:
             raise ValueError(f"exercise id {id!r} is registered twice")
-        REGISTRY[id] = Exercise(id, notebook, points, answer, title, checker)
-        return checker
+        REGISTRY[id] = Exercise(id, notebook, points, answer, title, spec, tuple(asks_for))
+        return spec
 
     return register
 
 
-def extra_check(id: str) -> Callable:
-    """Decorator for an instructor's private checker of exercise `id` (see `EXTRA_CHECKS`)."""
+def extra_check(id: str):
+    """Class decorator for an instructor's private checker of exercise `id` (see `EXTRA_CHECKS`)."""
 
-    def register(checker: Callable[[Any], None]) -> Callable[[Any], None]:
-        EXTRA_CHECKS.setdefault(id, []).append(checker)
-        return checker
+    def register(spec: Any) -> Any:
+        _require_parts(spec)
+        EXTRA_CHECKS.setdefault(id, []).append(spec)
+        return spec
 
     return register
 
@@ -112,68 +137,131 @@ def get(id: str) -> Exercise:
     return REGISTRY[id]
 
 
-# What an answer function may return: values of these libraries, not objects of a class the notebook
-# defined (whose `__eq__` could say True to anything the checker compares it with).
-PLAIN_VALUE_PACKAGES = ("builtins", "numpy", "torch", "ml_dtypes", "trnlab", "collections", "fractions", "decimal")
+def new_seed() -> int:
+    """A seed for one check: secret until the check runs, so no answer can be prepared for its cases."""
+    return secrets.randbits(62)
 
 
-def _reject_own_classes(value: Any, depth: int = 0) -> None:
-    package = str(getattr(type(value), "__module__", "")).split(".")[0]
-    if package not in PLAIN_VALUE_PACKAGES:
-        raise CheckFailed(f"your function returned a {type(value).__name__} object defined outside NumPy/PyTorch/"
-                          "trnlab; return plain values (numbers, lists, dicts, arrays, tensors)")
-    if depth < 3 and isinstance(value, (list, tuple, set, frozenset)):
-        for item in list(value)[:1000]:
-            _reject_own_classes(item, depth + 1)
-    elif depth < 3 and isinstance(value, dict):
-        for item in [*list(value)[:1000], *list(value.values())[:1000]]:
-            _reject_own_classes(item, depth + 1)
+def part_seed(seed: int, part: int) -> int:
+    return (seed + 1_000_003 * part) % 2**62
 
 
-def _returning_plain_values(answer: Any) -> Any:
-    """Wrap a plain answer function so that what it returns is screened by `_reject_own_classes`.
-    Other callables (e.g. an `nki.jit` kernel, which checkers hand to the simulator) pass unchanged."""
-    if type(answer) is not types.FunctionType:
-        return answer
-
-    @functools.wraps(answer)
-    def screened(*args: Any, **kwargs: Any) -> Any:
-        result = answer(*args, **kwargs)
-        _reject_own_classes(result)
-        return result
-
-    return screened
+def draw_cases(spec: Any, seed: int) -> list:
+    return list(spec.cases(np.random.default_rng(seed)))
 
 
-def evaluate(ex: Exercise, answer: Any, extra: tuple[Callable[[Any], None], ...] = ()) -> CheckResult:
-    """Run `ex`'s checker, then each `extra` checker, on `answer`; never raises for what the answer does."""
+# ----------------------------------------------------------------------------- beside the student
+
+
+_PACKAGE_DIR = str(__import__("pathlib").Path(__file__).resolve().parents[1])
+
+
+def _where(error: BaseException) -> str:
+    """Where in the student's code the error was raised (the last frame outside trnlab)."""
+    frames = traceback.extract_tb(error.__traceback__)
+    own = [f for f in frames if not f.filename.startswith(_PACKAGE_DIR)]
+    frame = (own or frames)[-1] if frames else None
+    return f" (line {frame.lineno} of {frame.name})" if frame else ""
+
+
+def unavailable_message(name: str) -> str:
+    return (f"your code called `{name}`, which is switched off while answers are checked: it is the "
+            "package's own version of what this exercise asks you to write (or a checker, or a new "
+            "process), so calling it earns nothing. Write the computation yourself.")
+
+
+def collect(ex: Exercise, answer: Any, seed: int, extras: tuple = ()) -> str:
+    """Run the answer on every case of the public checker and of each extra one; return the plain
+    results as JSON text (`plain.encode`). Never raises for anything the answer does."""
+    parts: list[list[dict]] = []
+    answer_in_window = forbid.windowed(answer, ex.asks_for) if callable(answer) else answer
+    for index, spec in enumerate((ex.spec, *extras)):
+        outcomes: list[dict] = []
+        parts.append(outcomes)
+        for case in draw_cases(spec, part_seed(seed, index)):
+            del forbid.called[:]
+            outcome = _run_one(spec, answer_in_window, case)
+            if forbid.called and "unavailable" not in outcome:
+                outcome = {"unavailable": forbid.called[0]}
+            outcomes.append(outcome)
+            if "value" not in outcome:
+                return plain.encode({"parts": parts})
+    return plain.encode({"parts": parts})
+
+
+def _run_one(spec: Any, answer: Any, case: Any) -> dict:
+    try:
+        value = spec.run(answer, case)
+        plain.encode(value)  # only plain data leaves this process
+        return {"value": value}
+    except Unavailable as error:
+        return {"unavailable": error.name}
+    except NotImplementedError:
+        return {"not_attempted": True}
+    except (CheckFailed, AssertionError) as failure:
+        return {"failed": str(failure) or "the answer is not right yet"}
+    except TypeError as error:
+        if "not plain data" in str(error):
+            return {"failed": f"the checker could not read your answer as plain data ({error})"}
+        return {"error": f"your code raised TypeError: {error}{_where(error)}"}
+    except (Exception, SystemExit) as error:  # the student's code raised while being checked
+        return {"error": f"your code raised {type(error).__name__}: {error}{_where(error)}"}
+
+
+# ----------------------------------------------------------------------------- in another process
+
+
+def judge(ex: Exercise, seed: int, payload: str, extras: tuple = ()) -> CheckResult:
+    """Judge what `collect` returned: redraw the cases from the seed, compute the expected values
+    here, compare. Never raises for anything in `payload`."""
+
+    def result(status: str, message: str) -> CheckResult:
+        passed = status == "passed"
+        return CheckResult(ex.id, passed, ex.points if passed else 0, ex.points, message, status)
+
+    try:
+        parts = plain.decode(payload)["parts"]
+    except Exception as error:
+        return result("not_graded", f"the answers could not be read ({type(error).__name__}: {error})")
+    for index, spec in enumerate((ex.spec, *extras)):
+        cases = draw_cases(spec, part_seed(seed, index))
+        outcomes = parts[index] if index < len(parts) and isinstance(parts[index], list) else []
+        for number, case in enumerate(cases):
+            outcome = outcomes[number] if number < len(outcomes) and isinstance(outcomes[number], dict) else {}
+            if "not_attempted" in outcome:
+                return result("not_attempted", "not attempted yet: replace `raise NotImplementedError` with your code")
+            if "unavailable" in outcome:
+                return result("failed", unavailable_message(str(outcome["unavailable"])))
+            if "failed" in outcome:
+                return result("failed", str(outcome["failed"]))
+            if "error" in outcome:
+                return result("error", str(outcome["error"]))
+            if "value" not in outcome:
+                return result("not_graded", "no result came back for a case (did the notebook interfere?)")
+            try:
+                spec.judge(case, outcome["value"])
+            except (CheckFailed, AssertionError) as failure:
+                return result("failed", str(failure) or "the answer is not right yet")
+            except Exception as error:  # the answer's data broke the judge (a wrong shape, a wrong type)
+                return result("failed", f"your answer could not be compared: {type(error).__name__}: {error}")
+    return result("passed", "correct")
+
+
+def run_check(id: str, answer: Any = _UNSET, *, seed: int | None = None, local: bool = False) -> CheckResult:
+    """Check `answer` for exercise `id` (and any registered extra checks): cases drawn from `seed`
+    (a fresh secret one by default), judged by the oracle process (``local=True``: here, for the
+    grader and for tests). Never raises for anything the answer does."""
+    ex = get(id)
     if answer is _UNSET:
         return CheckResult(ex.id, False, 0, ex.points, "no answer was given", "missing")
-    try:
-        screened = _returning_plain_values(answer)
-        for checker in (ex.checker, *extra):
-            checker(screened)
-    except NotImplementedError:
-        return CheckResult(
-            ex.id, False, 0, ex.points,
-            "not attempted yet: replace `raise NotImplementedError` with your code", "not_attempted",
-        )
-    except (CheckFailed, AssertionError) as failure:
-        return CheckResult(ex.id, False, 0, ex.points, str(failure) or "the answer is not right yet", "failed")
-    except (Exception, SystemExit) as error:  # the student's code raised while being checked
-        where = traceback.extract_tb(error.__traceback__)[-1]
-        return CheckResult(
-            ex.id, False, 0, ex.points,
-            f"your code raised {type(error).__name__}: {error} (line {where.lineno} of {where.name})",
-            "error",
-        )
-    return CheckResult(ex.id, True, ex.points, ex.points, "correct", "passed")
+    seed = new_seed() if seed is None else seed
+    extras = tuple(EXTRA_CHECKS.get(id, ()))
+    payload = collect(ex, answer, seed, extras)
+    if local:
+        return judge(ex, seed, payload, extras)
+    from trnlab.course import oracle
 
-
-def run_check(id: str, answer: Any = _UNSET) -> CheckResult:
-    """Run exercise `id`'s checker (and any registered extra checks) on `answer`; never raises
-    for anything the answer does."""
-    return evaluate(get(id), answer, tuple(EXTRA_CHECKS.get(id, ())))
+    return oracle.judge_remotely(ex, seed, payload)
 
 
 def check(id: str, answer: Any = _UNSET) -> None:
@@ -182,9 +270,17 @@ def check(id: str, answer: Any = _UNSET) -> None:
     Returns nothing, so that a check cell shows only the mark and the hint; code that needs the
     outcome calls `run_check`.
     """
+    if GRADING:
+        print(f"{id}: checked by the grader")
+        return
     try:
+        if id not in REGISTRY:
+            load_all(strict=False)
+        if id not in REGISTRY:
+            print(f"• {id}: checked when your notebook is graded (no instant check for it in this notebook)")
+            return
         result = run_check(id, answer)
-    except Exception as error:  # an unknown id, a broken registry: still never raise in a notebook
+    except Exception as error:  # a broken registry, a dead oracle: still never raise in a notebook
         print(f"✗ {id}: could not be checked ({type(error).__name__}: {error})")
         return
     ex = REGISTRY[id]
@@ -192,3 +288,11 @@ def check(id: str, answer: Any = _UNSET) -> None:
     print(f"{mark} {ex.title} [{result.points}/{result.max_points} points]")
     if not result.passed:
         print(f"  hint: {result.message}")
+
+
+def nbgrader_test(id: str, answer: Any = _UNSET) -> None:
+    """The hidden test of an nbgrader autograder cell: raises AssertionError unless the answer passes.
+    (Students never run it: nbgrader strips it from the release and puts it back when grading.)"""
+    result = run_check(id, answer)
+    if not result.passed:
+        raise AssertionError(f"{id}: {result.status}: {result.message}")

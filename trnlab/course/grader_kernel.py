@@ -10,23 +10,28 @@ which
    trnlab, builtins, math, ... that the notebook rebound (``np.allclose = lambda *a: True``),
    every function whose code it swapped, every class attribute it patched, ``sys.modules``
    entries, ``sys.stdout``, trace and profile hooks;
-2. runs the checker captured at install time (not the one in ``REGISTRY``, which the notebook can
-   reach) on the answer the solution cell defined;
+2. runs the answer on cases drawn from a seed the grader chose for this check (``exercises.collect``
+   with the checker captured at install time, not the one in ``REGISTRY``, which the notebook can
+   reach), with the package functions the exercise asks for switched off, and keeps only plain data;
 3. puts the notebook's own state back, so later cells run as the student wrote them;
-4. publishes the result as ``application/vnd.trnlab.grade+json`` carrying a nonce that only the
-   setup cell's source contains (the grader's cells are kept out of IPython's history). The
-   grader only counts results of its own hidden cells that carry the nonce, so printing "✓",
-   redefining ``check`` or faking output earns nothing.
+4. publishes that data as ``application/vnd.trnlab.grade+json`` with a nonce that only the setup
+   cell's source contains (the grader's cells are kept out of IPython's history).
 
-Limits (documented in docs/instructors.md): all of this runs in the student's process, so code
-that digs the nonce out of this closure, or a background thread that keeps patching during the
-check, is not stopped; run the grader in a container for hostile submissions.
+No expected value and no verdict is ever computed here: the grader redraws the cases from the seed
+and judges the data in its own process (``exercises.judge``). Printing "✓", redefining ``check``,
+reading the checker's frames or returning objects that equal everything therefore earns nothing.
+
+Limits (documented in docs/instructors.md): the answer runs in the student's process, so a
+background thread that keeps patching during the check, or a helper process started by an ordinary
+cell and fed the inputs during the check, is not stopped; run the grader in a container for
+hostile submissions.
 """
 
 from __future__ import annotations
 
 import importlib
 import importlib.util
+import json
 import sys
 import types
 import warnings
@@ -49,6 +54,21 @@ KERNEL_OWNED = {("builtins", "input"), ("builtins", "raw_input"), ("builtins", "
 REPORTED_PACKAGES = ("builtins", "numpy", "torch", "trnlab", "math", EXTRA_CHECKS_MODULE)
 _MISSING = object()
 _IMMUTABLE_TYPE = 1 << 8  # Py_TPFLAGS_IMMUTABLETYPE: builtin types cannot be patched anyway
+
+
+def written_by_notebook(value: Any) -> bool:
+    """Whether `value` is code the notebook wrote (a function, lambda or class defined in a cell).
+    Feedback names a patch only then: libraries rebind each other's attributes themselves (torch
+    does, lazily), and a student must never be told they replaced what a library changed."""
+    for attr in ("__func__", "func"):  # methods, functools.partial
+        value = getattr(value, attr, value) if not isinstance(value, type) else value
+    code = getattr(value, "__code__", None) if not isinstance(value, types.CodeType) else value
+    if isinstance(value, type):
+        return any(written_by_notebook(v) for v in vars(value).values() if isinstance(v, types.FunctionType))
+    if not isinstance(code, types.CodeType):
+        return False
+    filename = code.co_filename.replace("\\", "/")
+    return filename.startswith("<") or "/ipykernel_" in filename
 
 
 def _watched(name: str) -> bool:
@@ -101,8 +121,9 @@ class _Snapshot:
             if current is value:
                 return
             # Report patched code, not private state the libraries rebind themselves (builtins._).
-            if (not key.startswith("_") and package.split(".")[0] in REPORTED_PACKAGES
-                    and (callable(value) or isinstance(value, types.ModuleType))):
+            if (package.split(".")[0] in REPORTED_PACKAGES and (callable(value) or isinstance(value, types.ModuleType))
+                    and (written_by_notebook(current) or isinstance(current, types.ModuleType)
+                         and getattr(current, "__file__", None) is None and current is not _MISSING)):
                 changed.append(label)
             mapping[key] = value
             undo.append(lambda: mapping.__setitem__(key, current) if current is not _MISSING else mapping.pop(key, None))
@@ -117,7 +138,8 @@ class _Snapshot:
                 restore_item(current, key, value, f"{module.__name__}.{key}", module.__name__)
         for function, code, defaults, kwdefaults in self.functions:
             if function.__code__ is not code or function.__defaults__ is not defaults or function.__kwdefaults__ is not kwdefaults:
-                if str(function.__module__).split(".")[0] in REPORTED_PACKAGES:
+                if (str(function.__module__).split(".")[0] in REPORTED_PACKAGES
+                        and written_by_notebook(function.__code__)):
                     changed.append(f"{function.__module__}.{function.__qualname__} (its code)")
                 state = (function.__code__, function.__defaults__, function.__kwdefaults__)
                 function.__code__, function.__defaults__, function.__kwdefaults__ = code, defaults, kwdefaults
@@ -134,17 +156,18 @@ class _Snapshot:
                         delattr(cls, key)
                 except (AttributeError, TypeError):
                     continue
-                if str(cls.__module__).split(".")[0] in REPORTED_PACKAGES:
+                if str(cls.__module__).split(".")[0] in REPORTED_PACKAGES and written_by_notebook(current.get(key)):
                     changed.append(f"{cls.__module__}.{cls.__qualname__}.{key}")
                 old = current.get(key, _MISSING)
                 undo.append(lambda c=cls, k=key, v=old: delattr(c, k) if v is _MISSING else setattr(c, k, v))
         streams = (sys.stdout, sys.stderr, sys.displayhook)
-        if streams != (self.stdout, self.stderr, self.displayhook):
+        if streams != (self.stdout, self.stderr, self.displayhook) and any(
+                written_by_notebook(type(stream)) or written_by_notebook(stream) for stream in streams):
             changed.append("sys.stdout/stderr/displayhook")
         sys.stdout, sys.stderr, sys.displayhook = self.stdout, self.stderr, self.displayhook
         undo.append(lambda: _set_streams(streams))
         trace, profile = sys.gettrace(), sys.getprofile()
-        if trace is not None or profile is not None:
+        if written_by_notebook(trace) or written_by_notebook(profile):
             changed.append("sys.settrace/setprofile hook")
         sys.settrace(None)
         sys.setprofile(None)
@@ -222,35 +245,34 @@ def install(*, nonce: str, hook: str, exercise_ids: list[str], checker_modules: 
 
     from trnlab.course import exercises
 
+    exercises.GRADING = True  # the notebook's own check() cells only say that the grader checks
     for name in checker_modules:
         if name != EXTRA_CHECKS_MODULE:
             importlib.import_module(name)
     if extra_checks:
         load_extra_checks(extra_checks)
     # Captured now, before the notebook can reach REGISTRY or EXTRA_CHECKS.
-    captured = {i: (exercises.REGISTRY[i], exercises.REGISTRY[i].checker, tuple(exercises.EXTRA_CHECKS.get(i, ())))
+    captured = {i: (exercises.REGISTRY[i], tuple(exercises.EXTRA_CHECKS.get(i, ())))
                 for i in exercise_ids if i in exercises.REGISTRY}
-    evaluate, unset = exercises.evaluate, exercises._UNSET
-    replace = __import__("dataclasses").replace
+    collect, unset = exercises.collect, exercises._UNSET
     namespace = get_ipython().user_ns
     snapshot = _Snapshot()
 
-    def grade(exercise_id: str) -> None:
+    def grade(exercise_id: str, seed: int) -> None:
         result: dict[str, Any] = {"nonce": nonce, "exercise": exercise_id}
         undo, changed = snapshot.enter()
         try:
             if exercise_id not in captured:
-                result.update(status="unknown", passed=False, points=0, message=f"no checker for {exercise_id!r}")
+                result["unknown"] = True
             else:
-                ex, checker, extra = captured[exercise_id]
+                ex, extras = captured[exercise_id]
                 answer = namespace.get(ex.answer, unset)
-                outcome = evaluate(replace(ex, checker=checker), answer, extra)
-                message = outcome.message
                 if answer is unset:
-                    message = f"`{ex.answer}` is not defined after the solution cell"
-                result.update(status=outcome.status, passed=outcome.passed, points=outcome.points, message=message)
+                    result["missing"] = f"`{ex.answer}` is not defined after the solution cell"
+                else:  # only the answers' plain data leaves: the grader judges them in its own process
+                    result["payload"] = collect(ex, answer, seed, extras)
             result["tampered"] = changed[:20]
-            publish_display_data({GRADE_MIME: result})
+            publish_display_data({GRADE_MIME: json.dumps(result)})
         finally:
             for action in reversed(undo):
                 action()

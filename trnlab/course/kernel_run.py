@@ -18,6 +18,7 @@ import secrets
 import shutil
 import subprocess
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -98,6 +99,7 @@ def _kernel_env(config: GradeConfig) -> dict[str, str]:
     for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         env.setdefault(name, threads)
     env["MPLBACKEND"] = "Agg"
+    env["TRNLAB_GRADING"] = "1"  # no instant-check oracle in a graded kernel: the grader judges
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
     env["PYDEVD_DISABLE_FILE_VALIDATION"] = "1"
     return env
@@ -115,6 +117,23 @@ def _read_result(cell: nbformat.NotebookNode, nonce: str, exercise_id: str) -> d
         if isinstance(result, dict) and result.get("nonce") == nonce and result.get("exercise") == exercise_id:
             return result
     return None
+
+
+# Judging measures the real model and simulator (forward hooks, FLOP counters); submissions graded
+# in parallel threads (-j) must not measure at the same time, or each would count the other's runs.
+_JUDGE_LOCK = threading.Lock()
+
+
+def _judged(ex: registry.Exercise, seed: int, result: dict, notebook: str) -> ExerciseGrade:
+    """Judge the plain answers a grade cell sent back; expected values exist only in this process."""
+    tampered = [str(t) for t in result.get("tampered", [])][:20]
+    if "missing" in result:
+        return ExerciseGrade(ex.id, notebook, 0, ex.points, "missing", str(result["missing"]), tampered)
+    if not isinstance(result.get("payload"), str):
+        return ExerciseGrade(ex.id, notebook, 0, ex.points, "not_graded", "the grader's check sent no answers back", tampered)
+    with _JUDGE_LOCK:
+        outcome = registry.judge(ex, seed, result["payload"], tuple(registry.EXTRA_CHECKS.get(ex.id, ())))
+    return ExerciseGrade(ex.id, notebook, outcome.points, ex.points, outcome.status, outcome.message, tampered)
 
 
 def _error_of(cell: nbformat.NotebookNode) -> str | None:
@@ -188,14 +207,15 @@ async def _run_notebook(nb: nbformat.NotebookNode, notebook: str, workdir: Path,
     setup = (
         "import trnlab.course.grader_kernel as _trnlab_grader_kernel\n"
         f"_trnlab_grader_kernel.install(nonce={nonce!r}, hook={hook!r}, exercise_ids={list(by_id)!r},\n"
-        f"    checker_modules={sorted({ex.checker.__module__ for ex in exercises})!r},\n"
+        f"    checker_modules={sorted({ex.module for ex in exercises})!r},\n"
         f"    extra_checks={str(config.extra_checks) if config.extra_checks else None!r},\n"
         f"    memory_limit_mb={config.memory_limit_mb!r})\n"
         "del _trnlab_grader_kernel\n"
     )
+    seeds = {ex.id: registry.new_seed() for ex in exercises}  # secret until the check cell runs
     for step in steps:
         if step.kind == "grade":
-            step.source = f"{hook}({step.exercise!r})"
+            step.source = f"{hook}({step.exercise!r}, {seeds[step.exercise]})"
     steps.insert(0, _Step("setup", setup))
     exec_nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(s.source) for s in steps])
     skipped: dict[int, str] = {}  # student cell index -> "timeout" | "crashed"
@@ -281,12 +301,8 @@ async def _run_notebook(nb: nbformat.NotebookNode, notebook: str, workdir: Path,
                     if result is None:
                         fail(step.exercise, "not_graded", "the grader's check produced no result"
                              + (f" ({error})" if error else "") + "; did the notebook interfere with the grader?")
-                    else:  # points from the grader's registry, never from the kernel
-                        max_points = by_id[step.exercise].points
-                        status = str(result["status"])
-                        results[step.exercise] = ExerciseGrade(
-                            step.exercise, notebook, max_points if status == "passed" else 0, max_points,
-                            status, str(result["message"]), [str(t) for t in result.get("tampered", [])])
+                    else:  # judged here, in the grader's process: points from the grader's registry
+                        results[step.exercise] = _judged(by_id[step.exercise], seeds[step.exercise], result, notebook)
         finally:
             try:
                 await client._async_cleanup_kernel()

@@ -7,6 +7,7 @@ results of `grade.py` and `kernel_run.py`; the writers turn a batch of `StudentG
 from __future__ import annotations
 
 import csv
+import functools
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -64,8 +65,23 @@ class StudentGrade:
         return sum(g.max_points for g in self.exercises.values())
 
 
+@functools.lru_cache(maxsize=None)
+def _notebook_order(notebook: str) -> tuple[str, ...]:
+    """Exercise ids in the order their cells appear in the released notebook (empty if it is not one)."""
+    from trnlab import NOTEBOOKS_DIR
+    from trnlab.course.notebook import NotANotebook, find_exercise_cells, read_notebook
+
+    try:
+        return tuple(find_exercise_cells(read_notebook(NOTEBOOKS_DIR / f"{notebook}.ipynb")))
+    except (OSError, NotANotebook):
+        return ()
+
+
 def exercises_of(notebook: str) -> list[registry.Exercise]:
-    return [ex for ex in registry.REGISTRY.values() if ex.notebook == notebook]
+    """The notebook's exercises in notebook order (the CSV's columns, the feedback's lines)."""
+    found = [ex for ex in registry.REGISTRY.values() if ex.notebook == notebook]
+    order = {exercise_id: i for i, exercise_id in enumerate(_notebook_order(notebook))}
+    return sorted(found, key=lambda ex: order.get(ex.id, len(order)))
 
 
 def ungraded(notebooks: list[str], status: str, message: str) -> dict[str, ExerciseGrade]:

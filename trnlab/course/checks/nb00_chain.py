@@ -1,55 +1,161 @@
-"""Checks for notebook 00, the whole chain in one run."""
+"""Checks for notebook 00, the whole chain in one run.
+
+Each checker: ``cases`` (drawn from the check's seed), ``run`` (beside the student's code: call the
+answer, keep plain data), ``judge`` (in the grader or the oracle: the expected value, the hint).
+"""
 
 from __future__ import annotations
 
-from trnlab.course.exercises import CheckFailed, exercise
-from trnlab.model import ask, exact_match, generation_steps, load_checkpoint
+import math
+from functools import lru_cache
+
+import torch
+
+from trnlab.course import plain
+from trnlab.course.errors import CheckFailed
+from trnlab.course.exercises import exercise
+from trnlab.data.tasks import read_answer, task_of, written_answer
+from trnlab.model import exact_match, load_checkpoint
+
+NOTEBOOK = "00_the_whole_chain"
+COST_KEYS = ("positions_without_cache", "positions_with_cache", "scores_without_cache", "scores_with_cache")
 
 
-@exercise("nb00_exact_match", notebook="00_the_whole_chain", points=2, answer="exact_match",
-          title="Exact-match accuracy")
-def check_exact_match(student_exact_match) -> None:
-    cases = [
-        (["445", "17", "olleh"], ["445", "17", "olleh"]),
-        (["4456", "17"], ["445", "17"]),  # a longer answer that starts right is still wrong
-        (["44", "17"], ["445", "17"]),  # so is a shorter one
-        ([" 17", "ab"], ["17", "ab"]),  # a stray space is a different answer
-        (["1", "2", "3", "4"], ["1", "0", "0", "0"]),
-        (["0"], ["0"]),
-    ]
-    for predictions, answers in cases:
-        expected = exact_match(predictions, answers)
-        got = student_exact_match(list(predictions), list(answers))
-        if not isinstance(got, (int, float)) or abs(float(got) - expected) > 1e-9:
-            raise CheckFailed(
-                f"expected {expected:.4g}, got {got!r} for predictions={predictions}, answers={answers} "
-                "(exact match counts a prediction only if it is identical to the answer, character for character)"
-            )
+@lru_cache(maxsize=1)
+def _model():
+    return load_checkpoint()
 
 
-def _positions_the_model_processes(model, tokenizer, prompt: str) -> tuple[int, int, int]:
-    """Ask the real model, counting with a forward hook how many positions it runs on; return
-    (tokens it reads before answering, answer tokens it writes before <eos>, positions processed)."""
-    positions = []
-    hook = model.register_forward_pre_hook(lambda module, args: positions.append(args[0].shape[1]))
+@torch.no_grad()
+def measured_cost_without_cache(prompt_tokens: int, answer_tokens: int) -> tuple[int, int]:
+    """Run the real model as greedy generation does without a cache — once on the prompt, then once
+    per token written, each time on the whole sequence — and count with forward hooks the positions
+    it runs on and the attention scores one head of one layer computes."""
+    model, tokenizer = _model()
+    positions, scores = [], []  # (callers that judge in parallel threads serialise: kernel_run._JUDGE_LOCK)
+    hooks = [model.register_forward_pre_hook(lambda module, args: positions.append(args[0].shape[1])),
+             model.blocks[0].attn.register_forward_hook(lambda module, args, out: scores.append(args[0].shape[1] ** 2))]
     try:
-        ask(model, tokenizer, prompt)
+        ids = [tokenizer.bos_id] * prompt_tokens
+        for _ in range(answer_tokens + 1):  # one run per answer token, one more that writes <eos>
+            model(torch.tensor([ids]))
+            ids.append(tokenizer.stoi["0"])
     finally:
-        hook.remove()
-    steps = generation_steps(model, tokenizer, prompt)
-    return steps[0]["positions"], len(steps) - 1, sum(positions)
+        for hook in hooks:
+            hook.remove()
+    return sum(positions), sum(scores)
 
 
-@exercise("nb00_generation_cost", notebook="00_the_whole_chain", points=2, answer="positions_processed",
-          title="What one answer costs without a KV cache")
-def check_positions_processed(student_positions) -> None:
-    model, tokenizer = load_checkpoint()
-    for prompt in ["12+5", "407+38", "reverse kite", "sort 52819", "reverse ab", "sort 000"]:
-        prompt_tokens, answer_tokens, expected = _positions_the_model_processes(model, tokenizer, prompt)
-        got = student_positions(prompt_tokens, answer_tokens)
-        if got != expected:
-            raise CheckFailed(
-                f"expected {expected}, got {got!r} for prompt_tokens={prompt_tokens}, answer_tokens={answer_tokens} "
-                f"(the model runs once per answer token and once more for <eos>, each time on the whole sequence "
-                f"so far, which starts with the prompt_tokens)"
-            )
+def cost_with_cache(prompt_tokens: int, answer_tokens: int) -> tuple[int, int]:
+    """With a KV cache: one run over the prompt, then each run processes only the newest token,
+    whose query meets the keys of every position so far (its own included)."""
+    P, A = prompt_tokens, answer_tokens
+    return P + A, P * P + sum(P + i for i in range(1, A + 1))
+
+
+@exercise("nb00_generation_cost", notebook=NOTEBOOK, points=3, answer="generation_cost",
+          title="What one answer costs, with and without a KV cache")
+class GenerationCost:
+    def cases(rng):
+        # the committed model reads at most 32 positions: prompt + answer + <eos> stay within that
+        drawn = [(int(rng.integers(4, 14)), int(rng.integers(1, 8))) for _ in range(4)]
+        return [[9, 4], [5, 0], *map(list, drawn)]
+
+    def run(generation_cost, case):
+        got = plain.mapping(generation_cost(*case), "generation_cost's result")
+        if sorted(got) != sorted(COST_KEYS):
+            raise CheckFailed(f"expected a dict with the keys {', '.join(COST_KEYS)}, got keys {sorted(map(str, got))} "
+                              f"for prompt_tokens={case[0]}, answer_tokens={case[1]}")
+        return {key: plain.integer(got[key], key) for key in COST_KEYS}
+
+    def judge(case, got):
+        P, A = case
+        (positions, scores), (cached_positions, cached_scores) = measured_cost_without_cache(P, A), cost_with_cache(P, A)
+        expected = {"positions_without_cache": positions, "positions_with_cache": cached_positions,
+                    "scores_without_cache": scores, "scores_with_cache": cached_scores}
+        for key in COST_KEYS:
+            if got[key] != expected[key]:
+                why = {
+                    "positions_without_cache": "one run per answer token plus one for <eos>, each on the whole "
+                                               "sequence so far, which starts with the prompt_tokens",
+                    "positions_with_cache": "the first run reads the prompt; every later run processes only the "
+                                            "token written last",
+                    "scores_without_cache": "a run on L positions computes the whole L × L score matrix "
+                                            "(the mask is applied afterwards)",
+                    "scores_with_cache": "the first run computes prompt_tokens × prompt_tokens scores; a later run "
+                                         "compares its one query with the keys of every position so far, its own included",
+                }[key]
+                raise CheckFailed(f"{key}: expected {expected[key]}, got {got[key]} for prompt_tokens={P}, "
+                                  f"answer_tokens={A} ({why})")
+
+
+_WORD_LETTERS = "abcdefghijklmnopqrstuvwxyz"
+
+
+def _draw_scored_problems(rng, count: int) -> tuple[list[str], list[str], list[str]]:
+    """Prompts as a user types them, what a model wrote (in its template, right or with a typical
+    slip), and the right answers."""
+    prompts, written, answers = [], [], []
+    for _ in range(count):
+        task = ("add", "sub", "reverse", "sort")[int(rng.integers(0, 4))]
+        a, b = sorted((int(rng.integers(0, 1000)), int(rng.integers(0, 1000))), reverse=True)
+        if task == "add":
+            prompt, answer = f"{b}+{a}", str(a + b)
+        elif task == "sub":
+            prompt, answer = f"{a}-{b}", str(a - b)
+        elif task == "reverse":
+            word = "".join(_WORD_LETTERS[int(i)] for i in rng.integers(0, 26, int(rng.integers(3, 8))))
+            prompt, answer = f"reverse {word}", word[::-1]
+        else:
+            digits = "".join(str(int(d)) for d in rng.integers(0, 10, int(rng.integers(3, 7))))
+            prompt, answer = f"sort {digits}", "".join(sorted(digits))
+        text = written_answer(task, answer)
+        slip = int(rng.integers(0, 6))
+        if slip == 1:  # one character wrong
+            i = int(rng.integers(0, len(text)))
+            text = text[:i] + ("7" if text[i] != "7" else "3") + text[i + 1:]
+        elif slip == 2 and task in ("add", "sub"):  # right digits, usual order: wrong in the template
+            text = answer
+        elif slip == 3:  # stopped one token early
+            text = text[:-1]
+        prompts.append(prompt)
+        written.append(text)
+        answers.append(answer)
+    return prompts, written, answers
+
+
+@exercise("nb00_exact_match", notebook=NOTEBOOK, points=3, answer="accuracy_by_task",
+          title="Exact match of what the model wrote, per task",
+          asks_for=("trnlab.model.generate.exact_match", "trnlab.model.generate.accuracy_by_task",
+                    "trnlab.data.tasks.read_answer", "trnlab.data.tasks.task_of", "trnlab.data.tasks.written_answer",
+                    "trnlab.data.tasks.solve"))
+class AccuracyByTask:
+    def cases(rng):
+        fixed = [[["407+38", "512-87", "reverse kite", "sort 52819"], ["5440", "524", "etik", "12589"],
+                  ["445", "425", "etik", "12589"]],
+                 [["5+5", "10-9", "10-10"], ["0100", "100", "000"], ["10", "1", "0"]]]
+        return fixed + [list(_draw_scored_problems(rng, int(rng.integers(6, 30)))) for _ in range(4)]
+
+    def run(accuracy_by_task, case):
+        prompts, written, answers = case
+        got = plain.mapping(accuracy_by_task(list(prompts), list(written), list(answers)), "accuracy_by_task's result")
+        return {plain.text(task, "each key"): plain.number(value, f"the accuracy of {task!r}") for task, value in got.items()}
+
+    def judge(case, got):
+        prompts, written, answers = case
+        grouped: dict[str, tuple[list[str], list[str]]] = {}
+        for prompt, text, answer in zip(prompts, written, answers):
+            task = task_of(prompt)
+            predictions, golds = grouped.setdefault(task, ([], []))
+            predictions.append(read_answer(task, text))
+            golds.append(answer)
+        expected = {task: exact_match(p, g) for task, (p, g) in grouped.items()}
+        shown = "\n".join(f"  {p!r:16} wrote {w!r:8} right answer {a!r}" for p, w, a in zip(prompts, written, answers))
+        if sorted(got) != sorted(expected):
+            raise CheckFailed(f"expected the tasks {sorted(expected)} as keys, got {sorted(got)} for\n{shown}")
+        for task, value in expected.items():
+            if not math.isclose(got[task], value, abs_tol=1e-9):
+                raise CheckFailed(
+                    f"{task}: expected an exact match of {value:.4g}, got {got[task]:.4g} for\n{shown}\n(a sum or a "
+                    "difference is written units first and zero-padded: read it back before comparing; every "
+                    "character must then be identical)")

@@ -1,28 +1,26 @@
-"""Checks for notebook 04, the NeuronCore: SBUF blocking, DMA time, PSUM banks.
+"""Checks for notebook 04, the NeuronCore: SBUF blocking, DMA time, PSUM banks (cases / run / judge).
 
-Every expected value comes from the simulator itself: the allocator of a fresh Trainium2 core (what
-fits, how many bytes per partition it reserves) and its timeline (how long a DMA takes).
+Every expected value comes from the simulator itself, in the judging process: the allocator of a
+fresh Trainium2 core (what fits, how many bytes per partition it reserves) and its timeline (how long
+a DMA takes). While the student's function runs, the simulator's core, memories and cost model are
+switched off: the answer must be computed from the numbers, not read off the simulator.
 """
 
 from __future__ import annotations
 
 import math
 
-import numpy as np
-
-from trnlab.course.exercises import CheckFailed, exercise
+from trnlab.course import plain
+from trnlab.course.errors import CheckFailed
+from trnlab.course.exercises import exercise
 from trnlab.hardware import NeuronCore, dtypes, presets
 from trnlab.hardware.errors import PSUMBankError, PSUMOverflowError
 
 NOTEBOOK = "04_the_neuroncore"
 SPEC = presets.TRN2.core
 DTYPE_OF_BYTES = {1: dtypes.float8_e4m3, 2: dtypes.bfloat16, 4: dtypes.float32}
-
-
-def _number(value, what: str, inputs) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise CheckFailed(f"{what} should be a number, got {value!r} for {inputs}")
-    return float(value)
+SIMULATOR = ("trnlab.hardware.core.NeuronCore", "trnlab.hardware.memory", "trnlab.hardware.cost",
+             "trnlab.hardware.scheduler")
 
 
 def sbuf_bytes_of_blocking(K: int, block_m: int, block_n: int, dtype_bytes: int) -> int:
@@ -37,22 +35,6 @@ def sbuf_bytes_of_blocking(K: int, block_m: int, block_n: int, dtype_bytes: int)
     return core.sbuf.used_partition_bytes
 
 
-@exercise("nb04_sbuf_blocking", notebook=NOTEBOOK, points=2, answer="sbuf_bytes_per_partition",
-          title="Does this blocking fit in SBUF?")
-def check_sbuf_blocking(sbuf_bytes_per_partition) -> None:
-    cases = [(128, 128, 512, 2), (1024, 256, 1024, 2), (4096, 512, 2048, 2), (200, 128, 512, 2),
-             (64, 64, 100, 4), (8192, 128, 4096, 1), (300, 300, 700, 4)]
-    for case in cases:
-        expected = sbuf_bytes_of_blocking(*case)
-        got = _number(sbuf_bytes_per_partition(*case), "the bytes per partition", case)
-        if got != expected:
-            K, block_m, block_n, dtype_bytes = case
-            raise CheckFailed(
-                f"expected {expected:,} bytes per partition, got {got:,.0f} for (K, block_m, block_n, "
-                f"dtype_bytes) = {case} (the allocator reserves whole 128-partition tiles: a K of {K} "
-                f"is {math.ceil(K / 128)} tile(s), and the output block is fp32)")
-
-
 def dma_time_of(rows: int, cols: int, dtype_bytes: int) -> float:
     """One HBM -> SBUF dma_copy on an idle core: its duration in the timeline."""
     core = NeuronCore(SPEC, mode="timing")
@@ -62,23 +44,6 @@ def dma_time_of(rows: int, cols: int, dtype_bytes: int) -> float:
     core.dma_copy(dst=tile, src=source)
     record = core.timeline[0]
     return record.end_ns - record.start_ns
-
-
-@exercise("nb04_dma_time", notebook=NOTEBOOK, points=2, answer="dma_time_ns",
-          title="How long does one DMA take?")
-def check_dma_time(dma_time_ns) -> None:
-    cases = [(128, 2048, 2), (128, 16, 2), (1, 4096, 4), (8, 4096, 4), (16, 1024, 2), (100, 50000, 1),
-             (128, 65536, 2)]
-    for case in cases:
-        expected = dma_time_of(*case)
-        got = _number(dma_time_ns(*case), "the time in ns", case)
-        if not math.isclose(got, expected, rel_tol=1e-6):
-            rows = case[0]
-            raise CheckFailed(
-                f"expected {expected:,.1f} ns, got {got:,.1f} ns for (rows, cols, dtype_bytes) = {case} "
-                f"(fixed latency, plus the busiest DMA engine's rows — {min(SPEC.dma_engines, -(-rows // 8))} "
-                f"engine(s), one per 8 rows; each row one descriptor taking at least dma_descriptor_ns — "
-                f"never faster than the core's HBM bandwidth)")
 
 
 def psum_tiles_of(tile_n: int) -> int:
@@ -93,14 +58,63 @@ def psum_tiles_of(tile_n: int) -> int:
         return count
 
 
+@exercise("nb04_sbuf_blocking", notebook=NOTEBOOK, points=2, answer="sbuf_bytes_per_partition",
+          title="Does this blocking fit in SBUF?", asks_for=SIMULATOR)
+class SbufBlocking:
+    def cases(rng):
+        fixed = [[1024, 256, 1024, 2], [128, 128, 512, 2], [200, 128, 512, 2], [64, 64, 100, 4], [300, 300, 700, 4]]
+        drawn = [[int(rng.integers(1, 8192)), int(rng.integers(1, 1024)), int(rng.integers(1, 4096)),
+                  int(rng.choice([1, 2, 4]))] for _ in range(4)]
+        return fixed + drawn
+
+    def run(sbuf_bytes_per_partition, case):
+        return plain.number(sbuf_bytes_per_partition(*case), "the bytes per partition")
+
+    def judge(case, got):
+        expected = sbuf_bytes_of_blocking(*case)
+        if got != expected:
+            K, block_m, block_n, dtype_bytes = case
+            raise CheckFailed(
+                f"expected {expected:,} bytes per partition, got {got:,.0f} for (K, block_m, block_n, "
+                f"dtype_bytes) = {tuple(case)} (the allocator reserves whole 128-partition tiles: a K of {K} "
+                f"is {math.ceil(K / 128)} tile(s), and the output block is fp32)")
+
+
+@exercise("nb04_dma_time", notebook=NOTEBOOK, points=2, answer="dma_time_ns",
+          title="How long does one DMA take?", asks_for=SIMULATOR)
+class DmaTime:
+    def cases(rng):
+        fixed = [[128, 2048, 2], [128, 16, 2], [1, 4096, 4], [8, 4096, 4], [100, 50000, 1]]
+        drawn = [[int(rng.integers(1, 129)), int(rng.integers(1, 20000)), int(rng.choice([1, 2, 4]))] for _ in range(4)]
+        return fixed + drawn
+
+    def run(dma_time_ns, case):
+        return plain.number(dma_time_ns(*case), "the time in ns")
+
+    def judge(case, got):
+        expected = dma_time_of(*case)
+        if not math.isclose(got, expected, rel_tol=1e-6):
+            rows = case[0]
+            raise CheckFailed(
+                f"expected {expected:,.1f} ns, got {got:,.1f} ns for (rows, cols, dtype_bytes) = {tuple(case)} "
+                f"(fixed latency, plus the busiest DMA engine's rows — {min(SPEC.dma_engines, -(-rows // 8))} "
+                f"engine(s), one per 8 rows; each row one descriptor taking at least dma_descriptor_ns — "
+                f"never faster than the core's HBM bandwidth)")
+
+
 @exercise("nb04_psum_tiles", notebook=NOTEBOOK, points=2, answer="psum_tiles_that_fit",
-          title="How many accumulation tiles fit in PSUM at once?")
-def check_psum_tiles(psum_tiles_that_fit) -> None:
-    for tile_n in [512, 256, 384, 128, 200, 100, 1, 511, 513, 1024]:
+          title="How many accumulation tiles fit in PSUM at once?", asks_for=SIMULATOR)
+class PsumTiles:
+    def cases(rng):
+        return [512, 384, 128, 2, 513, *(int(rng.integers(48, 1100)) for _ in range(4))]
+
+    def run(psum_tiles_that_fit, tile_n):
+        return plain.integer(psum_tiles_that_fit(tile_n), "the number of tiles")
+
+    def judge(tile_n, got):
         expected = psum_tiles_of(tile_n)
-        got = _number(psum_tiles_that_fit(tile_n), "the number of tiles", f"tile_n={tile_n}")
         if got != expected:
             raise CheckFailed(
-                f"expected {expected} tiles, got {got:.0f} for tile_n={tile_n} "
+                f"expected {expected} tiles, got {got} for tile_n={tile_n} "
                 f"({tile_n * 4} bytes per partition per fp32 tile; {SPEC.psum_banks} banks of "
                 f"{SPEC.psum_bank_bytes} bytes; a tile may not straddle two banks)")
