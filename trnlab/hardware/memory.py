@@ -52,6 +52,7 @@ def _fmt_bytes(n: float) -> str:
 
 
 _EXECUTOR = None
+_SMALL_GROUP_FLOPS = 1 << 24    # below this, deferred products run inline, not in the thread pool
 
 
 def _executor() -> ThreadPoolExecutor:
@@ -216,8 +217,14 @@ class OnChipMemory:
             with threads:
                 jobs[0][0].apply(*jobs[0][1:])
         else:
+            flops = sum(2 * j[3].shape[0] * j[3].shape[1] * j[4].shape[1] for j in jobs)
             with _blas.single_threaded():
-                list(_executor().map(lambda job: job[0].apply(*job[1:]), jobs))
+                if flops < _SMALL_GROUP_FLOPS:
+                    # tiny products (e.g. one decode step): handing them to threads costs more
+                    for job in jobs:
+                        job[0].apply(*job[1:])
+                else:
+                    list(_executor().map(lambda job: job[0].apply(*job[1:]), jobs))
         for buffer in taken:                  # the products are done: the stacks may be reused
             scratch.setdefault(buffer.shape, []).append(buffer)
 
