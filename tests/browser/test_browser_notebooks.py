@@ -1,13 +1,16 @@
 """Every course notebook runs in JupyterLab in headless Chromium: widgets render, no JavaScript
 errors, nothing is fetched from the network, and opening a notebook does not mark it modified.
 
-Skips where Chromium (/usr/bin/chromium, from the system packages) or playwright is missing, as on CI.
-Runs the whole course (a few minutes): `python tests/browser/check_notebooks.py` does the same by hand.
+Opt-in, because it runs the whole course in a browser (several minutes on 2 cores): set
+TRNLAB_BROWSER_TESTS=1. It also skips where Chromium (/usr/bin/chromium, from the system packages:
+`apt-get install chromium`) or playwright is missing. `python tests/browser/check_notebooks.py` does
+the same by hand, with screenshots.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 from pathlib import Path
 
@@ -19,6 +22,8 @@ import check_notebooks  # noqa: E402
 
 pytestmark = [
     pytest.mark.slow,
+    pytest.mark.skipif(os.environ.get("TRNLAB_BROWSER_TESTS") != "1",
+                       reason="the browser check is opt-in: TRNLAB_BROWSER_TESTS=1"),
     pytest.mark.skipif(not check_notebooks.CHROMIUM.exists(), reason=f"no Chromium at {check_notebooks.CHROMIUM}"),
     pytest.mark.skipif(importlib.util.find_spec("playwright") is None, reason="playwright is not installed"),
 ]
