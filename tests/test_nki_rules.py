@@ -106,28 +106,64 @@ def test_psum_tile_must_fit_one_2KiB_bank():
     assert "2048" in str(error) and "4096" in str(error)
 
 
-def test_psum_cannot_be_stored_to_hbm():
+def test_psum_cannot_be_copied_to_hbm_by_dma():
     @nki.jit
     def kernel(x):
         out = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.shared_hbm)
         tile = nl.load(x[:, 0:128])
         product = nl.matmul(tile, tile, transpose_x=True)
-        nl.store(out, value=product)
+        nisa.dma_copy(dst=out, src=product)
         return out
 
-    error = _raises_at(kernel, "nl.store(out, value=product)", errors.PSUMToHBMError, X128)
+    error = _raises_at(kernel, "nisa.dma_copy(dst=out, src=product)", errors.PSUMToHBMError, X128)
     assert "tensor_copy" in str(error)
 
 
-def test_matmul_reads_sbuf_not_psum():
+def test_nl_store_of_a_psum_tile_goes_through_sbuf_like_aws_compiler():
+    @nki.jit
+    def kernel(x):
+        out = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.shared_hbm)
+        tile = nl.load(x[:, 0:128])
+        nl.store(out, value=nl.matmul(tile, tile, transpose_x=True))
+        return out
+
+    x = np.random.default_rng(2).normal(size=(128, 512)).astype(np.float32)
+    run = nki.run(kernel, x)
+    np.testing.assert_allclose(run.outputs, x[:, :128].T @ x[:, :128], rtol=1e-4, atol=1e-3)
+    opcodes = [run.timeline[i].opcode for i in range(len(run.timeline))]
+    assert opcodes.count("tensor_copy") == 1
+
+
+def test_matmul_instruction_reads_sbuf_not_psum():
     @nki.jit
     def kernel(x):
         tile = nl.load(x[:, 0:128])
-        product = nl.matmul(tile, tile, transpose_x=True)
-        again = nl.matmul(product, tile, transpose_x=True)
+        product = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
+        again = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
+        nisa.nc_matmul(dst=product, stationary=tile, moving=tile)
+        nisa.nc_matmul(dst=again, stationary=product, moving=tile)
         return x
 
-    _raises_at(kernel, "again = nl.matmul(product", errors.MemoryPlacementError, X128)
+    _raises_at(kernel, "nisa.nc_matmul(dst=again, stationary=product", errors.MemoryPlacementError, X128)
+
+
+def test_nl_matmul_of_a_psum_tile_copies_it_to_sbuf_first():
+    """nl.matmul is a language-level op: like AWS's compiler it moves a PSUM operand to SBUF."""
+    @nki.jit
+    def kernel(x):
+        out = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.shared_hbm)
+        tile = nl.load(x[:, 0:128])
+        product = nl.matmul(tile, tile, transpose_x=True)
+        again = nl.matmul(product, tile, transpose_x=True)
+        nl.store(out, value=nl.copy(again))
+        return out
+
+    x = np.random.default_rng(0).normal(size=(128, 512)).astype(np.float32)
+    run = nki.run(kernel, x)
+    a = x[:, :128]
+    np.testing.assert_allclose(run.outputs, (a.T @ a).T @ a, rtol=1e-4, atol=1e-3)
+    opcodes = [run.timeline[i].opcode for i in range(len(run.timeline))]
+    assert opcodes.count("tensor_copy") == 2 and opcodes.count("nc_matmul") == 2
 
 
 def test_matmul_of_integer_tiles_is_a_dtype_error():
@@ -140,8 +176,8 @@ def test_matmul_of_integer_tiles_is_a_dtype_error():
     _raises_at(kernel, "nisa.nc_matmul(tile, tile)", errors.DtypeError, np.ones((128, 128), np.int32))
 
 
-def test_dma_does_not_convert_dtypes():
-    @nki.jit
+def test_dma_does_not_convert_dtypes_on_trn1():
+    @nki.jit(target="trn1")
     def kernel(x):
         tile = nl.ndarray((128, 512), dtype=nl.bfloat16, buffer=nl.sbuf)
         nisa.dma_copy(dst=tile, src=x)
@@ -149,6 +185,21 @@ def test_dma_does_not_convert_dtypes():
 
     error = _raises_at(kernel, "nisa.dma_copy(dst=tile, src=x)", errors.DtypeError, X128)
     assert "tensor_copy" in str(error)
+
+
+def test_dma_casts_between_dtypes_on_trn2():
+    @nki.jit(target="trn2")
+    def kernel(x):
+        out = nl.ndarray((128, 512), dtype=nl.bfloat16, buffer=nl.shared_hbm)
+        tile = nl.ndarray((128, 512), dtype=nl.bfloat16, buffer=nl.sbuf)
+        nisa.dma_copy(dst=tile, src=x)
+        nl.store(out, value=tile)
+        return out
+
+    x = np.random.default_rng(1).normal(size=(128, 512)).astype(np.float32)
+    run = nki.run(kernel, x)
+    np.testing.assert_array_equal(run.outputs.astype(np.float32), x.astype(nl.bfloat16).astype(np.float32))
+    assert all(run.timeline[i].engine.startswith("dma") for i in range(len(run.timeline)))
 
 
 def test_matmul_accumulates_in_fp32_psum_only():
@@ -209,12 +260,32 @@ def test_sbuf_capacity_is_enforced():
     @nki.jit
     def kernel(x):
         live = []
-        for i in nl.affine_range(64):
-            live.append(nl.ndarray((128, 16384), dtype=nl.float32, buffer=nl.sbuf))   # 64 KiB per partition each
-        return x
+        for i in nl.affine_range(64):                  # 64 KiB per partition each, all live at the end
+            tile = nl.ndarray((128, 16384), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.memset(dst=tile, value=0.0)
+            live.append(tile)
+        out = nl.ndarray((128, 16384), dtype=nl.float32, buffer=nl.shared_hbm)
+        for tile in live:
+            nl.store(out, value=tile)
+        return out
 
-    error = _raises_at(kernel, "live.append(nl.ndarray", errors.SBUFOverflowError, X128)
+    error = _raises_at(kernel, "nisa.memset(dst=tile", errors.SBUFOverflowError, X128)
     assert "SBUF" in str(error) and "KiB" in str(error)
+    # the message names the tiles live at that instruction (allocation follows liveness)
+    assert "live there" in str(error) and "64.0 KiB" in str(error)
+
+
+def test_tiles_never_used_take_no_memory():
+    """Allocation follows liveness: a tile no instruction touches is never placed (AWS's compiler
+    drops it), however many Python keeps."""
+    @nki.jit
+    def kernel(x):
+        unused = [nl.ndarray((128, 16384), dtype=nl.float32, buffer=nl.sbuf) for _ in range(64)]
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        nl.store(out, value=nl.load(x))
+        return out
+
+    assert np.array_equal(kernel(X128), X128)
 
 
 def test_psum_capacity_is_eight_banks():
@@ -222,10 +293,15 @@ def test_psum_capacity_is_eight_banks():
     def kernel(x):
         live = []
         for i in nl.affine_range(9):
-            live.append(nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum))
-        return x
+            acc = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+            nisa.memset(dst=acc, value=0.0)
+            live.append(acc)
+        out = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+        for acc in live:
+            nl.store(out, value=nl.copy(acc))
+        return out
 
-    _raises_at(kernel, "live.append(nl.ndarray", errors.PSUMOverflowError, X128)
+    _raises_at(kernel, "nisa.memset(dst=acc", errors.PSUMOverflowError, X128)
 
 
 def test_tiles_made_in_a_loop_body_are_released_each_iteration():

@@ -67,21 +67,26 @@ def start_partition_ok(start: int, count: int, partitions: int = 128) -> bool:
 class NeuronCore:
     """One simulated NeuronCore. ``mode="full"`` computes values and time, ``"timing"`` time only."""
 
-    def __init__(self, spec: "CoreSpec | str" = "trn2", mode: str = "full", name: str = "core0"):
+    def __init__(self, spec: "CoreSpec | str" = "trn2", mode: str = "full", name: str = "core0",
+                 hbm: HBM | None = None, hbm_channel=None, hbm_bandwidth: float | None = None):
+        """`hbm`, `hbm_channel`, `hbm_bandwidth`: the chip's HBM, the channel its cores' DMAs
+        share and its bandwidth, when the core is one of a `Device`'s; alone, a core has its
+        own share of the chip's HBM (`CoreSpec.hbm_bytes`, `.hbm_bandwidth`)."""
         if mode not in ("full", "timing"):
             raise ValueError(f"mode must be 'full' or 'timing', got {mode!r}")
         self.spec = spec = core_spec(spec)
         self.mode = mode
         self.full = mode == "full"
         self.name = name
-        self.hbm = HBM(spec, self.full)
+        self.hbm = hbm if hbm is not None else HBM(spec, self.full)
+        self.hbm_bandwidth = hbm_bandwidth or spec.hbm_bandwidth
         self.sbuf = OnChipMemory("sbuf", spec, self.full)
         self.psum = OnChipMemory("psum", spec, self.full)
         self.engines = list(COMPUTE_ENGINES) + [f"dma{i}" for i in range(spec.dma_queues)]
-        self.timeline = Timeline(self.engines)
+        self.timeline = Timeline(self.engines, name=name)
         self._records = self.timeline.records
         self._free = [0.0] * len(self.engines)     # when each engine (queue) is free
-        self._hbm = scheduler.Channel()             # the shared HBM channel
+        self._hbm = hbm_channel or scheduler.Channel()   # the HBM channel (shared on a device)
         self._dma = scheduler.Channel()             # the core's DMA engines, shared by all queues
         self._sbuf_port = (0.0, -1)                 # (free at, last user) shared by DVE and POOL
         self._psum_port = (0.0, -1)                 # shared by DVE and ACT
@@ -122,6 +127,21 @@ class NeuronCore:
         if dtype is None:
             dtype = self.matmul_dtype or dtypes.bfloat16
         return Profile.from_timeline(self.timeline, self.spec, dtype=dtype)
+
+    def barrier(self) -> None:
+        """Every engine waits until everything issued so far is done: the next launch on this core
+        starts after the previous one, as the runtime runs a core's programs one after another."""
+        self._free = [max(self._now, f) for f in self._free]
+
+    def device_print(self, prefix: str, src) -> int:
+        """Print src's values (full mode; its shape in timing mode). Takes no engine time."""
+        src = _view(src, "src")
+        if self.full:
+            src.check_initialized()
+            print(prefix, src.read())
+        else:
+            print(prefix, f"<{src.shape} {dtypes.name(src.tensor.dtype)}, timing mode>")
+        return -1
 
     def __repr__(self) -> str:
         return (f"NeuronCore({self.spec.name}, mode={self.mode!r}, {len(self.timeline)} "
@@ -566,7 +586,7 @@ class NeuronCore:
         hbm = 0
         if sk == "hbm" or dk == "hbm":
             hbm = nbytes
-            hbm_ns = nbytes * 1e9 / spec.hbm_bandwidth
+            hbm_ns = nbytes * 1e9 / self.hbm_bandwidth
             hbm_end = self._hbm.reserve(begin, hbm_ns) + hbm_ns
             if hbm_end > end:
                 end = hbm_end
@@ -923,3 +943,175 @@ class NeuronCore:
             self._store(dst, np.stack([grand, variance], axis=1).astype(np.float32))
         cycles = self.spec.vector_static_cycles + max(self.spec.activation_min_cycles, 13 * x.free_size // 3)
         return self._issue(DVE, "bn_aggr", cycles * self._clock_ns[DVE], (x,), dst)
+
+    # ---------------------------------------------------------------------------------------------
+    # Instructions added for NKI coverage: scans, fused scalar-reduce, partition reduce, dropout
+    # ---------------------------------------------------------------------------------------------
+    def tensor_tensor_scan(self, dst, data0, data1, initial, op0, op1, reverse0=False,
+                           reverse1=False) -> int:
+        """Per partition, along the free axes (flattened) [nki.isa.tensor_tensor_scan]:
+        dst[:, 0] = (data0[:, 0] <op0> initial) <op1> data1[:, 0];
+        dst[:, i] = (data0[:, i] <op0> dst[:, i-1]) <op1> data1[:, i]  (Vector engine).
+        `initial`: a number or a [P, 1] view; at most one of data0/data1 in PSUM."""
+        dst = _view(dst, "dst")
+        a = _view(data0, "data0")
+        b = _view(data1, "data1")
+        for v, what in ((a, "data0"), (b, "data1"), (dst, "dst")):
+            self._onchip(v, what, "tensor_tensor_scan")
+        self._one_psum_input(a, b, "tensor_tensor_scan", "data0 and data1", "nki.isa.tensor_tensor_scan")
+        self._same_tile(a, b, "tensor_tensor_scan", "data0 vs data1")
+        self._same_tile(dst, a, "tensor_tensor_scan", "dst vs data0")
+        _, f0 = ops.binary(op0)
+        _, f1 = ops.binary(op1)
+        c0, v0 = self._operand(initial, a.partitions, "tensor_tensor_scan", "initial")
+        reads = (a, b) if v0 is None else (a, b, v0)
+        if self.full:
+            x, y = self._inputs(a, b)
+            carry = np.broadcast_to(np.asarray(c0, np.float32).reshape(-1, 1), (len(x), 1))[:, 0]
+            out = np.empty_like(x)
+            with np.errstate(all="ignore"):
+                for i in range(x.shape[1]):
+                    t = f0(carry, x[:, i]) if reverse0 else f0(x[:, i], carry)
+                    carry = (f1(y[:, i], t) if reverse1 else f1(t, y[:, i])).astype(np.float32)
+                    out[:, i] = carry
+            self._store(dst, out)
+        dur = cost.tensor_tensor_scan_cycles(self.spec, a.free_size) * self._clock_ns[DVE]
+        return self._issue(DVE, "tensor_tensor_scan", dur, reads, dst)
+
+    def tensor_scalar_reduce(self, dst, data, op0, operand0, reduce_op, reduce_res,
+                             reverse0=False) -> int:
+        """dst = data <op0> operand0 and reduce_res[P, 1] = reduce_op of it along all free axes, one
+        Vector instruction [nki.isa.tensor_scalar_reduce]; reduce_op: add, multiply, maximum, minimum."""
+        dst = _view(dst, "dst")
+        x = _view(data, "data")
+        r = _view(reduce_res, "reduce_res")
+        for v, what in ((x, "data"), (dst, "dst"), (r, "reduce_res")):
+            self._onchip(v, what, "tensor_scalar_reduce")
+        self._same_tile(dst, x, "tensor_scalar_reduce", "dst vs data")
+        if r.partitions != x.partitions or r.free_size != 1:
+            raise ShapeMismatchError(f"shape mismatch: tensor_scalar_reduce reduce_res {r.shape} must be "
+                                     f"[{x.partitions}, 1] (one value per partition)", value=r.shape,
+                                     limit=(x.partitions, 1))
+        _, f0 = ops.binary(op0)
+        _, fr = ops.reduce(reduce_op)
+        c0, v0 = self._operand(operand0, x.partitions, "tensor_scalar_reduce", "operand0")
+        reads = (x,) if v0 is None else (x, v0)
+        if self.full:
+            (vals,) = self._inputs(x)
+            with np.errstate(all="ignore"):
+                out = f0(c0, vals) if reverse0 else f0(vals, c0)
+            self._store(dst, out)
+            self._store(r, fr(np.asarray(out, np.float32), axis=1, keepdims=True))
+        dur = cost.tensor_scalar_reduce_cycles(self.spec, x.free_size) * self._clock_ns[DVE]
+        return self._issue(DVE, "tensor_scalar_reduce", dur, reads, dst, also_write=r)
+
+    def tensor_partition_reduce(self, dst, data, op) -> int:
+        """dst[1, ...] = op over the partitions of data[P, ...] (GpSimd engine, SBUF only)
+        [nki.isa.tensor_partition_reduce]; op: add, maximum, bitwise_or, bitwise_and."""
+        dst = _view(dst, "dst")
+        x = _view(data, "data")
+        self._onchip(x, "data", "tensor_partition_reduce", psum_ok=False)
+        self._onchip(dst, "dst", "tensor_partition_reduce", psum_ok=False)
+        name, fn = ops.reduce(op)
+        if dst.partitions != 1 or dst.free_size != x.free_size:
+            raise ShapeMismatchError(f"shape mismatch: tensor_partition_reduce of {x.shape} gives one "
+                                     f"partition of {x.free_size} elements, dst is {dst.shape}",
+                                     value=dst.shape, limit=(1, x.free_size))
+        if self.full:
+            x.check_initialized()
+            vals = np.asarray(x.values()).reshape(x.partitions, -1)
+            if name not in ops.BITVEC:
+                vals = vals.astype(np.float32)
+            self._store(dst, fn(vals, axis=0, keepdims=True))
+        cycles = cost.tensor_partition_reduce_cycles(self.spec, x.partitions, x.free_size)
+        return self._issue(POOL, "tensor_partition_reduce", cycles * self._clock_ns[POOL], (x,), dst)
+
+    def set_rng_seed(self, seed) -> int:
+        """Seed the engines' random number generator with an int or a [1, 1] view (its value is read
+        in full mode) [nki.language.random_seed]; a tiny Vector instruction (ASSUMED cost: static)."""
+        reads = ()
+        if isinstance(seed, (Tensor, View)):
+            v = _view(seed, "seed")
+            self._onchip(v, "seed", "random_seed")
+            reads = (v,)
+            if self.full:
+                v.check_initialized()
+                seed = int(np.asarray(v.values()).reshape(-1)[0])
+        if self.full:
+            self._rng = np.random.default_rng(int(seed) & 0xFFFFFFFF)
+        dur = self.spec.vector_static_cycles * self._clock_ns[DVE]
+        idx = len(self._records)
+        start, waited = _wait_reads(reads, self._free[DVE], -1)
+        _record_reads(reads, start + dur, idx)
+        return self._append(DVE, "random_seed", start, start + dur, start + dur, 0.0, 0, 0, 0, waited)
+
+    def dropout(self, dst, data, rate) -> int:
+        """dst = data with each element set to 0 with probability `rate` (a number or a [P, 1] view),
+        Vector engine [nki.isa.dropout]; no rescaling. The random stream is NumPy's PCG64 seeded by
+        set_rng_seed (0 before any seed): deterministic, not the hardware's generator."""
+        dst = _view(dst, "dst")
+        x = _view(data, "data")
+        self._onchip(x, "data", "dropout")
+        self._onchip(dst, "dst", "dropout")
+        self._same_tile(dst, x, "dropout", "dst vs data")
+        p, pv = self._operand(rate, x.partitions, "dropout", "rate")
+        reads = (x,) if pv is None else (x, pv)
+        if self.full:
+            (vals,) = self._inputs(x)
+            rng = getattr(self, "_rng", None)
+            if rng is None:
+                rng = self._rng = np.random.default_rng(0)
+            keep = rng.random(vals.shape, dtype=np.float32) >= np.asarray(p, np.float32).reshape(-1, 1)
+            self._store(dst, np.where(keep, vals, np.float32(0)))
+        dur = cost.dropout_cycles(self.spec, x.free_size) * self._clock_ns[DVE]
+        return self._issue(DVE, "dropout", dur, reads, dst)
+
+    def dma_copy_cast(self, dst, src, queue: int | None = None) -> int:
+        """dma_copy that converts src's dtype to dst's on the way, which NeuronCore-v3/-v4 DMA engines
+        can do (Trn2/Trn3: nisa.dma_copy with dst and src of different dtypes; ⚠ stated in AWS's
+        Trainium2 architecture guide's DMA section, not on the dma_copy page). NeuronCore-v2 (Trn1)
+        refuses it: cast on an engine there. Costed as a copy of the larger of the two byte counts."""
+        dst = _view(dst, "dst")
+        src = _view(src, "src")
+        if str(self.spec.generation).lower().lstrip("v") == "2":
+            raise DtypeError(f"data type: dma_copy does not convert on NeuronCore-v2 ({self.spec.name}): src "
+                             f"{dtypes.name(src.tensor.dtype)}, dst {dtypes.name(dst.tensor.dtype)}; cast with "
+                             f"tensor_copy on an engine (DMA casts from NeuronCore-v3 / Trn2 on)",
+                             value=src.tensor.dtype, limit=dst.tensor.dtype)
+        sk, dk = src.tensor.kind, dst.tensor.kind
+        if sk == "psum" or dk == "psum":
+            cls = PSUMToHBMError if "hbm" in (sk, dk) else MemoryPlacementError
+            raise cls(f"PSUM to HBM: dma_copy {sk.upper()} -> {dk.upper()} is refused; DMA does "
+                      f"not reach PSUM. Copy PSUM -> SBUF with tensor_copy, then SBUF -> HBM",
+                      value=(sk, dk), limit="SBUF/HBM endpoints")
+        if src.size != dst.size:
+            raise ShapeMismatchError(f"shape mismatch: dma_copy src {src.shape} -> dst {dst.shape}",
+                                     value=src.shape, limit=dst.shape)
+        if self.full:
+            src.check_initialized()
+            values = np.asarray(src.values(), dtype=np.float32) if dtypes.is_float(src.tensor.dtype) \
+                else np.asarray(src.values())
+            dst.write(np.reshape(values, dst.shape).astype(dst.tensor.dtype))
+        return self._schedule_dma(dst, src, (src,), max(src.nbytes, dst.nbytes), queue, "dma_copy")
+
+    def vector_transpose(self, dst, src) -> int:
+        """dst[F, P] = src[P, F].T on the Vector engine (nisa.nc_transpose(engine=nisa.vector_engine)):
+        SBUF or PSUM operands, at most 32 x 32 [nki.isa.nc_transpose: "Vector Engine ... 32x32"].
+        Cost: the Vector model for one input (static + N)."""
+        dst = _view(dst, "dst")
+        src = _view(src, "src")
+        self._onchip(src, "src", "nc_transpose")
+        self._onchip(dst, "dst", "nc_transpose")
+        P, F = src.partitions, src.free_size
+        if P > 32 or F > 32:
+            raise MatmulShapeError(f"matmul tile shape: nc_transpose on the Vector engine of [{P}, {F}]; both "
+                                   f"sides must be <= 32 (use the Tensor engine for larger tiles)",
+                                   value=(P, F), limit=32)
+        if dst.partitions != F or dst.free_size != P:
+            raise ShapeMismatchError(f"shape mismatch: nc_transpose dst {dst.shape}, expected [{F}, {P}]",
+                                     value=dst.shape, limit=(F, P))
+        if self.full:
+            (x,) = self._inputs(src)
+            self._store(dst, x.T)
+        dur = self._elementwise_cycles(DVE, F, 1)
+        return self._issue(DVE, "nc_transpose", dur, (src,), dst)

@@ -83,3 +83,29 @@ def dma_ns(spec: CoreSpec, nbytes: int, rows: int) -> float:
 
 def cycles_to_ns(cycles: float, clock_hz: float) -> float:
     return cycles * 1e9 / clock_hz
+
+
+# -- instructions added for NKI coverage (tensor_tensor_scan, tensor_scalar_reduce, ...) ------------
+def tensor_scalar_reduce_cycles(spec: CoreSpec, free_size: int) -> int:
+    """tensor_scalar with one operator plus a reduction along the free axes: max(MIN_II, N) + MIN_II
+    Vector cycles [nki.isa.tensor_scalar_reduce, "Estimated instruction cost", NKI beta-1 docs]
+    (MIN_II = activation_min_cycles), plus the static overhead every Vector instruction pays here."""
+    return spec.vector_static_cycles + max(spec.activation_min_cycles, free_size) + spec.activation_min_cycles
+
+
+def tensor_tensor_scan_cycles(spec: CoreSpec, free_size: int) -> int:
+    """tensor_tensor_scan: ASSUMED (no published figure) to stream its two inputs like tensor_tensor,
+    static + 2N Vector cycles; the recurrence is carried in the engine's lane without extra passes."""
+    return vector_cycles(spec, free_size, 2)
+
+
+def tensor_partition_reduce_cycles(spec: CoreSpec, partitions: int, free_size: int) -> int:
+    """tensor_partition_reduce on GpSimd: ASSUMED (no published figure). GpSimd's 8 cores each own 16
+    partitions [ARCH-v2]; the model charges each core a pass over its partitions' N elements, then a
+    combine across the 8 cores: static + N × (ceil(P / 8) + 8) cycles."""
+    return spec.vector_static_cycles + free_size * (-(-partitions // 8) + 8)
+
+
+def dropout_cycles(spec: CoreSpec, free_size: int) -> int:
+    """dropout (Vector engine [nki.isa.dropout]): ASSUMED one pass, like a one-input tensor_scalar."""
+    return vector_cycles(spec, free_size, 1)

@@ -157,26 +157,53 @@ def arange(*args) -> IndexExpr:
     return IndexExpr(r.start, ((Iterator(len(r), 0, 1), r.step),))
 
 
+class Grid(tuple):
+    """What nl.mgrid returns: a tuple of iterators (``i_p, i_f = nl.mgrid[...]``) whose fields name
+    them as NKI does: ``.p`` the partition axis, then ``.x``, ``.y``, ``.z`` the free axes in order."""
+
+    def _axis(self, k: int, field: str):
+        if k >= len(self):
+            raise AttributeError(f"nl.mgrid of {len(self)} axes has no field .{field}")
+        return self[k]
+
+    p = property(lambda self: self._axis(0, "p"))
+    x = property(lambda self: self._axis(1, "x"))
+    y = property(lambda self: self._axis(2, "y"))
+    z = property(lambda self: self._axis(3, "z"))
+
+
 class _MGrid:
-    """nl.mgrid[0:128, 0:512] -> (i_p, i_f), each an iterator placed on its own axis."""
+    """nl.mgrid[0:128, 0:512] -> (i_p, i_f), each an iterator placed on its own axis (a `Grid`)."""
 
     def __getitem__(self, key):
         single = not isinstance(key, tuple)
         key = (key,) if single else key
         ranges = [range(s.start or 0, s.stop, s.step or 1) for s in key]
         grid = tuple(Iterator(len(r), axis, len(key)) for axis, r in enumerate(ranges))
-        out = tuple(IndexExpr(r.start, ((it, r.step),), grid) for r, it in zip(ranges, grid))
+        out = Grid(IndexExpr(r.start, ((it, r.step),), grid) for r, it in zip(ranges, grid))
         return out[0] if single else out
 
 
 mgrid = _MGrid()
 
 
+# the iterator of a mask that is a compile-time False: zero rows of the partition axis
+NO_ROWS = Iterator(size=0, axis=0, ndim=0)
+
+
+def skipped(ranges: dict | None) -> bool:
+    """True if a mask left the instruction nothing to do (AWS's compiler drops such instructions)."""
+    return bool(ranges) and any(hi <= lo for lo, hi in ranges.values())
+
+
 def restrict(mask: Predicate | None) -> dict:
     """Iterator -> (lo, hi) ranges where the mask holds. Each clause must bound a single iterator."""
     ranges: dict = {}
-    if mask is None:
+    if mask is None or mask is True or (isinstance(mask, np.bool_) and mask):
         return ranges
+    if mask is False or isinstance(mask, np.bool_):
+        # a compile-time False (``mask=(i * 128 < n)`` with ints): the instruction runs on no rows
+        return {NO_ROWS: (0, 0)}
     if not isinstance(mask, Predicate):
         raise MaskError(f"mask= expects a predicate built from nl.arange/nl.mgrid, got {type(mask).__name__}")
     for left, op, right in mask.clauses:

@@ -1,30 +1,54 @@
 """`nki.isa`: one function per NeuronCore instruction, issued to the simulated core.
 
-Both call styles of AWS's tutorials work:
+Both of AWS's call styles work, through ONE binder and ONE signature table (`SIGNATURES`):
 
-- destination style (NKI 0.x "beta 2" and later): ``nisa.nc_matmul(dst=psum, stationary=a, moving=b)``,
-  ``nisa.dma_copy(dst=t, src=x)``, ``nisa.tensor_copy(dst=sb, src=psum)``; positional ``(dst, ...)`` too;
-- functional style (earlier releases): ``res = nisa.nc_matmul(a, b)``, ``t = nisa.tensor_copy(x)``,
-  which return a new tile (see `tensor.NkiTensor.pending`).
+- destination style (NKI "beta 2", 0.3 and later): ``nisa.nc_matmul(dst=psum, stationary=a, moving=b)``,
+  ``nisa.tensor_copy(dst=sb, src=psum)``, or positional ``nisa.tensor_copy(sb, psum)``;
+- functional style (``neuronxcc.nki``, "beta 1"): ``res = nisa.nc_matmul(a, b)``, ``t = nisa.tensor_copy(x)``,
+  which return a new tile (pending until the program shows where it goes, see tensor.py).
 
-A call is recognised as destination style when it names `dst` or passes a tile where the functional
-signature has none. Argument names and defaults follow the NKI API reference (nki.isa.*); each function
-maps onto the `trnlab.hardware.NeuronCore` method of the same name.
+Each instruction is written once, as a typed Python function in AWS's destination-style signature
+(``dst`` first; parameters that only the functional style has, such as ``dtype``, ``mask`` or
+memset's ``shape``, are keyword-only). The `instruction` decorator records its signature together
+with the positional order of the functional style, and `Signature.bind` decides the style of a call:
+
+1. ``dst=`` given, or more positional arguments than the functional order has -> destination;
+2. a keyword repeats a slot the positional arguments already filled in the functional order
+   (``nisa.tensor_copy(out, src=x)``) -> destination;
+3. a positional argument does not fit the functional slot it would fill (a tile where the functional
+   signature has an operator, a flag or a shape; a number where it has an operator or a tile) ->
+   destination; otherwise functional.
+
+Unknown parameters are refused with the list of the instruction's parameters. Argument names and
+defaults follow the NKI API reference (nki.isa.*); each function maps onto the `trnlab.hardware.NeuronCore`
+method of the same name.
 """
 from __future__ import annotations
 
 import enum
+import functools
+import inspect
 import math
+from dataclasses import dataclass
+from typing import Callable, Union
 
 import numpy as np
 
 from trnlab.hardware import dtypes as hw_dtypes
-from trnlab.hardware import ops as _hw_ops
+from trnlab.hardware import ops as hw_ops
 from trnlab.hardware.errors import MatmulShapeError, MemoryPlacementError, ShapeMismatchError
-from trnlab.nki import indexing, runtime
-from trnlab.nki.errors import NKIError, locate, site_note, user_site
-from trnlab.nki.indexing import IndexExpr
+from trnlab.nki import indexing, issue, runtime
+from trnlab.nki.errors import NKIError
+from trnlab.nki.indexing import IndexExpr, Predicate
 from trnlab.nki.tensor import NkiTensor
+
+# -- the types of instruction parameters (annotations; the binder reads their names) -----------------
+Tile = NkiTensor                          # a tile (or tensor) operand
+Operand = Union[NkiTensor, float]         # a [P, 1] tile broadcast along the free axis, or a number
+Op = Union[Callable, str]                 # an operator: nl.add, np.add, or its name "add"
+Dtype = object                            # a NumPy dtype or an nl dtype (nl.bfloat16, ...)
+Mask = Predicate                          # an affine predicate of nl.arange / nl.mgrid iterators
+Shape = tuple
 
 
 class engine(enum.Enum):
@@ -37,8 +61,13 @@ class engine(enum.Enum):
     sync = "sp"
 
 
+# beta-1 names of the engines (``engine=nisa.vector_engine``)
+unknown_engine, tensor_engine, vector_engine = engine.unknown, engine.tensor, engine.vector
+scalar_engine, gpsimd_engine = engine.scalar, engine.gpsimd
+
+
 class reduce_cmd(enum.Enum):
-    """nki.isa.reduce_cmd: what nisa.activation does with its reduce registers."""
+    """nki.isa.reduce_cmd: what an instruction does with its engine's reduce registers."""
     idle = 0
     reset = 1
     reduce = 2
@@ -53,7 +82,14 @@ class dge_mode(enum.Enum):
     hwdge = 3
 
 
-class nc_version(enum.Enum):
+class oob_mode(enum.Enum):
+    """nki.isa.oob_mode: what a dynamic DMA does out of bounds (accepted; trnlab always raises)."""
+    error = 0
+    skip = 1
+
+
+class nc_version(enum.IntEnum):
+    """nki.isa.nc_version, ordered: ``nisa.get_nc_version() >= nisa.nc_version.gen3``."""
     gen2 = 2
     gen3 = 3
     gen4 = 4
@@ -65,16 +101,12 @@ def get_nc_version() -> nc_version:
     return {"2": nc_version.gen2, "3": nc_version.gen3, "4": nc_version.gen4}.get(gen, nc_version.gen3)
 
 
-# -- operator names -----------------------------------------------------------------------
-_OP_NAMES: dict = {}        # nl.add -> "add", filled by language.py
-
-
-def op_name(op) -> str:
-    if op is None:
-        return None
-    if isinstance(op, str):
+# -- operators ----------------------------------------------------------------------------------------
+def op_name(op: Op | None) -> str | Callable | None:
+    """The hardware's name of an operator: nl.add (which carries `nki_op`), np.add or "add"."""
+    if op is None or isinstance(op, str):
         return op
-    name = _OP_NAMES.get(op)
+    name = getattr(op, "nki_op", None)
     if name is not None:
         return name
     if callable(op):
@@ -82,7 +114,7 @@ def op_name(op) -> str:
     raise NKIError(f"unknown operator {op!r}: use nl.add, nl.exp, np.add, ... or an op name")
 
 
-def _engine(value, default=None):
+def _engine(value, default: str | None = None) -> str | None:
     if value is None or value is engine.unknown:
         return default
     if isinstance(value, engine):
@@ -90,126 +122,176 @@ def _engine(value, default=None):
     return value
 
 
-# -- shared plumbing ------------------------------------------------------------------------
-def _launch():
-    """The running launch, with the pending result issued and the caller's kernel line noted."""
-    launch = runtime.current()
-    if launch.pending is not None:
-        launch.flush()
-    launch.site = site = user_site(3)
-    launch.core.note = site_note(site)   # shown with each instruction in the timeline / Chrome trace
-    return launch
+# -- the signature table and the binder ------------------------------------------------------------------
+_KINDS = {"Tile": "tile", "Operand": "operand", "Op": "op", "Mask": "mask"}
 
 
-def _tile(x, what: str) -> NkiTensor:
-    if not isinstance(x, NkiTensor):
-        raise NKIError(f"{what} must be a tile (an NkiTensor), got {type(x).__name__}")
-    return x
+def _kind(annotation) -> str:
+    text = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", str(annotation))
+    head = text.split("|")[0].strip()
+    return _KINDS.get(head, "other")
 
 
-def _operand(x, ranges):
-    """A tile's hardware view, a float, or None."""
-    if x is None or isinstance(x, (int, float, np.integer, np.floating)):
-        return None if x is None else float(x)
-    return _tile(x, "operand").hw_view(ranges)
+def _fits(kind: str, value) -> bool:
+    """Can `value` fill a functional-style slot of this kind? (a None always fits)"""
+    if value is None:
+        return True
+    is_tile, is_number = isinstance(value, NkiTensor), issue.is_number(value)
+    if kind == "tile":
+        return not is_number
+    if kind == "op":
+        return not is_tile and not is_number
+    if kind == "operand":
+        return True
+    return not is_tile
 
 
-# stands for "rows lo..hi of the partition axis" in a ranges dict (see _ranges)
-_PARTITION_ROWS = indexing.Iterator(size=0, axis=0, ndim=0)
+@dataclass(frozen=True)
+class Signature:
+    """One instruction's parameters in both call styles (a row of `SIGNATURES`)."""
+    name: str
+    destination: tuple[str, ...]          # positional order, destination style: dst first
+    functional: tuple[str, ...] | None    # positional order, functional style (None: no functional style)
+    kinds: dict                           # parameter -> "tile" | "operand" | "op" | "mask" | "other"
+    required: tuple[str, ...]             # parameters without a default (besides dst)
+    parameters: tuple[str, ...]           # every parameter name
+
+    @classmethod
+    def of(cls, impl, functional) -> "Signature":
+        params = inspect.signature(impl).parameters.values()
+        positional = tuple(p.name for p in params if p.kind is p.POSITIONAL_OR_KEYWORD)
+        if positional[:1] != ("dst",):
+            raise TypeError(f"nki.isa.{impl.__name__}: an instruction's first parameter is dst")
+        return cls(name=impl.__name__, destination=positional,
+                   functional=None if functional is None else tuple(functional),
+                   kinds={p.name: _kind(p.annotation) for p in params},
+                   required=tuple(p.name for p in params if p.default is p.empty and p.name != "dst"),
+                   parameters=tuple(p.name for p in params))
+
+    def is_destination(self, args: tuple, kwargs: dict) -> bool:
+        functional = self.functional
+        if functional is None or "dst" in kwargs or len(args) > len(functional):
+            return True
+        if any(name in kwargs for name in functional[:len(args)]):
+            return True
+        return not all(_fits(self.kinds[name], a) for name, a in zip(functional, args))
+
+    def bind(self, args: tuple, kwargs: dict) -> dict:
+        """Keyword arguments for the implementation: every parameter by name, dst=None in functional style."""
+        destination = self.is_destination(args, kwargs)
+        order = self.destination if destination else self.functional
+        if len(args) > len(order):
+            raise NKIError(f"nisa.{self.name} takes at most {len(order)} positional arguments "
+                           f"({', '.join(order)}), got {len(args)}")
+        bound = dict(zip(order, args))
+        for name, value in kwargs.items():
+            if name not in self.parameters:
+                raise NKIError(f"nisa.{self.name} has no parameter {name!r}; its parameters: "
+                               f"{', '.join(self.parameters)}")
+            if name in bound:
+                raise NKIError(f"nisa.{self.name} got two values for {name!r} (positional and keyword)")
+            bound[name] = value
+        bound.setdefault("dst", None)
+        missing = [name for name in self.required if name not in bound]
+        if missing:
+            style = "destination" if destination else "functional"
+            raise NKIError(f"nisa.{self.name} ({style} style): missing required parameter(s) "
+                           f"{', '.join(missing)}; signature: {self.name}({', '.join(order)}, ...)")
+        return bound
 
 
-def _ranges(mask, *operands) -> dict:
-    """The ranges an instruction runs on: its mask, or else the valid rows of its operands.
+SIGNATURES: dict[str, Signature] = {}   # instruction name -> its signature in both call styles
 
-    A functional result of a masked instruction (e.g. `nl.load(x[...], mask=rows < n)` for the last,
-    partial tile) is only written on the rows the mask kept. Later unmasked element-wise calls on it
-    run on those rows too, as if the mask had been repeated: the other partitions hold garbage on the
-    hardware and are never stored, and the engines cost the same either way (they process all
-    partitions in parallel).
+
+def instruction(functional: tuple[str, ...] | None):
+    """Register an instruction (written in destination style) with its functional positional order."""
+    def wrap(impl):
+        signature = Signature.of(impl, functional)
+        SIGNATURES[impl.__name__] = signature
+
+        @functools.wraps(impl)
+        def call(*args, **kwargs):
+            return impl(**signature.bind(args, kwargs))
+
+        call.signature = signature
+        return call
+    return wrap
+
+
+def _finish(dst: NkiTensor | None, emit, shape, dtype, buffer: str = "sbuf", ranges: dict | None = None,
+            accumulates: bool = False, storage: tuple | None = None) -> NkiTensor | None:
+    """Destination style: issue into dst now (returns None). Functional: a pending tile."""
+    if dst is not None:
+        if not issue.skipped(ranges):
+            emit(issue.tile(dst, "dst"), None)
+        return None
+    if buffer == "psum":
+        emit = _through_psum(emit, dtype)
+    return issue.produce(shape, dtype, buffer, emit, accumulates=accumulates, ranges=ranges, storage=storage)
+
+
+def _through_psum(emit, dtype):
+    """A Tensor-engine result (nc_matmul, nc_transpose) assigned into an SBUF tile,
+    ``sbuf_tile[...] = nisa.nc_transpose(x)``: the engine writes PSUM, so, as AWS's compiler does, the
+    instruction goes into a PSUM tile and a tensor_copy (Vector engine) moves it to the SBUF tile."""
+    def emit_into(out: NkiTensor, accumulate):
+        if out.buffer != "sbuf":
+            return emit(out, accumulate)
+        launch = runtime.current()
+        staged = launch.core.psum.allocate(tuple(out.shape), hw_dtypes.float32 if dtype is None else dtype,
+                                           name=launch.fresh_name("psum_stage"))
+        tile = NkiTensor.allocation(staged, "psum", launch)
+        emit(tile, None)
+        launch.core.tensor_copy(dst=out.hw_view(), src=staged.full)
+        launch.core.psum.free(staged)
+    emit_into.site = getattr(emit, "site", None)
+    return emit_into
+
+
+def _in_sbuf(x: NkiTensor, what: str) -> NkiTensor:
+    """x, or (for an engine that reads SBUF only, such as GpSimd) a tensor_copy of it out of PSUM, the
+    copy AWS's compiler inserts."""
+    x = issue.tile(x, what)
+    return tensor_copy(x) if x.buffer == "psum" else x
+
+
+# -- Tensor engine ---------------------------------------------------------------------------------------
+@instruction(functional=("stationary", "moving", "is_stationary_onezero", "is_moving_onezero", "is_transpose",
+                         "tile_position", "tile_size"))
+def nc_matmul(dst: Tile | None, stationary: Tile, moving: Tile, is_stationary_onezero: bool = False,
+              is_moving_onezero: bool = False, is_transpose: bool = False, tile_position: tuple = (),
+              tile_size: tuple = (), perf_mode: object = None, name: str = "", *, accumulate: bool | None = None,
+              mask: Mask | None = None, dtype: Dtype | None = None, psum_acc: bool | None = None) -> Tile | None:
+    """dst[M, N...] (+)= stationary[K, M].T @ moving[K, N...] on the Tensor engine (fp32 in PSUM).
+
+    The moving tile may have several free axes: the result keeps them (moving [K, 2, 8] gives
+    [M, 2, 8]). accumulate=None adds to what the PSUM region already holds (the first matmul into a
+    fresh region overwrites it). Functional style returns the PSUM tile; ``psum += nisa.nc_matmul(a, b)``
+    accumulates in place.
     """
-    if mask is not None:
-        return indexing.restrict(mask)
-    valid = None
-    for x in operands:
-        if isinstance(x, NkiTensor):
-            if x._ap is not None:
-                return {}
-            rows = x._valid
-            if rows is not None:
-                valid = rows if valid is None else (max(valid[0], rows[0]), min(valid[1], rows[1]))
-    return {} if valid is None else {_PARTITION_ROWS: valid}
-
-
-def _produce(shape, dtype, buffer, emit, accumulates=False, ranges=None) -> NkiTensor:
-    """A pending tile: `emit(dst, accumulate)` issues its instruction once the program says where."""
-    launch = runtime.current()
-    core, note, site = launch.core, launch.core.note, launch.site
-
-    def emit_at_call_site(out, accumulate):
-        core.note = note              # the instruction belongs to the line that asked for it
-        try:
-            emit(out, accumulate)
-        except Exception as error:
-            raise locate(error, site)
-
-    emit_at_call_site.site = site
-    emit_at_call_site.accumulates = accumulates
-    result = NkiTensor.pending(shape, hw_dtypes.as_dtype(dtype), buffer, emit_at_call_site, launch)
-    if ranges:
-        rows = [bounds for it, bounds in ranges.items() if it.axis == 0]
-        if rows:
-            result._valid = rows[0]
-    return result
-
-
-def _refills(args: tuple, kwargs: dict, functional_names: tuple) -> bool:
-    """True if a keyword repeats a slot the positional arguments already filled in the functional
-    signature: then the first positional argument is `dst` (``nisa.tensor_copy(out, src=x)``)."""
-    return bool(args) and any(name in kwargs for name in functional_names[:len(args)])
-
-
-def _bind(args: tuple, kwargs: dict, names: tuple) -> list:
-    """The values of `names`, given positionally first and by keyword after."""
-    return list(args[:len(names)]) + [kwargs.get(n) for n in names[len(args):]]
-
-
-def _is_tile(x) -> bool:
-    return isinstance(x, NkiTensor)
-
-
-# -- Tensor engine ---------------------------------------------------------------------------
-def nc_matmul(*args, **kwargs):
-    """dst[M, N] (+)= stationary[K, M].T @ moving[K, N] on the Tensor engine (fp32 in PSUM).
-
-    Destination style: ``nc_matmul(dst, stationary, moving, ..., accumulate=None)``; with
-    accumulate=None the result is added to what the PSUM region already holds (the first matmul into
-    a fresh region overwrites it). Functional style: ``nc_matmul(stationary, moving)`` returns the
-    PSUM tile, and ``psum_tile += nisa.nc_matmul(a, b)`` accumulates in place.
-    """
-    destination = (_refills(args, kwargs, ('stationary', 'moving')) or
-                   "dst" in kwargs or (len(args) >= 3 and _is_tile(args[2])))
-    if destination:
-        dst, stationary, moving = _bind(args, kwargs, ("dst", "stationary", "moving"))
-        accumulate = kwargs.get("accumulate")
-    else:
-        stationary, moving = _bind(args, kwargs, ("stationary", "moving"))
-    mask = kwargs.get("mask")
-    if len(kwargs) > 3:
-        for flag in ("is_stationary_onezero", "is_moving_onezero", "is_transpose"):
-            if kwargs.get(flag):
-                raise NKIError(f"nc_matmul({flag}=True) is not simulated")
-    launch = _launch()
+    for flag, value in (("is_stationary_onezero", is_stationary_onezero), ("is_moving_onezero", is_moving_onezero),
+                        ("is_transpose", is_transpose)):
+        if value:
+            raise NKIError(f"nc_matmul({flag}=True) is not simulated")
+    if tile_position or tile_size:
+        raise NKIError("nc_matmul(tile_position=, tile_size=): row/column tiling of the PE array is not simulated")
+    stationary, moving = issue.tile(stationary, "stationary"), issue.tile(moving, "moving")
+    if dst is None:
+        # functional style (beta 1): AWS's compiler moves a PSUM operand (e.g. an nc_transpose result)
+        # to SBUF for the Tensor engine; in destination style the operands are the kernel's to place
+        stationary, moving = _in_sbuf(stationary, "stationary"), _in_sbuf(moving, "moving")
+    launch = issue.begin()
     ranges = indexing.restrict(mask)
-    stationary, moving = _tile(stationary, "stationary"), _tile(moving, "moving")
+    if accumulate is None and psum_acc is not None:
+        accumulate = psum_acc
 
     def emit(out: NkiTensor, accumulate_flag):
-        # accumulate=None: the core adds onto a PSUM region already written, overwrites a fresh one
+        flag = accumulate if accumulate_flag is None else accumulate_flag
         launch.core.nc_matmul(dst=out.hw_view(ranges), stationary=stationary.hw_view(ranges),
-                              moving=moving.hw_view(ranges), accumulate=accumulate_flag)
+                              moving=moving.hw_view(ranges), accumulate=flag)
 
-    if destination:
-        emit(_tile(dst, "dst"), accumulate)
-        return None
+    if dst is not None:
+        return _finish(dst, emit, None, None, ranges=ranges)
     # the result tile is allocated before the instruction runs: check the tile limits first, so a too
     # wide moving tile is reported as the matmul rule it breaks rather than as a PSUM bank overflow
     spec = launch.core.spec
@@ -219,82 +301,102 @@ def nc_matmul(*args, **kwargs):
             f"matmul tile shape: stationary {stationary.shape} x moving {moving.shape} gives M={M}, N={N}; "
             f"the limits are M <= {spec.stationary_fmax} (gemm_stationary_fmax), N <= {spec.moving_fmax} "
             f"(gemm_moving_fmax)", value=(M, N), limit=(spec.stationary_fmax, spec.moving_fmax))
-    return _produce((M, N), hw_dtypes.float32, "psum", emit, accumulates=True)
+    shape = (M,) + tuple(moving.shape[1:])
+    return _finish(None, emit, shape, dtype or hw_dtypes.float32, "psum", ranges=ranges, accumulates=True)
 
 
-def nc_transpose(*args, **kwargs):
-    """Swap a tile's partition and free axes: dst[F, P] = data[P, F] (Tensor engine, into PSUM)."""
-    destination = (_refills(args, kwargs, ('data',)) or
-                   "dst" in kwargs or (len(args) >= 2 and _is_tile(args[1])))
-    bound = dict(zip(("dst", "data") if destination else ("data",), args)) | kwargs
-    data = _tile(bound["data"], "data")
-    ranges = indexing.restrict(bound.get("mask"))
-    launch = _launch()
+@instruction(functional=("data",))
+def nc_transpose(dst: Tile | None, data: Tile, engine: engine = engine.unknown, name: str = "", *,
+                 mask: Mask | None = None, dtype: Dtype | None = None) -> Tile | None:
+    """dst[F, P] = data[P, F]: on the Tensor engine (SBUF -> PSUM, up to 128 x 128) by default, or on
+    the Vector engine with ``engine=nisa.vector_engine`` (SBUF/PSUM, at most 32 x 32)."""
+    data = issue.tile(data, "data")
+    ranges = indexing.restrict(mask)
+    on_vector = _engine(engine) == "dve"
+    launch = issue.begin()
 
     def emit(out, _accumulate):
-        launch.core.nc_transpose(dst=out.hw_view(ranges), src=data.hw_view(ranges))
+        if on_vector:
+            launch.core.vector_transpose(dst=out.hw_view(ranges), src=data.hw_view(ranges))
+        else:
+            launch.core.nc_transpose(dst=out.hw_view(ranges), src=data.hw_view(ranges))
 
-    if destination:
-        emit(_tile(bound["dst"], "dst"), None)
-        return None
-    dtype = bound.get("dtype") or data.dtype
-    return _produce((data.shape[-1], data.shape[0]), dtype, "psum", emit)
+    shape = (math.prod(data.shape[1:]), data.shape[0])
+    return _finish(dst, emit, shape, dtype or data.dtype, "sbuf" if on_vector else "psum")
 
 
-# -- data movement -----------------------------------------------------------------------------
-def dma_copy(*args, dst=None, src=None, mask=None, dge_mode=None, oob_mode=None, name=None, **kwargs):
-    """Copy src to dst with a DMA engine (HBM <-> SBUF, SBUF <-> SBUF); PSUM -> HBM is refused."""
-    if args:
-        dst, src = (args + (None, None))[:2] if dst is None else (dst, args[0])
-    dst, src = _tile(dst, "dst"), _tile(src, "src")
+# -- data movement ---------------------------------------------------------------------------------------
+@instruction(functional=None)
+def dma_copy(dst: Tile, src: Tile, dst_rmw_op: Op | None = None, oob_mode: oob_mode = oob_mode.error,
+             dge_mode: dge_mode = dge_mode.unknown, name: str = "", *, mask: Mask | None = None,
+             engine: engine = engine.unknown, unique_indices: bool = True) -> None:
+    """Copy src to dst with a DMA engine (HBM <-> SBUF, SBUF <-> SBUF); PSUM -> HBM is refused.
+
+    dst and src of different dtypes: the DMA casts on NeuronCore-v3/-v4 (Trn2/Trn3) and refuses on Trn1."""
+    dst, src = issue.tile(dst, "dst"), issue.tile(src, "src")
+    if dst_rmw_op is not None:
+        raise NKIError("dma_copy(dst_rmw_op=...): read-modify-write DMAs are not simulated")
     if dst._gather is not None:
         raise NKIError("indirect DMA store (a scatter: dst indexed by a tile of indices) is not simulated; "
                        "trnlab simulates the indirect load (gather) only")
-    launch = _launch()
+    launch = issue.begin()
     if src._gather is not None:
         if mask is not None:
             raise NKIError("an indirect DMA (src indexed by a tile of indices) with mask= is not simulated")
         launch.core.dma_gather(dst=dst.hw_view(), src=src.hw_view(), indices=src._gather.hw_view())
-        return
-    ranges = _ranges(mask, src) if mask is not None or src._valid is not None else None
-    launch.core.dma_copy(dst=dst.hw_view(ranges), src=src.hw_view(ranges))
+        return None
+    ranges = issue.ranges(mask, src) if mask is not None or src._valid is not None else None
+    if issue.skipped(ranges):
+        return None
+    if np.dtype(dst.dtype) != np.dtype(src.dtype):
+        launch.core.dma_copy_cast(dst=dst.hw_view(ranges), src=src.hw_view(ranges))
+    else:
+        launch.core.dma_copy(dst=dst.hw_view(ranges), src=src.hw_view(ranges))
+    return None
 
 
-def dma_transpose(*args, **kwargs):
-    """Transpose a 2-D tile while moving it with a DMA: [A, B] -> [B, A] (HBM or SBUF source)."""
-    destination = (_refills(args, kwargs, ('src',)) or
-                   "dst" in kwargs or (len(args) >= 2 and _is_tile(args[1])))
-    bound = dict(zip(("dst", "src") if destination else ("src",), args)) | kwargs
-    src = _tile(bound["src"], "src")
-    if src.ndim != 2 or src._ap is not None:
-        raise NKIError("dma_transpose: trnlab supports 2-D sources indexed with ints and slices")
-    launch = _launch()
-
-    # element indices of the source on its owner tensor, read column-major: [B, A]
-    owner = src._base()
-    base = src._index if src._index is not None else tuple(slice(0, n, 1) for n in owner.shape)
-    ranges = [np.arange(e.start, e.stop, e.step) for e in base if isinstance(e, slice)]
+@instruction(functional=("src",))
+def dma_transpose(dst: Tile | None, src: Tile, axes: tuple | None = None, dge_mode: dge_mode = dge_mode.unknown,
+                  name: str = "", *, mask: Mask | None = None, dtype: Dtype | None = None) -> Tile | None:
+    """Transpose a 2-D tile while moving it with a DMA: [A, B] -> [B, A] (HBM or SBUF source). The
+    source may be indexed with ints, slices or nl.arange / nl.mgrid iterators (a plain box)."""
+    src = issue.tile(src, "src")
+    if src.ndim != 2 or (axes is not None and tuple(axes) != (1, 0)):
+        raise NKIError(f"dma_transpose: trnlab transposes 2-D sources (axes=(1, 0)); got {src.shape}, axes={axes}")
+    launch = issue.begin()
+    extents = src._hw.shape
+    box = src.hw_view().index
+    box = tuple(slice(0, n, 1) for n in extents) if box is None else (box if isinstance(box, tuple) else (box,))
+    if not all(isinstance(e, (slice, int, np.integer)) for e in box):
+        raise NKIError("dma_transpose: the source must be a plain box of its tensor (ints and slices, or "
+                       "nl.arange iterators with a positive step)")
+    ranges = [np.arange(*e.indices(n)) for e, n in zip(box, extents) if isinstance(e, slice)]
     shaped = iter((ranges[0][None, :], ranges[1][:, None]))
-    transposed_index = tuple(next(shaped) if isinstance(e, slice) else e for e in base)
+    transposed_index = tuple(next(shaped) if isinstance(e, slice) else e for e in box)
 
     def emit(out, _accumulate):
-        launch.core.dma_copy(dst=out.hw_view(), src=src._hw[transposed_index])
+        source = src._hw[transposed_index]
+        if np.dtype(out.dtype) == np.dtype(src.dtype):
+            launch.core.dma_copy(dst=out.hw_view(), src=source)
+        elif issue.dma_casts(launch.core):        # Trn2/Trn3: the DMA converts on the way
+            launch.core.dma_copy_cast(dst=out.hw_view(), src=source)
+        else:                                     # Trn1: stage in the source dtype, cast on an engine
+            staged = launch.core.sbuf.allocate(tuple(out.shape), src.dtype, name="transpose_stage")
+            launch.core.dma_copy(dst=staged.full, src=source)
+            launch.core.tensor_copy(dst=out.hw_view(), src=staged.full)
+            launch.core.sbuf.free(staged)
 
-    if destination:
-        emit(_tile(bound["dst"], "dst"), None)
-        return None
-    return _produce((src.shape[1], src.shape[0]), src.dtype, "sbuf", emit)
+    return _finish(dst, emit, (src.shape[1], src.shape[0]), dtype or src.dtype, "sbuf")
 
 
-def tensor_copy(*args, **kwargs):
+@instruction(functional=("src",))
+def tensor_copy(dst: Tile | None, src: Tile, engine: engine = engine.unknown, name: str = "", *,
+                mask: Mask | None = None, dtype: Dtype | None = None) -> Tile | None:
     """Copy (and cast to dst's dtype) a tile on an on-chip engine; the way out of PSUM."""
-    destination = (_refills(args, kwargs, ('src',)) or
-                   "dst" in kwargs or (len(args) >= 2 and _is_tile(args[1])))
-    bound = dict(zip(("dst", "src") if destination else ("src",), args)) | kwargs
-    src = _tile(bound["src"], "src")
-    ranges = _ranges(bound.get("mask"), src)
-    engine_name = _engine(bound.get("engine"), "dve")
-    launch = _launch()
+    src = issue.tile(src, "src")
+    ranges = issue.ranges(mask, src)
+    engine_name = _engine(engine, "dve")
+    launch = issue.begin()
 
     def emit(out, _accumulate):
         if out.buffer not in ("sbuf", "psum") or src.buffer not in ("sbuf", "psum"):
@@ -304,194 +406,260 @@ def tensor_copy(*args, **kwargs):
                 value=(src.buffer, out.buffer), limit=("sbuf", "psum"))
         launch.core.tensor_copy(dst=out.hw_view(ranges), src=src.hw_view(ranges), engine=engine_name)
 
-    if destination:
-        emit(_tile(bound["dst"], "dst"), None)
-        return None
-    return _produce(src.shape, bound.get("dtype") or src.dtype, "sbuf", emit, ranges=ranges)
+    return _finish(dst, emit, src.shape, dtype or src.dtype, "sbuf", ranges)
 
 
-# -- Vector / Scalar / GpSimd -------------------------------------------------------------
-def tensor_tensor(*args, **kwargs):
-    """dst = data1 <op> data2, element-wise (Vector engine by default)."""
-    destination = (_refills(args, kwargs, ('data1', 'data2', 'op')) or
-                   "dst" in kwargs or (len(args) >= 3 and _is_tile(args[2])) or len(args) >= 4)
-    bound = dict(zip(("dst", "data1", "data2", "op") if destination else ("data1", "data2", "op"), args)) | kwargs
-    data1, data2 = _tile(bound["data1"], "data1"), _tile(bound["data2"], "data2")
-    op = op_name(bound["op"])
-    ranges = _ranges(bound.get("mask"), data1, data2)
-    engine_name = _engine(bound.get("engine"), "dve")
-    launch = _launch()
+# -- Vector / Scalar / GpSimd ----------------------------------------------------------------------------
+def _promote(a, b):
+    a, b = np.dtype(a), np.dtype(b)
+    if a == b:
+        return a
+    if hw_dtypes.float32 in (a, b):
+        return hw_dtypes.float32
+    if hw_dtypes.is_float(a) and not hw_dtypes.is_float(b):
+        return a
+    if hw_dtypes.is_float(b) and not hw_dtypes.is_float(a):
+        return b
+    return hw_dtypes.float32
+
+
+def _scalar_operand(x, ranges):
+    """A number as float, a [P, 1] tile's view, or None."""
+    if x is None or issue.is_number(x):
+        return x if x is None else float(x)
+    view = issue.tile(x, "operand").hw_view(ranges)
+    if len(view.shape) < 1:
+        raise ShapeMismatchError("a per-partition operand must be a [P, 1] tile", value=view.shape, limit="[P, 1]")
+    return view
+
+
+@instruction(functional=("data1", "data2", "op"))
+def tensor_tensor(dst: Tile | None, data1: Tile, data2: Tile, op: Op, engine: engine = engine.unknown,
+                  name: str = "", *, mask: Mask | None = None, dtype: Dtype | None = None) -> Tile | None:
+    """dst = data1 <op> data2, element-wise (Vector engine by default, or GpSimd)."""
+    data1, data2 = issue.tile(data1, "data1"), issue.tile(data2, "data2")
+    opcode = op_name(op)
+    ranges = issue.ranges(mask, data1, data2)
+    engine_name = _engine(engine, "dve")
+    launch = issue.begin()
 
     def emit(out, _accumulate):
         launch.core.tensor_tensor(dst=out.hw_view(ranges), data1=data1.hw_view(ranges),
-                                  data2=data2.hw_view(ranges), op=op, **_engine_kw(engine_name))
+                                  data2=data2.hw_view(ranges), op=opcode, engine=engine_name)
 
-    if destination:
-        emit(_tile(bound["dst"], "dst"), None)
-        return None
-    dtype = bound.get("dtype") or _promote(data1.dtype, data2.dtype)
-    return _produce(data1.shape, dtype, "sbuf", emit, ranges=ranges)
+    return _finish(dst, emit, data1.shape, dtype or _promote(data1.dtype, data2.dtype), "sbuf", ranges)
 
 
-def tensor_scalar(*args, **kwargs):
-    """dst = (data <op0> operand0) <op1> operand1; operands are numbers or [P, 1] tiles."""
-    destination = (_refills(args, kwargs, ('data', 'op0', 'operand0')) or
-                   "dst" in kwargs or (len(args) >= 2 and _is_tile(args[1])))
-    names = ("data", "op0", "operand0", "reverse0", "op1", "operand1", "reverse1")
-    bound = dict(zip((("dst",) + names) if destination else names, args)) | kwargs
-    data = _tile(bound["data"], "data")
-    op0, op1 = op_name(bound["op0"]), op_name(bound.get("op1"))
-    operand0, operand1 = bound["operand0"], bound.get("operand1")
-    reverse0, reverse1 = bool(bound.get("reverse0", False)), bool(bound.get("reverse1", False))
-    ranges = _ranges(bound.get("mask"), data, operand0, operand1)
-    engine_name = _engine(bound.get("engine"), "dve")
-    launch = _launch()
+@instruction(functional=("data0", "data1", "initial", "op0", "op1", "reverse0", "reverse1"))
+def tensor_tensor_scan(dst: Tile | None, data0: Tile, data1: Tile, initial: Operand, op0: Op, op1: Op,
+                       reverse0: bool = False, reverse1: bool = False, name: str = "", *,
+                       mask: Mask | None = None, dtype: Dtype | None = None) -> Tile | None:
+    """A scan along the free axis, per partition (Vector engine):
+    ``dst[:, i] = (data0[:, i] <op0> dst[:, i-1]) <op1> data1[:, i]`` with ``dst[:, -1] = initial``
+    (a number or a [P, 1] tile), e.g. the recurrence h = a * h + b of a state-space model."""
+    data0, data1 = issue.tile(data0, "data0"), issue.tile(data1, "data1")
+    first, second = op_name(op0), op_name(op1)
+    ranges = issue.ranges(mask, data0, data1)
+    launch = issue.begin()
 
     def emit(out, _accumulate):
-        launch.core.tensor_scalar(dst=out.hw_view(ranges), data=data.hw_view(ranges), op0=op0,
-                                  operand0=_scalar_operand(operand0, ranges), reverse0=reverse0, op1=op1,
-                                  operand1=_scalar_operand(operand1, ranges), reverse1=reverse1,
+        launch.core.tensor_tensor_scan(dst=out.hw_view(ranges), data0=data0.hw_view(ranges),
+                                       data1=data1.hw_view(ranges), initial=_scalar_operand(initial, ranges),
+                                       op0=first, op1=second, reverse0=bool(reverse0), reverse1=bool(reverse1))
+
+    return _finish(dst, emit, data0.shape, dtype or _promote(data0.dtype, data1.dtype), "sbuf", ranges)
+
+
+@instruction(functional=("data", "op0", "operand0", "reverse0", "op1", "operand1", "reverse1"))
+def tensor_scalar(dst: Tile | None, data: Tile, op0: Op, operand0: Operand, reverse0: bool = False,
+                  op1: Op | None = None, operand1: Operand | None = None, reverse1: bool = False,
+                  engine: engine = engine.unknown, name: str = "", *, mask: Mask | None = None,
+                  dtype: Dtype | None = None) -> Tile | None:
+    """dst = (data <op0> operand0) <op1> operand1; operands are numbers or [P, 1] tiles."""
+    data = issue.tile(data, "data")
+    first, second = op_name(op0), op_name(op1)
+    ranges = issue.ranges(mask, data, operand0, operand1)
+    engine_name = _engine(engine, "dve")
+    launch = issue.begin()
+
+    def emit(out, _accumulate):
+        launch.core.tensor_scalar(dst=out.hw_view(ranges), data=data.hw_view(ranges), op0=first,
+                                  operand0=_scalar_operand(operand0, ranges), reverse0=bool(reverse0), op1=second,
+                                  operand1=_scalar_operand(operand1, ranges), reverse1=bool(reverse1),
                                   engine=engine_name)
 
-    if destination:
-        emit(_tile(bound["dst"], "dst"), None)
-        return None
-    return _produce(data.shape, bound.get("dtype") or data.dtype, "sbuf", emit, ranges=ranges)
+    return _finish(dst, emit, data.shape, dtype or data.dtype, "sbuf", ranges)
 
 
-def tensor_reduce(*args, **kwargs):
+@instruction(functional=("data", "op0", "operand0", "reduce_op", "reduce_res", "reverse0"))
+def tensor_scalar_reduce(dst: Tile | None, data: Tile, op0: Op, operand0: Operand, reduce_op: Op,
+                         reduce_res: Tile, reverse0: bool = False, name: str = "", *,
+                         mask: Mask | None = None, dtype: Dtype | None = None) -> Tile | None:
+    """dst = data <op0> operand0, and reduce_res[P, 1] = reduce_op of dst along all its free axes, in one
+    Vector-engine instruction (reduce_op: nl.add, nl.multiply, nl.maximum / nl.max, nl.minimum / nl.min)."""
+    data, reduce_res = issue.tile(data, "data"), issue.tile(reduce_res, "reduce_res")
+    first, reduction = op_name(op0), op_name(reduce_op)
+    ranges = issue.ranges(mask, data, operand0)
+    launch = issue.begin()
+
+    def emit(out, _accumulate):
+        launch.core.tensor_scalar_reduce(dst=out.hw_view(ranges), data=data.hw_view(ranges), op0=first,
+                                         operand0=_scalar_operand(operand0, ranges), reduce_op=reduction,
+                                         reduce_res=reduce_res.hw_view(ranges), reverse0=bool(reverse0))
+
+    return _finish(dst, emit, data.shape, dtype or data.dtype, "sbuf", ranges)
+
+
+@instruction(functional=("op", "data", "axis", "negate", "keepdims"))
+def tensor_reduce(dst: Tile | None, op: Op, data: Tile, axis: int | tuple, negate: bool = False,
+                  keepdims: bool = False, name: str = "", *, mask: Mask | None = None,
+                  dtype: Dtype | None = None) -> Tile | None:
     """Reduce `data` along free axes with `op` (add, maximum, minimum, ...) on the Vector engine."""
-    destination = "dst" in kwargs or (len(args) >= 1 and _is_tile(args[0]))
-    names = ("op", "data", "axis", "negate", "keepdims")
-    bound = dict(zip((("dst",) + names) if destination else names, args)) | kwargs
-    data = _tile(bound["data"], "data")
-    op = op_name(bound["op"])
-    axis = bound["axis"]
-    axis = tuple(axis) if isinstance(axis, (list, tuple)) else (int(axis),)
-    if 0 in axis:
+    data = issue.tile(data, "data")
+    opcode = op_name(op)
+    axes = tuple(axis) if isinstance(axis, (list, tuple)) else (int(axis),)
+    if 0 in axes:
         raise NKIError("tensor_reduce: axis 0 is the partition axis; reductions run along free axes only "
-                       "(use nl.transpose or nisa.nc_matmul with a ones vector to reduce across partitions)")
-    keepdims, negate = bool(bound.get("keepdims", False)), bool(bound.get("negate", False))
-    ranges = _ranges(bound.get("mask"), data)
-    launch = _launch()
+                       "(use nisa.tensor_partition_reduce, nl.transpose or a matmul with a ones vector)")
+    ranges = issue.ranges(mask, data)
+    launch = issue.begin()
 
     def emit(out, _accumulate):
         # trnlab keeps reduced axes as size-1 dims in memory, so [P] and [P, 1] results look alike
         view = out.hw_view(ranges)
-        launch.core.tensor_reduce(dst=view, data=data.hw_view(ranges), op=op, axis=axis, negate=negate,
+        launch.core.tensor_reduce(dst=view, data=data.hw_view(ranges), op=opcode, axis=axes, negate=bool(negate),
                                   keepdims=len(view.shape) == data.ndim)
 
-    if destination:
-        emit(_tile(bound["dst"], "dst"), None)
-        return None
-    kept = tuple(1 if a in axis else n for a, n in enumerate(data.shape))
-    shape = kept if keepdims else tuple(n for a, n in enumerate(data.shape) if a not in axis)
-    return _produce_with_storage(shape, kept, bound.get("dtype") or data.dtype, emit, ranges=ranges)
+    kept = tuple(1 if a in axes else n for a, n in enumerate(data.shape))
+    shape = kept if keepdims else tuple(n for a, n in enumerate(data.shape) if a not in axes)
+    return _finish(dst, emit, shape, dtype or data.dtype, "sbuf", ranges, storage=kept)
 
 
-def activation(*args, **kwargs):
+@instruction(functional=("op", "data"))
+def tensor_partition_reduce(dst: Tile | None, op: Op, data: Tile, name: str = "", *, mask: Mask | None = None,
+                            dtype: Dtype | None = None) -> Tile | None:
+    """Reduce across partitions: dst[1, ...] = op over data[P, ...] (GpSimd engine; op: add, maximum,
+    bitwise_or, bitwise_and)."""
+    data = _in_sbuf(data, "data")
+    opcode = op_name(op)
+    ranges = indexing.restrict(mask)
+    launch = issue.begin()
+
+    def emit(out, _accumulate):
+        launch.core.tensor_partition_reduce(dst=out.hw_view(ranges), data=data.hw_view(ranges), op=opcode)
+
+    return _finish(dst, emit, (1,) + tuple(data.shape[1:]), dtype or data.dtype, "sbuf")
+
+
+@instruction(functional=("op", "data", "bias", "scale", "reduce_op", "reduce_res", "reduce_cmd"))
+def activation(dst: Tile | None, op: Op, data: Tile, bias: Operand | None = None, scale: Operand = 1.0,
+               reduce_op: Op | None = None, reduce_res: Tile | None = None, reduce_cmd: reduce_cmd | None = None,
+               name: str = "", *, mask: Mask | None = None, dtype: Dtype | None = None) -> Tile | None:
     """dst = op(data * scale + bias) on the Scalar engine, optionally summing the result along the free
     axes in the engine's reduce registers (reduce_op must be nl.add): reduce_cmd = nisa.reduce_cmd.reset,
     reduce (accumulate over several instructions), reset_reduce or idle; a reduce_res [P, 1] tile
     receives the registers. With reduce_res and no reduce_cmd, reduce_res gets this instruction's own
     sums (as nisa.activation_reduce); AWS's default is idle, so pass reduce_cmd explicitly in code meant
     for the device."""
-    return _activation(args, kwargs, ("op", "data", "bias", "scale", "reduce_op", "reduce_res", "reduce_cmd"))
+    return _activation(dst, op, data, bias, scale, reduce_op, reduce_res, reduce_cmd, mask, dtype)
 
 
-def activation_reduce(*args, **kwargs):
-    """nisa.activation with reduce_cmd=reset_reduce: one Scalar-engine instruction that also sums
-    the result along the free axes into reduce_res (AWS keeps it for older kernels)."""
-    return _activation(args, kwargs, ("op", "data", "reduce_op", "reduce_res", "bias", "scale"))
+@instruction(functional=("op", "data", "reduce_op", "reduce_res", "bias", "scale"))
+def activation_reduce(dst: Tile | None, op: Op, data: Tile, reduce_op: Op, reduce_res: Tile,
+                      bias: Operand | None = None, scale: Operand = 1.0, name: str = "", *,
+                      mask: Mask | None = None, dtype: Dtype | None = None) -> Tile | None:
+    """nisa.activation with reduce_cmd=reset_reduce: one Scalar-engine instruction that also sums the
+    result along the free axes into reduce_res (AWS keeps it for older kernels)."""
+    return _activation(dst, op, data, bias, scale, reduce_op, reduce_res, "reset_reduce", mask, dtype)
 
 
-def _activation(args, kwargs, names):
-    destination = "dst" in kwargs or (len(args) >= 1 and _is_tile(args[0]))
-    bound = dict(zip((("dst",) + names) if destination else names, args)) | kwargs
-    data = _tile(bound["data"], "data")
-    op = op_name(bound["op"])
-    bias, scale = bound.get("bias"), bound.get("scale", 1.0)
-    reduce_res, reduce_op = bound.get("reduce_res"), bound.get("reduce_op")
-    command = bound.get("reduce_cmd")
+def _activation(dst, op, data, bias, scale, reduce_op, reduce_res, command, mask, dtype):
+    data = issue.tile(data, "data")
+    opcode = op_name(op)
     if isinstance(command, reduce_cmd):
         command = command.name
-    if names[2] == "reduce_op":          # activation_reduce: reset_reduce by definition
-        command = "reset_reduce"
     if reduce_res is not None:
-        reduce_res = _tile(reduce_res, "reduce_res")
-    ranges = _ranges(bound.get("mask"), data, bias, scale)
-    launch = _launch()
+        reduce_res = issue.tile(reduce_res, "reduce_res")
+    ranges = issue.ranges(mask, data, bias, scale)
+    launch = issue.begin()
 
     def emit(out, _accumulate):
-        launch.core.activation(dst=out.hw_view(ranges), data=data.hw_view(ranges), op=op,
-                               scale=_scalar_operand(scale, ranges), bias=_operand(bias, ranges),
+        launch.core.activation(dst=out.hw_view(ranges), data=data.hw_view(ranges), op=opcode,
+                               scale=_scalar_operand(scale, ranges),
+                               bias=None if bias is None else _scalar_operand(bias, ranges),
                                reduce_op=op_name(reduce_op) if reduce_op is not None else None,
                                reduce_res=reduce_res.hw_view(ranges) if reduce_res is not None else None,
                                reduce_cmd=command)
 
-    if destination:
-        emit(_tile(bound["dst"], "dst"), None)
-        return None
-    return _produce(data.shape, bound.get("dtype") or data.dtype, "sbuf", emit, ranges=ranges)
+    return _finish(dst, emit, data.shape, dtype or data.dtype, "sbuf", ranges)
 
 
-def reciprocal(*args, **kwargs):
+@instruction(functional=("data",))
+def reciprocal(dst: Tile | None, data: Tile, name: str = "", *, mask: Mask | None = None,
+               dtype: Dtype | None = None) -> Tile | None:
     """dst = 1 / data (Vector engine)."""
-    destination = _refills(args, kwargs, ('data',)) or "dst" in kwargs or len(args) >= 2
-    bound = dict(zip(("dst", "data") if destination else ("data",), args)) | kwargs
-    call = dict(op0="divide", operand0=1.0, reverse0=True, mask=bound.get("mask"))
-    if destination:
-        return tensor_scalar(dst=bound["dst"], data=bound["data"], **call)
-    return tensor_scalar(bound["data"], dtype=bound.get("dtype"), **call)
+    return tensor_scalar(dst=dst, data=data, op0="divide", operand0=1.0, reverse0=True, mask=mask, dtype=dtype)
 
 
-def memset(*args, **kwargs):
-    """Fill a tile with one value. Functional style: memset(shape, value, dtype) returns the tile."""
-    destination = "dst" in kwargs or (len(args) >= 1 and _is_tile(args[0]))
-    names = ("dst", "value") if destination else ("shape", "value", "dtype")
-    bound = dict(zip(names, args)) | kwargs
-    value = bound["value"]
-    ranges = indexing.restrict(bound.get("mask"))
-    engine_name = _engine(bound.get("engine"), "dve")
-    launch = _launch()
+@instruction(functional=("data", "prob"))
+def dropout(dst: Tile | None, data: Tile, prob: Operand, name: str = "", *, mask: Mask | None = None,
+            dtype: Dtype | None = None) -> Tile | None:
+    """dst = data with each element replaced by 0 with probability `prob` (a number or a [P, 1] tile),
+    Vector engine; no rescaling. Seed the generator with nl.random_seed."""
+    data = issue.tile(data, "data")
+    ranges = issue.ranges(mask, data)
+    launch = issue.begin()
 
     def emit(out, _accumulate):
-        launch.core.memset(dst=out.hw_view(ranges), value=float(value) if not isinstance(value, bool) else value,
-                           engine=engine_name)
+        launch.core.dropout(dst=out.hw_view(ranges), data=data.hw_view(ranges), rate=_scalar_operand(prob, ranges))
 
-    if destination:
-        emit(_tile(bound["dst"], "dst"), None)
-        return None
-    buffer = bound.get("buffer", "sbuf")
-    return _produce(tuple(bound["shape"]), bound["dtype"], getattr(buffer, "name", buffer), emit)
+    return _finish(dst, emit, data.shape, dtype or data.dtype, "sbuf", ranges)
 
 
-def iota(*args, **kwargs):
+@instruction(functional=("shape", "value", "dtype"))
+def memset(dst: Tile | None, value: float, engine: engine = engine.unknown, name: str = "", *,
+           shape: Shape | None = None, dtype: Dtype | None = None, mask: Mask | None = None,
+           buffer: object = None) -> Tile | None:
+    """Fill a tile with one value. Functional style: memset(shape, value, dtype) returns the tile.
+    A block tensor ``(n, par_dim(P), f)`` is filled one logical tile at a time, as AWS's compiler does."""
+    ranges = indexing.restrict(mask)
+    engine_name = _engine(engine, "dve")
+    launch = issue.begin()
+    fill = value if isinstance(value, bool) else float(value)
+
+    def emit(out, _accumulate):
+        for block in issue.blocks(out):
+            launch.core.memset(dst=block.hw_view(ranges), value=fill, engine=engine_name)
+
+    if dst is None and (shape is None or dtype is None):
+        raise NKIError("nisa.memset (functional style) needs shape and dtype: memset(shape, value, dtype)")
+    return _finish(dst, emit, tuple(shape or ()), dtype, getattr(buffer, "name", buffer) or "sbuf")
+
+
+@instruction(functional=("expr", "dtype"))
+def iota(dst: Tile | None, pattern: list | None = None, offset: int = 0, channel_multiplier: int = 0,
+         name: str = "", *, expr: IndexExpr | None = None, dtype: Dtype | None = None,
+         mask: Mask | None = None) -> Tile | None:
     """Write constant index values into SBUF with one GpSimd instruction. Both of AWS's signatures:
 
-    - ``iota(expr, dtype, mask=None)`` (NKI 0.x): the values of an affine expression of nl.arange /
+    - ``iota(expr, dtype, mask=None)`` (beta 1): the values of an affine expression of nl.arange /
       nl.mgrid iterators, e.g. ``nisa.iota(i_p * 512 + i_f, dtype=nl.int32)``, returned as a new tile
       spanning every iterator's axis (``0 * i_p + i_f`` is [P, F], the same row on every partition);
-    - ``iota(dst, pattern, offset, channel_multiplier=0)`` (current NKI): dst[p, ...] = offset +
+    - ``iota(dst, pattern, offset, channel_multiplier=0)`` (beta 2): dst[p, ...] = offset +
       p * channel_multiplier + sum(index_k * step_k) over ``pattern = [[step, num], ...]`` (outermost
       first; the nums multiply to dst's elements per partition).
 
     Values are computed in int32 and cast to the destination dtype.
     """
-    destination = "dst" in kwargs or (len(args) >= 1 and _is_tile(args[0]))
-    names = ("dst", "pattern", "offset", "channel_multiplier") if destination else ("expr", "dtype")
-    bound = dict(zip(names, args)) | kwargs
-    if destination and "expr" in bound:
-        raise NKIError("iota(dst=..., expr=...) is not an NKI signature: write iota(dst, pattern=[[step, num]], "
-                       "offset=..., channel_multiplier=...) or tile = iota(expr, dtype)")
-    if destination:
-        dst = _tile(bound["dst"], "dst")
-        values = _pattern_values(dst.shape, bound.get("pattern"), bound.get("offset", 0),
-                                 bound.get("channel_multiplier", 0))
+    if dst is not None:
+        if expr is not None:
+            raise NKIError("iota(dst=..., expr=...) is not an NKI signature: write iota(dst, pattern=[[step, num]], "
+                           "offset=..., channel_multiplier=...) or tile = iota(expr, dtype)")
+        dst = issue.tile(dst, "dst")
+        values = _pattern_values(dst.shape, pattern, offset, channel_multiplier)
         ranges = {}
     else:
-        expr = bound["expr"]
-        ranges = indexing.restrict(bound.get("mask"))
+        ranges = indexing.restrict(mask)
         if not isinstance(expr, IndexExpr):
             raise NKIError(f"iota: expr must be an affine expression of nl.arange / nl.mgrid iterators, "
                            f"got {type(expr).__name__}")
@@ -500,16 +668,13 @@ def iota(*args, **kwargs):
         values = np.broadcast_to(expr.values(iterators, ranges), sizes)
         if values.ndim == 1:
             values = values[None, :] if iterators and iterators[0].axis > 0 else values[:, None]
-    launch = _launch()
+    launch = issue.begin()
 
     def emit(out, _accumulate):
         view = out.hw_view(ranges)
         launch.core.iota(dst=view, expr=np.asarray(values).reshape(view.shape))
 
-    if destination:
-        emit(dst, None)
-        return None
-    return _produce(values.shape, bound.get("dtype") or hw_dtypes.int32, "sbuf", emit)
+    return _finish(dst, emit, values.shape, dtype or hw_dtypes.int32, "sbuf")
 
 
 def _pattern_values(shape, pattern, offset, channel_multiplier) -> np.ndarray:
@@ -531,39 +696,32 @@ def _pattern_values(shape, pattern, offset, channel_multiplier) -> np.ndarray:
     return (partitions + values.reshape(1, -1)).reshape(shape)
 
 
-def _write_constant(dst: NkiTensor, values: np.ndarray) -> None:
-    """Write a compile-time constant pattern into an SBUF tile with one GpSimd iota (trnlab-internal:
-    nl.shared_identity_matrix; AWS's compiler materialises such constants itself)."""
-    launch = _launch()
-    launch.core.iota(dst=dst.hw_view(), expr=values)
-
-
-def affine_select(*args, **kwargs):
+@instruction(functional=("pred", "on_true_tile", "on_false_value"))
+def affine_select(dst: Tile | None, pattern: list | None = None, offset: int = 0, channel_multiplier: int = 0,
+                  on_true_tile: Tile | None = None, on_false_value: float = 0.0, cmp_op: Op | None = None,
+                  name: str = "", *, pred: Predicate | None = None, mask: Mask | None = None,
+                  dtype: Dtype | None = None) -> Tile | None:
     """on_true_tile where an affine predicate over the tile's indices holds, else on_false_value: one
     GpSimd instruction that evaluates the predicate as it goes (exact for inf/NaN). Both of AWS's forms:
 
-    - ``affine_select(pred, on_true_tile, on_false_value, mask=None, dtype=None)`` (NKI 0.x), e.g.
+    - ``affine_select(pred, on_true_tile, on_false_value, mask=None, dtype=None)`` (beta 1), e.g.
       ``nisa.affine_select(i_q >= i_k, scores[i_q, i_k], -9984.0)`` for a causal mask;
     - ``affine_select(dst, pattern, offset, channel_multiplier, on_true_tile, on_false_value,
-      cmp_op=nl.equal)`` (current NKI): the predicate is cmp_op(iota value, 0), with the iota value of
+      cmp_op=nl.equal)`` (beta 2): the predicate is cmp_op(iota value, 0), with the iota value of
       `nisa.iota`'s pattern form.
     """
-    if "pattern" in kwargs or (args and _is_tile(args[0])):
-        names = ("dst", "pattern", "offset", "channel_multiplier", "on_true_tile", "on_false_value", "cmp_op")
-        bound = dict(zip(names, args)) | kwargs
-        dst, on_true = _tile(bound["dst"], "dst"), _tile(bound["on_true_tile"], "on_true_tile")
-        affine = _pattern_values(dst.shape, bound["pattern"], bound.get("offset", 0),
-                                 bound.get("channel_multiplier", 0))
-        _, compare = _hw_ops.binary(op_name(bound.get("cmp_op") or "equal"))
+    on_true = _in_sbuf(on_true_tile, "on_true_tile")
+    if pred is None:
+        if dst is None:
+            raise NKIError("affine_select needs pred= (beta 1) or dst, pattern, ... (beta 2)")
+        affine = _pattern_values(issue.tile(dst, "dst").shape, pattern, offset, channel_multiplier)
+        _, compare = hw_ops.binary(op_name(cmp_op or "equal"))
         holds = np.asarray(compare(affine, 0), dtype=bool)
         ranges = {}
     else:
-        bound = dict(zip(("pred", "on_true_tile", "on_false_value"), args)) | kwargs
-        pred, on_true = bound["pred"], _tile(bound["on_true_tile"], "on_true_tile")
-        dst = bound.get("dst")
-        if not isinstance(pred, indexing.Predicate):
+        if not isinstance(pred, Predicate):
             raise NKIError("affine_select: pred must be an affine comparison of nl.arange/nl.mgrid iterators")
-        ranges = indexing.restrict(bound.get("mask"))
+        ranges = indexing.restrict(mask)
         iterators = indexing.expr_iterators(tuple(e for clause in pred.clauses for e in (clause[0], clause[2])
                                                   if isinstance(e, IndexExpr)))
         holds = np.ones([hi - lo for lo, hi in (ranges.get(it, (0, it.size)) for it in iterators)], dtype=bool)
@@ -575,144 +733,87 @@ def affine_select(*args, **kwargs):
         raise ShapeMismatchError(
             f"shape mismatch: affine_select predicate over {holds.shape} vs tile {on_true.shape}",
             value=holds.shape, limit=on_true.shape)
-    on_false = float(bound["on_false_value"])
-    launch = _launch()
+    on_false = float(on_false_value)
+    launch = issue.begin()
 
     def emit(out, _accumulate):
         view = out.hw_view(ranges)
         launch.core.affine_select(dst=view, predicate=holds.reshape(view.shape), on_true=on_true.hw_view(ranges),
                                   on_false_value=on_false)
 
-    if dst is not None:
-        emit(_tile(dst, "dst"), None)
-        return None
-    return _produce(on_true.shape, bound.get("dtype") or on_true.dtype, "sbuf", emit, ranges=ranges)
+    return _finish(dst, emit, on_true.shape, dtype or on_true.dtype, "sbuf", ranges)
 
 
-def select_reduce(*args, **kwargs):
+@instruction(functional=("predicate", "on_true", "on_false"))
+def select_reduce(dst: Tile | None, predicate: Tile, on_true: Tile, on_false: Operand,
+                  reduce_res: Tile | None = None, reduce_cmd: reduce_cmd = reduce_cmd.idle,
+                  num_r_dim: int | None = None, reduce_op: Op | None = None, reverse_pred: bool = False,
+                  name: str = "", *, mask: Mask | None = None, dtype: Dtype | None = None) -> Tile | None:
     """dst = on_true where predicate is nonzero (zero with reverse_pred), else on_false (a number or a
     [P, 1] tile): one Vector-engine instruction that copies values, exact for inf/NaN. The optional fused
     max-reduction into reduce_res is not simulated."""
-    on_false = kwargs.get("on_false", args[3] if len(args) >= 4 else None)
-    if _is_tile(on_false) and math.prod(on_false.shape[1:]) != 1:
+    if isinstance(on_false, NkiTensor) and math.prod(on_false.shape[1:]) != 1:
         raise ShapeMismatchError(f"shape mismatch: select_reduce on_false must be a number or a [P, 1] tile, "
                                  f"got {on_false.shape}", value=on_false.shape, limit="[P, 1]")
-    return _select(*args, **kwargs)
-
-
-def _select(*args, **kwargs):
-    """select_reduce's select, also with an on_false tile of on_true's shape (how nl.where is lowered)."""
-    names = ("predicate", "on_true", "on_false")
-    destination = "dst" in kwargs or (len(args) >= 4 and _is_tile(args[0]))
-    bound = dict(zip((("dst",) + names) if destination else names, args)) | kwargs
-    if bound.get("reduce_res") is not None:
+    if reduce_res is not None:
         raise NKIError("select_reduce(reduce_res=...): the fused max-reduction is not simulated; "
                        "reduce the result with nisa.tensor_reduce")
-    predicate, on_true, on_false = (_tile(bound["predicate"], "predicate"), _tile(bound["on_true"], "on_true"),
-                                    bound["on_false"])
-    reverse = bool(bound.get("reverse_pred", False))
-    ranges = _ranges(bound.get("mask"), predicate, on_true, on_false)
-    launch = _launch()
+    predicate, on_true = issue.tile(predicate, "predicate"), issue.tile(on_true, "on_true")
+    ranges = issue.ranges(mask, predicate, on_true, on_false)
+    launch = issue.begin()
 
     def emit(out, _accumulate):
-        false = on_false.hw_view(ranges) if _is_tile(on_false) else float(on_false)
+        false = on_false.hw_view(ranges) if isinstance(on_false, NkiTensor) else float(on_false)
         launch.core.select(dst=out.hw_view(ranges), predicate=predicate.hw_view(ranges),
-                           on_true=on_true.hw_view(ranges), on_false=false, reverse_pred=reverse)
+                           on_true=on_true.hw_view(ranges), on_false=false, reverse_pred=bool(reverse_pred))
 
-    if destination:
-        emit(_tile(bound["dst"], "dst"), None)
-        return None
-    return _produce(on_true.shape, bound.get("dtype") or on_true.dtype, "sbuf", emit, ranges=ranges)
+    return _finish(dst, emit, on_true.shape, dtype or on_true.dtype, "sbuf", ranges)
 
 
-def scalar_tensor_tensor(*args, **kwargs):
+@instruction(functional=("data", "op0", "operand0", "op1", "operand1", "reverse0", "reverse1"))
+def scalar_tensor_tensor(dst: Tile | None, data: Tile, op0: Op, operand0: Operand, op1: Op, operand1: Tile,
+                         reverse0: bool = False, reverse1: bool = False, name: str = "", *,
+                         mask: Mask | None = None, dtype: Dtype | None = None,
+                         engine: engine = engine.unknown) -> Tile | None:
     """dst = (data <op0> operand0) <op1> operand1: one Vector-engine instruction; operand0 is a number
     or a [P, 1] tile, operand1 a tile of data's shape."""
-    destination = (_refills(args, kwargs, ('data', 'op0', 'operand0')) or
-                   "dst" in kwargs or (len(args) >= 2 and _is_tile(args[1])))
-    names = ("data", "op0", "operand0", "op1", "operand1", "reverse0", "reverse1")
-    bound = dict(zip((("dst",) + names) if destination else names, args)) | kwargs
-    data, other = _tile(bound["data"], "data"), _tile(bound["operand1"], "operand1")
-    op0, op1 = op_name(bound["op0"]), op_name(bound["op1"])
-    operand0 = bound["operand0"]
-    reverse0, reverse1 = bool(bound.get("reverse0", False)), bool(bound.get("reverse1", False))
-    ranges = _ranges(bound.get("mask"), data, operand0, other)
-    engine_name = _engine(bound.get("engine"), "dve")
-    launch = _launch()
+    data, other = issue.tile(data, "data"), issue.tile(operand1, "operand1")
+    first, second = op_name(op0), op_name(op1)
+    ranges = issue.ranges(mask, data, operand0, other)
+    engine_name = _engine(engine, "dve")
+    launch = issue.begin()
 
     def emit(out, _accumulate):
-        launch.core.scalar_tensor_tensor(dst=out.hw_view(ranges), data=data.hw_view(ranges), op0=op0,
-                                         operand0=_scalar_operand(operand0, ranges), op1=op1,
-                                         operand1=other.hw_view(ranges), reverse0=reverse0,
-                                         reverse1=reverse1, engine=engine_name)
+        launch.core.scalar_tensor_tensor(dst=out.hw_view(ranges), data=data.hw_view(ranges), op0=first,
+                                         operand0=_scalar_operand(operand0, ranges), op1=second,
+                                         operand1=other.hw_view(ranges), reverse0=bool(reverse0),
+                                         reverse1=bool(reverse1), engine=engine_name)
 
-    if destination:
-        emit(_tile(bound["dst"], "dst"), None)
-        return None
-    dtype = bound.get("dtype") or _promote(data.dtype, other.dtype)
-    return _produce(data.shape, dtype, "sbuf", emit, ranges=ranges)
+    return _finish(dst, emit, data.shape, dtype or _promote(data.dtype, other.dtype), "sbuf", ranges)
 
 
-def bn_stats(*args, **kwargs):
+@instruction(functional=("data",))
+def bn_stats(dst: Tile | None, data: Tile, name: str = "", *, mask: Mask | None = None,
+             dtype: Dtype | None = None) -> Tile | None:
     """Per partition, the (count, mean, variance * count) of the even and the odd elements of data: a
-    [P, 6] fp32 tile (Vector engine; at most nl.tile_size.bn_stats_fmax = 512 elements per partition).
-    ``bn_stats(dst, data)`` or functional ``stats = bn_stats(data, dtype=...)``."""
-    return _statistics("bn_stats", 6, args, kwargs)
+    [P, 6] fp32 tile (Vector engine; at most nl.tile_size.bn_stats_fmax = 512 elements per partition)."""
+    return _statistics("bn_stats", 6, dst, data, mask, dtype)
 
 
-def bn_aggr(*args, **kwargs):
+@instruction(functional=("data",))
+def bn_aggr(dst: Tile | None, data: Tile, name: str = "", *, mask: Mask | None = None,
+            dtype: Dtype | None = None) -> Tile | None:
     """(mean, variance) per partition, a [P, 2] tile, from one or more bn_stats results side by side
-    (Vector engine). ``bn_aggr(dst, data)`` or functional ``mean_var = bn_aggr(data, dtype=...)``."""
-    return _statistics("bn_aggr", 2, args, kwargs)
+    (Vector engine)."""
+    return _statistics("bn_aggr", 2, dst, data, mask, dtype)
 
 
-def _statistics(opcode: str, width: int, args, kwargs):
-    destination = "dst" in kwargs or len(args) >= 2
-    bound = dict(zip(("dst", "data") if destination else ("data",), args)) | kwargs
-    data = _tile(bound["data"], "data")
-    ranges = _ranges(bound.get("mask"), data)
-    launch = _launch()
+def _statistics(opcode: str, width: int, dst, data, mask, dtype):
+    data = issue.tile(data, "data")
+    ranges = issue.ranges(mask, data)
+    launch = issue.begin()
 
     def emit(out, _accumulate):
         getattr(launch.core, opcode)(dst=out.hw_view(ranges), data=data.hw_view(ranges))
 
-    if destination:
-        emit(_tile(bound["dst"], "dst"), None)
-        return None
-    return _produce((data.shape[0], width), bound.get("dtype") or hw_dtypes.float32, "sbuf", emit, ranges=ranges)
-
-
-# -- helpers -------------------------------------------------------------------------------------
-def _engine_kw(engine_name):
-    return {} if engine_name in (None, "dve") else {"engine": engine_name}
-
-
-def _scalar_operand(x, ranges):
-    if x is None or isinstance(x, (int, float, np.integer, np.floating)):
-        return x if x is None else float(x)
-    tile = _tile(x, "operand")
-    view = tile.hw_view(ranges)
-    if len(view.shape) < 1:
-        raise ShapeMismatchError("a per-partition operand must be a [P, 1] tile", value=view.shape, limit="[P, 1]")
-    return view
-
-
-def _promote(a, b):
-    a, b = np.dtype(a), np.dtype(b)
-    if a == b:
-        return a
-    if hw_dtypes.float32 in (a, b):
-        return hw_dtypes.float32
-    if hw_dtypes.is_float(a) and not hw_dtypes.is_float(b):
-        return a
-    if hw_dtypes.is_float(b) and not hw_dtypes.is_float(a):
-        return b
-    return hw_dtypes.float32
-
-
-def _produce_with_storage(shape, storage_shape, dtype, emit, ranges=None) -> NkiTensor:
-    """A pending tile whose memory keeps reduced axes (storage_shape) while it reports `shape`."""
-    t = _produce(tuple(storage_shape), dtype, "sbuf", emit, ranges=ranges)
-    t._storage = tuple(storage_shape)
-    t.shape = tuple(shape)
-    return t
+    return _finish(dst, emit, (data.shape[0], width), dtype or hw_dtypes.float32, "sbuf", ranges)

@@ -16,15 +16,19 @@ independent work through the scheduler's dependency tracking).
 """
 from __future__ import annotations
 
+import builtins
 import math
 
+import ml_dtypes
 import numpy as np
 
 from trnlab.hardware import dtypes as _dt
 from trnlab.hardware import presets as _presets
 from trnlab.hardware.errors import MemoryPlacementError, ShapeMismatchError
-from trnlab.nki import isa as _isa
+from trnlab.nki import compiler as _compiler
 from trnlab.nki import indexing as _indexing
+from trnlab.nki import isa as _isa
+from trnlab.nki import issue as _issue
 from trnlab.nki import runtime as _runtime
 from trnlab.nki.errors import NKIError
 from trnlab.nki.indexing import arange, mgrid  # noqa: F401  (public: nl.arange, nl.mgrid)
@@ -142,13 +146,13 @@ def program_ndim() -> int:
 
 # -- allocation ----------------------------------------------------------------------------------
 def _buffer_name(buffer) -> str:
-    name = getattr(buffer, "name", buffer) or "sbuf"
+    name = getattr(buffer, "name", None) or getattr(buffer, "memory", None) or buffer or "sbuf"
     if name not in ("sbuf", "psum", "hbm", "shared_hbm", "private_hbm"):
         raise NKIError(f"unknown buffer {buffer!r}: use nl.sbuf, nl.psum, nl.hbm, nl.shared_hbm or nl.private_hbm")
     return name
 
 
-def _allocate(shape, dtype, buffer, name, launch) -> NkiTensor:
+def _allocate(shape, dtype, buffer, name, launch, placement=None) -> NkiTensor:
     buffer = buffer.name if type(buffer) is _Buffer else _buffer_name(buffer)
     core = launch.core
     if buffer == "sbuf" or buffer == "psum":
@@ -157,9 +161,15 @@ def _allocate(shape, dtype, buffer, name, launch) -> NkiTensor:
             if type(n) is par_dim:
                 partition_axis = k
                 break
-        # the core checks shape, dtype and capacity (and names the rule broken)
-        hw = (core.sbuf if buffer == "sbuf" else core.psum).allocate(
-            shape, dtype, name=launch.fresh_name(name or buffer), partition_axis=partition_axis)
+        # the core checks the tile's shape; its address comes from liveness after tracing, or
+        # from the kernel's own direct allocation (nki.compiler mod_alloc / alloc)
+        memory = core.sbuf if buffer == "sbuf" else core.psum
+        name = launch.fresh_name(name or buffer)
+        if placement is None:
+            hw = memory.allocate(shape, dtype, name=name, partition_axis=partition_axis)
+        else:
+            hw = memory.allocate(shape, dtype, name=name, partition_axis=partition_axis,
+                                 placement=_placement(placement, shape, dtype, partition_axis, buffer))
         return NkiTensor.allocation(hw, buffer, launch)
     dtype = _dt.as_dtype(dtype)
     if buffer == "shared_hbm" and launch.grid:
@@ -175,11 +185,40 @@ def _allocate(shape, dtype, buffer, name, launch) -> NkiTensor:
     return tensor
 
 
+def _placement(placement, shape, dtype, partition_axis: int, buffer: str) -> dict:
+    """The byte offset per partition a direct allocation gives the tensor's first logical tile.
+
+    trnlab lays a block tensor's logical tiles side by side from that address; AWS's rotation of
+    many logical tiles over fewer physical ones (num_free_tiles smaller than the block count) is not
+    modelled: each block keeps bytes of its own (docs/programs.md)."""
+    partitions = int(shape[partition_axis])
+    bytes_per_partition = math.prod(int(n) for n in shape[partition_axis + 1:]) * _dt.as_dtype(dtype).itemsize
+    where = placement.address((0,) * partition_axis, partitions, bytes_per_partition)
+    if buffer == "psum":
+        bank, partition, offset = where
+        offset += bank * _spec().psum_bank_bytes
+    else:
+        partition, offset = where
+    if partition:
+        raise NKIError(f"direct allocation at start partition {partition}: trnlab places tiles from "
+                       f"partition 0 only")
+    return {"offset": int(offset), "kind": type(placement).__name__}
+
+
 def ndarray(shape, dtype, *, buffer=None, name: str = "", **kwargs) -> NkiTensor:
-    """A new tensor (uninitialised) in `buffer` (default SBUF)."""
+    """A new tensor (uninitialised) in `buffer` (default SBUF).
+
+    `buffer` may also be a direct allocation of nki.compiler (``ncc.sbuf.mod_alloc(base_addr=...)``,
+    ``ncc.psum.mod_alloc(base_bank=...)``, ``ncc.sbuf.alloc(func)``): the allocator receives it as
+    ``placement=`` and puts each logical tile where it says."""
     launch = _runtime.current()
     launch.flush()
-    return _allocate(shape, dtype, buffer or sbuf, name, launch)
+    placement = None
+    if isinstance(buffer, (_compiler.ModAlloc, _compiler.PsumModAlloc, _compiler.CustomAlloc, _compiler.AutoAlloc)):
+        placement, buffer = (None if isinstance(buffer, _compiler.AutoAlloc) else buffer), buffer.memory
+    if placement is None:
+        return _allocate(shape, dtype, buffer or sbuf, name, launch)
+    return _allocate(shape, dtype, buffer, name, launch, placement=placement)
 
 
 def empty(shape, dtype, *, buffer=None, name: str = "", **kwargs) -> NkiTensor:
@@ -225,7 +264,7 @@ def load(src, *, mask=None, dtype=None, **kwargs) -> NkiTensor:
     if src.buffer not in ("hbm", "shared_hbm", "private_hbm"):
         raise MemoryPlacementError(f"operand memory: nl.load reads HBM, but the source is in {src.buffer.upper()}"
                                    "; use nl.copy for on-chip copies", value=src.buffer, limit="hbm")
-    launch = _isa._launch()
+    launch = _issue.begin()
     ranges = _indexing.restrict(mask)
     target = _dt.as_dtype(dtype) if dtype is not None else src.dtype
     if src._gather is not None:
@@ -234,12 +273,14 @@ def load(src, *, mask=None, dtype=None, **kwargs) -> NkiTensor:
     def emit(out, _accumulate):
         if out.dtype == src.dtype:
             launch.core.dma_copy(dst=out.hw_view(ranges), src=src.hw_view(ranges))
-        else:  # DMA moves bytes; a cast needs an engine: load then tensor_copy
+        elif _issue.dma_casts(launch.core):   # Trn2/Trn3 DMA engines convert dtypes on the way
+            launch.core.dma_copy_cast(dst=out.hw_view(ranges), src=src.hw_view(ranges))
+        else:  # Trn1: DMA moves bytes; a cast needs an engine: load then tensor_copy
             staged = _allocate(out.shape, src.dtype, sbuf, "load", launch)
             launch.core.dma_copy(dst=staged.hw_view(ranges), src=src.hw_view(ranges))
             launch.core.tensor_copy(dst=out.hw_view(ranges), src=staged.hw_view(ranges))
 
-    return _isa._produce(src.shape, target, "sbuf", emit, ranges=ranges)
+    return _issue.produce(src.shape, target, "sbuf", emit, ranges=ranges)
 
 
 def _load_rows(src, mask, target, launch) -> NkiTensor:
@@ -257,7 +298,7 @@ def _load_rows(src, mask, target, launch) -> NkiTensor:
             launch.core.dma_gather(dst=staged.hw_view(), src=src.hw_view(), indices=ids.hw_view())
             launch.core.tensor_copy(dst=out.hw_view(), src=staged.hw_view())
 
-    return _isa._produce(src.shape, target, "sbuf", emit)
+    return _issue.produce(src.shape, target, "sbuf", emit)
 
 
 def load_transpose2d(src, *, mask=None, dtype=None, **kwargs) -> NkiTensor:
@@ -273,6 +314,10 @@ def store(dst, value, *, mask=None, **kwargs) -> None:
                                    value=where, limit="hbm")
     if isinstance(value, (int, float)):
         value = full(dst.shape, value, dst.dtype)
+    if isinstance(value, NkiTensor) and value.buffer == "psum":
+        # DMA does not reach PSUM; AWS's compiler copies PSUM -> SBUF first (its attention tutorial,
+        # attn_fwd_v1, stores a matmul result straight from PSUM), casting to dst's dtype on the way
+        value = _isa.tensor_copy(value, dtype=dst.dtype, mask=mask)
     _isa.dma_copy(dst=dst, src=value, mask=mask)
 
 
@@ -304,11 +349,45 @@ def _binary(op: str, x, y, dtype=None, mask=None):
     if not isinstance(x, NkiTensor) or not isinstance(y, NkiTensor):
         raise NKIError(f"nl.{op} operands must be tiles or numbers, got {type(x).__name__}, {type(y).__name__}")
     if tuple(x.shape) != tuple(y.shape):
-        raise ShapeMismatchError(
-            f"shape mismatch in nl.{op}: {x.shape} vs {y.shape}; tiles must match, or one must be [P, 1] "
-            "(broadcast along the free axis); broadcast across partitions with .broadcast_to",
-            value=(x.shape, y.shape), limit="same shape")
+        shape = _free_broadcast_shape(x.shape, y.shape)
+        if shape is None:
+            raise ShapeMismatchError(
+                f"shape mismatch in nl.{op}: {x.shape} vs {y.shape}; tiles must match, or broadcast along "
+                "free axes of size 1 (same partitions); broadcast across partitions with .broadcast_to",
+                value=(x.shape, y.shape), limit="same shape")
+        x, y = _spread(x, shape), _spread(y, shape)
     return _isa.tensor_tensor(x, y, op, dtype=dtype, mask=mask)
+
+
+def _free_broadcast_shape(a: tuple, b: tuple):
+    """NumPy broadcasting of two tile shapes along free axes only (the partition sizes must match)."""
+    if len(a) != len(b) or not a or a[0] != b[0]:
+        return None
+    out = [a[0]]
+    for m, n in zip(a[1:], b[1:]):
+        if m != n and 1 not in (m, n):
+            return None
+        out.append(builtins.max(m, n))
+    return tuple(out)
+
+
+def _spread(x: NkiTensor, shape: tuple) -> NkiTensor:
+    """x read with stride 0 along its size-1 free axes, as an access pattern of `shape` (the operand
+    stream repeats those elements; no copy)."""
+    if tuple(x.shape) == tuple(shape):
+        return x
+    if x._index is not None or x._ap is not None:
+        x = copy(x)                                   # an access pattern needs a whole tile
+    storage = x._storage or x.shape
+    if math.prod(storage) != math.prod(x.shape):
+        raise ShapeMismatchError(f"shape mismatch: cannot broadcast {x.shape} to {shape}", value=x.shape, limit=shape)
+    strides, step = [], 1
+    for n in reversed(x.shape):
+        strides.append(step)
+        step *= n
+    strides = strides[::-1]
+    pattern = [[0 if (n == 1 and m != 1) else stride, m] for stride, n, m in zip(strides, x.shape, shape)]
+    return x.ap(pattern)
 
 
 def _make_binary(op: str):
@@ -316,7 +395,7 @@ def _make_binary(op: str):
         return _binary(op, x, y, dtype, mask)
     fn.__name__ = fn.__qualname__ = op
     fn.__doc__ = f"Element-wise {op} of two tiles, or of a tile and a number / [P, 1] tile (Vector engine)."
-    _isa._OP_NAMES[fn] = op
+    fn.nki_op = op
     return fn
 
 
@@ -334,7 +413,7 @@ def _make_unary(op: str):
         return _isa.activation(op, x, dtype=dtype, mask=mask)
     fn.__name__ = fn.__qualname__ = op
     fn.__doc__ = f"Element-wise {op} of a tile (Scalar engine activation)."
-    _isa._OP_NAMES[fn] = op
+    fn.nki_op = op
     return fn
 
 
@@ -343,7 +422,7 @@ gelu, gelu_apprx_tanh, silu = (_make_unary(n) for n in ("gelu", "gelu_apprx_tanh
 sqrt, rsqrt, square, abs, sign = (_make_unary(n) for n in ("sqrt", "rsqrt", "square", "abs", "sign"))
 sin, cos, erf, softplus = (_make_unary(n) for n in ("sin", "cos", "erf", "softplus"))
 identity = _make_unary("identity")
-_isa._OP_NAMES[copy] = "copy"
+copy.nki_op = "copy"
 
 
 def negative(x, *, dtype=None, mask=None, **kwargs):
@@ -356,8 +435,8 @@ def reciprocal(x, *, dtype=None, mask=None, **kwargs):
     return _isa.reciprocal(x, dtype=dtype, mask=mask)
 
 
-_isa._OP_NAMES[negative] = "negative"
-_isa._OP_NAMES[reciprocal] = "reciprocal"
+negative.nki_op = "negative"
+reciprocal.nki_op = "reciprocal"
 
 
 def where(condition, x, y, *, dtype=None, mask=None, **kwargs):
@@ -369,8 +448,21 @@ def where(condition, x, y, *, dtype=None, mask=None, **kwargs):
         if not isinstance(y, NkiTensor):
             raise NKIError("nl.where: x and y are both numbers; at least one must be a tile")
         # select picks its tile where the predicate holds: swap the roles and reverse the predicate
-        return _isa._select(condition, y, x, reverse_pred=True, mask=mask, dtype=dtype or float32)
-    return _isa._select(condition, x, y, mask=mask, dtype=dtype or x.dtype)
+        return _select(condition, y, x, True, mask, dtype or float32)
+    return _select(condition, x, y, False, mask, dtype or x.dtype)
+
+
+def _select(predicate: NkiTensor, on_true: NkiTensor, on_false, reverse: bool, mask, dtype) -> NkiTensor:
+    """One Vector-engine select; on_false may be a number, a [P, 1] tile or a tile of on_true's shape."""
+    ranges = _issue.ranges(mask, predicate, on_true, on_false)
+    launch = _issue.begin()
+
+    def emit(out, _accumulate):
+        false = on_false.hw_view(ranges) if isinstance(on_false, NkiTensor) else float(on_false)
+        launch.core.select(dst=out.hw_view(ranges), predicate=predicate.hw_view(ranges),
+                           on_true=on_true.hw_view(ranges), on_false=false, reverse_pred=reverse)
+
+    return _issue.produce(on_true.shape, dtype, "sbuf", emit, ranges=ranges)
 
 
 # -- reductions along free axes ----------------------------------------------------------------
@@ -405,13 +497,13 @@ def mean(x, axis, *, dtype=None, mask=None, keepdims=False, **kwargs):
     return _isa.tensor_scalar(total, "multiply", 1.0 / count, dtype=dtype, mask=mask)
 
 
-_isa._OP_NAMES.update({sum: "add", max: "maximum", min: "minimum", prod: "multiply"})
+sum.nki_op, max.nki_op, min.nki_op, prod.nki_op = "add", "maximum", "minimum", "multiply"
 
 
 # -- Tensor-engine operations -------------------------------------------------------------------------
 def transpose(x, *, dtype=None, mask=None, **kwargs) -> NkiTensor:
     """x[P, F] -> [F, P] through the Tensor engine; the result is a PSUM tile."""
-    return _isa.nc_transpose(x, dtype=dtype, mask=mask)
+    return _isa.nc_transpose(_in_sbuf(x, mask), dtype=dtype, mask=mask)
 
 
 def matmul(x, y, *, transpose_x: bool = False, mask=None, **kwargs) -> NkiTensor:
@@ -421,10 +513,18 @@ def matmul(x, y, *, transpose_x: bool = False, mask=None, **kwargs) -> NkiTensor
     wants) and the result is x.T @ y; otherwise x is [M, K] and is first transposed on the Tensor
     engine (nc_transpose into PSUM, then a copy back to SBUF), as NKI does.
     """
+    x, y = _in_sbuf(x, mask), _in_sbuf(y, mask)
     if not transpose_x:
         xt_psum = _isa.nc_transpose(x, mask=mask)
         x = _isa.tensor_copy(xt_psum, dtype=x.dtype)
     return _isa.nc_matmul(x, y, mask=mask)
+
+
+def _in_sbuf(x: NkiTensor, mask=None) -> NkiTensor:
+    """x, or a copy of it in SBUF when it is in PSUM (AWS's compiler inserts this copy)."""
+    if isinstance(x, NkiTensor) and x.buffer == "psum":
+        return _isa.tensor_copy(x, mask=mask)
+    return x
 
 
 def broadcast_to(x: NkiTensor, shape) -> NkiTensor:
@@ -435,8 +535,16 @@ def broadcast_to(x: NkiTensor, shape) -> NkiTensor:
         return x
     if len(shape) == 2 and x.shape[0] == 1 and x.shape[1] == shape[1]:
         ones_row = full((1, shape[0]), 1.0, x.dtype)                # [K=1, M=P]
-        spread = _isa.nc_matmul(ones_row, x)                        # [P, F] = ones.T @ x
-        return _isa.tensor_copy(spread, dtype=x.dtype)
+        row = _in_sbuf(x)
+        width = tile_size.gemm_moving_fmax                          # 512 columns per matmul
+        if shape[1] <= width:
+            spread = _isa.nc_matmul(ones_row, row)                  # [P, F] = ones.T @ x
+            return _isa.tensor_copy(spread, dtype=x.dtype)
+        out = ndarray(shape, x.dtype, buffer=sbuf, name="broadcast")
+        for start in range(0, shape[1], width):                     # wider rows: one matmul per chunk
+            stop = builtins.min(start + width, shape[1])
+            out[:, start:stop] = _isa.tensor_copy(_isa.nc_matmul(ones_row, row[:, start:stop]), dtype=x.dtype)
+        return out
     if len(shape) == 2 and x.shape[0] == shape[0] and math.prod(x.shape[1:]) == 1:
         out = zeros(shape, x.dtype)
         _isa.tensor_scalar(dst=out, data=out, op0="add", operand0=x)
@@ -447,18 +555,18 @@ def broadcast_to(x: NkiTensor, shape) -> NkiTensor:
 def shared_identity_matrix(n: int, dtype=float32, **kwargs) -> NkiTensor:
     """An [n, n] identity matrix in SBUF (written by one GpSimd iota instruction)."""
     eye = ndarray((n, n), dtype, buffer=sbuf, name="identity")
-    _isa._write_constant(eye, np.eye(n, dtype=np.int32))
+    launch = _issue.begin()
+    launch.core.iota(dst=eye.hw_view(), expr=np.eye(n, dtype=np.int32))
     return eye
 
 
 def device_print(prefix: str, x) -> None:
-    """Print a tile's values (full mode; in timing mode the shape only)."""
+    """Print a tile's values when the program runs (full mode; in timing mode the shape only): an
+    instruction of the program, like every other, so each replay prints again."""
     launch = _runtime.current()
     launch.flush()
     if isinstance(x, NkiTensor):
-        view = x.hw_view()
-        data = None if launch.timing_only else view.read()
-        print(prefix, data if data is not None else f"<{x.shape} {x.dtype}, timing mode>")
+        launch.core.device_print(prefix=prefix, src=x.hw_view())
     else:
         print(prefix, x)
 
@@ -470,3 +578,122 @@ def softmax(x, axis, *, dtype=None, mask=None, **kwargs) -> NkiTensor:
     e = exp(shifted, mask=mask)
     total = sum(e, axis=axis, keepdims=True, mask=mask)
     return divide(e, total, mask=mask, dtype=dtype)
+
+
+# -- more of NKI's language: slices, SPMD over cores, limits, constants, loops, randomness ------------------
+def ds(start: int, size: int) -> slice:
+    """nl.ds(start, size): the slice start:start+size (a "dynamic slice" in NKI, for tensor indexing)."""
+    return slice(int(start), int(start) + int(size))
+
+
+class nc:
+    """nl.nc(n): n physical NeuronCores, for nl.spmd_dim (``kernel[nl.spmd_dim(g, nl.nc(2)), ...]``)."""
+
+    def __init__(self, count: int):
+        self.count = int(count)
+
+    def __repr__(self) -> str:
+        return f"nl.nc({self.count})"
+
+
+class spmd_dim(int):
+    """nl.spmd_dim(size, nl.nc(k)): a launch-grid axis of `size` x k programs spread over k NeuronCores
+    (program n of that axis runs on core n % k). It is an int, the axis size, so a grid
+    ``kernel[nl.spmd_dim(4, nl.nc(2)), 2]`` has 8 x 2 programs; `cores` is k."""
+
+    def __new__(cls, size, cores: "nc | int" = 1):
+        k = cores.count if isinstance(cores, nc) else int(cores)
+        if isinstance(size, nc):                     # nl.spmd_dim(nl.nc(2), 4): either order
+            size, k = k, size.count
+        value = super().__new__(cls, int(size) * k)
+        value.cores = k
+        value.per_core = int(size)
+        return value
+
+    def __repr__(self) -> str:
+        return f"nl.spmd_dim({self.per_core}, nl.nc({self.cores}))"
+
+
+class _Limits:
+    """The numeric limits of a float type, as `nl.fp32.min` etc. (np.dtype(nl.fp32) is float32)."""
+
+    def __init__(self, dtype, name: str):
+        self.dtype = np.dtype(dtype)
+        self.name = name
+        info = ml_dtypes.finfo(self.dtype)
+        self.min, self.max = float(info.min), float(info.max)
+        self.eps, self.tiny, self.bits = float(info.eps), float(info.tiny), int(info.bits)
+
+    def __repr__(self) -> str:
+        return f"nl.{self.name}"
+
+
+fp32, fp16, bf16 = _Limits(float32, "fp32"), _Limits(float16, "fp16"), _Limits(bfloat16, "bf16")
+fp8_e4m3, fp8_e5m2 = _Limits(float8_e4m3, "fp8_e4m3"), _Limits(float8_e5m2, "fp8_e5m2")
+
+
+def finfo(dtype):
+    """nl.finfo(dtype): machine limits of a float dtype (.min, .max, .eps, .tiny, .bits), bf16/fp8 too."""
+    return ml_dtypes.finfo(_dt.as_dtype(getattr(dtype, "dtype", dtype)))
+
+
+def iinfo(dtype):
+    """nl.iinfo(dtype): limits of an integer dtype."""
+    return np.iinfo(_dt.as_dtype(dtype))
+
+
+def floor(x: NkiTensor, *, dtype=None, mask=None, **kwargs) -> NkiTensor:
+    """Largest integer <= x, element-wise: one Vector instruction computing x - (x mod 1) (NumPy's mod
+    is a floor-mod, so this is exact for negative x too)."""
+    return _isa.scalar_tensor_tensor(data=x, op0="mod", operand0=1.0, op1="subtract", operand1=x,
+                                     reverse1=True, dtype=dtype, mask=mask)
+
+
+floor.nki_op = "floor"
+
+
+def static_cast(x, dtype):
+    """Cast to `dtype`: a tile through an engine copy (tensor_copy), a NumPy array / number on the host."""
+    if isinstance(x, NkiTensor):
+        return _isa.tensor_copy(x, dtype=dtype)
+    return np.asarray(x).astype(_dt.as_dtype(dtype))
+
+
+def shared_constant(constant, dtype=None, **kwargs) -> NkiTensor:
+    """An HBM tensor holding a compile-time constant (a NumPy array), shared by every program of the
+    launch; load it with nl.load. Like a kernel input it is in HBM before the kernel starts."""
+    launch = _runtime.current()
+    launch.flush()
+    values = np.asarray(constant)
+    values = values.astype(_dt.as_dtype(dtype) if dtype is not None else _dt.as_dtype(values.dtype))
+    hw = launch.core.hbm.tensor(values, name=launch.fresh_name("constant"))
+    return NkiTensor.allocation(hw, "shared_hbm", launch)
+
+
+def loop_reduce(x: NkiTensor, op, loop_indices, *, dtype=None, mask=None, **kwargs) -> NkiTensor:
+    """Reduce over loop iterations: ``acc[...] = nl.loop_reduce(tile, np.add, loop_indices=[i])`` is
+    ``acc = op(acc, tile)``, one Vector-engine tensor_tensor whose second input is its own destination.
+    Assign it into the accumulator tile (initialised before the loop, e.g. with nl.zeros): the
+    destination is an input, so a bare value would read an uninitialised tile."""
+    opcode = _isa.op_name(op)
+    x = _issue.tile(x, "x")
+    target = _dt.as_dtype(dtype) if dtype is not None else x.dtype
+    ranges = _issue.ranges(mask, x)
+    launch = _issue.begin()
+
+    def emit(out, _accumulate):
+        view = out.hw_view(ranges)
+        launch.core.tensor_tensor(dst=view, data1=x.hw_view(ranges), data2=view, op=opcode)
+
+    return _issue.produce(x.shape, target, "sbuf", emit, ranges=ranges)
+
+
+def random_seed(seed, *, mask=None, **kwargs) -> None:
+    """Seed the random number generator of nl.dropout (an int, or a [1, 1] tile holding one)."""
+    launch = _issue.begin()
+    launch.core.set_rng_seed(seed.hw_view() if isinstance(seed, NkiTensor) else int(seed))
+
+
+def dropout(x: NkiTensor, rate, *, dtype=None, mask=None, **kwargs) -> NkiTensor:
+    """Zero each element of x with probability `rate` (a number or a [P, 1] tile): nisa.dropout."""
+    return _isa.dropout(x, rate, dtype=dtype, mask=mask)
