@@ -1,11 +1,12 @@
 """The one place that runs a lowered program's calls on the simulated NeuronCore.
 
-Today each kernel call is one `nki.run` on a fresh core (the eager kernel API), and the calls run one
-after another: the program's timeline is the kernels' timelines laid end to end (each shifted by the
+Today each kernel call is one `nki.run` (the kernel traced once per shape, then replayed on a fresh
+one-core device), and the calls run one after another: the program's timeline is the kernels' timelines laid end to end (each shifted by the
 end of the one before), with one region per call. Tensors pass between kernels through HBM as NumPy
 arrays; views are free (a reshape of the same bytes); host ops run in PyTorch and take no simulated
-device time (their wall time is kept). When the program layer (`nki.trace` -> one program, regions,
-`device.run`) is in, this function becomes "trace once, replay": the rest of the runtime stays.
+device time (their wall time is kept). With the program layer, this function becomes "trace the whole
+graph once (`nki.trace`, a `nki.region` per call), replay it with `Device.run`": the rest of the runtime
+stays.
 """
 from __future__ import annotations
 
