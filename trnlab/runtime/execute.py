@@ -143,3 +143,34 @@ def _host(call: Call, env: dict):
     if any(isinstance(x, ShapeDtype) for x in ins):
         raise ValueError(f"host op {call.region} ({call.op}) cannot run in timing-only mode: it needs values")
     return to_numpy(evaluate(call.op, call.attrs, [to_torch(x) for x in ins]))
+
+
+def trace_graph(program: Program, env: dict, target: str | None = None):
+    """The whole lowered graph traced into ONE program of the program layer (`nki.trace`), each call
+    inside `nki.region(call.region)`: what `run_calls` becomes once the profile reads regions from the
+    program (kernels then overlap instead of running end to end). Returns (nki Program, argument
+    arrays in its order). Host calls cannot be traced: a graph with a host partition raises ValueError."""
+    import trnlab.nki as nki
+    if any(c.kind == "host" for c in program.calls):
+        raise ValueError("a graph with host ops is several programs (one per device partition); trace_graph "
+                         "takes a graph that runs on the device only")
+    names = list(program.constants) + [n for n, _, _ in program.inputs]
+
+    def whole(*arrays):
+        values = dict(zip(names, arrays))
+
+        def shaped(name, shape):
+            x = values[name]
+            return x if shape is None or tuple(x.shape) == tuple(shape) else x.reshape(shape)
+
+        for call in program.calls:
+            if call.kind == "view":
+                values[call.output] = shaped(call.inputs[0], call.out_shape)
+                continue
+            args = [None if i is None else shaped(i, s) for i, s in zip(call.inputs, call.views)]
+            with nki.region(call.region):
+                values[call.output] = _kernel(call.kernel)(*args, **call.kwargs)
+        return tuple(values[o] for o in program.outputs)
+
+    arrays = [env[n] for n in names]
+    return nki.trace(whole, *arrays, target=target or program.target), arrays
