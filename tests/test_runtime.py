@@ -84,3 +84,19 @@ def test_device_checks_inputs(gpt_run):
         loaded.run(idx, idx)
     with pytest.raises(ValueError, match="one of"):
         Device("trn9")
+
+
+def test_the_whole_graph_traces_into_one_program_with_a_region_per_op(gpt_run):
+    from trnlab.hardware.device import Device as Chip
+    from trnlab.runtime.execute import trace_graph
+    compiled, run, idx = gpt_run
+    env = dict(compiled.constants)
+    env["idx"] = idx.numpy().astype("int32")
+    program, arrays = trace_graph(compiled.program, env)
+    launch = Chip("trn2", cores=1).run(program, *arrays)
+    logits = launch.outputs[0] if isinstance(launch.outputs, (tuple, list)) else launch.outputs
+    expected, _ = run.outputs
+    assert abs(logits.reshape(expected.shape) - expected.numpy()).max() < 1e-5
+    regions = {name.split("/")[0] for name in launch.profile_by_region()}
+    assert regions == {c.region for c in compiled.program.calls if c.kind == "kernel"}
+    assert launch.latency_ns <= run.profile.total_ns          # kernels may overlap in one program

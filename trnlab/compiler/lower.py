@@ -189,9 +189,6 @@ def lower(g: Graph, target: str = "trn2", fallback: bool = False) -> Program:
             src = device_of.get(i, "neuron")
             if src != n.device and (i, f"{src}->{n.device}") not in boundaries:
                 boundaries.append((i, f"{src}->{n.device}"))
-    for o in g.outputs:
-        if device_of.get(o) == "host":
-            pass                                    # outputs are copied to the host anyway
     inputs = [(n, list(g.values[n].shape), "int32" if g.values[n].dtype == "int64" else g.values[n].dtype)
               for n in g.inputs]
     return Program(target, calls, inputs, list(g.outputs), list(g.meta.get("output_spec", range(len(g.outputs)))),

@@ -1,11 +1,12 @@
 """The one place that runs a lowered program's calls on the simulated NeuronCore.
 
-Today each kernel call is one `nki.run` on a fresh core (the eager kernel API), and the calls run one
-after another: the program's timeline is the kernels' timelines laid end to end (each shifted by the
+Today each kernel call is one `nki.run` (the kernel traced once per shape, then replayed on a fresh
+one-core device), and the calls run one after another: the program's timeline is the kernels' timelines laid end to end (each shifted by the
 end of the one before), with one region per call. Tensors pass between kernels through HBM as NumPy
 arrays; views are free (a reshape of the same bytes); host ops run in PyTorch and take no simulated
-device time (their wall time is kept). When the program layer (`nki.trace` -> one program, regions,
-`device.run`) is in, this function becomes "trace once, replay": the rest of the runtime stays.
+device time (their wall time is kept). With the program layer, this function becomes "trace the whole
+graph once (`nki.trace`, a `nki.region` per call), replay it with `Device.run`": the rest of the runtime
+stays.
 """
 from __future__ import annotations
 
@@ -142,3 +143,34 @@ def _host(call: Call, env: dict):
     if any(isinstance(x, ShapeDtype) for x in ins):
         raise ValueError(f"host op {call.region} ({call.op}) cannot run in timing-only mode: it needs values")
     return to_numpy(evaluate(call.op, call.attrs, [to_torch(x) for x in ins]))
+
+
+def trace_graph(program: Program, env: dict, target: str | None = None):
+    """The whole lowered graph traced into ONE program of the program layer (`nki.trace`), each call
+    inside `nki.region(call.region)`: what `run_calls` becomes once the profile reads regions from the
+    program (kernels then overlap instead of running end to end). Returns (nki Program, argument
+    arrays in its order). Host calls cannot be traced: a graph with a host partition raises ValueError."""
+    import trnlab.nki as nki
+    if any(c.kind == "host" for c in program.calls):
+        raise ValueError("a graph with host ops is several programs (one per device partition); trace_graph "
+                         "takes a graph that runs on the device only")
+    names = list(program.constants) + [n for n, _, _ in program.inputs]
+
+    def whole(*arrays):
+        values = dict(zip(names, arrays))
+
+        def shaped(name, shape):
+            x = values[name]
+            return x if shape is None or tuple(x.shape) == tuple(shape) else x.reshape(shape)
+
+        for call in program.calls:
+            if call.kind == "view":
+                values[call.output] = shaped(call.inputs[0], call.out_shape)
+                continue
+            args = [None if i is None else shaped(i, s) for i, s in zip(call.inputs, call.views)]
+            with nki.region(call.region):
+                values[call.output] = _kernel(call.kernel)(*args, **call.kwargs)
+        return tuple(values[o] for o in program.outputs)
+
+    arrays = [env[n] for n in names]
+    return nki.trace(whole, *arrays, target=target or program.target), arrays

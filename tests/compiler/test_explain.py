@@ -1,0 +1,34 @@
+"""explain / dump_dir / stop_after: every pass visible, with its time."""
+import pytest
+
+import trnlab.compiler as tc
+from trnlab.compiler.passes import NAMES
+
+
+def test_stop_after_fuse_keeps_the_graph_and_makes_no_program(tiny_gpt):
+    model, idx = tiny_gpt
+    compiled = tc.compile(model, (idx,), stop_after="fuse")
+    assert [r.name for r in compiled.passes] == NAMES[:NAMES.index("fuse") + 1]
+    assert compiled.program is None and compiled.graph.ops()["attention"] == 2
+    with pytest.raises(RuntimeError, match="stop_after"):
+        compiled(idx)
+    with pytest.raises(ValueError, match="the passes are"):
+        tc.compile(model, (idx,), stop_after="tile")
+
+
+def test_dump_dir_has_the_graph_after_every_pass_and_the_times(tiny_gpt, tmp_path):
+    model, idx = tiny_gpt
+    compiled = tc.compile(model, (idx,), dump_dir=str(tmp_path))
+    names = {p.name for p in tmp_path.iterdir()}
+    for i, name in enumerate(NAMES, start=1):
+        assert f"{i:02d}_{name}.txt" in names and f"{i:02d}_{name}.png" in names
+    assert {"00_captured.txt", "passes.txt", "program.txt"} <= names
+    assert (tmp_path / "03_fuse.txt").read_text().count("attention(") == 2
+    text = compiled.explain()
+    assert all(name in text for name in NAMES) and " ms" in text and "program for trn2" in text
+
+
+def test_explain_function_compiles_and_explains(mlp):
+    model, x = mlp
+    text = tc.explain(model, (x,))
+    assert "linear" in text and "weights resident in HBM" in text
