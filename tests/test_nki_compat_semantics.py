@@ -178,3 +178,18 @@ def test_functional_matmul_of_a_transpose_result_reads_it_through_sbuf():
     run = nki.run(kernel, a, b)
     np.testing.assert_allclose(run.outputs, a @ b, rtol=1e-4, atol=1e-4)
     assert [op for _, op in _engines(run)] == ["nc_transpose", "tensor_copy", "nc_matmul", "tensor_copy"]
+
+
+def test_matmul_with_is_transpose_passes_the_stationary_tile_through():
+    @nki.jit
+    def kernel(x_tensor):
+        out = nl.ndarray((64, 128), dtype=nl.bfloat16, buffer=nl.shared_hbm)
+        x = nl.load(x_tensor)
+        identity = nl.shared_identity_matrix(128, dtype=nl.bfloat16)
+        t = nl.ndarray((64, 128), dtype=nl.bfloat16, buffer=nl.psum)
+        t[...] = nisa.nc_matmul(x, identity, is_transpose=True)
+        nl.store(out, value=nl.copy(t))
+        return out
+
+    x = np.random.default_rng(10).normal(size=(128, 64)).astype(nl.bfloat16)
+    np.testing.assert_array_equal(kernel(x), x.T)
