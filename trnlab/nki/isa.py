@@ -289,7 +289,10 @@ def nc_matmul(dst: Tile | None, stationary: Tile, moving: Tile, is_stationary_on
         if is_transpose:   # the PE array passes stationary through (moving is the identity): dst = stationary.T
             launch.core.nc_transpose(dst=out.hw_view(ranges), src=stationary.hw_view(ranges))
             return
-        flag = accumulate if accumulate_flag is None else accumulate_flag
+        # `psum[...] += nisa.nc_matmul(...)` (accumulate_flag True) starts an accumulation group on a PSUM
+        # region never written (the first matmul of a group overwrites, as AWS's compiler sets the flag):
+        # the core's accumulate=None adds to written regions and overwrites fresh ones
+        flag = accumulate if accumulate_flag is None else (None if accumulate_flag is True else accumulate_flag)
         launch.core.nc_matmul(dst=out.hw_view(ranges), stationary=stationary.hw_view(ranges),
                               moving=moving.hw_view(ranges), accumulate=flag)
 
