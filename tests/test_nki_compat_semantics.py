@@ -193,3 +193,10 @@ def test_matmul_with_is_transpose_passes_the_stationary_tile_through():
 
     x = np.random.default_rng(10).normal(size=(128, 64)).astype(nl.bfloat16)
     np.testing.assert_array_equal(kernel(x), x.T)
+
+
+def test_a_mask_can_combine_iterator_clauses_with_compile_time_conditions():
+    i_p = nl.arange(128)[:, None]
+    assert ((i_p < 64) & True).clauses == (i_p < 64).clauses
+    assert ((i_p < 64) & (3 * 128 < 256)) is False
+    assert (True & (i_p < 64)).clauses == (i_p < 64).clauses
