@@ -200,3 +200,17 @@ def test_a_mask_can_combine_iterator_clauses_with_compile_time_conditions():
     assert ((i_p < 64) & True).clauses == (i_p < 64).clauses
     assert ((i_p < 64) & (3 * 128 < 256)) is False
     assert (True & (i_p < 64)).clauses == (i_p < 64).clauses
+
+
+def test_typing_tensor_is_subscriptable_in_annotations():
+    import trnlab.nki.typing as nt
+
+    @nki.jit
+    def kernel(x_tensor: nt.tensor[128, 64]) -> nt.tensor[128, 64]:
+        out: nt.tensor[128, 64] = nl.ndarray(x_tensor.shape, dtype=x_tensor.dtype, buffer=nl.shared_hbm)
+        assert isinstance(x_tensor, nt.tensor)
+        nl.store(out, value=nl.load(x_tensor))
+        return out
+
+    x = np.ones((128, 64), np.float32)
+    np.testing.assert_array_equal(kernel(x), x)
