@@ -84,7 +84,7 @@ def test_write_after_write_and_disjoint_regions():
 
 
 def test_vector_and_gpsimd_share_the_sbuf_port_vector_and_scalar_the_psum_port():
-    core = NeuronCore(SPEC, mode="timing")
+    core = NeuronCore(presets.TRN1.core, mode="timing")     # NeuronCore-v2 shares both ports
     x = core.sbuf.allocate((128, 512), "float32")
     y = core.sbuf.allocate((128, 512), "float32")
     p = core.psum.allocate((128, 512), "float32")
@@ -197,8 +197,9 @@ def test_hbm_channel_gives_a_ready_load_the_gap_before_a_waiting_store():
     load = core.timeline[core.dma_copy(load_dst, core.hbm.allocate((128, 512), "bfloat16"))]
     assert store.start_ns > 20_000
     assert load.end_ns < store.start_ns
-    alone = SPEC.dma_latency_ns + 128 * 512 * 2 / min(SPEC.hbm_bandwidth, 16 * SPEC.dma_engine_bandwidth) * 1e9
-    assert load.end_ns - load.start_ns == pytest.approx(alone, rel=0.5)
+    # alone, but behind the two loads of the matmul operands on the shared DMA engines
+    alone = cost.dma_ns(SPEC, 128 * 512 * 2, 128)
+    assert load.end_ns - load.start_ns <= alone + 2 * (alone - SPEC.dma_latency_ns) + 1e-6
 
 
 def test_hbm_channel_still_shares_bandwidth_when_transfers_overlap():

@@ -260,12 +260,32 @@ def test_sbuf_capacity_is_enforced():
     @nki.jit
     def kernel(x):
         live = []
-        for i in nl.affine_range(64):
-            live.append(nl.ndarray((128, 16384), dtype=nl.float32, buffer=nl.sbuf))   # 64 KiB per partition each
-        return x
+        for i in nl.affine_range(64):                  # 64 KiB per partition each, all live at the end
+            tile = nl.ndarray((128, 16384), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.memset(dst=tile, value=0.0)
+            live.append(tile)
+        out = nl.ndarray((128, 16384), dtype=nl.float32, buffer=nl.shared_hbm)
+        for tile in live:
+            nl.store(out, value=tile)
+        return out
 
-    error = _raises_at(kernel, "live.append(nl.ndarray", errors.SBUFOverflowError, X128)
+    error = _raises_at(kernel, "nisa.memset(dst=tile", errors.SBUFOverflowError, X128)
     assert "SBUF" in str(error) and "KiB" in str(error)
+    # the message names the tiles live at that instruction (allocation follows liveness)
+    assert "live there" in str(error) and "64.0 KiB" in str(error)
+
+
+def test_tiles_never_used_take_no_memory():
+    """Allocation follows liveness: a tile no instruction touches is never placed (AWS's compiler
+    drops it), however many Python keeps."""
+    @nki.jit
+    def kernel(x):
+        unused = [nl.ndarray((128, 16384), dtype=nl.float32, buffer=nl.sbuf) for _ in range(64)]
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        nl.store(out, value=nl.load(x))
+        return out
+
+    assert np.array_equal(kernel(X128), X128)
 
 
 def test_psum_capacity_is_eight_banks():
@@ -273,10 +293,15 @@ def test_psum_capacity_is_eight_banks():
     def kernel(x):
         live = []
         for i in nl.affine_range(9):
-            live.append(nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum))
-        return x
+            acc = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+            nisa.memset(dst=acc, value=0.0)
+            live.append(acc)
+        out = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+        for acc in live:
+            nl.store(out, value=nl.copy(acc))
+        return out
 
-    _raises_at(kernel, "live.append(nl.ndarray", errors.PSUMOverflowError, X128)
+    _raises_at(kernel, "nisa.memset(dst=acc", errors.PSUMOverflowError, X128)
 
 
 def test_tiles_made_in_a_loop_body_are_released_each_iteration():

@@ -156,3 +156,18 @@ def test_neuroncore_full_mode_agrees_with_the_cycle_level_array(shape, seed):
     np.testing.assert_array_equal(result_psum.numpy(), trace.result)
     cycles = (matmul.ready_ns - matmul.start_ns) * TINY.pe_clock_hz / 1e9
     assert cycles == pytest.approx(trace.cycles)
+
+
+@settings(max_examples=30, deadline=None)
+@given(shape=shapes)
+def test_systolic_cycles_equal_the_pure_cost_models_answer_for_the_instruction(shape):
+    K, M, N = shape
+    stationary, moving = np.ones((K, M), np.float32), np.ones((K, N), np.float32)
+    trace = simulate_matmul(stationary, moving, TINY)
+    instr = cost.Instruction("nc_matmul", "pe",
+                             (cost.Operand("sbuf", (K, M), "bfloat16", K, M, 2 * K * M),
+                              cost.Operand("sbuf", (K, N), "bfloat16", K, N, 2 * K * N)),
+                             (cost.Operand("psum", (M, N), "float32", M, N, 4 * M * N),))
+    asked = cost.cost(instr, TINY)
+    assert trace.cycles == asked.latency_cycles
+    assert asked.cycles == max(min(TINY.matmul_min_cycles, M), N)

@@ -6,6 +6,15 @@
 Each notebook runs top to bottom in a fresh kernel from the current environment, with
 ``notebooks/`` as the working directory (as under ``jupyter lab notebooks/`` and nbval), and is
 saved with its outputs. Run it whenever the code a notebook shows changes.
+
+The stored metadata is what JupyterLab itself writes for the kernel (the kernelspec's display name,
+e.g. "Python 3 (ipykernel)", and the ``language_info`` the kernel reports), so that opening a
+notebook in JupyterLab does not mark it modified.
+
+A widget cannot render in a notebook that has not run yet (JupyterLab renders widget views only for
+trusted, i.e. freshly produced, outputs) and falls back to the output's text — for ipywidgets an
+unreadable repr such as ``interactive(children=(IntSlider(...``. The stored text says instead what
+to do: ``WIDGET_PLACEHOLDER``.
 """
 
 from __future__ import annotations
@@ -14,9 +23,33 @@ import time
 from pathlib import Path
 
 import nbformat
+from jupyter_client.kernelspec import KernelSpecManager
 from nbclient import NotebookClient
 
 from trnlab import NOTEBOOKS_DIR
+
+
+KERNEL_NAME = "python3"
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+WIDGET_PLACEHOLDER = "[an interactive widget: run the notebook (Run → Run All Cells) to use it]"
+
+
+def kernelspec_metadata(kernel_name: str = KERNEL_NAME) -> dict:
+    """The notebook's ``kernelspec`` as JupyterLab writes it: from the installed kernel spec."""
+    spec = KernelSpecManager().get_kernel_spec(kernel_name)
+    return {"display_name": spec.display_name, "language": spec.language, "name": kernel_name}
+
+
+def replace_widget_reprs(nb) -> int:
+    """Give every widget output the placeholder text instead of the widget's repr; return how many."""
+    replaced = 0
+    for cell in nb.cells:
+        for output in cell.get("outputs", []):
+            data = output.get("data", {})
+            if WIDGET_VIEW in data:
+                data["text/plain"] = WIDGET_PLACEHOLDER
+                replaced += 1
+    return replaced
 
 
 def execute_notebook(path: Path, timeout: int = 600) -> float:
@@ -24,7 +57,7 @@ def execute_notebook(path: Path, timeout: int = 600) -> float:
     path = Path(path)
     nb = nbformat.read(path, as_version=4)
     client = NotebookClient(
-        nb, timeout=timeout, kernel_name="python3", record_timing=False,  # no timestamps: diffs show only real changes
+        nb, timeout=timeout, kernel_name=KERNEL_NAME, record_timing=False,  # no timestamps: diffs show only real changes
         resources={"metadata": {"path": str(path.parent)}},
     )
     start = time.perf_counter()
@@ -32,6 +65,8 @@ def execute_notebook(path: Path, timeout: int = 600) -> float:
     elapsed = time.perf_counter() - start
     for cell in nb.cells:
         cell.metadata.pop("execution", None)  # timestamps left by earlier runs
+    nb.metadata["kernelspec"] = kernelspec_metadata()  # language_info: nbclient stores the kernel's own
+    replace_widget_reprs(nb)
     nbformat.write(nb, path)
     return elapsed
 

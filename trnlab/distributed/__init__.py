@@ -1,0 +1,10 @@
+"""Many cores, chips and servers: topologies, collectives, data / tensor / pipeline parallelism,
+scaling estimates, and a real multi-process training run on torch.distributed (gloo).
+
+- `topology`: the ranks of a chip, a server or an UltraServer and their links (NeuronLink, EFA).
+- `collectives`: all-reduce, all-gather, reduce-scatter, send/recv — executed on NumPy arrays per rank
+  (ring, tree, recursive doubling-halving, mesh) and costed over a topology's links.
+- `data_parallel`, `tensor_parallel`, `pipeline`: the three ways to split training, on the tiny GPT.
+- `scaling`: step time, throughput and communication share per layout; "would it fit on one chip?".
+- `train`: ``torchrun --nproc-per-node=2 -m trnlab.distributed.train ...`` (or without torchrun: 1 process).
+"""

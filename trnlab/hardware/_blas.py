@@ -21,9 +21,13 @@ _NAMES = (("scipy_openblas_set_num_threads64_", "scipy_openblas_get_num_threads6
           ("scipy_openblas_set_num_threads", "scipy_openblas_get_num_threads"),
           ("openblas_set_num_threads64_", "openblas_get_num_threads64_"),
           ("openblas_set_num_threads", "openblas_get_num_threads"))
-# A single deferred product at least this large runs with BLAS's own threads: measured on 2 cores,
-# a [1024, 128]^T x [1024, 512] fp32 group (134 MFLOP) took 1.3 ms on one thread, 0.7 ms on two (best of 50).
-MULTITHREAD_FLOPS = 64e6
+# A single deferred product at least this large would run with BLAS's own threads. Never: on an idle
+# 2-core machine a [1024, 128]^T x [1024, 512] fp32 group (134 MFLOP) took 1.3 ms on one thread and
+# 0.7 ms on two (best of 50), but on a busy one (load average 10 on 2 cores) OpenBLAS's threads,
+# which spin while they wait for each other, made each such product ~100 ms: the tiled NKI matmul at
+# 1024^3 took 1.3 s instead of 0.23 s (benchmarks/bench_nki_ladder.py, same minute). One thread per
+# product, independent products in parallel Python threads, is fast on both.
+MULTITHREAD_FLOPS = float("inf")
 _lock = threading.Lock()
 _api = None
 

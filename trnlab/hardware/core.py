@@ -27,6 +27,7 @@ from .tensor import Tensor, View
 from .timeline import COMPUTE_ENGINES, Timeline
 
 PE, ACT, DVE, POOL = 0, 1, 2, 3
+_ENGINE_NAMES = ("pe", "act", "dve", "pool")
 _ENGINE_ALIASES = {
     "pe": PE, "tensor": PE, "act": ACT, "scalar": ACT, "activation": ACT,
     "dve": DVE, "vector": DVE, "pool": POOL, "gpsimd": POOL, None: DVE, "unknown": DVE,
@@ -64,27 +65,81 @@ def start_partition_ok(start: int, count: int, partitions: int = 128) -> bool:
     return start % quarter == 0
 
 
+def _free_byte_range(v: View) -> tuple[int, int]:
+    """[lo, hi) bytes, within one partition, that view `v` of an on-chip tensor touches."""
+    t = v.tensor
+    if v.box is None or not v.basic:
+        return 0, t.partition_bytes
+    free_axes = [a for a in range(len(t.shape)) if a != t.partition_axis]
+    lo = hi = 0
+    for a in free_axes:
+        lo = lo * t.shape[a] + v.box[2 * a]
+        hi = hi * t.shape[a] + v.box[2 * a + 1] - 1
+    return lo * t.itemsize, (hi + 1) * t.itemsize
+
+
+class _Port:
+    """A shared memory port: its busy intervals (start, end, instruction), sorted. An instruction
+    takes the earliest gap long enough at or after it is ready (hardware arbitration, not issue
+    order); intervals that ended long ago are dropped."""
+
+    __slots__ = ("busy",)
+
+    def __init__(self):
+        self.busy: list = []
+
+    @staticmethod
+    def slot(ports, ready: float, duration: float, waited: int) -> tuple[float, int]:
+        """(start, waited_for): the earliest time >= ready at which every port is free for
+        `duration` ns, and the instruction whose use of a port delayed it (or `waited`)."""
+        t = ready
+        moved = True
+        while moved:
+            moved = False
+            for port in ports:
+                for s, e, i in port.busy:
+                    if e <= t:
+                        continue
+                    if s >= t + duration:
+                        break
+                    t, waited, moved = e, i, True
+        return t, waited
+
+    def book(self, start: float, end: float, idx: int):
+        busy = self.busy
+        busy.append((start, end, idx))
+        if len(busy) > 1 and busy[-2][0] > start:
+            busy.sort()
+        if len(busy) > 128:
+            del busy[:64]                   # instructions far in the past no longer compete
+
+
 class NeuronCore:
     """One simulated NeuronCore. ``mode="full"`` computes values and time, ``"timing"`` time only."""
 
-    def __init__(self, spec: "CoreSpec | str" = "trn2", mode: str = "full", name: str = "core0"):
+    def __init__(self, spec: "CoreSpec | str" = "trn2", mode: str = "full", name: str = "core0",
+                 hbm: HBM | None = None, hbm_channel=None, hbm_bandwidth: float | None = None):
+        """`hbm`, `hbm_channel`, `hbm_bandwidth`: the chip's HBM, the channel its cores' DMAs
+        share and its bandwidth, when the core is one of a `Device`'s; alone, a core has its
+        own share of the chip's HBM (`CoreSpec.hbm_bytes`, `.hbm_bandwidth`)."""
         if mode not in ("full", "timing"):
             raise ValueError(f"mode must be 'full' or 'timing', got {mode!r}")
         self.spec = spec = core_spec(spec)
         self.mode = mode
         self.full = mode == "full"
         self.name = name
-        self.hbm = HBM(spec, self.full)
+        self.hbm = hbm if hbm is not None else HBM(spec, self.full)
+        self.hbm_bandwidth = hbm_bandwidth or spec.hbm_bandwidth
         self.sbuf = OnChipMemory("sbuf", spec, self.full)
         self.psum = OnChipMemory("psum", spec, self.full)
         self.engines = list(COMPUTE_ENGINES) + [f"dma{i}" for i in range(spec.dma_queues)]
-        self.timeline = Timeline(self.engines)
+        self.timeline = Timeline(self.engines, name=name)
         self._records = self.timeline.records
         self._free = [0.0] * len(self.engines)     # when each engine (queue) is free
-        self._hbm = scheduler.Channel()             # the shared HBM channel
+        self._hbm = hbm_channel or scheduler.Channel()   # the HBM channel (shared on a device)
         self._dma = scheduler.Channel()             # the core's DMA engines, shared by all queues
-        self._sbuf_port = (0.0, -1)                 # (free at, last user) shared by DVE and POOL
-        self._psum_port = (0.0, -1)                 # shared by DVE and ACT
+        self._costs = {}                            # remembered answers of the pure cost model
+        self._port_table = {}                       # shared memory ports: "sbuf", "psum", ("psum", bank)
         self._now = 0.0
         # tensor engine state: the stationary tile loaded, when its load ended, last matmul start
         self._stationary = None                     # the view loaded as stationary, and its version
@@ -122,6 +177,21 @@ class NeuronCore:
         if dtype is None:
             dtype = self.matmul_dtype or dtypes.bfloat16
         return Profile.from_timeline(self.timeline, self.spec, dtype=dtype)
+
+    def barrier(self) -> None:
+        """Every engine waits until everything issued so far is done: the next launch on this core
+        starts after the previous one, as the runtime runs a core's programs one after another."""
+        self._free = [max(self._now, f) for f in self._free]
+
+    def device_print(self, prefix: str, src) -> int:
+        """Print src's values (full mode; its shape in timing mode). Takes no engine time."""
+        src = _view(src, "src")
+        if self.full:
+            src.check_initialized()
+            print(prefix, src.read())
+        else:
+            print(prefix, f"<{src.shape} {dtypes.name(src.tensor.dtype)}, timing mode>")
+        return -1
 
     def __repr__(self) -> str:
         return (f"NeuronCore({self.spec.name}, mode={self.mode!r}, {len(self.timeline)} "
@@ -188,21 +258,29 @@ class NeuronCore:
                               value=engine, limit=names)
         return eid
 
-    def _elementwise_cycles(self, eid: int, free: int, inputs: int) -> float:
-        """ns an element-wise instruction keeps engine `eid` busy."""
-        if eid == ACT:
-            cycles = cost.activation_cycles(self.spec, free)
-        else:
-            cycles = cost.vector_cycles(self.spec, free, inputs)
-        return cycles * self._clock_ns[eid]
+    def _cost_ns(self, eid: int, opcode: str, reads, writes, **attrs) -> float:
+        """ns a Vector / Scalar / GpSimd instruction keeps engine `eid` busy (`cost.cost`).
+
+        The answer depends only on the engine, opcode, elements per partition, operand count and
+        attributes, so it is remembered per such key (the cost model is pure)."""
+        first = reads[0] if reads else writes[0]
+        key = (eid, opcode, first.free_size, len(reads), tuple(attrs.items()))
+        ns = self._costs.get(key)
+        if ns is None:
+            instr = cost.Instruction(opcode, _ENGINE_NAMES[eid], tuple(cost.operand(v) for v in reads),
+                                     tuple(cost.operand(v) for v in writes), attrs)
+            ns = self._costs[key] = cost.cost(instr, self.spec).ns
+        return ns
 
     def _issue(self, eid, opcode, dur, reads, write, flops=0.0, also_write=None):
         """Schedule a Vector / Scalar / GpSimd instruction that reads `reads`, writes `write`
         (and `also_write`, e.g. the reduce_res of an activation with reduction).
 
-        Besides its queue and its data it waits for a shared memory port [PERF]: Vector and
-        GpSimd cannot access SBUF at the same time, Vector and Scalar cannot access PSUM at the
-        same time (the port is granted in issue order)."""
+        Besides its queue and its data it waits for the shared memory ports it needs (`_ports`):
+        on NeuronCore-v2 Vector and GpSimd cannot access SBUF at the same time, and Vector and
+        Scalar cannot access PSUM at the same time [ARCH-v2]; from v3 on only Vector and Scalar
+        on the *same PSUM bank* collide [ARCH-v3-PAR]. A port is arbitrated in time, not in issue
+        order: an instruction takes the earliest gap at or after it is ready (`_Port`)."""
         start, waited = _wait_reads(reads, self._free[eid], -1)
         start, waited, _ = _wait_write(write, start, waited)
         writes = (write,)
@@ -215,22 +293,43 @@ class NeuronCore:
                 sbuf += v.nbytes
             else:
                 psum += v.nbytes
-        sbuf_port = sbuf and eid != ACT             # DVE and POOL share the SBUF port
-        psum_port = psum and eid != POOL            # DVE and ACT share the PSUM port
-        if sbuf_port and self._sbuf_port[0] > start:
-            start, waited = self._sbuf_port
-        if psum_port and self._psum_port[0] > start:
-            start, waited = self._psum_port
-        end = start + dur
+        ports = self._ports(eid, reads + writes, sbuf, psum)
         idx = len(self._records)
+        if ports:
+            start, waited = _Port.slot(ports, start, dur, waited)
+            for port in ports:
+                port.book(start, start + dur, idx)
+        end = start + dur
         _record_reads(reads, end, idx)
         for v in writes:
             _record_write(v, end, idx)
-        if sbuf_port:
-            self._sbuf_port = (end, idx)
-        if psum_port:
-            self._psum_port = (end, idx)
         return self._append(eid, opcode, start, end, end, flops, 0, sbuf, psum, waited)
+
+    def _ports(self, eid, views, sbuf: int, psum: int) -> list:
+        """The shared memory ports an instruction of engine `eid` touching `views` needs."""
+        ports = []
+        spec = self.spec
+        if sbuf and eid != ACT and spec.sbuf_port_shared:          # DVE and POOL (v2)
+            ports.append(self._port("sbuf"))
+        if psum and eid != POOL:                                    # DVE and ACT
+            if spec.psum_port == "core":
+                ports.append(self._port("psum"))
+            elif spec.psum_port == "bank":
+                bank_bytes = spec.psum_bank_bytes
+                banks = set()
+                for v in views:
+                    if v.tensor.kind == "psum":
+                        lo, hi = _free_byte_range(v)
+                        base = v.tensor.offset or 0
+                        banks.update(range((base + lo) // bank_bytes, (base + hi - 1) // bank_bytes + 1))
+                ports.extend(self._port(("psum", b)) for b in sorted(banks))
+        return ports
+
+    def _port(self, key) -> "_Port":
+        port = self._port_table.get(key)
+        if port is None:
+            port = self._port_table[key] = _Port()
+        return port
 
     def _inputs(self, *views):
         """Float32 values of the operands (full mode), checking they were written."""
@@ -374,11 +473,11 @@ class NeuronCore:
                     f"33-64, 0/32/64/96 for <=32", value=v.part_start, limit=(0, 32, 64, 96))
         matmul_dtype = dtypes.float32 if dtypes.float32 in (sdt, mdt) else sdt
         self._matmul_dtypes.add(matmul_dtype)
-        busy, latency = cost.matmul_cycles(self.spec, K, M, N, matmul_dtype)
+        c = cost.cost(cost.Instruction("nc_matmul", "pe", (cost.operand(st), cost.operand(mv)),
+                                       (cost.operand(dst),)), self.spec)
         pe_ns = self._pe_ns
-        load_ns = cost.stationary_load_cycles(self.spec, K, M) * pe_ns
-        return (dst, st, mv, K, M, N, busy * pe_ns, latency * pe_ns, load_ns, 2.0 * K * M * N,
-                st.nbytes + mv.nbytes, dst.nbytes)
+        return (dst, st, mv, K, M, N, c.cycles * pe_ns, c.latency_cycles * pe_ns,
+                c.setup_cycles * pe_ns, 2.0 * K * M * N, st.nbytes + mv.nbytes, dst.nbytes)
 
     def _matmul_values(self, dst, st, mv, K, M, N, accumulate):
         """Full mode: fp32 products of the (exactly widened) inputs, accumulated in PSUM."""
@@ -403,16 +502,17 @@ class NeuronCore:
         else:
             self._store(dst, product)
 
-    def _pe_issue(self, opcode, st, reads, dst, K, M, N, fp32, flops, sbuf, psum):
+    def _pe_issue(self, opcode, st, reads, dst, flops, sbuf, psum):
         """Schedule a Tensor-engine instruction other than nc_matmul (nc_transpose): the array
         loads `st` as its stationary tile (in the background), then streams N columns."""
-        busy, latency = cost.matmul_cycles(self.spec, K, M, N,
-                                           dtypes.float32 if fp32 else dtypes.bfloat16)
+        c = cost.cost(cost.Instruction(opcode, "pe", (cost.operand(st),) + tuple(
+            cost.operand(v) for v in reads), (cost.operand(dst),)), self.spec)
+        busy, latency = c.cycles, c.latency_cycles
         pe_ns = self._pe_ns
         start, waited = _wait_reads(reads, self._free[PE], -1)
         st_ready, st_waited = _wait_reads((st,), 0.0, -1)
         load_start = st_ready if st_ready > self._last_mm_start else self._last_mm_start
-        self._load_end = load_start + cost.stationary_load_cycles(self.spec, K, M) * pe_ns
+        self._load_end = load_start + c.setup_cycles * pe_ns
         self._stationary = None
         if self._load_end > start:
             start, waited = self._load_end, st_waited
@@ -447,9 +547,7 @@ class NeuronCore:
             (x,) = self._inputs(src)
             self._store(dst, x.T)
         # an identity matmul: src is the stationary [K=P, M=F], the identity streams N=P columns
-        return self._pe_issue("nc_transpose", src, (), dst, P, F, P,
-                              src.tensor.dtype == dtypes.float32, 2.0 * P * F * P,
-                              src.nbytes, dst.nbytes)
+        return self._pe_issue("nc_transpose", src, (), dst, 2.0 * P * F * P, src.nbytes, dst.nbytes)
 
     # ---------------------------------------------------------------------------------------------
     # DMA
@@ -551,22 +649,28 @@ class NeuronCore:
         start = deps
         if free[eid] >= start:
             start, waited = free[eid], -1
-        rows = dst.partitions if dk == "sbuf" else (src.partitions if sk == "sbuf" else
-                                                    (src.shape[0] if src.shape else 1))
         spec = self.spec
-        rate = min(spec.dma_engines, rows if rows > 0 else 1) * spec.dma_engine_bandwidth
-        begin = start + spec.dma_latency_ns
-        end = begin + nbytes * 1e9 / rate
+        # the pure cost model's answer depends on these numbers only: remembered per key
+        chunk = nbytes // max(dst.shape[0] if dst.shape else 1, 1) if opcode == "dma_gather" else \
+            min(cost.contiguous_bytes(src), cost.contiguous_bytes(dst))
+        rows = dst.partitions if dk == "sbuf" else (src.partitions if sk == "sbuf" else
+                                                    (dst.shape[0] if dst.shape else 1))
+        key = (nbytes, rows, chunk, "hbm" in (sk, dk))
+        c = self._costs.get(key)
+        if c is None:
+            c = self._costs[key] = cost.cost(cost.Instruction(
+                opcode, "dma", (cost.operand(src, True),), (cost.operand(dst, True),)), spec)
+        begin = start + c.fixed_ns
+        end = begin + c.cycles
         # all transfers share the core's DMA engines and (if they touch it) its HBM bandwidth:
-        # each channel passes the bytes at its aggregate rate in its earliest free slot
-        engines_ns = nbytes * 1e9 / (spec.dma_engines * spec.dma_engine_bandwidth)
+        # each channel passes the transfer's share in its earliest free slot
+        engines_ns = c.dma_engine_ns
         engines_end = self._dma.reserve(begin, engines_ns) + engines_ns
         if engines_end > end:
             end = engines_end
-        hbm = 0
-        if sk == "hbm" or dk == "hbm":
-            hbm = nbytes
-            hbm_ns = nbytes * 1e9 / spec.hbm_bandwidth
+        hbm = c.hbm_bytes
+        if hbm:
+            hbm_ns = nbytes * 1e9 / self.hbm_bandwidth
             hbm_end = self._hbm.reserve(begin, hbm_ns) + hbm_ns
             if hbm_end > end:
                 end = hbm_end
@@ -595,7 +699,7 @@ class NeuronCore:
         if self.full:
             src.check_initialized()
             dst.write(np.reshape(src.values(), dst.shape).astype(dst.tensor.dtype, copy=False))
-        dur = self._elementwise_cycles(eid, src.free_size, 1)
+        dur = self._cost_ns(eid, "tensor_copy", (src,), (dst,))
         return self._issue(eid, "tensor_copy", dur, (src,), dst)
 
     def tensor_tensor(self, dst, data1, data2, op, engine="vector") -> int:
@@ -616,7 +720,7 @@ class NeuronCore:
                 x, y = a.values().reshape(x.shape), b.values().reshape(y.shape)
             with np.errstate(all="ignore"):
                 self._store(dst, fn(x, y))
-        dur = self._elementwise_cycles(eid, a.free_size, 2)
+        dur = self._cost_ns(eid, "tensor_tensor", (a, b), (dst,))
         return self._issue(eid, "tensor_tensor", dur, (a, b), dst)
 
     def _operand(self, operand, P: int, opcode: str, what: str):
@@ -655,7 +759,7 @@ class NeuronCore:
                 if op1 is not None:
                     out = f1(c1, out) if reverse1 else f1(out, c1)
             self._store(dst, out)
-        dur = self._elementwise_cycles(eid, x.free_size, 1)
+        dur = self._cost_ns(eid, "tensor_scalar", (x,), (dst,))
         return self._issue(eid, "tensor_scalar", dur, reads, dst)
 
     def tensor_reduce(self, dst, data, op, axis=(1,), negate=False, keepdims=False,
@@ -688,7 +792,7 @@ class NeuronCore:
             if negate:
                 out = -out
             self._store(dst, out)
-        dur = self._elementwise_cycles(eid, x.free_size, 1)
+        dur = self._cost_ns(eid, "tensor_reduce", (x,), (dst,))
         return self._issue(eid, "tensor_reduce", dur, (x,), dst)
 
     def activation(self, dst, data, op, bias=None, scale=1.0, reduce_op=None, reduce_res=None,
@@ -755,11 +859,9 @@ class NeuronCore:
                 regs += np.asarray(out, np.float32).sum(axis=1)
             if reduce_view is not None:
                 self._store(reduce_view, regs[:, None].copy())
-        cycles = cost.activation_cycles(self.spec, x.free_size)
-        if reduce_view is not None or reduce_cmd != "idle":
-            cycles += self.spec.activation_min_cycles
-        return self._issue(ACT, "activation", cycles * self._clock_ns[ACT], reads, dst,
-                           also_write=reduce_view)
+        dur = self._cost_ns(ACT, "activation", (x,), (dst,),
+                            reduce=reduce_view is not None or reduce_cmd != "idle")
+        return self._issue(ACT, "activation", dur, reads, dst, also_write=reduce_view)
 
     def scalar_tensor_tensor(self, dst, data, op0, operand0, op1, operand1, reverse0=False,
                              reverse1=False, engine="vector") -> int:
@@ -787,8 +889,8 @@ class NeuronCore:
             self._store(dst, out)
         fast = (x.tensor.dtype == dtypes.bfloat16 and other.tensor.dtype == dtypes.bfloat16
                 and name0 == "subtract" and name1 == "multiply")
-        cycles = cost.scalar_tensor_tensor_cycles(self.spec, x.free_size, fast)
-        return self._issue(eid, "scalar_tensor_tensor", cycles * self._clock_ns[eid], reads, dst)
+        dur = self._cost_ns(eid, "scalar_tensor_tensor", (x, other), (dst,), fast_mode=fast)
+        return self._issue(eid, "scalar_tensor_tensor", dur, reads, dst)
 
     def memset(self, dst, value=0.0, engine="vector") -> int:
         """Fill dst with a constant."""
@@ -797,7 +899,7 @@ class NeuronCore:
         self._onchip(dst, "dst", "memset", psum_ok=eid != POOL)
         if self.full:
             dst.write(np.full(dst.shape, value).astype(dst.tensor.dtype))
-        dur = self._elementwise_cycles(eid, dst.free_size, 1)
+        dur = self._cost_ns(eid, "memset", (), (dst,), inputs=1)
         return self._issue(eid, "memset", dur, (), dst)
 
     def iota(self, dst, expr) -> int:
@@ -807,7 +909,7 @@ class NeuronCore:
         if self.full:
             pattern = np.broadcast_to(np.asarray(expr), dst.shape)
             dst.write(pattern.astype(dst.tensor.dtype))
-        dur = (self.spec.affine_static_cycles + dst.free_size) * self._clock_ns[POOL]
+        dur = self._cost_ns(POOL, "iota", (), (dst,))
         return self._issue(POOL, "iota", dur, (), dst)
 
     def affine_select(self, dst, predicate, on_true, on_false_value) -> int:
@@ -825,7 +927,7 @@ class NeuronCore:
             (vals,) = self._inputs(x)
             holds = np.broadcast_to(np.asarray(predicate, bool), x.shape).reshape(vals.shape)
             self._store(dst, np.where(holds, vals, np.float32(on_false_value)))
-        dur = (self.spec.affine_static_cycles + x.free_size) * self._clock_ns[POOL]
+        dur = self._cost_ns(POOL, "affine_select", (x,), (dst,))
         return self._issue(POOL, "affine_select", dur, (x,), dst)
 
     def select(self, dst, predicate, on_true, on_false, reverse_pred=False, engine="vector") -> int:
@@ -864,7 +966,7 @@ class NeuronCore:
                 (false_value,) = self._inputs(other)
             self._store(dst, np.where(holds, vals, false_value))
         tiles = 3 if other is not None else 2
-        dur = self._elementwise_cycles(eid, x.free_size, tiles)
+        dur = self._cost_ns(eid, "select", (pred, x), (dst,), inputs=tiles)
         return self._issue(eid, "select", dur, reads, dst)
 
     def bn_stats(self, dst, data) -> int:
@@ -893,7 +995,7 @@ class NeuronCore:
                 m2 = ((half - mean[:, None]) ** 2).sum(axis=1) if count else np.zeros(len(half), np.float32)
                 stats += [np.full(len(half), count, np.float32), mean, m2]
             self._store(dst, np.stack(stats, axis=1))
-        dur = self._elementwise_cycles(DVE, x.free_size, 1)
+        dur = self._cost_ns(DVE, "bn_stats", (x,), (dst,))
         return self._issue(DVE, "bn_stats", dur, (x,), dst)
 
     def bn_aggr(self, dst, data) -> int:
@@ -921,8 +1023,8 @@ class NeuronCore:
                 spread = (m2 + count * (mean - grand[:, None]) ** 2).sum(axis=1)
                 variance = spread / total
             self._store(dst, np.stack([grand, variance], axis=1).astype(np.float32))
-        cycles = self.spec.vector_static_cycles + max(self.spec.activation_min_cycles, 13 * x.free_size // 3)
-        return self._issue(DVE, "bn_aggr", cycles * self._clock_ns[DVE], (x,), dst)
+        dur = self._cost_ns(DVE, "bn_aggr", (x,), (dst,))
+        return self._issue(DVE, "bn_aggr", dur, (x,), dst)
 
     # ---------------------------------------------------------------------------------------------
     # Instructions added for NKI coverage: scans, fused scalar-reduce, partition reduce, dropout
@@ -1093,5 +1195,5 @@ class NeuronCore:
         if self.full:
             (x,) = self._inputs(src)
             self._store(dst, x.T)
-        dur = self._elementwise_cycles(DVE, F, 1)
+        dur = self._cost_ns(DVE, "vector_transpose", (src,), (dst,))
         return self._issue(DVE, "nc_transpose", dur, (src,), dst)

@@ -1,7 +1,14 @@
-"""The cost model: how many cycles (and nanoseconds) each instruction keeps its engine busy.
+"""The cost model: how long each instruction keeps its engine busy — one pure function.
 
-Grounded in the published NKI cost model [ARCH-v2], [PERF], [ISA]; every constant lives in the
-`CoreSpec` (presets.py) with its source.
+    cost(instruction, spec) -> Cost        # Cost.cycles on the engine's clock, Cost.ns, ...
+
+`Instruction` is a small plain-data description (opcode, engine, operand shapes / dtypes / bytes /
+contiguity, attributes), so a compiler can ask what an instruction costs without issuing it;
+`NeuronCore` builds one per instruction and asks the same function. Nothing here reads or keeps
+state: waiting for data, queues and shared ports are the scheduler's business (core.py).
+
+Grounded in the published NKI cost model [ARCH-v2], [PERF], [ISA] and the DMA pages [DMA],
+[DMA-BW]; every constant lives in the `CoreSpec` (presets.py) with its source.
 
 Tensor engine (a systolic array of pe_rows × pe_cols PEs, weights stationary):
 - MultiplyMoving streams the N columns of `moving` through the array: the engine is busy for
@@ -9,39 +16,98 @@ Tensor engine (a systolic array of pe_rows × pe_cols PEs, weights stationary):
   128-wide stationary), × `fp32_matmul_factor` (4) when an input is fp32.
 - The last column leaves the array (K - 1) + (M - 1) cycles after it entered: data skews down the
   K rows and partial sums flow across the M columns. So the PSUM result is *ready*
-  ``busy + (K - 1) + (M - 1)`` cycles after the start (``matmul_cycles`` returns both). Back-to-back
-  matmuls overlap this fill/drain; a reader of the PSUM tile waits for it.
-- LoadStationary (a new stationary tile) takes ``ceil(M / stationary_load_speedup)`` cycles and runs
-  in the background into a shadow buffer while the previous matmul streams; it only delays a
-  matmul when its stationary data arrives late or the previous matmul is shorter than the load.
+  ``busy + (K - 1) + (M - 1)`` cycles after the start (`Cost.latency_cycles`). Back-to-back
+  matmuls overlap this fill/drain; a reader of the PSUM tile waits for it. The cycle-level
+  systolic model (systolic.py) counts the same cycles PE by PE.
+- LoadStationary (a new stationary tile) takes ``ceil(M / stationary_load_speedup)`` cycles
+  (`Cost.setup_cycles`) and runs in the background into a shadow buffer.
 
-Vector / GpSimd: ``vector_static_cycles + N × inputs`` (N = elements per partition), i.e. about N
-for one input, 2N for two, plus the static overhead. Scalar (activation): ``activation_static_cycles
-+ max(activation_min_cycles, N)``, + activation_min_cycles more when the same instruction also
-sums its result along the free axis (activation with reduce_res). scalar_tensor_tensor: static + 2N
-(N for bf16 subtract-then-multiply).
+Vector / GpSimd: ``vector_static_cycles + N × inputs`` (N = elements per partition). Scalar
+(activation): ``activation_static_cycles + max(activation_min_cycles, N)``, + activation_min_cycles
+when it also reduces into its registers. scalar_tensor_tensor: static + 2N (N for bf16
+subtract-then-multiply). bn_aggr: static + max(MIN_II, 13 N / 3) [ISA]. iota / affine_select
+(GpSimd evaluates an affine pattern): affine_static_cycles + N [ISA].
 
-DMA: ``dma_latency_ns + bytes / rate`` where rate = min(dma_engines, rows) × dma_engine_bandwidth (a
-transfer is spread over up to 16 DMA engines by its rows [DMA]). Transfers in flight on different
-queues share the core's DMA engines (dma_engines × dma_engine_bandwidth in total) and, if they
-touch HBM, the core's HBM bandwidth: the scheduler passes their bytes through one channel per
-shared resource, each transfer in the earliest free gap at or after it can begin
-(`scheduler.Channel`), not in issue order.
+DMA [DMA], [DMA-BW]: a transfer is cut into *descriptors*, one per contiguous chunk (at most one
+partition row on the SBUF side, at most one contiguous run in HBM). An SBUF transfer uses one DMA
+engine per 8 partitions (128 partitions / 16 engines [DMA]); each engine works through its
+descriptors one after the other, each taking ``max(chunk / dma_engine_bandwidth,
+dma_descriptor_ns)`` — a fixed time per descriptor that short chunks cannot amortise, which is
+why AWS asks for ≥ 2 KiB (better 4 KiB) per partition [DMA-BW]. Before the first byte moves the
+transfer waits `dma_latency_ns` (trigger to start, ≈1.3 µs [DMA-BW]); this latency is pipelined
+across queues, the engine time is not. `Cost` also reports what the transfer asks of the two
+resources all queues share (`dma_engine_ns` of the core's DMA engines, `hbm_bytes` of HBM); the
+scheduler passes them through one channel each.
 """
 from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
 
 from . import dtypes
 from .presets import CoreSpec
 
 _FP32 = dtypes.float32
+COMPUTE_ENGINES = ("pe", "act", "dve", "pool")
+DMA_CLOCK_HZ = 1e9      # DMA costs are computed in ns; `Cost.cycles` of a DMA are ns (1 GHz)
 
 
+@dataclass(frozen=True)
+class Operand:
+    """What the cost model needs to know of one operand (no values, no buffer)."""
+    memory: str                     # "hbm" | "sbuf" | "psum"
+    shape: tuple
+    dtype: str                      # dtypes.name(...)
+    partitions: int                 # rows on the partition axis (1 for HBM)
+    free_size: int                  # elements per partition
+    nbytes: int
+    contiguous_bytes: int = 0       # longest contiguous run (per partition on chip); DMA only
+
+    @property
+    def itemsize(self) -> int:
+        return dtypes.as_dtype(self.dtype).itemsize
+
+
+@dataclass(frozen=True)
+class Instruction:
+    """An instruction as the cost model sees it. `engine`: "pe", "act", "dve", "pool" or "dma"."""
+    opcode: str
+    engine: str
+    reads: tuple = ()               # Operands read (nc_matmul: (stationary, moving))
+    writes: tuple = ()              # Operands written
+    attrs: dict = field(default_factory=dict)   # e.g. {"reduce": True}, {"fast_mode": True}
+
+
+@dataclass(frozen=True)
+class Cost:
+    """The answer: engine-busy cycles on `clock_hz`, and (DMA) what the shared resources carry."""
+    cycles: float                   # the engine (or, for a DMA, its engines) is busy this long
+    clock_hz: float
+    latency_cycles: float = 0.0     # from start until the result is ready (>= cycles)
+    setup_cycles: float = 0.0       # nc_matmul: LoadStationary, in the background
+    fixed_ns: float = 0.0           # DMA: trigger-to-start latency before the engines begin
+    engines: int = 0                # DMA: engines the transfer is spread over
+    descriptors: int = 0            # DMA: descriptors (contiguous chunks)
+    dma_engine_ns: float = 0.0      # DMA: engine-time it takes from the core's shared DMA engines
+    hbm_bytes: int = 0              # DMA: bytes through HBM
+
+    @property
+    def ns(self) -> float:
+        """Busy time in ns (a DMA: fixed latency + engine time)."""
+        return self.fixed_ns + self.cycles * 1e9 / self.clock_hz
+
+    @property
+    def latency_ns(self) -> float:
+        return self.fixed_ns + max(self.latency_cycles, self.cycles) * 1e9 / self.clock_hz
+
+
+def engine_clock(spec: CoreSpec, engine: str) -> float:
+    return DMA_CLOCK_HZ if engine.startswith("dma") else spec.engine_clocks[engine]
+
+
+# -- the per-engine formulas (also used directly by the notebooks' pictures) -----------------------
 def matmul_cycles(spec: CoreSpec, K: int, M: int, N: int, dtype="bfloat16") -> tuple[int, int]:
-    """(busy_cycles, latency_cycles) of one nc_matmul of stationary [K, M] by moving [K, N].
-
-    busy: how long the tensor engine is occupied (the next matmul may start after it);
-    latency: from start until the result is complete in PSUM = busy + (K - 1) + (M - 1).
-    """
+    """(busy_cycles, latency_cycles) of one nc_matmul of stationary [K, M] by moving [K, N]."""
     busy = max(min(spec.matmul_min_cycles, M), N)
     if dtypes.as_dtype(dtype) == _FP32:
         busy *= spec.fp32_matmul_factor
@@ -70,15 +136,38 @@ def scalar_tensor_tensor_cycles(spec: CoreSpec, free_size: int, bf16_subtract_mu
     return spec.vector_static_cycles + per_element * free_size
 
 
-def dma_rate(spec: CoreSpec, rows: int) -> float:
-    """Bytes/s of one transfer spread over min(dma_engines, rows) DMA engines."""
-    return min(spec.dma_engines, max(rows, 1)) * spec.dma_engine_bandwidth
+def dma_engines_used(spec: CoreSpec, partitions: int) -> int:
+    """DMA engines a transfer touching `partitions` SBUF partitions is spread over: one engine per
+    partitions / dma_engines lanes (8 of 128 [DMA]: a [4, 4096] load runs on one engine)."""
+    lanes = max(spec.partitions // spec.dma_engines, 1)
+    return max(1, min(spec.dma_engines, -(-max(partitions, 1) // lanes)))
 
 
-def dma_ns(spec: CoreSpec, nbytes: int, rows: int) -> float:
-    """One DMA alone (no other traffic): fixed latency + bytes / rate, capped by the HBM share."""
-    rate = min(dma_rate(spec, rows), spec.hbm_bandwidth)
-    return spec.dma_latency_ns + nbytes / rate * 1e9
+def dma_cost(spec: CoreSpec, nbytes: int, partitions: int, chunk_bytes: int | None = None,
+             touches_hbm: bool = True) -> Cost:
+    """One DMA of `nbytes` over `partitions` SBUF rows (or HBM rows), in contiguous chunks of
+    `chunk_bytes` (default: one chunk per row)."""
+    rows = max(partitions, 1)
+    if not chunk_bytes or chunk_bytes <= 0:
+        chunk_bytes = max(nbytes // rows, 1)
+    chunk_bytes = min(chunk_bytes, max(nbytes, 1))
+    descriptors = max(1, -(-nbytes // chunk_bytes))
+    engines = min(dma_engines_used(spec, rows), descriptors)
+    per_engine = -(-descriptors // engines)
+    bw_ns = spec.dma_engine_bandwidth / 1e9                  # bytes per ns per engine
+    per_descriptor = max(chunk_bytes / bw_ns, spec.dma_descriptor_ns)
+    # the busiest engine: whole descriptors, but never faster than its share of the bytes
+    engine_ns = max(per_engine * per_descriptor, nbytes / engines / bw_ns) if nbytes else 0.0
+    return Cost(cycles=engine_ns, clock_hz=DMA_CLOCK_HZ, latency_cycles=engine_ns,
+                fixed_ns=spec.dma_latency_ns, engines=engines, descriptors=descriptors,
+                dma_engine_ns=engine_ns * engines / spec.dma_engines,
+                hbm_bytes=nbytes if touches_hbm else 0)
+
+
+def dma_ns(spec: CoreSpec, nbytes: int, rows: int, chunk_bytes: int | None = None) -> float:
+    """One HBM DMA alone (no other traffic): fixed latency + engine time, capped by the HBM share."""
+    c = dma_cost(spec, nbytes, rows, chunk_bytes)
+    return c.fixed_ns + max(c.cycles, nbytes / spec.hbm_bandwidth * 1e9)
 
 
 def cycles_to_ns(cycles: float, clock_hz: float) -> float:
@@ -109,3 +198,105 @@ def tensor_partition_reduce_cycles(spec: CoreSpec, partitions: int, free_size: i
 def dropout_cycles(spec: CoreSpec, free_size: int) -> int:
     """dropout (Vector engine [nki.isa.dropout]): ASSUMED one pass, like a one-input tensor_scalar."""
     return vector_cycles(spec, free_size, 1)
+
+
+# -- the one entry point ----------------------------------------------------------------------------
+def cost(instr: Instruction, spec: CoreSpec) -> Cost:
+    """How long `instr` keeps its engine busy on a core of `spec` (pure: no state is read)."""
+    op, engine = instr.opcode, instr.engine
+    if engine.startswith("dma"):
+        return _dma(instr, spec)
+    clock = spec.engine_clocks[engine]
+    if engine == "pe":
+        return _tensor_engine(instr, spec, clock)
+    data = instr.reads[0] if instr.reads else instr.writes[0]
+    n = data.free_size
+    a = instr.attrs
+    if op in ("iota", "affine_select"):
+        cycles = spec.affine_static_cycles + n
+    elif op == "bn_aggr":
+        cycles = spec.vector_static_cycles + max(spec.activation_min_cycles, 13 * n // 3)
+    elif op == "scalar_tensor_tensor":
+        cycles = scalar_tensor_tensor_cycles(spec, n, bool(a.get("fast_mode")))
+    elif engine == "act":
+        cycles = activation_cycles(spec, n)
+        if a.get("reduce"):
+            cycles += spec.activation_min_cycles
+    else:
+        cycles = vector_cycles(spec, n, a.get("inputs", len(instr.reads) or 1))
+    return Cost(cycles=cycles, clock_hz=clock, latency_cycles=cycles)
+
+
+def _tensor_engine(instr: Instruction, spec: CoreSpec, clock: float) -> Cost:
+    """nc_matmul(stationary [K, M], moving [K, N]); nc_transpose(src [P, F]) is an identity
+    matmul with src as the stationary [K=P, M=F] and N=P columns streamed."""
+    if instr.opcode == "nc_transpose":
+        src = instr.reads[0]
+        K, M, N = src.partitions, src.free_size, src.partitions
+        fp32 = src.dtype == "float32"
+    else:
+        st, mv = instr.reads[0], instr.reads[1]
+        K, M, N = st.partitions, st.free_size, mv.free_size
+        fp32 = "float32" in (st.dtype, mv.dtype)
+    busy, latency = matmul_cycles(spec, K, M, N, _FP32 if fp32 else dtypes.bfloat16)
+    return Cost(cycles=busy, clock_hz=clock, latency_cycles=latency,
+                setup_cycles=stationary_load_cycles(spec, K, M))
+
+
+def _dma(instr: Instruction, spec: CoreSpec) -> Cost:
+    """dma_copy(dst, src) / dma_gather(dst, src rows): see the module docstring."""
+    dst = instr.writes[0]
+    src = instr.reads[0]
+    nbytes = dst.nbytes
+    if dst.memory == "sbuf":
+        rows = dst.partitions
+    elif src.memory == "sbuf":
+        rows = src.partitions
+    else:
+        rows = dst.shape[0] if dst.shape else 1
+    if instr.opcode == "dma_gather":
+        chunk = nbytes // max(dst.shape[0] if dst.shape else 1, 1)   # one descriptor per row
+    else:
+        runs = [o.contiguous_bytes for o in (src, dst) if o.contiguous_bytes]
+        chunk = min(runs) if runs else None
+    return dma_cost(spec, nbytes, rows, chunk, "hbm" in (src.memory, dst.memory))
+
+
+def contiguous_bytes(view) -> int:
+    """Bytes of the longest contiguous run of a `tensor.View` (on chip: within one partition).
+
+    From the last axis inwards: a run grows over an axis taken whole; it stops at the partition
+    axis, at a strided axis, or after an axis taken only in part."""
+    t = view.tensor
+    itemsize = t.itemsize
+    shape = t.shape
+    pa = t.partition_axis
+    if view.box is None:                        # the whole tensor
+        if pa is None:
+            return t.nbytes
+        return math.prod(shape[pa + 1:]) * itemsize
+    if not view.basic:
+        return itemsize
+    index = view.index
+    box = view.box
+    run = itemsize
+    for axis in range(len(shape) - 1, -1, -1):
+        if axis == pa:
+            break
+        lo, hi = box[2 * axis], box[2 * axis + 1]
+        i = index[axis] if axis < len(index) else slice(None)
+        step = i.step if type(i) is slice and i.step is not None else 1
+        extent = hi - lo
+        if step != 1 and extent > 1:
+            break
+        run *= extent
+        if extent != shape[axis]:
+            break
+    return run
+
+
+def operand(view, contiguity: bool = False) -> Operand:
+    """The `Operand` of a `tensor.View` (contiguous_bytes only when `contiguity`: DMAs)."""
+    t = view.tensor
+    return Operand(t.kind, view.shape, dtypes.name(t.dtype), view.partitions, view.free_size,
+                   view.nbytes, contiguous_bytes(view) if contiguity else 0)

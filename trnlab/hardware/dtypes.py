@@ -91,3 +91,22 @@ def poison(dtype):
     if dt == bool_:
         return True
     return np.iinfo(dt).min
+
+
+def fp32_matmul_tolerance(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The true tolerance of an fp32 ``a @ b`` (a [M, K], b [K, N]): elementwise, the largest
+    difference between the fp32 result and the exact one, whatever the summation order.
+
+    Full mode accumulates matmuls in fp32 through the machine's BLAS, whose kernels add the K
+    products in an order of their own (it differs between CPU types — e.g. OpenBLAS's Haswell and
+    SkylakeX kernels — although not with the thread count). Any order stays within Higham's
+    bound ``|fl(a @ b) - a @ b| <= gamma_K * (|a| @ |b|)``, gamma_K = K u / (1 - K u), u = 2^-24
+    (Higham, "Accuracy and Stability of Numerical Algorithms", 2nd ed., section 3.1), so two
+    machines differ by at most twice this. Compare against an fp64 reference with this as atol.
+    """
+    a = np.asarray(a, np.float64)
+    b = np.asarray(b, np.float64)
+    K = a.shape[-1]
+    u = 2.0 ** -24
+    gamma = K * u / (1 - K * u)
+    return gamma * (np.abs(a) @ np.abs(b))

@@ -12,8 +12,7 @@ every partition. `free` releases it. Rules checked at allocation:
   tile never straddles two banks (an allocation larger than a bank starts on a bank boundary).
 
 Placement rotates (next fit): a new tile goes into the first gap at or after the end of the previous
-allocation, wrapping to the start of the memory only when nothing fits further on (and starting over
-at 0 whenever the memory is empty). So a block that was just freed is reused as late as possible,
+allocation, wrapping to the start of the memory only when nothing fits further on. So a block that was just freed is reused as late as possible,
 and a loop that allocates a tile per iteration gets several buffers in turn (as the Neuron compiler
 rotates a loop's tile over several buffers) instead of landing on the bytes the previous
 iteration's instructions still read.
@@ -30,6 +29,7 @@ element never written raises UninitializedReadError (full mode).
 from __future__ import annotations
 
 import contextlib
+from bisect import bisect_right
 
 import math
 from concurrent.futures import ThreadPoolExecutor
@@ -116,7 +116,20 @@ class HBM:
         self.tensors.append(t)
         return t
 
+    def alias(self, tensor: Tensor, shape, name: str | None = None) -> Tensor:
+        """Another shape for the same bytes of a whole, fully written HBM tensor (row-major)."""
+        shape = tuple(int(n) for n in shape)
+        data = None if tensor.data is None else tensor.data.reshape(shape)
+        t = Tensor(self, shape, tensor.dtype, name or f"{tensor.name}.reshape", None, 0,
+                   data is not None, fill=data)
+        t.written = None
+        t.alias_of = tensor
+        return t
+
     def free(self, tensor: Tensor):
+        if getattr(tensor, "alias_of", None) is not None:
+            tensor.freed = True                  # an alias owns no bytes of its own
+            return
         if not tensor.freed:
             tensor.freed = True
             self.used -= tensor.nbytes
@@ -143,6 +156,7 @@ class OnChipMemory:
         self._count = 0
         self._cursor = 0                      # next fit starts here: the end of the last allocation
         self._retired: list[list] = []        # freed byte ranges [lo, hi, last access ns, index], by lo
+        self._retired_starts: list[int] = []  # their lo, for bisect
         self.pending: list[Tensor] = []       # PSUM tensors with deferred matmul products
         self._scratch: dict[tuple, list] = {}  # shape -> float32 arrays reused by flush_pending
 
@@ -215,12 +229,12 @@ class OnChipMemory:
     def used_partition_bytes(self) -> int:
         return sum(t.partition_bytes for t in self.tensors)
 
-    def allocate(self, shape, dtype, name: str | None = None, partition_axis: int = 0) -> Tensor:
-        """Reserve a tile; shape[partition_axis] is the partition dimension (NKI's par_dim)."""
-        self._count += 1
-        name = name or f"{self.kind}{self._count}"
+    def check_tile(self, shape, dtype, name: str | None = None, partition_axis: int = 0):
+        """The rules of a tile's shape alone (no placement): partitions <= 128 and, in PSUM, one tile
+        within a bank. Returns (shape, dtype, partition_axis, bytes per partition)."""
         shape = tuple(int(s) for s in shape)
         dt = dtypes.as_dtype(dtype)
+        name = name or self.kind
         if not shape:
             raise PartitionLimitError(f"partition limit: {self.kind.upper()} tensor {name!r} "
                                       f"needs a partition axis", value=0, limit=self.partitions)
@@ -241,17 +255,35 @@ class OnChipMemory:
                     f"one PSUM bank holds {self.bank_bytes} bytes "
                     f"({self.bank_bytes // 4} fp32); split the free dimension",
                     value=tile_bytes, limit=self.bank_bytes)
-        offset = self._next_fit(per_partition)
+        return shape, dt, partition_axis, per_partition
+
+    def overflow(self, per_partition: int, name: str, live: str = ""):
+        """The overflow error for a tile of `per_partition` bytes that does not fit."""
+        free = self.partition_bytes - self.used_partition_bytes
+        label = "SBUF" if self.kind == "sbuf" else "PSUM"
+        return self._overflow(
+            f"{label} overflow: {_fmt_bytes(per_partition)} per partition requested for "
+            f"{name!r} ({_fmt_bytes(per_partition * self.partitions)} over "
+            f"{self.partitions} partitions), {_fmt_bytes(free)} free of "
+            f"{_fmt_bytes(self.partition_bytes)} per partition "
+            f"({_fmt_bytes(self.capacity)} per core){live}",
+            value=per_partition, limit=free)
+
+    def allocate(self, shape, dtype, name: str | None = None, partition_axis: int = 0,
+                 offset: int | None = None) -> Tensor:
+        """Reserve a tile; shape[partition_axis] is the partition dimension (NKI's par_dim).
+        ``offset``: place it at that byte offset (a program's allocation), else next fit."""
+        self._count += 1
+        name = name or f"{self.kind}{self._count}"
+        shape, dt, partition_axis, per_partition = self.check_tile(shape, dtype, name, partition_axis)
         if offset is None:
-            free = self.partition_bytes - self.used_partition_bytes
-            label = "SBUF" if self.kind == "sbuf" else "PSUM"
-            raise self._overflow(
-                f"{label} overflow: {_fmt_bytes(per_partition)} per partition requested for "
-                f"{name!r} ({_fmt_bytes(per_partition * self.partitions)} over "
-                f"{self.partitions} partitions), {_fmt_bytes(free)} free of "
-                f"{_fmt_bytes(self.partition_bytes)} per partition "
-                f"({_fmt_bytes(self.capacity)} per core)",
-                value=per_partition, limit=free)
+            offset = self._next_fit(per_partition)
+            if offset is None:
+                raise self.overflow(per_partition, name)
+        elif offset < 0 or offset + per_partition > self.partition_bytes or any(
+                t.offset < offset + per_partition and offset < t.offset + t.partition_bytes
+                for t in self.tensors):
+            raise self.overflow(per_partition, name, f"; offset {offset} is taken or out of range")
         t = Tensor(self, shape, dt, name, partition_axis, offset, self.with_data)
         inherited = self._inherit(offset, offset + t.partition_bytes)
         if inherited is not None:
@@ -263,20 +295,30 @@ class OnChipMemory:
 
     def _inherit(self, lo: int, hi: int):
         """Take the freed ranges overlapping [lo, hi) out of the retired list; return the latest
-        (last access ns, instruction index) among them, or None."""
+        (last access ns, instruction index) among them, or None.
+
+        The retired ranges are disjoint (a range is taken out when a tile is placed on it, and a
+        freed tile's bytes were taken out when it was placed), sorted by start: a bisect finds the
+        few that overlap."""
+        retired, starts = self._retired, self._retired_starts
+        i = bisect_right(starts, lo) - 1
+        if i < 0 or retired[i][1] <= lo:
+            i += 1
+        j = i
         latest = None
-        kept = []
-        for r in self._retired:
-            if r[1] <= lo or r[0] >= hi:
-                kept.append(r)
-                continue
+        pieces = []
+        while j < len(retired) and retired[j][0] < hi:
+            r = retired[j]
             if latest is None or r[2] > latest[0]:
                 latest = (r[2], r[3])
             if r[0] < lo:
-                kept.append([r[0], lo, r[2], r[3]])   # the parts outside stay retired
+                pieces.append([r[0], lo, r[2], r[3]])   # the parts outside stay retired
             if r[1] > hi:
-                kept.append([hi, r[1], r[2], r[3]])
-        self._retired = kept
+                pieces.append([hi, r[1], r[2], r[3]])
+            j += 1
+        if j > i:
+            retired[i:j] = pieces
+            starts[i:j] = [r[0] for r in pieces]
         return latest
 
     def _retire(self, tensor: Tensor):
@@ -290,18 +332,11 @@ class OnChipMemory:
                 last, index = record[1], record[2]
         if index < 0:
             return
-        retired = self._retired
-        retired.append([tensor.offset, tensor.offset + tensor.partition_bytes, last, index])
-        retired.sort(key=lambda r: r[0])
-        if len(retired) > 64:
-            # merge neighbours pairwise, keeping the later time (conservative: may add a wait)
-            merged = []
-            for k in range(0, len(retired) - 1, 2):
-                a, b = retired[k], retired[k + 1]
-                merged.append([a[0], b[1]] + (a[2:] if a[2] >= b[2] else b[2:]))
-            if len(retired) % 2:
-                merged.append(retired[-1])
-            self._retired = merged
+        lo, hi = tensor.offset, tensor.offset + tensor.partition_bytes
+        self._inherit(lo, hi)                   # (nothing should overlap; keep the list disjoint)
+        k = bisect_right(self._retired_starts, lo)
+        self._retired.insert(k, [lo, hi, last, index])
+        self._retired_starts.insert(k, lo)
 
     def _next_fit(self, nbytes: int) -> int | None:
         """The first place at or after the cursor where `nbytes` fit, else the first from 0."""
@@ -337,8 +372,6 @@ class OnChipMemory:
             tensor._data = None
             tensor.written = None
             self.tensors.remove(tensor)
-            if not self.tensors:
-                self._cursor = 0        # an empty memory starts over at 0 (no fragments to avoid)
 
     def occupancy(self) -> list[dict]:
         """Live allocations as rectangles: name, partitions, byte offset and size per partition."""

@@ -8,8 +8,20 @@ Every number here comes from a public AWS page (the keys are those of ``shared/H
   [HW-trn3] .../trainium3, .../trn3-arch
 - [PERF] NKI performance guide; [MM] NKI matrix multiplication tutorial
 - [DMA] NKI "Introduction to Direct Memory Access (DMA) with NKI" (nki/about/nki-dma-overview):
-  16 DMA engines per NeuronCore (v2–v4), 27.2 GB/s each on v2/v3, 38.4 GB/s on v4; one transfer
-  is spread over up to 16 engines.
+  16 DMA engines per NeuronCore (v2–v4), one engine per 8 SBUF partitions; one transfer is spread
+  over up to 16 engines; a [4, 4096] bf16 load keeps one engine busy 1,416 ns (measured, trn2).
+- [DMA-BW] NKI "Guideline to Avoid Under-Utilizing DMA Bandwidth" (nki/deep-dives/
+  nki-dma-bandwidth-guide): effective 17 / 23 / 33 B/ns per engine on Trn1 / Trn2 / Trn3
+  (272 / 368 / 528 GB/s per core), ≈1,300 ns from the semaphore trigger to the DMA start, per-packet
+  overhead that needs ≥ 2 KiB (better 4 KiB) contiguous per partition to amortise.
+  ⚠ [DMA] gives 27.2 GB/s theoretical per engine for v2/v3 and 38.4 for v4 (its table repeats
+  [DMA-BW]'s 17 / 23 / 33). The model uses [DMA-BW]'s effective figures everywhere (what a
+  transfer achieves); the theoretical ones are kept as `dma_engine_bandwidth_theoretical`.
+- [ARCH-v3-PAR] NKI "Trainium2 architecture", memory hierarchy: on NeuronCore-v3 Vector and
+  GpSimd access SBUF in parallel, and Vector and Scalar access PSUM in parallel "as long as their
+  accesses do not collide on the same PSUM bank"; both were disallowed on NeuronCore-v2
+  ([ARCH-v2]: "VectorE and GpSimdE cannot access SBUF in parallel", "VectorE and ScalarE cannot
+  access PSUM in parallel").
 - [ISA] NKI API pages (nki.isa.nc_matmul, nki.isa.tensor_scalar, ...)
 
 Numbers that are *not* published are marked ASSUMED with the reason for the value chosen.
@@ -53,8 +65,11 @@ class CoreSpec:
     - bn_aggr: `vector_static_cycles` + max(`activation_min_cycles` (MIN_II), 13 × N / 3) [ISA]
       (bn_stats has no published figure: the generic Vector model);
     - GpSimd iota / affine_select (an affine pattern evaluated in the engine): `affine_static_cycles` + N;
-    - DMA: `dma_latency_ns` + bytes / (engines used × `dma_engine_bandwidth`), sharing the core's
-      `hbm_bandwidth` with the other transfers in flight.
+    - DMA: `dma_latency_ns` + per engine (one per 8 partitions) its descriptors (contiguous
+      chunks) × max(chunk / `dma_engine_bandwidth`, `dma_descriptor_ns`), sharing the core's DMA
+      engines and `hbm_bandwidth` with the other transfers in flight;
+    - shared ports: `sbuf_port_shared` (Vector and GpSimd take turns on SBUF) and `psum_port`
+      ("core": Vector and Scalar take turns on all of PSUM; "bank": only on the same bank).
     """
 
     name: str
@@ -76,9 +91,14 @@ class CoreSpec:
     hbm_bandwidth: float = 410e9
     # DMA [DMA]
     dma_engines: int = 16
-    dma_engine_bandwidth: float = 27.2e9
+    dma_engine_bandwidth: float = 17e9              # effective, per engine [DMA-BW]
+    dma_engine_bandwidth_theoretical: float = 27.2e9   # [DMA] (for comparison only)
     dma_queues: int = 16
-    dma_latency_ns: float = 1000.0
+    dma_latency_ns: float = 1300.0
+    dma_descriptor_ns: float = 150.0
+    # shared memory ports [ARCH-v2], [ARCH-v3-PAR]
+    sbuf_port_shared: bool = True
+    psum_port: str = "core"
     # instruction limits [ISA]
     moving_fmax: int = 512          # nl.tile_size.gemm_moving_fmax
     stationary_fmax: int = 128      # nl.tile_size.gemm_stationary_fmax
@@ -225,11 +245,17 @@ TRN1_CORE = CoreSpec(
     pe_clock_hz=2.8e9,
     dve_clock_hz=1.12e9, act_clock_hz=1.4e9, pool_clock_hz=1.4e9,   # [ARCH-v2]
     hbm_bytes=16 * GiB, hbm_bandwidth=410e9,  # 32 GiB, 820 GB/s per chip ÷ 2 cores [HW-trn1]
-    dma_engines=16, dma_engine_bandwidth=27.2e9,   # [DMA]
-    dma_queues=16,
-    # ASSUMED: no public figure for the fixed cost of one DMA; 1 µs makes small transfers
-    # latency-bound, which is the behaviour the ≥ 4 KiB guidance in [PERF] describes.
-    dma_latency_ns=1000.0,
+    dma_engines=16, dma_queues=16,            # [DMA]
+    dma_engine_bandwidth=17e9,                # 17 B/ns effective [DMA-BW] (⚠ 27.2 GB/s in [DMA])
+    dma_engine_bandwidth_theoretical=27.2e9,  # [DMA]
+    dma_latency_ns=1300.0,                    # ≈1.3 µs trigger to start [DMA-BW]
+    # ASSUMED, calibrated: no published time per descriptor (one contiguous chunk). 150 ns fits
+    # AWS's measured trn1 latencies of the matmul tutorial's "hoisted loads" kernel (calibrated
+    # on: [128, 512] bf16 loads with 1 KiB rows) and puts the knee of [DMA]'s throughput-vs-bytes-
+    # per-partition figure at 150 ns × 17 B/ns ≈ 2.5 KiB (39 / 78 / 100 % at 1 / 2 / 4 KiB; the
+    # figure shows ≈42 / 81 / 97 %). Validation: docs/calibration.md.
+    dma_descriptor_ns=150.0,
+    sbuf_port_shared=True, psum_port="core",  # NeuronCore-v2: both ports shared [ARCH-v2]
     matmul_min_cycles=64, fp32_matmul_factor=4, stationary_load_speedup=4,   # [ARCH-v2], [ISA]
     vector_static_cycles=100,                 # ≈100 cycles static overhead [PERF]
     activation_min_cycles=64,                 # max(≈64, N) [PERF]
@@ -261,7 +287,18 @@ TRN2_CORE = TRN1_CORE.derive(
     dve_clock_hz=0.96e9, act_clock_hz=1.2e9, pool_clock_hz=1.2e9,   # [ARCH-v3]
     # 96 GiB, 2.9 TB/s per chip ÷ 8 cores [HW-trn2]  (⚠ [ARCH-v3] says 3 TB/s)
     hbm_bytes=12 * GiB, hbm_bandwidth=2.9e12 / 8,
-    dma_engines=16, dma_engine_bandwidth=27.2e9,   # [DMA]; 128 per chip [HW-trn2]
+    dma_engines=16,                           # [DMA]; 128 per chip [HW-trn2]
+    dma_engine_bandwidth=23e9,                # 23 B/ns effective [DMA-BW] (⚠ 27.2 GB/s in [DMA])
+    dma_engine_bandwidth_theoretical=27.2e9,  # [DMA]
+    # v3: Vector/GpSimd share no SBUF port; Vector/Scalar collide only on the same PSUM bank
+    sbuf_port_shared=False, psum_port="bank",   # [ARCH-v3-PAR]
+    # ASSUMED, calibrated: 100 ns per descriptor. AWS's trn2 profile of the hoisted-loads tutorial
+    # kernel (fp32, [128, 512] loads with 2 KiB rows) shows the tensor engine 99.85 % active, so a
+    # load takes no longer than its four fp32 matmuls (853 ns): 8 rows per engine × ≤ 107 ns. 100 ns
+    # puts the knee of [DMA]'s bytes-per-partition figure at 2.3 KiB (44 / 89 / 100 % at 1 / 2 /
+    # 4 KiB). Validated on the other kernels of that table (docs/calibration.md). Trn3 inherits it
+    # (no published figure).
+    dma_descriptor_ns=100.0,
     fp8_peak_factor=2,                        # 158 fp8 vs 79 bf16 per core [ARCH-v3]
     quoted_tflops_bf16=79.0, quoted_tflops_fp32=20.0,
 )
@@ -298,7 +335,10 @@ TRN3_CORE = TRN2_CORE.derive(
     dve_clock_hz=1.2e9, act_clock_hz=1.2e9, pool_clock_hz=1.2e9,   # [ARCH-v4]
     # 144 GiB, 4.9 TB/s per chip ÷ 8 cores [HW-trn3]  (⚠ [ARCH-v4] says 4.7 TB/s)
     hbm_bytes=18 * GiB, hbm_bandwidth=4.9e12 / 8,
-    dma_engines=16, dma_engine_bandwidth=38.4e9,   # [DMA]
+    dma_engines=16,                           # [DMA]
+    dma_engine_bandwidth=33e9,                # 33 B/ns effective [DMA-BW] (⚠ 38.4 GB/s in [DMA])
+    dma_engine_bandwidth_theoretical=38.4e9,  # [DMA]
+    # ports as on v3 (inherited): ASSUMED, the Trainium3 guide states no change
     fp8_peak_factor=4,                        # 315 MXFP8 vs 79 bf16 per core [ARCH-v4]
     quoted_tflops_bf16=79.0, quoted_tflops_fp32=20.0,
 )

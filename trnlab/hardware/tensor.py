@@ -32,7 +32,8 @@ class Tensor:
     __slots__ = ("name", "shape", "dtype", "memory", "kind", "partition_axis", "_data", "written",
                  "_pending",
                  "offset", "partition_bytes", "freed", "version", "_shared",
-                 "_reads", "_writes", "full", "itemsize", "nbytes", "_unpoisoned", "__weakref__")
+                 "_reads", "_writes", "full", "itemsize", "nbytes", "_unpoisoned", "alias_of",
+                 "__weakref__")
 
     def __init__(self, memory, shape, dtype, name, partition_axis, offset, with_data, fill=None):
         self.memory = memory
@@ -49,6 +50,7 @@ class Tensor:
         else:
             self.partition_bytes = self.nbytes // max(self.shape[partition_axis], 1)
         self.freed = False
+        self.alias_of = None                        # HBM: the tensor whose bytes this one reshapes
         self.version = 0                            # bumped on every write (both modes)
         self._shared = False                        # _data is held by a deferred matmul (copy on write)
         self._reads = []                            # scheduler records: (box, end_ns, index)

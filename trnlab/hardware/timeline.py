@@ -62,10 +62,26 @@ class Instruction:
 class Timeline:
     """All instructions of one core's run, in issue order."""
 
-    def __init__(self, engines: list[str]):
+    def __init__(self, engines: list[str], name: str = "core0"):
         self.engines = list(engines)            # engine id -> short name
+        self.name = name                        # the core (a process in the Chrome trace)
         self.records: list[tuple] = []
+        self.regions: list[tuple] = []          # (name, first record, end record): a launch, an op
         self._columns = None
+
+    def region_records(self, name: str) -> list[int]:
+        """Indices of the records of every region called `name` (or nested in it: 'name/...')."""
+        out = []
+        for region, first, end in self.regions:
+            if region == name or region.startswith(name + "/"):
+                out.extend(range(first, end))
+        return sorted(set(out))
+
+    def sub(self, indices) -> "Timeline":
+        """A timeline of some records only (times unchanged), e.g. one region's."""
+        t = Timeline(self.engines, self.name)
+        t.records = [self.records[i] for i in indices]
+        return t
 
     def __len__(self) -> int:
         return len(self.records)
@@ -120,22 +136,46 @@ class Timeline:
             return False
         return all(a[:NOTE] == b[:NOTE] for a, b in zip(self.records, other.records))
 
-    def to_chrome_trace(self, path=None) -> dict:
-        """Chrome trace-event JSON (opens in Perfetto or chrome://tracing); writes it if `path`."""
-        events = []
+    def chrome_events(self, pid: int = 0) -> list[dict]:
+        """This timeline's Chrome trace events: process `pid` (the core), a thread per engine,
+        and a row of region spans above the engines."""
+        events = [{"name": "process_name", "ph": "M", "pid": pid, "args": {"name": self.name}}]
         used = sorted({r[ENGINE] for r in self.records})
         for eid in used:
-            events.append({"name": "thread_name", "ph": "M", "pid": 0, "tid": eid,
+            events.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": eid,
                            "args": {"name": engine_long_name(self.engines[eid])}})
         for i, r in enumerate(self.records):
             args = {"index": i, "flops": r[FLOPS], "hbm_bytes": r[HBM], "sbuf_bytes": r[SBUF],
                     "psum_bytes": r[PSUM], "ready_us": r[READY] / 1e3, "waited_for": r[WAITED]}
             if r[NOTE]:
                 args["note"] = r[NOTE]
-            events.append({"name": r[OPCODE], "ph": "X", "pid": 0, "tid": r[ENGINE],
+            events.append({"name": r[OPCODE], "ph": "X", "pid": pid, "tid": r[ENGINE],
                            "ts": r[START] / 1e3, "dur": (r[END] - r[START]) / 1e3, "args": args})
-        trace = {"traceEvents": events, "displayTimeUnit": "ns"}
-        if path is not None:
-            with open(path, "w") as f:
-                json.dump(trace, f)
-        return trace
+        if self.regions:
+            tid = len(self.engines)
+            events.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": tid,
+                           "args": {"name": "regions"}})
+            for name, first, end in self.regions:
+                if end > first:
+                    begin = min(self.records[i][START] for i in range(first, end))
+                    finish = max(self.records[i][READY] for i in range(first, end))
+                    events.append({"name": name, "ph": "X", "pid": pid, "tid": tid,
+                                   "ts": begin / 1e3, "dur": (finish - begin) / 1e3,
+                                   "args": {"instructions": end - first}})
+        return events
+
+    def to_chrome_trace(self, path=None) -> dict:
+        """Chrome trace-event JSON (opens in Perfetto or chrome://tracing); writes it if `path`."""
+        return write_chrome_trace([self], path)
+
+
+def write_chrome_trace(timelines: list, path=None) -> dict:
+    """One Chrome trace of several cores' timelines (a process per core, a thread per engine)."""
+    events = []
+    for pid, timeline in enumerate(timelines):
+        events.extend(timeline.chrome_events(pid))
+    trace = {"traceEvents": events, "displayTimeUnit": "ns"}
+    if path is not None:
+        with open(path, "w") as f:
+            json.dump(trace, f)
+    return trace

@@ -210,8 +210,7 @@ def matmul_fully_blocked(lhsT, rhs, TILES_IN_BLOCK_M=16, TILES_IN_BLOCK_N=2, TIL
 
     result = nl.ndarray((M, N), dtype=lhsT.dtype, buffer=nl.shared_hbm)
     for n in nl.affine_range(NUM_BLOCK_N):
-        # [m][bm][bn] -> [TILE_M, TILE_N] fp32, zeroed; built without loop variables that would keep
-        # the last stripe's tiles alive (trnlab frees a tile when its last Python reference goes)
+        # [m][bm][bn] -> [TILE_M, TILE_N] fp32, zeroed
         partial_sums = [[[_zeroed_sbuf_tile(TILE_M, TILE_N) for bn in range(TILES_IN_BLOCK_N)]
                          for bm in range(TILES_IN_BLOCK_M)] for m in range(NUM_BLOCK_M)]
 
@@ -239,9 +238,6 @@ def matmul_fully_blocked(lhsT, rhs, TILES_IN_BLOCK_M=16, TILES_IN_BLOCK_N=2, TIL
                         # PSUM holds one K block's sum; SBUF holds the running total
                         nisa.tensor_tensor(dst=partial_sums[m][bm][bn], data1=partial_sums[m][bm][bn],
                                            data2=result_tile, op=nl.add)
-        # trnlab frees a tile when its last Python reference goes (NKI's compiler: after its last
-        # use); drop the last K block's tiles so the store buffers below find room
-        del rhs_tiles, lhsT_tiles, rhs_tile, lhsT_tile
 
         for m in nl.affine_range(NUM_BLOCK_M):
             for bm in nl.affine_range(TILES_IN_BLOCK_M):
@@ -250,7 +246,6 @@ def matmul_fully_blocked(lhsT, rhs, TILES_IN_BLOCK_M=16, TILES_IN_BLOCK_N=2, TIL
                     nisa.tensor_copy(dst=packed[:, bn * TILE_N:(bn + 1) * TILE_N], src=partial_sums[m][bm][bn])
                 row = (m * TILES_IN_BLOCK_M + bm) * TILE_M
                 nisa.dma_copy(dst=result[row:row + TILE_M, n * BLOCK_N:(n + 1) * BLOCK_N], src=packed)
-        del packed, partial_sums                         # the next stripe needs all 224 KiB (fp32, AWS sizes)
     return result
 
 
@@ -282,15 +277,14 @@ def fully_blocked_sbuf_bytes(M: int, N: int, K: int, dtype="float32", **block_si
 
 def block_free_sbuf_parts(K: int, dtype="float32", TILES_IN_BLOCK_M: int = 2, TILES_IN_BLOCK_N: int = 2) -> dict:
     """What `matmul_block_free` keeps in SBUF at its peak, in bytes per partition: the K columns of
-    TILES_IN_BLOCK_M lhsT tiles [128, 128] and TILES_IN_BLOCK_N rhs tiles [128, 512], plus two
-    [128, 512] tiles of the previous block that Python names still refer to while the next rhs
-    column loads (the last output tile and the last rhs tile: trnlab frees a tile when its last
-    reference goes)."""
+    TILES_IN_BLOCK_M lhsT tiles [128, 128] and TILES_IN_BLOCK_N rhs tiles [128, 512], plus one
+    [128, 512] output tile on its way out of PSUM (a tile is live from its first to its last
+    instruction, as NKI's compiler allocates)."""
     item = dtypes.itemsize(dtypes.as_dtype(dtype))
     k_tiles = K // 128
     return {"lhsT columns": k_tiles * TILES_IN_BLOCK_M * 128 * item,
             "rhs columns": k_tiles * TILES_IN_BLOCK_N * 512 * item,
-            "last output + rhs tile": 2 * 512 * item}
+            "output tile": 512 * item}
 
 
 def block_free_sbuf_bytes(K: int, dtype="float32", **block_sizes) -> int:

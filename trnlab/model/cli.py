@@ -1,6 +1,8 @@
-"""`python -m trnlab train ...` and `python -m trnlab ask "PROMPT"`.
+"""`python -m trnlab train ...`, `python -m trnlab ask "PROMPT"` and `python -m trnlab serve`.
 
-    python -m trnlab ask "407+38"                       # → 445, from the committed checkpoint
+    python -m trnlab ask "407+38"                       # → 445 on the simulated trn2 (latency on stderr)
+    python -m trnlab ask "407+38" --device cpu          # the plain PyTorch path, no KV cache
+    python -m trnlab serve --port 8000                  # OpenAI-compatible HTTP server (trnlab.serve.http)
     python -m trnlab ask "reverse kite" --temperature 0.8 --seed 1
     python -m trnlab train --out data/checkpoint        # the committed recipe: rewrites the checkpoint
     python -m trnlab train --steps 300 --out /tmp/ckpt  # a quick run
@@ -47,17 +49,39 @@ def ask_main(argv: list[str]) -> int:
     from trnlab.model.checkpoint import load_checkpoint
     from trnlab.model.generate import PromptTooLongError, ask
 
-    parser = argparse.ArgumentParser(prog="python -m trnlab ask", description="Ask the trained tiny GPT a question.")
+    parser = argparse.ArgumentParser(prog="python -m trnlab ask", description=(
+        "Ask the trained tiny GPT a question. By default it runs on the simulated Trainium (trn2) with a KV "
+        "cache and prints the answer with its simulated latency; --device cpu keeps the plain PyTorch path."))
     parser.add_argument("prompt", help='e.g. "407+38", "512-87", "reverse kite", "sort 52819"')
     parser.add_argument("--checkpoint", type=Path, default=DEFAULT_CHECKPOINT)
+    parser.add_argument("--device", choices=("trn1", "trn2", "trn3", "cpu"), default="trn2",
+                        help="simulated Trainium generation (default trn2) or cpu (PyTorch, no simulated time)")
     parser.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     parser.add_argument("--top-k", type=int, default=None)
+    parser.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling on the simulated Trainium")
     parser.add_argument("--seed", type=int, default=None, help="seed for sampling")
     args = parser.parse_args(argv)
     try:
-        model, tokenizer = load_checkpoint(args.checkpoint)
-        print(ask(model, tokenizer, args.prompt, args.temperature, args.top_k, args.seed))
-    except (UnknownCharacterError, PromptTooLongError, FileNotFoundError) as error:
+        if args.device == "cpu":
+            if args.top_p != 1.0:
+                parser.error("--top-p needs a Trainium device (the PyTorch path samples with temperature and top-k)")
+            model, tokenizer = load_checkpoint(args.checkpoint)
+            print(ask(model, tokenizer, args.prompt, args.temperature, args.top_k, args.seed))
+        else:
+            from trnlab.serve.sampling import SamplingParams
+            from trnlab.serve.service import ask as ask_on_device
+
+            params = SamplingParams(args.temperature, args.top_k, args.top_p, args.seed)
+            answer = ask_on_device(args.prompt, args.device, params, args.checkpoint)
+            print(answer.text)                              # stdout: the answer alone, for pipes and scripts
+            print(answer.latency_line(), file=sys.stderr)   # stderr: its simulated latency
+    except (UnknownCharacterError, PromptTooLongError, FileNotFoundError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     return 0
+
+
+def serve_main(argv: list[str]) -> int:
+    from trnlab.serve.http import main
+
+    return main(argv)

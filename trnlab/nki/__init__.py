@@ -28,19 +28,23 @@ latency, timeline and profile, and `nki.profile` writes a Chrome/Perfetto trace.
 """
 from __future__ import annotations
 
+import collections
+import contextlib
 import functools
 import json
 import os
+import threading
 from dataclasses import dataclass
 
 import numpy as np
 
 from trnlab.nki import isa, language, typing  # noqa: F401  (nki.language / nki.isa / nki.typing)
 from trnlab.nki import runtime
-from trnlab.nki.errors import MaskError, NKIError, locate  # noqa: F401
+from trnlab.nki.errors import MaskError, NKIError, locate, site_note  # noqa: F401
+from trnlab.nki.errors import _notes as _error_notes
 from trnlab.nki.tensor import NkiTensor
 
-__all__ = ["jit", "run", "simulate_kernel", "simulate", "benchmark", "profile", "baremetal", "KernelRun",
+__all__ = ["jit", "run", "trace", "region", "simulate_kernel", "simulate", "benchmark", "profile", "baremetal", "KernelRun",
            "ShapeDtype", "NKIError", "language", "isa", "tensor"]
 
 tensor = NkiTensor  # nki.tensor: the type of kernel arguments and tiles (for annotations)
@@ -59,6 +63,8 @@ class KernelRun:
     outputs: object              # NumPy arrays / torch tensors, as the kernel returned them (None in timing mode)
     core: object                 # the trnlab.hardware.NeuronCore it ran on
     timing_only: bool
+    program: object = None       # the traced trnlab.hardware.Program
+    launch: object = None        # the trnlab.hardware.device.Run (its records in core.timeline)
 
     @property
     def timeline(self):
@@ -100,41 +106,58 @@ def _to_torch(a: np.ndarray):
     return torch.from_numpy(np.ascontiguousarray(a))
 
 
-def _make_core(target, timing_only: bool):
-    from trnlab.hardware import NeuronCore, presets
-    spec = presets.core_spec(target or "trn2")
-    return NeuronCore(spec, mode="timing" if timing_only else "full")
+def _is_array(value) -> bool:
+    from trnlab.hardware import Tensor
+    return isinstance(value, (np.ndarray, ShapeDtype, Tensor)) or _is_torch(value)
 
 
-def _argument(value, name: str, launch):
-    """Kernel arguments: arrays/tensors go to HBM; everything else is passed through."""
-    core = launch.core
-    if isinstance(value, ShapeDtype):
-        hw = core.hbm.allocate(tuple(value.shape), value.dtype, name=name)
-        if not launch.timing_only:
-            raise NKIError(f"argument {name!r} is a ShapeDtype (no values): use it with timing_only=True")
-        return NkiTensor.allocation(hw, "shared_hbm", launch)
+def _signature(value):
+    """What a traced program depends on in one argument: shape and dtype of an array, else the value."""
     if _is_torch(value):
-        value = _to_numpy(value)
-    if isinstance(value, np.ndarray):
-        hw = core.hbm.tensor(value, name=name)       # float64 is refused: NeuronCores have no fp64
-        return NkiTensor.allocation(hw, "shared_hbm", launch)
+        return ("array", tuple(value.shape), str(value.dtype).replace("torch.", ""))
+    if _is_array(value):
+        dtype = np.dtype(value.dtype) if not isinstance(value, ShapeDtype) else value.dtype
+        return ("array", tuple(value.shape), str(dtype))
+    if isinstance(value, (list, tuple)):
+        return (type(value).__name__,) + tuple(_signature(v) for v in value)
+    try:
+        hash(value)
+        return ("value", value)
+    except TypeError:
+        return ("repr", repr(value))
+
+
+def _trace_argument(value, name: str, launch):
+    """Kernel arguments: arrays/tensors become the program's HBM inputs; others pass through."""
+    if _is_torch(value):
+        value = ShapeDtype(tuple(value.shape), str(value.dtype).replace("torch.", ""))
+    if _is_array(value):
+        return NkiTensor.allocation(launch.core.input(value, name), "shared_hbm", launch)
     return value
 
 
-def _result(value, as_torch: bool, timing_only: bool):
+def _output_structure(value, recorder):
+    """The kernel's return value with every HBM tensor replaced by {"buffer": id, "index": ...}."""
     if isinstance(value, NkiTensor):
         if value.buffer not in ("hbm", "shared_hbm", "private_hbm"):
             raise NKIError(f"a kernel returns HBM tensors (nl.ndarray(..., buffer=nl.shared_hbm)); this one is in "
                            f"{value.buffer.upper()}: nl.store it into an HBM tensor and return that")
-        if timing_only:
-            return None
-        array = value.hw_view().read()
-        return _to_torch(array) if as_torch else array
+        view = value.hw_view()
+        return {"buffer": recorder.buffer_of(view.tensor), "index": view.index}
     if isinstance(value, (tuple, list)):
-        return type(value)(_result(v, as_torch, timing_only) for v in value)
+        return type(value)(_output_structure(v, recorder) for v in value)
     if isinstance(value, dict):
-        return {k: _result(v, as_torch, timing_only) for k, v in value.items()}
+        return {k: _output_structure(v, recorder) for k, v in value.items()}
+    return value
+
+
+def _convert_outputs(value, as_torch: bool):
+    if isinstance(value, np.ndarray):
+        return _to_torch(value) if as_torch else value
+    if isinstance(value, (tuple, list)):
+        return type(value)(_convert_outputs(v, as_torch) for v in value)
+    if isinstance(value, dict):
+        return {k: _convert_outputs(v, as_torch) for k, v in value.items()}
     return value
 
 
@@ -155,7 +178,10 @@ class Kernel:
 
     def __call__(self, *args, **kwargs):
         if runtime.active() is not None:
-            return self.func(*args, **kwargs)  # a kernel called from a kernel: inline it
+            # a kernel called while tracing (from a kernel, or from a function being traced as one
+            # program): inline it, its instructions in a region named after it
+            with region(self.func.__name__):
+                return self.func(*args, **kwargs)
         return run(self, *args, **kwargs).outputs
 
     def __repr__(self) -> str:
@@ -176,33 +202,126 @@ def jit(func=None, *, target=None, platform_target=None, timing_only: bool = Fal
     return wrap(func) if func is not None else wrap
 
 
-def run(kernel, *args, target=None, timing_only: bool | None = None, grid=None, **kwargs) -> KernelRun:
-    """Run a kernel on a fresh simulated NeuronCore and return outputs, timeline and profile."""
+# -- tracing ------------------------------------------------------------------------------------------
+_PROGRAMS: "collections.OrderedDict" = collections.OrderedDict()   # (func, grid, target, signature) -> Program
+_CACHE_SIZE = 256
+_cache_lock = threading.Lock()
+
+
+def trace(kernel, *args, target=None, grid=None, **kwargs):
+    """The `Program` of `kernel` for these argument shapes and dtypes (traced once, then cached,
+    like a compiled NEFF per input shape). `kernel` is an @nki.jit kernel or any Python function
+    that calls kernels (they are inlined into one program, each in a region of its name)."""
+    from trnlab.hardware import presets
     if not isinstance(kernel, Kernel):
         kernel = Kernel(kernel)
-    timing = kernel.timing_only if timing_only is None else timing_only
     grid = tuple(grid) if grid is not None else kernel.grid
-    core = _make_core(target or kernel.target, timing)
-    launch = runtime.Launch(core=core, grid=grid, timing_only=timing)
-    as_torch = any(_is_torch(a) for a in list(args) + list(kwargs.values()))
+    spec = presets.core_spec(target or kernel.target or "trn2")
+    key = (kernel.func, grid, spec.name, id(spec),
+           tuple(_signature(a) for a in args), tuple((k, _signature(v)) for k, v in sorted(kwargs.items())))
+    with _cache_lock:
+        program = _PROGRAMS.get(key)
+        if program is not None:
+            _PROGRAMS.move_to_end(key)
+            return program
+    program = _trace(kernel, args, kwargs, spec, grid)
+    with _cache_lock:
+        _PROGRAMS[key] = program
+        while len(_PROGRAMS) > _CACHE_SIZE:
+            _PROGRAMS.popitem(last=False)
+    return program
+
+
+def _trace(kernel: Kernel, args, kwargs, spec, grid: tuple):
+    from trnlab.hardware.allocate import allocate
+    from trnlab.hardware.trace import Recorder
+    recorder = Recorder(spec, name=kernel.func.__name__)
+    launch = runtime.Launch(core=recorder, grid=grid, timing_only=True)
+
+    sites = {}
+
+    def where():
+        """The kernel line of the instruction being recorded: the one its note names (a functional
+        call is issued after its own line), else the line running now."""
+        note = recorder.note
+        site = sites.get(note)
+        if site is None:
+            site = launch.site
+            if site is not None and site_note(site) != note:
+                site = next((s for s, n in _error_notes.items() if n == note), site)
+            sites[note] = site
+        return None if site is None else (site[0].co_filename, site[1], site[0].co_name)
+    recorder.where = where
     names = kernel.func.__code__.co_varnames
     runtime.push(launch)
     try:
-        args = tuple(_argument(a, names[i] if i < len(names) else f"arg{i}", launch) for i, a in enumerate(args))
-        kwargs = {k: _argument(v, k, launch) for k, v in kwargs.items()}
-        programs = _grid_points(grid)
+        args = tuple(_trace_argument(a, names[i] if i < len(names) else f"arg{i}", launch)
+                     for i, a in enumerate(args))
+        kwargs = {k: _trace_argument(v, k, launch) for k, v in kwargs.items()}
         result = None
-        for program in programs:
-            launch.program_id = program
+        for program_id in _grid_points(grid):
+            launch.program_id = program_id
             launch.shared_cursor = 0
             result = kernel.func(*args, **kwargs)
             launch.flush()
-        outputs = _result(result, as_torch, timing)
+        outputs = _output_structure(result, recorder)
     except Exception as error:
         raise locate(error)
     finally:
         runtime.pop()
-    return KernelRun(outputs=outputs, core=core, timing_only=timing)
+    program = recorder.finish(outputs)
+    try:
+        allocate(program, spec)
+    except Exception as error:
+        raise locate(error)
+    return program
+
+
+@contextlib.contextmanager
+def region(name: str):
+    """Tag the instructions issued inside the block (while tracing) with a region name, so the
+    profile can be broken down per region; regions nest ("layer0/attention")."""
+    launch = runtime.active()
+    recorder = getattr(launch, "core", None) if launch is not None else None
+    if recorder is None or not hasattr(recorder, "region"):
+        yield
+        return
+    launch.flush()
+    with recorder.region(name):
+        yield
+        launch.flush()
+
+
+def run(kernel, *args, target=None, timing_only: bool | None = None, grid=None, device=None, core: int = 0,
+        **kwargs) -> KernelRun:
+    """Trace `kernel` (cached per shapes) and replay it on a simulated NeuronCore: by default a
+    fresh one-core device of the target preset, or core `core` of `device`. Returns the outputs,
+    the timeline and the profile."""
+    from trnlab.hardware.device import Device
+    if not isinstance(kernel, Kernel):
+        kernel = Kernel(kernel)
+    timing = kernel.timing_only if timing_only is None else timing_only
+    if not timing and any(isinstance(a, ShapeDtype) for a in list(args) + list(kwargs.values())):
+        name = next(n for n, a in zip(kernel.func.__code__.co_varnames, args) if isinstance(a, ShapeDtype)) \
+            if any(isinstance(a, ShapeDtype) for a in args) else "?"
+        raise NKIError(f"argument {name!r} is a ShapeDtype (no values): use it with timing_only=True")
+    target = target or kernel.target
+    if device is not None:
+        target = device.spec
+    program = trace(kernel, *args, target=target, grid=grid, **kwargs)
+    if device is None:
+        device = Device(target or "trn2", mode="timing" if timing else "full", cores=1)
+    elif device.full == timing:
+        raise NKIError(f"{device!r} runs in {device.mode!r} mode; timing_only={timing} asks for the other")
+    as_torch = any(_is_torch(a) for a in list(args) + list(kwargs.values()))
+    arrays = [a for a in list(args) + [kwargs[k] for k in sorted(kwargs)] if _is_array(a)]
+    arrays = [_to_numpy(a) if _is_torch(a) else (None if isinstance(a, ShapeDtype) else a) for a in arrays]
+    try:
+        launch = device.run(program, *arrays, core=core)
+    except Exception as error:
+        raise locate(error)
+    outputs = _convert_outputs(launch.outputs, as_torch)
+    return KernelRun(outputs=outputs, core=launch.core, timing_only=timing, program=program, launch=launch)
 
 
 def _grid_points(grid: tuple) -> list[tuple]:

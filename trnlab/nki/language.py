@@ -161,9 +161,15 @@ def _allocate(shape, dtype, buffer, name, launch, placement=None) -> NkiTensor:
             if type(n) is par_dim:
                 partition_axis = k
                 break
-        # the core checks shape, dtype and capacity (and names the rule broken)
-        hw = (core.sbuf if buffer == "sbuf" else core.psum).allocate(
-            shape, dtype, name=launch.fresh_name(name or buffer), partition_axis=partition_axis)
+        # the core checks the tile's shape; its address comes from liveness after tracing, or
+        # from the kernel's own direct allocation (nki.compiler mod_alloc / alloc)
+        memory = core.sbuf if buffer == "sbuf" else core.psum
+        name = launch.fresh_name(name or buffer)
+        if placement is None:
+            hw = memory.allocate(shape, dtype, name=name, partition_axis=partition_axis)
+        else:
+            hw = memory.allocate(shape, dtype, name=name, partition_axis=partition_axis,
+                                 placement=_placement(placement, shape, dtype, partition_axis, buffer))
         return NkiTensor.allocation(hw, buffer, launch)
     dtype = _dt.as_dtype(dtype)
     if buffer == "shared_hbm" and launch.grid:
@@ -177,6 +183,26 @@ def _allocate(shape, dtype, buffer, name, launch, placement=None) -> NkiTensor:
     if buffer == "shared_hbm" and launch.grid:
         launch.shared_hbm.append(tensor)
     return tensor
+
+
+def _placement(placement, shape, dtype, partition_axis: int, buffer: str) -> dict:
+    """The byte offset per partition a direct allocation gives the tensor's first logical tile.
+
+    trnlab lays a block tensor's logical tiles side by side from that address; AWS's rotation of
+    many logical tiles over fewer physical ones (num_free_tiles smaller than the block count) is not
+    modelled: each block keeps bytes of its own (docs/programs.md)."""
+    partitions = int(shape[partition_axis])
+    bytes_per_partition = math.prod(int(n) for n in shape[partition_axis + 1:]) * _dt.as_dtype(dtype).itemsize
+    where = placement.address((0,) * partition_axis, partitions, bytes_per_partition)
+    if buffer == "psum":
+        bank, partition, offset = where
+        offset += bank * _spec().psum_bank_bytes
+    else:
+        partition, offset = where
+    if partition:
+        raise NKIError(f"direct allocation at start partition {partition}: trnlab places tiles from "
+                       f"partition 0 only")
+    return {"offset": int(offset), "kind": type(placement).__name__}
 
 
 def ndarray(shape, dtype, *, buffer=None, name: str = "", **kwargs) -> NkiTensor:
@@ -535,13 +561,12 @@ def shared_identity_matrix(n: int, dtype=float32, **kwargs) -> NkiTensor:
 
 
 def device_print(prefix: str, x) -> None:
-    """Print a tile's values (full mode; in timing mode the shape only)."""
+    """Print a tile's values when the program runs (full mode; in timing mode the shape only): an
+    instruction of the program, like every other, so each replay prints again."""
     launch = _runtime.current()
     launch.flush()
     if isinstance(x, NkiTensor):
-        view = x.hw_view()
-        data = None if launch.timing_only else view.read()
-        print(prefix, data if data is not None else f"<{x.shape} {x.dtype}, timing mode>")
+        launch.core.device_print(prefix=prefix, src=x.hw_view())
     else:
         print(prefix, x)
 

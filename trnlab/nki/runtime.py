@@ -1,14 +1,17 @@
-"""The launch in progress: which simulated NeuronCore a kernel runs on, and its SPMD position.
+"""The trace in progress: what a kernel's instructions are issued to, and its SPMD position.
 
-A kernel call creates one `Launch` (a fresh `NeuronCore` for the chosen preset) and makes it current
-while the Python kernel function runs; every `nl.*` / `nisa.*` call issues its instructions to
-`current().core`. The launch also holds the one *pending* result (see `tensor.py`): the value of a
+Tracing a kernel creates one `Launch` whose ``core`` is a `trnlab.hardware.trace.Recorder` (it
+checks each instruction against the hardware rules and appends it to the program) and makes it
+current while the Python kernel function runs; every `nl.*` / `nisa.*` call issues its
+instructions to `current().core`. The current launch is per context (a `contextvars` variable),
+so threads — e.g. a server answering requests — trace independently. The launch also holds the one *pending* result (see `tensor.py`): the value of a
 functional call such as `nl.exp(x)` is issued only when the program shows where it goes, so that
 `out[...] = nl.exp(x)` writes `out` directly and `psum += nl.matmul(a, b)` accumulates in PSUM, as
 NKI's compiler does; any other instruction issues it first, so program order is kept.
 """
 from __future__ import annotations
 
+import contextvars
 from dataclasses import dataclass, field
 
 from trnlab.nki.errors import NKIError
@@ -40,24 +43,27 @@ class Launch:
         return f"{base}{count}" if count else base
 
 
-_stack: list[Launch] = []
+_stack: contextvars.ContextVar[tuple] = contextvars.ContextVar("trnlab_nki_launches", default=())
 
 
 def current() -> Launch:
-    if not _stack:
+    stack = _stack.get()
+    if not stack:
         raise NKIError("this nki.language / nki.isa call needs a running kernel: call it inside an "
                        "@nki.jit function that you launch with NumPy arrays or torch tensors")
-    return _stack[-1]
+    return stack[-1]
 
 
 def active() -> Launch | None:
-    return _stack[-1] if _stack else None
+    stack = _stack.get()
+    return stack[-1] if stack else None
 
 
 def push(launch: Launch) -> None:
-    _stack.append(launch)
+    _stack.set(_stack.get() + (launch,))
 
 
 def pop() -> None:
-    launch = _stack.pop()
-    launch.active = False
+    stack = _stack.get()
+    _stack.set(stack[:-1])
+    stack[-1].active = False

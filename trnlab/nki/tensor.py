@@ -9,8 +9,9 @@ A tile produced by a functional call (`nl.exp(x)`, `nisa.nc_matmul(a, b)`) start
 instruction is issued into wherever the program puts it (`out[...] = ...`, `psum += ...`) or, at the
 next instruction, into a fresh tile of its own (see runtime.py).
 
-On-chip allocations are released when the Python object dies, which mirrors how NKI's compiler
-reuses the memory of tiles that are no longer live (a tile made inside a loop body lives one iteration).
+Kernels are traced (`trnlab.hardware.trace`): an on-chip allocation is a buffer of the program, and
+its memory is given by liveness afterwards (`trnlab.hardware.allocate`) — from the first to the last
+instruction that touches it, as NKI's compiler does — however long Python keeps the object.
 """
 from __future__ import annotations
 
@@ -82,15 +83,6 @@ class NkiTensor:
         """Make this object another name for `other` (a pending result that was written elsewhere)."""
         self._owner, self._hw, self._index, self._ap = other._base(), other._hw, other._index, other._ap
         self.shape, self.dtype, self.buffer, self._view_cache = other.shape, other.dtype, other.buffer, None
-
-    def __del__(self):
-        if self._owner is None and self._hw is not None and self.buffer in ON_CHIP:
-            launch = self._launch
-            if launch is not None and launch.active:
-                try:
-                    getattr(launch.core, self.buffer).free(self._hw)
-                except Exception:
-                    pass
 
     def _base(self) -> "NkiTensor":
         return self if self._owner is None else self._owner
@@ -302,9 +294,7 @@ class NkiTensor:
         hw = self._hw
         if hw.written is not None:
             raise NKIError(f"reshape of {hw.name!r}: the tensor is only partly written; reshape inputs only")
-        data = None if hw.data is None else hw.data.reshape(shape)
-        alias = type(hw)(hw.memory, shape, hw.dtype, f"{hw.name}.reshape", None, 0, hw.data is not None, fill=data)
-        alias.written = None
+        alias = hw.memory.alias(hw, shape)
         return NkiTensor.allocation(alias, self.buffer, self._launch)
 
     def ap(self, pattern, offset: int = 0) -> "NkiTensor":

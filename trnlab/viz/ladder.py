@@ -16,6 +16,7 @@ figures as a dict ``{kernel name: {engine: %}}``.
 """
 from __future__ import annotations
 
+import textwrap
 from typing import Any, Sequence
 
 import matplotlib.pyplot as plt
@@ -29,11 +30,16 @@ COLOURS = {"dma": "#f28e2b", "pe": "#4e79a7", "dve": "#59a14f"}
 KiB = 1024
 
 
+def _step_labels(results: Sequence[Any]) -> list[str]:
+    """Step names wrapped to two short lines ("4 blocked\nfree dims"), so that neighbours do not overlap."""
+    return [textwrap.fill(r.step, 12) for r in results]
+
+
 def plot_ladder_progress(results: Sequence[Any], title: str | None = None) -> Figure:
     """Left: simulated time per step. Right: DMA and TensorE active % and MFU per step."""
     if not results:
         raise ValueError("no ladder steps to plot")
-    labels = [r.step for r in results]
+    labels = _step_labels(results)
     x = np.arange(len(results))
     fig, (time_ax, active_ax) = plt.subplots(1, 2, figsize=(10, 3.4))
     latency = np.array([r.latency_us for r in results])
@@ -41,6 +47,7 @@ def plot_ladder_progress(results: Sequence[Any], title: str | None = None) -> Fi
     bars = time_ax.bar(x, latency / scale, color="#9c755f")
     for bar, value in zip(bars, latency / scale):
         time_ax.text(bar.get_x() + bar.get_width() / 2, value, f"{value:.3g}", ha="center", va="bottom", fontsize=8)
+    time_ax.set_ylim(0, 1.15 * latency.max() / scale)  # room for the value labels above the bars
     time_ax.set_ylabel(f"simulated time ({unit})")
     time_ax.set_title("time per step (lower is better)", fontsize=9)
     for engine in ("dma", "pe"):
@@ -50,10 +57,11 @@ def plot_ladder_progress(results: Sequence[Any], title: str | None = None) -> Fi
     active_ax.set_ylim(0, 105)
     active_ax.set_ylabel("% of the kernel's time")
     active_ax.set_title("DMA busy all the time → tensor engine busy all the time", fontsize=9)
-    active_ax.legend(fontsize=8, loc="lower right")
+    # beside the plot: inside, it would hide a point (the DMA share falls to the bottom right)
+    active_ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False)
     for ax in (time_ax, active_ax):
         ax.set_xticks(x)
-        ax.set_xticklabels(labels, fontsize=8, rotation=15)
+        ax.set_xticklabels(labels, fontsize=8)
         ax.grid(axis="y", alpha=0.3)
     if title:
         fig.suptitle(title, fontsize=10)
@@ -86,7 +94,7 @@ def plot_active_comparison(results: Sequence[Any], aws: dict | None = None, titl
                 ax.text(x[i] + width / 2, 1, "n/a", ha="center", va="bottom", fontsize=6, color="#777777")
         ax.set_title(f"{ENGINES.get(engine, engine)} active", fontsize=9)
         ax.set_xticks(x)
-        ax.set_xticklabels([r.step for r in results], fontsize=7, rotation=20)
+        ax.set_xticklabels(_step_labels(results), fontsize=7)
         ax.set_ylim(0, 112)
         ax.grid(axis="y", alpha=0.3)
     axes[0].set_ylabel("% of the kernel's time")

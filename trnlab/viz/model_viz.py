@@ -6,6 +6,7 @@ Every function returns a matplotlib Figure (it never calls ``plt.show()``; the n
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Sequence
 
 import matplotlib.pyplot as plt
@@ -14,22 +15,43 @@ from matplotlib.colors import ListedColormap
 from matplotlib.figure import Figure
 from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
 
+from trnlab import NOTEBOOKS_DIR
 from trnlab.data.batches import IGNORE_INDEX
 from trnlab.data.tokenizer import CharTokenizer
 from trnlab.model.gpt import GPTConfig, LayerCost, is_matmul
 
+# Each stage of the chain and the notebooks that cover it (planned numbering). The picture names only
+# the notebooks that exist in notebooks/, so it never promises one that is not there yet.
 CHAIN_TRAINING = [
-    ("training data", "01", "trnlab.data"),
-    ("model (PyTorch)", "02", "trnlab.model"),
-    ("compiler", "06", "trnlab.compiler"),
-    ("Trainium\n(simulated)", "03–05, 07–08", "trnlab.hardware\ntrnlab.nki"),
-    ("trained model", "07", "data/checkpoint"),
+    ("training data", ("01",), "trnlab.data"),
+    ("model (PyTorch)", ("02",), "trnlab.model"),
+    ("compiler", ("06",), "trnlab.compiler"),
+    ("Trainium\n(simulated)", ("03", "04", "05", "07", "08"), "trnlab.hardware\ntrnlab.nki"),
+    ("trained model", ("07",), "data/checkpoint"),
 ]
 CHAIN_SERVING = [
-    ("user input", "00", "\"407+38\""),
-    ("deployed model on\nsimulated Trainium", "09–10", "trnlab.serve"),
-    ("response", "00", "\"445\""),
+    ("user input", ("00",), "\"407+38\""),
+    ("deployed model on\nsimulated Trainium", ("09", "10"), "trnlab.serve"),
+    ("response", ("00",), "\"445\""),
 ]
+
+
+def existing_notebooks(notebooks_dir: Path = NOTEBOOKS_DIR) -> set[str]:
+    """The two-digit numbers of the course notebooks present (``notebooks/NN_*.ipynb``)."""
+    return {path.name[:2] for path in Path(notebooks_dir).glob("[0-9][0-9]_*.ipynb")}
+
+
+def notebook_label(numbers: Sequence[str], existing: set[str]) -> str:
+    """"nb 03–05" for the existing notebooks among `numbers` (runs of consecutive ones joined), "" if none."""
+    present = sorted(int(n) for n in numbers if n in existing)
+    runs: list[list[int]] = []
+    for n in present:
+        if runs and n == runs[-1][-1] + 1:
+            runs[-1].append(n)
+        else:
+            runs.append([n])
+    parts = [f"{r[0]:02d}" if len(r) == 1 else f"{r[0]:02d}–{r[-1]:02d}" for r in runs]
+    return "nb " + ", ".join(parts) if parts else ""
 
 
 def _box(ax, x: float, y: float, w: float, h: float, text: str, color: str, sub: str = "") -> None:
@@ -44,9 +66,10 @@ def _arrow(ax, start: tuple[float, float], end: tuple[float, float]) -> None:
     ax.add_patch(FancyArrowPatch(start, end, arrowstyle="-|>", mutation_scale=14, color="#333333", linewidth=1.3))
 
 
-def plot_chain(highlight: Sequence[str] = ()) -> Figure:
-    """The whole chain as two rows of boxes (training, then serving), with the notebooks of each
-    stage; stages named in `highlight` (e.g. ``["training data"]``) are coloured."""
+def plot_chain(highlight: Sequence[str] = (), notebooks_dir: Path = NOTEBOOKS_DIR) -> Figure:
+    """The whole chain as two rows of boxes (training, then serving), with the existing notebooks of
+    each stage; stages named in `highlight` (e.g. ``["training data"]``) are coloured."""
+    existing = existing_notebooks(notebooks_dir)
     fig, ax = plt.subplots(figsize=(11, 3.6), dpi=80)
     w, h, gap = 1.7, 0.9, 0.45
 
@@ -57,7 +80,8 @@ def plot_chain(highlight: Sequence[str] = ()) -> Figure:
         x0 = 0.0 if row == 0 else (w + gap) * 1
         for i, (name, notebooks, module) in enumerate(stages):
             x = x0 + i * (w + gap)
-            _box(ax, x, y, w, h, name, colour(name), f"nb {notebooks}\n{module}")
+            label = notebook_label(notebooks, existing)
+            _box(ax, x, y, w, h, name, colour(name), f"{label}\n{module}" if label else module)
             if i:
                 _arrow(ax, (x - gap, y + h / 2), (x, y + h / 2))
     # the trained model's weights are what the deployed model runs
@@ -153,7 +177,9 @@ def plot_layer_costs(costs: Sequence[LayerCost], title: str = "") -> Figure:
     axes[0].set_yticklabels(names, fontsize=7)
     axes[0].invert_yaxis()
     handles = [plt.Rectangle((0, 0), 1, 1, color=colour) for colour in KIND_COLOURS.values()]
-    axes[1].legend(handles, list(KIND_COLOURS), fontsize=8, loc="lower right")
+    # beside the plot, not on it: the bars reach both right-hand corners
+    axes[1].legend(handles, list(KIND_COLOURS), fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0),
+                   frameon=False)
     if title:
         fig.suptitle(title, fontsize=11)
     fig.tight_layout()
@@ -167,7 +193,10 @@ def plot_flops_by_kind(costs: Sequence[LayerCost]) -> Figure:
         totals[cost.kind] = totals.get(cost.kind, 0) + cost.flops
     kinds = sorted((k for k in totals if totals[k] > 0), key=lambda k: -totals[k])
     fig, ax = plt.subplots(figsize=(6.5, 3), dpi=80)
-    ax.bar(kinds, [totals[k] for k in kinds], color=[KIND_COLOURS[k] for k in kinds])
+    x = np.arange(len(kinds))
+    ax.bar(x, [totals[k] for k in kinds], color=[KIND_COLOURS[k] for k in kinds])
+    ax.set_xticks(x)
+    ax.set_xticklabels([k.replace(" ", "\n") for k in kinds])  # "attention matmul" on two lines: no overlap
     ax.set_yscale("log")
     ax.set_ylabel("forward FLOPs (log scale)")
     ax.tick_params(axis="x", labelsize=8)

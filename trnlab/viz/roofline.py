@@ -62,8 +62,8 @@ def plot_roofline(peak_flops: float, bandwidth: float,
     ax.set_ylabel("TFLOPS")
     ax.set_ylim(top=peak_flops / 1e12 * 3)
     ax.set_title(title, fontsize=10)
-    if points:
-        ax.legend(fontsize=7, loc="lower right")
+    if points:  # below the plot, where it covers neither the points nor the roof's labels
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2), frameon=False)
     ax.figure.tight_layout()
     return ax.figure
 

@@ -7,11 +7,13 @@ and march right one PE per cycle.
 
     trace = simulate_matmul(stationary, moving, tiny_spec)
     fig = draw_cycle(trace, 5)                       # one cycle
-    HTML(animate(trace))                             # matplotlib animation as HTML (to_jshtml)
+    HTML(animate(trace))                             # matplotlib animation as self-contained HTML
     cycle_slider(trace)                              # ipywidgets slider that steps the cycles
 """
 
 from __future__ import annotations
+
+import re
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -106,17 +108,38 @@ def draw_cycle(trace: SystolicTrace, cycle: int, fig: Figure | None = None) -> F
     return fig
 
 
-def animate(trace: SystolicTrace, max_frames: int = 24, dpi: int = 60, interval_ms: int = 700) -> str:
-    """The whole instruction as a matplotlib animation, returned as embeddable HTML (``to_jshtml``).
+# matplotlib's to_jshtml draws its buttons with Font Awesome icons from a CDN stylesheet. The course
+# must work offline, so the stylesheet link goes and each icon becomes a plain character.
+_CDN_STYLESHEET = re.compile(r'<link rel="stylesheet"\s+href="https?://[^"]*"\s*/?>')
+_BUTTON_ICONS = {
+    "fa fa-minus": "−", "fa fa-fast-backward": "⇤", "fa fa-step-backward": "←",
+    "fa fa-play fa-flip-horizontal": "◀", "fa fa-pause": "❚❚", "fa fa-play": "▶",
+    "fa fa-step-forward": "→", "fa fa-fast-forward": "⇥", "fa fa-plus": "+",
+}
 
-    At most `max_frames` frames (evenly spaced cycles, always including the last), at a modest dpi,
-    so that a stored notebook stays small.
+
+def offline_jshtml(html: str) -> str:
+    """`to_jshtml` output without its CDN stylesheet: the icons replaced by characters."""
+    html = _CDN_STYLESHEET.sub("", html)
+    for icon, character in _BUTTON_ICONS.items():
+        html = html.replace(f'<i class="{icon}"></i>', character)
+    if "<i class=\"fa " in html or "http://" in html or "https://" in html:
+        raise ValueError("to_jshtml produced an icon or a link this function does not know: update _BUTTON_ICONS")
+    return html
+
+
+def animate(trace: SystolicTrace, max_frames: int = 24, dpi: int = 90, interval_ms: int = 700) -> str:
+    """The whole instruction as a matplotlib animation, returned as self-contained HTML.
+
+    `to_jshtml` with its CDN stylesheet removed (`offline_jshtml`), so it plays without a network.
+    At most `max_frames` frames (evenly spaced cycles, always including the last), so that a stored
+    notebook stays small.
     """
     frames = np.unique(np.linspace(0, trace.cycles - 1, min(max_frames, trace.cycles)).round().astype(int))
     fig = plt.figure(figsize=_figsize(trace), dpi=dpi)
     animation = FuncAnimation(fig, lambda cycle: draw_cycle(trace, int(cycle), fig), frames=frames,
                               interval=interval_ms, repeat=False)
-    html = animation.to_jshtml(default_mode="once")
+    html = offline_jshtml(animation.to_jshtml(default_mode="once"))
     plt.close(fig)
     return html
 

@@ -76,8 +76,9 @@ def check_dma_time(dma_time_ns) -> None:
             rows = case[0]
             raise CheckFailed(
                 f"expected {expected:,.1f} ns, got {got:,.1f} ns for (rows, cols, dtype_bytes) = {case} "
-                f"(fixed latency, plus bytes over the rate: {min(rows, SPEC.dma_engines)} DMA engine(s) for "
-                f"{rows} row(s), never faster than the core's HBM bandwidth)")
+                f"(fixed latency, plus the busiest DMA engine's rows — {min(SPEC.dma_engines, -(-rows // 8))} "
+                f"engine(s), one per 8 rows; each row one descriptor taking at least dma_descriptor_ns — "
+                f"never faster than the core's HBM bandwidth)")
 
 
 def psum_tiles_of(tile_n: int) -> int:

@@ -1,0 +1,86 @@
+"""Benchmark the collectives: how fast the NumPy algorithms run, and the cost model's tables.
+
+    python benchmarks/bench_collectives.py             # everything (about 10 s)
+    python benchmarks/bench_collectives.py --numerics  # wall time of the executed algorithms only
+    python benchmarks/bench_collectives.py --model     # the modelled times per preset only
+    python benchmarks/bench_collectives.py --scaling   # DP / TP / PP scaling of a 7B-class model per preset
+
+Numerics: a ring / rdh / mesh all-reduce of p float32 arrays executed step by step, against NumPy's
+``np.sum(np.stack(arrays), axis=0)`` on the same arrays (the baseline, measured in the same run).
+Target: ≤ 4× the baseline for 16 MiB per rank on 8 ranks (the algorithms copy each piece once per
+step; the sum itself is the same work).
+Model: the modelled all-reduce time and bus bandwidth on each preset for 1 KiB, 1 MiB and 1 GiB, and
+the validation against the textbook and against nccom-test's published runs (docs/distributed.md).
+"""
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+
+
+def best_of(fn, repeats: int = 3) -> float:
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def numerics(ranks: int = 8, mib: int = 16) -> None:
+    from trnlab.distributed import collectives
+    rng = np.random.default_rng(0)
+    arrays = [rng.standard_normal(mib * 2**20 // 4).astype(np.float32) for _ in range(ranks)]
+    baseline = best_of(lambda: np.sum(np.stack(arrays), axis=0))
+    print(f"all-reduce of {ranks} × {mib} MiB float32 (baseline np.sum of the stack: {baseline * 1e3:.1f} ms)")
+    for algorithm in ("ring", "rdh", "mesh", "tree"):
+        seconds = best_of(lambda: collectives.all_reduce(arrays, algorithm))
+        target = "  (target ≤ 4×)" if algorithm == "ring" else ""
+        print(f"  {algorithm:5} {seconds * 1e3:8.1f} ms = {seconds / baseline:5.2f}× the baseline{target}")
+
+
+def model() -> None:
+    from trnlab.distributed import collectives, topology, validation
+    print("modelled all-reduce over all chips of each system (best algorithm for the size)")
+    print(f"  {'system':26} {'size':>6} {'algorithm':28} {'time (µs)':>11} {'busbw (GB/s)':>13}")
+    for name in topology.SYSTEMS:
+        for size, label in ((2**10, "1 KiB"), (2**20, "1 MiB"), (2**30, "1 GiB")):
+            c = collectives.best_algorithm("all_reduce", size, topology.get(name))
+            print(f"  {name:26} {label:>6} {c.algorithm:28} {c.time_ns / 1e3:11,.1f} {c.busbw / 1e9:13,.1f}")
+    print("\nvalidation against nccom-test's published runs (trn1)")
+    print(validation.markdown(validation.published_rows()))
+
+
+def scaling_tables(model_name: str = "7B-class", global_batch: int = 128) -> None:
+    from trnlab.distributed import scaling, topology
+    model = scaling.MODELS[model_name]
+    print(f"\n{model_name} ({model.params / 1e9:.1f}B parameters), {global_batch} sequences of {model.seq_len} tokens "
+          f"per step; tokens/s / share of the step communicating, not hidden (hidden too) (✕: does not fit a chip)")
+    for name in topology.SYSTEMS:
+        for strategy in ("dp", "tp", "pp"):
+            rows = scaling.scaling(model, topology.get(name), global_batch, strategy)
+            cells = "  ".join(f"{r.chips}:{r.tokens_per_second / 1e3:,.0f}k/{r.communication_share:.0%}"
+                              f"({r.collective_share:.0%})"
+                              f"{'' if r.fits else '✕'}" for r in rows)
+            print(f"  {name:24} {strategy.upper()}  {cells}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--numerics", action="store_true")
+    parser.add_argument("--model", action="store_true")
+    parser.add_argument("--scaling", action="store_true")
+    args = parser.parse_args()
+    both = not (args.numerics or args.model or args.scaling)
+    if args.numerics or both:
+        numerics()
+    if args.model or both:
+        model()
+    if args.scaling or both:
+        scaling_tables()
+
+
+if __name__ == "__main__":
+    main()

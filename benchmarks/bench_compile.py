@@ -1,0 +1,107 @@
+"""Compile and run the trained tiny GPT (data/checkpoint) with trnlab.compiler; print the figures.
+
+    python benchmarks/bench_compile.py                  # compile time, forward at batch 1 and 64, per-op on Trn1/2/3
+    python benchmarks/bench_compile.py --all-prompts    # also: logits and greedy answers vs PyTorch, all 2,000 test prompts
+
+- compile time, warm (the second compile in this process): capture (torch.export + core ATen
+  decompositions) vs ours (to IR + passes + lowering). Target: ours <= torch.export's own time.
+- one forward at batch 1 and 64: simulated time (Trn2) and wall time in full mode (values computed)
+  and timing-only mode, against PyTorch eager on the same CPU. Target: full-mode wall <= 20x eager.
+- the per-op breakdown (time per op kind, share) on Trn1, Trn2 and Trn3 at batch 64 (timing-only).
+"""
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+
+import trnlab.compiler as tc
+from trnlab.model.checkpoint import load_checkpoint
+
+
+def _ids(model, batch: int) -> torch.Tensor:
+    return torch.randint(0, model.config.vocab_size, (batch, model.config.block_size),
+                         generator=torch.Generator().manual_seed(0))
+
+
+def compile_time(model) -> None:
+    idx = _ids(model, 1)
+    tc.compile(model, (idx,))                                   # cold: imports, first traces
+    compiled = tc.compile(model, (idx,))
+    t = compiled.times
+    capture = t["torch.export"] + t["decompose"]
+    ours = t["to IR"] + t["passes"] + t["lower"]
+    print("compile time (warm), tiny GPT at batch 1")
+    print(f"  torch.export         {t['torch.export'] * 1e3:8.1f} ms")
+    print(f"  core ATen decompose  {t['decompose'] * 1e3:8.1f} ms")
+    print(f"  ours: to IR + passes + lower {ours * 1e3:8.1f} ms   = {ours / t['torch.export']:.2f}x torch.export "
+          f"(target <= 1x), {ours / capture:.2f}x capture")
+    for r in compiled.passes:
+        print(f"    {r.name:9s} {r.seconds * 1e3:8.1f} ms")
+
+
+def forward(model) -> None:
+    print("\none forward (Trn2): simulated time, wall time, PyTorch eager wall time")
+    for batch in (1, 64):
+        idx = _ids(model, batch)
+        compiled = tc.compile(model, (idx,))
+        compiled.run(idx)                                       # warm the kernel tracers
+        t0 = time.perf_counter()
+        run = compiled.run(idx)
+        full = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        compiled.run(idx, timing_only=True)
+        timing = time.perf_counter() - t0
+        with torch.no_grad():
+            model(idx)
+            t0 = time.perf_counter()
+            for _ in range(10):
+                model(idx)
+            eager = (time.perf_counter() - t0) / 10
+        print(f"  batch {batch:3d}: simulated {run.profile.total_us:9.1f} us   MFU {run.profile.mfu:6.2%}   "
+              f"wall full {full * 1e3:8.1f} ms ({full / eager:6.0f}x eager, target <= 20x)   "
+              f"timing-only {timing * 1e3:8.1f} ms   eager {eager * 1e3:6.2f} ms")
+
+
+def per_op(model) -> None:
+    print("\nper-op breakdown at batch 64 (timing-only), time per op kind and share")
+    idx = _ids(model, 64)
+    for target in ("trn1", "trn2", "trn3"):
+        compiled = tc.compile(model, (idx,), target=target)
+        p = compiled.run(idx, timing_only=True).profile
+        parts = ", ".join(f"{op} {ns / 1e3:.1f} us ({ns / p.total_ns:.0%})" for op, ns in p.by_op().items())
+        print(f"  {target}: total {p.total_us:8.1f} us, MFU {p.mfu:6.2%}, MBU {p.mbu:6.2%}:  {parts}")
+
+
+def all_prompts(model, tokenizer) -> None:
+    import functools
+
+    from trnlab.compiler.agreement import compare
+    from trnlab.data.corpus import load_split
+    prompts = [e.prompt for e in load_split("test")]
+    for autocast in ("none", "matmult"):
+        compiled_for = functools.lru_cache()(lambda b, a=autocast: tc.compile(
+            model, (torch.zeros(b, model.config.block_size, dtype=torch.long),), autocast=a))
+        t0 = time.perf_counter()
+        r = compare(compiled_for, model, tokenizer, prompts, 64)
+        print(f"\nautocast={autocast}: {r.identical}/{r.prompts} greedy answers identical ({r.fraction:.2%}), logits "
+              f"max |diff| {r.max_abs_error:.3g} = {r.relative_error:.2e} of the largest logit, over {r.positions} "
+              f"answer positions ({time.perf_counter() - t0:.0f} s)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--all-prompts", action="store_true", help="compare on all 2,000 test prompts (minutes)")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    model, tokenizer = load_checkpoint()
+    compile_time(model)
+    forward(model)
+    per_op(model)
+    if args.all_prompts:
+        all_prompts(model, tokenizer)
+
+
+if __name__ == "__main__":
+    main()

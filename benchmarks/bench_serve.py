@@ -1,0 +1,109 @@
+"""Benchmark serving: simulated latency per generation, server throughput, wall overhead per token.
+
+    python benchmarks/bench_serve.py                 # all parts except the full test split (about a minute)
+    python benchmarks/bench_serve.py --full-split    # also: greedy answers on the simulated trn2 over all
+                                                     # 2,000 test prompts equal PyTorch's (several minutes)
+
+1. Simulated TTFT / TPOT / end-to-end and output tokens/s at batch 1 and 8 on Trn1, Trn2, Trn3
+   (B identical requests arriving together; step times from the simulator per bucket).
+2. Server requests/s at concurrency 8 and 32 (a real HTTP server on 127.0.0.1, running every step on
+   the simulated trn2), against the same server on the PyTorch backend (baseline, same run).
+3. Wall-clock overhead of the simulator per generated token: one short answer through the engine on
+   trn2 against the PyTorch backend (baseline). Target: a short answer within 1 s of wall time.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+
+from trnlab.data import load_split
+from trnlab.data.tasks import model_prompt, read_answer, task_of
+from trnlab.model import ask_many, load_checkpoint
+from trnlab.serve.backend import make_backend
+from trnlab.serve.engine import generate
+from trnlab.serve.http import BackgroundServer
+from trnlab.serve.latency import latency_table
+from trnlab.serve.service import Service
+
+PROMPTS = ["12+5", "407+38", "999-1", "reverse kite", "sort 52819", "35+56", "reverse ab", "sort 000"]
+
+
+def simulated_latency(model, tokenizer) -> None:
+    print("1. simulated latency, B identical requests of 'sort 52819' arriving together")
+    print(f"   {'device':6s} {'batch':>5s} {'TTFT µs':>9s} {'TPOT µs':>9s} {'E2E µs':>9s} {'out tok/s':>10s}")
+    for row in latency_table(model, tokenizer.encode_prompt("sort 52819"), tokenizer.eos_id, batches=(1, 8)):
+        print(f"   {row.device:6s} {row.batch:5d} {row.ttft_ms * 1e3:9.1f} {row.tpot_ms * 1e3:9.1f} "
+              f"{row.e2e_ms * 1e3:9.1f} {row.output_tokens_per_s:10.0f}")
+
+
+def server_throughput(model, tokenizer, concurrency: int, device: str, total: int) -> float:
+    service = Service(device, max_batch=8, model=model, tokenizer=tokenizer)
+    with BackgroundServer(service) as url:
+        def one(i):
+            body = json.dumps({"model": service.model_name, "prompt": PROMPTS[i % len(PROMPTS)]}).encode()
+            request = urllib.request.Request(url + "/v1/completions", data=body,
+                                             headers={"Content-Type": "application/json"})
+            with urllib.request.urlopen(request, timeout=600) as response:
+                return json.loads(response.read())["choices"][0]["text"]
+        one(0)                                                   # warm up
+        start = time.perf_counter()
+        with ThreadPoolExecutor(concurrency) as pool:
+            answers = list(pool.map(one, range(total)))
+        seconds = time.perf_counter() - start
+    assert len(answers) == total
+    return total / seconds
+
+
+def wall_per_token(model, tokenizer, device: str) -> tuple[float, float, int]:
+    service = Service(device, max_batch=1, model=model, tokenizer=tokenizer)
+    service.ask("12+5")                                          # warm up
+    answer = service.ask("407+38")
+    service.stop()
+    n = len(answer.request.output_ids)
+    return answer.wall_s, answer.wall_s / n, n
+
+
+def full_split(model, tokenizer) -> None:
+    prompts = [e.prompt for e in load_split("test")]
+    start = time.perf_counter()
+    expected = ask_many(model, tokenizer, prompts)
+    torch_s = time.perf_counter() - start
+    ids = [tokenizer.encode_prompt(model_prompt(task_of(p), p)) for p in prompts]
+    start = time.perf_counter()
+    requests = generate(make_backend("trn2", model, max_batch=32), ids, tokenizer.eos_id, max_batch=32)
+    trn_s = time.perf_counter() - start
+    got = [read_answer(task_of(p), tokenizer.decode_answer(r.output_ids)) for p, r in zip(prompts, requests)]
+    same = sum(a == b for a, b in zip(got, expected))
+    print(f"4. whole test split on the simulated trn2 (KV cache, continuous batching, batch 32): "
+          f"{same}/{len(prompts)} answers identical to PyTorch greedy; {trn_s:.0f} s wall vs {torch_s:.1f} s "
+          f"for PyTorch ({trn_s / torch_s:.0f}x)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--full-split", action="store_true", help="also check all 2,000 test prompts on trn2")
+    parser.add_argument("--requests", type=int, default=32, help="requests per throughput measurement")
+    args = parser.parse_args()
+    model, tokenizer = load_checkpoint()
+    simulated_latency(model, tokenizer)
+    print("2. server throughput (wall clock, requests/s)")
+    for concurrency in (8, 32):
+        cpu = server_throughput(model, tokenizer, concurrency, "cpu", args.requests)
+        trn = server_throughput(model, tokenizer, concurrency, "trn2", args.requests)
+        print(f"   concurrency {concurrency:2d}: simulated trn2 {trn:6.2f} req/s, PyTorch backend {cpu:6.1f} req/s "
+              f"(ratio {cpu / trn:.0f}x)")
+    print("3. wall-clock per generated token, one short answer ('407+38')")
+    cpu_s, cpu_tok, n = wall_per_token(model, tokenizer, "cpu")
+    trn_s, trn_tok, _ = wall_per_token(model, tokenizer, "trn2")
+    print(f"   simulated trn2: {trn_s * 1e3:.0f} ms for {n} tokens = {trn_tok * 1e3:.0f} ms/token; PyTorch "
+          f"{cpu_tok * 1e3:.1f} ms/token (simulator overhead {trn_tok / cpu_tok:.0f}x); target: answer within 1 s -> "
+          f"{'met' if trn_s <= 1.0 else 'NOT met'}")
+    if args.full_split:
+        full_split(model, tokenizer)
+
+
+if __name__ == "__main__":
+    main()

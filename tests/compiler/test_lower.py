@@ -1,0 +1,51 @@
+"""lower: each op -> one kernel call with its region and source line; an op without a kernel raises
+CompileError naming it (or, with fallback=True, runs on the host with the partition boundary marked)."""
+import pytest
+import torch
+
+import trnlab.compiler as tc
+
+
+class WithCumsum(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = torch.nn.Linear(16, 32)
+        self.fc2 = torch.nn.Linear(32, 8)
+
+    def forward(self, x):
+        h = torch.relu(self.fc1(x))
+        h = torch.cumsum(h, dim=-1)            # no kernel for this
+        return self.fc2(h)
+
+
+def test_program_has_one_kernel_per_fused_op_with_regions_and_sources(compiled_tiny_gpt):
+    program = compiled_tiny_gpt.program
+    kernels = [c for c in program.calls if c.kind == "kernel"]
+    assert [c.kernel for c in kernels].count("causal_attention_qkv") == 2
+    assert [c.kernel for c in kernels].count("linear") == 9
+    assert len({c.region for c in program.calls}) == len(program.calls)
+    assert all(c.source.startswith("gpt.py:") for c in kernels)
+    assert "kernel %attention = causal_attention_qkv" in program.listing()
+
+
+def test_unsupported_op_raises_compile_error_naming_op_line_and_supported_ops():
+    model = WithCumsum().eval()
+    with pytest.raises(tc.CompileError) as info:
+        tc.compile(model, (torch.randn(4, 16),))
+    e = info.value
+    assert e.op == "aten.cumsum.default"
+    assert "test_lower.py" in e.source and "torch.cumsum(h, dim=-1)" in e.source
+    assert "linear" in e.supported and "Supported ops:" in str(e) and "fallback=True" in str(e)
+
+
+def test_fallback_runs_the_op_on_the_host_with_the_boundary_marked():
+    torch.manual_seed(0)
+    model = WithCumsum().eval()
+    x = torch.randn(4, 16)
+    compiled = tc.compile(model, (x,), fallback=True)
+    host = [c for c in compiled.program.calls if c.kind == "host"]
+    assert [c.op for c in host] == ["aten.cumsum.default"]
+    assert {d for _, d in compiled.program.boundaries} == {"neuron->host", "host->neuron"}
+    assert "[host]" in compiled.graph.to_text() and "partition boundary" in compiled.program.listing()
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-5)

@@ -1,0 +1,268 @@
+"""The program layer: a kernel is traced into a program (plain data), allocated by liveness, and
+replayed on a core of a multi-core device without Python tracing."""
+import json
+
+import numpy as np
+import pytest
+
+import trnlab.nki as nki
+import trnlab.nki.isa as nisa
+import trnlab.nki.language as nl
+from trnlab.hardware import errors, presets
+from trnlab.hardware.device import Device, DeviceError
+from trnlab.hardware.program import Program
+from trnlab.kernels import matmul_ladder as ladder
+
+RNG = np.random.default_rng(0)
+X = RNG.standard_normal((128, 512)).astype(np.float32)
+Y = RNG.standard_normal((128, 512)).astype(np.float32)
+
+
+@nki.jit
+def add_kernel(a, b):
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    nl.store(out, nl.add(nl.load(a), nl.load(b)))
+    return out
+
+
+CALLS = []
+
+
+@nki.jit
+def counted_copy(a):
+    CALLS.append(1)                          # runs only when the kernel's Python runs (tracing)
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    nl.store(out, nl.load(a))
+    return out
+
+
+@nki.jit
+def blocked_in_python_lists(a):
+    """AWS's blocked tutorials keep every tile of a block in a Python list: 64 loads of 16 KiB per
+    partition = 1 MiB per partition if Python lifetimes decided — far over 192-256 KiB of SBUF."""
+    out = nl.ndarray((128, 4096), dtype=a.dtype, buffer=nl.shared_hbm)
+    tiles = []
+    for i in nl.affine_range(64):
+        t = nl.ndarray((128, 4096), dtype=a.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=a[:, i * 4096:(i + 1) * 4096])
+        nisa.dma_copy(dst=out, src=t)       # the tile's last use: its bytes are free after this
+        tiles.append(t)
+    return out
+
+
+def test_a_traced_program_is_plain_data_instructions_and_a_buffer_table():
+    program = nki.trace(add_kernel, X, Y)
+    assert [i.opcode for i in program.instructions] == ["dma_copy", "dma_copy", "tensor_tensor", "dma_copy"]
+    assert program.instructions[2].engine == "dve" and program.instructions[2].attrs["op"] == "add"
+    roles = [b.role for b in program.buffers]
+    assert roles.count("input") == 2 and roles.count("output") == 1
+    tiles = [b for b in program.buffers if b.memory == "sbuf"]
+    assert all(b.first >= 0 and b.last >= b.first and b.offset is not None for b in tiles)
+    assert "add_kernel" in program.instructions[0].line
+    listing = program.listing()
+    assert "tensor_tensor" in listing and "dve (1 instructions)" in listing and "SBUF@" in listing
+
+
+def test_programs_are_cached_per_shape_and_replay_runs_no_python():
+    CALLS.clear()
+    a = np.ones((128, 64), np.float32)
+    for _ in range(3):
+        np.testing.assert_array_equal(counted_copy(a), a)
+    assert len(CALLS) == 1                   # traced once, replayed three times
+    counted_copy(np.ones((128, 32), np.float32))
+    assert len(CALLS) == 2                   # a new shape is a new program
+
+
+def test_program_json_round_trip_replays_to_the_same_numbers_and_times(tmp_path):
+    program = nki.trace(add_kernel, X, Y)
+    path = tmp_path / "add.json"
+    program.save(path)
+    doc = json.loads(path.read_text())
+    assert doc["format"] == "trnlab.program" and doc["version"] == 1
+    loaded = Program.load(path)
+    a, b = Device("trn2", cores=1), Device("trn2", cores=1)
+    run_a, run_b = a.run(program, X, Y), b.run(loaded, X, Y)
+    np.testing.assert_array_equal(run_a.outputs, X + Y)
+    np.testing.assert_array_equal(run_b.outputs, run_a.outputs)
+    assert run_a.core.timeline.same_schedule(run_b.core.timeline)
+
+
+def test_a_wrong_format_or_version_is_refused():
+    doc = nki.trace(add_kernel, X, Y).to_json()
+    with pytest.raises(ValueError, match="version"):
+        Program.from_json(doc | {"version": 99})
+    with pytest.raises(ValueError, match="not a trnlab program"):
+        Program.from_json(doc | {"format": "neff"})
+
+
+def test_allocation_follows_liveness_not_python_lifetimes():
+    a = RNG.standard_normal((128, 64 * 4096)).astype(np.float32)
+    program = nki.trace(blocked_in_python_lists, nki.ShapeDtype(a.shape, a.dtype), target="trn1")
+    sbuf = presets.TRN1.core.sbuf_partition_bytes
+    assert 64 * 4096 * 4 > sbuf                            # Python holds 1 MiB per partition of tiles
+    assert program.peak_bytes("sbuf") <= sbuf
+    out = nki.run(blocked_in_python_lists, a, target="trn1").outputs
+    np.testing.assert_array_equal(out, a[:, 63 * 4096:])
+
+
+def test_tiles_allocated_in_a_loop_rotate_over_several_buffers():
+    """Multi-buffering: consecutive iterations' tiles get different addresses, so the next load
+    does not wait for the previous iteration's readers (no WAR on the same bytes)."""
+    program = nki.trace(ladder.matmul_tiled, nki.ShapeDtype((512, 128), "bfloat16"),
+                        nki.ShapeDtype((512, 512), "bfloat16"))
+    offsets = [b.offset for b in program.buffers if b.memory == "sbuf"]
+    assert len(set(offsets[:8])) == 8
+
+
+def test_overflow_names_the_instruction_and_the_tiles_live_there():
+    @nki.jit
+    def all_live(a):
+        tiles = []
+        for i in nl.affine_range(8):
+            t = nl.ndarray((128, 8192), dtype=nl.float32, buffer=nl.sbuf)    # 32 KiB per partition
+            nisa.dma_copy(dst=t, src=a)
+            tiles.append(t)
+        out = nl.ndarray((128, 8192), dtype=nl.float32, buffer=nl.shared_hbm)
+        for t in tiles:
+            nisa.dma_copy(dst=out, src=t)
+        return out
+
+    with pytest.raises(errors.SBUFOverflowError) as caught:
+        nki.trace(all_live, nki.ShapeDtype((128, 8192), "float32"), target="trn1")   # 192 KiB
+    message = str(caught.value)
+    assert message.startswith("SBUF overflow") and "at instruction 6" in message
+    assert "live there: 6 tiles, 192.0 KiB per partition" in message and "32.0 KiB" in message
+    assert caught.value.kernel_location[1] > 0 and len(caught.value.live) == 6
+
+
+def test_a_read_of_memory_never_written_names_the_kernel_line_at_replay():
+    @nki.jit
+    def uninitialised(a):
+        out = nl.ndarray((128, 16), dtype=nl.float32, buffer=nl.shared_hbm)
+        t = nl.ndarray((128, 16), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=out, src=t)
+        return out
+
+    with pytest.raises(errors.UninitializedReadError) as caught:
+        uninitialised(np.zeros((128, 16), np.float32))
+    assert "at instruction 0 (dma_copy)" in str(caught.value)
+    assert "nisa.dma_copy(dst=out, src=t)" in str(caught.value)
+
+
+def test_regions_tag_instructions_and_break_the_profile_down():
+    def two_kernels(a, b):
+        with nki.region("first"):
+            s = add_kernel(a, b)
+        with nki.region("second"):
+            return add_kernel(s, b)
+
+    program = nki.trace(two_kernels, X, Y)
+    assert program.regions() == ["first/add_kernel", "second/add_kernel"]
+    device = Device("trn2", cores=1)
+    run = device.run(program, X, Y)
+    np.testing.assert_array_equal(run.outputs, (X + Y) + Y)            # fp32, in this order
+    by_region = run.profile_by_region()
+    assert set(by_region) >= {"first/add_kernel", "second/add_kernel"}
+    total = sum(len(device.cores[0].timeline.region_records(f"{run.region}/{r}")) for r in ("first", "second"))
+    assert total == len(program)
+
+
+def test_a_device_has_the_chips_cores_and_launches_on_one_core_run_in_order():
+    device = Device("trn2")
+    assert len(device.cores) == presets.TRN2.cores == 8
+    program = nki.trace(add_kernel, X, Y, target="trn2")
+    first, second = device.run(program, X, Y, core=0), device.run(program, X, Y, core=0)
+    assert second.start_ns >= first.start_ns + first.latency_ns - 1e-6
+    other = device.run(program, X, Y, core=1)
+    assert other.start_ns == 0.0                          # another core starts at once
+    trace = device.chrome_trace()
+    pids = {e["pid"] for e in trace["traceEvents"]}
+    assert pids == {0, 1}
+    names = [e["args"]["name"] for e in trace["traceEvents"] if e["name"] == "process_name"]
+    assert names == ["device0/core0", "device0/core1"]
+    with pytest.raises(DeviceError, match="core 8 does not exist"):
+        device.run(program, X, Y, core=8)
+
+
+def test_cores_streaming_at_once_share_the_chips_hbm_bandwidth():
+    """Eight cores each copying 8 MiB through HBM at once take longer than one core alone, and
+    together they never move bytes faster than the chip's HBM bandwidth: every core's DMAs share it."""
+    @nki.jit
+    def stream(a):
+        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        for i in nl.affine_range(a.shape[1] // 4096):
+            t = nl.ndarray((128, 4096), dtype=a.dtype, buffer=nl.sbuf)
+            nisa.dma_copy(dst=t, src=a[:, i * 4096:(i + 1) * 4096])
+            nisa.dma_copy(dst=out[:, i * 4096:(i + 1) * 4096], src=t)
+        return out
+
+    shape = nki.ShapeDtype((128, 16384), "float32")
+    program = nki.trace(stream, shape, target="trn2")
+    alone = Device("trn2", mode="timing").run(program, None).latency_ns
+    device = Device("trn2", mode="timing")
+    runs = [device.run(program, None, core=c) for c in range(8)]
+    together = max(r.start_ns + r.latency_ns for r in runs)
+    assert together > 1.2 * alone
+    moved = sum(r.profile().hbm_bytes for r in runs)
+    assert moved / (together * 1e-9) <= presets.TRN2.hbm_bandwidth * 1.001
+
+
+def test_a_tensor_of_another_device_is_refused():
+    a, b = Device("trn2", cores=1), Device("trn2", cores=1)
+    program = nki.trace(add_kernel, X, Y, target="trn2")
+    x_on_a = a.tensor(X, name="x")
+    np.testing.assert_array_equal(a.run(program, x_on_a, Y).outputs, X + Y)
+    with pytest.raises(DeviceError, match="belongs to another device"):
+        b.run(program, x_on_a, Y)
+
+
+def test_device_print_prints_at_every_run_not_at_tracing(capsys):
+    @nki.jit
+    def show(a):
+        t = nl.load(a)
+        nl.device_print("tile:", t)
+        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        nl.store(out, t)
+        return out
+
+    program = nki.trace(show, nki.ShapeDtype((2, 2), "float32"))
+    assert capsys.readouterr().out == ""
+    Device("trn2", cores=1).run(program, np.eye(2, dtype=np.float32))
+    assert "tile: [[1. 0.]" in capsys.readouterr().out
+
+
+def test_the_list_schedule_hoists_loads_keeps_every_instruction_and_the_numbers():
+    from trnlab.hardware.schedule import list_schedule
+    lhsT = RNG.standard_normal((512, 128)).astype(np.float32)
+    rhs = RNG.standard_normal((512, 1024)).astype(np.float32)
+    program = nki.trace(ladder.matmul_tiled, lhsT, rhs)
+    hoisted = list_schedule(program, window=8)
+    assert hoisted.schedule == "list" and sorted(map(id, hoisted.instructions)) == sorted(map(id, program.instructions))
+    first_matmul = lambda p: next(k for k, i in enumerate(p.instructions) if i.opcode == "nc_matmul")
+    assert first_matmul(hoisted) > first_matmul(program)        # more loads issued before the first matmul
+    out = Device("trn2", cores=1).run(hoisted, lhsT, rhs).outputs
+    np.testing.assert_array_equal(out, Device("trn2", cores=1).run(program, lhsT, rhs).outputs)
+
+
+def test_a_list_schedule_that_does_not_fit_is_refused_with_the_overflow():
+    from trnlab.hardware.schedule import list_schedule
+    program = nki.trace(blocked_in_python_lists, nki.ShapeDtype((128, 64 * 4096), "float32"), target="trn1")
+    with pytest.raises(errors.SBUFOverflowError):
+        list_schedule(program, window=200)
+
+
+def test_a_direct_allocation_keeps_the_address_the_kernel_gave():
+    import trnlab.nki.compiler as ncc
+
+    @nki.jit
+    def placed(a):
+        t = nl.ndarray((128, 512), dtype=nl.float32, buffer=ncc.sbuf.mod_alloc(base_addr=8192))
+        nisa.dma_copy(dst=t, src=a)
+        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=t)
+        return out
+
+    program = nki.trace(placed, X)
+    tile = next(b for b in program.buffers if b.memory == "sbuf")
+    assert tile.offset == 8192 and tile.placement["offset"] == 8192
+    np.testing.assert_array_equal(Device("trn2", cores=1).run(program, X).outputs, X)

@@ -1,0 +1,86 @@
+"""The runtime: a compiled model on a device, its profile per op and per engine, and its advice."""
+import json
+
+import pytest
+import torch
+
+import trnlab.compiler as tc
+from trnlab.model.gpt import GPT, GPTConfig
+from trnlab.runtime import Device
+
+
+@pytest.fixture(scope="module")
+def gpt_run():
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=20, block_size=16, n_layer=2, n_head=2, n_embd=32)).eval()
+    idx = torch.randint(0, 20, (2, 16), generator=torch.Generator().manual_seed(0))
+    compiled = tc.compile(model, (idx,))
+    return compiled, compiled.run(idx), idx
+
+
+def test_profile_totals_are_the_sum_of_the_ops(gpt_run):
+    _, run, _ = gpt_run
+    p = run.profile
+    assert p.total_ns == pytest.approx(sum(o.ns for o in p.ops), rel=1e-9)
+    assert sum(o.share for o in p.ops) == pytest.approx(1.0)
+    assert 0 < p.mfu < 1 and 0 < p.mbu < 1
+    assert set(p.bytes_by_level) == {"hbm", "sbuf", "psum"} and p.bytes_by_level["hbm"] > 0
+    assert "pe" in p.active and all(0 < a <= 1 for a in p.active.values())
+    assert p.by_op()["linear"] > 0 and p.by_op()["attention"] > 0
+
+
+def test_every_op_traces_back_to_a_source_line(gpt_run):
+    _, run, _ = gpt_run
+    kernels = [o for o in run.profile.ops if o.kernel]
+    assert kernels and all(o.source.startswith("gpt.py:") for o in kernels)
+    assert all(o.bound in ("compute", "memory") for o in kernels)
+
+
+def test_timing_only_run_costs_the_same_without_values(gpt_run):
+    compiled, run, idx = gpt_run
+    timed = compiled.run(idx, timing_only=True)
+    assert timed.outputs == (None, None)
+    assert timed.profile.total_ns == pytest.approx(run.profile.total_ns)
+
+
+def test_chrome_trace_has_engine_tracks_and_op_regions(gpt_run, tmp_path):
+    _, run, _ = gpt_run
+    path = tmp_path / "trace.json"
+    run.profile.to_chrome_trace(path)
+    events = json.loads(path.read_text())["traceEvents"]
+    regions = [e for e in events if e.get("tid") == 999 and e["ph"] == "X"]
+    assert {e["name"] for e in regions} >= {"linear.0", "attention.0", "layer_norm.0"}
+    assert any(e["ph"] == "X" and e["tid"] != 999 for e in events)
+
+
+def test_advice_names_the_op_it_comes_from(gpt_run):
+    _, run, _ = gpt_run
+    kinds = {a.kind for a in run.advice}
+    assert "low_mfu" in kinds                     # a tiny model at batch 2 is far from the peak
+    regions = {o.region for o in run.profile.ops}
+    assert all(a.region in regions for a in run.advice)
+    assert all(a.source for a in run.advice if a.kind != "spill")
+
+
+def test_transposes_advice_fires_without_the_layout_pass():
+    from trnlab.compiler.passes import PIPELINE, layout
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 64)).eval()
+    x = torch.randn(128, 64)
+    saved = list(PIPELINE)
+    PIPELINE.remove(layout)
+    try:
+        run = tc.compile(model, (x,)).run(x)
+    finally:
+        PIPELINE[:] = saved
+    advice = [a for a in run.advice if a.kind == "transposes"]
+    assert advice and advice[0].region.startswith("linear.")
+
+
+def test_device_checks_inputs(gpt_run):
+    compiled, _, idx = gpt_run
+    loaded = Device("trn2").load(compiled)
+    with pytest.raises(TypeError, match="takes 1 inputs"):
+        loaded.run(idx, idx)
+    with pytest.raises(ValueError, match="one of"):
+        Device("trn9")

@@ -1,0 +1,94 @@
+"""`torch.compile(model, backend="trnlab")`: the registered Dynamo backend, forward through AOT Autograd.
+
+This is the shape of AWS's own PyTorch path (TorchDynamo -> AOT Autograd FX graphs -> the Neuron
+compiler) [frameworks/torch/pytorch-native-overview]: Dynamo captures the Python, AOT Autograd
+traces it to ATen (decomposed to core ATen, the same op set `torch.export` gives), and its forward
+graph goes through our passes and lowering like any captured graph. Parameters and buffers, which
+Dynamo passes as graph inputs, are taken as constants of the compiled graph (inference: as when Neuron
+traces a model; change the weights and you must compile again). The backward graph is not lowered
+yet: asking for it raises `CompileError` (training on the simulated Trainium is notebook 07's stage).
+"""
+from __future__ import annotations
+
+import torch
+
+from trnlab.compiler.errors import CompileError
+
+NAME = "trnlab"
+_options: dict = {}
+
+
+def configure(**options) -> None:
+    """Options for the next torch.compile(..., backend="trnlab") calls (target=, autocast=, fallback=)."""
+    _options.clear()
+    _options.update(options)
+
+
+def _is_weight(name: str) -> bool:
+    return "_parameters_" in name or "_buffers_" in name
+
+
+def _clean(name: str) -> str:
+    """'L_self_modules_blocks_modules_0_modules_ln_1_parameters_weight_' -> 'blocks_0_ln_1_weight'."""
+    name = name.lower().replace("l_self_", "", 1)
+    for part in ("modules_", "parameters_", "buffers_"):
+        name = name.replace(part, "")
+    return name.strip("_")
+
+
+def backend(gm: torch.fx.GraphModule, example_inputs, **kwargs):
+    from torch._decomp import core_aten_decompositions
+    from torch._dynamo.backends.common import aot_autograd
+    from trnlab.compiler import capture
+    from trnlab.compiler.compiled import CompileOptions, compile_graph
+    options = {**_options, **(kwargs.get("options") or {})}
+    names = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
+    weights = [_is_weight(n) for n in names]
+    for name, x in zip(names, example_inputs):
+        if not isinstance(x, torch.Tensor):
+            raise CompileError(f"dynamic shape or non-tensor input {name} ({type(x).__name__}): Neuron compiles one "
+                               f"graph per input shape; compile with static shapes (torch.compile(dynamic=False))",
+                               op=name)
+
+    def fw_compiler(fw_gm: torch.fx.GraphModule, fw_inputs):
+        from torch._subclasses.fake_tensor import unset_fake_temporarily
+        with unset_fake_temporarily():           # AOT traces with fake tensors; we compute real constants
+            return _compile_forward(fw_gm)
+
+    def _compile_forward(fw_gm: torch.fx.GraphModule):
+        fw_names = [n.name for n in fw_gm.graph.nodes if n.op == "placeholder"]
+        placeholders = {}
+        for i, name in enumerate(fw_names):
+            if i < len(weights) and weights[i]:
+                placeholders[name] = ("param", example_inputs[i], _clean(names[i]))
+            else:
+                placeholders[name] = ("input", None)
+        graph = capture.from_fx(fw_gm, placeholders, name=type(gm).__name__)
+        compiled = compile_graph(graph, CompileOptions(**options))
+        user = [i for i, name in enumerate(fw_names) if placeholders[name][0] == "input"]
+
+        def run(*args):
+            args = args[0] if len(args) == 1 and isinstance(args[0], list) else args
+            result = compiled.run(*[args[i] for i in user])
+            return [torch.as_tensor(result.env[o]) if not isinstance(result.env[o], torch.Tensor) else result.env[o]
+                    for o in compiled.program.outputs]
+
+        run.compiled = compiled
+        backend.last = compiled
+        return run
+
+    def bw_compiler(bw_gm, bw_inputs):
+        raise CompileError("the backward graph is not lowered yet: torch.compile(backend='trnlab') compiles "
+                           "forward (inference) graphs; run the compiled model under torch.no_grad()", op="backward")
+
+    return aot_autograd(fw_compiler=fw_compiler, bw_compiler=bw_compiler,
+                        decompositions=core_aten_decompositions())(gm, example_inputs)
+
+
+backend.last = None
+
+
+def register() -> None:
+    from torch._dynamo import list_backends, register_backend
+    if NAME not in list_backends(exclude_tags=()):
+        register_backend(name=NAME)(backend)

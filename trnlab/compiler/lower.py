@@ -1,0 +1,198 @@
+"""Lowering: each op of the optimised graph -> one call of a `trnlab.kernels` kernel (or a free view).
+
+    linear      -> matmul.linear(x [M, K], w [K, N], bias [N], activation, weight_layout)
+    attention   -> attention.causal_attention_qkv(qkv [B, T, 3C], n_head, scale)
+    layer_norm  -> norms.layer_norm(x [R, C], gamma, beta, eps)      rms_norm -> norms.rms_norm
+    embedding   -> embedding.embedding(ids [N] int32, table [V, C])  add -> elementwise.add(a [R, C], b [R, C])
+    gelu        -> activations.gelu(x [R, C], approximate)           softmax -> softmax.softmax(x [R, C])
+    matmul      -> matmul.matmul(a [M, K], b [K, N])                 convert -> cast.cast(x [R, C], dtype)
+    reshape     -> a view: the same HBM bytes with another shape (no instruction)
+
+Kernels take 2-D operands with the leading axes flattened, so each call records the shape each
+operand is passed as. Each call is a *region* named after its op (`linear.3`) with the user's source
+line, so the profile can say which line of the model every microsecond comes from.
+
+An op with no kernel raises `CompileError` naming the op, its source line and the supported ops —
+or, with `fallback=True`, runs on the host CPU (PyTorch): the graph marks those nodes `[host]` and
+the program records each partition boundary (a tensor crossing between the device and the host).
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from trnlab.compiler.errors import CompileError
+from trnlab.compiler.ir import Graph, Node
+
+SUPPORTED = ("embedding", "add", "linear", "matmul", "layer_norm", "rms_norm", "gelu", "softmax", "attention",
+             "convert", "reshape", "copy")
+KERNEL_OF = {"embedding": "embedding", "add": "add", "linear": "linear", "matmul": "matmul",
+             "layer_norm": "layer_norm", "rms_norm": "rms_norm", "gelu": "gelu", "softmax": "softmax",
+             "attention": "causal_attention_qkv", "convert": "cast"}
+
+
+@dataclass
+class Call:
+    """One step of the program: a kernel call, a free view, or an op run on the host."""
+    kind: str                      # "kernel" | "view" | "host"
+    op: str                        # the IR op ("linear")
+    region: str                    # "linear.3": the op's region in the profile
+    inputs: list                   # value names
+    output: str                    # value name
+    out_shape: list                # the IR shape of the output
+    kernel: str = ""               # trnlab.kernels name ("linear")
+    views: list = field(default_factory=list)   # the shape each input is passed as (None: as it is)
+    kwargs: dict = field(default_factory=dict)
+    attrs: dict = field(default_factory=dict)   # host ops: the IR attrs to evaluate them
+    source: str = ""
+
+    def describe(self) -> str:
+        if self.kind == "view":
+            return f"view   %{self.output} = %{self.inputs[0]} as {self.out_shape}"
+        if self.kind == "host":
+            return f"host   %{self.output} = {self.op}({', '.join('%' + i for i in self.inputs)})  [CPU]"
+        args = []
+        for name, shape in zip(self.inputs, self.views):
+            args.append(f"%{name}" + (f"{list(shape)}" if shape else ""))
+        args += [f"{k}={v!r}" for k, v in self.kwargs.items()]
+        return f"kernel %{self.output} = {self.kernel}({', '.join(args)})"
+
+
+@dataclass
+class Program:
+    """The lowered graph: calls in order, plus what the runtime needs to bind inputs and outputs."""
+    target: str
+    calls: list
+    inputs: list                   # [(name, shape, dtype on the device)]
+    outputs: list                  # value names
+    output_spec: list              # the model's return structure (index into outputs or None)
+    constants: list                # value names of the resident constants
+    boundaries: list = field(default_factory=list)   # [(value, "neuron->host" | "host->neuron")]
+
+    def listing(self) -> str:
+        lines = [f"program for {self.target}: {sum(c.kind == 'kernel' for c in self.calls)} kernel calls, "
+                 f"{sum(c.kind == 'view' for c in self.calls)} views, {sum(c.kind == 'host' for c in self.calls)} "
+                 f"host ops"]
+        for c in self.calls:
+            text = f"  {c.region:18s} {c.describe()}"
+            lines.append(f"{text:100s}  # {c.source}" if c.source else text)
+        for value, direction in self.boundaries:
+            lines.append(f"  partition boundary: %{value} {direction}")
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.listing()
+
+    def to_json(self) -> dict:
+        d = asdict(self)
+        d["calls"] = [asdict(c) for c in self.calls]
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict) -> "Program":
+        d = dict(d)
+        d["calls"] = [Call(**c) for c in d["calls"]]
+        d["inputs"] = [tuple(x) for x in d["inputs"]]
+        d["boundaries"] = [tuple(x) for x in d["boundaries"]]
+        return cls(**d)
+
+
+def _rows(shape) -> list:
+    """[R, C] view of a tensor: leading axes flattened."""
+    shape = list(shape)
+    if len(shape) == 1:
+        return [1, shape[0]]
+    r = 1
+    for s in shape[:-1]:
+        r *= s
+    return [r, shape[-1]]
+
+
+def _unsupported(node: Node, why: str = "") -> CompileError:
+    where = f" at {node.source}" if node.source else ""
+    return CompileError(
+        f"cannot lower op {node.op!r} (%{node.name}){where}: {why or 'no kernel implements it'}. "
+        f"Supported ops: {', '.join(SUPPORTED)}. Pass fallback=True to run it on the host CPU.",
+        op=node.op, source=node.source, supported=SUPPORTED)
+
+
+def _lower_node(g: Graph, node: Node, region: str) -> Call:
+    v = g.values[node.name]
+    ins = [g.values[i] for i in node.inputs]
+    call = Call("kernel", node.op, region, list(node.inputs), node.name, list(v.shape), KERNEL_OF.get(node.op, ""),
+                source=node.source)
+    op = node.op
+    if op in ("reshape", "copy"):
+        call.kind, call.kernel = "view", ""
+    elif op == "embedding":
+        table, ids = ins
+        if len(table.shape) != 2:
+            raise _unsupported(node, f"embedding table of rank {len(table.shape)}")
+        call.inputs = call.inputs[::-1]          # the kernel takes (ids [N] int32, table [V, C])
+        call.views = [[int(_rows(ids.shape)[0] * _rows(ids.shape)[1])], None]
+    elif op == "add":
+        if "scalar" in node.attrs or ins[0].shape != ins[1].shape:
+            raise _unsupported(node, "the add kernel adds two tensors of one shape")
+        if ins[0].dtype != v.dtype:              # the kernel returns a's dtype: put the wider one first
+            call.inputs = call.inputs[::-1]
+        call.views = [_rows(v.shape), _rows(v.shape)]
+    elif op == "linear":
+        call.views = [None] * len(ins)
+        call.kwargs = {"activation": node.attrs.get("activation"), "weight_layout": node.attrs["weight_layout"]}
+        if len(ins) == 2:
+            call.inputs = call.inputs + [None]
+            call.views.append(None)
+    elif op == "matmul":
+        if any(len(i.shape) != 2 for i in ins):
+            raise _unsupported(node, "matmul of rank > 2 operands")
+        call.views = [None, None]
+    elif op in ("layer_norm", "rms_norm"):
+        call.views = [_rows(ins[0].shape)] + [None] * (len(ins) - 1)
+        call.kwargs = {"eps": node.attrs.get("eps", 1e-5)}
+    elif op == "gelu":
+        call.views = [_rows(v.shape)]
+        call.kwargs = {"approximate": node.attrs.get("approximate", "none")}
+    elif op == "softmax":
+        if node.attrs.get("dim", -1) != -1:
+            raise _unsupported(node, "softmax over an axis other than the last")
+        call.views = [_rows(v.shape)]
+    elif op == "attention":
+        call.views = [None]
+        call.kwargs = {"n_head": node.attrs["n_head"], "scale": node.attrs.get("scale")}
+    elif op == "convert":
+        call.views = [_rows(v.shape)]
+        call.kwargs = {"dtype": node.attrs["dtype"]}
+    else:
+        raise _unsupported(node)
+    return call
+
+
+def lower(g: Graph, target: str = "trn2", fallback: bool = False) -> Program:
+    """The graph's program: one call per node, in order; see the module docstring."""
+    calls = []
+    counts: dict[str, int] = {}
+    for node in g.nodes:
+        region = f"{node.op}.{counts.get(node.op, 0)}"
+        counts[node.op] = counts.get(node.op, 0) + 1
+        try:
+            calls.append(_lower_node(g, node, region))
+            node.device = "neuron"
+        except CompileError:
+            if not fallback:
+                raise
+            node.device = "host"
+            calls.append(Call("host", node.op, region, list(node.inputs), node.name, list(g.values[node.name].shape),
+                              attrs=node.attrs, source=node.source))
+    boundaries = []
+    device_of = {n.name: n.device for n in g.nodes}
+    for n in g.nodes:
+        for i in n.inputs:
+            src = device_of.get(i, "neuron")
+            if src != n.device and (i, f"{src}->{n.device}") not in boundaries:
+                boundaries.append((i, f"{src}->{n.device}"))
+    for o in g.outputs:
+        if device_of.get(o) == "host":
+            pass                                    # outputs are copied to the host anyway
+    inputs = [(n, list(g.values[n].shape), "int32" if g.values[n].dtype == "int64" else g.values[n].dtype)
+              for n in g.inputs]
+    return Program(target, calls, inputs, list(g.outputs), list(g.meta.get("output_spec", range(len(g.outputs)))),
+                   list(g.constants), boundaries)

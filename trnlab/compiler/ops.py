@@ -1,0 +1,190 @@
+"""The ops of the graph IR and what each one means, as a PyTorch reference.
+
+Three families live in one graph:
+
+- `aten.*` ops, straight from capture (core ATen, e.g. ``aten.addmm``): `legalise` turns the ones it
+  knows into ours; the rest stay and are run by PyTorch itself if they fall back to the host;
+- our ops after `legalise` (the names the passes and the lowering speak):
+    embedding(table, ids)  add(a, b)  mul(a, b | scalar=)  where(cond, a, b | a_scalar=, b_scalar=)
+    broadcast(x, shape=)  reshape(x, shape=)  transpose(x, perm=)  copy(x)  slice(x, dim=, start=, end=)
+    matmul(a, b)  batch_matmul(a, b)  layer_norm(x, w, b, eps=)  rms_norm(x, w, eps=)  softmax(x, dim=)
+    gelu(x, approximate=)  relu  tanh  sigmoid  silu  convert(x, dtype=)  logical_not(x)
+- fused ops, made by `fuse` (one kernel each):
+    linear(x, w[, bias], activation=, weight_layout=)     act(x @ W + bias)
+    attention(qkv, n_head=, scale=)                        causal multi-head attention from packed qkv
+
+`evaluate(node, inputs)` computes any of them with PyTorch: constant folding, the host fallback, and
+the tests all use this one definition.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "tanh", "sigmoid", "silu")
+VIEW_OPS = ("reshape", "copy")                      # free on the device: same bytes, new shape
+SHAPE_OPS = ("reshape", "copy", "transpose", "broadcast", "slice")
+
+_TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16,
+                 "int64": torch.int64, "int32": torch.int32, "bool": torch.bool, "float64": torch.float64,
+                 "int8": torch.int8, "uint8": torch.uint8, "int16": torch.int16}
+
+
+def dtype_name(dtype) -> str:
+    """'float32', 'bfloat16', ... for a NumPy, ml_dtypes or torch dtype."""
+    if isinstance(dtype, torch.dtype):
+        return str(dtype).replace("torch.", "")
+    name = np.dtype(dtype).name
+    return {"bool_": "bool"}.get(name, name)
+
+
+def torch_dtype(name: str) -> torch.dtype:
+    return _TORCH_DTYPES[name]
+
+
+def to_torch(array: np.ndarray) -> torch.Tensor:
+    array = np.asarray(array)
+    if dtype_name(array.dtype) == "bfloat16":
+        return torch.from_numpy(np.ascontiguousarray(array).view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(np.ascontiguousarray(array))
+
+
+def to_numpy(t: torch.Tensor) -> np.ndarray:
+    t = t.detach().cpu().contiguous()
+    if t.dtype == torch.bfloat16:
+        import ml_dtypes
+        return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+    return t.numpy()
+
+
+# -- aten argument templates (capture writes them, evaluate reads them) ---------------------------------
+def encode_arg(a, tensor_index):
+    """A plain-data form of an FX argument; `tensor_index(node)` numbers tensor operands."""
+    if isinstance(a, (list, tuple)):
+        return [encode_arg(x, tensor_index) for x in a]
+    if isinstance(a, torch.dtype):
+        return {"dtype": dtype_name(a)}
+    if isinstance(a, (torch.device, torch.layout, torch.memory_format)):
+        return {"drop": str(a)}
+    if a is None or isinstance(a, (bool, int, float, str)):
+        return a
+    index = tensor_index(a)
+    if index is None:
+        raise TypeError(f"argument {a!r} of type {type(a).__name__} has no plain-data form")
+    return {"%": index}
+
+
+def decode_arg(a, tensors):
+    if isinstance(a, list):
+        return [decode_arg(x, tensors) for x in a]
+    if isinstance(a, dict):
+        if "%" in a:
+            return tensors[a["%"]]
+        if "dtype" in a:
+            return torch_dtype(a["dtype"])
+        return None
+    return a
+
+
+def _aten(op: str):
+    _, name, overload = op.split(".") if op.count(".") == 2 else (*op.split("."), "default")
+    return getattr(getattr(torch.ops.aten, name), overload)
+
+
+# -- references ---------------------------------------------------------------------------------------
+def activation(x: torch.Tensor, name: str | None) -> torch.Tensor:
+    if name in (None, "none", "identity"):
+        return x
+    if name == "gelu":
+        return F.gelu(x)
+    if name == "gelu_tanh":
+        return F.gelu(x, approximate="tanh")
+    return {"relu": torch.relu, "tanh": torch.tanh, "sigmoid": torch.sigmoid, "silu": F.silu}[name](x)
+
+
+def causal_attention_reference(qkv: torch.Tensor, n_head: int, scale: float | None = None) -> torch.Tensor:
+    """qkv [B, T, 3C] (q, k, v side by side, heads inside each) -> y [B, T, C]: causal softmax attention."""
+    B, T, C3 = qkv.shape
+    C = C3 // 3
+    hs = C // n_head
+    q, k, v = (t.reshape(B, T, n_head, hs).transpose(1, 2) for t in qkv.split(C, dim=2))   # (B, nh, T, hs)
+    scores = (q @ k.transpose(-2, -1)) * (scale if scale is not None else 1.0 / math.sqrt(hs))
+    mask = torch.ones(T, T, dtype=torch.bool).tril()
+    scores = scores.masked_fill(~mask, float("-inf"))
+    y = torch.softmax(scores.float(), dim=-1).to(qkv.dtype) @ v                           # (B, nh, T, hs)
+    return y.transpose(1, 2).reshape(B, T, C)
+
+
+def evaluate(op: str, attrs: dict, inputs: list) -> torch.Tensor:
+    """The value of one op from its input tensors (PyTorch, on the host)."""
+    a = attrs
+    x = inputs[0] if inputs else None
+    if op.startswith("aten."):
+        args = decode_arg(a.get("args", []), inputs)
+        kwargs = {k: decode_arg(v, inputs) for k, v in (a.get("kwargs") or {}).items()}
+        kwargs = {k: v for k, v in kwargs.items() if v is not None}
+        out = _aten(op)(*args, **kwargs)
+        if "item" in a:
+            out = out[a["item"]]
+        return out
+    if op == "embedding":
+        return F.embedding(inputs[1], inputs[0])
+    if op == "add":
+        return inputs[0] + inputs[1]
+    if op == "mul":
+        return x * a["scalar"] if "scalar" in a else inputs[0] * inputs[1]
+    if op == "where":
+        cond = inputs[0]
+        rest = list(inputs[1:])
+        av = torch.tensor(a["a_scalar"], dtype=rest[0].dtype if rest else torch.float32) if "a_scalar" in a \
+            else rest.pop(0)
+        bv = torch.tensor(a["b_scalar"], dtype=av.dtype) if "b_scalar" in a else rest.pop(0)
+        return torch.where(cond, av, bv)
+    if op == "logical_not":
+        return ~x
+    if op == "broadcast":
+        return x.expand(a["shape"])
+    if op == "reshape":
+        return x.reshape(a["shape"])
+    if op == "transpose":
+        return x.permute(a["perm"])
+    if op == "copy":
+        return x.clone()
+    if op == "slice":
+        index = [slice(None)] * x.dim()
+        index[a["dim"]] = slice(a["start"], a["end"], a.get("step", 1))
+        return x[tuple(index)]
+    if op == "matmul":
+        return inputs[0] @ inputs[1]
+    if op == "batch_matmul":
+        return torch.bmm(inputs[0], inputs[1])
+    if op == "layer_norm":
+        w = inputs[1] if len(inputs) > 1 else None
+        b = inputs[2] if len(inputs) > 2 else None
+        return F.layer_norm(x.float(), [x.shape[-1]], w.float() if w is not None else None,
+                            b.float() if b is not None else None, a.get("eps", 1e-5)).to(x.dtype)
+    if op == "rms_norm":
+        return F.rms_norm(x.float(), [x.shape[-1]], inputs[1].float(), a.get("eps", 1e-6)).to(x.dtype)
+    if op == "softmax":
+        return torch.softmax(x.float(), dim=a.get("dim", -1)).to(x.dtype)
+    if op == "gelu":
+        return F.gelu(x, approximate=a.get("approximate", "none"))
+    if op in ("relu", "tanh", "sigmoid", "silu"):
+        return activation(x, op)
+    if op == "convert":
+        return x.to(torch_dtype(a["dtype"]))
+    if op == "linear":
+        w = inputs[1]
+        w = w.t() if a.get("weight_layout", "in_out") == "out_in" else w
+        y = (x.float() @ w.float()) if x.dtype != w.dtype else x @ w
+        if len(inputs) > 2:
+            y = y + inputs[2].to(y.dtype)
+        return activation(y, a.get("activation")).to(x.dtype)
+    if op == "attention":
+        return causal_attention_reference(x, a["n_head"], a.get("scale"))
+    if op == "constant":
+        raise ValueError("constants are values, not nodes")
+    raise KeyError(f"no reference for op {op!r}")

@@ -1,0 +1,212 @@
+"""Fuse: groups of ops that one kernel computes become one op.
+
+Rules (each a function `rule(graph) -> number of rewrites`, tried in order until none applies):
+
+- `fuse_attention`: the explicit attention of a GPT — q, k, v sliced from one qkv tensor, reshaped to
+  heads, `q @ kᵀ`, a scale, a causal `where(mask, -inf)`, `softmax`, `@ v`, heads back side by side —
+  becomes `attention(qkv, n_head)`, FlashAttention-style in one kernel: the [T, T] scores never leave
+  the chip. The rule finds the pattern by its structure (softmax between two batch matmuls whose
+  operands are views of slices of one tensor) and then *confirms* it: the matched subgraph and the
+  fused op are evaluated on the same random qkv and must agree (a match that computes something else,
+  e.g. a non-causal mask, is left alone);
+- `fuse_linear`: `matmul(x, w)`, then an optional `add` of a broadcast bias vector, then an optional
+  activation (relu, gelu, tanh, sigmoid, silu; reshapes in between are free) -> `linear(x, w, bias,
+  activation)`: the bias and the activation ride on the PSUM evacuation. A weight given as
+  `transpose(W)` (nn.Linear's [out, in]) is read as W with weight_layout="out_in";
+- layer norms need no rule: core ATen keeps `native_layer_norm` whole and `legalise` maps it to one op.
+
+Not fused: residual adds (our linear kernel has no residual input, so `x + proj(y)` stays an `add`
+kernel) — a fusion a kernel with a residual operand would enable.
+
+`compile(..., fusions=[...])` replaces this list, e.g. with a rule of your own (notebook 06).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from trnlab.compiler.ir import Graph, Node
+from trnlab.compiler.ops import ACTIVATIONS, evaluate, to_torch
+
+NAME = "fuse"
+WALK_THROUGH = ("reshape", "transpose", "broadcast", "copy", "convert")
+
+
+def single_user(g: Graph, value: str, users: dict) -> Node | None:
+    """The one node that reads `value`, or None (several readers, or a graph output)."""
+    readers = users.get(value, [])
+    if len(readers) != 1 or value in g.outputs:
+        return None
+    return readers[0]
+
+
+def back_through_views(g: Graph, value: str, producers: dict) -> str:
+    """Follow reshape/transpose/broadcast/copy/convert back to the value they are a view of."""
+    node = producers.get(value)
+    while node is not None and node.op in WALK_THROUGH:
+        value = node.inputs[0]
+        node = producers.get(value)
+    return value
+
+
+def _forward_views(g: Graph, value: str, users: dict) -> list[str]:
+    """`value` and the chain of single-reader views after it."""
+    chain = [value]
+    while True:
+        nxt = single_user(g, chain[-1], users)
+        if nxt is None or nxt.op not in WALK_THROUGH:
+            return chain
+        chain.append(nxt.name)
+
+
+def _subgraph(g: Graph, start: str, end: str) -> list[Node]:
+    """The nodes on paths from `start` to `end`, in order (their other inputs are constants)."""
+    producers = g.producers()
+    needed, stack = set(), [end]
+    while stack:
+        v = stack.pop()
+        if v in needed or v == start or v not in producers:
+            continue
+        needed.add(v)
+        stack.extend(producers[v].inputs)
+    return [n for n in g.nodes if n.name in needed]
+
+
+def _evaluate_subgraph(g: Graph, nodes: list[Node], start: str, x: torch.Tensor, end: str) -> torch.Tensor | None:
+    env = {start: x}
+    for n in nodes:
+        ins = []
+        for i in n.inputs:
+            if i in env:
+                ins.append(env[i])
+            elif i in g.constants:
+                ins.append(to_torch(g.constants[i]))
+            else:
+                return None                          # depends on something else than start: not a match
+        env[n.name] = evaluate(n.op, n.attrs, ins)
+    return env.get(end)
+
+
+def fuse_attention(g: Graph) -> int:
+    producers, users = g.producers(), g.users()
+    for sm in list(g.nodes):
+        if sm.op != "softmax":
+            continue
+        # scores side: softmax <- [where <- mul] <- (views) <- batch_matmul(q, kT)
+        v = sm.inputs[0]
+        for _ in range(8):                           # step back over where / mul / views to the matmul
+            p = producers.get(v)
+            if p is None or p.op in ("batch_matmul", "matmul"):
+                break
+            live = [i for i in p.inputs if g.values[i].kind == "node"]
+            if len(live) != 1:
+                break
+            v = live[0]
+        scores_mm = producers.get(v)
+        if scores_mm is None or scores_mm.op != "batch_matmul":
+            continue
+        # output side: softmax -> views -> batch_matmul(p, v) -> views -> [B, T, C]
+        chain = _forward_views(g, sm.name, users)
+        out_mm = single_user(g, chain[-1], users)
+        if out_mm is None or out_mm.op != "batch_matmul" or out_mm.inputs[0] != chain[-1]:
+            continue
+        parts = [producers.get(back_through_views(g, i, producers)) for i in
+                 (scores_mm.inputs[0], scores_mm.inputs[1], out_mm.inputs[1])]
+        if any(p is None or p.op != "slice" for p in parts) or len({p.inputs[0] for p in parts}) != 1:
+            continue
+        qkv = parts[0].inputs[0]
+        B, T, C3 = (g.values[qkv].shape + (0, 0, 0))[:3]
+        if len(g.values[qkv].shape) != 3:
+            continue
+        C = C3 // 3
+        out_chain = _forward_views(g, out_mm.name, users)
+        ends = [name for name in out_chain if tuple(g.values[name].shape) in ((B, T, C), (B * T, C))]
+        if not ends:
+            continue
+        end = ends[0]
+        end_shape = tuple(g.values[end].shape)
+        heads = g.values[scores_mm.name].shape[0] // B
+        if heads < 1 or C % heads:
+            continue
+        # confirm: the matched ops compute causal attention with this many heads
+        gen = torch.Generator().manual_seed(0)
+        x = torch.randn(g.values[qkv].shape, generator=gen).to(getattr(torch, g.values[qkv].dtype))
+        matched = _evaluate_subgraph(g, _subgraph(g, qkv, end), qkv, x, end)
+        fused = evaluate("attention", {"n_head": heads}, [x]).reshape(end_shape)
+        if matched is None or not torch.allclose(matched.float(), fused.float(), rtol=1e-3, atol=1e-4):
+            continue
+        node = g.add_node("attention", [qkv], (B, T, C), g.values[end].dtype,
+                          {"n_head": heads, "scale": 1.0 / math.sqrt(C // heads)}, sm.source,
+                          name="attention", before=g.node(end))
+        out = node.name
+        if end_shape != (B, T, C):
+            out = g.add_node("reshape", [node.name], end_shape, g.values[end].dtype, {"shape": list(end_shape)},
+                             sm.source, before=g.node(end)).name
+        g.replace_uses(end, out)
+        g.remove_unused()
+        return 1
+    return 0
+
+
+def fuse_linear(g: Graph) -> int:
+    producers, users = g.producers(), g.users()
+    for mm in list(g.nodes):
+        if mm.op != "matmul" or len(g.values[mm.inputs[0]].shape) != 2:
+            continue
+        x, w = mm.inputs
+        layout = "in_out"
+        wp = producers.get(w)
+        if wp is not None and wp.op == "transpose" and list(wp.attrs["perm"]) == [1, 0]:
+            w, layout = wp.inputs[0], "out_in"
+        inputs = [x, w]
+        last, activation = mm.name, None
+        nxt = single_user(g, last, users)
+        if nxt is not None and nxt.op == "add" and len(nxt.inputs) == 2:
+            other = nxt.inputs[1] if nxt.inputs[0] == last else nxt.inputs[0]
+            bias = back_through_views(g, other, producers)
+            N = g.values[mm.name].shape[-1]
+            if tuple(g.values[bias].shape) in ((N,), (1, N)):
+                inputs.append(bias)
+                last = nxt.name
+        views = _forward_views(g, last, users)
+        act = single_user(g, views[-1], users)
+        if act is not None and (act.op in ACTIVATIONS or act.op == "gelu"):
+            name = act.op
+            if act.op == "gelu" and act.attrs.get("approximate", "none") == "tanh":
+                name = "gelu_tanh"
+            activation, last = name, act.name
+        M, N = g.values[mm.name].shape
+        node = g.add_node("linear", inputs, (M, N), g.values[mm.name].dtype,
+                          {"activation": activation, "weight_layout": layout}, mm.source, name="linear",
+                          before=mm)
+        if last == mm.name:
+            g.replace_uses(mm.name, node.name)
+        else:
+            out = node.name
+            if tuple(g.values[last].shape) != (M, N):
+                out = g.add_node("reshape", [node.name], g.values[last].shape, g.values[last].dtype,
+                                 {"shape": list(g.values[last].shape)}, mm.source, before=mm).name
+            g.replace_uses(last, out)
+        g.remove_unused()
+        return 1
+    return 0
+
+
+FUSIONS = [fuse_attention, fuse_linear]
+
+
+def run(g: Graph, options=None) -> Graph:
+    rules = getattr(options, "fusions", None)
+    rules = FUSIONS if rules is None else rules
+    counts = {}
+    for rule in rules:
+        n = 0
+        while True:
+            done = rule(g)
+            if not done:
+                break
+            n += int(done)
+        counts[getattr(rule, "__name__", str(rule))] = n
+    g.meta.setdefault("pass_stats", {})[NAME] = counts
+    return g

@@ -1,0 +1,109 @@
+"""Checks for notebook 08, many chips: the ring all-reduce time, the pipeline step, a parallel layout.
+
+Expected values come from the package's own models — `collectives.cost` over a topology built from
+the student's link numbers, `pipeline.schedule` (which times the 1F1B order op by op), and
+`scaling.estimate` for every power-of-two layout of the machine.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from trnlab.course.exercises import CheckFailed, exercise
+from trnlab.distributed import collectives, pipeline, scaling, topology
+
+NOTEBOOK = "08_many_chips"
+
+
+def _number(value, what: str, inputs) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise CheckFailed(f"{what} should be a number, got {value!r} for {inputs}")
+    return float(value)
+
+
+def ring_time_us(nbytes: int, ranks: int, link_gbps: float, hop_us: float) -> float:
+    link = topology.Link("exercise link", link_gbps * 1e9, hop_us * 1e3, "the exercise's numbers")
+    ring = topology.Topology("exercise ring", "ring", ranks, 1, link)
+    return collectives.cost("all_reduce", nbytes, ring, "ring").time_ns / 1e3
+
+
+@exercise("nb08_ring_time", notebook=NOTEBOOK, points=2, answer="ring_all_reduce_us",
+          title="How long does a ring all-reduce take?")
+def check_ring_time(ring_all_reduce_us) -> None:
+    cases = [(2**30, 16, 1024.0, 1.5), (2**20, 4, 100.0, 2.0), (1024, 64, 256.0, 1.0), (2**28, 2, 384.0, 1.5),
+             (2**26, 8, 50.0, 15.0), (4096, 1, 100.0, 1.0)]
+    for case in cases:
+        expected = ring_time_us(*case)
+        got = _number(ring_all_reduce_us(*case), "the time in µs", case)
+        if not math.isclose(got, expected, rel_tol=1e-6, abs_tol=1e-9):
+            nbytes, p = case[0], case[1]
+            raise CheckFailed(
+                f"expected {expected:,.3f} µs, got {got:,.3f} µs for (nbytes, ranks, link_GBps, hop_us) = {case} "
+                f"(2·(p-1) = {2 * (p - 1)} steps, each one hop of latency; each rank sends 2·(p-1)/p of the "
+                f"{nbytes:,} bytes over its link)")
+
+
+@exercise("nb08_pipeline_step", notebook=NOTEBOOK, points=2, answer="pipeline_step_us",
+          title="How long is a 1F1B pipeline step?")
+def check_pipeline_step(pipeline_step_us) -> None:
+    cases = [(4, 8, 1.0, 2.0), (2, 1, 3.0, 5.0), (8, 32, 0.5, 1.1), (1, 6, 2.0, 4.0), (6, 6, 10.0, 20.0)]
+    for case in cases:
+        stages, microbatches, f, b = case
+        expected = pipeline.schedule(stages, microbatches, f, b).total_ns  # units: whatever f and b are in
+        got = _number(pipeline_step_us(*case), "the step time in µs", case)
+        if not math.isclose(got, expected, rel_tol=1e-9):
+            raise CheckFailed(
+                f"expected {expected:g} µs, got {got:g} µs for (stages, microbatches, forward_us, backward_us) = "
+                f"{case} (the last microbatch enters stage 0 after {microbatches - 1} others, and the pipe "
+                f"needs {stages - 1} more stages to fill and to drain)")
+
+
+LAYOUT_CASES = [("7B-class", "trn2.48xlarge", 64), ("70B-class", "Trn2 UltraServer", 64),
+                ("GPT-2 small (124M)", "trn2.48xlarge", 64), ("7B-class", "Trn3 UltraServer (Gen1)", 128),
+                ("GPT-2 XL (1.5B)", "trn1.32xlarge", 32)]
+
+
+def powers_of_two_layouts(ranks: int) -> list[tuple[int, int, int]]:
+    p = [2**i for i in range(ranks.bit_length()) if 2**i <= ranks]
+    return [(d, t, q) for d in p for t in p for q in p if d * t * q == ranks]
+
+
+def best_fitting(model_name: str, system: str, global_batch: int) -> scaling.StepEstimate:
+    model, topo = scaling.MODELS[model_name], topology.get(system)
+    estimates = []
+    for layout in powers_of_two_layouts(topo.ranks):
+        try:
+            estimates.append(scaling.estimate(model, topo, global_batch, *layout))
+        except ValueError:
+            continue
+    return max((e for e in estimates if e.fits), key=lambda e: e.tokens_per_second)
+
+
+@exercise("nb08_layout", notebook=NOTEBOOK, points=3, answer="choose_layout",
+          title="Choose a parallel layout for a model that does not fit one chip")
+def check_layout(choose_layout) -> None:
+    for case in LAYOUT_CASES:
+        model_name, system, batch = case
+        got = choose_layout(*case)
+        if not (isinstance(got, (tuple, list)) and len(got) == 3
+                and all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in got)):
+            raise CheckFailed(f"expected three whole numbers (dp, tp, pp), got {got!r} for {case}")
+        dp, tp, pp = (int(v) for v in got)
+        ranks = topology.get(system).ranks
+        if dp * tp * pp != ranks:
+            raise CheckFailed(f"{case}: expected dp × tp × pp = {ranks} (every chip of {system}), got {dp * tp * pp}")
+        try:
+            est = scaling.estimate(scaling.MODELS[model_name], topology.get(system), batch, dp, tp, pp)
+        except ValueError as error:
+            raise CheckFailed(f"{case}: expected a possible layout, but {(dp, tp, pp)} is not: {error}") from None
+        if not est.fits:
+            raise CheckFailed(f"{case}: expected a layout that fits one chip's {est.hbm_bytes / scaling.GiB:,.0f} GiB, "
+                              f"but {(dp, tp, pp)} needs {est.memory.total / scaling.GiB:,.1f} GiB per chip "
+                              f"(split the model more: tp or pp)")
+        best = best_fitting(*case)
+        if est.tokens_per_second < 0.8 * best.tokens_per_second:
+            raise CheckFailed(f"{case}: expected at least 80 % of the best fitting layout's "
+                              f"{best.tokens_per_second:,.0f} tokens/s; {(dp, tp, pp)} fits but reaches "
+                              f"{est.tokens_per_second:,.0f}")

@@ -1,0 +1,248 @@
+"""Many Trainium chips: which ranks there are and how they are wired.
+
+A `Topology` is the set of ranks a collective runs over (the cores of one chip, or the chips of a
+server / UltraServer) and the links between them, each link with a bandwidth per rank and a latency
+per hop. The cost model in `collectives` reads nothing else, so a student can build a machine that
+does not exist (``topology.derive(...)``) and see what changes.
+
+One rank is one chip (all its cores acting together), except in `chip_cores` where a rank is one
+NeuronCore. Servers and chip counts come from `trnlab.hardware.presets`; the link numbers that
+presets does not hold live here, each with its public source:
+
+- [HW-trn1] AWS Neuron docs, "AWS Trn1/Trn1n Architecture" (general/arch/neuron-hardware/trn1-arch):
+  trn1.32xlarge, 16 chips on NeuronLink-v2 "which utilizes a 4D-HyperCube topology"; EFA 800 Gbps per
+  instance. NeuronLink-v2 384 GB/s per chip: presets.TRN1.link_bandwidth ("Trainium Architecture").
+- [HW-trn2] "Amazon EC2 Trn2 architecture" (general/arch/neuron-hardware/trn2-arch): trn2.48xlarge,
+  16 chips in a 4×4 2-D torus, 1,024 GB/s per chip of NeuronLink-v3 inside the instance; the
+  UltraServer joins 4 instances, "devices with the same coordinates in each instance are connected in
+  a ring", 256 GB/s per chip between instances; EFA 3,200 Gbps per instance.
+- [HW-trn3] "Amazon EC2 Trn3 Architecture" (about-neuron/arch/neuron-hardware/trn3-arch): Gen1
+  UltraServer = 4 servers × 16 chips, Gen2 = 36 servers × 4 chips, both all-to-all through
+  NeuronSwitch-v1; NeuronLink-v4 2,048 GiB/s per chip (⚠ "Trainium3 Architecture" says 2.56 TB/s per
+  chip: we keep presets.TRN3.link_bandwidth = 2.56 TB/s and note the other); EFA 12,800 / 28,800 Gbps.
+- [CC-intra] "Intra-node Collective Communications with AWS Neuron"
+  (neuron-runtime/explore/intranode-collective-comm): "the per-hop latency of Ring/KangaRing is about
+  1-2 us (HBM load dependent)"; algorithms Ring, Mesh, KangaRing, RDH; the 2-D torus "can also be seen
+  as a 4D hyper-cube".
+- [CC-inter] "Inter-node Collective Communications with AWS Neuron"
+  (neuron-runtime/explore/internode-collective-comm): over EFA "the per-hop or point-to-point latency
+  is ~15us"; Ring, Mesh, RDH between nodes; hierarchical = intra-node stage + inter-node stage.
+- [DMA] NKI "Introduction to DMA" (nki/about/nki-dma-overview): 16 DMA engines per core,
+  27.2 GB/s each (v2/v3), 38.4 GB/s (v4) — the on-chip core-to-core path.
+
+Numbers no page gives are marked ASSUMED with the reason.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+
+from trnlab.hardware import presets
+
+NS_PER_US = 1e3
+
+# Per-hop latencies [CC-intra], [CC-inter]
+NEURONLINK_HOP_NS = 1.5 * NS_PER_US   # "about 1-2 us" per hop inside a node: the middle
+EFA_HOP_NS = 15.0 * NS_PER_US         # "~15us" per hop between nodes
+# ASSUMED: no page gives the latency of the links between the instances of a Trn2 UltraServer, or of
+# a hop through NeuronSwitch; they are NeuronLink too, so we use the in-node figure.
+ULTRASERVER_HOP_NS = NEURONLINK_HOP_NS
+SWITCH_HOP_NS = NEURONLINK_HOP_NS
+
+GBPS = 1e9 / 8  # one gigabit per second, in bytes per second
+
+
+@dataclass(frozen=True)
+class Link:
+    """A class of link: bytes/s one rank can send at once over it, and the latency of one hop."""
+
+    name: str
+    bandwidth: float  # bytes/s per rank (all of a rank's wires of this kind together)
+    hop_latency_ns: float
+    source: str
+    links: int = 1  # physical links the bandwidth is spread over (a point-to-point message uses one)
+
+    def transfer_ns(self, nbytes: float, hops: int = 1) -> float:
+        """One message of `nbytes` over `hops` hops (store-and-forward is not modelled: the data
+        streams, so only the latency is paid per hop)."""
+        return hops * self.hop_latency_ns + nbytes / self.bandwidth * 1e9
+
+
+@dataclass(frozen=True)
+class Topology:
+    """Ranks in `servers` groups of `ranks_per_server`; `intra` joins ranks of one server (wired as
+    `shape`), `inter` joins servers (None for one server).
+
+    kind of the in-server wiring:
+      "ring"     a ring (or what a ring algorithm sees of it)
+      "torus"    a 2-D torus of `shape` (rows, cols): a ring uses 2 disjoint Hamiltonian cycles
+      "hypercube" log2(ranks) dimensions: recursive doubling/halving uses one dimension per step
+      "switch"   all-to-all through a switch: any rank reaches any other in one hop
+    """
+
+    name: str
+    kind: str
+    ranks_per_server: int
+    servers: int
+    intra: Link
+    inter: Link | None = None
+    inter_kind: str = "ring"  # how servers are joined: "ring" (Trn2 UltraServer), "switch", "efa"
+    shape: tuple[int, ...] = ()
+    rank_name: str = "chip"   # what one rank is: "chip" or "core"
+    chip: presets.ChipSpec = presets.TRN2
+    efa: Link | None = None   # the network beyond this topology (EFA), for many of them
+    notes: str = ""
+
+    def __post_init__(self) -> None:
+        if self.ranks_per_server < 1 or self.servers < 1:
+            raise ValueError(f"a topology needs at least one rank and one server, got "
+                             f"{self.ranks_per_server} ranks × {self.servers} servers")
+        if self.servers > 1 and self.inter is None:
+            raise ValueError(f"{self.name}: {self.servers} servers need an inter-server link")
+
+    @property
+    def ranks(self) -> int:
+        return self.ranks_per_server * self.servers
+
+    @property
+    def intra_links(self) -> int:
+        return self.intra.links
+
+    @property
+    def chips(self) -> int:
+        return self.ranks if self.rank_name == "chip" else max(1, self.ranks // self.chip.cores)
+
+    def peak_flops(self, dtype: str = "bfloat16") -> float:
+        """Tensor-engine peak of one rank (a chip or a core), from the presets."""
+        return self.chip.peak_flops(dtype) if self.rank_name == "chip" else self.chip.core.peak_flops(dtype)
+
+    @property
+    def hbm_bytes_per_rank(self) -> int:
+        return self.chip.hbm_bytes if self.rank_name == "chip" else self.chip.core.hbm_bytes
+
+    def supports(self, algorithm: str) -> bool:
+        """Mesh needs direct (routed or switched) paths; RDH needs a power-of-two group."""
+        if algorithm == "mesh":
+            return self.kind in ("switch", "torus", "hypercube")
+        return True
+
+    def group(self, size: int) -> "Topology":
+        """The sub-topology a group of `size` ranks sees (the first ranks, filling servers first)."""
+        if not 1 <= size <= self.ranks:
+            raise ValueError(f"group of {size} ranks does not fit {self.name}: it has {self.ranks} ranks")
+        if size <= self.ranks_per_server:
+            return dataclasses.replace(self, name=f"{self.name}[{size}]", ranks_per_server=size, servers=1,
+                                       inter=None)
+        if size % self.ranks_per_server:
+            raise ValueError(f"a group of {size} ranks across servers must fill whole servers of "
+                             f"{self.ranks_per_server} ranks on {self.name}")
+        return dataclasses.replace(self, name=f"{self.name}[{size}]", servers=size // self.ranks_per_server)
+
+    def derive(self, name: str | None = None, **changes) -> "Topology":
+        """A copy with some fields changed, e.g. ``derive(servers=8, inter=EFA_TRN2)``."""
+        return dataclasses.replace(self, name=name or self.name + " (custom)", **changes)
+
+    def summary(self) -> dict:
+        return {
+            "topology": self.name, "ranks": self.ranks, "rank": self.rank_name, "wiring": self.kind,
+            "servers": self.servers, f"{self.intra.name} (GB/s per rank)": self.intra.bandwidth / 1e9,
+            "hop (µs)": self.intra.hop_latency_ns / 1e3,
+            "between servers (GB/s per rank)": (self.inter.bandwidth / 1e9) if self.inter else None,
+        }
+
+
+# ---------------------------------------------------------------------------------------------
+# Links
+# ---------------------------------------------------------------------------------------------
+def on_chip_link(core: presets.CoreSpec) -> Link:
+    """Core to core on one chip: through HBM by DMA, at most the core's 16 engines [DMA]."""
+    return Link("on-chip DMA", core.dma_engines * core.dma_engine_bandwidth, NEURONLINK_HOP_NS,
+                "[DMA] 16 engines × per-engine rate; hop latency [CC-intra]")
+
+
+# A 4-D hypercube has one link per dimension: 4 per chip (deduced from [HW-trn1]'s topology).
+NEURONLINK_V2 = Link("NeuronLink-v2", presets.TRN1.link_bandwidth, NEURONLINK_HOP_NS,
+                     "384 GB/s per chip [HW-trn1] (presets.TRN1); 1-2 µs per hop [CC-intra]", links=4)
+# "4 NeuronLink-v3 for device-to-device collective communication" (NKI "Trainium2 Architecture")
+NEURONLINK_V3 = Link("NeuronLink-v3", presets.TRN2_48XLARGE.link_bandwidth, NEURONLINK_HOP_NS,
+                     "1,024 GB/s per chip inside trn2.48xlarge [HW-trn2]; 1-2 µs per hop [CC-intra]", links=4)
+NEURONLINK_V3_ULTRA = Link("NeuronLink-v3 (between instances)", presets.TRN2_ULTRASERVER.inter_server_bandwidth,
+                           ULTRASERVER_HOP_NS, "256 GB/s per chip between instances [HW-trn2]; latency ASSUMED")
+NEURONLINK_V4 = Link("NeuronLink-v4 via NeuronSwitch", presets.TRN3.link_bandwidth, SWITCH_HOP_NS,
+                     "2.56 TB/s per chip (⚠ 2,048 GiB/s in [HW-trn3]); latency ASSUMED")
+# EFA: the instance's network bandwidth shared by its 16 chips
+EFA_TRN1 = Link("EFA (trn1)", 800 * GBPS / 16, EFA_HOP_NS, "800 Gbps per trn1.32xlarge [HW-trn1] ÷ 16 chips; ~15 µs [CC-inter]")
+EFA_TRN2 = Link("EFA (trn2)", 3200 * GBPS / 16, EFA_HOP_NS, "3,200 Gbps per trn2.48xlarge [HW-trn2] ÷ 16 chips; ~15 µs [CC-inter]")
+EFA_TRN3 = Link("EFA (trn3)", 28800 * GBPS / 144, EFA_HOP_NS, "28,800 Gbps per Gen2 UltraServer [HW-trn3] ÷ 144 chips; ~15 µs [CC-inter]")
+
+
+# ---------------------------------------------------------------------------------------------
+# The presets
+# ---------------------------------------------------------------------------------------------
+def chip_cores(chip: presets.ChipSpec = presets.TRN2) -> Topology:
+    """The NeuronCores of one chip; a rank is a core, data moves core to core through HBM by DMA."""
+    return Topology(f"{chip.name}: {chip.cores} cores", "ring", chip.cores, 1, on_chip_link(chip.core),
+                    rank_name="core", chip=chip,
+                    notes="ASSUMED: cores exchange data through HBM at their DMA rate")
+
+
+TRN1_32XLARGE = Topology(
+    "trn1.32xlarge", "hypercube", 16, 1, NEURONLINK_V2, shape=(2, 2, 2, 2), chip=presets.TRN1, efa=EFA_TRN1,
+    notes="16 chips, NeuronLink-v2 as a 4-D hypercube [HW-trn1]")
+TRN2_48XLARGE = Topology(
+    "trn2.48xlarge", "torus", 16, 1, NEURONLINK_V3, shape=(4, 4), chip=presets.TRN2, efa=EFA_TRN2,
+    notes="16 chips in a 4×4 2-D torus [HW-trn2]")
+TRN2_ULTRASERVER = Topology(
+    "Trn2 UltraServer", "torus", 16, 4, NEURONLINK_V3, inter=NEURONLINK_V3_ULTRA, inter_kind="ring",
+    shape=(4, 4), chip=presets.TRN2, efa=EFA_TRN2,
+    notes="4 × trn2.48xlarge; chips with the same coordinates form rings of 4 [HW-trn2]")
+TRN3_ULTRASERVER_GEN1 = Topology(
+    "Trn3 UltraServer (Gen1)", "switch", 64, 1, NEURONLINK_V4, chip=presets.TRN3, efa=EFA_TRN3,
+    notes="4 servers × 16 chips, all-to-all through NeuronSwitch-v1: one scale-up domain [HW-trn3]")
+TRN3_ULTRASERVER_GEN2 = Topology(
+    "Trn3 UltraServer (Gen2)", "switch", 144, 1, NEURONLINK_V4, chip=presets.TRN3, efa=EFA_TRN3,
+    notes="36 servers × 4 chips, two levels of NeuronSwitch-v1: one scale-up domain [HW-trn3]")
+
+TOPOLOGIES: dict[str, Topology] = {t.name: t for t in (
+    chip_cores(presets.TRN1), chip_cores(presets.TRN2), chip_cores(presets.TRN3),
+    TRN1_32XLARGE, TRN2_48XLARGE, TRN2_ULTRASERVER, TRN3_ULTRASERVER_GEN1, TRN3_ULTRASERVER_GEN2)}
+SYSTEMS = ("trn1.32xlarge", "trn2.48xlarge", "Trn2 UltraServer", "Trn3 UltraServer (Gen1)", "Trn3 UltraServer (Gen2)")
+
+
+def get(name: str) -> Topology:
+    if name not in TOPOLOGIES:
+        raise KeyError(f"unknown topology {name!r}; known: {', '.join(TOPOLOGIES)}")
+    return TOPOLOGIES[name]
+
+
+def cluster(base: Topology, instances: int) -> Topology:
+    """`instances` copies of a server joined by EFA (e.g. 8 × trn2.48xlarge = 128 chips)."""
+    if base.efa is None:
+        raise ValueError(f"{base.name} has no EFA link to build a cluster from")
+    if base.servers != 1:
+        raise ValueError(f"build clusters from one server, not from {base.name} ({base.servers} servers)")
+    return dataclasses.replace(base, name=f"{instances} × {base.name} (EFA)", servers=instances, inter=base.efa,
+                               inter_kind="efa")
+
+
+def is_power_of_two(n: int) -> bool:
+    return n >= 1 and (n & (n - 1)) == 0
+
+
+def log2_ceil(n: int) -> int:
+    return max(0, math.ceil(math.log2(n))) if n > 1 else 0
+
+
+def devices(topology: Topology, mode: str = "timing", count: int | None = None) -> list:
+    """The simulated chips of `topology` (or its first `count` ranks) as program-layer Devices: one
+    `trnlab.hardware.device.Device` per chip, named "chip0", "chip1", …; for a `chip_cores` topology,
+    one Device whose cores are the ranks. A program runs on them with ``device.run(program, ...)``."""
+    from trnlab.hardware.device import Device
+    if topology.rank_name == "core":
+        return [Device(topology.chip, mode=mode, cores=count or topology.ranks, name="chip0")]
+    n = topology.ranks if count is None else count
+    if not 1 <= n <= topology.ranks:
+        raise ValueError(f"{topology.name} has {topology.ranks} chips; asked for {n}")
+    return [Device(topology.chip, mode=mode, name=f"chip{i}") for i in range(n)]

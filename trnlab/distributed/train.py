@@ -1,0 +1,200 @@
+"""A real data-parallel training run across processes, gradients through torch.distributed (gloo).
+
+    torchrun --nproc-per-node=2 -m trnlab.distributed.train --steps 20 --global-batch 32 --seed 0 --out runs/dp2
+    python -m trnlab.distributed.train --steps 20 --global-batch 32 --seed 0 --out runs/dp1   # 1 process
+
+Each process stands for one device. Every rank builds the same model (seeded; rank 0's weights are
+then broadcast, as DistributedDataParallel does), draws the same global batch (same seed) and keeps
+its B/W rows; the answer-token count of the global batch is all-reduced, each rank runs the
+`TrainStep` of `data_parallel` on its rows, and the flat gradient is all-reduced (sum) before
+clipping and AdamW — so every rank applies the global batch's update and the losses equal the
+1-process run's (to float rounding: the sums are taken in another order). Rank 0 writes every
+step's loss to ``OUT/losses.json``.
+
+Failures never hang the job: the process group has a time-out (``--timeout``, seconds), a rank
+whose collective fails says which step and which collective and exits with code 3, and torchrun
+then stops the other ranks and reports the failed one. ``--fail-rank R --fail-at-step K`` makes
+rank R die (or, with ``--fail-mode hang``, stop answering) at step K, to test exactly that.
+Everything listens on 127.0.0.1 only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from trnlab.data.batches import BatchSampler, encode_examples
+from trnlab.data.corpus import CORPUS_DIR, load_split
+from trnlab.data.tokenizer import CharTokenizer
+from trnlab.distributed import data_parallel as dp
+from trnlab.model.gpt import GPT, GPTConfig
+from trnlab.model.train import TrainConfig, learning_rate_at
+
+RANK_LOST_EXIT = 3     # a collective failed: another rank died or stopped answering
+SIMULATED_DEATH_EXIT = 17
+
+
+class RankLost(RuntimeError):
+    """A collective did not complete: the message names the step, the collective and the time-out."""
+
+
+class Group:
+    """The ranks of this job: torch.distributed when launched by torchrun, a group of one otherwise."""
+
+    def __init__(self, timeout_s: float):
+        self.world = int(os.environ.get("WORLD_SIZE", "1"))
+        self.rank = int(os.environ.get("RANK", "0"))
+        self.timeout_s = timeout_s
+        if self.world > 1:
+            addr = os.environ.get("MASTER_ADDR", "127.0.0.1")
+            if addr not in ("127.0.0.1", "localhost"):
+                raise SystemExit(f"this course runs on one machine: MASTER_ADDR must be 127.0.0.1, got {addr}")
+            os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+            dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=timeout_s))
+
+    def all_reduce(self, tensor: torch.Tensor, what: str, step: int) -> torch.Tensor:
+        """Sum over ranks, in place; a failure becomes a `RankLost` that says what and when."""
+        if self.world > 1:
+            try:
+                dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+            except Exception as error:  # gloo raises RuntimeError / DistBackendError subclasses
+                raise RankLost(f"rank {self.rank}: all-reduce of {what} at step {step} failed — another rank "
+                               f"died or did not answer within the {self.timeout_s:g} s time-out "
+                               f"({type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''})") from error
+        return tensor
+
+    def broadcast(self, tensor: torch.Tensor, what: str) -> torch.Tensor:
+        if self.world > 1:
+            try:
+                dist.broadcast(tensor, src=0)
+            except Exception as error:
+                raise RankLost(f"rank {self.rank}: broadcast of {what} failed ({error})") from error
+        return tensor
+
+    def close(self) -> None:
+        if self.world > 1 and dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m trnlab.distributed.train", description=__doc__.split("\n")[0])
+    parser.add_argument("--steps", type=int, required=True)
+    parser.add_argument("--global-batch", type=int, required=True, help="rows per step over all ranks")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, required=True, help="folder for losses.json")
+    parser.add_argument("--n-layer", type=int, default=2)
+    parser.add_argument("--n-head", type=int, default=4)
+    parser.add_argument("--n-embd", type=int, default=64)
+    parser.add_argument("--learning-rate", type=float, default=3e-3)
+    parser.add_argument("--warmup-steps", type=int, default=10)
+    parser.add_argument("--timeout", type=float, default=60.0, help="seconds a collective may wait for a peer")
+    parser.add_argument("--fail-rank", type=int, default=None, help="(testing) this rank fails ...")
+    parser.add_argument("--fail-at-step", type=int, default=None, help="(testing) ... at this step")
+    parser.add_argument("--fail-mode", choices=("die", "hang"), default="die")
+    parser.add_argument("--corpus", type=Path, default=CORPUS_DIR)
+    parser.add_argument("--train-examples", type=int, default=None,
+                        help="use only the first N training examples (a quicker start; default all)")
+    return parser.parse_args(argv)
+
+
+def run(args: argparse.Namespace) -> dict:
+    """The job in this process (rank and world from torchrun's environment, else a group of one)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the losses must not depend on the machine's core count
+    group = Group(args.timeout)
+    try:
+        return _run(args, group)
+    finally:
+        group.close()
+        torch.set_num_threads(threads)
+
+
+def _run(args: argparse.Namespace, group: Group) -> dict:
+    started = time.perf_counter()
+    tokenizer = CharTokenizer()
+    examples = load_split("train", args.corpus)[:args.train_examples]
+    train_x, train_y = encode_examples(examples, tokenizer)
+    config = GPTConfig(vocab_size=tokenizer.vocab_size, n_layer=args.n_layer, n_head=args.n_head, n_embd=args.n_embd)
+    schedule = TrainConfig(steps=args.steps, learning_rate=args.learning_rate, warmup_steps=args.warmup_steps)
+    torch.manual_seed(args.seed)
+    model = GPT(config)
+    flat = group.broadcast(dp.flat_params(model).clone(), "the initial weights")
+    dp.set_flat_params(model, flat)
+    model.train()
+    optimizer = model.configure_optimizer(schedule.learning_rate, schedule.weight_decay)
+    batches = BatchSampler(train_x, train_y, args.global_batch, seed=args.seed)
+    losses = []
+    for step in range(args.steps):
+        if step == args.fail_at_step and group.rank == args.fail_rank:
+            print(f"rank {group.rank}: failing on purpose at step {step} (--fail-mode {args.fail_mode})",
+                  file=sys.stderr, flush=True)
+            if args.fail_mode == "die":
+                os._exit(SIMULATED_DEATH_EXIT)
+            time.sleep(10 * args.timeout + 60)  # "hang": never answer; the others' time-out must fire
+        lr = learning_rate_at(step, schedule)
+        for g in optimizer.param_groups:
+            g["lr"] = lr
+        x, y = next(batches)  # the global batch, the same on every rank
+        xs, ys = dp.shard_rows(x, y, group.rank, group.world)
+        tokens = int(group.all_reduce(torch.tensor([dp.counted_tokens(ys)], dtype=torch.int64), "the token count", step))
+        optimizer.zero_grad(set_to_none=True)
+        loss_sum = dp.torch_step(model, xs, ys, tokens)
+        grads = group.all_reduce(torch.from_numpy(dp.flat_grads(model)), "the gradients", step)
+        dp.set_flat_grads(model, grads)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), schedule.grad_clip)
+        optimizer.step()
+        total = group.all_reduce(torch.tensor([loss_sum], dtype=torch.float64), "the loss", step)
+        losses.append(float(total) / tokens)
+    result = {"world_size": group.world, "steps": args.steps, "global_batch": args.global_batch, "seed": args.seed,
+              "model": config.to_json(), "losses": losses, "seconds": round(time.perf_counter() - started, 2)}
+    if group.rank == 0:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "losses.json").write_text(json.dumps(result, indent=1))
+    return result
+
+
+def launch(nproc: int, args: list[str], timeout_s: float = 300.0) -> subprocess.Popen:
+    """Start the job as a user would from a shell — torchrun with `nproc` processes on 127.0.0.1, or
+    plain python for one — and return the running process (stdout and stderr piped)."""
+    if nproc > 1:
+        with socket.socket() as s:  # a free port on the loopback interface
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        command = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}",
+                   "--master-addr", "127.0.0.1", "--master-port", str(port), "-m", "trnlab.distributed.train", *args]
+    else:
+        command = [sys.executable, "-m", "trnlab.distributed.train", *args]
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    env.update(OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.global_batch % int(os.environ.get("WORLD_SIZE", "1")):
+        print(f"error: --global-batch {args.global_batch} does not split evenly over "
+              f"{os.environ.get('WORLD_SIZE')} processes", file=sys.stderr)
+        return 2
+    try:
+        result = run(args)
+    except RankLost as lost:
+        print(f"error: {lost}", file=sys.stderr, flush=True)
+        return RANK_LOST_EXIT
+    if int(os.environ.get("RANK", "0")) == 0:
+        print(f"{result['world_size']} process(es), {result['steps']} steps, global batch {result['global_batch']}: "
+              f"final loss {result['losses'][-1]:.4f}; wrote {args.out / 'losses.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,187 @@
+"""A device: one Trainium chip — N NeuronCores sharing the chip's HBM — that runs programs.
+
+    device = Device("trn2")                   # 8 cores (trn1: 2), one HBM, one timeline per core
+    run = device.run(program, a, b, core=3)   # replay a traced program on core 3
+    run.outputs, run.latency_ns, run.profile(), device.chrome_trace("trace.json")
+
+The cores share the chip's HBM (capacity: `ChipSpec.hbm_bytes`) and its bandwidth: every DMA that
+touches HBM, from any core, passes one channel at the chip's rate (`ChipSpec.hbm_bandwidth`), so two
+cores streaming at once slow each other down once they need more than the chip has, while one core
+alone may use more than its even share. Each core keeps its own engines, DMA queues, SBUF and PSUM.
+``Device("trn2", cores=1)`` (what `nki.run` uses) is one core with its share of the chip: 1/8 of the
+HBM bytes and bandwidth, the figures `CoreSpec` quotes.
+
+Launches on one core run one after another (each starts when the previous one's last result is
+ready, as the runtime launches NEFFs on a core in order); launches on different cores overlap.
+Every launch is a region of its core's timeline, so per-launch and per-op profiles come from the
+same records. Tensors made with `device.tensor(...)` live in the device's HBM and can be passed to
+`run` without a copy; a tensor of another device is refused.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import scheduler
+from .core import NeuronCore
+from .memory import HBM
+from .presets import CHIPS, ChipSpec, CoreSpec
+from .profile import Profile
+from .program import Program
+from .replay import execute, read_outputs
+from .tensor import Tensor
+from .timeline import Timeline, write_chrome_trace
+
+
+class DeviceError(ValueError):
+    """A tensor or program used on the wrong device or core."""
+
+
+def chip_spec(target) -> ChipSpec:
+    if isinstance(target, ChipSpec):
+        return target
+    if isinstance(target, CoreSpec):
+        for chip in CHIPS.values():
+            if chip.core is target:
+                return chip
+        return ChipSpec(name=f"chip of {target.name}", core=target, cores=1,
+                        hbm_bytes=target.hbm_bytes, hbm_bandwidth=target.hbm_bandwidth,
+                        link="none", link_bandwidth=0.0, dma_engines=target.dma_engines)
+    key = str(target).lower()
+    if key not in CHIPS:
+        raise ValueError(f"unknown device {target!r}; expected one of {sorted(CHIPS)} or a ChipSpec")
+    return CHIPS[key]
+
+
+@dataclass
+class Run:
+    """One launch of a program on a core of a device."""
+    outputs: object
+    core: NeuronCore
+    region: str
+    first: int                   # the launch's records in core.timeline: [first, end)
+    end: int
+    timing_only: bool
+
+    @property
+    def timeline(self) -> Timeline:
+        return self.core.timeline.sub(range(self.first, self.end))
+
+    @property
+    def start_ns(self) -> float:
+        records = self.core.timeline.records[self.first:self.end]
+        return min((r[2] for r in records), default=0.0)
+
+    @property
+    def latency_ns(self) -> float:
+        """From the launch's first instruction to its last result."""
+        records = self.core.timeline.records[self.first:self.end]
+        return max((r[4] for r in records), default=0.0) - self.start_ns
+
+    @property
+    def latency_us(self) -> float:
+        return self.latency_ns / 1e3
+
+    def profile(self, dtype=None) -> Profile:
+        return Profile.from_timeline(self.timeline, self.core.spec,
+                                     dtype=dtype or self.core.matmul_dtype or "bfloat16")
+
+    def profile_by_region(self, dtype=None) -> dict:
+        """{region: Profile} of the program's regions in this launch (e.g. one per compiled op),
+        by the program's region names."""
+        t = self.core.timeline
+        out = {}
+        prefix = self.region + "/"
+        names = [name for name, first, end in t.regions
+                 if first >= self.first and end <= self.end and name.startswith(prefix)]
+        for name in dict.fromkeys(names):
+            indices = [i for i in t.region_records(name) if self.first <= i < self.end]
+            out[name[len(prefix):]] = Profile.from_timeline(t.sub(indices), self.core.spec,
+                                              dtype=dtype or self.core.matmul_dtype or "bfloat16")
+        return out
+
+
+class Device:
+    """One chip of `cores` NeuronCores (default: the chip's count) with shared HBM."""
+
+    def __init__(self, target="trn2", mode: str = "full", cores: int | None = None, name: str = "device0"):
+        self.chip = chip = chip_spec(target)
+        self.spec = chip.core
+        self.mode = mode
+        self.name = name
+        n = chip.cores if cores is None else int(cores)
+        if not 1 <= n <= chip.cores:
+            raise DeviceError(f"{chip.name} has {chip.cores} cores; asked for {n}")
+        # a device of fewer cores than the chip is those cores' share of it (the rest are busy
+        # elsewhere): HBM capacity and bandwidth in proportion
+        share = n / chip.cores
+        self.hbm = HBM(chip.core, mode == "full")
+        self.hbm.capacity = int(chip.hbm_bytes * share)
+        self.hbm_bandwidth = chip.hbm_bandwidth * share
+        self._hbm_channel = scheduler.Channel()
+        self.cores = [NeuronCore(chip.core, mode=mode, name=f"{name}/core{i}", hbm=self.hbm,
+                                 hbm_channel=self._hbm_channel, hbm_bandwidth=self.hbm_bandwidth)
+                      for i in range(n)]
+        self._launches = 0
+
+    def __repr__(self) -> str:
+        return f"Device({self.chip.name}, {len(self.cores)} cores, mode={self.mode!r})"
+
+    @property
+    def full(self) -> bool:
+        return self.mode == "full"
+
+    def tensor(self, array, name: str | None = None, dtype=None) -> Tensor:
+        """A tensor in this device's HBM (it stays there until `free`)."""
+        return self.hbm.tensor(array, name=name, dtype=dtype)
+
+    def free(self, tensor: Tensor) -> None:
+        self.hbm.free(tensor)
+
+    def run(self, program: Program, *args, core: int = 0, region: str | None = None) -> Run:
+        """Replay `program` on core `core` with arguments `args` (arrays, or tensors of this
+        device's HBM); returns the outputs and the launch's place in the timeline."""
+        if not 0 <= core < len(self.cores):
+            raise DeviceError(f"core {core} does not exist: {self.chip.name} has {len(self.cores)} cores")
+        if len(args) != len(program.inputs):
+            names = ", ".join(n for n, _ in program.inputs)
+            raise TypeError(f"program {program.name!r} takes {len(program.inputs)} arguments ({names}), "
+                            f"got {len(args)}")
+        nc = self.cores[core]
+        resident, arrays = {}, []
+        for (name, bid), value in zip(program.inputs, args):
+            if isinstance(value, Tensor):
+                if value.memory is not self.hbm:
+                    raise DeviceError(f"argument {name!r}: tensor {value.name!r} belongs to another "
+                                      f"device; copy it to {self.name} with device.tensor(...)")
+                b = program.buffers[bid]
+                if tuple(value.shape) != tuple(b.shape):
+                    raise DeviceError(f"argument {name!r}: shape {value.shape}, the program was "
+                                      f"traced for {tuple(b.shape)}")
+                resident[bid] = value
+                arrays.append(None)
+            else:
+                arrays.append(value)
+        self._launches += 1
+        label = region or f"{program.name}#{self._launches}"
+        first = len(nc.timeline.records)
+        nc.barrier()
+        tensors = execute(program, nc, arrays, region=label, hbm_tensors=resident)
+        outputs = read_outputs(program, tensors, self.full)
+        for bid, t in tensors.items():          # the launch's own HBM tensors are released
+            if bid not in resident:
+                self.hbm.free(t)
+        return Run(outputs=outputs, core=nc, region=label, first=first,
+                   end=len(nc.timeline.records), timing_only=not self.full)
+
+    @property
+    def now(self) -> float:
+        return max(c.now for c in self.cores)
+
+    def timelines(self) -> list[Timeline]:
+        return [c.timeline for c in self.cores if len(c.timeline)]
+
+    def chrome_trace(self, path=None) -> dict:
+        """A Chrome / Perfetto trace: a process per core, a thread per engine, a row of regions."""
+        return write_chrome_trace(self.timelines(), path)

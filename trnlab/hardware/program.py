@@ -1,0 +1,348 @@
+"""Programs: what a kernel (or a whole compiled model) becomes before a NeuronCore runs it.
+
+As on the real stack, nothing runs eagerly on the chip. Tracing an `nki.jit` kernel records every
+instruction it issues into a `Program` — plain data, like micrograd's graph:
+
+- ``buffers``: the buffer table — one row per tensor the program touches (kernel arguments and
+  outputs in HBM, tiles in SBUF and PSUM) with memory, shape, dtype, partition axis and, after
+  allocation (`allocate.py`), its byte offset; ``first``/``last`` are the indices of the first and
+  last instruction that touch it (its live range);
+- ``instructions``: in program order, each with its opcode (the `NeuronCore` method, named as in
+  ``nki.isa``), the engine it ran on when traced, its operands (``name -> Access``: a region of a
+  buffer, NumPy indexing), its other attributes, the kernel source line and the region;
+- ``inputs`` / ``outputs``: which buffers the caller's arguments fill and which come back.
+
+A program prints as a listing per engine (like the instruction streams of a NEFF), saves and loads
+as versioned JSON (never pickle), and runs on any core of a `Device` again and again without Python
+tracing (`replay.py`).
+
+    program = nki.trace(kernel, a, b)        # Program
+    print(program)                           # the listing
+    program.save("kernel.json"); Program.load("kernel.json")
+"""
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import dtypes
+
+FORMAT = "trnlab.program"
+VERSION = 1
+
+# operands an instruction writes; every other operand is read (nc_matmul may also read its dst)
+WRITES = ("dst", "reduce_res")
+
+
+@dataclass
+class Buffer:
+    """One row of the buffer table."""
+    id: int
+    name: str
+    memory: str                      # "hbm" | "sbuf" | "psum"
+    shape: tuple
+    dtype: str                       # dtypes.name(...)
+    partition_axis: int | None = None
+    role: str = "internal"           # "input" | "output" | "internal" (HBM scratch, tiles)
+    first: int = -1                  # first and last instruction touching it (-1: never touched)
+    last: int = -1
+    offset: int | None = None        # bytes per partition from the start of SBUF/PSUM (allocated)
+    placement: dict | None = None    # direct allocation asked by the kernel (nki.compiler mod_alloc)
+    data: np.ndarray | None = None   # constant HBM contents (nl.shared_constant), else None
+    alias_of: int | None = None      # HBM: another shape of that buffer's bytes (tensor.reshape)
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * dtypes.as_dtype(self.dtype).itemsize
+
+    @property
+    def partition_bytes(self) -> int:
+        """Bytes per partition (on chip); all bytes for HBM."""
+        if self.partition_axis is None:
+            return self.nbytes
+        return self.nbytes // max(int(self.shape[self.partition_axis]), 1)
+
+    @property
+    def on_chip(self) -> bool:
+        return self.memory in ("sbuf", "psum")
+
+
+@dataclass
+class Access:
+    """A region of a buffer: ``buffers[buffer][index]`` with NumPy indexing (None: all of it)."""
+    buffer: int
+    index: object = None             # None | tuple of int / slice / integer ndarray
+
+
+@dataclass
+class Instruction:
+    opcode: str                      # NeuronCore method / nki.isa name: "nc_matmul", "dma_copy", ...
+    engine: str                      # where it ran when traced: "pe", "act", "dve", "pool", "dma3"
+    operands: dict                   # parameter name -> Access
+    attrs: dict = field(default_factory=dict)   # the other parameters (numbers, names, arrays)
+    line: str = ""                   # the kernel source line that issued it ("file.py:12 (kernel)")
+    region: str = ""                 # the region (compiled op, kernel call) it belongs to
+    source: tuple | None = None      # (path, line number, function) of that line
+
+    def reads(self) -> list[Access]:
+        return [a for name, a in self.operands.items() if name not in WRITES]
+
+    def writes(self) -> list[Access]:
+        return [a for name, a in self.operands.items() if name in WRITES]
+
+
+@dataclass
+class Program:
+    """A traced kernel: instructions + buffer table. See the module docstring."""
+    name: str
+    target: str                                  # the CoreSpec name it was traced for
+    buffers: list = field(default_factory=list)
+    instructions: list = field(default_factory=list)
+    inputs: list = field(default_factory=list)   # [(argument name, buffer id)] in call order
+    outputs: object = None                       # buffer ids in the kernel's return structure
+    allocated: bool = False
+    schedule: str = "program"                    # the instruction order chosen ("program" | "list")
+
+    # -- summaries ---------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self.instructions)
+
+    def opcode_counts(self) -> Counter:
+        return Counter(i.opcode for i in self.instructions)
+
+    def engine_counts(self) -> Counter:
+        return Counter(_engine_group(i.engine) for i in self.instructions)
+
+    def regions(self) -> list[str]:
+        """Region names in order of first appearance."""
+        return list(dict.fromkeys(i.region for i in self.instructions if i.region))
+
+    def peak_bytes(self, memory: str) -> int:
+        """The most bytes per partition of `memory` live at any instruction (after allocation: the
+        highest byte any tile of it reaches)."""
+        if self.allocated:
+            return max((b.offset + b.partition_bytes for b in self.buffers
+                        if b.memory == memory and b.offset is not None), default=0)
+        events = []
+        for b in self.buffers:
+            if b.memory == memory and b.first >= 0:
+                events += [(b.first, 0, b.partition_bytes), (b.last, 1, -b.partition_bytes)]
+        live = peak = 0
+        for _, _, delta in sorted(events):
+            live += delta
+            peak = max(peak, live)
+        return peak
+
+    def live_at(self, index: int, memory: str | None = None) -> list[Buffer]:
+        """The on-chip buffers live at instruction `index`."""
+        return [b for b in self.buffers if b.on_chip and b.first <= index <= b.last
+                and (memory is None or b.memory == memory)]
+
+    # -- the listing -------------------------------------------------------------------------
+    def __repr__(self) -> str:
+        return (f"Program({self.name!r}, target={self.target}, {len(self.instructions)} instructions, "
+                f"{len(self.buffers)} buffers)")
+
+    def __str__(self) -> str:
+        return self.listing()
+
+    def listing(self, limit: int = 20, by_engine: bool = True) -> str:
+        """A readable listing: the buffer table, then the instructions (per engine, as the separate
+        instruction streams of a NEFF), at most `limit` per stream (None: all)."""
+        lines = [f"program {self.name}  target={self.target}  {len(self.instructions)} instructions  "
+                 f"schedule={self.schedule}"]
+        lines.append("buffers:")
+        for b in self.buffers:
+            where = b.memory.upper()
+            if b.offset is not None:
+                where += f"@{b.offset}"
+            live = f"[{b.first}..{b.last}]" if b.first >= 0 else "[unused]"
+            par = "" if b.partition_axis is None else f" par={b.partition_axis}"
+            lines.append(f"  %{b.id:<4} {b.name:<18} {where:<12} {_shape(b.shape):<16} {b.dtype:<9}"
+                         f"{par} {b.role:<8} live {live}")
+        streams: dict[str, list[int]] = {}
+        for k, ins in enumerate(self.instructions):
+            key = _engine_group(ins.engine) if by_engine else "all"
+            streams.setdefault(key, []).append(k)
+        for engine in sorted(streams, key=_engine_order):
+            indices = streams[engine]
+            lines.append(f"{engine} ({len(indices)} instructions):")
+            shown = indices if limit is None else indices[:limit]
+            for k in shown:
+                lines.append("  " + self.format_instruction(k))
+            if len(shown) < len(indices):
+                lines.append(f"  ... {len(indices) - len(shown)} more")
+        return "\n".join(lines)
+
+    def format_instruction(self, k: int) -> str:
+        ins = self.instructions[k]
+        ops = ", ".join(f"{name}=%{a.buffer}{_index(a.index)}" for name, a in ins.operands.items())
+        attrs = ", ".join(f"{name}={_attr(v)}" for name, v in ins.attrs.items() if v is not None)
+        where = f"  # {ins.line}" if ins.line else ""
+        region = f" <{ins.region}>" if ins.region else ""
+        return f"{k:>6} {ins.opcode}({ops}{', ' if attrs and ops else ''}{attrs}){region}{where}"
+
+    # -- JSON ----------------------------------------------------------------------------------
+    def to_json(self) -> dict:
+        return {
+            "format": FORMAT, "version": VERSION, "name": self.name, "target": self.target,
+            "allocated": self.allocated, "schedule": self.schedule,
+            "inputs": [[n, b] for n, b in self.inputs], "outputs": _encode(self.outputs),
+            "buffers": [{"id": b.id, "name": b.name, "memory": b.memory, "shape": list(b.shape),
+                         "dtype": b.dtype, "partition_axis": b.partition_axis, "role": b.role,
+                         "first": b.first, "last": b.last, "offset": b.offset,
+                         "placement": b.placement, "data": _encode(b.data), "alias_of": b.alias_of}
+                        for b in self.buffers],
+            "instructions": [{"opcode": i.opcode, "engine": i.engine, "line": i.line,
+                              "region": i.region, "source": _encode(i.source),
+                              "operands": {k: [a.buffer, _encode(a.index)] for k, a in i.operands.items()},
+                              "attrs": {k: _encode(v) for k, v in i.attrs.items()}}
+                             for i in self.instructions],
+        }
+
+    @classmethod
+    def from_json(cls, doc: dict) -> "Program":
+        if doc.get("format") != FORMAT:
+            raise ValueError(f"not a trnlab program: format {doc.get('format')!r}, expected {FORMAT!r}")
+        if doc.get("version") != VERSION:
+            raise ValueError(f"program format version {doc.get('version')!r}; this trnlab reads "
+                             f"version {VERSION}")
+        buffers = [Buffer(id=b["id"], name=b["name"], memory=b["memory"], shape=tuple(b["shape"]),
+                          dtype=b["dtype"], partition_axis=b["partition_axis"], role=b["role"],
+                          first=b["first"], last=b["last"], offset=b["offset"],
+                          placement=b.get("placement"), data=_decode(b.get("data")),
+                          alias_of=b.get("alias_of"))
+                   for b in doc["buffers"]]
+        instructions = [Instruction(opcode=i["opcode"], engine=i["engine"], line=i["line"],
+                                    region=i["region"], source=_decode(i.get("source")),
+                                    operands={k: Access(a[0], _decode(a[1])) for k, a in i["operands"].items()},
+                                    attrs={k: _decode(v) for k, v in i["attrs"].items()})
+                        for i in doc["instructions"]]
+        return cls(name=doc["name"], target=doc["target"], buffers=buffers, instructions=instructions,
+                   inputs=[(n, b) for n, b in doc["inputs"]], outputs=_decode(doc["outputs"]),
+                   allocated=doc["allocated"], schedule=doc.get("schedule", "program"))
+
+    def dumps(self) -> str:
+        return json.dumps(self.to_json(), separators=(",", ":"))
+
+    @classmethod
+    def loads(cls, text: str) -> "Program":
+        return cls.from_json(json.loads(text))
+
+    def save(self, path) -> None:
+        with open(path, "w") as f:
+            f.write(self.dumps())
+
+    @classmethod
+    def load(cls, path) -> "Program":
+        with open(path) as f:
+            return cls.loads(f.read())
+
+
+def locate_instruction(error: Exception, program: Program, k: int) -> Exception:
+    """Name the instruction (and its kernel line) where `error` arose: an overflow found by the
+    allocation, or a replay failure such as a read of a tile never written (only values tell)."""
+    ins = program.instructions[k] if k < len(program.instructions) else None
+    if ins is None or getattr(error, "_nki_located", False):
+        return error
+    error._nki_located = True
+    where = f"\n  at instruction {k} ({ins.opcode}) of program {program.name!r}"
+    if ins.source:
+        import linecache
+        path, lineno, function = ins.source
+        error.kernel_location = (path, lineno)
+        where += f"\n  in kernel line {path}:{lineno} ({function}): {linecache.getline(path, lineno).strip()}"
+    if error.args and isinstance(error.args[0], str):
+        error.args = (error.args[0] + where,) + tuple(error.args[1:])
+    return error
+
+
+# -- helpers ------------------------------------------------------------------------------------
+def _engine_group(engine: str) -> str:
+    return "dma" if engine.startswith("dma") else engine
+
+
+def _engine_order(engine: str) -> int:
+    order = ["pe", "act", "dve", "pool", "dma"]
+    return order.index(engine) if engine in order else len(order)
+
+
+def _shape(shape) -> str:
+    return "[" + ", ".join(map(str, shape)) + "]"
+
+
+def _index(index) -> str:
+    if index is None:
+        return ""
+    parts = []
+    for i in (index if isinstance(index, tuple) else (index,)):
+        if isinstance(i, slice):
+            step = "" if i.step in (None, 1) else f":{i.step}"
+            parts.append(f"{'' if i.start is None else i.start}:{'' if i.stop is None else i.stop}{step}")
+        elif isinstance(i, np.ndarray):
+            parts.append(f"<{i.size} indices>")
+        else:
+            parts.append(str(i))
+    return "[" + ", ".join(parts) + "]"
+
+
+def _attr(value) -> str:
+    if isinstance(value, np.ndarray):
+        return f"<array {value.shape} {value.dtype}>"
+    if isinstance(value, float):
+        return f"{value:g}"
+    return repr(value)
+
+
+def _encode(value):
+    """JSON for attribute values, indices and output structures (tagged where JSON has no type)."""
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        v = float(value)
+        return v if np.isfinite(v) else {"float": repr(v)}
+    if isinstance(value, slice):
+        return {"slice": [value.start, value.stop, value.step]}
+    if isinstance(value, np.ndarray):
+        name = dtypes.name(value.dtype) if value.dtype != bool else "bool"
+        flat = value.astype(np.float32) if name == "bfloat16" else value
+        return {"array": _encode_list(flat.reshape(-1).tolist()), "dtype": name, "shape": list(value.shape)}
+    if isinstance(value, tuple):
+        return {"tuple": [_encode(v) for v in value]}
+    if isinstance(value, list):
+        return [_encode(v) for v in value]
+    if isinstance(value, dict):
+        return {"dict": [[_encode(k), _encode(v)] for k, v in value.items()]}
+    raise TypeError(f"cannot save {type(value).__name__} {value!r} in a program")
+
+
+def _encode_list(values: list) -> list:
+    return [v if not isinstance(v, float) or np.isfinite(v) else repr(v) for v in values]
+
+
+def _decode(value):
+    if isinstance(value, list):
+        return [_decode(v) for v in value]
+    if not isinstance(value, dict):
+        return value
+    if "float" in value:
+        return float(value["float"])
+    if "slice" in value:
+        return slice(*value["slice"])
+    if "tuple" in value:
+        return tuple(_decode(v) for v in value["tuple"])
+    if "dict" in value:
+        return {_decode(k): _decode(v) for k, v in value["dict"]}
+    if "array" in value:
+        name = value["dtype"]
+        items = [float(v) if isinstance(v, str) else v for v in value["array"]]
+        dt = bool if name == "bool" else dtypes.as_dtype(name)
+        if name == "bfloat16":
+            return np.asarray(items, np.float32).astype(dt).reshape(value["shape"])
+        return np.asarray(items, dtype=dt).reshape(value["shape"])
+    raise ValueError(f"unknown encoded value {value!r}")
