@@ -214,3 +214,13 @@ def test_typing_tensor_is_subscriptable_in_annotations():
 
     x = np.ones((128, 64), np.float32)
     np.testing.assert_array_equal(kernel(x), x)
+
+
+def test_a_custom_allocation_function_is_called_by_keyword():
+    import functools
+
+    def bank_of(bank_map, idx, pdim_size, fdim_size):
+        return (bank_map[idx], 0, 0)
+
+    alloc = ncc.psum.alloc(functools.partial(bank_of, bank_map={(0,): 1, (1,): 5}))
+    assert [alloc.address((i,), 128, 2048) for i in range(2)] == [(1, 0, 0), (5, 0, 0)]
