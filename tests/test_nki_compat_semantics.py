@@ -178,3 +178,49 @@ def test_functional_matmul_of_a_transpose_result_reads_it_through_sbuf():
     run = nki.run(kernel, a, b)
     np.testing.assert_allclose(run.outputs, a @ b, rtol=1e-4, atol=1e-4)
     assert [op for _, op in _engines(run)] == ["nc_transpose", "tensor_copy", "nc_matmul", "tensor_copy"]
+
+
+def test_matmul_with_is_transpose_passes_the_stationary_tile_through():
+    @nki.jit
+    def kernel(x_tensor):
+        out = nl.ndarray((64, 128), dtype=nl.bfloat16, buffer=nl.shared_hbm)
+        x = nl.load(x_tensor)
+        identity = nl.shared_identity_matrix(128, dtype=nl.bfloat16)
+        t = nl.ndarray((64, 128), dtype=nl.bfloat16, buffer=nl.psum)
+        t[...] = nisa.nc_matmul(x, identity, is_transpose=True)
+        nl.store(out, value=nl.copy(t))
+        return out
+
+    x = np.random.default_rng(10).normal(size=(128, 64)).astype(nl.bfloat16)
+    np.testing.assert_array_equal(kernel(x), x.T)
+
+
+def test_a_mask_can_combine_iterator_clauses_with_compile_time_conditions():
+    i_p = nl.arange(128)[:, None]
+    assert ((i_p < 64) & True).clauses == (i_p < 64).clauses
+    assert ((i_p < 64) & (3 * 128 < 256)) is False
+    assert (True & (i_p < 64)).clauses == (i_p < 64).clauses
+
+
+def test_typing_tensor_is_subscriptable_in_annotations():
+    import trnlab.nki.typing as nt
+
+    @nki.jit
+    def kernel(x_tensor: nt.tensor[128, 64]) -> nt.tensor[128, 64]:
+        out: nt.tensor[128, 64] = nl.ndarray(x_tensor.shape, dtype=x_tensor.dtype, buffer=nl.shared_hbm)
+        assert isinstance(x_tensor, nt.tensor)
+        nl.store(out, value=nl.load(x_tensor))
+        return out
+
+    x = np.ones((128, 64), np.float32)
+    np.testing.assert_array_equal(kernel(x), x)
+
+
+def test_a_custom_allocation_function_is_called_by_keyword():
+    import functools
+
+    def bank_of(bank_map, idx, pdim_size, fdim_size):
+        return (bank_map[idx], 0, 0)
+
+    alloc = ncc.psum.alloc(functools.partial(bank_of, bank_map={(0,): 1, (1,): 5}))
+    assert [alloc.address((i,), 128, 2048) for i in range(2)] == [(1, 0, 0), (5, 0, 0)]

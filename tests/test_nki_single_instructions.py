@@ -404,3 +404,43 @@ def test_activation_reduce_registers_accumulate_across_instructions_with_reduce_
     run = nki.run(kernel, x)
     np.testing.assert_allclose(run.outputs[:, 0], np.exp(x).sum(axis=1), rtol=1e-5)
     assert _compute(run) == [("act", "activation")] * 3
+
+
+def test_tensor_scalar_reduce_is_one_vector_instruction_with_the_published_cost():
+    @nki.jit
+    def kernel(x):
+        out = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.shared_hbm)
+        row_sum = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+        scaled = nl.ndarray((128, 300), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_scalar_reduce(dst=scaled, data=nl.load(x), op0=nl.multiply, operand0=2.0,
+                                  reduce_op=nl.add, reduce_res=row_sum)
+        nl.store(out, value=row_sum)
+        return out
+
+    x = np.random.default_rng(3).normal(size=(128, 300)).astype(np.float32)
+    run = nki.run(kernel, x)
+    np.testing.assert_allclose(run.outputs[:, 0], 2 * x.sum(axis=1), rtol=1e-5, atol=1e-4)
+    assert _compute(run) == [("dve", "tensor_scalar_reduce")]
+    # published cost [nki.isa.tensor_scalar_reduce]: max(MIN_II, N) + MIN_II Vector cycles (+ static)
+    spec = presets.core_spec("trn2")
+    (dve,) = [run.timeline[i] for i in range(len(run.timeline)) if run.timeline[i].engine == "dve"]
+    cycles = spec.vector_static_cycles + max(spec.activation_min_cycles, 300) + spec.activation_min_cycles
+    assert dve.duration_ns == pytest.approx(cycles * 1e9 / spec.dve_clock_hz)
+
+
+def test_tensor_tensor_scan_is_one_vector_instruction_over_the_whole_row():
+    @nki.jit
+    def kernel(a, b):
+        out = nl.ndarray(a.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+        nl.store(out, value=nisa.tensor_tensor_scan(nl.load(a), nl.load(b), 1.0, np.multiply, np.add))
+        return out
+
+    rng = np.random.default_rng(4)
+    a, b = rng.uniform(0, 1, (64, 40)).astype(np.float32), rng.normal(size=(64, 40)).astype(np.float32)
+    run = nki.run(kernel, a, b)
+    expected, carry = np.empty_like(a), np.ones(64, np.float32)
+    for t in range(40):
+        carry = a[:, t] * carry + b[:, t]
+        expected[:, t] = carry
+    np.testing.assert_allclose(run.outputs, expected, rtol=1e-5, atol=1e-6)
+    assert _compute(run) == [("dve", "tensor_tensor_scan")]

@@ -83,7 +83,8 @@ class CustomAlloc:
     memory: str
 
     def address(self, block: tuple[int, ...], partitions: int, bytes_per_partition: int):
-        return self.func(tuple(block), partitions, bytes_per_partition)
+        # by keyword, as AWS's compiler calls it: kernels bind extra arguments with functools.partial
+        return self.func(idx=tuple(block), pdim_size=partitions, fdim_size=bytes_per_partition)
 
 
 @dataclass(frozen=True)

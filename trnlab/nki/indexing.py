@@ -141,9 +141,13 @@ class Predicate:
         self.clauses = clauses
 
     def __and__(self, other):
+        if isinstance(other, (bool, np.bool_)):         # a compile-time condition: (i_f < n) & (k < K)
+            return self if other else False
         if not isinstance(other, Predicate):
             return NotImplemented
         return Predicate(self.clauses + other.clauses)
+
+    __rand__ = __and__
 
     def __bool__(self):
         raise MaskError("a mask predicate has no truth value inside Python control flow; pass it as mask=")

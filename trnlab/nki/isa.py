@@ -265,12 +265,12 @@ def nc_matmul(dst: Tile | None, stationary: Tile, moving: Tile, is_stationary_on
     """dst[M, N...] (+)= stationary[K, M].T @ moving[K, N...] on the Tensor engine (fp32 in PSUM).
 
     The moving tile may have several free axes: the result keeps them (moving [K, 2, 8] gives
-    [M, 2, 8]). accumulate=None adds to what the PSUM region already holds (the first matmul into a
+    [M, 2, 8]). is_transpose=True (moving an identity) passes stationary through: dst = stationary.T,
+    in stationary's dtype. accumulate=None adds to what the PSUM region already holds (the first matmul into a
     fresh region overwrites it). Functional style returns the PSUM tile; ``psum += nisa.nc_matmul(a, b)``
     accumulates in place.
     """
-    for flag, value in (("is_stationary_onezero", is_stationary_onezero), ("is_moving_onezero", is_moving_onezero),
-                        ("is_transpose", is_transpose)):
+    for flag, value in (("is_stationary_onezero", is_stationary_onezero), ("is_moving_onezero", is_moving_onezero)):
         if value:
             raise NKIError(f"nc_matmul({flag}=True) is not simulated")
     if tile_position or tile_size:
@@ -286,7 +286,13 @@ def nc_matmul(dst: Tile | None, stationary: Tile, moving: Tile, is_stationary_on
         accumulate = psum_acc
 
     def emit(out: NkiTensor, accumulate_flag):
-        flag = accumulate if accumulate_flag is None else accumulate_flag
+        if is_transpose:   # the PE array passes stationary through (moving is the identity): dst = stationary.T
+            launch.core.nc_transpose(dst=out.hw_view(ranges), src=stationary.hw_view(ranges))
+            return
+        # `psum[...] += nisa.nc_matmul(...)` (accumulate_flag True) starts an accumulation group on a PSUM
+        # region never written (the first matmul of a group overwrites, as AWS's compiler sets the flag):
+        # the core's accumulate=None adds to written regions and overwrites fresh ones
+        flag = accumulate if accumulate_flag is None else (None if accumulate_flag is True else accumulate_flag)
         launch.core.nc_matmul(dst=out.hw_view(ranges), stationary=stationary.hw_view(ranges),
                               moving=moving.hw_view(ranges), accumulate=flag)
 
@@ -302,6 +308,8 @@ def nc_matmul(dst: Tile | None, stationary: Tile, moving: Tile, is_stationary_on
             f"the limits are M <= {spec.stationary_fmax} (gemm_stationary_fmax), N <= {spec.moving_fmax} "
             f"(gemm_moving_fmax)", value=(M, N), limit=(spec.stationary_fmax, spec.moving_fmax))
     shape = (M,) + tuple(moving.shape[1:])
+    if is_transpose:
+        return _finish(None, emit, shape, dtype or stationary.dtype, "psum", ranges=ranges)
     return _finish(None, emit, shape, dtype or hw_dtypes.float32, "psum", ranges=ranges, accumulates=True)
 
 
