@@ -1,62 +1,120 @@
-"""Checks for notebook 09, inference and deployment."""
+"""Checks for notebook 09, inference and deployment (cases / run beside the student / judge elsewhere).
+
+The KV-cache size comes from the server's own `kv_cache_bytes`, the latency metrics from the
+definitions the engine's `Request` uses (TPOT after the first token), the largest batch from the
+measured table itself — all computed in the judging process. While the student's function runs, the
+package's versions of what it asks for are switched off.
+"""
 
 from __future__ import annotations
 
 import math
 
-from trnlab.course.exercises import CheckFailed, exercise
+from trnlab.course import plain
+from trnlab.course.errors import CheckFailed
+from trnlab.course.exercises import exercise
 from trnlab.model.gpt import GPTConfig
 from trnlab.serve.kv_cache import kv_cache_bytes
 
+NOTEBOOK = "09_inference_and_deployment"
 
-@exercise("nb09_kv_cache_bytes", notebook="09_inference_and_deployment", points=2, answer="kv_cache_size",
-          title="The KV cache size of a model")
-def check_kv_cache_bytes(student) -> None:
-    cases = [  # (n_layer, n_embd, positions, batch, bytes per element)
-        (4, 64, 32, 1, 4), (4, 64, 32, 8, 4), (12, 768, 1024, 1, 2), (32, 4096, 4096, 16, 2), (1, 8, 1, 1, 1)]
-    for n_layer, n_embd, positions, batch, nbytes in cases:
-        config = GPTConfig(n_layer=n_layer, n_embd=n_embd, n_head=1)
-        expected = kv_cache_bytes(config, positions, batch, nbytes)
-        got = student(n_layer, n_embd, positions, batch, nbytes)
+
+# -- 1. the size of a KV cache ----------------------------------------------------------------------
+@exercise("nb09_kv_cache_bytes", notebook=NOTEBOOK, points=2, answer="kv_cache_size",
+          title="The KV cache size of a model",
+          asks_for=("trnlab.serve.kv_cache.kv_cache_bytes", "trnlab.serve.kv_cache.KVCache.nbytes",
+                    "trnlab.economics.fit.inference_memory"))
+class KvCacheBytes:
+    def cases(rng):
+        # [n_layer, n_embd, positions, batch, bytes per element]: our model, a batch of it, GPT-2 small,
+        # a 7B-class model, the smallest possible; then random models
+        fixed = [[4, 64, 32, 1, 4], [4, 64, 32, 8, 4], [12, 768, 1024, 1, 2], [32, 4096, 4096, 16, 2], [1, 8, 1, 1, 1]]
+        drawn = [[int(rng.integers(1, 97)), 8 * int(rng.integers(1, 1025)), int(rng.integers(1, 32769)),
+                  int(rng.integers(1, 129)), int(rng.choice([1, 2, 4]))] for _ in range(4)]
+        return fixed + drawn
+
+    def run(kv_cache_size, case):
+        return plain.integer(kv_cache_size(*case), "the KV cache size in bytes")
+
+    def judge(case, got):
+        n_layer, n_embd, positions, batch, nbytes = case
+        expected = kv_cache_bytes(GPTConfig(n_layer=n_layer, n_embd=n_embd, n_head=1), positions, batch, nbytes)
         if got != expected:
             raise CheckFailed(
-                f"expected {expected:,} bytes, got {got!r} for n_layer={n_layer}, n_embd={n_embd}, "
+                f"expected {expected:,} bytes, got {got:,} for n_layer={n_layer}, n_embd={n_embd}, "
                 f"positions={positions}, batch={batch}, bytes_per_element={nbytes} (every layer keeps a key AND a "
                 f"value vector of n_embd numbers for every position of every sequence)")
 
 
-@exercise("nb09_latency_metrics", notebook="09_inference_and_deployment", points=2, answer="latency_metrics",
-          title="TTFT, TPOT and end-to-end latency from token times")
-def check_latency_metrics(student) -> None:
-    cases = [(0.0, [100.0, 130.0, 160.0, 190.0]), (50.0, [400.0]), (10.0, [20.0, 25.0]),
-             (0.0, [1000.0, 1010.0, 1040.0, 1050.0, 1100.0])]
-    for arrival, tokens in cases:
+# -- 2. TTFT, TPOT and end-to-end latency ---------------------------------------------------------
+@exercise("nb09_latency_metrics", notebook=NOTEBOOK, points=2, answer="latency_metrics",
+          title="TTFT, TPOT and end-to-end latency from token times",
+          asks_for=("trnlab.serve.engine.Request.ttft_ns", "trnlab.serve.engine.Request.tpot_ns",
+                    "trnlab.serve.engine.Request.e2e_ns", "trnlab.serve.engine.Request.latency"))
+class LatencyMetrics:
+    def cases(rng):
+        # [arrival, token_times]: a steady answer, a one-token answer, two tokens, uneven gaps; then
+        # random answers of 1 to 12 tokens
+        fixed = [[0.0, [100.0, 130.0, 160.0, 190.0]], [50.0, [400.0]], [10.0, [20.0, 25.0]],
+                 [0.0, [1000.0, 1010.0, 1040.0, 1050.0, 1100.0]]]
+        drawn = []
+        for _ in range(4):
+            arrival = float(rng.integers(0, 2000)) / 2
+            gaps = rng.integers(1, 400, int(rng.integers(1, 13))) / 2  # the first gap is the TTFT
+            drawn.append([arrival, [float(t) for t in arrival + gaps.cumsum()]])
+        return fixed + drawn
+
+    def run(latency_metrics, case):
+        arrival, tokens = case
+        got = latency_metrics(arrival, list(tokens))
+        if type(got) not in (tuple, list) or len(got) != 3:
+            raise CheckFailed(f"expected a tuple (ttft, tpot, e2e) of three numbers, got {type(got).__name__} "
+                              f"for arrival={arrival}, token_times={tokens}")
+        return [plain.number(value, name) for value, name in zip(got, ("ttft", "tpot", "e2e"))]
+
+    def judge(case, got):
+        arrival, tokens = case
         n = len(tokens)
-        ttft = tokens[0] - arrival
         tpot = (tokens[-1] - tokens[0]) / (n - 1) if n > 1 else 0.0
-        expected = (ttft, tpot, tokens[-1] - arrival)
-        got = student(arrival, list(tokens))
-        if not (isinstance(got, (tuple, list)) and len(got) == 3 and
-                all(math.isclose(g, e, abs_tol=1e-9) for g, e in zip(got, expected))):
+        expected = (tokens[0] - arrival, tpot, tokens[-1] - arrival)
+        if not all(math.isclose(g, e, rel_tol=1e-9, abs_tol=1e-9) for g, e in zip(got, expected)):
             raise CheckFailed(
-                f"expected (ttft, tpot, e2e) = {expected}, got {got!r} for arrival={arrival}, token_times={tokens} "
-                f"(TPOT excludes the first token: the time after it, divided by the output tokens minus one; "
-                f"a one-token answer has TPOT 0)")
+                f"expected (ttft, tpot, e2e) = {expected}, got {tuple(got)} for arrival={arrival}, "
+                f"token_times={tokens} (TPOT excludes the first token: the time after it, divided by the output "
+                f"tokens minus one; a one-token answer has TPOT 0)")
 
 
-@exercise("nb09_largest_batch", notebook="09_inference_and_deployment", points=2, answer="largest_batch",
+# -- 3. the largest batch that meets a latency target ----------------------------------------------
+@exercise("nb09_largest_batch", notebook=NOTEBOOK, points=2, answer="largest_batch",
           title="The largest batch that meets a latency target")
-def check_largest_batch(student) -> None:
-    cases = [
-        ({1: 150.0, 2: 155.0, 4: 170.0, 8: 230.0, 16: 390.0}, 200.0, 4),
-        ({1: 150.0, 2: 155.0, 4: 170.0, 8: 230.0, 16: 390.0}, 400.0, 16),
-        ({1: 150.0, 2: 155.0, 4: 170.0}, 100.0, 0),                 # nothing meets it
-        ({1: 150.0, 2: 210.0, 4: 190.0, 8: 260.0}, 200.0, 4),        # not monotone: a bucket boundary
-        ({8: 230.0, 1: 150.0, 4: 170.0}, 230.0, 8),                  # any order; the target itself is met
-    ]
-    for tpot_us, target_us, expected in cases:
-        got = student(dict(tpot_us), target_us)
+class LargestBatch:
+    def cases(rng):
+        # [[(batch, TPOT in µs), ...], target]: pairs, so that the dict keeps the order drawn
+        table = [[1, 150.0], [2, 155.0], [4, 170.0], [8, 230.0], [16, 390.0]]
+        fixed = [[table, 200.0], [table, 400.0],
+                 [[[1, 150.0], [2, 155.0], [4, 170.0]], 100.0],                 # nothing meets it
+                 [[[1, 150.0], [2, 210.0], [4, 190.0], [8, 260.0]], 200.0],      # not monotone: a bucket boundary
+                 [[[8, 230.0], [1, 150.0], [4, 170.0]], 230.0]]                  # any order; the target itself is met
+        drawn = []
+        for _ in range(4):
+            batches = sorted(int(b) for b in rng.choice([1, 2, 4, 8, 16, 32, 64], int(rng.integers(2, 7)), replace=False))
+            # TPOT grows with the batch, with jitter so that a padded bucket can beat a smaller one
+            tpots = [float(round(100 + 12 * b + rng.uniform(-60, 60), 1)) for b in batches]
+            pairs = [[b, t] for b, t in zip(batches, tpots)]
+            order = rng.permutation(len(pairs))
+            target = float(rng.choice(tpots)) if rng.random() < 0.5 else float(round(rng.uniform(50, 900), 1))
+            drawn.append([[pairs[i] for i in order], target])
+        return fixed + drawn
+
+    def run(largest_batch, case):
+        pairs, target = case
+        return plain.integer(largest_batch({b: t for b, t in pairs}, target), "the batch size")
+
+    def judge(case, got):
+        pairs, target = case
+        expected = max((b for b, t in pairs if t <= target), default=0)
         if got != expected:
+            tpot_us = {b: t for b, t in pairs}
             raise CheckFailed(
-                f"expected {expected}, got {got!r} for tpot_us={tpot_us}, target_us={target_us} (the largest batch "
-                f"whose TPOT is at most the target, looking at every batch; 0 if none meets it)")
+                f"expected {expected}, got {got} for tpot_us={tpot_us}, target_us={target} "
+                f"(the largest batch whose TPOT is at most the target, looking at every batch; 0 if none meets it)")

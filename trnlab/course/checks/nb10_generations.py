@@ -1,29 +1,31 @@
-"""Checks for notebook 10, generations, cost and energy.
+"""Checks for notebook 10, generations, cost and energy (cases / run beside the student / judge elsewhere).
 
-Every expected value comes from `trnlab.economics` itself: the calculator's estimate for a system
-built from the exercise's numbers, the HBM traffic `forward_ops` counts for a real model's linear
-layers, and the MFU `mfu_for_saving` solves for.
+Every expected value comes from `trnlab.economics` itself, in the judging process: the calculator's
+estimate for a system built from the exercise's numbers, the HBM traffic `forward_ops` counts for a
+real model's linear layers, and the MFU `mfu_for_saving` solves for. While the student's function
+runs, the economics modules it would reproduce are switched off.
 """
 
 from __future__ import annotations
 
 import math
 
-import numpy as np
-
-from trnlab.course.exercises import CheckFailed, exercise
+from trnlab.course import plain
+from trnlab.course.errors import CheckFailed
+from trnlab.course.exercises import exercise
 from trnlab.economics import claims, cost
 from trnlab.economics.figures import ASSUMED, Accelerator, Sourced, System
 from trnlab.economics.fit import forward_ops, linear_sizes
 from trnlab.model.gpt import GPTConfig, layer_costs
 
 NOTEBOOK = "10_generations_cost_and_energy"
-
-
-def _number(value, what: str, inputs) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise CheckFailed(f"{what} should be a number, got {value!r} for {inputs}")
-    return float(value)
+# What the exercises ask for: the calculator, the claim checker and the traffic counter must not
+# answer for the student (the functions named first, so that a hint names the one called).
+CALCULATOR = ("trnlab.economics.cost.training_flops", "trnlab.economics.cost.estimate",
+              "trnlab.economics.claims.cost_ratio", "trnlab.economics.claims.mfu_for_saving",
+              "trnlab.economics.cost", "trnlab.economics.claims")
+TRAFFIC = ("trnlab.economics.fit.forward_ops", "trnlab.economics.fit.decode_ops",
+           "trnlab.economics.fit.OpTraffic.intensity", "trnlab.economics.fit")
 
 
 def _system(peak_tflops_per_chip: float, chips: int, usd_per_hour: float, name: str = "system") -> System:
@@ -32,64 +34,104 @@ def _system(peak_tflops_per_chip: float, chips: int, usd_per_hour: float, name: 
     return System(name, acc, chips, Sourced(usd_per_hour, "USD/h", "exercise", ASSUMED))
 
 
+def _usd(value: float) -> str:
+    return f"${value:,.2f}" if abs(value) >= 1 else f"${value:.4g}"
+
+
 # -- 1. the cost to train a model from its FLOPs ---------------------------------------------------
 @exercise("nb10_training_cost", notebook=NOTEBOOK, points=2, answer="training_cost",
-          title="The cost to train a model from its FLOPs")
-def check_training_cost(training_cost) -> None:
-    cases = [(124e6, 2.5e9, 667.0, 16, 0.40, 35.76), (6.7e9, 300e9, 190.0, 16, 0.35, 21.50),
-             (1.0e9, 20e9, 312.0, 8, 0.50, 32.77), (175e9, 300e9, 671.0, 144, 0.30, 321.84),
-             (2e5, 8.2e6, 667.0, 16, 0.05, 35.76), (7e10, 1.4e12, 989.0, 8, 0.45, 55.04)]
-    for case in cases:
+          title="The cost to train a model from its FLOPs", asks_for=CALCULATOR)
+class TrainingCost:
+    def cases(rng):
+        # [params, tokens, peak TFLOPS per chip, chips, MFU, USD per hour]
+        fixed = [[124e6, 2.5e9, 667.0, 16, 0.40, 35.76], [6.7e9, 300e9, 190.0, 16, 0.35, 21.50],
+                 [1.0e9, 20e9, 312.0, 8, 0.50, 32.77], [175e9, 300e9, 671.0, 144, 0.30, 321.84],
+                 [2e5, 8.2e6, 667.0, 16, 0.05, 35.76], [7e10, 1.4e12, 989.0, 8, 0.45, 55.04]]
+        drawn = [[float(f"{10 ** rng.uniform(5, 11.5):.3g}"), float(f"{10 ** rng.uniform(6, 13):.3g}"),
+                  float(rng.choice([190.0, 312.0, 667.0, 671.0, 989.0, 1300.0])), int(rng.choice([1, 8, 16, 64, 144])),
+                  round(float(rng.uniform(0.05, 0.6)), 3), round(float(rng.uniform(1, 400)), 2)] for _ in range(4)]
+        return fixed + drawn
+
+    def run(training_cost, case):
+        return plain.number(training_cost(*case), "the cost in USD")
+
+    def judge(case, got):
         params, tokens, peak, chips, mfu, price = case
         expected = cost.estimate(cost.training_flops(params, tokens), _system(peak, chips, price), mfu).usd
-        got = _number(training_cost(*case), "the cost in USD", case)
         if not math.isclose(got, expected, rel_tol=1e-6):
             raise CheckFailed(
-                f"expected ${expected:,.2f}, got ${got:,.2f} for (params, tokens, peak_tflops_per_chip, chips, mfu, "
-                f"usd_per_hour) = {case} (FLOPs = 6·N·D; seconds = FLOPs / (chips · peak · 10^12 · MFU); "
+                f"expected {_usd(expected)}, got {_usd(got)} for (params, tokens, peak_tflops_per_chip, chips, mfu, "
+                f"usd_per_hour) = {tuple(case)} (FLOPs = 6·N·D; seconds = FLOPs / (chips · peak · 10^12 · MFU); "
                 f"dollars = hours × price)")
 
 
-# -- 2. arithmetic intensity of a linear layer ---------------------------------------------------
-def _linear_layers() -> list[tuple[tuple, float]]:
-    """((rows, d_in, d_out, dtype_bytes), intensity) of real models' linear layers, from forward_ops."""
-    out = []
-    for config, batch, seq, dtype_bytes in [(GPTConfig(), 1, 32, 2), (GPTConfig(n_embd=768, n_head=12), 8, 32, 2),
-                                            (GPTConfig(n_embd=256, n_head=4, block_size=128), 4, 128, 4),
-                                            (GPTConfig(n_embd=96, n_head=4), 3, 7, 1)]:
-        costs = {c.name: c for c in layer_costs(config, seq)}
-        for op in forward_ops(config, batch, seq, dtype_bytes):
-            if op.kind == "matmul" and costs[op.name].params > 0 and op.name.startswith("blocks.0"):
-                d_in, d_out, _ = linear_sizes(costs[op.name], seq, config)
-                out.append(((batch * seq, d_in, d_out, dtype_bytes), op.intensity))
-    return out
-
-
-@exercise("nb10_linear_intensity", notebook=NOTEBOOK, points=2, answer="linear_intensity",
-          title="Arithmetic intensity of a linear layer")
-def check_linear_intensity(linear_intensity) -> None:
-    for case, expected in _linear_layers():
-        got = _number(linear_intensity(*case), "the intensity in FLOP per byte", case)
-        if not math.isclose(got, expected, rel_tol=1e-9):
-            raise CheckFailed(
-                f"expected {expected:.4f} FLOP/byte, got {got:.4f} for (rows, d_in, d_out, dtype_bytes) = {case} "
-                "(FLOPs = 2·rows·d_in·d_out; bytes = every element read or written once: the input x, the weight W, "
-                "the bias b and the output y, each times dtype_bytes)")
-
-
-# -- 3. the MFU at which a cost claim holds --------------------------------------------------------
+# -- 2. the MFU at which a cost claim holds --------------------------------------------------------
 @exercise("nb10_claim_mfu", notebook=NOTEBOOK, points=2, answer="mfu_needed",
-          title="The MFU at which a cost claim holds")
-def check_mfu_needed(mfu_needed) -> None:
-    cases = [(0.5, 21.50, 3040.0, 32.77, 2496.0, 0.40), (0.5, 21.50, 3040.0, 21.96, 2496.0, 0.40),
-             (0.3, 35.76, 10672.0, 55.04, 7912.0, 0.45), (0.0, 10.0, 1000.0, 10.0, 1000.0, 0.3),
-             (0.25, 5.0, 100.0, 8.0, 120.0, 0.5), (0.6, 21.50, 3040.0, 55.04, 7912.0, 0.35)]
-    for case in cases:
+          title="The MFU at which a cost claim holds", asks_for=CALCULATOR)
+class MfuNeeded:
+    def cases(rng):
+        # [saving, price_a, peak_a, price_b, peak_b, mfu_b]
+        fixed = [[0.5, 21.50, 3040.0, 32.77, 2496.0, 0.40], [0.5, 21.50, 3040.0, 21.96, 2496.0, 0.40],
+                 [0.3, 35.76, 10672.0, 55.04, 7912.0, 0.45], [0.0, 10.0, 1000.0, 10.0, 1000.0, 0.3],
+                 [0.25, 5.0, 100.0, 8.0, 120.0, 0.5], [0.6, 21.50, 3040.0, 55.04, 7912.0, 0.35]]
+        drawn = [[round(float(rng.uniform(0.05, 0.8)), 2), round(float(rng.uniform(1, 120)), 2),
+                  float(rng.integers(100, 20000)), round(float(rng.uniform(1, 120)), 2),
+                  float(rng.integers(100, 20000)), round(float(rng.uniform(0.2, 0.6)), 2)] for _ in range(4)]
+        return fixed + drawn
+
+    def run(mfu_needed, case):
+        return plain.number(mfu_needed(*case), "the MFU")
+
+    def judge(case, got):
         saving, price_a, peak_a, price_b, peak_b, mfu_b = case
         a, b = _system(peak_a, 1, price_a, "a"), _system(peak_b, 1, price_b, "b")
         expected = claims.mfu_for_saving(a, b, saving, mfu_b)
-        got = _number(mfu_needed(*case), "the MFU", case)
         if not math.isclose(got, expected, rel_tol=1e-6):
             raise CheckFailed(
                 f"expected an MFU of {expected:.4f}, got {got:.4f} for (saving, price_a, peak_a, price_b, peak_b, "
-                f"mfu_b) = {case} (cost ∝ price / (peak · MFU): solve cost_a = (1 - saving) · cost_b for MFU_a)")
+                f"mfu_b) = {tuple(case)} (cost ∝ price / (peak · MFU): solve cost_a = (1 - saving) · cost_b for MFU_a)")
+
+
+# -- 3. arithmetic intensity of a linear layer ---------------------------------------------------
+def _model_layers(n_embd: int, n_head: int, batch: int, seq: int, dtype_bytes: int) -> list[dict]:
+    """One case per linear layer with parameters in the first block of a model: its shape as
+    `forward_ops` sees it (rows, d_in, d_out, dtype_bytes), and the model it came from."""
+    config = GPTConfig(n_embd=n_embd, n_head=n_head, block_size=max(seq, 32))
+    cases = []
+    for c in layer_costs(config, seq):
+        if c.kind == "matmul" and c.params > 0 and c.name.startswith("blocks.0"):
+            d_in, d_out, _ = linear_sizes(c, seq, config)
+            cases.append({"model": [n_embd, n_head, batch, seq, dtype_bytes], "layer": c.name,
+                          "shape": [batch * seq, d_in, d_out, dtype_bytes]})
+    return cases
+
+
+@exercise("nb10_linear_intensity", notebook=NOTEBOOK, points=2, answer="linear_intensity",
+          title="Arithmetic intensity of a linear layer", asks_for=TRAFFIC)
+class LinearIntensity:
+    def cases(rng):
+        # the layers of real models: our tiny GPT, a GPT-2-small-wide block, a longer context in fp32,
+        # an odd shape in fp8; then one layer of each of a few random models
+        cases = []
+        for model in [(64, 4, 1, 32, 2), (768, 12, 8, 32, 2), (256, 4, 4, 128, 4), (96, 4, 3, 7, 1)]:
+            cases += _model_layers(*model)
+        for _ in range(4):
+            n_head = int(rng.integers(1, 17))
+            model = (n_head * int(rng.integers(1, 65)), n_head, int(rng.integers(1, 33)), int(rng.integers(1, 257)),
+                     int(rng.choice([1, 2, 4])))
+            layers = _model_layers(*model)
+            cases.append(layers[int(rng.integers(0, len(layers)))])
+        return cases
+
+    def run(linear_intensity, case):
+        return plain.number(linear_intensity(*case["shape"]), "the intensity in FLOP per byte")
+
+    def judge(case, got):
+        n_embd, n_head, batch, seq, dtype_bytes = case["model"]
+        config = GPTConfig(n_embd=n_embd, n_head=n_head, block_size=max(seq, 32))
+        expected = next(op.intensity for op in forward_ops(config, batch, seq, dtype_bytes) if op.name == case["layer"])
+        if not math.isclose(got, expected, rel_tol=1e-9):
+            raise CheckFailed(
+                f"expected {expected:.4f} FLOP/byte, got {got:.4f} for (rows, d_in, d_out, dtype_bytes) = "
+                f"{tuple(case['shape'])} (FLOPs = 2·rows·d_in·d_out; bytes = every element read or written once: "
+                "the input x, the weight W, the bias b and the output y, each times dtype_bytes)")
