@@ -402,7 +402,9 @@ def _resolve_ap(ap, ranges, name):
 
 
 def _check_same_shape(dst: NkiTensor, src: NkiTensor, what: str) -> None:
-    if tuple(dst.shape) != tuple(src.shape):
+    """Same shape up to size-1 axes, as AWS's compiler accepts (`t[...] = x` of a (P, 1, F) into (P, F))."""
+    squeeze = lambda shape: tuple(n for n in shape if n != 1)  # noqa: E731
+    if tuple(dst.shape) != tuple(src.shape) and squeeze(dst.shape) != squeeze(src.shape):
         raise ShapeMismatchError(f"shape mismatch in '{what}': destination {dst.shape} vs value {src.shape}",
                                  value=src.shape, limit=dst.shape)
 
