@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import csv
 import shutil
+import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -29,10 +31,25 @@ NBGRADER = shutil.which("nbgrader")
 registry.load_all()
 
 
-def _run(args: list[str], cwd: Path) -> str:
-    finished = subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=900)
-    assert finished.returncode == 0, (finished.stdout + finished.stderr)[-4000:]
-    return finished.stdout + finished.stderr
+def _run(args: list[str], cwd: Path, timeout: float = 600, retries: int = 0) -> str:
+    """Run a command in a process group of its own; one that has not finished within `timeout` is
+    killed with everything it started (kernels included) and, `retries` times, run again. (Once, in
+    a full parallel test run, an autograde kernel and nbgrader were seen both idle, waiting for each
+    other's message, in about one autograde in four on this machine; the same command passes when
+    run again. Until the cause is found the test retries, and says so.)"""
+    for attempt in range(retries + 1):
+        process = subprocess.Popen(args, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                   start_new_session=True)
+        try:
+            output, _ = process.communicate(timeout=timeout)
+            break
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.communicate()
+            if attempt == retries:
+                raise
+    assert process.returncode == 0, output[-4000:]
+    return output
 
 
 @pytest.mark.skipif(NBGRADER is None, reason="nbgrader is not installed (pip install -r requirements.txt)")
@@ -52,7 +69,8 @@ def test_nbgrader_releases_the_student_notebook_and_autogrades_solved_wrong_and_
         folder = course / "submitted" / name / NOTEBOOK
         folder.mkdir(parents=True)
         nbformat.write(nb, folder / f"{NOTEBOOK}.ipynb")
-    _run([NBGRADER, "autograde", NOTEBOOK], course)
+    for student in ("solved", "wrong", "untouched"):
+        _run([NBGRADER, "autograde", NOTEBOOK, "--student", student, "--force"], course, timeout=150, retries=3)
     _run([NBGRADER, "export", "--to", str(tmp_path / "grades.csv")], course)
     with open(tmp_path / "grades.csv") as f:
         scores = {row["student_id"]: (float(row["score"]), float(row["max_score"])) for row in csv.DictReader(f)}
