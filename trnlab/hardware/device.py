@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import collective  # noqa: F401  (installs the collective instructions on NeuronCore)
 from . import scheduler
 from .core import NeuronCore
 from .memory import HBM

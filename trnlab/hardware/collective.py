@@ -1,0 +1,243 @@
+"""Collective instructions on a NeuronCore's collective-communication (CC) engines.
+
+On Trainium the compute engines do not move collective data themselves: "Collective communication
+(CC) operations ... are executed autonomously from computation engines using dedicated CC cores";
+an engine triggers the CC core (the compiler's PseudoTriggerCollective2 instruction) and later waits
+for its completion semaphore, so compute and communication overlap; "the hardware provides two CC
+cores per physical Neuron core", one per CC stream [CCO]. The data moves through DMA rings set up by
+the runtime [CCO].
+
+Here each core gets two engines, ``cc0`` and ``cc1`` (one per CC stream), next to pe/act/dve/pool and
+the DMA queues. The collective instructions, named after ``nki.collectives`` [NKI-CC]:
+
+    all_reduce(dst, src, replica_group, op)                        dst = op over the group of src
+    all_gather(dst, src, replica_group, collective_dim=0)          dst = the group's srcs, concatenated
+    reduce_scatter(dst, src, replica_group, collective_dim=0, op)  dst = my piece of the reduced srcs
+    collective_permute(dst, src, source_target_pairs)              send src to my target, receive dst
+
+are methods of `NeuronCore` (installed by this module, so that tracing records them into programs and
+replay issues them like any other instruction). Like every instruction they wait for their operands
+(RAW on src, WAR/WAW on dst) and for their engine's queue; unlike the others they also wait for the
+other ranks of their group: a *fabric* (`trnlab.distributed.cluster.Cluster`) holds the ranks, matches
+the k-th collective of each rank of a group (program order, as NKI pairs its point-to-point messages),
+starts it when every rank's operands are ready, costs it over the topology's links and writes the
+values. A core outside a cluster runs collectives over one-rank groups only (a copy).
+
+Rules checked (from the ``nki.collectives`` pages [NKI-CC]): src and dst both in HBM or both in SBUF
+(never PSUM, never mixed); collective_permute on HBM only; reduce ops add / minimum / maximum;
+``collective_dim`` 0 only; the rank lists of a replica group do not overlap and contain this rank;
+shapes: all_reduce keeps the shape, all_gather multiplies dim 0 by the group size, reduce_scatter
+divides it.
+
+[CCO] AWS Neuron docs, "Compute-Communication Overlap in Neuron" (neuron-runtime/explore/compute-comm-overlap).
+[NKI-CC] AWS Neuron docs, NKI API "nki.collectives" (all_reduce, all_gather, reduce_scatter,
+collective_permute, ReplicaGroup).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import scheduler
+from .core import NeuronCore
+from .errors import HardwareError
+from .tensor import Tensor, View
+
+CC_ENGINES = ("cc0", "cc1")   # two CC cores per physical NeuronCore [CCO]
+OPCODES = ("all_reduce", "all_gather", "reduce_scatter", "collective_permute")
+REDUCE_OPS = ("add", "minimum", "maximum")
+
+
+class CollectiveError(HardwareError):
+    """A collective broke a rule of nki.collectives, or its ranks do not match."""
+    rule = "collective"
+
+
+@dataclass
+class Request:
+    """One rank's side of one collective, as the fabric sees it."""
+    opcode: str
+    rank: int
+    members: tuple            # the ranks taking part (this rank's rank list, or the permute's ranks)
+    src: View
+    dst: View
+    ready_ns: float           # this rank's operands and CC engine are ready
+    attrs: dict = field(default_factory=dict)   # op, collective_dim, source_target_pairs
+    core: object = None
+
+    @property
+    def nbytes(self) -> int:
+        """The collective's size as nccl-tests and nccom-test count it: the all-reduce buffer, the
+        all-gather output, the reduce-scatter input, the message of a permute."""
+        return self.dst.nbytes if self.opcode == "all_gather" else self.src.nbytes
+
+
+def _as_view(x, what: str, opcode: str) -> View:
+    if isinstance(x, Tensor):
+        return x.full
+    if isinstance(x, View):
+        return x
+    raise CollectiveError(f"collective: {opcode} {what} must be a tensor or a view of one, got {type(x).__name__}",
+                          value=type(x).__name__, limit="Tensor | View")
+
+
+def _rank_list(replica_group, core: NeuronCore, opcode: str) -> tuple:
+    """This core's rank list of `replica_group` (while tracing, with no rank yet: the first list)."""
+    lists = [tuple(int(r) for r in group) for group in getattr(replica_group, "groups", replica_group)]
+    if not lists or not all(lists):
+        raise CollectiveError(f"collective: {opcode} needs a replica group of non-empty rank lists, got {lists}",
+                              value=lists, limit="non-empty lists")
+    rank = getattr(core, "_cc_rank", None)
+    if rank is None:
+        rank = lists[0][0] if core.name == "trace" else 0
+    seen: dict[int, int] = {}
+    for i, group in enumerate(lists):
+        for r in group:
+            if r in seen:
+                raise CollectiveError(f"collective: replica group rank lists must not overlap; rank {r} is in "
+                                      f"lists {seen[r]} and {i} of {lists}", value=lists, limit="disjoint lists")
+            seen[r] = i
+    if rank not in seen:
+        raise CollectiveError(f"collective: {opcode} on rank {rank}, which is in no rank list of {lists}",
+                              value=rank, limit=lists)
+    return lists[seen[rank]]
+
+
+def _check(opcode: str, src: View, dst: View, members: tuple, collective_dim: int = 0, op: str | None = None) -> None:
+    sk, dk = src.tensor.kind, dst.tensor.kind
+    if "psum" in (sk, dk) or sk != dk:
+        raise CollectiveError(f"operand memory: {opcode} needs src and dst both in HBM or both in SBUF, got "
+                              f"{sk.upper()} -> {dk.upper()}", value=(sk, dk), limit="HBM/HBM or SBUF/SBUF")
+    if opcode == "collective_permute" and sk != "hbm":
+        raise CollectiveError(f"operand memory: collective_permute moves HBM tensors only, got {sk.upper()}",
+                              value=sk, limit="hbm")
+    if src.tensor.dtype != dst.tensor.dtype:
+        raise CollectiveError(f"data type: {opcode} does not convert: src {src.tensor.dtype}, dst {dst.tensor.dtype}",
+                              value=src.tensor.dtype, limit=dst.tensor.dtype)
+    if op is not None and op not in REDUCE_OPS:
+        raise CollectiveError(f"collective: {opcode} reduces with one of {REDUCE_OPS}, got {op!r}",
+                              value=op, limit=REDUCE_OPS)
+    if collective_dim != 0:
+        raise CollectiveError(f"collective: {opcode} splits along collective_dim 0 only, got {collective_dim}",
+                              value=collective_dim, limit=0)
+    p = len(members)
+    s, d = tuple(src.shape), tuple(dst.shape)
+    want = {"all_reduce": s, "collective_permute": s,
+            "all_gather": (s[0] * p,) + s[1:] if s else s,
+            "reduce_scatter": (s[0] // p,) + s[1:] if s else s}[opcode]
+    if opcode == "reduce_scatter" and s and s[0] % p:
+        raise CollectiveError(f"shape mismatch: reduce_scatter over {p} ranks needs dim 0 of src {s} divisible "
+                              f"by {p}", value=s[0], limit=p)
+    if d != want:
+        raise CollectiveError(f"shape mismatch: {opcode} over {p} ranks of src {s} needs dst {want}, got {d}",
+                              value=d, limit=want)
+
+
+def _cc_engine(core: NeuronCore, stream: int) -> int:
+    """The engine id of CC stream `stream` on `core` (the engines are added on first use; their
+    queues are kept apart from the compute and DMA queues, whose positions the core relies on)."""
+    if not 0 <= int(stream) < len(CC_ENGINES):
+        raise CollectiveError(f"engine: CC stream {stream} does not exist; a core has {len(CC_ENGINES)} CC cores",
+                              value=stream, limit=len(CC_ENGINES))
+    if "cc0" not in core.engines:
+        base = len(core.engines)
+        core.engines.extend(CC_ENGINES)
+        if core.timeline.engines is not core.engines:
+            core.timeline.engines.extend(CC_ENGINES)
+        core._cc_base = base
+        core._cc_free = [0.0] * len(CC_ENGINES)
+    return core._cc_base + int(stream)
+
+
+def issue_collective(core: NeuronCore, opcode: str, src, dst, members: tuple, attrs: dict, stream: int = 0) -> int:
+    """Schedule one collective on `core`'s CC engine `stream`; the fabric (if any) decides when the
+    group can start and how long it takes, and writes the values. Returns the record index."""
+    eid = _cc_engine(core, stream)
+    reads = (src,)
+    # the trigger sits in the core's instruction streams: never before the launch's first engine is free
+    start = max(core._cc_free[int(stream)], min(core._free))
+    start, waited = scheduler.wait_reads(reads, start, -1)
+    start, waited, _ = scheduler.wait_write(dst, start, waited)
+    fabric = getattr(core, "_cc_fabric", None)
+    rank = getattr(core, "_cc_rank", members[0] if members else 0)
+    request = Request(opcode, rank, tuple(members), src, dst, start, dict(attrs), core)
+    if fabric is not None:
+        begin, end = fabric.collective(request)
+    elif len(members) <= 1 or core.name == "trace":
+        # alone (or while a kernel is traced: rules only): a one-rank collective is a copy
+        begin, end = start, start + dst.nbytes * 1e9 / core.hbm_bandwidth
+        if core.full and len(members) <= 1:
+            src.check_initialized()
+            value = np.asarray(src.values())
+            dst.write(np.reshape(value, dst.shape).astype(dst.tensor.dtype, copy=False))
+    else:
+        raise CollectiveError(f"collective: {opcode} over ranks {list(members)} on a core that belongs to no "
+                              f"cluster; run the program on all ranks with trnlab.distributed.cluster.Cluster",
+                              value=len(members), limit=1)
+    idx = len(core._records)
+    scheduler.record_reads(reads, end, idx)
+    scheduler.record_write(dst, end, idx)
+    core._cc_free[int(stream)] = end
+    nbytes = request.nbytes
+    hbm = 2 * nbytes if src.tensor.kind == "hbm" else 0
+    sbuf = 2 * nbytes if src.tensor.kind == "sbuf" else 0
+    core._records.append((eid, opcode, begin, end, end, 0.0, hbm, sbuf, 0, waited if begin == start else -1,
+                          core.note))
+    if end > core._now:
+        core._now = end
+    return idx
+
+
+# -- the instructions, as NeuronCore methods ----------------------------------------------------------
+def all_reduce(self: NeuronCore, dst, src, replica_group, op="add", stream: int = 0) -> int:
+    """dst = src reduced with `op` (add, minimum, maximum) over this rank's list of `replica_group`,
+    on CC engine `stream` (nki.collectives.all_reduce)."""
+    src, dst = _as_view(src, "src", "all_reduce"), _as_view(dst, "dst", "all_reduce")
+    op = getattr(op, "name", op)
+    members = _rank_list(replica_group, self, "all_reduce")
+    _check("all_reduce", src, dst, members, op=op)
+    return issue_collective(self, "all_reduce", src, dst, members, {"op": op}, stream)
+
+
+def all_gather(self: NeuronCore, dst, src, replica_group, collective_dim: int = 0, stream: int = 0) -> int:
+    """dst = the srcs of this rank's list, concatenated along dim 0 in rank-list order."""
+    src, dst = _as_view(src, "src", "all_gather"), _as_view(dst, "dst", "all_gather")
+    members = _rank_list(replica_group, self, "all_gather")
+    _check("all_gather", src, dst, members, collective_dim)
+    return issue_collective(self, "all_gather", src, dst, members, {"collective_dim": collective_dim}, stream)
+
+
+def reduce_scatter(self: NeuronCore, dst, src, replica_group, collective_dim: int = 0, op="add",
+                   stream: int = 0) -> int:
+    """dst = piece i (of p along dim 0) of the srcs reduced with `op`, i = this rank's place in its list."""
+    src, dst = _as_view(src, "src", "reduce_scatter"), _as_view(dst, "dst", "reduce_scatter")
+    op = getattr(op, "name", op)
+    members = _rank_list(replica_group, self, "reduce_scatter")
+    _check("reduce_scatter", src, dst, members, collective_dim, op=op)
+    return issue_collective(self, "reduce_scatter", src, dst, members,
+                            {"collective_dim": collective_dim, "op": op}, stream)
+
+
+def collective_permute(self: NeuronCore, dst, src, source_target_pairs, stream: int = 0) -> int:
+    """Send src to the target of every (source = this rank, target) pair; receive dst from the source of
+    the pair whose target is this rank (dst is left as it is if none) — send/recv."""
+    src, dst = _as_view(src, "src", "collective_permute"), _as_view(dst, "dst", "collective_permute")
+    pairs = [(int(s), int(t)) for s, t in source_target_pairs]
+    members = tuple(sorted({r for pair in pairs for r in pair}))
+    rank = getattr(self, "_cc_rank", members[0] if members and self.name == "trace" else 0)
+    if rank not in members:
+        raise CollectiveError(f"collective: collective_permute on rank {rank}, which is in no pair of {pairs}",
+                              value=rank, limit=pairs)
+    targets = [t for _, t in pairs]
+    if len(set(targets)) != len(targets):
+        raise CollectiveError(f"collective: collective_permute receives at most one message per rank; targets "
+                              f"{targets}", value=targets, limit="distinct targets")
+    _check("collective_permute", src, dst, members)
+    return issue_collective(self, "collective_permute", src, dst, members,
+                            {"source_target_pairs": pairs}, stream)
+
+
+for _f in (all_reduce, all_gather, reduce_scatter, collective_permute):
+    setattr(NeuronCore, _f.__name__, _f)
+del _f

@@ -1,0 +1,110 @@
+"""nki.collectives — collective communication between ranks, from inside a kernel.
+
+Names and parameters as in AWS's ``nki.collectives`` (Trn2/Trn3 pages of the NKI API):
+
+    import trnlab.nki.collectives as ncc
+    group = ncc.ReplicaGroup([[0, 1]])
+    ncc.all_reduce(srcs=[grad], dsts=[grad_sum], replica_group=group, op=nl.add)
+    ncc.all_gather(srcs=[shard], dsts=[full], replica_group=group, collective_dim=0)
+    ncc.reduce_scatter(srcs=[full], dsts=[shard], replica_group=group, collective_dim=0, op=nl.add)
+    ncc.collective_permute(srcs=[x], dsts=[y], source_target_pairs=[(0, 1), (1, 0)])
+
+Each (src, dst) pair becomes one instruction on the core's collective-communication engine ``cc0``
+(`trnlab.hardware.collective`); the compute engines go on meanwhile. A kernel with collectives is
+traced once into a program and run on every rank of a `trnlab.distributed.cluster.Cluster`, which
+matches the ranks' collectives, costs them over the topology's links and moves the values.
+
+Differences from AWS's module: srcs/dsts lists are issued pair by pair (no coalescing discount);
+``priority``, ``all_to_all``, the implicit ring permutes and ``rank_id`` are not simulated.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from trnlab.hardware import collective as _hw  # noqa: F401  (the instructions on NeuronCore)
+from trnlab.hardware import ops as _ops
+from trnlab.nki import isa as _isa
+from trnlab.nki import issue
+from trnlab.nki.errors import NKIError
+
+
+class rg_partition_op(Enum):
+    """How `ReplicaGroup.from_partition_op` maps a rank to its rank list."""
+    bitwise_and = "bitwise_and"
+    div = "div"
+    mod = "mod"
+
+
+@dataclass
+class ReplicaGroup:
+    """The ranks a collective runs on, as a list of disjoint rank lists; the collective runs
+    independently (and in parallel) within each list."""
+    groups: list
+
+    def __post_init__(self):
+        self.groups = [[int(r) for r in g] for g in self.groups]
+
+    @staticmethod
+    def from_partition_op(world_size: int, op: rg_partition_op, operand: int) -> "ReplicaGroup":
+        """Ranks [0, world_size) sharing ``op(rank, operand)`` form one list: ``div, 4`` over 8 ranks gives
+        [[0..3], [4..7]], ``mod, 4`` gives [[0, 4], [1, 5], [2, 6], [3, 7]]; ``bitwise_and, 0`` all ranks."""
+        key = {rg_partition_op.bitwise_and: lambda r: r & operand, rg_partition_op.div: lambda r: r // operand,
+               rg_partition_op.mod: lambda r: r % operand}[rg_partition_op(op)]
+        lists: dict[int, list] = {}
+        for r in range(world_size):
+            lists.setdefault(key(r), []).append(r)
+        return ReplicaGroup([lists[k] for k in sorted(lists)])
+
+
+def _groups(replica_group) -> list:
+    return replica_group.groups if isinstance(replica_group, ReplicaGroup) else [list(g) for g in replica_group]
+
+
+def _op(op) -> str:
+    name = _isa.op_name(op)
+    return name if isinstance(name, str) else _ops.op_name(name)
+
+
+def _pairs(srcs, dsts, what: str):
+    srcs, dsts = list(srcs), list(dsts)
+    if len(srcs) != len(dsts) or not srcs:
+        raise NKIError(f"{what}: srcs and dsts must be lists of the same non-zero length, got {len(srcs)} and "
+                       f"{len(dsts)}")
+    return [(issue.tile(s, "srcs"), issue.tile(d, "dsts")) for s, d in zip(srcs, dsts)]
+
+
+def all_reduce(srcs, dsts, replica_group, op) -> None:
+    """Every rank of a list gets the reduction (``op``: nl.add, nl.minimum, nl.maximum) of the list's srcs."""
+    launch = issue.begin()
+    for s, d in _pairs(srcs, dsts, "all_reduce"):
+        launch.core.all_reduce(dst=d.hw_view(), src=s.hw_view(), replica_group=_groups(replica_group), op=_op(op))
+
+
+def all_gather(srcs, dsts, replica_group, collective_dim: int = 0) -> None:
+    """Every rank of a list gets the list's srcs concatenated along ``collective_dim`` (0 only)."""
+    launch = issue.begin()
+    for s, d in _pairs(srcs, dsts, "all_gather"):
+        launch.core.all_gather(dst=d.hw_view(), src=s.hw_view(), replica_group=_groups(replica_group),
+                               collective_dim=collective_dim)
+
+
+def reduce_scatter(srcs, dsts, replica_group, collective_dim: int = 0, op=None) -> None:
+    """Rank i of a list gets piece i (along ``collective_dim``, 0 only) of the reduction of the list's srcs."""
+    if op is None:
+        raise NKIError("reduce_scatter needs op= (nl.add, nl.minimum or nl.maximum)")
+    launch = issue.begin()
+    for s, d in _pairs(srcs, dsts, "reduce_scatter"):
+        launch.core.reduce_scatter(dst=d.hw_view(), src=s.hw_view(), replica_group=_groups(replica_group),
+                                   collective_dim=collective_dim, op=_op(op))
+
+
+def collective_permute(srcs, dsts, source_target_pairs) -> None:
+    """Each (source, target) pair sends source's src into target's dst (HBM tensors, one per list)."""
+    pairs = _pairs(srcs, dsts, "collective_permute")
+    if len(pairs) != 1:
+        raise NKIError(f"collective_permute takes exactly one tensor in srcs and dsts, got {len(pairs)}")
+    launch = issue.begin()
+    s, d = pairs[0]
+    launch.core.collective_permute(dst=d.hw_view(), src=s.hw_view(),
+                                   source_target_pairs=[tuple(p) for p in source_target_pairs])
