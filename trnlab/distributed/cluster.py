@@ -124,6 +124,8 @@ class Cluster:
         for t in threads:
             t.join()
         first = next((e for e in errors if e is not None), None)
+        if first is None and self._error is not None:
+            raise self._error          # the ranks never met: raised by the scheduler, not by a rank
         if first is not None:
             rank = errors.index(first)
             if isinstance(first, CollectiveError) or not first.args:
