@@ -9,15 +9,21 @@ Numerics: a ring / rdh / mesh all-reduce of p float32 arrays executed step by st
 ``np.sum(np.stack(arrays), axis=0)`` on the same arrays (the baseline, measured in the same run).
 Target: ≤ 4× the baseline for 16 MiB per rank on 8 ranks (the algorithms copy each piece once per
 step; the sum itself is the same work).
-Model: the modelled all-reduce time and bus bandwidth on each preset for 1 KiB, 1 MiB and 1 GiB, and
-the validation against the textbook and against nccom-test's published runs (docs/distributed.md).
+Model: the modelled all-reduce time and bus bandwidth on each preset for 1 KiB, 1 MiB and 1 GiB (the
+documented link figures and the calibrated model), the textbook check, and the validation against
+nccom-test's published runs with the fitted constants and the gap per case (docs/distributed.md).
+Scaling: throughput against chips, the share of the step in communication, per preset, for DP, TP, PP.
 """
 from __future__ import annotations
 
 import argparse
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout: `python benchmarks/...`
 
 
 def best_of(fn, repeats: int = 3) -> float:
@@ -43,14 +49,29 @@ def numerics(ranks: int = 8, mib: int = 16) -> None:
 
 def model() -> None:
     from trnlab.distributed import collectives, topology, validation
-    print("modelled all-reduce over all chips of each system (best algorithm for the size)")
-    print(f"  {'system':26} {'size':>6} {'algorithm':28} {'time (µs)':>11} {'busbw (GB/s)':>13}")
+    print("modelled all-reduce over all chips of each system (best algorithm; documented links | calibrated)")
+    print(f"  {'system':26} {'size':>6} {'algorithm':28} {'time (µs)':>11} {'busbw (GB/s)':>13} "
+          f"{'calibrated (µs)':>16} {'busbw (GB/s)':>13}")
     for name in topology.SYSTEMS:
         for size, label in ((2**10, "1 KiB"), (2**20, "1 MiB"), (2**30, "1 GiB")):
             c = collectives.best_algorithm("all_reduce", size, topology.get(name))
-            print(f"  {name:26} {label:>6} {c.algorithm:28} {c.time_ns / 1e3:11,.1f} {c.busbw / 1e9:13,.1f}")
-    print("\nvalidation against nccom-test's published runs (trn1)")
-    print(validation.markdown(validation.published_rows()))
+            k = collectives.best_algorithm("all_reduce", size, topology.get(name), calibration=topology.NCCOM_TRN1)
+            print(f"  {name:26} {label:>6} {c.algorithm:28} {c.time_ns / 1e3:11,.1f} {c.busbw / 1e9:13,.1f} "
+                  f"{k.time_ns / 1e3:16,.1f} {k.busbw / 1e9:13,.1f}")
+    check = validation.textbook_check()
+    print(f"\ntextbook: ring all-reduce of {check['bytes']:,} B over {check['ranks']} ranks sends 2(p-1)/p·B = "
+          f"{check['textbook 2(p-1)/p·B']:,.0f} B per rank; executed: {check['sent per rank (executed)']:,}; "
+          f"cost model's bandwidth term: {check['bandwidth term × link (bytes)']:,.0f}")
+    print(validation.markdown(validation.textbook_rows()))
+    fit = validation.fit_nccom()
+    print(f"\ncalibration fitted to nccom-test (trn1): fixed cost {fit['launch (µs)']:.1f} µs per collective, "
+          f"ring step {fit['ring step (µs)']:.2f} µs, {fit['bytes/s per core'] / 1e9:.1f} GB/s per core = "
+          f"{fit['DMA engines per core']:.2f} DMA engines at 27.2 GB/s (used: {topology.NCCOM_LAUNCH_NS / 1e3:.0f} µs, "
+          f"{topology.NCCOM_HOP_NS / 1e3:.1f} µs, {topology.CC_DMA_ENGINES} engines)")
+    print("validation against nccom-test's published runs (trn1; 'fit': the row was used to fit the constants)")
+    rows = validation.published_rows()
+    print(validation.markdown(rows))
+    print(validation.markdown(validation.gap_summary(rows)))
 
 
 def scaling_tables(model_name: str = "7B-class", global_batch: int = 128) -> None:

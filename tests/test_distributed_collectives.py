@@ -148,9 +148,24 @@ def test_validation_tables_agree_with_the_textbook_and_name_their_gap_to_measure
         assert row["time model (µs)"] == pytest.approx(row["time formula (µs)"])
     rows = validation.published_rows()
     assert len(rows) == sum(len(points) for _, _, points in validation.PUBLISHED.values())
-    # the model has no runtime overhead and ideal links: it is a lower bound of every measurement
-    assert all(r["measured / model"] >= 1 for r in rows)
-    assert all(math.isfinite(r["measured / fitted"]) for r in rows)
+    # the documented model has no software cost and ideal links: a lower bound of every measurement
+    assert all(r["measured / documented"] >= 1 for r in rows)
+    c = validation.textbook_check(p=8)
+    assert c["sent per rank (executed)"] == c["textbook 2(p-1)/p·B"] == pytest.approx(c["bandwidth term × link (bytes)"])
+
+
+def test_calibration_constants_are_the_fit_to_nccom_test_and_predict_the_rows_not_fitted():
+    fit = validation.fit_nccom()
+    assert T.NCCOM_LAUNCH_NS / 1e3 == pytest.approx(fit["launch (µs)"], abs=0.5)
+    assert T.NCCOM_HOP_NS / 1e3 == pytest.approx(fit["ring step (µs)"], abs=0.05)
+    assert T.CC_DMA_ENGINES == round(fit["DMA engines per core"])
+    rows = validation.published_rows()
+    one_node = [r for r in rows if not r["fit"] and "2 ×" not in r["case"]]
+    assert one_node and all(0.75 <= r["measured / calibrated"] <= 1.25 for r in one_node)
+    # between nodes the largest size agrees; the small and middle ones stay unexplained (documented)
+    (largest,) = [r for r in rows if "2 ×" in r["case"] and r["bytes"] == 2**30]
+    assert 0.75 <= largest["measured / calibrated"] <= 1.25
+    assert max(r["measured / calibrated"] for r in rows if "2 ×" in r["case"]) > 2
 
 
 def test_topologies_build_program_layer_devices_of_their_chip():

@@ -349,7 +349,7 @@ def _flat_cost(op: str, nbytes: float, p: int, bandwidth: float, hop_ns: float, 
 
 
 def cost(op: str, nbytes: float, topology: Topology, algorithm: str = "ring", ranks: int | None = None,
-         inter_algorithm: str | None = None, launch_ns: float = 0.0) -> CollectiveCost:
+         inter_algorithm: str | None = None, launch_ns: float = 0.0, calibration=None) -> CollectiveCost:
     """Modelled time of one collective of `nbytes` over `ranks` ranks (default: all) of `topology`.
 
     A group inside one server runs the algorithm over the server's link. A group across servers runs
@@ -357,7 +357,13 @@ def cost(op: str, nbytes: float, topology: Topology, algorithm: str = "ring", ra
     1/ranks_per_server of the data + intra all-gather; all-gather = inter then intra; reduce-scatter =
     intra then inter. `inter_algorithm` (default: the same, or ring where that is not possible) is
     used between servers. `launch_ns` is a fixed cost per collective (software; 0 unless given).
+    `calibration` (a `topology.Calibration`, e.g. `topology.NCCOM_TRN1`) corrects the links and adds
+    its fixed cost: the model fitted to AWS's measurements instead of the documented link figures.
     """
+    if calibration is not None:
+        from trnlab.distributed.topology import calibrated
+        return cost(op, nbytes, calibrated(topology, calibration), algorithm, ranks, inter_algorithm,
+                    launch_ns + calibration.launch_ns)
     if op not in OPS:
         raise ValueError(f"unknown collective {op!r}; choose one of {OPS}")
     if nbytes < 0:
@@ -384,7 +390,8 @@ def cost(op: str, nbytes: float, topology: Topology, algorithm: str = "ring", ra
     return CollectiveCost(op, algorithm, group.ranks, int(nbytes), launch_ns + lat, tr, steps, sent)
 
 
-def best_algorithm(op: str, nbytes: float, topology: Topology, ranks: int | None = None) -> CollectiveCost:
+def best_algorithm(op: str, nbytes: float, topology: Topology, ranks: int | None = None,
+                   calibration=None) -> CollectiveCost:
     """The fastest algorithm the model offers for this size (what the Neuron runtime picks by size)."""
     candidates = []
     group = topology.group(ranks or topology.ranks)
@@ -395,7 +402,7 @@ def best_algorithm(op: str, nbytes: float, topology: Topology, ranks: int | None
             continue
         if algorithm == "mesh" and not group.supports("mesh"):
             continue
-        candidates.append(cost(op, nbytes, topology, algorithm, ranks))
+        candidates.append(cost(op, nbytes, topology, algorithm, ranks, calibration=calibration))
     return min(candidates, key=lambda c: c.time_ns)
 
 
