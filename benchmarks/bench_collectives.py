@@ -77,15 +77,18 @@ def model() -> None:
 def scaling_tables(model_name: str = "7B-class", global_batch: int = 128) -> None:
     from trnlab.distributed import scaling, topology
     model = scaling.MODELS[model_name]
-    print(f"\n{model_name} ({model.params / 1e9:.1f}B parameters), {global_batch} sequences of {model.seq_len} tokens "
-          f"per step; tokens/s / share of the step communicating, not hidden (hidden too) (✕: does not fit a chip)")
-    for name in topology.SYSTEMS:
-        for strategy in ("dp", "tp", "pp"):
-            rows = scaling.scaling(model, topology.get(name), global_batch, strategy)
-            cells = "  ".join(f"{r.chips}:{r.tokens_per_second / 1e3:,.0f}k/{r.communication_share:.0%}"
-                              f"({r.collective_share:.0%})"
-                              f"{'' if r.fits else '✕'}" for r in rows)
-            print(f"  {name:24} {strategy.upper()}  {cells}")
+    for calibration in (None, topology.NCCOM_TRN1):
+        which = "documented link figures" if calibration is None else calibration.name
+        print(f"\n{model_name} ({model.params / 1e9:.1f}B parameters), {global_batch} sequences of {model.seq_len} "
+              f"tokens per step, collectives from the {which}")
+        print("  chips:tokens/s / share of the step communicating, not hidden (all collectives) (✕: does not fit a chip)")
+        for name in topology.SYSTEMS:
+            for strategy in ("dp", "tp", "pp"):
+                rows = scaling.scaling(model, topology.get(name), global_batch, strategy, calibration=calibration)
+                cells = "  ".join(f"{r.chips}:{r.tokens_per_second / 1e3:,.0f}k/{r.communication_share:.0%}"
+                                  f"({r.collective_share:.0%})"
+                                  f"{'' if r.fits else '✕'}" for r in rows)
+                print(f"  {name:24} {strategy.upper()}  {cells}")
 
 
 def main() -> None:

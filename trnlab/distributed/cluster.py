@@ -12,7 +12,8 @@ core's ``cc0`` / ``cc1`` engines) meet here. The cluster is their *fabric*:
   other ranks of that list (program order); op, shape and dtype must agree, else `CollectiveError`.
 - **time**: the group starts when the last rank's operands and CC engine are ready, and takes
   `collectives.best_algorithm(...)` (or the algorithm asked for) over the topology's links for
-  the group's size — the same cost model as everywhere in `trnlab.distributed`. Meanwhile the
+  the group's size — the same cost model as everywhere in `trnlab.distributed` (the documented link
+  figures, or with ``calibration=topology.NCCOM_TRN1`` the model fitted to AWS's measurements). Meanwhile the
   compute engines go on with whatever does not depend on the result: that is the overlap.
 - **values** (full mode): all-reduce, reduce-scatter and all-gather run the step-by-step NumPy
   algorithms of `collectives` (ring, rdh, mesh, as the cost model chose; sums in float32, stored in
@@ -50,11 +51,12 @@ class Cluster:
     """`ranks` ranks of `topology` (default all; one Device per chip, or the cores of one chip)."""
 
     def __init__(self, topology: Topology, ranks: int | None = None, mode: str = "full",
-                 algorithm: str | None = None):
+                 algorithm: str | None = None, calibration=None):
         self.topology = topology
         self.ranks = topology.ranks if ranks is None else int(ranks)
         self.mode = mode
         self.algorithm = algorithm  # None: the fastest the model offers for each size
+        self.calibration = calibration  # None: the documented link figures; topology.NCCOM_TRN1: fitted
         self.devices: list[Device] = devices(topology, mode=mode, count=self.ranks)
         if topology.rank_name == "core":
             self.cores = [(self.devices[0], r) for r in range(self.ranks)]
@@ -192,11 +194,13 @@ class Cluster:
     def cost(self, opcode: str, nbytes: int, ranks: int) -> collectives.CollectiveCost:
         """The modelled time of one collective over `ranks` ranks of this cluster's topology."""
         op = "send_recv" if opcode == "collective_permute" else opcode
+        cal = self.calibration
         if op == "send_recv" or ranks == 1:
-            return collectives.cost(op, nbytes, self.topology, "ring", max(ranks, 2) if op == "send_recv" else 1)
+            return collectives.cost(op, nbytes, self.topology, "ring", max(ranks, 2) if op == "send_recv" else 1,
+                                    calibration=cal)
         if self.algorithm is None:
-            return collectives.best_algorithm(op, nbytes, self.topology, ranks)
-        return collectives.cost(op, nbytes, self.topology, self.algorithm, ranks)
+            return collectives.best_algorithm(op, nbytes, self.topology, ranks, calibration=cal)
+        return collectives.cost(op, nbytes, self.topology, self.algorithm, ranks, calibration=cal)
 
     def _resolve(self, key, requests: dict) -> None:
         members = key[0]

@@ -151,8 +151,9 @@ def _group(topology: Topology, size: int, stride: int) -> Topology:
 
 def estimate(model: ModelShape, topology: Topology, global_batch: int, dp: int = 1, tp: int = 1, pp: int = 1,
              utilization: float = UTILIZATION, overlap: float = 2 / 3, zero1: bool = False,
-             algorithm: str = "ring") -> StepEstimate:
-    """Step time of `model` on dp × tp × pp ranks of `topology`, `global_batch` sequences per step."""
+             algorithm: str = "ring", calibration=None) -> StepEstimate:
+    """Step time of `model` on dp × tp × pp ranks of `topology`, `global_batch` sequences per step.
+    `calibration` (e.g. `topology.NCCOM_TRN1`): collectives from the model fitted to measurements."""
     chips = dp * tp * pp
     if chips > topology.ranks:
         raise ValueError(f"layout dp={dp} × tp={tp} × pp={pp} needs {chips} ranks; {topology.name} has {topology.ranks}")
@@ -167,19 +168,20 @@ def estimate(model: ModelShape, topology: Topology, global_batch: int, dp: int =
     dp_ns = dp_total = 0.0
     if dp > 1:
         grads = 2 * model.params / (tp * pp)
-        dp_total = collectives.cost("all_reduce", grads, _group(topology, dp, tp * pp), algorithm).time_ns
+        dp_total = collectives.cost("all_reduce", grads, _group(topology, dp, tp * pp), algorithm,
+                                     calibration=calibration).time_ns
         dp_ns = max(0.0, dp_total - overlap * compute)
     microbatches = per_replica if pp > 1 else 1
     micro = per_replica / microbatches  # sequences per microbatch
     act = 2 * micro * model.seq_len * model.n_embd  # one (b, T, C) bf16 activation
     tp_ns = 0.0
     if tp > 1:
-        one = collectives.cost("all_reduce", act, topology.group(tp), algorithm).time_ns
+        one = collectives.cost("all_reduce", act, topology.group(tp), algorithm, calibration=calibration).time_ns
         tp_ns = 4 * math.ceil(model.n_layer / pp) * microbatches * one
     bubble = p2p = 0.0
     if pp > 1:
         bubble = compute * (pp - 1) / microbatches
-        send = collectives.cost("send_recv", act, _group(topology, 2, tp)).time_ns
+        send = collectives.cost("send_recv", act, _group(topology, 2, tp), calibration=calibration).time_ns
         p2p = 2 * (pp - 1 + microbatches) * send
     memory = memory_per_chip(model, per_replica, dp, tp, pp, zero1, microbatches)
     return StepEstimate((dp, tp, pp), compute, dp_ns, tp_ns, bubble, p2p, memory, topology.hbm_bytes_per_rank,
