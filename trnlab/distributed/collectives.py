@@ -14,9 +14,10 @@ the ring animation of notebook 08 draws, and what the byte counts below are chec
 **Time.** `cost(op, nbytes, topology, algorithm)` returns how long a collective takes over the links
 of a `Topology`: steps × per-hop latency + bytes on the busiest link / bandwidth, with the
 hierarchical algorithm (intra-server, then inter-server, then intra-server) when the group spans
-servers [CC-inter]. Functions take sizes and a topology and return durations, so a device can later
-issue a collective as one instruction on its collective-compute ("cc") engine; `issue` records one on
-a `Timeline` track today, beside the compute tracks, so that the two overlap on the picture.
+servers [CC-inter]. Functions take sizes and a topology and return durations: a `cluster.Cluster`
+uses them to time the collective *instructions* programs issue on each core's CC engines
+(`trnlab.hardware.collective`); `issue` draws one on a hand-built `Timeline` track (the large-model
+pictures of `scaling.dp_step_timeline`).
 
 `nbytes` is the size of the whole tensor (nccl-tests' and nccom-test's "size"): the buffer of an
 all-reduce, the output of an all-gather, the input of a reduce-scatter, the message of a send.
