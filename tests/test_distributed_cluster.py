@@ -173,3 +173,21 @@ def test_cores_of_one_chip_as_ranks():
     _, cluster, runs = run_on(all_reduce_kernel, xs, topo=chip, target="trn1")
     np.testing.assert_array_equal(runs[1].outputs, np.full((4, 8), 3.0, np.float32))
     assert cluster.log[0]["end_ns"] > cluster.log[0]["start_ns"]
+
+
+def pairwise_all_reduce_kernel(x):
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    group = ncc.ReplicaGroup.from_partition_op(4, ncc.rg_partition_op.mod, 2)   # [[0, 2], [1, 3]]
+    ncc.all_reduce(srcs=[x], dsts=[out], replica_group=group, op=nl.maximum)
+    return out
+
+
+def test_replica_groups_reduce_independently_within_each_rank_list():
+    assert ncc.ReplicaGroup.from_partition_op(8, ncc.rg_partition_op.div, 4).groups == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert ncc.ReplicaGroup.from_partition_op(4, ncc.rg_partition_op.mod, 2).groups == [[0, 2], [1, 3]]
+    xs = [np.full((4, 8), float(r), np.float32) for r in range(4)]
+    program = nki.trace(nki.jit(pairwise_all_reduce_kernel), xs[0])
+    cluster = Cluster(TRN2, ranks=4)
+    runs = cluster.run(program, [(x,) for x in xs])
+    assert [float(r.outputs[0, 0]) for r in runs] == [2.0, 3.0, 2.0, 3.0]   # max within {0, 2} and {1, 3}
+    assert sorted(tuple(e["ranks"]) for e in cluster.log) == [(0, 2), (1, 3)]
