@@ -82,6 +82,12 @@ def _as_view(x, what: str, opcode: str) -> View:
                           value=type(x).__name__, limit="Tensor | View")
 
 
+def _describing(core) -> bool:
+    """Is `core` only checking and describing instructions (while a kernel is traced, or a program is
+    described for a compiled replay), not running them? Then there is no rank and no fabric."""
+    return core.name == "trace" or hasattr(core, "_describe")
+
+
 def _rank_list(replica_group, core: NeuronCore, opcode: str) -> tuple:
     """This core's rank list of `replica_group` (while tracing, with no rank yet: the first list)."""
     lists = [tuple(int(r) for r in group) for group in getattr(replica_group, "groups", replica_group)]
@@ -90,7 +96,7 @@ def _rank_list(replica_group, core: NeuronCore, opcode: str) -> tuple:
                               value=lists, limit="non-empty lists")
     rank = getattr(core, "_cc_rank", None)
     if rank is None:
-        rank = lists[0][0] if core.name == "trace" else 0
+        rank = lists[0][0] if _describing(core) else 0
     seen: dict[int, int] = {}
     for i, group in enumerate(lists):
         for r in group:
@@ -155,6 +161,14 @@ def issue_collective(core: NeuronCore, opcode: str, src, dst, members: tuple, at
     group can start and how long it takes, and writes the values. Returns the record index."""
     eid = _cc_engine(core, stream)
     reads = (src,)
+    describe = getattr(core, "_describe", None)
+    if describe is not None:
+        # a describing core (the compiled timing replay's): duration 0 marks the instruction as one the
+        # compiled replay cannot time (it depends on the other ranks), so such programs are replayed
+        # instruction by instruction, where the fabric times each collective
+        from .compiled import ISSUE
+        ref = core._ref
+        return describe((ISSUE, eid, opcode, 0.0, (ref(src),), (ref(dst),), 0.0, 0, 0, False, None))
     # the trigger sits in the core's instruction streams: never before the launch's first engine is free
     start = max(core._cc_free[int(stream)], min(core._free))
     start, waited = scheduler.wait_reads(reads, start, -1)
@@ -164,7 +178,7 @@ def issue_collective(core: NeuronCore, opcode: str, src, dst, members: tuple, at
     request = Request(opcode, rank, tuple(members), src, dst, start, dict(attrs), core)
     if fabric is not None:
         begin, end = fabric.collective(request)
-    elif len(members) <= 1 or core.name == "trace":
+    elif len(members) <= 1 or _describing(core):
         # alone (or while a kernel is traced: rules only): a one-rank collective is a copy
         begin, end = start, start + dst.nbytes * 1e9 / core.hbm_bandwidth
         if core.full and len(members) <= 1:
@@ -225,7 +239,7 @@ def collective_permute(self: NeuronCore, dst, src, source_target_pairs, stream: 
     src, dst = _as_view(src, "src", "collective_permute"), _as_view(dst, "dst", "collective_permute")
     pairs = [(int(s), int(t)) for s, t in source_target_pairs]
     members = tuple(sorted({r for pair in pairs for r in pair}))
-    rank = getattr(self, "_cc_rank", members[0] if members and self.name == "trace" else 0)
+    rank = getattr(self, "_cc_rank", members[0] if members and _describing(self) else 0)
     if rank not in members:
         raise CollectiveError(f"collective: collective_permute on rank {rank}, which is in no pair of {pairs}",
                               value=rank, limit=pairs)
