@@ -191,3 +191,11 @@ def test_replica_groups_reduce_independently_within_each_rank_list():
     runs = cluster.run(program, [(x,) for x in xs])
     assert [float(r.outputs[0, 0]) for r in runs] == [2.0, 3.0, 2.0, 3.0]   # max within {0, 2} and {1, 3}
     assert sorted(tuple(e["ranks"]) for e in cluster.log) == [(0, 2), (1, 3)]
+
+
+def test_timing_mode_cluster_gives_the_same_timeline_as_full_mode():
+    full = run_overlap_demo(ranks=2, layers=2, tokens=256, mode="full")
+    timing = run_overlap_demo(ranks=2, layers=2, tokens=256, mode="timing")
+    strip = lambda t: [r[:10] for r in t.records]   # noqa: E731 (times, bytes, engines; notes aside)
+    assert strip(timing.timeline) == strip(full.timeline)
+    assert timing.overlap_ns == full.overlap_ns > 0
