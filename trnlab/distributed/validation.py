@@ -119,7 +119,7 @@ EXPLANATIONS = {
     "32 cores of trn1.32xlarge, all-gather":
         "latency-bound at every size: the fixed cost + 31 ring steps of ~3.2 µs, not 1.5 µs",
     "64 cores of 2 × trn1.32xlarge, all-reduce":
-        "between nodes the small/mid sizes cost 2-4× more than ~15 µs per EFA step explains; large sizes agree",
+        "between nodes the small/mid sizes cost 1.9-4× more than ~15 µs per EFA step explains; 1 GiB agrees",
 }
 
 
