@@ -86,6 +86,8 @@ class Instruction:
     line: str = ""                   # the kernel source line that issued it ("file.py:12 (kernel)")
     region: str = ""                 # the region (compiled op, kernel call) it belongs to
     source: tuple | None = None      # (path, line number, function) of that line
+    # how the checked instruction asks to be scheduled (compiled.py; not saved: re-derived on load)
+    issue: tuple | None = field(default=None, repr=False, compare=False)
 
     def reads(self) -> list[Access]:
         return [a for name, a in self.operands.items() if name not in WRITES]

@@ -22,7 +22,7 @@ from contextlib import contextmanager
 import numpy as np
 
 from . import dtypes, ops
-from .core import NeuronCore
+from .compiled import DescribingCore, engine_of
 from .memory import HBM, OnChipMemory
 from .presets import core_spec
 from .program import Access, Buffer, Instruction, Program
@@ -94,12 +94,15 @@ class Recorder:
         self.full = False
         self.name = name
         self.note = ""
-        self._checker = NeuronCore(spec, mode="timing", name="trace")
+        # checks and costs each instruction and describes how it is to be scheduled (no timing)
+        self._checker = DescribingCore(spec, self.buffer_of, name="trace")
         self.hbm = _TraceHBM(spec, self)
         self.sbuf = _TraceOnChip("sbuf", self)
         self.psum = _TraceOnChip("psum", self)
         self.program = Program(name=name, target=spec.name)
         self.program._spec = spec
+        self.program._issue_spec = spec
+        self.program._matmul_dtypes = self._checker._matmul_dtypes
         self._ids: dict[int, int] = {}        # id(hardware Tensor) -> buffer id
         self._tensors: list[Tensor] = []      # kept alive so that ids stay unique
         self._regions: list[str] = []
@@ -169,10 +172,13 @@ class Recorder:
         checker = self._checker
 
         silent = opcode in _RUN_ONLY
+        issued = checker.issued
+        engines = checker.engines
 
         def record(*args, **kwargs):
-            # the rule checks (and a throw-away timing); a print happens when the program runs
-            index = -1 if silent else method(*args, **kwargs)
+            # the rule checks and the cost; the description of how to schedule it (compiled.py)
+            i = method(*args, **kwargs)
+            issue = issued[i]
             bound = signature.bind(*args, **kwargs)
             operands, attrs = {}, {}
             k = len(program.instructions)
@@ -189,11 +195,10 @@ class Recorder:
                 if buf.first < 0:
                     buf.first = k
                 buf.last = k
-            engine = checker.engines[checker.timeline.records[index][0]] \
-                if isinstance(index, int) and index >= 0 else ""
-            program.instructions.append(Instruction(opcode, engine, operands, attrs, self.note,
-                                                    self.current_region, self.where()))
-            return index
+            program.instructions.append(Instruction(opcode, engine_of(issue, engines), operands, attrs,
+                                                    self.note, self.current_region, self.where(),
+                                                    issue))
+            return -1 if silent else k
 
         record.__name__ = opcode
         record.__doc__ = method.__doc__
