@@ -39,7 +39,7 @@ from bisect import bisect_right
 from . import cost, dtypes
 from .core import ACT, DVE, PE, POOL, NeuronCore, _free_byte_range, _Port, _view
 from .errors import EngineError
-from .scheduler import KEEP, MAX_RECORDS, _union, compact, covers, overlap
+from .scheduler import _TOUCH, KEEP, MAX_RECORDS, _union, compact, covers, overlap
 from .tensor import Tensor, View
 
 # descriptions (what an instruction asks of the scheduler)
@@ -84,17 +84,16 @@ class DescribingCore(NeuronCore):
                                sbuf_port, psum_port))
 
     def nc_matmul(self, dst, stationary, moving, accumulate=None) -> int:
-        key = (dst, stationary, moving)
+        # the rules and the cost depend only on the operands' shapes, places and dtypes: checked
+        # and costed once per such triple (a tiled loop issues the same matmul thousands of times)
+        views = (_view(dst, "dst"), _view(stationary, "stationary"), _view(moving, "moving"))
+        key = tuple((v.shape, v.partitions, v.free_size, v.part_start, v.part_first, v.tensor.kind,
+                     v.tensor.dtype) for v in views)
         checked = self._matmul_checked.get(key)
         if checked is None:
-            checked = self._check_matmul(dst, stationary, moving)
-            if len(self._matmul_checked) > 1024:
-                self._matmul_checked.clear()
-            self._matmul_checked[key] = checked
-        dst, st, mv, K, M, N, busy_ns, latency_ns, load_ns, flops, sbuf, psum = checked
-        if st.tensor.freed or mv.tensor.freed or dst.tensor.freed:
-            for v, what in ((st, "stationary"), (mv, "moving"), (dst, "dst")):
-                _view(v, what)
+            checked = self._matmul_checked[key] = self._check_matmul(*views)[6:]
+        busy_ns, latency_ns, load_ns, flops, sbuf, psum = checked
+        dst, st, mv = views
         return self._describe((MATMUL, self._ref(dst), self._ref(st), self._ref(mv), busy_ns,
                                latency_ns, load_ns, flops, sbuf, psum))
 
@@ -544,8 +543,9 @@ def run_timing(compiled: Compiled, core, resident: dict, region: str = "") -> No
     nq = core.spec.dma_queues
     dma_latency = core.spec.dma_latency_ns
     dma_channel, hbm_channel = core._dma, core._hbm
-    dma_reserve, hbm_reserve = dma_channel.reserve, hbm_channel.reserve
-    dma_ends, hbm_ends = dma_channel.ends, hbm_channel.ends
+    dma_starts, dma_ends = dma_channel.starts, dma_channel.ends
+    hbm_starts, hbm_ends = hbm_channel.starts, hbm_channel.ends
+    qfree = free[4:]              # the DMA queues' free times (written back at the end)
     bandwidth = core.hbm_bandwidth
     port = core._port
     slot = _Port.slot
@@ -605,31 +605,53 @@ def run_timing(compiled: Compiled, core, resident: dict, region: str = "") -> No
                     t = T[n]
                     w = W[n]
             if queue is None:
-                queues = free[4:]
-                eid = 4 + queues.index(min(queues))
+                q = qfree.index(min(qfree))
             else:
-                eid = 4 + queue
-            if free[eid] >= t:
-                t, w = free[eid], -1
+                q = queue
+            if qfree[q] >= t:
+                t, w = qfree[q], -1
             begin = t + fixed
             end = begin + cycles
-            engines_end = dma_reserve(begin, engine_ns) + engine_ns
-            if engines_end > end:
-                end = engines_end
-            if hbm:
-                hbm_ns = nbytes * 1e9 / bandwidth
-                hbm_end = hbm_reserve(begin, hbm_ns) + hbm_ns
-                if hbm_end > end:
-                    end = hbm_end
+            # the core's DMA engines, then (if it touches HBM) the HBM channel: each passes the
+            # transfer in its earliest free gap at or after `begin` (scheduler.Channel.reserve,
+            # inlined: this is the hot loop of every DMA-bound program)
+            for starts, ends, duration in ((dma_starts, dma_ends, engine_ns),
+                                           (hbm_starts, hbm_ends, nbytes * 1e9 / bandwidth)):
+                i = bisect_right(ends, begin)
+                at = begin
+                n = len(ends)
+                while i < n:
+                    if starts[i] >= at + duration:
+                        break
+                    if ends[i] > at:
+                        at = ends[i]
+                    i += 1
+                finish = at + duration
+                join_prev = i > 0 and ends[i - 1] >= at - _TOUCH
+                join_next = i < n and starts[i] <= finish + _TOUCH
+                if join_prev and join_next:
+                    ends[i - 1] = ends[i]
+                    del starts[i], ends[i]
+                elif join_prev:
+                    ends[i - 1] = finish
+                elif join_next:
+                    starts[i] = at
+                else:
+                    starts.insert(i, at)
+                    ends.insert(i, finish)
+                if finish > end:
+                    end = finish
+                if not hbm:
+                    break
             if len(hbm_ends) > 64 or len(dma_ends) > 64:
-                horizon = min(free[4:]) + dma_latency
+                horizon = min(qfree) + dma_latency
                 hbm_channel.prune(horizon)
                 dma_channel.prune(horizon)
-                hbm_ends, dma_ends = hbm_channel.ends, dma_channel.ends
+            eid = 4 + q
             T[node] = end
             W[node] = idx
             append((eid, rec[0], t, end, end, 0.0, rec[1], rec[2], 0, w, rec[3]))
-            free[eid] = end
+            qfree[q] = end
             if end > now:
                 now = end
         elif kind == _ISSUE:
@@ -716,6 +738,7 @@ def run_timing(compiled: Compiled, core, resident: dict, region: str = "") -> No
             continue
         idx += 1
     # the state the checked replay leaves behind
+    free[4:] = qfree
     core._now = now
     core._load_end = load_end
     core._last_mm_start = last_mm_start

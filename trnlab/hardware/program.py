@@ -23,6 +23,7 @@ tracing (`replay.py`).
 from __future__ import annotations
 
 import json
+import math
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -56,7 +57,7 @@ class Buffer:
 
     @property
     def nbytes(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64)) * dtypes.as_dtype(self.dtype).itemsize
+        return math.prod(self.shape) * dtypes.as_dtype(self.dtype).itemsize
 
     @property
     def partition_bytes(self) -> int:
