@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import dtypes
+from . import _gc, dtypes
 from .allocate import allocate, live_ranges
 from .program import Program, locate_instruction
 from .tensor import View
@@ -79,11 +79,13 @@ def execute(program: Program, core, args: list, region: str = "", hbm_tensors: d
     p = plan(program)
     if not checked and not core.full:
         from .compiled import can_run, compiled_for, run_timing
-        compiled = compiled_for(program, core.spec)
+        with _gc.paused():
+            compiled = compiled_for(program, core.spec)
         resident = dict(hbm_tensors or {})
         if can_run(compiled, core, resident):
             tensors = bind_inputs(program, core, args, hbm_tensors)
-            run_timing(compiled, core, resident, region)
+            with _gc.paused():
+                run_timing(compiled, core, resident, region)
             return tensors
     buffers = program.buffers
     tensors = bind_inputs(program, core, args, hbm_tensors)
