@@ -399,7 +399,7 @@ def _resolve(program, issues, spec, layout) -> Resolved:
             node = n_nodes
             n_nodes += 1
             ops.append((_DMA, dedupe(deps), queue, fixed, cycles, engine_ns, hbm, nbytes, node,
-                        (opcode, hbm, sbuf, note)))
+                        opcode, sbuf, note))
             note_reads(rrefs, node)
             note_write(dref, node)
             written.add(dref[0])
@@ -554,50 +554,8 @@ def run_timing(compiled: Compiled, core, resident: dict, region: str = "") -> No
     last_mm_start = core._last_mm_start
     for op in r.ops:
         kind = op[0]
-        if kind == _MM:
-            (_, pre, new, st_deps, post, group, busy, lat, load, end_node, ready_node, flops, sbuf,
-             psum, note) = op
-            start = free[0]
-            w = -1
-            for n in pre:
-                if T[n] > start:
-                    start = T[n]
-                    w = W[n]
-            if new:
-                st_ready = 0.0
-                st_w = -1
-                for n in st_deps:
-                    if T[n] > st_ready:
-                        st_ready = T[n]
-                        st_w = W[n]
-                load_start = st_ready if st_ready > last_mm_start else last_mm_start
-                load_end = load_start + load
-                if load_end > start:
-                    start, w = load_end, st_w
-            elif load_end > start:
-                start = load_end
-            for n in post:
-                if T[n] > start:
-                    start = T[n]
-                    w = W[n]
-            group_ready = 0.0
-            for n in group:
-                if T[n] > group_ready:
-                    group_ready = T[n]
-            end = start + busy
-            ready = start + lat
-            if group_ready > ready:
-                ready = group_ready
-            last_mm_start = start
-            T[end_node] = end
-            T[ready_node] = ready
-            W[end_node] = W[ready_node] = idx
-            append((0, "nc_matmul", start, end, ready, flops, 0, sbuf, psum, w, note))
-            free[0] = end
-            if ready > now:
-                now = ready
-        elif kind == _DMA:
-            _, deps, queue, fixed, cycles, engine_ns, hbm, nbytes, node, rec = op
+        if kind == _DMA:
+            _, deps, queue, fixed, cycles, engine_ns, hbm, nbytes, node, opcode, sbuf, note = op
             t = 0.0
             w = -1
             for n in deps:
@@ -650,10 +608,52 @@ def run_timing(compiled: Compiled, core, resident: dict, region: str = "") -> No
             eid = 4 + q
             T[node] = end
             W[node] = idx
-            append((eid, rec[0], t, end, end, 0.0, rec[1], rec[2], 0, w, rec[3]))
+            append((eid, opcode, t, end, end, 0.0, hbm, sbuf, 0, w, note))
             qfree[q] = end
             if end > now:
                 now = end
+        elif kind == _MM:
+            (_, pre, new, st_deps, post, group, busy, lat, load, end_node, ready_node, flops, sbuf,
+             psum, note) = op
+            start = free[0]
+            w = -1
+            for n in pre:
+                if T[n] > start:
+                    start = T[n]
+                    w = W[n]
+            if new:
+                st_ready = 0.0
+                st_w = -1
+                for n in st_deps:
+                    if T[n] > st_ready:
+                        st_ready = T[n]
+                        st_w = W[n]
+                load_start = st_ready if st_ready > last_mm_start else last_mm_start
+                load_end = load_start + load
+                if load_end > start:
+                    start, w = load_end, st_w
+            elif load_end > start:
+                start = load_end
+            for n in post:
+                if T[n] > start:
+                    start = T[n]
+                    w = W[n]
+            group_ready = 0.0
+            for n in group:
+                if T[n] > group_ready:
+                    group_ready = T[n]
+            end = start + busy
+            ready = start + lat
+            if group_ready > ready:
+                ready = group_ready
+            last_mm_start = start
+            T[end_node] = end
+            T[ready_node] = ready
+            W[end_node] = W[ready_node] = idx
+            append((0, "nc_matmul", start, end, ready, flops, 0, sbuf, psum, w, note))
+            free[0] = end
+            if ready > now:
+                now = ready
         elif kind == _ISSUE:
             _, eid, dur, deps, ports, node, rec = op
             t = free[eid]
