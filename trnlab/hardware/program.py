@@ -81,7 +81,8 @@ class Access:
 @dataclass
 class Instruction:
     opcode: str                      # NeuronCore method / nki.isa name: "nc_matmul", "dma_copy", ...
-    engine: str                      # where it ran when traced: "pe", "act", "dve", "pool", "dma3"
+    engine: str                      # its engine: "pe", "act", "dve", "pool", "dma3" ("dma": the queue
+                                     # free first, chosen when the program runs)
     operands: dict                   # parameter name -> Access
     attrs: dict = field(default_factory=dict)   # the other parameters (numbers, names, arrays)
     line: str = ""                   # the kernel source line that issued it ("file.py:12 (kernel)")

@@ -4,10 +4,12 @@ A `Recorder` stands in for a `NeuronCore` while a kernel's Python runs (``launch
 the core's instruction methods (``nc_matmul``, ``dma_copy``, ... — any public method of the core,
 found by name) and its memories. Each instruction call
 
-1. is checked against the hardware rules by a timing-mode core behind the recorder (so a kernel
-   that breaks a rule fails at its own line, as before), and
+1. is checked against the hardware rules and costed by a `compiled.DescribingCore` behind the
+   recorder (so a kernel that breaks a rule fails at its own line), which describes how the
+   instruction is to be scheduled instead of timing it, and
 2. is appended to the program: opcode, engine, operands as ``Access(buffer, index)``, the other
-   parameters as plain data, the kernel line (``note``) and the region.
+   parameters as plain data, the kernel line (``note``), the region and that description (what the
+   compiled timing replay runs on).
 
 Allocation is *not* decided here: on-chip tiles get a buffer of their own and no address (the
 tracing memories only check a tile's shape against the partition and PSUM-bank rules); when each
