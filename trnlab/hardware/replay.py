@@ -76,9 +76,10 @@ def execute(program: Program, core, args: list, region: str = "", hbm_tensors: d
     Timing mode replays the compiled program (`compiled.py`: the same timeline, without the rule
     checks the trace already made) wherever that is exact; full mode, or ``checked=True``, issues
     every instruction to the core (checks, values, time)."""
-    p = plan(program)
     if not checked and not core.full:
         from .compiled import can_run, compiled_for, run_timing
+        if not program.allocated:
+            allocate(program)
         with _gc.paused():
             compiled = compiled_for(program, core.spec)
         resident = dict(hbm_tensors or {})
@@ -87,6 +88,7 @@ def execute(program: Program, core, args: list, region: str = "", hbm_tensors: d
             with _gc.paused():
                 run_timing(compiled, core, resident, region)
             return tensors
+    p = plan(program)
     buffers = program.buffers
     tensors = bind_inputs(program, core, args, hbm_tensors)
     memories = {"sbuf": core.sbuf, "psum": core.psum}
