@@ -357,3 +357,31 @@ def test_a_list_scheduled_copy_compiles_its_own_order():
     _timelines(program, False, launches=1)                       # the original compiled first
     hoisted = list_schedule(program)
     assert _timelines(hoisted, False) == _timelines(hoisted, True)
+
+
+def test_the_cyclic_gc_is_paused_while_tracing_and_restored_after():
+    import gc
+    from trnlab.hardware import _gc
+    seen = []
+
+    @nki.jit
+    def probe(a):
+        seen.append(gc.isenabled())
+        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        nl.store(out, nl.load(a))
+        return out
+
+    assert gc.isenabled()
+    nki.trace(probe, SD((128, 64), "float32"))
+    with _gc.paused():
+        with _gc.paused():                       # nested: still paused when the inner one ends
+            pass
+        assert not gc.isenabled()
+    assert seen == [False] and gc.isenabled()
+    gc.disable()
+    try:                                         # a caller's own choice is kept
+        with _gc.paused():
+            pass
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
