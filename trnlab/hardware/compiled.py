@@ -520,6 +520,8 @@ def can_run(compiled: Compiled, core, resident: dict) -> bool:
         return False
     if core.sbuf.tensors or core.psum.tensors:
         return False
+    if len({id(t) for t in resident.values()}) < len(resident):
+        return False                    # one tensor passed as two arguments shares its records
     for bid, t in resident.items():
         if t._writes or bid in compiled.written:
             return False
