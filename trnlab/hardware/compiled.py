@@ -29,8 +29,9 @@ So the program is compiled once (`compile_timing`, cached on the Program):
 The structure depends on the core's on-chip state left by earlier launches (which byte ranges of
 SBUF/PSUM were freed); it is compiled per such layout (a program replayed on the same core reaches
 a steady layout after one or two launches). Where the compiled replay cannot be exact, `replay.py`
-uses the checked path: full mode, a resident tensor the program writes or one with pending writes,
-tiles still live in the core's memories.
+uses the checked path: full mode, a resident tensor the program writes, one with pending writes or
+one passed as two arguments, tiles still live in the core's memories, an instruction of zero
+duration.
 """
 from __future__ import annotations
 
