@@ -266,3 +266,122 @@ def test_a_direct_allocation_keeps_the_address_the_kernel_gave():
     tile = next(b for b in program.buffers if b.memory == "sbuf")
     assert tile.offset == 8192 and tile.placement["offset"] == 8192
     np.testing.assert_array_equal(Device("trn2", cores=1).run(program, X).outputs, X)
+
+
+# -- the compiled timing replay: checked once (at trace), then a tight loop — the same timeline ------
+from trnlab.hardware import compiled as compiled_replay          # noqa: E402
+from trnlab.kernels import attention, norms                       # noqa: E402
+
+SD = nki.ShapeDtype
+
+
+def _timelines(program, checked: bool, target="trn2", cores: int = 1, launches: int = 2,
+               resident: bool = False):
+    """Every core's records and regions after `launches` rounds of launching `program` on each core,
+    through the checked replay (every instruction issued to the core) or the compiled one."""
+    from trnlab.hardware import device as device_module
+    device = Device(target, mode="timing", cores=cores)
+    args = [None] * len(program.inputs)
+    if resident:
+        args = [device.tensor(np.zeros(program.buffers[bid].shape, np.float32)) for _, bid in program.inputs]
+    original = device_module.execute
+    device_module.execute = lambda *a, **k: original(*a, **k, checked=checked)
+    try:
+        for _ in range(launches):
+            for core in range(cores):
+                device.run(program, *args, core=core)
+    finally:
+        device_module.execute = original
+    return [(c.timeline.records, c.timeline.regions, c._free, c._now) for c in device.cores]
+
+
+COMPILED_CASES = {
+    "ladder tiled": (ladder.matmul_tiled, (SD((1024, 512), "bfloat16"), SD((1024, 1024), "bfloat16"))),
+    "ladder hoisted": (ladder.matmul_hoisted, (SD((1024, 512), "bfloat16"), SD((1024, 1024), "bfloat16"))),
+    "ladder block free": (ladder.matmul_block_free, (SD((1024, 512), "float32"), SD((1024, 1024), "float32"))),
+    "attention": (attention.causal_attention, (SD((1, 2, 512, 64), "bfloat16"),) * 3),
+    "layer norm": (norms.layer_norm, (SD((1024, 384), "float32"), SD((384,), "float32"), SD((384,), "float32"))),
+}
+
+
+@pytest.mark.parametrize("target", ["trn1", "trn2", "trn3"])
+@pytest.mark.parametrize("case", sorted(COMPILED_CASES))
+def test_compiled_replay_gives_the_same_timeline_as_the_checked_replay(case, target):
+    kernel, args = COMPILED_CASES[case]
+    program = nki.trace(kernel, *args, target=target)
+    # three launches on one core: the later ones start on the bytes the earlier ones freed
+    assert _timelines(program, False, target, launches=3) == _timelines(program, True, target, launches=3)
+
+
+def test_compiled_replay_on_several_cores_sharing_hbm_gives_the_same_timelines():
+    kernel, args = COMPILED_CASES["ladder tiled"]
+    program = nki.trace(kernel, *args, target="trn2")
+    fast = _timelines(program, False, cores=3, launches=2)
+    assert fast == _timelines(program, True, cores=3, launches=2)
+    assert len(fast[2][0]) == 2 * len(program)
+
+
+def test_compiled_replay_is_used_in_timing_mode_and_the_checked_one_in_full_mode():
+    args = (SD((256, 320), "float32"), SD((320,), "float32"), SD((320,), "float32"))   # traced here only
+    program = nki.trace(norms.layer_norm, *args, target="trn2")
+    timing = Device("trn2", mode="timing", cores=1)
+    timing.run(program, None, None, None)
+    owner, cache = program._compiled
+    assert owner is program and len(cache) == 1                # compiled once, for Trn2
+    resolved = next(iter(cache.values()))
+    x = RNG.standard_normal((256, 320)).astype(np.float32)
+    g, b = np.ones(320, np.float32), np.zeros(320, np.float32)
+    full = Device("trn2", mode="full", cores=1).run(program, x, g, b)
+    assert full.outputs is not None and len(resolved._resolved) == 1   # full mode did not use it
+
+
+def test_a_program_loaded_from_json_is_described_again_and_replays_the_same(tmp_path):
+    kernel, args = COMPILED_CASES["ladder hoisted"]
+    program = nki.trace(kernel, *args, target="trn2")
+    program.save(tmp_path / "p.json")
+    loaded = Program.load(tmp_path / "p.json")
+    assert all(i.issue is None for i in loaded.instructions)       # descriptions are not saved
+    assert _timelines(loaded, False) == _timelines(program, True)
+
+
+def test_resident_inputs_read_only_replay_compiled_and_record_their_reads():
+    kernel, args = (ladder.matmul_tiled, (SD((512, 128), "float32"), SD((512, 512), "float32")))
+    program = nki.trace(kernel, *args, target="trn2")
+    assert _timelines(program, False, resident=True) == _timelines(program, True, resident=True)
+
+
+def test_a_list_scheduled_copy_compiles_its_own_order():
+    from trnlab.hardware.schedule import list_schedule
+    kernel, args = COMPILED_CASES["ladder tiled"]
+    program = nki.trace(kernel, *args, target="trn2")
+    _timelines(program, False, launches=1)                       # the original compiled first
+    hoisted = list_schedule(program)
+    assert _timelines(hoisted, False) == _timelines(hoisted, True)
+
+
+def test_the_cyclic_gc_is_paused_while_tracing_and_restored_after():
+    import gc
+    from trnlab.hardware import _gc
+    seen = []
+
+    @nki.jit
+    def probe(a):
+        seen.append(gc.isenabled())
+        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        nl.store(out, nl.load(a))
+        return out
+
+    assert gc.isenabled()
+    nki.trace(probe, SD((128, 64), "float32"))
+    with _gc.paused():
+        with _gc.paused():                       # nested: still paused when the inner one ends
+            pass
+        assert not gc.isenabled()
+    assert seen == [False] and gc.isenabled()
+    gc.disable()
+    try:                                         # a caller's own choice is kept
+        with _gc.paused():
+            pass
+        assert not gc.isenabled()
+    finally:
+        gc.enable()

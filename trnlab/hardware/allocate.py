@@ -14,10 +14,11 @@ first instruction where they do not, naming the tiles live there and their sizes
 """
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections import defaultdict
 
 from .errors import PSUMOverflowError, SBUFOverflowError
-from .memory import OnChipMemory, _fmt_bytes
+from .memory import OnChipMemory, _fmt_bytes, first_fit
 from .presets import CORES, CoreSpec, core_spec
 from .program import Program, locate_instruction
 
@@ -46,39 +47,73 @@ def target_spec(program: Program, spec=None) -> CoreSpec:
     return core_spec(program.target)
 
 
+class _Placement:
+    """The byte ranges of one memory in use while the program is walked (what `OnChipMemory`
+    places, without tensors: the tiles' shapes were checked when the program was traced)."""
+
+    def __init__(self, memory: OnChipMemory):
+        self.memory = memory
+        self.occupied: list = []            # [(offset, bytes per partition)] sorted by offset
+        self.owner: list = []               # the buffer id of each
+        self.cursor = 0
+        self.used = 0
+
+    def place(self, b, offset: int | None) -> int:
+        size = b.partition_bytes
+        memory = self.memory
+        if offset is None:
+            offset = first_fit(self.occupied, size, self.cursor, memory.partition_bytes, memory.bank_bytes)
+            if offset is None and self.cursor > 0:
+                offset = first_fit(self.occupied, size, 0, memory.partition_bytes, memory.bank_bytes)
+            if offset is None:
+                raise memory.overflow(size, b.name, used=self.used)
+        elif offset < 0 or offset + size > memory.partition_bytes or any(
+                o < offset + size and offset < o + n for o, n in self.occupied):
+            raise memory.overflow(size, b.name, f"; offset {offset} is taken or out of range", used=self.used)
+        i = bisect_left(self.occupied, (offset, size))
+        self.occupied.insert(i, (offset, size))
+        self.owner.insert(i, b.id)
+        self.cursor = offset + size
+        self.used += size
+        return offset
+
+    def release(self, b) -> None:
+        i = self.owner.index(b.id)
+        del self.occupied[i], self.owner[i]
+        self.used -= b.partition_bytes
+
+
 def allocate(program: Program, spec: "CoreSpec | str | None" = None) -> Program:
     """Set `offset` on every on-chip buffer of `program` (in place) and return it."""
     spec = target_spec(program, spec)
-    memories = {"sbuf": OnChipMemory("sbuf", spec, with_data=False),
-                "psum": OnChipMemory("psum", spec, with_data=False)}
+    memories = {"sbuf": _Placement(OnChipMemory("sbuf", spec, with_data=False)),
+                "psum": _Placement(OnChipMemory("psum", spec, with_data=False))}
     starts, ends = live_ranges(program)
     placed = {}
     # tiles the kernel placed itself hold their bytes for the whole program, so that the tiles the
     # allocator places never land on them (AWS's kernels with direct allocation place every tile)
     fixed = [b for b in program.buffers if b.on_chip and b.first >= 0 and b.placement]
     for b in fixed:
+        placement = memories[b.memory]
         try:
-            t = memories[b.memory].allocate(b.shape, b.dtype, b.name, b.partition_axis,
-                                            offset=int(b.placement["offset"]))
+            b.offset = placement.place(b, int(b.placement["offset"]))
         except (SBUFOverflowError, PSUMOverflowError) as error:
-            raise _overflow(error, program, b.first, b, memories[b.memory], placed) from None
-        b.offset = t.offset
-        placed[b.id] = t
+            raise _overflow(error, program, b.first, b, placement.memory, placed) from None
+        placed[b.id] = True
     for k in sorted(set(starts) | set(ends)):
         for b in starts.get(k, ()):
             if b.placement:
                 continue
-            memory = memories[b.memory]
-            offset = None
+            placement = memories[b.memory]
             try:
-                t = memory.allocate(b.shape, b.dtype, b.name, b.partition_axis, offset=offset)
+                b.offset = placement.place(b, None)
             except (SBUFOverflowError, PSUMOverflowError) as error:
-                raise _overflow(error, program, k, b, memory, placed) from None
-            b.offset = t.offset
-            placed[b.id] = t
+                raise _overflow(error, program, k, b, placement.memory, placed) from None
+            placed[b.id] = True
         for b in ends.get(k, ()):
             if not b.placement:
-                memories[b.memory].free(placed.pop(b.id))
+                memories[b.memory].release(b)
+                del placed[b.id]
     program.allocated = True
     return program
 

@@ -137,6 +137,25 @@ class HBM:
             self.tensors.remove(tensor)
 
 
+def first_fit(occupied, nbytes: int, lowest: int, partition_bytes: int, bank: int | None) -> int | None:
+    """The first offset >= `lowest` where `nbytes` per partition fit between the `occupied`
+    (offset, size) ranges (sorted by offset); in PSUM (`bank`: bank bytes) a tile larger than a
+    bank starts on a bank boundary and a smaller one never straddles two. None if nothing fits."""
+    cursor = lowest
+    for offset, size in list(occupied) + [(partition_bytes, 0)]:
+        start = cursor
+        if bank is not None:
+            if nbytes > bank:
+                start = -(-start // bank) * bank        # whole banks: start on a boundary
+            elif start // bank != (start + nbytes - 1) // bank:
+                start = -(-start // bank) * bank        # would straddle: next bank
+        if start + nbytes <= offset:
+            return start
+        if offset + size > cursor:
+            cursor = offset + size
+    return None
+
+
 class OnChipMemory:
     """SBUF or PSUM: partitions × bytes-per-partition, rotating (next-fit) allocation of byte ranges."""
 
@@ -264,9 +283,10 @@ class OnChipMemory:
                     value=tile_bytes, limit=self.bank_bytes)
         return shape, dt, partition_axis, per_partition
 
-    def overflow(self, per_partition: int, name: str, live: str = ""):
-        """The overflow error for a tile of `per_partition` bytes that does not fit."""
-        free = self.partition_bytes - self.used_partition_bytes
+    def overflow(self, per_partition: int, name: str, live: str = "", used: int | None = None):
+        """The overflow error for a tile of `per_partition` bytes that does not fit (`used`: bytes
+        per partition taken, if not this memory's live tensors)."""
+        free = self.partition_bytes - (self.used_partition_bytes if used is None else used)
         label = "SBUF" if self.kind == "sbuf" else "PSUM"
         return self._overflow(
             f"{label} overflow: {_fmt_bytes(per_partition)} per partition requested for "
@@ -353,21 +373,8 @@ class OnChipMemory:
         return offset
 
     def _fit(self, nbytes: int, lowest: int) -> int | None:
-        bank = self.bank_bytes
-        cursor = lowest
-        for t in self.tensors + [None]:
-            end = self.partition_bytes if t is None else t.offset
-            start = cursor
-            if bank is not None:
-                if nbytes > bank:
-                    start = -(-start // bank) * bank        # whole banks: start on a boundary
-                elif start // bank != (start + nbytes - 1) // bank:
-                    start = -(-start // bank) * bank        # would straddle: next bank
-            if start + nbytes <= end:
-                return start
-            if t is not None:
-                cursor = max(cursor, t.offset + t.partition_bytes)
-        return None
+        return first_fit([(t.offset, t.partition_bytes) for t in self.tensors], nbytes, lowest,
+                         self.partition_bytes, self.bank_bytes)
 
     def free(self, tensor: Tensor):
         """Release a tile (its memory may be reused; using the tensor afterwards raises)."""

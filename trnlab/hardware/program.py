@@ -23,6 +23,7 @@ tracing (`replay.py`).
 from __future__ import annotations
 
 import json
+import math
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -56,7 +57,7 @@ class Buffer:
 
     @property
     def nbytes(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64)) * dtypes.as_dtype(self.dtype).itemsize
+        return math.prod(self.shape) * dtypes.as_dtype(self.dtype).itemsize
 
     @property
     def partition_bytes(self) -> int:
@@ -80,12 +81,15 @@ class Access:
 @dataclass
 class Instruction:
     opcode: str                      # NeuronCore method / nki.isa name: "nc_matmul", "dma_copy", ...
-    engine: str                      # where it ran when traced: "pe", "act", "dve", "pool", "dma3"
+    engine: str                      # its engine: "pe", "act", "dve", "pool", "dma3" ("dma": the queue
+                                     # free first, chosen when the program runs)
     operands: dict                   # parameter name -> Access
     attrs: dict = field(default_factory=dict)   # the other parameters (numbers, names, arrays)
     line: str = ""                   # the kernel source line that issued it ("file.py:12 (kernel)")
     region: str = ""                 # the region (compiled op, kernel call) it belongs to
     source: tuple | None = None      # (path, line number, function) of that line
+    # how the checked instruction asks to be scheduled (compiled.py; not saved: re-derived on load)
+    issue: tuple | None = field(default=None, repr=False, compare=False)
 
     def reads(self) -> list[Access]:
         return [a for name, a in self.operands.items() if name not in WRITES]

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import dtypes
+from . import _gc, dtypes
 from .allocate import allocate, live_ranges
 from .program import Program, locate_instruction
 from .tensor import View
@@ -69,8 +69,25 @@ def bind_inputs(program: Program, core, args: list, hbm_tensors: dict | None = N
     return tensors
 
 
-def execute(program: Program, core, args: list, region: str = "", hbm_tensors: dict | None = None) -> dict:
-    """Issue every instruction of `program` to `core`; returns buffer id -> HBM Tensor."""
+def execute(program: Program, core, args: list, region: str = "", hbm_tensors: dict | None = None,
+            checked: bool = False) -> dict:
+    """Run `program` on `core`; returns buffer id -> HBM Tensor.
+
+    Timing mode replays the compiled program (`compiled.py`: the same timeline, without the rule
+    checks the trace already made) wherever that is exact; full mode, or ``checked=True``, issues
+    every instruction to the core (checks, values, time)."""
+    if not checked and not core.full:
+        from .compiled import can_run, compiled_for, run_timing
+        if not program.allocated:
+            allocate(program)
+        with _gc.paused():
+            compiled = compiled_for(program, core.spec)
+        resident = dict(hbm_tensors or {})
+        if can_run(compiled, core, resident):
+            tensors = bind_inputs(program, core, args, hbm_tensors)
+            with _gc.paused():
+                run_timing(compiled, core, resident, region)
+            return tensors
     p = plan(program)
     buffers = program.buffers
     tensors = bind_inputs(program, core, args, hbm_tensors)

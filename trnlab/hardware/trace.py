@@ -4,10 +4,12 @@ A `Recorder` stands in for a `NeuronCore` while a kernel's Python runs (``launch
 the core's instruction methods (``nc_matmul``, ``dma_copy``, ... — any public method of the core,
 found by name) and its memories. Each instruction call
 
-1. is checked against the hardware rules by a timing-mode core behind the recorder (so a kernel
-   that breaks a rule fails at its own line, as before), and
+1. is checked against the hardware rules and costed by a `compiled.DescribingCore` behind the
+   recorder (so a kernel that breaks a rule fails at its own line), which describes how the
+   instruction is to be scheduled instead of timing it, and
 2. is appended to the program: opcode, engine, operands as ``Access(buffer, index)``, the other
-   parameters as plain data, the kernel line (``note``) and the region.
+   parameters as plain data, the kernel line (``note``), the region and that description (what the
+   compiled timing replay runs on).
 
 Allocation is *not* decided here: on-chip tiles get a buffer of their own and no address (the
 tracing memories only check a tile's shape against the partition and PSUM-bank rules); when each
@@ -22,7 +24,7 @@ from contextlib import contextmanager
 import numpy as np
 
 from . import dtypes, ops
-from .core import NeuronCore
+from .compiled import DescribingCore, engine_of
 from .memory import HBM, OnChipMemory
 from .presets import core_spec
 from .program import Access, Buffer, Instruction, Program
@@ -41,10 +43,21 @@ class _TraceOnChip:
         self._recorder = recorder
         self.with_data = False
         self.pending = []
+        self._checked = {}
 
     def allocate(self, shape, dtype, name: str | None = None, partition_axis: int = 0,
                  placement: dict | None = None) -> Tensor:
-        shape, dt, partition_axis, _ = self._rules.check_tile(shape, dtype, name, partition_axis)
+        # the rules depend on shape, dtype and partition axis only: checked once per such tile
+        key = (tuple(shape), dtype, partition_axis)
+        try:
+            checked = self._checked.get(key)
+        except TypeError:                       # an unhashable dtype: check every time
+            key, checked = None, None
+        if checked is None:
+            checked = self._rules.check_tile(shape, dtype, name, partition_axis)
+            if key is not None:
+                self._checked[key] = checked
+        shape, dt, partition_axis, _ = checked
         t = Tensor(self, shape, dt, name or self.kind, partition_axis, 0, False)
         self._recorder._add_buffer(t, "internal", placement=placement)
         return t
@@ -94,13 +107,16 @@ class Recorder:
         self.full = False
         self.name = name
         self.note = ""
-        self._checker = NeuronCore(spec, mode="timing", name="trace")
+        # checks and costs each instruction and describes how it is to be scheduled (no timing)
+        self._ids: dict[int, int] = {}        # id(hardware Tensor) -> buffer id
+        self._checker = DescribingCore(spec, self._buffer_id, name="trace")
         self.hbm = _TraceHBM(spec, self)
         self.sbuf = _TraceOnChip("sbuf", self)
         self.psum = _TraceOnChip("psum", self)
         self.program = Program(name=name, target=spec.name)
         self.program._spec = spec
-        self._ids: dict[int, int] = {}        # id(hardware Tensor) -> buffer id
+        self.program._issue_spec = spec
+        self.program._matmul_dtypes = self._checker._matmul_dtypes
         self._tensors: list[Tensor] = []      # kept alive so that ids stay unique
         self._regions: list[str] = []
         self._methods: dict[str, object] = {}
@@ -115,6 +131,10 @@ class Recorder:
         self._ids[id(t)] = bid
         self._tensors.append(t)
         return bid
+
+    def _buffer_id(self, t: Tensor) -> int:
+        bid = self._ids.get(id(t))
+        return self.buffer_of(t) if bid is None else bid
 
     def buffer_of(self, t: Tensor) -> int:
         bid = self._ids.get(id(t))
@@ -143,7 +163,8 @@ class Recorder:
 
     @property
     def current_region(self) -> str:
-        return "/".join(self._regions)
+        regions = self._regions
+        return "/".join(regions) if regions else ""
 
     # -- instructions --------------------------------------------------------------------------
     @property
@@ -165,35 +186,55 @@ class Recorder:
         signature = _SIGNATURES.get(opcode)
         if signature is None:
             signature = _SIGNATURES[opcode] = inspect.signature(method)
+        names = tuple(signature.parameters)     # the method already refused a call that does not bind
+        order = {n: i for i, n in enumerate(names)}
         program = self.program
         checker = self._checker
 
         silent = opcode in _RUN_ONLY
+        issued = checker.issued
+        engines = checker.engines
+
+        ids = self._ids
+        buffers = program.buffers
+        instructions = program.instructions
+        orders: dict = {}                       # kwargs names as called -> in the signature's order
 
         def record(*args, **kwargs):
-            # the rule checks (and a throw-away timing); a print happens when the program runs
-            index = -1 if silent else method(*args, **kwargs)
-            bound = signature.bind(*args, **kwargs)
+            # the rule checks and the cost; the description of how to schedule it (compiled.py)
+            i = method(*args, **kwargs)
+            issue = issued[i]
+            arguments = dict(zip(names, args))
+            if kwargs:
+                arguments.update(kwargs)
+                called = tuple(arguments)
+                ordered = orders.get(called)
+                if ordered is None:             # in the signature's order, as inspect binds
+                    ordered = orders[called] = tuple(sorted(called, key=order.__getitem__))
+                if ordered != called:
+                    arguments = {name: arguments[name] for name in ordered}
             operands, attrs = {}, {}
-            k = len(program.instructions)
-            for pname, value in bound.arguments.items():
-                if type(value) is View:
-                    access = Access(self.buffer_of(value.tensor), value.index)
-                elif type(value) is Tensor:
-                    access = Access(self.buffer_of(value), None)
+            k = len(instructions)
+            for pname, value in arguments.items():
+                kind = type(value)
+                if kind is View:
+                    t, index = value.tensor, value.index
+                elif kind is Tensor:
+                    t, index = value, None
                 else:
                     attrs[pname] = plain(value)
                     continue
-                operands[pname] = access
-                buf = program.buffers[access.buffer]
+                bid = ids.get(id(t))
+                if bid is None:
+                    bid = self.buffer_of(t)     # raises: not a tensor of this trace
+                operands[pname] = Access(bid, index)
+                buf = buffers[bid]
                 if buf.first < 0:
                     buf.first = k
                 buf.last = k
-            engine = checker.engines[checker.timeline.records[index][0]] \
-                if isinstance(index, int) and index >= 0 else ""
-            program.instructions.append(Instruction(opcode, engine, operands, attrs, self.note,
-                                                    self.current_region, self.where()))
-            return index
+            instructions.append(Instruction(opcode, engine_of(issue, engines), operands, attrs,
+                                            self.note, self.current_region, self.where(), issue))
+            return -1 if silent else k
 
         record.__name__ = opcode
         record.__doc__ = method.__doc__

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from trnlab.hardware import _gc
 from trnlab.nki import isa, language, typing  # noqa: F401  (nki.language / nki.isa / nki.typing)
 from trnlab.nki import runtime
 from trnlab.nki.errors import MaskError, NKIError, locate, site_note  # noqa: F401
@@ -253,6 +254,11 @@ def _trace(kernel: Kernel, args, kwargs, spec, grid: tuple):
         return None if site is None else (site[0].co_filename, site[1], site[0].co_name)
     recorder.where = where
     names = kernel.func.__code__.co_varnames
+    with _gc.paused():            # a trace only creates objects that stay alive (hardware/_gc.py)
+        return _run_trace(kernel, args, kwargs, spec, grid, recorder, launch, names, allocate)
+
+
+def _run_trace(kernel, args, kwargs, spec, grid, recorder, launch, names, allocate):
     runtime.push(launch)
     try:
         args = tuple(_trace_argument(a, names[i] if i < len(names) else f"arg{i}", launch)

@@ -1,0 +1,771 @@
+"""Compiled timing replay: a checked program as flat lists, replayed timing-only in one tight loop.
+
+A program that was traced was already checked: the trace ran every instruction through the core's
+rule checks. What a timing replay still has to do is scheduling — and most of the scheduler's work
+does not depend on time at all: which earlier accesses an instruction's operands overlap, which
+records a write covers, when a record list is merged, which bytes a new tile inherits from a freed
+one, which PSUM banks an instruction touches, what each instruction costs. Only the *values* (start,
+end, ready times) and a few choices made on them (the DMA queue free first, the earliest free slot
+of a shared port or channel) change from run to run.
+
+So the program is compiled once (`compile_timing`, cached on the Program):
+
+1. **describe**: each instruction is issued to a `DescribingCore` — a timing-mode `NeuronCore`
+   whose instruction methods run unchanged (rule checks, the pure cost model) but whose last step,
+   scheduling, is replaced by a description of the issue: engine, duration, operands as
+   (buffer id, box), bytes, the ports it needs. The trace records these descriptions as it goes
+   (`trace.Recorder`), so a traced program needs no second pass; a program loaded from JSON is
+   described once here.
+2. **resolve**: the scheduler's bookkeeping (`scheduler.py`, `memory.OnChipMemory`) is run once on
+   *nodes* instead of times: per instruction, the ordered list of the earlier results it must wait
+   for — exactly the records the scheduler would have examined, in the order it would have, merged
+   records becoming "latest of" nodes, freed bytes becoming the nodes a new tile inherits.
+3. **replay** (`run_timing`): one loop over the flat list computes every time with the same float
+   operations in the same order as the core — hence the *same timeline*, record for record
+   (tests/test_program.py compares both paths on several kernels, launches and cores). The DMA
+   queue choice, the shared ports (`core._Port`) and the HBM / DMA channels (`scheduler.Channel`)
+   are the core's own objects, so launches on several cores of a device interleave as before.
+
+The structure depends on the core's on-chip state left by earlier launches (which byte ranges of
+SBUF/PSUM were freed); it is compiled per such layout (a program replayed on the same core reaches
+a steady layout after one or two launches). Where the compiled replay cannot be exact, `replay.py`
+uses the checked path: full mode, a resident tensor the program writes, one with pending writes or
+one passed as two arguments, tiles still live in the core's memories, an instruction of zero
+duration.
+"""
+from __future__ import annotations
+
+from bisect import bisect_right
+
+from . import cost, dtypes
+from .core import ACT, DVE, PE, POOL, NeuronCore, _free_byte_range, _Port, _view
+from .errors import EngineError
+from .scheduler import _TOUCH, KEEP, MAX_RECORDS, _union, compact, covers, overlap
+from .tensor import Tensor, View
+
+# descriptions (what an instruction asks of the scheduler)
+ISSUE, MATMUL, PE_ISSUE, DMA, SEED, PRINT = range(6)
+
+
+class DescribingCore(NeuronCore):
+    """A timing-mode core that checks and costs each instruction, then describes its issue
+    (`issued[-1]`) instead of scheduling it. `buffer_of(tensor)` names each operand's buffer."""
+
+    def __init__(self, spec, buffer_of, name: str = "describe"):
+        super().__init__(spec, mode="timing", name=name)
+        self.buffer_of = buffer_of
+        self.issued: list = []
+
+    def _ref(self, v: View) -> tuple:
+        return (self.buffer_of(v.tensor), v.box)
+
+    def _describe(self, description) -> int:
+        self.issued.append(description)
+        return len(self.issued) - 1
+
+    def _issue(self, eid, opcode, dur, reads, write, flops=0.0, also_write=None):
+        writes = (write,) if also_write is None else (write, also_write)
+        sbuf = psum = 0
+        for v in reads + writes:
+            if v.tensor.kind == "sbuf":
+                sbuf += v.nbytes
+            else:
+                psum += v.nbytes
+        spec = self.spec
+        sbuf_port = bool(sbuf and eid != ACT and spec.sbuf_port_shared)
+        psum_port = None
+        if psum and eid != POOL:
+            if spec.psum_port == "core":
+                psum_port = "core"
+            elif spec.psum_port == "bank":
+                psum_port = tuple((self.buffer_of(v.tensor),) + _free_byte_range(v)
+                                  for v in reads + writes if v.tensor.kind == "psum")
+        return self._describe((ISSUE, eid, opcode, dur, tuple(self._ref(v) for v in reads),
+                               tuple(self._ref(v) for v in writes), flops, sbuf, psum,
+                               sbuf_port, psum_port))
+
+    def nc_matmul(self, dst, stationary, moving, accumulate=None) -> int:
+        # the rules and the cost depend only on the operands' shapes, places and dtypes: checked
+        # and costed once per such triple (a tiled loop issues the same matmul thousands of times)
+        views = (_view(dst, "dst"), _view(stationary, "stationary"), _view(moving, "moving"))
+        key = tuple((v.shape, v.partitions, v.free_size, v.part_start, v.part_first, v.tensor.kind,
+                     v.tensor.dtype) for v in views)
+        checked = self._matmul_checked.get(key)
+        if checked is None:
+            checked = self._matmul_checked[key] = self._check_matmul(*views)[6:]
+        busy_ns, latency_ns, load_ns, flops, sbuf, psum = checked
+        dst, st, mv = views
+        return self._describe((MATMUL, self._ref(dst), self._ref(st), self._ref(mv), busy_ns,
+                               latency_ns, load_ns, flops, sbuf, psum))
+
+    def _pe_issue(self, opcode, st, reads, dst, flops, sbuf, psum):
+        c = cost.cost(cost.Instruction(opcode, "pe", (cost.operand(st),) + tuple(
+            cost.operand(v) for v in reads), (cost.operand(dst),)), self.spec)
+        pe_ns = self._pe_ns
+        return self._describe((PE_ISSUE, opcode, self._ref(st), tuple(self._ref(v) for v in reads),
+                               self._ref(dst), c.cycles * pe_ns, c.latency_cycles * pe_ns,
+                               c.setup_cycles * pe_ns, flops, sbuf, psum))
+
+    def _schedule_dma(self, dst, src, reads, nbytes, queue, opcode) -> int:
+        sk, dk = src.tensor.kind, dst.tensor.kind
+        nq = self.spec.dma_queues
+        if queue is not None:
+            if not 0 <= int(queue) < nq:
+                raise EngineError(f"engine: DMA queue {queue} does not exist; the core has {nq}",
+                                  value=queue, limit=nq)
+            queue = int(queue)
+        chunk = nbytes // max(dst.shape[0] if dst.shape else 1, 1) if opcode == "dma_gather" else \
+            min(cost.contiguous_bytes(src), cost.contiguous_bytes(dst))
+        rows = dst.partitions if dk == "sbuf" else (src.partitions if sk == "sbuf" else
+                                                    (dst.shape[0] if dst.shape else 1))
+        key = (nbytes, rows, chunk, "hbm" in (sk, dk))
+        c = self._costs.get(key)
+        if c is None:
+            c = self._costs[key] = cost.cost(cost.Instruction(
+                opcode, "dma", (cost.operand(src, True),), (cost.operand(dst, True),)), self.spec)
+        sbuf = (nbytes if sk == "sbuf" else 0) + (nbytes if dk == "sbuf" else 0)
+        return self._describe((DMA, opcode, self._ref(dst), tuple(self._ref(v) for v in reads),
+                               nbytes, queue, c.fixed_ns, c.cycles, c.dma_engine_ns, c.hbm_bytes,
+                               sbuf))
+
+    def set_rng_seed(self, seed) -> int:
+        reads = ()
+        if isinstance(seed, (Tensor, View)):
+            v = _view(seed, "seed")
+            self._onchip(v, "seed", "random_seed")
+            reads = (self._ref(v),)
+        dur = self.spec.vector_static_cycles * self._clock_ns[DVE]
+        return self._describe((SEED, reads, dur))
+
+    def device_print(self, prefix: str, src) -> int:
+        src = _view(src, "src")
+        return self._describe((PRINT, prefix, f"<{src.shape} {dtypes.name(src.tensor.dtype)}, timing mode>"))
+
+
+def engine_of(description, engines: list) -> str:
+    """The engine a description names ("dma" when the queue is chosen at run time)."""
+    kind = description[0]
+    if kind == ISSUE:
+        return engines[description[1]]
+    if kind in (MATMUL, PE_ISSUE):
+        return engines[PE]
+    if kind == DMA:
+        q = description[5]
+        return "dma" if q is None else engines[4 + q]
+    if kind == SEED:
+        return engines[DVE]
+    return ""
+
+
+def describe(program, spec) -> list:
+    """Descriptions of every instruction of an allocated `program` on `spec` (checks included)."""
+    from .replay import plan
+    p = plan(program)
+    buffers = program.buffers
+    tensors, bids = {}, {}
+    core = DescribingCore(spec, lambda t: bids[id(t)])
+    memories = {"sbuf": core.sbuf, "psum": core.psum}
+    for b in buffers:
+        if b.memory == "hbm":
+            core.hbm.capacity += b.nbytes       # the device's capacity is checked at the launch
+            t = core.hbm.allocate(b.shape, b.dtype, name=b.name)
+            tensors[b.id], bids[id(t)] = t, b.id
+    out = []
+    from .program import locate_instruction
+    for k, (opcode, attrs, operands, line, _region, allocs, frees) in enumerate(p.steps):
+        for bid in allocs:
+            b = buffers[bid]
+            t = memories[b.memory].allocate(b.shape, b.dtype, b.name, b.partition_axis, offset=b.offset)
+            tensors[bid], bids[id(t)] = t, bid
+        kwargs = dict(attrs)
+        for name, bid, index in operands:
+            t = tensors[bid]
+            kwargs[name] = t.full if index is None else View(t, index)
+        try:
+            i = getattr(core, opcode)(**kwargs)
+        except Exception as error:
+            raise locate_instruction(error, program, k)
+        out.append(core.issued[i])
+        for bid in frees:
+            memories[buffers[bid].memory].free(tensors.pop(bid))
+    program._matmul_dtypes = set(core._matmul_dtypes)
+    return out
+
+
+# -- the resolved program ------------------------------------------------------------------------
+# op kinds of the flat list
+_V, _ISSUE, _MM, _PE, _DMA, _SEED, _PRINT = range(7)
+_FIRST, _ZERO = 0, 1          # a "latest of" node: starts from its first input / from (0.0, -1)
+
+
+class Resolved:
+    """The flat program of one (program, spec, starting on-chip layout)."""
+    __slots__ = ("ops", "nodes", "external", "retired", "resident_reads", "spans", "records",
+                 "cursor", "allocations", "written", "last_note")
+
+
+def _resolve(program, issues, spec, layout) -> Resolved:
+    """Run the scheduler's bookkeeping once on nodes instead of times (module docstring, step 2).
+
+    `layout`: {"sbuf"/"psum": ((lo, hi), ...)} the freed ranges the core holds at the launch."""
+    from .allocate import live_ranges
+    buffers = program.buffers
+    starts, ends = live_ranges(program)
+    reads = {}              # bid -> [[box, node]]
+    writes = {}             # bid -> [[box, node, by_matmul]]
+    version = {}
+    for b in buffers:
+        if b.memory == "hbm":
+            reads[b.id], writes[b.id], version[b.id] = [], [], 0
+    ops = []
+    n_nodes = 0
+    external = {}           # memory -> [node of each initially retired range]
+    retired = {}            # memory -> [[lo, hi, node]] sorted by lo
+    for memory in ("sbuf", "psum"):
+        ranges = []
+        for lo, hi in layout[memory]:
+            ranges.append([lo, hi, n_nodes])
+            n_nodes += 1
+        external[memory] = [r[2] for r in ranges]
+        retired[memory] = ranges
+    rstarts = {m: [r[0] for r in retired[m]] for m in retired}
+    extent = {b.id: (b.offset, b.offset + b.partition_bytes) for b in buffers
+              if b.on_chip and b.first >= 0}
+
+    def latest(nodes, mode):
+        nonlocal n_nodes
+        nodes = list(dict.fromkeys(nodes))
+        if mode == _FIRST and len(nodes) == 1:
+            return nodes[0]
+        ops.append((_V, n_nodes, mode, tuple(nodes)))
+        n_nodes += 1
+        return n_nodes - 1
+
+    def take_retired(memory, lo, hi):
+        """OnChipMemory._inherit on nodes: the overlapping freed ranges' nodes, in order."""
+        ranges, starts_ = retired[memory], rstarts[memory]
+        i = bisect_right(starts_, lo) - 1
+        if i < 0 or ranges[i][1] <= lo:
+            i += 1
+        j = i
+        found, pieces = [], []
+        while j < len(ranges) and ranges[j][0] < hi:
+            r = ranges[j]
+            found.append(r[2])
+            if r[0] < lo:
+                pieces.append([r[0], lo, r[2]])
+            if r[1] > hi:
+                pieces.append([hi, r[1], r[2]])
+            j += 1
+        if j > i:
+            ranges[i:j] = pieces
+            starts_[i:j] = [r[0] for r in pieces]
+        return found
+
+    def compact_nodes(records, is_writes):
+        old = records[:-KEEP]
+        node = latest([r[1] for r in old], _FIRST)
+        merged = [_union([r[0] for r in old]), node] + ([False] if is_writes else [])
+        records[:-KEEP] = [merged]
+
+    def raw(refs, deps):
+        for bid, vb in refs:
+            for box, node, _ in writes[bid]:
+                if box is None or vb is None or overlap(box, vb):
+                    deps.append(node)
+
+    def war_waw(ref, deps, group=None):
+        bid, vb = ref
+        for box, node, mm in writes[bid]:
+            if box is None or vb is None or overlap(box, vb):
+                (group if group is not None and mm else deps).append(node)
+        for box, node in reads[bid]:
+            if box is None or vb is None or overlap(box, vb):
+                deps.append(node)
+
+    def note_reads(refs, node):
+        for bid, vb in refs:
+            records = reads[bid]
+            records.append([vb, node])
+            if len(records) > MAX_RECORDS:
+                compact_nodes(records, False)
+
+    def note_write(ref, node, by_matmul=False):
+        bid, vb = ref
+        if vb is None:
+            reads[bid].clear()
+            writes[bid].clear()
+        else:
+            reads[bid][:] = [r for r in reads[bid] if not covers(vb, r[0])]
+            writes[bid][:] = [r for r in writes[bid] if not covers(vb, r[0])]
+        records = writes[bid]
+        records.append([vb, node, by_matmul])
+        if len(records) > MAX_RECORDS:
+            compact_nodes(records, True)
+        version[bid] += 1
+
+    def dedupe(deps):
+        return tuple(dict.fromkeys(deps))
+
+    instructions = program.instructions
+    resident_reads = {b.id: [] for b in buffers if b.memory == "hbm"}
+    written = set()
+    stationary = None          # (bid, box, version) of the tile loaded as stationary
+    spans, current, current_start = [], None, 0
+    rec = 0
+    cursor = {"sbuf": None, "psum": None}
+    allocations = {"sbuf": 0, "psum": 0}
+    for k, d in enumerate(issues):
+        for b in starts.get(k, ()):
+            lo, hi = extent[b.id]
+            found = take_retired(b.memory, lo, hi)
+            reads[b.id] = [[None, latest(found, _FIRST)]] if found else []
+            writes[b.id], version[b.id] = [], 0
+            cursor[b.memory] = hi
+            allocations[b.memory] += 1
+        ins = instructions[k]
+        if ins.region != current:
+            if current:
+                spans.append((current, current_start, rec))
+            current, current_start = ins.region, rec
+        note = ins.line
+        kind = d[0]
+        if kind == ISSUE:
+            _, eid, opcode, dur, rrefs, wrefs, flops, sbuf, psum, sbuf_port, psum_port = d
+            deps = []
+            raw(rrefs, deps)
+            for w in wrefs:
+                war_waw(w, deps)
+            ports = []
+            if sbuf_port:
+                ports.append("sbuf")
+            if psum_port == "core":
+                ports.append("psum")
+            elif psum_port:
+                bank = spec.psum_bank_bytes
+                banks = set()
+                for bid, lo, hi in psum_port:
+                    base = buffers[bid].offset or 0
+                    banks.update(range((base + lo) // bank, (base + hi - 1) // bank + 1))
+                ports.extend(("psum", x) for x in sorted(banks))
+            node = n_nodes
+            n_nodes += 1
+            ops.append((_ISSUE, eid, dur, dedupe(deps), tuple(ports), node,
+                        (eid, opcode, flops, sbuf, psum, note)))
+            note_reads(rrefs, node)
+            for w in wrefs:
+                note_write(w, node)
+                written.add(w[0])
+            for r in rrefs:
+                if r[0] in resident_reads:
+                    resident_reads[r[0]].append((r[1], node))
+        elif kind == MATMUL:
+            _, dref, sref, mref, busy, lat, load, flops, sbuf, psum = d
+            pre = []
+            raw((mref,), pre)
+            sv = (sref[0], sref[1], version[sref[0]])
+            new = stationary is None or stationary != sv
+            st_deps = []
+            if new:
+                raw((sref,), st_deps)
+                stationary = sv
+            post, group = [], []
+            war_waw(dref, post, group)
+            end_node, ready_node = n_nodes, n_nodes + 1
+            n_nodes += 2
+            ops.append((_MM, dedupe(pre), new, dedupe(st_deps), dedupe(post), dedupe(group), busy, lat,
+                        load, end_node, ready_node, flops, sbuf, psum, note))
+            note_reads((sref, mref), end_node)
+            note_write(dref, ready_node, True)
+            written.add(dref[0])
+        elif kind == PE_ISSUE:
+            _, opcode, sref, rrefs, dref, busy, lat, load, flops, sbuf, psum = d
+            pre, st_deps, post = [], [], []
+            raw(rrefs, pre)
+            raw((sref,), st_deps)
+            stationary = None
+            war_waw(dref, post)
+            end_node, ready_node = n_nodes, n_nodes + 1
+            n_nodes += 2
+            ops.append((_PE, dedupe(pre), dedupe(st_deps), dedupe(post), busy, lat, load, end_node,
+                        ready_node, (opcode, flops, sbuf, psum, note)))
+            note_reads((sref,) + rrefs, end_node)
+            note_write(dref, ready_node)
+            written.add(dref[0])
+        elif kind == DMA:
+            _, opcode, dref, rrefs, nbytes, queue, fixed, cycles, engine_ns, hbm, sbuf = d
+            deps = []
+            raw(rrefs, deps)
+            war_waw(dref, deps)
+            node = n_nodes
+            n_nodes += 1
+            ops.append((_DMA, dedupe(deps), queue, fixed, cycles, engine_ns, hbm, nbytes, node,
+                        opcode, sbuf, note))
+            note_reads(rrefs, node)
+            note_write(dref, node)
+            written.add(dref[0])
+            for r in rrefs:
+                if r[0] in resident_reads:
+                    resident_reads[r[0]].append((r[1], node))
+        elif kind == SEED:
+            _, rrefs, dur = d
+            deps = []
+            raw(rrefs, deps)
+            node = n_nodes
+            n_nodes += 1
+            ops.append((_SEED, dedupe(deps), dur, node, note))
+            note_reads(rrefs, node)
+        else:
+            ops.append((_PRINT, d[1], d[2]))
+            rec -= 1
+        rec += 1
+        for b in ends.get(k, ()):
+            # OnChipMemory._retire on nodes: the latest of the freed tile's reads and writes
+            nodes = [r[1] for r in reads[b.id]] + [r[1] for r in writes[b.id]]
+            del reads[b.id], writes[b.id], version[b.id]
+            if not nodes:
+                continue
+            node = latest(nodes, _ZERO)
+            lo, hi = extent[b.id]
+            take_retired(b.memory, lo, hi)
+            i = bisect_right(rstarts[b.memory], lo)
+            retired[b.memory].insert(i, [lo, hi, node])
+            rstarts[b.memory].insert(i, lo)
+    if current:
+        spans.append((current, current_start, rec))
+    r = Resolved()
+    r.ops, r.nodes, r.external, r.retired = ops, n_nodes, external, retired
+    r.resident_reads = {bid: v for bid, v in resident_reads.items() if v}
+    r.spans, r.records, r.cursor, r.allocations = spans, rec, cursor, allocations
+    r.written = written
+    r.last_note = instructions[-1].line if instructions else None
+    return r
+
+
+class Compiled:
+    """A program's descriptions for one spec, and its resolved forms per starting layout."""
+
+    def __init__(self, program, spec, issues, matmul_dtypes):
+        self.program, self.spec, self.issues = program, spec, issues
+        self.matmul_dtypes = set(matmul_dtypes)
+        self.positive = all(_duration_positive(d) for d in issues)
+        self.written = _written(issues)
+        self._resolved: dict = {}
+
+    def resolved(self, layout) -> Resolved:
+        key = (layout["sbuf"], layout["psum"])
+        r = self._resolved.get(key)
+        if r is None:
+            if len(self._resolved) >= 4:                    # a few layouts at most are in use
+                self._resolved.pop(next(iter(self._resolved)))
+            r = self._resolved[key] = _resolve(self.program, self.issues, self.spec, layout)
+        return r
+
+
+def _written(issues) -> set:
+    """Buffer ids the program writes."""
+    out = set()
+    for d in issues:
+        kind = d[0]
+        if kind == ISSUE:
+            out.update(bid for bid, _ in d[5])
+        elif kind == MATMUL:
+            out.add(d[1][0])
+        elif kind in (PE_ISSUE, DMA):
+            out.add(d[4][0] if kind == PE_ISSUE else d[2][0])
+    return out
+
+
+def _duration_positive(d) -> bool:
+    kind = d[0]
+    if kind == ISSUE:
+        return d[3] > 0
+    if kind in (MATMUL, PE_ISSUE):
+        return d[4 if kind == MATMUL else 5] > 0
+    if kind == DMA:
+        return d[6] + d[7] > 0
+    if kind == SEED:
+        return d[2] > 0
+    return True
+
+
+def compiled_for(program, spec) -> Compiled:
+    """The program compiled for `spec` (cached on the program; described at trace time if the trace
+    used the same spec)."""
+    owner, cache = getattr(program, "_compiled", (None, None))
+    if owner is not program:           # (a copy of a program, e.g. rescheduled, compiles anew)
+        cache = {}
+        program._compiled = (program, cache)
+    for s, c in cache.items():
+        if s is spec or s == spec:
+            return c
+    issues = None
+    traced = getattr(program, "_issue_spec", None)
+    if traced is not None and (traced is spec or traced == spec):
+        issues = [i.issue for i in program.instructions]
+        if any(i is None for i in issues):
+            issues = None
+    if issues is None:
+        issues = describe(program, spec)
+    c = cache[spec] = Compiled(program, spec, issues, getattr(program, "_matmul_dtypes", ()))
+    return c
+
+
+def layout_of(core) -> dict:
+    return {m: tuple((r[0], r[1]) for r in getattr(core, m)._retired) for m in ("sbuf", "psum")}
+
+
+def can_run(compiled: Compiled, core, resident: dict) -> bool:
+    """Is the compiled replay exact here? (see the module docstring)"""
+    if core.full or not compiled.positive:
+        return False
+    if core.sbuf.tensors or core.psum.tensors:
+        return False
+    if len({id(t) for t in resident.values()}) < len(resident):
+        return False                    # one tensor passed as two arguments shares its records
+    for bid, t in resident.items():
+        if t._writes or bid in compiled.written:
+            return False
+    return True
+
+
+def run_timing(compiled: Compiled, core, resident: dict, region: str = "") -> None:
+    """Replay the compiled program on `core` (timing only): appends the records and regions the
+    checked replay would, and leaves the core in the same state."""
+    r = compiled.resolved(layout_of(core))
+    T = [0.0] * r.nodes
+    W = [-1] * r.nodes
+    for memory in ("sbuf", "psum"):
+        for node, rng in zip(r.external[memory], getattr(core, memory)._retired):
+            T[node], W[node] = rng[2], rng[3]
+    timeline = core.timeline
+    records = timeline.records
+    append = records.append
+    base = idx = len(records)
+    free = core._free
+    nq = core.spec.dma_queues
+    dma_latency = core.spec.dma_latency_ns
+    dma_channel, hbm_channel = core._dma, core._hbm
+    dma_starts, dma_ends = dma_channel.starts, dma_channel.ends
+    hbm_starts, hbm_ends = hbm_channel.starts, hbm_channel.ends
+    qfree = free[4:]              # the DMA queues' free times (written back at the end)
+    bandwidth = core.hbm_bandwidth
+    port = core._port
+    slot = _Port.slot
+    now = core._now
+    load_end = core._load_end
+    last_mm_start = core._last_mm_start
+    for op in r.ops:
+        kind = op[0]
+        if kind == _DMA:
+            _, deps, queue, fixed, cycles, engine_ns, hbm, nbytes, node, opcode, sbuf, note = op
+            t = 0.0
+            w = -1
+            for n in deps:
+                if T[n] > t:
+                    t = T[n]
+                    w = W[n]
+            if queue is None:
+                q = qfree.index(min(qfree))
+            else:
+                q = queue
+            if qfree[q] >= t:
+                t, w = qfree[q], -1
+            begin = t + fixed
+            end = begin + cycles
+            # the core's DMA engines, then (if it touches HBM) the HBM channel: each passes the
+            # transfer in its earliest free gap at or after `begin` (scheduler.Channel.reserve,
+            # inlined: this is the hot loop of every DMA-bound program)
+            for starts, ends, duration in ((dma_starts, dma_ends, engine_ns),
+                                           (hbm_starts, hbm_ends, nbytes * 1e9 / bandwidth)):
+                i = bisect_right(ends, begin)
+                at = begin
+                n = len(ends)
+                while i < n:
+                    if starts[i] >= at + duration:
+                        break
+                    if ends[i] > at:
+                        at = ends[i]
+                    i += 1
+                finish = at + duration
+                join_prev = i > 0 and ends[i - 1] >= at - _TOUCH
+                join_next = i < n and starts[i] <= finish + _TOUCH
+                if join_prev and join_next:
+                    ends[i - 1] = ends[i]
+                    del starts[i], ends[i]
+                elif join_prev:
+                    ends[i - 1] = finish
+                elif join_next:
+                    starts[i] = at
+                else:
+                    starts.insert(i, at)
+                    ends.insert(i, finish)
+                if finish > end:
+                    end = finish
+                if not hbm:
+                    break
+            if len(hbm_ends) > 64 or len(dma_ends) > 64:
+                horizon = min(qfree) + dma_latency
+                hbm_channel.prune(horizon)
+                dma_channel.prune(horizon)
+            eid = 4 + q
+            T[node] = end
+            W[node] = idx
+            append((eid, opcode, t, end, end, 0.0, hbm, sbuf, 0, w, note))
+            qfree[q] = end
+            if end > now:
+                now = end
+        elif kind == _MM:
+            (_, pre, new, st_deps, post, group, busy, lat, load, end_node, ready_node, flops, sbuf,
+             psum, note) = op
+            start = free[0]
+            w = -1
+            for n in pre:
+                if T[n] > start:
+                    start = T[n]
+                    w = W[n]
+            if new:
+                st_ready = 0.0
+                st_w = -1
+                for n in st_deps:
+                    if T[n] > st_ready:
+                        st_ready = T[n]
+                        st_w = W[n]
+                load_start = st_ready if st_ready > last_mm_start else last_mm_start
+                load_end = load_start + load
+                if load_end > start:
+                    start, w = load_end, st_w
+            elif load_end > start:
+                start = load_end
+            for n in post:
+                if T[n] > start:
+                    start = T[n]
+                    w = W[n]
+            group_ready = 0.0
+            for n in group:
+                if T[n] > group_ready:
+                    group_ready = T[n]
+            end = start + busy
+            ready = start + lat
+            if group_ready > ready:
+                ready = group_ready
+            last_mm_start = start
+            T[end_node] = end
+            T[ready_node] = ready
+            W[end_node] = W[ready_node] = idx
+            append((0, "nc_matmul", start, end, ready, flops, 0, sbuf, psum, w, note))
+            free[0] = end
+            if ready > now:
+                now = ready
+        elif kind == _ISSUE:
+            _, eid, dur, deps, ports, node, rec = op
+            t = free[eid]
+            w = -1
+            for n in deps:
+                if T[n] > t:
+                    t = T[n]
+                    w = W[n]
+            if ports:
+                objs = [port(p) for p in ports]
+                t, w = slot(objs, t, dur, w)
+                for p in objs:
+                    p.book(t, t + dur, idx)
+            end = t + dur
+            T[node] = end
+            W[node] = idx
+            append((eid, rec[1], t, end, end, rec[2], 0, rec[3], rec[4], w, rec[5]))
+            free[eid] = end
+            if end > now:
+                now = end
+        elif kind == _V:
+            _, node, mode, inputs = op
+            if mode == _ZERO:
+                t, w = 0.0, -1
+            else:
+                t, w = T[inputs[0]], W[inputs[0]]
+            for n in inputs:
+                if T[n] > t:
+                    t = T[n]
+                    w = W[n]
+            T[node], W[node] = t, w
+            continue
+        elif kind == _PE:
+            _, pre, st_deps, post, busy, lat, load, end_node, ready_node, rec = op
+            start = free[0]
+            w = -1
+            for n in pre:
+                if T[n] > start:
+                    start = T[n]
+                    w = W[n]
+            st_ready = 0.0
+            st_w = -1
+            for n in st_deps:
+                if T[n] > st_ready:
+                    st_ready = T[n]
+                    st_w = W[n]
+            load_start = st_ready if st_ready > last_mm_start else last_mm_start
+            load_end = load_start + load
+            if load_end > start:
+                start, w = load_end, st_w
+            for n in post:
+                if T[n] > start:
+                    start = T[n]
+                    w = W[n]
+            end = start + busy
+            ready = start + lat
+            last_mm_start = start
+            T[end_node] = end
+            T[ready_node] = ready
+            W[end_node] = W[ready_node] = idx
+            append((0, rec[0], start, end, ready, rec[1], 0, rec[2], rec[3], w, rec[4]))
+            free[0] = end
+            if ready > now:
+                now = ready
+        elif kind == _SEED:
+            _, deps, dur, node, note = op
+            t = free[DVE]
+            w = -1
+            for n in deps:
+                if T[n] > t:
+                    t = T[n]
+                    w = W[n]
+            end = t + dur
+            T[node] = end
+            W[node] = idx
+            append((DVE, "random_seed", t, end, end, 0.0, 0, 0, 0, w, note))
+            free[DVE] = end
+            if end > now:
+                now = end
+        else:
+            print(op[1], op[2])
+            continue
+        idx += 1
+    # the state the checked replay leaves behind
+    free[4:] = qfree
+    core._now = now
+    core._load_end = load_end
+    core._last_mm_start = last_mm_start
+    core._stationary = None          # the next launch's tiles are new tensors: a new stationary
+    core._matmul_dtypes.update(compiled.matmul_dtypes)
+    if r.last_note is not None:
+        core.note = r.last_note
+    for memory in ("sbuf", "psum"):
+        mem = getattr(core, memory)
+        mem._retired = [[lo, hi, T[n], W[n]] for lo, hi, n in r.retired[memory]]
+        mem._retired_starts = [x[0] for x in mem._retired]
+        if r.cursor[memory] is not None:
+            mem._cursor = r.cursor[memory]
+        mem._count += r.allocations[memory]
+    for bid, accesses in r.resident_reads.items():
+        t = resident[bid] if bid in resident else None
+        if t is None:
+            continue
+        lst = t._reads
+        for box, node in accesses:
+            lst.append((box, T[node], W[node]))
+            if len(lst) > MAX_RECORDS:
+                compact(lst)
+    prefix = region + "/" if region else ""
+    timeline.regions.extend((prefix + name, base + a, base + b) for name, a, b in r.spans)
+    if region:
+        timeline.regions.append((region, base, base + r.records))
