@@ -348,7 +348,7 @@ def _binary(op: str, x, y, dtype=None, mask=None):
         return _isa.tensor_scalar(y, op, x, reverse0=op in _REVERSIBLE, dtype=dtype, mask=mask)
     if not isinstance(x, NkiTensor) or not isinstance(y, NkiTensor):
         raise NKIError(f"nl.{op} operands must be tiles or numbers, got {type(x).__name__}, {type(y).__name__}")
-    if tuple(x.shape) != tuple(y.shape):
+    if tuple(x.shape) != tuple(y.shape) and not _same_up_to_unit_axes(x.shape, y.shape):
         shape = _free_broadcast_shape(x.shape, y.shape)
         if shape is None:
             raise ShapeMismatchError(
@@ -357,6 +357,13 @@ def _binary(op: str, x, y, dtype=None, mask=None):
                 value=(x.shape, y.shape), limit="same shape")
         x, y = _spread(x, shape), _spread(y, shape)
     return _isa.tensor_tensor(x, y, op, dtype=dtype, mask=mask)
+
+
+def _same_up_to_unit_axes(a: tuple, b: tuple) -> bool:
+    """(P, 1) and (P,), or (P, 1, F) and (P, F): the same elements per partition, as AWS's compiler
+    reads them (a reduction without keepdims gives (P,), the tile it meets is (P, 1))."""
+    squeeze = lambda shape: tuple(n for n in shape[1:] if n != 1)  # noqa: E731
+    return bool(a) and bool(b) and a[0] == b[0] and squeeze(a) == squeeze(b)
 
 
 def _free_broadcast_shape(a: tuple, b: tuple):

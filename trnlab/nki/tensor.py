@@ -187,6 +187,8 @@ class NkiTensor:
                 raise NKIError(f"unsupported index {k!r}: use ints, slices or nl.arange/nl.mgrid expressions")
         if next(keys, None) is not None:
             raise OutOfBoundsError(f"too many indices for a {self.ndim}-d tensor", value=len(key), limit=self.ndim)
+        if self.buffer in ON_CHIP and len(shape) == 1 and _keep_free_axis(index, base):
+            shape.append(1)
         view._index = tuple(index)
         view.shape = tuple(shape)
         return view
@@ -360,6 +362,20 @@ class NkiTensor:
     def __itruediv__(self, other):
         _assign(self, _lang().divide(self, other))
         return self
+
+
+def _keep_free_axis(index: list, base) -> bool:
+    """An SBUF/PSUM tile stays 2-D: `t[:, k]` of a (P, F) tile is (P, 1), not (P,) — the memory is
+    partitions x bytes (NKI errors page, err_1d_arange_not_supported: "NKI expects tile indices to
+    have at least two dimensions to match the underlying memory (SBUF or PSUM)"). The last integer
+    index after the partition axis becomes a one-element slice."""
+    first_slice = next(i for i, e in enumerate(index) if isinstance(e, slice))
+    for axis in range(len(index) - 1, first_slice, -1):
+        if not isinstance(index[axis], slice) and not isinstance(base[axis], int):
+            k = int(index[axis])
+            index[axis] = slice(k, k + 1, 1)
+            return True
+    return False
 
 
 def _lang():
