@@ -30,7 +30,8 @@ HBM_KINDS = ("hbm", "shared_hbm", "private_hbm")
 
 class NkiTensor:
     __slots__ = ("shape", "dtype", "buffer", "name", "_owner", "_hw", "_index", "_ap", "_emit",
-                 "_launch", "_view_cache", "_storage", "_views", "_valid", "_gather", "__weakref__")
+                 "_launch", "_view_cache", "_storage", "_views", "_valid", "_valid_iterator", "_gather",
+                 "__weakref__")
 
     def __init__(self, shape, dtype, buffer, name=""):
         self.shape = tuple(shape)
@@ -47,6 +48,7 @@ class NkiTensor:
         self._storage = None          # shape in memory when it differs (reductions keep size-1 axes)
         self._views = None            # HBM tensors: slice views already made (tiles are re-read often)
         self._valid = None            # (lo, hi): the rows a masked functional call wrote (isa._ranges)
+        self._valid_iterator = None   # the partition iterator naming those rows in an access pattern
         self._gather = None           # indirect access table[ids_tile, ...]: the SBUF tile of row indices
 
     # -- construction ---------------------------------------------------------------------
@@ -153,6 +155,12 @@ class NkiTensor:
                     ap.append((entry, 0, 1, None))
             view._ap = tuple(ap)
             view.shape = indexing.tile_shape(key, indexing.expr_iterators(key))
+            first = key[0]
+            if self._valid is not None and isinstance(first, IndexExpr) and first.const == 0 \
+                    and len(first.terms) == 1 and first.terms[0][1] == 1 and first.terms[0][0].axis == 0:
+                # t[i_p, i_f] of a masked result: the same rows are valid, now named by i_p
+                view._valid = self._valid
+                view._valid_iterator = first.terms[0][0]
             return view
         index, shape, keys = [], [], iter(key)
         for axis, entry in enumerate(base):
