@@ -167,10 +167,22 @@ def _allocate(shape, dtype, buffer, name, launch, placement=None) -> NkiTensor:
         name = launch.fresh_name(name or buffer)
         if placement is None:
             hw = memory.allocate(shape, dtype, name=name, partition_axis=partition_axis)
-        else:
-            hw = memory.allocate(shape, dtype, name=name, partition_axis=partition_axis,
-                                 placement=_placement(placement, shape, dtype, partition_axis, buffer))
-        return NkiTensor.allocation(hw, buffer, launch)
+            return NkiTensor.allocation(hw, buffer, launch)
+        rotate = _rotation(placement, shape, partition_axis)
+        physical = shape if rotate is None else tuple(rotate) + tuple(shape[partition_axis:])
+        where = _placement(placement, shape, dtype, partition_axis, buffer)
+        # the same direct allocation again (an nl.ndarray at a fixed address inside a loop) is the
+        # same bytes on the chip: one tile, whose writes and reads order the iterations
+        key = (buffer, where["offset"], tuple(int(n) for n in physical), str(_dt.as_dtype(dtype)), partition_axis)
+        hw = launch.placed.get(key)
+        if hw is None:
+            hw = memory.allocate(physical, dtype, name=name, partition_axis=partition_axis, placement=where)
+            launch.placed[key] = hw
+        if rotate is None:
+            return NkiTensor.allocation(hw, buffer, launch)
+        tensor = NkiTensor.allocation(hw, buffer, launch, shape=tuple(shape))
+        tensor._rotate = tuple(rotate)
+        return tensor
     dtype = _dt.as_dtype(dtype)
     if buffer == "shared_hbm" and launch.grid:
         # one output shared by every SPMD program: the n-th shared_hbm allocation of each program
@@ -185,12 +197,32 @@ def _allocate(shape, dtype, buffer, name, launch, placement=None) -> NkiTensor:
     return tensor
 
 
+def _rotation(placement, shape, partition_axis: int):
+    """Per block axis, how many physical tiles a modulo allocation gives its logical tiles, or None
+    if every logical tile has its own. nki.compiler.sbuf/psum.mod_alloc: logical block idx sits at
+    linearize(idx % num_*_tiles) (an absent shape is all ones), so blocks whose indices agree modulo
+    every num_*_tiles share memory: k and k + n overwrite each other, as on the chip (the kernel
+    rotates buffers on purpose, e.g. num_free_tiles=(2,) double-buffers a loop's tiles)."""
+    if partition_axis == 0 or not isinstance(placement, (_compiler.ModAlloc, _compiler.PsumModAlloc)):
+        return None
+    grids = [placement.num_par_tiles, placement.num_free_tiles]
+    if isinstance(placement, _compiler.PsumModAlloc):
+        grids.append(placement.num_bank_tiles)
+    rotate = []
+    for axis in range(partition_axis):
+        modulus = 1
+        for grid in grids:
+            if axis < len(grid):
+                modulus = math.lcm(modulus, int(grid[axis]))
+        rotate.append(builtins.min(modulus, int(shape[axis])))
+    return None if all(m == int(n) for m, n in zip(rotate, shape)) else rotate
+
+
 def _placement(placement, shape, dtype, partition_axis: int, buffer: str) -> dict:
     """The byte offset per partition a direct allocation gives the tensor's first logical tile.
 
-    trnlab lays a block tensor's logical tiles side by side from that address; AWS's rotation of
-    many logical tiles over fewer physical ones (num_free_tiles smaller than the block count) is not
-    modelled: each block keeps bytes of its own (docs/programs.md)."""
+    trnlab lays a block tensor's physical tiles side by side from that address; logical tiles that
+    share a physical one (see _rotation) share its bytes."""
     partitions = int(shape[partition_axis])
     bytes_per_partition = math.prod(int(n) for n in shape[partition_axis + 1:]) * _dt.as_dtype(dtype).itemsize
     where = placement.address((0,) * partition_axis, partitions, bytes_per_partition)

@@ -31,7 +31,7 @@ HBM_KINDS = ("hbm", "shared_hbm", "private_hbm")
 class NkiTensor:
     __slots__ = ("shape", "dtype", "buffer", "name", "_owner", "_hw", "_index", "_ap", "_emit",
                  "_launch", "_view_cache", "_storage", "_views", "_valid", "_valid_iterator", "_gather",
-                 "__weakref__")
+                 "_rotate", "__weakref__")
 
     def __init__(self, shape, dtype, buffer, name=""):
         self.shape = tuple(shape)
@@ -50,6 +50,7 @@ class NkiTensor:
         self._valid = None            # (lo, hi): the rows a masked functional call wrote (isa._ranges)
         self._valid_iterator = None   # the partition iterator naming those rows in an access pattern
         self._gather = None           # indirect access table[ids_tile, ...]: the SBUF tile of row indices
+        self._rotate = None           # direct allocation: per block axis, how many physical tiles it rotates over
 
     # -- construction ---------------------------------------------------------------------
     @classmethod
@@ -126,7 +127,7 @@ class NkiTensor:
         key = key if type(key) is tuple else (key,)
         if key and isinstance(key[0], NkiTensor):
             return self._indirect(key)
-        if self._index is None and self._ap is None and len(key) == len(self.shape):
+        if self._index is None and self._ap is None and len(key) == len(self.shape) and self._rotate is None:
             view = self._slice_whole(key)        # the common case: t[a:b, c:d] of a whole tensor
             if view is not None:
                 return view
@@ -144,12 +145,19 @@ class NkiTensor:
                 raise NKIError(f"an access pattern must index every axis of a {self.ndim}-d tensor "
                                f"(got {len(key)} indices)")
             ap, shape, keys = [], [], iter(key)
-            for entry in base:
+            rotate = owner._rotate
+            for axis, entry in enumerate(base):
                 if isinstance(entry, slice):
                     k = next(keys)
                     if isinstance(k, slice):
                         raise NKIError("mixing ':' slices with nl.arange/nl.mgrid indices in one access is not "
                                        "supported; use an iterator for every axis")
+                    if rotate is not None and axis < len(rotate):
+                        if not isinstance(k, (int, np.integer)):
+                            raise NKIError(f"an iterator on block axis {axis} of {self.name!r}, a direct "
+                                           f"allocation whose logical tiles rotate over fewer physical ones, "
+                                           f"is not supported: index its blocks with integers")
+                        k = int(k) % rotate[axis]   # logical block k lives in physical tile k mod n
                     ap.append((k, entry.start, entry.step, _slice_len(entry)))
                 else:
                     ap.append((entry, 0, 1, None))
@@ -163,6 +171,7 @@ class NkiTensor:
                 view._valid_iterator = first.terms[0][0]
             return view
         index, shape, keys = [], [], iter(key)
+        rotate = owner._rotate
         for axis, entry in enumerate(base):
             if not isinstance(entry, slice):
                 index.append(entry)
@@ -175,8 +184,15 @@ class NkiTensor:
                     raise OutOfBoundsError(f"out-of-bounds index {k} on axis {len(shape)} of extent {extent} "
                                            f"({self.name or 'tensor'} {self.shape})", value=k, limit=extent)
                 k %= extent
-                index.append(entry.start + k * entry.step)
+                k = entry.start + k * entry.step
+                if rotate is not None and axis < len(rotate):
+                    k %= rotate[axis]       # logical block k lives in physical tile k mod n (mod_alloc)
+                index.append(k)
             elif isinstance(k, slice):
+                if rotate is not None and axis < len(rotate) and _slice_len(slice(*k.indices(extent))) > 1:
+                    raise NKIError(f"slicing block axis {axis} of {self.name!r}, a direct allocation whose "
+                                   f"{extent} logical tiles rotate over {rotate[axis]} physical ones, is not "
+                                   f"supported: index its blocks one at a time")
                 start, stop, step = k.start, k.stop, k.step or 1
                 start = 0 if start is None else int(start)
                 stop = extent if stop is None else int(stop)
