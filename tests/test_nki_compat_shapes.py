@@ -1,0 +1,55 @@
+"""Shape rules of AWS's NKI that its own kernels rely on (reference attention, vision and norm
+kernels), checked with kernels of our own in AWS's public style (tests/nki_kernels/windows.py)."""
+import numpy as np
+import pytest
+
+import trnlab.nki as nki
+import trnlab.nki.language as nl
+from tests.nki_kernels import windows
+
+
+def test_a_reduction_over_several_negative_free_axes_with_a_mask_on_them():
+    x = np.random.default_rng(0).normal(size=(64, 8, 12)).astype(np.float32)
+    expected = x.reshape(64, 2, 4, 3, 4).mean(axis=(2, 4)).reshape(64, 6)
+    np.testing.assert_allclose(windows.window_means(x, 4), expected, rtol=1e-5, atol=1e-6)
+
+
+def test_an_integer_column_of_an_sbuf_tile_stays_two_dimensional():
+    x = np.random.default_rng(1).normal(size=(128, 64)).astype(np.float32)
+    np.testing.assert_allclose(windows.shift_by_column(x, 5), np.exp(x - x[:, 5:6]), rtol=1e-5)
+
+
+@pytest.mark.parametrize("rows", [300, 256])
+def test_bn_stats_masked_along_free_axes_keeps_the_valid_rows_of_a_partial_tile(rows):
+    x = np.random.default_rng(2).normal(size=(rows, 700)).astype(np.float32)
+    out = windows.row_mean_var(x)
+    np.testing.assert_allclose(out[:, 0], x[:, 512:].mean(axis=1), rtol=1e-4, atol=1e-5)   # the last chunk
+    np.testing.assert_allclose(out[:, 1], x[:, 512:].var(axis=1), rtol=1e-4, atol=1e-5)
+
+
+def test_a_double_buffered_direct_allocation_computes_the_same_as_automatic_allocation():
+    x = np.random.default_rng(3).normal(size=(512, 256)).astype(np.float32)
+    run = nki.run(windows.double_buffered_scale, x, 3.0)
+    np.testing.assert_allclose(run.outputs, 3.0 * x, rtol=1e-6)
+    sbuf = [b for b in run.program.buffers if b.memory == "sbuf"]
+    # four logical input tiles over two physical ones, and one result tile reused every iteration
+    assert sorted(b.partition_bytes for b in sbuf) == [1024, 2 * 1024]
+
+
+def test_logical_tiles_of_a_modulo_allocation_share_their_physical_tile():
+    x = np.random.default_rng(4).normal(size=(128, 64)).astype(np.float32)
+    np.testing.assert_array_equal(windows.rotation_aliases(x), x)
+
+
+def test_slicing_several_rotating_blocks_at_once_is_refused_with_the_rule():
+    import trnlab.nki.compiler as ncc
+
+    @nki.jit
+    def kernel(x_tensor):
+        blocks = nl.ndarray((4, nl.par_dim(128), 64), dtype=nl.float32,
+                            buffer=ncc.sbuf.mod_alloc(base_addr=0, num_free_tiles=(2,)))
+        nl.store(x_tensor, value=nl.copy(blocks[0:2]))
+        return x_tensor
+
+    with pytest.raises(nki.NKIError, match="rotate over 2 physical"):
+        kernel(np.zeros((128, 64), np.float32))
