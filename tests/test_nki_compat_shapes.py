@@ -53,3 +53,26 @@ def test_slicing_several_rotating_blocks_at_once_is_refused_with_the_rule():
 
     with pytest.raises(nki.NKIError, match="rotate over 2 physical"):
         kernel(np.zeros((128, 64), np.float32))
+
+
+def test_profile_keeps_existing_artifacts_unless_overwrite_as_aws_defaults(tmp_path):
+    from tests.nki_kernels.tensor_add import add_single_tile as nki_tensor_add_kernel
+    x = np.ones((128, 512), np.float32)
+    first = nki.profile(working_directory=str(tmp_path), save_trace_name="add.ntff")(nki_tensor_add_kernel)
+    first(x, x)
+    again = nki.profile(working_directory=str(tmp_path), save_trace_name="add.ntff")(nki_tensor_add_kernel)
+    with pytest.raises(FileExistsError, match="overwrite=False"):
+        again(x, x)
+    nki.profile(working_directory=str(tmp_path), save_trace_name="add.ntff", overwrite=True)(nki_tensor_add_kernel)(x, x)
+    with pytest.raises(nki.NKIError, match="absolute path"):
+        nki.profile(working_directory="profiles")(nki_tensor_add_kernel)(x, x)
+
+
+def test_benchmark_with_save_trace_name_writes_the_trace(tmp_path, monkeypatch):
+    from tests.nki_kernels.tensor_add import add_single_tile as nki_tensor_add_kernel
+    monkeypatch.chdir(tmp_path)
+    x = np.ones((128, 512), np.float32)
+    bench = nki.benchmark(warmup=5, iters=20, save_trace_name="local_trace.ntff")(nki_tensor_add_kernel)
+    bench(x, x)
+    assert bench.benchmark_result.nc_latency.get_latency_percentile(1) > 0
+    assert (tmp_path / "local_trace.ntff").stat().st_size > 0
