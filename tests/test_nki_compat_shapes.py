@@ -76,3 +76,18 @@ def test_benchmark_with_save_trace_name_writes_the_trace(tmp_path, monkeypatch):
     bench(x, x)
     assert bench.benchmark_result.nc_latency.get_latency_percentile(1) > 0
     assert (tmp_path / "local_trace.ntff").stat().st_size > 0
+
+
+def test_the_tensor_layer_imports_neither_isa_nor_language():
+    # the layering reads one way (tensor <- isa <- language): tiles get their operations installed
+    import ast
+    import pathlib
+    import trnlab.nki
+    source = pathlib.Path(trnlab.nki.__file__).with_name("tensor.py").read_text()
+    tree = ast.parse(source)
+    modules = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+    modules |= {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+    names = {alias.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+             and node.module == "trnlab.nki" for alias in node.names}
+    assert not {m for m in modules if m and (m.endswith(".isa") or m.endswith(".language"))}
+    assert not names & {"isa", "language"}

@@ -853,3 +853,10 @@ def _statistics(opcode: str, width: int, dst, data, mask, dtype):
         getattr(launch.core, opcode)(dst=out.hw_view(ranges), data=data.hw_view(ranges))
 
     return _finish(dst, emit, (data.shape[0], width), dtype or hw_dtypes.float32, "sbuf", ranges)
+
+
+import sys as _sys  # noqa: E402  (tiles get their copies and fills from this module, see tensor.install)
+
+from trnlab.nki.tensor import install as _install_tile_operations  # noqa: E402
+
+_install_tile_operations(isa=_sys.modules[__name__])

@@ -736,3 +736,10 @@ def random_seed(seed, *, mask=None, **kwargs) -> None:
 def dropout(x: NkiTensor, rate, *, dtype=None, mask=None, **kwargs) -> NkiTensor:
     """Zero each element of x with probability `rate` (a number or a [P, 1] tile): nisa.dropout."""
     return _isa.dropout(x, rate, dtype=dtype, mask=mask)
+
+
+import sys as _sys  # noqa: E402  (tiles get their math and allocation from this module, see tensor.install)
+
+from trnlab.nki.tensor import install as _install_tile_operations  # noqa: E402
+
+_install_tile_operations(language=_sys.modules[__name__], allocate=_allocate)

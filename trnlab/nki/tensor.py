@@ -72,10 +72,9 @@ class NkiTensor:
     def _materialize(self) -> None:
         """Issue a pending instruction into a fresh allocation of this tile's own."""
         emit, self._emit = self._emit, None
-        from trnlab.nki.language import _allocate  # language owns allocation rules
         shape = self.shape
         try:
-            owner = _allocate(self._storage or shape, self.dtype, self.buffer, "t", self._launch)
+            owner = _OPERATIONS.allocate(self._storage or shape, self.dtype, self.buffer, "t", self._launch)
         except Exception as error:
             raise locate(error, getattr(emit, "site", None))
         self._become(owner)
@@ -344,23 +343,22 @@ class NkiTensor:
         return view
 
     def broadcast_to(self, shape) -> "NkiTensor":
-        from trnlab.nki.language import broadcast_to
-        return broadcast_to(self, shape)
+        return _OPERATIONS.language.broadcast_to(self, shape)
 
     def view(self, dtype):
         raise NKIError("bit-casting views are not supported by trnlab.hardware")
 
     # -- arithmetic (nl.add etc.) ------------------------------------------------------
-    def __add__(self, other): return _lang().add(self, other)
-    def __radd__(self, other): return _lang().add(other, self)
-    def __sub__(self, other): return _lang().subtract(self, other)
-    def __rsub__(self, other): return _lang().subtract(other, self)
-    def __mul__(self, other): return _lang().multiply(self, other)
-    def __rmul__(self, other): return _lang().multiply(other, self)
-    def __truediv__(self, other): return _lang().divide(self, other)
-    def __rtruediv__(self, other): return _lang().divide(other, self)
-    def __neg__(self): return _lang().negative(self)
-    def __pow__(self, other): return _lang().power(self, other)
+    def __add__(self, other): return _OPERATIONS.language.add(self, other)
+    def __radd__(self, other): return _OPERATIONS.language.add(other, self)
+    def __sub__(self, other): return _OPERATIONS.language.subtract(self, other)
+    def __rsub__(self, other): return _OPERATIONS.language.subtract(other, self)
+    def __mul__(self, other): return _OPERATIONS.language.multiply(self, other)
+    def __rmul__(self, other): return _OPERATIONS.language.multiply(other, self)
+    def __truediv__(self, other): return _OPERATIONS.language.divide(self, other)
+    def __rtruediv__(self, other): return _OPERATIONS.language.divide(other, self)
+    def __neg__(self): return _OPERATIONS.language.negative(self)
+    def __pow__(self, other): return _OPERATIONS.language.power(self, other)
 
     def __iadd__(self, other):
         launch = self._launch
@@ -372,19 +370,19 @@ class NkiTensor:
             emit(self, True)          # matmul accumulates in PSUM, no extra instruction
             other._become(self)
             return self
-        _assign(self, _lang().add(self, other))
+        _assign(self, _OPERATIONS.language.add(self, other))
         return self
 
     def __isub__(self, other):
-        _assign(self, _lang().subtract(self, other))
+        _assign(self, _OPERATIONS.language.subtract(self, other))
         return self
 
     def __imul__(self, other):
-        _assign(self, _lang().multiply(self, other))
+        _assign(self, _OPERATIONS.language.multiply(self, other))
         return self
 
     def __itruediv__(self, other):
-        _assign(self, _lang().divide(self, other))
+        _assign(self, _OPERATIONS.language.divide(self, other))
         return self
 
 
@@ -402,9 +400,29 @@ def _keep_free_axis(index: list, base) -> bool:
     return False
 
 
-def _lang():
-    from trnlab.nki import language
-    return language
+class _Operations:
+    """What tiles do that the instruction layers above define: tile math (`t + u` is nl.add), copies
+    and fills (`t[...] = u` is a tensor_copy / dma_copy / memset), and allocation rules. The layering
+    reads one way, tensor <- isa <- language: this module imports neither; nki.isa and nki.language
+    install their functions here when they are imported (`install`)."""
+
+    def __init__(self):
+        self.language = None     # trnlab.nki.language: add, subtract, ..., broadcast_to
+        self.isa = None          # trnlab.nki.isa: dma_copy, tensor_copy, memset
+        self.allocate = None     # language._allocate(shape, dtype, buffer, name, launch)
+
+
+_OPERATIONS = _Operations()
+
+
+def install(*, language=None, isa=None, allocate=None) -> None:
+    """Give tiles their operations (called by trnlab.nki.isa and trnlab.nki.language on import)."""
+    if language is not None:
+        _OPERATIONS.language = language
+    if isa is not None:
+        _OPERATIONS.isa = isa
+    if allocate is not None:
+        _OPERATIONS.allocate = allocate
 
 
 def _slice_len(s: slice) -> int:
@@ -465,14 +483,13 @@ def _assign(dst: NkiTensor, value) -> None:
                 and value._index == dst._index):
             return  # `t[i] += x` writes back the region it just updated
         _check_same_shape(dst, value, "tile assignment")
-        from trnlab.nki import isa
+        isa = _OPERATIONS.isa
         if dst.buffer in HBM_KINDS or value.buffer in HBM_KINDS:
             isa.dma_copy(dst=dst, src=value)
         else:
             isa.tensor_copy(dst=dst, src=value)
         return
     if isinstance(value, (int, float, np.integer, np.floating)):
-        from trnlab.nki import isa
-        isa.memset(dst=dst, value=value)
+        _OPERATIONS.isa.memset(dst=dst, value=value)
         return
     raise NKIError(f"cannot assign a {type(value).__name__} to a tile")
