@@ -91,3 +91,8 @@ def test_the_tensor_layer_imports_neither_isa_nor_language():
              and node.module == "trnlab.nki" for alias in node.names}
     assert not {m for m in modules if m and (m.endswith(".isa") or m.endswith(".language"))}
     assert not names & {"isa", "language"}
+
+
+def test_an_indirect_load_from_a_sub_table_with_a_partial_last_tile():
+    table = np.random.default_rng(5).normal(size=(2, 200, 48)).astype(np.float32)
+    np.testing.assert_array_equal(windows.reverse_rows(table), table[:, ::-1])

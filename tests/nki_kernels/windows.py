@@ -102,3 +102,20 @@ def rotation_aliases(x_tensor):
     nisa.dma_copy(dst=blocks[2], src=x_tensor)
     nisa.dma_copy(dst=out_tensor, src=blocks[0])
     return out_tensor
+
+
+@nki.jit
+def reverse_rows(table):
+    """out[b, r, :] = table[b, n - 1 - r, :] for a [B, n, C] HBM tensor: the row indices are computed
+    on chip (nisa.iota) and read with one indirect DMA per 128 rows, the last tile masked."""
+    B, n, C = table.shape
+    out_tensor = nl.ndarray((B, n, C), dtype=table.dtype, buffer=nl.shared_hbm)
+    i_p = nl.arange(128)[:, None]
+    i_f = nl.arange(C)[None, :]
+    for b in nl.affine_range(B):
+        for t in nl.affine_range(math.ceil(n / 128)):
+            position = t * 128 + i_p
+            ids = nl.subtract(n - 1, nisa.iota(position, dtype=nl.int32), dtype=nl.int32)     # [128, 1]
+            rows = nl.load(table[b, ids, i_f], mask=(position < n))
+            nl.store(out_tensor[b, position, i_f], value=rows, mask=(position < n))
+    return out_tensor

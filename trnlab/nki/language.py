@@ -317,20 +317,24 @@ def load(src, *, mask=None, dtype=None, **kwargs) -> NkiTensor:
 
 def _load_rows(src, mask, target, launch) -> NkiTensor:
     """nl.load(table[ids_tile, i_f]): one indirect DMA gathering the rows the SBUF tile `ids_tile` names."""
-    if mask is not None:
-        raise NKIError("nl.load of an indirect access (a tile of row indices) with mask= is not simulated; "
-                       "load fewer indices instead")
     ids = src._gather
+    ranges = _indexing.restrict(mask)
+    if any(it.axis != 0 for it in ranges):
+        raise NKIError("nl.load of an indirect access (a tile of row indices): a mask may bound the rows "
+                       "(the partition iterator) only")
+    rows = next(iter(ranges.values()), None)   # the last, partial tile of indices: only its first rows
+    if rows is not None:
+        ids = ids[rows[0]:rows[1]]
 
     def emit(out, _accumulate):
         if out.dtype == src.dtype:
-            launch.core.dma_gather(dst=out.hw_view(), src=src.hw_view(), indices=ids.hw_view())
+            launch.core.dma_gather(dst=out.hw_view(ranges), src=src.hw_view(), indices=ids.hw_view())
         else:  # DMA moves bytes; a cast needs an engine
             staged = _allocate(out.shape, src.dtype, sbuf, "load", launch)
-            launch.core.dma_gather(dst=staged.hw_view(), src=src.hw_view(), indices=ids.hw_view())
-            launch.core.tensor_copy(dst=out.hw_view(), src=staged.hw_view())
+            launch.core.dma_gather(dst=staged.hw_view(ranges), src=src.hw_view(), indices=ids.hw_view())
+            launch.core.tensor_copy(dst=out.hw_view(ranges), src=staged.hw_view(ranges))
 
-    return _issue.produce(src.shape, target, "sbuf", emit)
+    return _issue.produce(src.shape, target, "sbuf", emit, ranges=ranges)
 
 
 def load_transpose2d(src, *, mask=None, dtype=None, **kwargs) -> NkiTensor:

@@ -126,6 +126,12 @@ class NkiTensor:
         key = key if type(key) is tuple else (key,)
         if key and isinstance(key[0], NkiTensor):
             return self._indirect(key)
+        if self.buffer in HBM_KINDS and any(type(k) is NkiTensor for k in key):
+            # table[b, ids_tile, i_f]: leading integers pick a sub-table, then rows by the tile
+            at = next(i for i, k in enumerate(key) if type(k) is NkiTensor)
+            if not all(isinstance(k, (int, np.integer)) for k in key[:at]):
+                raise NKIError("indirect indexing: only integers may come before the tile of row indices")
+            return self[key[:at]]._indirect(key[at:])
         if self._index is None and self._ap is None and len(key) == len(self.shape) and self._rotate is None:
             view = self._slice_whole(key)        # the common case: t[a:b, c:d] of a whole tensor
             if view is not None:
@@ -220,7 +226,9 @@ class NkiTensor:
         """table[ids_tile, i_f]: the rows of an HBM tensor named by an [R, 1] SBUF tile of integer indices
         (NKI's indirect DMA, for nl.load). The other axes are indexed as usual."""
         ids = key[0]
-        if self.buffer not in HBM_KINDS or self._index is not None or self._ap is not None:
+        sub_table = self._index is not None and all(
+            isinstance(e, (int, np.integer)) or (isinstance(e, slice) and e.step == 1) for e in self._index)
+        if self.buffer not in HBM_KINDS or (self._index is not None and not sub_table) or self._ap is not None:
             raise NKIError("indirect indexing (a tile of indices on axis 0) is supported on whole HBM tensors, "
                            "read with nl.load (an indirect DMA)")
         if ids.buffer not in ON_CHIP or ids.buffer == "psum":
