@@ -96,3 +96,14 @@ def test_the_tensor_layer_imports_neither_isa_nor_language():
 def test_an_indirect_load_from_a_sub_table_with_a_partial_last_tile():
     table = np.random.default_rng(5).normal(size=(2, 200, 48)).astype(np.float32)
     np.testing.assert_array_equal(windows.reverse_rows(table), table[:, ::-1])
+
+
+def test_psum_tiles_of_a_bank_rotation_each_start_a_bank():
+    rng = np.random.default_rng(6)
+    a = rng.normal(size=(128, 256)).astype(np.float32)
+    b = rng.normal(size=(128, 128)).astype(np.float32)
+    run = nki.run(windows.rotating_psum_products, a, b)
+    expected = np.stack([a[:, i * 64:(i + 1) * 64].T @ b for i in range(4)])
+    np.testing.assert_allclose(run.outputs, expected, rtol=1e-4, atol=1e-4)
+    psum = [buf for buf in run.program.buffers if buf.memory == "psum" and buf.placement]
+    assert [buf.partition_bytes for buf in psum] == [2 * 2048]      # two banks, a 512-byte tile in each

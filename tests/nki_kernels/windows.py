@@ -119,3 +119,20 @@ def reverse_rows(table):
             rows = nl.load(table[b, ids, i_f], mask=(position < n))
             nl.store(out_tensor[b, position, i_f], value=rows, mask=(position < n))
     return out_tensor
+
+
+@nki.jit
+def rotating_psum_products(a_tensor, b_tensor):
+    """out[i] = a[:, i-block].T @ b for 4 column blocks of a [128, 4 * 64] tensor, each product in
+    a PSUM tile of a block tensor rotating over 2 banks (ncc.psum.mod_alloc num_bank_tiles=(2,))."""
+    K, M4 = a_tensor.shape
+    N = b_tensor.shape[1]
+    out_tensor = nl.ndarray((4, M4 // 4, N), dtype=nl.float32, buffer=nl.shared_hbm)
+    a = nl.load(a_tensor)
+    b = nl.load(b_tensor)
+    products = nl.ndarray((4, nl.par_dim(M4 // 4), N), dtype=nl.float32,
+                          buffer=ncc.psum.mod_alloc(base_bank=2, num_bank_tiles=(2,)))
+    for i in nl.sequential_range(4):
+        products[i] = nisa.nc_matmul(a[:, nl.ds(i * (M4 // 4), M4 // 4)], b)
+        nl.store(out_tensor[i], value=nl.copy(products[i]))
+    return out_tensor

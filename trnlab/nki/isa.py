@@ -291,13 +291,23 @@ def nc_matmul(dst: Tile | None, stationary: Tile, moving: Tile, is_stationary_on
             return
         # `psum[...] += nisa.nc_matmul(...)` (accumulate_flag True) starts an accumulation group on a PSUM
         # region never written (the first matmul of a group overwrites, as AWS's compiler sets the flag):
-        # the core's accumulate=None adds to written regions and overwrites fresh ones
-        flag = accumulate if accumulate_flag is None else (None if accumulate_flag is True else accumulate_flag)
+        # the core's accumulate=None adds to written regions and overwrites fresh ones. Destination
+        # style (`nc_matmul(dst=psum, ...)` in a loop over K, NKI beta 2) accumulates the same way.
+        # `psum[...] = nisa.nc_matmul(...)` is an assignment: it overwrites (the bytes may hold an
+        # earlier logical tile of a rotating direct allocation)
+        if accumulate is not None:
+            flag = accumulate
+        elif accumulate_flag is True or accumulate_flag == "destination":
+            flag = None
+        elif accumulate_flag is None:
+            flag = False
+        else:
+            flag = accumulate_flag
         launch.core.nc_matmul(dst=out.hw_view(ranges), stationary=stationary.hw_view(ranges),
                               moving=moving.hw_view(ranges), accumulate=flag)
 
     if dst is not None:
-        return _finish(dst, emit, None, None, ranges=ranges)
+        return _finish(dst, lambda out, _flag: emit(out, "destination"), None, None, ranges=ranges)
     # the result tile is allocated before the instruction runs: check the tile limits first, so a too
     # wide moving tile is reported as the matmul rule it breaks rather than as a PSUM bank overflow
     spec = launch.core.spec

@@ -170,6 +170,11 @@ def _allocate(shape, dtype, buffer, name, launch, placement=None) -> NkiTensor:
             return NkiTensor.allocation(hw, buffer, launch)
         rotate = _rotation(placement, shape, partition_axis)
         physical = shape if rotate is None else tuple(rotate) + tuple(shape[partition_axis:])
+        if rotate is not None and _one_tile_per_bank(placement, physical, dtype, partition_axis):
+            # psum.mod_alloc(num_bank_tiles=...): each physical tile starts a bank of its own; the
+            # tile's last free axis is padded to the bank (views index only the logical part)
+            per_row = math.prod(int(n) for n in physical[partition_axis + 1:-1]) * _dt.as_dtype(dtype).itemsize
+            physical = physical[:-1] + (_spec().psum_bank_bytes // per_row,)
         where = _placement(placement, shape, dtype, partition_axis, buffer)
         # the same direct allocation again (an nl.ndarray at a fixed address inside a loop) is the
         # same bytes on the chip: one tile, whose writes and reads order the iterations
@@ -216,6 +221,19 @@ def _rotation(placement, shape, partition_axis: int):
                 modulus = math.lcm(modulus, int(grid[axis]))
         rotate.append(builtins.min(modulus, int(shape[axis])))
     return None if all(m == int(n) for m, n in zip(rotate, shape)) else rotate
+
+
+def _one_tile_per_bank(placement, physical, dtype, partition_axis: int) -> bool:
+    """A PSUM modulo allocation over banks only (num_bank_tiles, no num_free/num_par tiles) whose
+    tiles are smaller than a bank and divide it evenly by rows."""
+    if not isinstance(placement, _compiler.PsumModAlloc) or placement.num_free_tiles or placement.num_par_tiles:
+        return False
+    if not placement.num_bank_tiles or len(physical) < partition_axis + 2:
+        return False
+    bank = _spec().psum_bank_bytes
+    per_row = math.prod(int(n) for n in physical[partition_axis + 1:-1]) * _dt.as_dtype(dtype).itemsize
+    tile = per_row * int(physical[-1])
+    return tile < bank and bank % per_row == 0
 
 
 def _placement(placement, shape, dtype, partition_axis: int, buffer: str) -> dict:
