@@ -5,6 +5,7 @@ import pytest
 
 import trnlab.nki as nki
 import trnlab.nki.language as nl
+import trnlab.nki.isa as nisa
 from tests.nki_kernels import windows
 
 
@@ -107,3 +108,24 @@ def test_psum_tiles_of_a_bank_rotation_each_start_a_bank():
     np.testing.assert_allclose(run.outputs, expected, rtol=1e-4, atol=1e-4)
     psum = [buf for buf in run.program.buffers if buf.memory == "psum" and buf.placement]
     assert [buf.partition_bytes for buf in psum] == [2 * 2048]      # two banks, a 512-byte tile in each
+
+
+def test_assigning_a_matmul_into_a_written_psum_tile_overwrites_it_and_plus_equals_accumulates():
+    @nki.jit
+    def kernel(a_tensor, b_tensor):
+        out = nl.ndarray((2, 64, 128), dtype=nl.float32, buffer=nl.shared_hbm)
+        a, b = nl.load(a_tensor), nl.load(b_tensor)
+        acc = nl.ndarray((64, 128), dtype=nl.float32, buffer=nl.psum)
+        acc[...] = nisa.nc_matmul(a[:, 0:64], b)
+        acc[...] = nisa.nc_matmul(a[:, 64:128], b)          # an assignment: only the second product
+        nl.store(out[0], value=nl.copy(acc))
+        acc[...] += nisa.nc_matmul(a[:, 0:64], b)           # accumulates onto it
+        nl.store(out[1], value=nl.copy(acc))
+        return out
+
+    rng = np.random.default_rng(7)
+    a = rng.normal(size=(128, 128)).astype(np.float32)
+    b = rng.normal(size=(128, 128)).astype(np.float32)
+    out = kernel(a, b)
+    np.testing.assert_allclose(out[0], a[:, 64:].T @ b, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(out[1], a[:, 64:].T @ b + a[:, :64].T @ b, rtol=1e-4, atol=1e-4)
