@@ -176,14 +176,33 @@ def test_matmul_of_integer_tiles_is_a_dtype_error():
     _raises_at(kernel, "nisa.nc_matmul(tile, tile)", errors.DtypeError, np.ones((128, 128), np.int32))
 
 
-def test_dma_does_not_convert_dtypes_on_trn1():
+def test_dma_copy_between_dtypes_casts_on_trn1_through_an_engine():
+    # nki.isa.dma_copy (beta-1 page, relevant for Trn1): "A cast will happen if the src and dst have
+    # different dtype". NeuronCore-v2 DMA moves bytes, so the cast is an engine instruction on the
+    # SBUF side: an fp32 tile stored into a bf16 HBM tensor is cast first, then moved.
     @nki.jit(target="trn1")
     def kernel(x):
-        tile = nl.ndarray((128, 512), dtype=nl.bfloat16, buffer=nl.sbuf)
+        out = nl.ndarray((128, 512), dtype=nl.bfloat16, buffer=nl.shared_hbm)
+        tile = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
         nisa.dma_copy(dst=tile, src=x)
-        return x
+        nisa.dma_copy(dst=out, src=tile)
+        return out
 
-    error = _raises_at(kernel, "nisa.dma_copy(dst=tile, src=x)", errors.DtypeError, X128)
+    x = np.random.default_rng(1).normal(size=(128, 512)).astype(np.float32)
+    run = nki.run(kernel, x)
+    np.testing.assert_array_equal(run.outputs.astype(np.float32), x.astype(nl.bfloat16).astype(np.float32))
+    engines = [record.engine for record in run.timeline]
+    assert sum(not e.startswith("dma") for e in engines) == 1     # the one cast, between the two DMAs
+
+
+def test_dma_copy_between_dtypes_from_hbm_to_hbm_is_refused_on_trn1():
+    @nki.jit(target="trn1")
+    def kernel(x):
+        out = nl.ndarray((128, 512), dtype=nl.bfloat16, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=x)
+        return out
+
+    error = _raises_at(kernel, "nisa.dma_copy(dst=out, src=x)", errors.DtypeError, X128)
     assert "tensor_copy" in str(error)
 
 

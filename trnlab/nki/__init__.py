@@ -395,26 +395,43 @@ class _Measured(Kernel):
         return measured
 
     def __call__(self, *args, **kwargs):
+        if self.kind == "profile":
+            _profile_paths(self.options)         # refuse before running, as AWS's does before compiling
         result = run(self, *args, **kwargs)
         self.benchmark_result = BenchmarkResult(_Latency(result.latency_us), result)
         if self.kind == "profile":
             self.profile_result = _write_profile(result, self.options)
+        elif self.options.get("save_trace_name"):
+            # nki.benchmark(save_trace_name=...) also saves the run's trace (AWS's unit tests check it)
+            result.timeline.to_chrome_trace(self.options["save_trace_name"])
         return result.outputs
 
 
-def _write_profile(result: KernelRun, options: dict) -> dict:
+def _profile_paths(options: dict) -> tuple[str, str]:
+    """(trace path, summary path) of nki.profile's options. AWS's nki.profile: working_directory an
+    absolute path, save_trace_name default 'profile.ntff', overwrite default False (existing
+    artifacts are not replaced). NTFF is Neuron's binary format: trnlab writes Chrome/Perfetto JSON
+    under the same name with .json."""
     directory = options.get("working_directory") or os.getcwd()
-    os.makedirs(directory, exist_ok=True)
-    trace_name = options.get("save_trace_name") or "profile.json"
-    if not trace_name.endswith(".json"):
-        trace_name = os.path.splitext(trace_name)[0] + ".json"  # NTFF is Neuron's format; we write Chrome JSON
+    if not os.path.isabs(directory):
+        raise NKIError(f"nki.profile: working_directory must be an absolute path, got {directory!r}")
+    trace_name = os.path.splitext(options.get("save_trace_name") or "profile.ntff")[0] + ".json"
     trace_path = os.path.join(directory, trace_name)
-    if os.path.exists(trace_path) and not options.get("overwrite", True):
-        raise FileExistsError(f"{trace_path} exists; pass overwrite=True")
+    summary_path = os.path.join(directory, os.path.splitext(trace_name)[0] + "_summary.json")
+    if not options.get("overwrite", False):
+        existing = [p for p in (trace_path, summary_path) if os.path.exists(p)]
+        if existing:
+            raise FileExistsError(f"nki.profile: {existing[0]} exists and overwrite=False (AWS's default); "
+                                  f"pass overwrite=True or another save_trace_name")
+    return trace_path, summary_path
+
+
+def _write_profile(result: KernelRun, options: dict) -> dict:
+    trace_path, summary_path = _profile_paths(options)
+    os.makedirs(os.path.dirname(trace_path), exist_ok=True)
     result.timeline.to_chrome_trace(trace_path)
     profile = result.profile()
     summary = profile.as_dict()
-    summary_path = os.path.join(directory, os.path.splitext(trace_name)[0] + "_summary.json")
     with open(summary_path, "w") as f:
         json.dump(summary, f, indent=2, default=str)
     return {"trace": trace_path, "summary": summary_path, "profile": profile}
@@ -427,15 +444,19 @@ def _measuring(kind: str, kernel=None, **options):
 
 
 def benchmark(kernel=None, **options):
-    """@nki.benchmark(warmup=..., iters=..., target=..., timing_only=...): calling the kernel runs it once
-    on the simulator (simulated time is deterministic) and sets `kernel.benchmark_result`
-    (`.nc_latency.get_latency_percentile(50)` in µs, `.timeline`, `.profile`)."""
+    """@nki.benchmark(warmup=..., iters=..., save_neff_name=..., save_trace_name=..., target=...,
+    timing_only=...): calling the kernel runs it once on the simulator (simulated time is
+    deterministic: warmup and iters change nothing) and sets `kernel.benchmark_result`
+    (`.nc_latency.get_latency_percentile(p)` in µs, `.timeline`, `.profile`); save_trace_name also
+    writes the run's trace there (Chrome/Perfetto JSON)."""
     return _measuring("benchmark", kernel, **options)
 
 
 def profile(func=None, **options):
-    """@nki.profile(working_directory=..., save_trace_name=...): run on the simulator, write a Chrome /
-    Perfetto trace and a profile summary JSON there, and set `kernel.profile_result`."""
+    """@nki.profile(working_directory=..., save_trace_name=..., overwrite=False, profile_nth=1): run on
+    the simulator, write a Chrome / Perfetto trace and a profile summary JSON there, and set
+    `kernel.profile_result`. As AWS's: working_directory is absolute, existing artifacts are kept
+    unless overwrite=True (the simulation is deterministic, so profile_nth changes nothing)."""
     return _measuring("profile", func, **options)
 
 

@@ -291,13 +291,23 @@ def nc_matmul(dst: Tile | None, stationary: Tile, moving: Tile, is_stationary_on
             return
         # `psum[...] += nisa.nc_matmul(...)` (accumulate_flag True) starts an accumulation group on a PSUM
         # region never written (the first matmul of a group overwrites, as AWS's compiler sets the flag):
-        # the core's accumulate=None adds to written regions and overwrites fresh ones
-        flag = accumulate if accumulate_flag is None else (None if accumulate_flag is True else accumulate_flag)
+        # the core's accumulate=None adds to written regions and overwrites fresh ones. Destination
+        # style (`nc_matmul(dst=psum, ...)` in a loop over K, NKI beta 2) accumulates the same way.
+        # `psum[...] = nisa.nc_matmul(...)` is an assignment: it overwrites (the bytes may hold an
+        # earlier logical tile of a rotating direct allocation)
+        if accumulate is not None:
+            flag = accumulate
+        elif accumulate_flag is True or accumulate_flag == "destination":
+            flag = None
+        elif accumulate_flag is None:
+            flag = False
+        else:
+            flag = accumulate_flag
         launch.core.nc_matmul(dst=out.hw_view(ranges), stationary=stationary.hw_view(ranges),
                               moving=moving.hw_view(ranges), accumulate=flag)
 
     if dst is not None:
-        return _finish(dst, emit, None, None, ranges=ranges)
+        return _finish(dst, lambda out, _flag: emit(out, "destination"), None, None, ranges=ranges)
     # the result tile is allocated before the instruction runs: check the tile limits first, so a too
     # wide moving tile is reported as the matmul rule it breaks rather than as a PSUM bank overflow
     spec = launch.core.spec
@@ -340,7 +350,9 @@ def dma_copy(dst: Tile, src: Tile, dst_rmw_op: Op | None = None, oob_mode: oob_m
              engine: engine = engine.unknown, unique_indices: bool = True) -> None:
     """Copy src to dst with a DMA engine (HBM <-> SBUF, SBUF <-> SBUF); PSUM -> HBM is refused.
 
-    dst and src of different dtypes: the DMA casts on NeuronCore-v3/-v4 (Trn2/Trn3) and refuses on Trn1."""
+    dst and src of different dtypes: the copy casts (nki.isa.dma_copy, beta-1 page: "A cast will happen if
+    the src and dst have different dtype"); the DMA engines convert on NeuronCore-v3/-v4 (Trn2/Trn3), an
+    engine casts on the SBUF side on Trn1."""
     dst, src = issue.tile(dst, "dst"), issue.tile(src, "src")
     if dst_rmw_op is not None:
         raise NKIError("dma_copy(dst_rmw_op=...): read-modify-write DMAs are not simulated")
@@ -356,11 +368,33 @@ def dma_copy(dst: Tile, src: Tile, dst_rmw_op: Op | None = None, oob_mode: oob_m
     ranges = issue.ranges(mask, src) if mask is not None or src._valid is not None else None
     if issue.skipped(ranges):
         return None
-    if np.dtype(dst.dtype) != np.dtype(src.dtype):
+    if np.dtype(dst.dtype) == np.dtype(src.dtype):
+        launch.core.dma_copy(dst=dst.hw_view(ranges), src=src.hw_view(ranges))
+    elif issue.dma_casts(launch.core):
         launch.core.dma_copy_cast(dst=dst.hw_view(ranges), src=src.hw_view(ranges))
     else:
-        launch.core.dma_copy(dst=dst.hw_view(ranges), src=src.hw_view(ranges))
+        _dma_cast_through_engine(launch, dst.hw_view(ranges), src.hw_view(ranges))
     return None
+
+
+def _dma_cast_through_engine(launch, dst, src) -> None:
+    """dma_copy between dtypes on NeuronCore-v2 (Trn1). The beta-1 dma_copy page (relevant for Inf2,
+    Trn1, Trn2) says the copy casts; NeuronCore-v2's DMA engines move bytes, so (ASSUMED, as the
+    compiler must) the cast runs on the Vector engine on the SBUF side: cast then store, or load
+    then cast. HBM -> HBM has no SBUF side and is refused."""
+    core = launch.core
+    if src.tensor.kind == "sbuf":             # cast in SBUF to dst's dtype, then move the bytes
+        staged = core.sbuf.allocate(tuple(src.shape), dst.tensor.dtype, name=launch.fresh_name("cast_stage"))
+        core.tensor_copy(dst=staged.full, src=src)
+        core.dma_copy(dst=dst, src=staged.full)
+    elif dst.tensor.kind == "sbuf":           # move the bytes into SBUF, then cast there
+        staged = core.sbuf.allocate(tuple(dst.shape), src.tensor.dtype, name=launch.fresh_name("cast_stage"))
+        core.dma_copy(dst=staged.full, src=src)
+        core.tensor_copy(dst=dst, src=staged.full)
+    else:
+        core.dma_copy_cast(dst=dst, src=src)  # refused on NeuronCore-v2, with the rule's message
+        return
+    core.sbuf.free(staged)
 
 
 @instruction(functional=("src",))
@@ -526,15 +560,19 @@ def tensor_reduce(dst: Tile | None, op: Op, data: Tile, axis: int | tuple, negat
     data = issue.tile(data, "data")
     opcode = op_name(op)
     axes = tuple(axis) if isinstance(axis, (list, tuple)) else (int(axis),)
+    axes = tuple(int(a) % data.ndim if -data.ndim <= int(a) < 0 else int(a) for a in axes)  # axis=[-2, -1]
     if 0 in axes:
         raise NKIError("tensor_reduce: axis 0 is the partition axis; reductions run along free axes only "
                        "(use nisa.tensor_partition_reduce, nl.transpose or a matmul with a ones vector)")
     ranges = issue.ranges(mask, data)
     launch = issue.begin()
 
+    # a mask clause on a reduced axis limits what is read, not the (size-1) result axis
+    out_ranges = {it: r for it, r in ranges.items() if it.axis not in axes} if ranges else ranges
+
     def emit(out, _accumulate):
         # trnlab keeps reduced axes as size-1 dims in memory, so [P] and [P, 1] results look alike
-        view = out.hw_view(ranges)
+        view = out.hw_view(out_ranges)
         launch.core.tensor_reduce(dst=view, data=data.hw_view(ranges), op=opcode, axis=axes, negate=bool(negate),
                                   keepdims=len(view.shape) == data.ndim)
 
@@ -825,3 +863,10 @@ def _statistics(opcode: str, width: int, dst, data, mask, dtype):
         getattr(launch.core, opcode)(dst=out.hw_view(ranges), data=data.hw_view(ranges))
 
     return _finish(dst, emit, (data.shape[0], width), dtype or hw_dtypes.float32, "sbuf", ranges)
+
+
+import sys as _sys  # noqa: E402  (tiles get their copies and fills from this module, see tensor.install)
+
+from trnlab.nki.tensor import install as _install_tile_operations  # noqa: E402
+
+_install_tile_operations(isa=_sys.modules[__name__])

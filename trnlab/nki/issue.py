@@ -55,16 +55,39 @@ def ranges(mask, *operands) -> dict:
     partitions in parallel).
     """
     if mask is not None:
-        return indexing.restrict(mask)
-    valid = None
+        restricted = indexing.restrict(mask)
+        if any(it.axis == 0 for it in restricted):
+            return restricted
+        # a mask on free axes only (bn_stats of the last, partial row tile, masked along F): the
+        # rows still follow the operands' valid rows, as if the row mask had been repeated
+        rows = _valid_rows(operands)
+        if rows is not None and rows is not _PATTERN:
+            restricted = dict(restricted)
+            restricted[rows[0]] = rows[1]
+        return restricted
+    rows = _valid_rows(operands)
+    if rows is _PATTERN:
+        return {}
+    return {} if rows is None else {rows[0]: rows[1]}
+
+
+_PATTERN = object()   # an operand read through an access pattern: no row restriction applies
+
+
+def _valid_rows(operands):
+    """(key, (lo, hi)): the rows every operand has valid (a masked functional result's rows), keyed by
+    the partition iterator that names them (PARTITION_ROWS for plain tiles); None if unrestricted."""
+    valid, key = None, PARTITION_ROWS
     for x in operands:
         if isinstance(x, NkiTensor):
             if x._ap is not None:
-                return {}
+                if x._valid is None or (key is not PARTITION_ROWS and key is not x._valid_iterator):
+                    return _PATTERN
+                key = x._valid_iterator
             rows = x._valid
             if rows is not None:
                 valid = rows if valid is None else (max(valid[0], rows[0]), min(valid[1], rows[1]))
-    return {} if valid is None else {PARTITION_ROWS: valid}
+    return None if valid is None else (key, valid)
 
 
 def produce(shape, dtype, buffer: str, emit, accumulates: bool = False, ranges: dict | None = None,

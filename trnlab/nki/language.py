@@ -167,10 +167,27 @@ def _allocate(shape, dtype, buffer, name, launch, placement=None) -> NkiTensor:
         name = launch.fresh_name(name or buffer)
         if placement is None:
             hw = memory.allocate(shape, dtype, name=name, partition_axis=partition_axis)
-        else:
-            hw = memory.allocate(shape, dtype, name=name, partition_axis=partition_axis,
-                                 placement=_placement(placement, shape, dtype, partition_axis, buffer))
-        return NkiTensor.allocation(hw, buffer, launch)
+            return NkiTensor.allocation(hw, buffer, launch)
+        rotate = _rotation(placement, shape, partition_axis)
+        physical = shape if rotate is None else tuple(rotate) + tuple(shape[partition_axis:])
+        if rotate is not None and _one_tile_per_bank(placement, physical, dtype, partition_axis):
+            # psum.mod_alloc(num_bank_tiles=...): each physical tile starts a bank of its own; the
+            # tile's last free axis is padded to the bank (views index only the logical part)
+            per_row = math.prod(int(n) for n in physical[partition_axis + 1:-1]) * _dt.as_dtype(dtype).itemsize
+            physical = physical[:-1] + (_spec().psum_bank_bytes // per_row,)
+        where = _placement(placement, shape, dtype, partition_axis, buffer)
+        # the same direct allocation again (an nl.ndarray at a fixed address inside a loop) is the
+        # same bytes on the chip: one tile, whose writes and reads order the iterations
+        key = (buffer, where["offset"], tuple(int(n) for n in physical), str(_dt.as_dtype(dtype)), partition_axis)
+        hw = launch.placed.get(key)
+        if hw is None:
+            hw = memory.allocate(physical, dtype, name=name, partition_axis=partition_axis, placement=where)
+            launch.placed[key] = hw
+        if rotate is None:
+            return NkiTensor.allocation(hw, buffer, launch)
+        tensor = NkiTensor.allocation(hw, buffer, launch, shape=tuple(shape))
+        tensor._rotate = tuple(rotate)
+        return tensor
     dtype = _dt.as_dtype(dtype)
     if buffer == "shared_hbm" and launch.grid:
         # one output shared by every SPMD program: the n-th shared_hbm allocation of each program
@@ -185,12 +202,45 @@ def _allocate(shape, dtype, buffer, name, launch, placement=None) -> NkiTensor:
     return tensor
 
 
+def _rotation(placement, shape, partition_axis: int):
+    """Per block axis, how many physical tiles a modulo allocation gives its logical tiles, or None
+    if every logical tile has its own. nki.compiler.sbuf/psum.mod_alloc: logical block idx sits at
+    linearize(idx % num_*_tiles) (an absent shape is all ones), so blocks whose indices agree modulo
+    every num_*_tiles share memory: k and k + n overwrite each other, as on the chip (the kernel
+    rotates buffers on purpose, e.g. num_free_tiles=(2,) double-buffers a loop's tiles)."""
+    if partition_axis == 0 or not isinstance(placement, (_compiler.ModAlloc, _compiler.PsumModAlloc)):
+        return None
+    grids = [placement.num_par_tiles, placement.num_free_tiles]
+    if isinstance(placement, _compiler.PsumModAlloc):
+        grids.append(placement.num_bank_tiles)
+    rotate = []
+    for axis in range(partition_axis):
+        modulus = 1
+        for grid in grids:
+            if axis < len(grid):
+                modulus = math.lcm(modulus, int(grid[axis]))
+        rotate.append(builtins.min(modulus, int(shape[axis])))
+    return None if all(m == int(n) for m, n in zip(rotate, shape)) else rotate
+
+
+def _one_tile_per_bank(placement, physical, dtype, partition_axis: int) -> bool:
+    """A PSUM modulo allocation over banks only (num_bank_tiles, no num_free/num_par tiles) whose
+    tiles are smaller than a bank and divide it evenly by rows."""
+    if not isinstance(placement, _compiler.PsumModAlloc) or placement.num_free_tiles or placement.num_par_tiles:
+        return False
+    if not placement.num_bank_tiles or len(physical) < partition_axis + 2:
+        return False
+    bank = _spec().psum_bank_bytes
+    per_row = math.prod(int(n) for n in physical[partition_axis + 1:-1]) * _dt.as_dtype(dtype).itemsize
+    tile = per_row * int(physical[-1])
+    return tile < bank and bank % per_row == 0
+
+
 def _placement(placement, shape, dtype, partition_axis: int, buffer: str) -> dict:
     """The byte offset per partition a direct allocation gives the tensor's first logical tile.
 
-    trnlab lays a block tensor's logical tiles side by side from that address; AWS's rotation of
-    many logical tiles over fewer physical ones (num_free_tiles smaller than the block count) is not
-    modelled: each block keeps bytes of its own (docs/programs.md)."""
+    trnlab lays a block tensor's physical tiles side by side from that address; logical tiles that
+    share a physical one (see _rotation) share its bytes."""
     partitions = int(shape[partition_axis])
     bytes_per_partition = math.prod(int(n) for n in shape[partition_axis + 1:]) * _dt.as_dtype(dtype).itemsize
     where = placement.address((0,) * partition_axis, partitions, bytes_per_partition)
@@ -285,20 +335,24 @@ def load(src, *, mask=None, dtype=None, **kwargs) -> NkiTensor:
 
 def _load_rows(src, mask, target, launch) -> NkiTensor:
     """nl.load(table[ids_tile, i_f]): one indirect DMA gathering the rows the SBUF tile `ids_tile` names."""
-    if mask is not None:
-        raise NKIError("nl.load of an indirect access (a tile of row indices) with mask= is not simulated; "
-                       "load fewer indices instead")
     ids = src._gather
+    ranges = _indexing.restrict(mask)
+    if any(it.axis != 0 for it in ranges):
+        raise NKIError("nl.load of an indirect access (a tile of row indices): a mask may bound the rows "
+                       "(the partition iterator) only")
+    rows = next(iter(ranges.values()), None)   # the last, partial tile of indices: only its first rows
+    if rows is not None:
+        ids = ids[rows[0]:rows[1]]
 
     def emit(out, _accumulate):
         if out.dtype == src.dtype:
-            launch.core.dma_gather(dst=out.hw_view(), src=src.hw_view(), indices=ids.hw_view())
+            launch.core.dma_gather(dst=out.hw_view(ranges), src=src.hw_view(), indices=ids.hw_view())
         else:  # DMA moves bytes; a cast needs an engine
             staged = _allocate(out.shape, src.dtype, sbuf, "load", launch)
-            launch.core.dma_gather(dst=staged.hw_view(), src=src.hw_view(), indices=ids.hw_view())
-            launch.core.tensor_copy(dst=out.hw_view(), src=staged.hw_view())
+            launch.core.dma_gather(dst=staged.hw_view(ranges), src=src.hw_view(), indices=ids.hw_view())
+            launch.core.tensor_copy(dst=out.hw_view(ranges), src=staged.hw_view(ranges))
 
-    return _issue.produce(src.shape, target, "sbuf", emit)
+    return _issue.produce(src.shape, target, "sbuf", emit, ranges=ranges)
 
 
 def load_transpose2d(src, *, mask=None, dtype=None, **kwargs) -> NkiTensor:
@@ -348,7 +402,7 @@ def _binary(op: str, x, y, dtype=None, mask=None):
         return _isa.tensor_scalar(y, op, x, reverse0=op in _REVERSIBLE, dtype=dtype, mask=mask)
     if not isinstance(x, NkiTensor) or not isinstance(y, NkiTensor):
         raise NKIError(f"nl.{op} operands must be tiles or numbers, got {type(x).__name__}, {type(y).__name__}")
-    if tuple(x.shape) != tuple(y.shape):
+    if tuple(x.shape) != tuple(y.shape) and not _same_up_to_unit_axes(x.shape, y.shape):
         shape = _free_broadcast_shape(x.shape, y.shape)
         if shape is None:
             raise ShapeMismatchError(
@@ -357,6 +411,13 @@ def _binary(op: str, x, y, dtype=None, mask=None):
                 value=(x.shape, y.shape), limit="same shape")
         x, y = _spread(x, shape), _spread(y, shape)
     return _isa.tensor_tensor(x, y, op, dtype=dtype, mask=mask)
+
+
+def _same_up_to_unit_axes(a: tuple, b: tuple) -> bool:
+    """(P, 1) and (P,), or (P, 1, F) and (P, F): the same elements per partition, as AWS's compiler
+    reads them (a reduction without keepdims gives (P,), the tile it meets is (P, 1))."""
+    squeeze = lambda shape: tuple(n for n in shape[1:] if n != 1)  # noqa: E731
+    return bool(a) and bool(b) and a[0] == b[0] and squeeze(a) == squeeze(b)
 
 
 def _free_broadcast_shape(a: tuple, b: tuple):
@@ -697,3 +758,10 @@ def random_seed(seed, *, mask=None, **kwargs) -> None:
 def dropout(x: NkiTensor, rate, *, dtype=None, mask=None, **kwargs) -> NkiTensor:
     """Zero each element of x with probability `rate` (a number or a [P, 1] tile): nisa.dropout."""
     return _isa.dropout(x, rate, dtype=dtype, mask=mask)
+
+
+import sys as _sys  # noqa: E402  (tiles get their math and allocation from this module, see tensor.install)
+
+from trnlab.nki.tensor import install as _install_tile_operations  # noqa: E402
+
+_install_tile_operations(language=_sys.modules[__name__], allocate=_allocate)

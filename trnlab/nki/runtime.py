@@ -29,6 +29,7 @@ class Launch:
     active: bool = True
     names: dict = field(default_factory=dict)     # allocation name -> count, for readable timelines
     site: object = None                           # (code, line) of the kernel line being executed
+    placed: dict = field(default_factory=dict)    # direct allocations: (memory, offset, shape, dtype) -> tensor
 
     def flush(self) -> None:
         """Issue the pending instruction into a fresh tile of its own."""

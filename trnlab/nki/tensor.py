@@ -30,7 +30,8 @@ HBM_KINDS = ("hbm", "shared_hbm", "private_hbm")
 
 class NkiTensor:
     __slots__ = ("shape", "dtype", "buffer", "name", "_owner", "_hw", "_index", "_ap", "_emit",
-                 "_launch", "_view_cache", "_storage", "_views", "_valid", "_gather", "__weakref__")
+                 "_launch", "_view_cache", "_storage", "_views", "_valid", "_valid_iterator", "_gather",
+                 "_rotate", "__weakref__")
 
     def __init__(self, shape, dtype, buffer, name=""):
         self.shape = tuple(shape)
@@ -47,7 +48,9 @@ class NkiTensor:
         self._storage = None          # shape in memory when it differs (reductions keep size-1 axes)
         self._views = None            # HBM tensors: slice views already made (tiles are re-read often)
         self._valid = None            # (lo, hi): the rows a masked functional call wrote (isa._ranges)
+        self._valid_iterator = None   # the partition iterator naming those rows in an access pattern
         self._gather = None           # indirect access table[ids_tile, ...]: the SBUF tile of row indices
+        self._rotate = None           # direct allocation: per block axis, how many physical tiles it rotates over
 
     # -- construction ---------------------------------------------------------------------
     @classmethod
@@ -69,10 +72,9 @@ class NkiTensor:
     def _materialize(self) -> None:
         """Issue a pending instruction into a fresh allocation of this tile's own."""
         emit, self._emit = self._emit, None
-        from trnlab.nki.language import _allocate  # language owns allocation rules
         shape = self.shape
         try:
-            owner = _allocate(self._storage or shape, self.dtype, self.buffer, "t", self._launch)
+            owner = _OPERATIONS.allocate(self._storage or shape, self.dtype, self.buffer, "t", self._launch)
         except Exception as error:
             raise locate(error, getattr(emit, "site", None))
         self._become(owner)
@@ -124,7 +126,13 @@ class NkiTensor:
         key = key if type(key) is tuple else (key,)
         if key and isinstance(key[0], NkiTensor):
             return self._indirect(key)
-        if self._index is None and self._ap is None and len(key) == len(self.shape):
+        if self.buffer in HBM_KINDS and any(type(k) is NkiTensor for k in key):
+            # table[b, ids_tile, i_f]: leading integers pick a sub-table, then rows by the tile
+            at = next(i for i, k in enumerate(key) if type(k) is NkiTensor)
+            if not all(isinstance(k, (int, np.integer)) for k in key[:at]):
+                raise NKIError("indirect indexing: only integers may come before the tile of row indices")
+            return self[key[:at]]._indirect(key[at:])
+        if self._index is None and self._ap is None and len(key) == len(self.shape) and self._rotate is None:
             view = self._slice_whole(key)        # the common case: t[a:b, c:d] of a whole tensor
             if view is not None:
                 return view
@@ -142,19 +150,33 @@ class NkiTensor:
                 raise NKIError(f"an access pattern must index every axis of a {self.ndim}-d tensor "
                                f"(got {len(key)} indices)")
             ap, shape, keys = [], [], iter(key)
-            for entry in base:
+            rotate = owner._rotate
+            for axis, entry in enumerate(base):
                 if isinstance(entry, slice):
                     k = next(keys)
                     if isinstance(k, slice):
                         raise NKIError("mixing ':' slices with nl.arange/nl.mgrid indices in one access is not "
                                        "supported; use an iterator for every axis")
+                    if rotate is not None and axis < len(rotate):
+                        if not isinstance(k, (int, np.integer)):
+                            raise NKIError(f"an iterator on block axis {axis} of {self.name!r}, a direct "
+                                           f"allocation whose logical tiles rotate over fewer physical ones, "
+                                           f"is not supported: index its blocks with integers")
+                        k = int(k) % rotate[axis]   # logical block k lives in physical tile k mod n
                     ap.append((k, entry.start, entry.step, _slice_len(entry)))
                 else:
                     ap.append((entry, 0, 1, None))
             view._ap = tuple(ap)
             view.shape = indexing.tile_shape(key, indexing.expr_iterators(key))
+            first = key[0]
+            if self._valid is not None and isinstance(first, IndexExpr) and first.const == 0 \
+                    and len(first.terms) == 1 and first.terms[0][1] == 1 and first.terms[0][0].axis == 0:
+                # t[i_p, i_f] of a masked result: the same rows are valid, now named by i_p
+                view._valid = self._valid
+                view._valid_iterator = first.terms[0][0]
             return view
         index, shape, keys = [], [], iter(key)
+        rotate = owner._rotate
         for axis, entry in enumerate(base):
             if not isinstance(entry, slice):
                 index.append(entry)
@@ -167,8 +189,15 @@ class NkiTensor:
                     raise OutOfBoundsError(f"out-of-bounds index {k} on axis {len(shape)} of extent {extent} "
                                            f"({self.name or 'tensor'} {self.shape})", value=k, limit=extent)
                 k %= extent
-                index.append(entry.start + k * entry.step)
+                k = entry.start + k * entry.step
+                if rotate is not None and axis < len(rotate):
+                    k %= rotate[axis]       # logical block k lives in physical tile k mod n (mod_alloc)
+                index.append(k)
             elif isinstance(k, slice):
+                if rotate is not None and axis < len(rotate) and _slice_len(slice(*k.indices(extent))) > 1:
+                    raise NKIError(f"slicing block axis {axis} of {self.name!r}, a direct allocation whose "
+                                   f"{extent} logical tiles rotate over {rotate[axis]} physical ones, is not "
+                                   f"supported: index its blocks one at a time")
                 start, stop, step = k.start, k.stop, k.step or 1
                 start = 0 if start is None else int(start)
                 stop = extent if stop is None else int(stop)
@@ -187,6 +216,8 @@ class NkiTensor:
                 raise NKIError(f"unsupported index {k!r}: use ints, slices or nl.arange/nl.mgrid expressions")
         if next(keys, None) is not None:
             raise OutOfBoundsError(f"too many indices for a {self.ndim}-d tensor", value=len(key), limit=self.ndim)
+        if self.buffer in ON_CHIP and len(shape) == 1 and _keep_free_axis(index, base):
+            shape.append(1)
         view._index = tuple(index)
         view.shape = tuple(shape)
         return view
@@ -195,7 +226,9 @@ class NkiTensor:
         """table[ids_tile, i_f]: the rows of an HBM tensor named by an [R, 1] SBUF tile of integer indices
         (NKI's indirect DMA, for nl.load). The other axes are indexed as usual."""
         ids = key[0]
-        if self.buffer not in HBM_KINDS or self._index is not None or self._ap is not None:
+        sub_table = self._index is not None and all(
+            isinstance(e, (int, np.integer)) or (isinstance(e, slice) and e.step == 1) for e in self._index)
+        if self.buffer not in HBM_KINDS or (self._index is not None and not sub_table) or self._ap is not None:
             raise NKIError("indirect indexing (a tile of indices on axis 0) is supported on whole HBM tensors, "
                            "read with nl.load (an indirect DMA)")
         if ids.buffer not in ON_CHIP or ids.buffer == "psum":
@@ -318,23 +351,22 @@ class NkiTensor:
         return view
 
     def broadcast_to(self, shape) -> "NkiTensor":
-        from trnlab.nki.language import broadcast_to
-        return broadcast_to(self, shape)
+        return _OPERATIONS.language.broadcast_to(self, shape)
 
     def view(self, dtype):
         raise NKIError("bit-casting views are not supported by trnlab.hardware")
 
     # -- arithmetic (nl.add etc.) ------------------------------------------------------
-    def __add__(self, other): return _lang().add(self, other)
-    def __radd__(self, other): return _lang().add(other, self)
-    def __sub__(self, other): return _lang().subtract(self, other)
-    def __rsub__(self, other): return _lang().subtract(other, self)
-    def __mul__(self, other): return _lang().multiply(self, other)
-    def __rmul__(self, other): return _lang().multiply(other, self)
-    def __truediv__(self, other): return _lang().divide(self, other)
-    def __rtruediv__(self, other): return _lang().divide(other, self)
-    def __neg__(self): return _lang().negative(self)
-    def __pow__(self, other): return _lang().power(self, other)
+    def __add__(self, other): return _OPERATIONS.language.add(self, other)
+    def __radd__(self, other): return _OPERATIONS.language.add(other, self)
+    def __sub__(self, other): return _OPERATIONS.language.subtract(self, other)
+    def __rsub__(self, other): return _OPERATIONS.language.subtract(other, self)
+    def __mul__(self, other): return _OPERATIONS.language.multiply(self, other)
+    def __rmul__(self, other): return _OPERATIONS.language.multiply(other, self)
+    def __truediv__(self, other): return _OPERATIONS.language.divide(self, other)
+    def __rtruediv__(self, other): return _OPERATIONS.language.divide(other, self)
+    def __neg__(self): return _OPERATIONS.language.negative(self)
+    def __pow__(self, other): return _OPERATIONS.language.power(self, other)
 
     def __iadd__(self, other):
         launch = self._launch
@@ -346,25 +378,59 @@ class NkiTensor:
             emit(self, True)          # matmul accumulates in PSUM, no extra instruction
             other._become(self)
             return self
-        _assign(self, _lang().add(self, other))
+        _assign(self, _OPERATIONS.language.add(self, other))
         return self
 
     def __isub__(self, other):
-        _assign(self, _lang().subtract(self, other))
+        _assign(self, _OPERATIONS.language.subtract(self, other))
         return self
 
     def __imul__(self, other):
-        _assign(self, _lang().multiply(self, other))
+        _assign(self, _OPERATIONS.language.multiply(self, other))
         return self
 
     def __itruediv__(self, other):
-        _assign(self, _lang().divide(self, other))
+        _assign(self, _OPERATIONS.language.divide(self, other))
         return self
 
 
-def _lang():
-    from trnlab.nki import language
-    return language
+def _keep_free_axis(index: list, base) -> bool:
+    """An SBUF/PSUM tile stays 2-D: `t[:, k]` of a (P, F) tile is (P, 1), not (P,) — the memory is
+    partitions x bytes (NKI errors page, err_1d_arange_not_supported: "NKI expects tile indices to
+    have at least two dimensions to match the underlying memory (SBUF or PSUM)"). The last integer
+    index after the partition axis becomes a one-element slice."""
+    first_slice = next(i for i, e in enumerate(index) if isinstance(e, slice))
+    for axis in range(len(index) - 1, first_slice, -1):
+        if not isinstance(index[axis], slice) and not isinstance(base[axis], int):
+            k = int(index[axis])
+            index[axis] = slice(k, k + 1, 1)
+            return True
+    return False
+
+
+class _Operations:
+    """What tiles do that the instruction layers above define: tile math (`t + u` is nl.add), copies
+    and fills (`t[...] = u` is a tensor_copy / dma_copy / memset), and allocation rules. The layering
+    reads one way, tensor <- isa <- language: this module imports neither; nki.isa and nki.language
+    install their functions here when they are imported (`install`)."""
+
+    def __init__(self):
+        self.language = None     # trnlab.nki.language: add, subtract, ..., broadcast_to
+        self.isa = None          # trnlab.nki.isa: dma_copy, tensor_copy, memset
+        self.allocate = None     # language._allocate(shape, dtype, buffer, name, launch)
+
+
+_OPERATIONS = _Operations()
+
+
+def install(*, language=None, isa=None, allocate=None) -> None:
+    """Give tiles their operations (called by trnlab.nki.isa and trnlab.nki.language on import)."""
+    if language is not None:
+        _OPERATIONS.language = language
+    if isa is not None:
+        _OPERATIONS.isa = isa
+    if allocate is not None:
+        _OPERATIONS.allocate = allocate
 
 
 def _slice_len(s: slice) -> int:
@@ -425,14 +491,13 @@ def _assign(dst: NkiTensor, value) -> None:
                 and value._index == dst._index):
             return  # `t[i] += x` writes back the region it just updated
         _check_same_shape(dst, value, "tile assignment")
-        from trnlab.nki import isa
+        isa = _OPERATIONS.isa
         if dst.buffer in HBM_KINDS or value.buffer in HBM_KINDS:
             isa.dma_copy(dst=dst, src=value)
         else:
             isa.tensor_copy(dst=dst, src=value)
         return
     if isinstance(value, (int, float, np.integer, np.floating)):
-        from trnlab.nki import isa
-        isa.memset(dst=dst, value=value)
+        _OPERATIONS.isa.memset(dst=dst, value=value)
         return
     raise NKIError(f"cannot assign a {type(value).__name__} to a tile")
