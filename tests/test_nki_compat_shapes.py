@@ -129,3 +129,35 @@ def test_assigning_a_matmul_into_a_written_psum_tile_overwrites_it_and_plus_equa
     out = kernel(a, b)
     np.testing.assert_allclose(out[0], a[:, 64:].T @ b, rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(out[1], a[:, 64:].T @ b + a[:, :64].T @ b, rtol=1e-4, atol=1e-4)
+
+
+@nki.jit
+def _store_through_a_reshaped_output(x):
+    # x: [4*128, 64]; the output is declared [4, 128, 64] and written through a [512, 64] view
+    out = nl.ndarray((4, 128, 64), dtype=x.dtype, buffer=nl.shared_hbm)
+    flat = out.reshape((512, 64))
+    for b in nl.affine_range(4):
+        tile = nl.load(x[b * 128:(b + 1) * 128, :])
+        nl.store(flat[b * 128:(b + 1) * 128, :], value=nl.multiply(tile, 2.0))
+    return out
+
+
+def test_an_output_written_through_its_reshape_is_read_back_whole():
+    x = np.random.default_rng(7).normal(size=(512, 64)).astype(np.float32)
+    out = _store_through_a_reshaped_output(x)
+    np.testing.assert_allclose(out, 2.0 * x.reshape(4, 128, 64), rtol=1e-6)
+
+
+@nki.jit
+def _store_half_through_a_reshape(x):
+    out = nl.ndarray((2, 128, 64), dtype=x.dtype, buffer=nl.shared_hbm)
+    flat = out.reshape((256, 64))
+    nl.store(flat[0:128, :], value=nl.load(x[0:128, :]))
+    return out
+
+
+def test_the_unwritten_half_of_a_reshaped_output_is_still_an_uninitialised_read():
+    from trnlab.hardware.errors import UninitializedReadError
+    x = np.random.default_rng(8).normal(size=(256, 64)).astype(np.float32)
+    with pytest.raises(UninitializedReadError):
+        _store_half_through_a_reshape(x)

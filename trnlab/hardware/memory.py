@@ -118,12 +118,16 @@ class HBM:
         return t
 
     def alias(self, tensor: Tensor, shape, name: str | None = None) -> Tensor:
-        """Another shape for the same bytes of a whole, fully written HBM tensor (row-major)."""
+        """Another shape for the same bytes of a whole HBM tensor (row-major). Values and the
+        written-mask are shared: what one writes, the other reads (a kernel's reshaped output)."""
         shape = tuple(int(n) for n in shape)
         data = None if tensor.data is None else tensor.data.reshape(shape)
+        if data is not None and not np.shares_memory(data, tensor.data):
+            raise ValueError(f"HBM alias: {tensor.name} {tensor.shape} cannot be viewed as {shape} "
+                             "without a copy (not contiguous)")
         t = Tensor(self, shape, tensor.dtype, name or f"{tensor.name}.reshape", None, 0,
                    data is not None, fill=data)
-        t.written = None
+        t.written = None if tensor.written is None else tensor.written.reshape(shape)
         t.alias_of = tensor
         return t
 

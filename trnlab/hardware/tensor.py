@@ -445,25 +445,33 @@ class View:
             t.memory.flush_pending()
         if self.index is None:
             t._data[...] = values
-            t.written = None
+            _all_written(t)
             t._unpoisoned = False
         else:
             t._data[self.index] = values
             if t.written is not None:
                 t.written[self.index] = True
                 if self.size * 8 >= t.written.size and t.written.all():
-                    t.written = None
+                    _all_written(t)
 
     def mark_written(self):
         t = self.tensor
         if t.written is None:
             return
         if self.index is None:
-            t.written = None
+            _all_written(t)
         else:
             t.written[self.index] = True
             if self.size * 8 >= t.written.size and t.written.all():
-                t.written = None
+                _all_written(t)
+
+
+def _all_written(t: Tensor) -> None:
+    """Every element of `t` is written: drop its mask. An HBM tensor may share its mask with a
+    reshaped alias (`HBM.alias`), so there the mask is filled, not dropped, and the other sees it."""
+    if t.written is not None and t.kind == "hbm":
+        t.written[...] = True
+    t.written = None
 
 
 def as_view(x) -> View:

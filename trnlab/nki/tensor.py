@@ -314,8 +314,10 @@ class NkiTensor:
     def reshape(self, shape) -> "NkiTensor":
         """Another shape for a whole HBM tensor (same bytes, row-major), e.g. a [N] vector as [1, N].
 
-        The alias shares the values; the scheduler tracks it as its own tensor, so reshape tensors
-        that are read (kernel inputs), not ones the kernel is still writing.
+        The alias shares the values and which of them are written, so a kernel may store its
+        output through a reshaped view and return the original. The scheduler tracks the alias as a
+        tensor of its own: a read of the original waits for writes through the alias only at the
+        kernel's end.
         """
         shape = tuple(int(n) for n in (shape if isinstance(shape, (tuple, list)) else (shape,)))
         if self.buffer not in HBM_KINDS or self._index is not None or self._ap is not None:
@@ -325,8 +327,6 @@ class NkiTensor:
             raise ShapeMismatchError(f"shape mismatch: cannot reshape {self.shape} to {shape}",
                                      value=shape, limit=self.shape)
         hw = self._hw
-        if hw.written is not None:
-            raise NKIError(f"reshape of {hw.name!r}: the tensor is only partly written; reshape inputs only")
         alias = hw.memory.alias(hw, shape)
         return NkiTensor.allocation(alias, self.buffer, self._launch)
 
