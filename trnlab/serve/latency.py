@@ -19,7 +19,7 @@ from trnlab.serve.backend import Backend, CpuBackend, StepResult
 from trnlab.serve.engine import Engine, Request
 from trnlab.serve.kv_cache import KVCache
 from trnlab.serve.sampling import SamplingParams
-from trnlab.serve.compiled import CompiledBackend
+from trnlab.serve.compiled import CompiledBackend, default_cache_dir
 
 
 class BucketTimedBackend(Backend):
@@ -90,8 +90,10 @@ def batch_latency(backend: Backend, prompt_ids: list[int], batch: int, eos_id: i
 
 def latency_table(model: GPT, prompt_ids: list[int], eos_id: int, batches=(1, 2, 4, 8, 16),
                   targets=("trn1", "trn2", "trn3"), max_tokens: int | None = None,
-                  cache_dir=None) -> list[BatchLatency]:
-    """BatchLatency for every target and batch size (step times from the simulator, per bucket)."""
+                  cache_dir="default") -> list[BatchLatency]:
+    """BatchLatency for every target and batch size (step times from the simulator, per bucket);
+    compiled buckets are kept in `cache_dir` ("default": `compiled.default_cache_dir()`, None: nowhere)."""
+    cache_dir = default_cache_dir() if cache_dir == "default" else cache_dir
     rows = []
     for target in targets:
         backend = BucketTimedBackend(CompiledBackend(model, target, max_batch=max(batches), cache_dir=cache_dir))
@@ -121,10 +123,11 @@ class StepProfile:
         return self.model_flops / (self.ns * 1e-9)
 
 
-def step_profile(model: GPT, target: str, kind: str, bucket: tuple[int, int], cache_dir=None) -> StepProfile:
+def step_profile(model: GPT, target: str, kind: str, bucket: tuple[int, int], cache_dir="default") -> StepProfile:
     """Replay one step's compiled program and read its profile (one program: the whole step)."""
     from trnlab.model.gpt import layer_costs
 
+    cache_dir = default_cache_dir() if cache_dir == "default" else cache_dir
     backend = CompiledBackend(model, target, max_batch=bucket[0], keep_runs=True, cache_dir=cache_dir)
     ns, _ = measure_step(backend, kind, bucket)
     profile = backend.last_run.profile(dtype="float32")
