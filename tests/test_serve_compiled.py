@@ -117,3 +117,11 @@ def test_compiled_greedy_answers_equal_pytorch_greedy_on_the_whole_test_split():
                         TOKENIZER.eos_id, max_batch=16)
     got = [read_answer(task_of(p), TOKENIZER.decode_answer(r.output_ids)) for r, p in zip(requests, prompts)]
     assert got == ask_many(MODEL, TOKENIZER, prompts)
+
+
+def test_the_whole_chain_gives_one_answer_at_every_stage():
+    from trnlab.serve.chain import whole_chain
+    report = whole_chain("407+38", target="trn2")
+    assert report.answers == {"pytorch": "445", "simulated": "445", "deployed": "445"}
+    assert [stage for stage, _ in report.stages] == ["1 data", "2 model", "3 compile", "4 simulated trn2", "5 deployed"]
+    assert report.latency["ttft_ms"] > 0 and report.latency["output_tokens"] == 5
