@@ -125,3 +125,18 @@ def test_the_whole_chain_gives_one_answer_at_every_stage():
     assert report.answers == {"pytorch": "445", "simulated": "445", "deployed": "445"}
     assert [stage for stage, _ in report.stages] == ["1 data", "2 model", "3 compile", "4 simulated trn2", "5 deployed"]
     assert report.latency["ttft_ms"] > 0 and report.latency["output_tokens"] == 5
+
+
+def test_the_runtime_loads_the_decode_artifact_and_agrees_with_the_one_program_replay(tmp_path):
+    from trnlab.runtime import Device
+    compiled_decode = compile_step(MODEL, "decode", (1, 8), "trn2")
+    path = compiled_decode.save(tmp_path / "decode.neff")
+    rng = np.random.default_rng(1)
+    C, n_layer = MODEL.config.n_embd, MODEL.config.n_layer
+    cache = [rng.standard_normal((1, 8, C)).astype(np.float32) for _ in range(2 * n_layer)]
+    bias = np.zeros((1, 8), np.float32)
+    inputs = (np.array([7], np.int32), np.array([8], np.int32), bias, *cache)
+    by_runtime = Device("trn2").load(path).run(*inputs)                   # kernel by kernel (trnlab.runtime)
+    replayed, _ = get_step(MODEL, "decode", (1, 8), "trn2").run(*inputs)   # one program
+    for a, b in zip(by_runtime.outputs, replayed):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
