@@ -2,6 +2,7 @@
 
     linear      -> matmul.linear(x [M, K], w [K, N], bias [N], activation, weight_layout)
     attention   -> attention.causal_attention_qkv(qkv [B, T, 3C], n_head, scale)
+    decode_attention -> decode_attention.decode_attention(qkv [B, 3C], k_cache, v_cache [B, L, C], bias [B, L], n_head)
     layer_norm  -> norms.layer_norm(x [R, C], gamma, beta, eps)      rms_norm -> norms.rms_norm
     embedding   -> embedding.embedding(ids [N] int32, table [V, C])  add -> elementwise.add(a [R, C], b [R, C])
     gelu        -> activations.gelu(x [R, C], approximate)           softmax -> softmax.softmax(x [R, C])
@@ -24,10 +25,10 @@ from trnlab.compiler.errors import CompileError
 from trnlab.compiler.ir import Graph, Node
 
 SUPPORTED = ("embedding", "add", "linear", "matmul", "layer_norm", "rms_norm", "gelu", "softmax", "attention",
-             "convert", "reshape", "copy")
+             "decode_attention", "convert", "reshape", "copy")
 KERNEL_OF = {"embedding": "embedding", "add": "add", "linear": "linear", "matmul": "matmul",
              "layer_norm": "layer_norm", "rms_norm": "rms_norm", "gelu": "gelu", "softmax": "softmax",
-             "attention": "causal_attention_qkv", "convert": "cast"}
+             "attention": "causal_attention_qkv", "decode_attention": "decode_attention", "convert": "cast"}
 
 
 @dataclass
@@ -158,6 +159,9 @@ def _lower_node(g: Graph, node: Node, region: str) -> Call:
     elif op == "attention":
         call.views = [None]
         call.kwargs = {"n_head": node.attrs["n_head"], "scale": node.attrs.get("scale")}
+    elif op == "decode_attention":
+        call.views = [None] * 4
+        call.kwargs = {"n_head": node.attrs["n_head"]}
     elif op == "convert":
         call.views = [_rows(v.shape)]
         call.kwargs = {"dtype": node.attrs["dtype"]}

@@ -12,6 +12,8 @@ Three families live in one graph:
 - fused ops, made by `fuse` (one kernel each):
     linear(x, w[, bias], activation=, weight_layout=)     act(x @ W + bias)
     attention(qkv, n_head=, scale=)                        causal multi-head attention from packed qkv
+    decode_attention(qkv, k_cache, v_cache, bias, n_head=)  one new token per sequence against its KV cache
+                                                           (captured from the custom op trnlab::decode_attention)
 
 `evaluate(node, inputs)` computes any of them with PyTorch: constant folding, the host fallback, and
 the tests all use this one definition.
@@ -118,6 +120,22 @@ def causal_attention_reference(qkv: torch.Tensor, n_head: int, scale: float | No
     return y.transpose(1, 2).reshape(B, T, C)
 
 
+def decode_attention_reference(qkv: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, bias: torch.Tensor,
+                               n_head: int) -> torch.Tensor:
+    """qkv [B, 3C] of the new tokens, k_cache, v_cache [B, L, C] of earlier positions, bias [B, L] (0 or -1e30)
+    -> y [B, C]: each new query attends to its cache (masked by bias) and to its own key."""
+    B, C3 = qkv.shape
+    C = C3 // 3
+    hs = C // n_head
+    q, k, v = qkv.split(C, dim=1)                                                         # 3 x (B, C)
+    heads = lambda t: t.reshape(B, -1, n_head, hs).transpose(1, 2)                         # noqa: E731 (B, nh, L+1, hs)
+    all_k = heads(torch.cat([k_cache, k[:, None]], dim=1))                                 # cache, then self
+    all_v = heads(torch.cat([v_cache, v[:, None]], dim=1))
+    scores = (q.reshape(B, n_head, 1, hs) @ all_k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))   # (B, nh, 1, L+1)
+    scores = scores + torch.cat([bias, torch.zeros(B, 1, dtype=bias.dtype)], dim=1)[:, None, None, :]
+    return (torch.softmax(scores.float(), dim=-1).to(qkv.dtype) @ all_v).reshape(B, C)
+
+
 def evaluate(op: str, attrs: dict, inputs: list) -> torch.Tensor:
     """The value of one op from its input tensors (PyTorch, on the host)."""
     a = attrs
@@ -185,6 +203,8 @@ def evaluate(op: str, attrs: dict, inputs: list) -> torch.Tensor:
         return activation(y, a.get("activation")).to(x.dtype)
     if op == "attention":
         return causal_attention_reference(x, a["n_head"], a.get("scale"))
+    if op == "decode_attention":
+        return decode_attention_reference(*inputs[:4], a["n_head"])
     if op == "constant":
         raise ValueError("constants are values, not nodes")
     raise KeyError(f"no reference for op {op!r}")

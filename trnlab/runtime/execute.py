@@ -50,6 +50,9 @@ def _kernel(name: str):
     if name == "cast":
         from trnlab.kernels.cast import cast
         return cast
+    if name == "decode_attention":                 # serving's decode step (trnlab.serve.compiled)
+        from trnlab.kernels.decode_attention import decode_attention
+        return decode_attention
     from trnlab.kernels import KERNELS
     return KERNELS[name][0]
 

@@ -10,19 +10,18 @@ Both pad their input up to a shape bucket (kv_cache.buckets), as a compiled grap
 and report the bucket, the simulated device time and the kernels it was made of (`StepResult`).
 This module does the padding and the cache bookkeeping once; a backend only supplies the two
 padded forwards `_prefill_forward` and `_decode_forward`. `CpuBackend` writes them in PyTorch with
-the model's own modules; `trnlab.serve.trainium.TrainiumBackend` with the kernel library on the
-simulated NeuronCore. `make_backend("cpu" | "trn1" | "trn2" | "trn3", model)` picks one.
+the model's own modules; `trnlab.serve.compiled.CompiledBackend` replays a compiled program per bucket
+on the simulated NeuronCore. `make_backend("cpu" | "trn1" | "trn2" | "trn3", model)` picks one.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
+from trnlab.compiler.ops import decode_attention_reference
 from trnlab.model.gpt import GPT
 from trnlab.serve.kv_cache import KVCache, bucket_for, buckets
 
@@ -138,19 +137,12 @@ class CpuBackend(Backend):
         x = m.wte(torch.from_numpy(ids)) + m.wpe(torch.from_numpy(positions))          # (B, C)
         keys, values, bias = torch.from_numpy(keys), torch.from_numpy(values), torch.from_numpy(bias)
         B, C = x.shape
-        zero = torch.zeros(B, 1)
         new_keys, new_values = [], []
         for layer, block in enumerate(m.blocks):
             attn = block.attn
-            nh, hs = attn.n_head, C // attn.n_head
-            q, k, v = attn.qkv(block.ln_1(x)).split(C, dim=1)                         # 3 × (B, C)
-            new_keys.append(k), new_values.append(v)
-            all_k = torch.cat([keys[:, layer], k[:, None]], dim=1)                    # (B, L+1, C): cache, then self
-            all_v = torch.cat([values[:, layer], v[:, None]], dim=1)
-            heads = lambda t: t.view(B, -1, nh, hs).transpose(1, 2)                    # noqa: E731 (B, nh, L+1, hs)
-            scores = (q.view(B, nh, 1, hs) @ heads(all_k).transpose(-2, -1)) * (1.0 / math.sqrt(hs))  # (B, nh, 1, L+1)
-            scores = scores + torch.cat([bias, zero], dim=1)[:, None, None, :]
-            y = (F.softmax(scores, dim=-1) @ heads(all_v)).reshape(B, C)              # (B, C)
+            qkv = attn.qkv(block.ln_1(x))                                              # (B, 3C)
+            new_keys.append(qkv[:, C:2 * C]), new_values.append(qkv[:, 2 * C:])
+            y = decode_attention_reference(qkv, keys[:, layer], values[:, layer], bias, attn.n_head)   # (B, C)
             x = x + attn.proj(y)
             x = x + block.mlp(block.ln_2(x))
         logits = m.lm_head(m.ln_f(x))                                                  # (B, V)
@@ -160,11 +152,13 @@ class CpuBackend(Backend):
 DEVICES = ("cpu", "trn1", "trn2", "trn3")
 
 
-def make_backend(device: str, model: GPT, max_batch: int = DEFAULT_MAX_BATCH) -> Backend:
-    """"cpu" → CpuBackend; "trn1" | "trn2" | "trn3" → TrainiumBackend on that simulated NeuronCore."""
+def make_backend(device: str, model: GPT, max_batch: int = DEFAULT_MAX_BATCH, cache_dir="default") -> Backend:
+    """"cpu" → CpuBackend; "trn1" | "trn2" | "trn3" → CompiledBackend on that simulated NeuronCore, its
+    compiled buckets kept as artifacts in `cache_dir` ("default": `compiled.default_cache_dir()`, None: none)."""
     if device == "cpu":
         return CpuBackend(model, max_batch)
     if device in DEVICES:
-        from trnlab.serve.trainium import TrainiumBackend
-        return TrainiumBackend(model, target=device, max_batch=max_batch)
+        from trnlab.serve.compiled import CompiledBackend, default_cache_dir
+        cache_dir = default_cache_dir() if cache_dir == "default" else cache_dir
+        return CompiledBackend(model, target=device, max_batch=max_batch, cache_dir=cache_dir)
     raise ValueError(f"unknown device {device!r}: choose one of {', '.join(DEVICES)}")

@@ -2,10 +2,10 @@
 
 A compiled program's simulated time depends on its shapes, not on the values it reads, so a step's
 time is a function of its bucket alone. `BucketTimedBackend` uses that: values come from one backend
-(the fast PyTorch one) and each step's time from the Trainium backend, measured once per
-(kind, bucket) on that simulated chip and then reused, as a deployed server replays one compiled
-program per bucket. That makes sweeps over batch sizes and generations quick in wall time while the
-times are the simulator's. (`Service` and `python -m trnlab ask` run every step on the simulator.)
+(the fast PyTorch one) and each step's time from the compiled program of its bucket
+(`trnlab.serve.compiled`), replayed once per (kind, bucket) on that simulated chip and then reused.
+That makes sweeps over batch sizes and generations quick in wall time while the times are the
+simulator's. (`Service` and `python -m trnlab ask` replay every step on the simulator.)
 """
 
 from __future__ import annotations
@@ -19,13 +19,13 @@ from trnlab.serve.backend import Backend, CpuBackend, StepResult
 from trnlab.serve.engine import Engine, Request
 from trnlab.serve.kv_cache import KVCache
 from trnlab.serve.sampling import SamplingParams
-from trnlab.serve.trainium import TrainiumBackend
+from trnlab.serve.compiled import CompiledBackend, default_cache_dir
 
 
 class BucketTimedBackend(Backend):
     """Values from `values` (default: CpuBackend), step times of `timing` measured once per bucket."""
 
-    def __init__(self, timing: TrainiumBackend, values: Backend | None = None):
+    def __init__(self, timing: CompiledBackend, values: Backend | None = None):
         super().__init__(timing.model, timing.max_batch)
         self.timing = timing
         self.values = values or CpuBackend(timing.model, timing.max_batch)
@@ -47,7 +47,7 @@ class BucketTimedBackend(Backend):
         return result
 
 
-def measure_step(backend: TrainiumBackend, kind: str, bucket: tuple[int, int]) -> tuple[float, list]:
+def measure_step(backend: CompiledBackend, kind: str, bucket: tuple[int, int]) -> tuple[float, list]:
     """Simulated ns and kernel list of one step of `kind` in `bucket` = (batch, positions), on placeholder data."""
     batch, positions = bucket
     config = backend.config
@@ -89,18 +89,21 @@ def batch_latency(backend: Backend, prompt_ids: list[int], batch: int, eos_id: i
 
 
 def latency_table(model: GPT, prompt_ids: list[int], eos_id: int, batches=(1, 2, 4, 8, 16),
-                  targets=("trn1", "trn2", "trn3"), max_tokens: int | None = None) -> list[BatchLatency]:
-    """BatchLatency for every target and batch size (step times from the simulator, per bucket)."""
+                  targets=("trn1", "trn2", "trn3"), max_tokens: int | None = None,
+                  cache_dir="default") -> list[BatchLatency]:
+    """BatchLatency for every target and batch size (step times from the simulator, per bucket);
+    compiled buckets are kept in `cache_dir` ("default": `compiled.default_cache_dir()`, None: nowhere)."""
+    cache_dir = default_cache_dir() if cache_dir == "default" else cache_dir
     rows = []
     for target in targets:
-        backend = BucketTimedBackend(TrainiumBackend(model, target, max_batch=max(batches)))
+        backend = BucketTimedBackend(CompiledBackend(model, target, max_batch=max(batches), cache_dir=cache_dir))
         rows += [batch_latency(backend, prompt_ids, b, eos_id, max_tokens) for b in batches]
     return rows
 
 
 @dataclass(frozen=True)
 class StepProfile:
-    """One prefill or decode step, summed over its kernels: the numbers a roofline point needs."""
+    """One prefill or decode step's program: the numbers a roofline point needs."""
     kind: str
     bucket: tuple[int, int]
     flops: float               # issued on the engines (the Tensor engine's transposes included)
@@ -120,13 +123,14 @@ class StepProfile:
         return self.model_flops / (self.ns * 1e-9)
 
 
-def step_profile(model: GPT, target: str, kind: str, bucket: tuple[int, int]) -> StepProfile:
-    """Run one step with every kernel's profile kept, and sum them."""
+def step_profile(model: GPT, target: str, kind: str, bucket: tuple[int, int], cache_dir="default") -> StepProfile:
+    """Replay one step's compiled program and read its profile (one program: the whole step)."""
     from trnlab.model.gpt import layer_costs
 
-    backend = TrainiumBackend(model, target, max_batch=bucket[0], keep_runs=True)
+    cache_dir = default_cache_dir() if cache_dir == "default" else cache_dir
+    backend = CompiledBackend(model, target, max_batch=bucket[0], keep_runs=True, cache_dir=cache_dir)
     ns, _ = measure_step(backend, kind, bucket)
-    profiles = [run.profile() for _, run in backend.last_runs]
+    profile = backend.last_run.profile(dtype="float32")
     batch, positions = bucket
     if kind == "prefill":
         model_flops = sum(c.flops for c in layer_costs(model.config, positions))
@@ -134,5 +138,5 @@ def step_profile(model: GPT, target: str, kind: str, bucket: tuple[int, int]) ->
         C, n_layer, V = model.config.n_embd, model.config.n_layer, model.config.vocab_size
         per_token = n_layer * (2 * C * 3 * C + 2 * C * C + 2 * 2 * C * 4 * C + 2 * 2 * (positions + 1) * C) + 2 * C * V
         model_flops = batch * per_token
-    return StepProfile(kind, bucket, sum(p.flops for p in profiles), float(model_flops),
-                       sum(p.hbm_bytes for p in profiles), ns, profiles[0].peak_flops, profiles[0].hbm_bandwidth)
+    return StepProfile(kind, bucket, profile.flops, float(model_flops), profile.hbm_bytes, ns, profile.peak_flops,
+                       profile.hbm_bandwidth)
