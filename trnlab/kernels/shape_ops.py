@@ -71,24 +71,29 @@ def swap_middle_axes(x):
     return out
 
 
+def _out_dtype(name, default):
+    return default if name is None else getattr(nl, name)
+
+
 @nki.jit
-def matmul_t(a, b, transpose_a=False, transpose_b=False):
-    """op(a) @ op(b) -> [M, N] in a's dtype; op(a) = a.T if transpose_a (a stored [K, M]), op(b) = b.T if
-    transpose_b (b stored [N, K]). Neither transpose is materialised."""
+def matmul_t(a, b, bias=None, transpose_a=False, transpose_b=False, out_dtype=None):
+    """op(a) @ op(b) (+ bias [N]) -> [M, N] in out_dtype (default a's dtype; PSUM accumulates fp32);
+    op(a) = a.T if transpose_a (a stored [K, M]), op(b) = b.T if transpose_b (b stored [N, K], nn.Linear's
+    weight). Neither transpose is materialised; the bias is added on the way out of PSUM."""
     M = a.shape[1] if transpose_a else a.shape[0]
     N = b.shape[0] if transpose_b else b.shape[1]
-    result = nl.ndarray((M, N), dtype=a.dtype, buffer=nl.shared_hbm)
-    tiled_matmul(result, a, b, a_is_kxm=transpose_a, b_is_nxk=transpose_b)
+    result = nl.ndarray((M, N), dtype=_out_dtype(out_dtype, a.dtype), buffer=nl.shared_hbm)
+    tiled_matmul(result, a, b, a_is_kxm=transpose_a, b_is_nxk=transpose_b, bias=bias)
     return result
 
 
 @nki.jit
-def batch_matmul(a, b, transpose_a=False, transpose_b=False):
+def batch_matmul(a, b, transpose_a=False, transpose_b=False, out_dtype=None):
     """op(a[g]) @ op(b[g]) for every group g: a [G, M, K] (or [G, K, M]), b [G, K, N] (or [G, N, K])."""
     G = a.shape[0]
     M = a.shape[2] if transpose_a else a.shape[1]
     N = b.shape[1] if transpose_b else b.shape[2]
-    result = nl.ndarray((G, M, N), dtype=a.dtype, buffer=nl.shared_hbm)
+    result = nl.ndarray((G, M, N), dtype=_out_dtype(out_dtype, a.dtype), buffer=nl.shared_hbm)
     for g in range(G):
         tiled_matmul(result[g], a[g], b[g], a_is_kxm=transpose_a, b_is_nxk=transpose_b)
     return result

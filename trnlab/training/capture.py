@@ -53,8 +53,8 @@ class JointGraph:
     param_names: list                 # unique parameters, in model.named_parameters() order
     param_inputs: dict                # parameter name -> [IR input names] (a tied weight has several)
     batch_inputs: list                # IR input names of (idx, targets)
-    loss: str                         # IR value of the loss
-    grads: dict                       # parameter name -> [IR values] (summed for tied weights)
+    loss: int                         # position of the loss in graph.outputs
+    grads: dict                       # parameter name -> [positions in graph.outputs] (summed if tied)
     seconds: float = 0.0
     ops: dict = field(default_factory=dict)   # ATen op counts of the joint graph
 
@@ -76,6 +76,9 @@ def capture_joint(model: torch.nn.Module, idx: torch.Tensor, targets: torch.Tens
     alias = {name: canonical[id(p)] for name, p in wrapper.named_parameters(remove_duplicate=False)}
     placeholders = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
     spec = {name: ("input", None) for name in placeholders}
+    buffers = dict(wrapper.named_buffers(remove_duplicate=False))
+    for fx_name, bname in sig.inputs_to_buffers.items():       # buffers (the causal mask) are constants
+        spec[fx_name] = ("const", buffers[bname], bname.removeprefix("model.").replace(".", "_"))
     graph = capture.from_fx(gm, spec, name=type(model).__name__ + "_train_step")
     param_inputs: dict = {}
     for fx_name, pname in sig.inputs_to_parameters.items():
@@ -83,10 +86,10 @@ def capture_joint(model: torch.nn.Module, idx: torch.Tensor, targets: torch.Tens
     batch_inputs = list(sig.user_inputs)
     out_nodes = [n for n in gm.graph.nodes if n.op == "output"][0].args[0]
     out_names = [o.name for o in out_nodes]
-    loss = out_names[0]
+    loss = 0                                                    # output_loss_index
     grads: dict = {}
     for fx_name, pname in sig.backward_signature.gradients_to_parameters.items():
-        grads.setdefault(alias[pname], []).append(fx_name)
+        grads.setdefault(alias[pname], []).append(out_names.index(fx_name))
     ops: dict = {}
     for n in gm.graph.nodes:
         if n.op == "call_function" and hasattr(n.target, "_schema"):
