@@ -78,7 +78,7 @@ def run_pytorch(model: torch.nn.Module, batches: list, optimizer: AdamWConfig = 
         loss.backward()
         opt.step()
         log.wall_s.append(time.perf_counter() - t0)
-        log.losses.append(float(loss))
+        log.losses.append(loss.item())
     log.model = model
     log.optimizer = opt
     return log
