@@ -235,6 +235,23 @@ class TrainStep:
             self.times["trace"] = time.perf_counter() - t0
         return self.program
 
+    def simulate(self, target: str | None = None) -> StepProfile:
+        """The simulated cost of one step on `target` (default: the step's own) in timing-only mode: the
+        same program traced for that generation's core, costed without computing values (fast, for
+        large batches); the parameters and optimizer state do not change."""
+        import trnlab.nki as nki
+        from trnlab.hardware.device import Device
+        target = target or self.target
+        args = self._arguments(np.zeros(self.batch_shape[0], np.int64), np.zeros(self.batch_shape[1], np.int64),
+                               self.optimizer.lr)
+        t0 = time.perf_counter()
+        program = self.program if target == self.target and self.program is not None else \
+            nki.trace(self._step_function(), *args, target=target)
+        run = Device(target, mode="timing", cores=1).run(program, *args, region="step")
+        profile = self._profile(run, time.perf_counter() - t0)
+        profile.target = target
+        return profile
+
     # -- running ------------------------------------------------------------------------------------------
     def __call__(self, idx, targets, lr: float | None = None) -> StepResult:
         from trnlab.hardware.device import Device
