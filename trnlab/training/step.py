@@ -67,6 +67,8 @@ class StepProfile:
     profile: object                      # trnlab.hardware.Profile of the whole launch
     regions: dict = field(default_factory=dict)   # region -> ns (span)
     wall_s: float = 0.0
+    timeline: object = None              # the launch's records (trnlab.hardware.Timeline)
+    phases: list = field(default_factory=list)     # the phase of each record of `timeline`
 
     @property
     def total_us(self) -> float:
@@ -298,12 +300,14 @@ class TrainStep:
         regions, phase_ns, flops_by_phase = {}, {p: 0.0 for p in PHASES}, {p: 0.0 for p in PHASES}
         spans: dict = {}
         records = timeline.records
+        phases = [""] * (run.end - run.first)
         for name, first, end in timeline.regions:
             if first < run.first or end > run.end or not name.startswith(prefix):
                 continue
             label = name[len(prefix):]
             phase = label.split("/")[0]
             for i in range(first, end):
+                phases[i - run.first] = phase
                 r = records[i]
                 s = spans.setdefault(label, [math.inf, -math.inf, phase, 0.0])
                 s[0], s[1] = min(s[0], r[START]), max(s[1], r[END])
@@ -321,7 +325,7 @@ class TrainStep:
             phase_ns[phase] = (max(stops) - min(starts)) if starts else 0.0
         del ENGINE
         return StepProfile(self.target, run.latency_ns, phase_ns, sum(flops_by_phase.values()), flops_by_phase,
-                           profile.peak_flops, profile, regions, wall)
+                           profile.peak_flops, profile, regions, wall, run.timeline, phases)
 
     # -- state ----------------------------------------------------------------------------------------------
     def parameters(self) -> dict:
