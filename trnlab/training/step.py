@@ -87,7 +87,7 @@ class StepProfile:
     def summary(self) -> str:
         parts = "  ".join(f"{k} {v / 1e3:.1f} us ({self.shares[k]:.0%})" for k, v in self.phase_ns.items())
         return (f"{self.target}: {self.total_us:.1f} us per step, {self.flops / 1e6:.2f} MFLOP, "
-                f"MFU {self.mfu:.1%}   {parts}")
+                f"MFU {self.mfu:.2%}   {parts}")
 
 
 @dataclass
