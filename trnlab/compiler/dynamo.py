@@ -6,7 +6,8 @@ traces it to ATen (decomposed to core ATen, the same op set `torch.export` gives
 graph goes through our passes and lowering like any captured graph. Parameters and buffers, which
 Dynamo passes as graph inputs, are taken as constants of the compiled graph (inference: as when Neuron
 traces a model; change the weights and you must compile again). The backward graph is not lowered
-yet: asking for it raises `CompileError` (training on the simulated Trainium is notebook 07's stage).
+here: asking for it raises `CompileError` naming `trnlab.training.compile_train_step`, which compiles a whole
+training step from AOT Autograd's joint forward + backward graph (notebook 07).
 """
 from __future__ import annotations
 
@@ -78,8 +79,10 @@ def backend(gm: torch.fx.GraphModule, example_inputs, **kwargs):
         return run
 
     def bw_compiler(bw_gm, bw_inputs):
-        raise CompileError("the backward graph is not lowered yet: torch.compile(backend='trnlab') compiles "
-                           "forward (inference) graphs; run the compiled model under torch.no_grad()", op="backward")
+        raise CompileError("the backward graph of torch.compile(backend='trnlab') is not lowered: this backend "
+                           "compiles forward (inference) graphs; run the compiled model under torch.no_grad(), or "
+                           "compile a whole training step (AOT Autograd's joint graph, forward + backward + AdamW) "
+                           "with trnlab.training.compile_train_step", op="backward")
 
     return aot_autograd(fw_compiler=fw_compiler, bw_compiler=bw_compiler,
                         decompositions=core_aten_decompositions())(gm, example_inputs)
