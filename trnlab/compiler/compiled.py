@@ -2,8 +2,9 @@
 
     capture (torch.export -> core ATen -> ir.Graph)
       -> passes (legalise, fold, fuse, autocast, layout, memory; the graph kept after each)
-      -> lower (one kernel call per op) -> Program
-      -> CompiledModel: call it, .graph, .program, .passes, .save(path), .explain()
+      -> lower (one kernel call per op) -> Program (the calls)
+      -> trace (every kernel call inlined into ONE program of the program layer, a region per op)
+      -> CompiledModel: call it, .graph, .program, .executable, .passes, .save(path), .explain()
 
 Options mirror neuronx-cc's where one exists: `autocast` is `--auto-cast` ("none" | "matmult" |
 "all"), `autocast_type` is `--auto-cast-type` ("bf16" by default), `target` is `--target`.
@@ -43,7 +44,9 @@ class CompiledModel:
     passes: list                           # [PassRecord]
     options: CompileOptions
     times: dict = field(default_factory=dict)
+    executable: object = None              # runtime.execute.Executable: the traced program(s)
     _device: object = None
+    _loaded: object = None
 
     @property
     def constants(self) -> dict:
@@ -56,11 +59,21 @@ class CompiledModel:
         """Outputs and the profile of one run on a simulated device of the compiled target."""
         if self.program is None:
             raise RuntimeError(f"compiled with stop_after={self.options.stop_after!r}: there is no program to run")
-        if self._device is None:
-            from trnlab.runtime import Device
-            self._device = Device(self.options.target).load(self)
-        self.last_run = self._device.run(*inputs, timing_only=timing_only)
+        self.last_run = self.loaded().run(*inputs, timing_only=timing_only)
         return self.last_run
+
+    def loaded(self):
+        """The model loaded on its own simulated device (once): `loaded().run(*inputs)` replays it."""
+        if self._loaded is None:
+            from trnlab.runtime import Device
+            self._device = Device(self.options.target)
+            self._loaded = self._device.load(self)
+        return self._loaded
+
+    @property
+    def programs(self) -> list:
+        """The traced programs (one per device partition; ONE for a graph without host ops)."""
+        return self.executable.programs if self.executable is not None else []
 
     def save(self, path) -> str:
         from trnlab.compiler import artifact
@@ -100,12 +113,16 @@ def compile_graph(graph, options: CompileOptions, times: dict | None = None) -> 
     times = dict(times or {})
     final, records = run_pipeline(graph, options, options.stop_after)
     times["passes"] = sum(r.seconds for r in records)
-    program = None
+    program = executable = None
     if options.stop_after is None or options.stop_after == NAMES[-1]:
         t0 = time.perf_counter()
         program = lower.lower(final, options.target, options.fallback)
         times["lower"] = time.perf_counter() - t0
-    compiled = CompiledModel(graph, final, program, records, options, times)
+        t0 = time.perf_counter()
+        from trnlab.runtime import build_executable
+        executable = build_executable(program, final.constants)
+        times["trace"] = time.perf_counter() - t0
+    compiled = CompiledModel(graph, final, program, records, options, times, executable)
     if options.dump_dir:
         dump(compiled, options.dump_dir)
     return compiled
@@ -123,6 +140,8 @@ def explain_text(compiled: CompiledModel, sources: bool = False) -> str:
     if compiled.program is not None:
         lines.append(compiled.program.listing() if sources else
                      "\n".join(ln.split("  # ")[0] for ln in compiled.program.listing().splitlines()))
+    if compiled.executable is not None:
+        lines += [p.describe() for p in compiled.executable.partitions]
     return "\n".join(lines)
 
 
@@ -156,5 +175,7 @@ def dump(compiled: CompiledModel, directory: str) -> list[str]:
             pass
     put("passes.txt", "\n".join(f"{r.name:9s} {r.seconds * 1e3:.3f} ms" for r in compiled.passes))
     if compiled.program is not None:
-        put("program.txt", compiled.program.listing())
+        put("calls.txt", compiled.program.listing())
+    for i, p in enumerate(compiled.programs):
+        put(f"program.part{i}.txt" if len(compiled.programs) > 1 else "program.txt", p.listing(limit=None))
     return written

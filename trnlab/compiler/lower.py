@@ -44,6 +44,7 @@ class Call:
     kwargs: dict = field(default_factory=dict)
     attrs: dict = field(default_factory=dict)   # host ops: the IR attrs to evaluate them
     source: str = ""
+    dtype: str = ""                # the IR dtype of the output
 
     def describe(self) -> str:
         if self.kind == "view":
@@ -119,7 +120,7 @@ def _lower_node(g: Graph, node: Node, region: str) -> Call:
     v = g.values[node.name]
     ins = [g.values[i] for i in node.inputs]
     call = Call("kernel", node.op, region, list(node.inputs), node.name, list(v.shape), KERNEL_OF.get(node.op, ""),
-                source=node.source)
+                source=node.source, dtype=v.dtype)
     op = node.op
     if op in ("reshape", "copy"):
         call.kind, call.kernel = "view", ""
@@ -181,7 +182,7 @@ def lower(g: Graph, target: str = "trn2", fallback: bool = False) -> Program:
                 raise
             node.device = "host"
             calls.append(Call("host", node.op, region, list(node.inputs), node.name, list(g.values[node.name].shape),
-                              attrs=node.attrs, source=node.source))
+                              attrs=node.attrs, source=node.source, dtype=g.values[node.name].dtype))
     boundaries = []
     device_of = {n.name: n.device for n in g.nodes}
     for n in g.nodes:
