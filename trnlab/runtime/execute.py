@@ -227,8 +227,9 @@ def execute(exe: Executable, chip, env: dict, resident: dict | None = None, timi
         run = chip.run(part.program, *args, core=0, region=f"part{i}")
         launches.append(run)
         outs = run.outputs if isinstance(run.outputs, (tuple, list)) else (run.outputs,)
+        shapes = {c.output: c.out_shape for c in part.calls}
         for value, out in zip(part.outputs, outs):
-            env[value] = out
+            env[value] = out if out is None else out.reshape(shapes[value])     # a view's own shape
     wall = time.perf_counter() - t_start
     run_timeline, spans = _shifted(timeline, base, origin)
     regions = _regions(exe, run_timeline, spans, host_regions, launches)
