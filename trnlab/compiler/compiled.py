@@ -34,6 +34,7 @@ class CompileOptions:
     fusions: list | None = None            # replace fuse.FUSIONS (e.g. with your own rule)
     stop_after: str | None = None
     dump_dir: str | None = None
+    keep_in_sbuf: bool = True              # memory: keep intermediates in SBUF where a fused kernel can
 
 
 @dataclass
@@ -92,13 +93,14 @@ def _check_static(example_inputs, dynamic_shapes) -> None:
 
 def compile(model: torch.nn.Module, example_inputs, target: str = "trn2", autocast: str = "none",
             autocast_type: str = "bf16", fallback: bool = False, fusions: list | None = None,
-            stop_after: str | None = None, dump_dir: str | None = None, dynamic_shapes=None) -> CompiledModel:
+            stop_after: str | None = None, dump_dir: str | None = None, dynamic_shapes=None,
+            keep_in_sbuf: bool = True) -> CompiledModel:
     """Compile `model` for the shapes of `example_inputs` (a tensor or a tuple) -> CompiledModel."""
     if target not in TARGETS:
         raise ValueError(f"target {target!r}: one of {TARGETS} (neuronx-cc --target)")
     _check_static(example_inputs, dynamic_shapes)
     example_inputs = example_inputs if isinstance(example_inputs, tuple) else (example_inputs,)
-    options = CompileOptions(target, autocast, autocast_type, fallback, fusions, stop_after, dump_dir)
+    options = CompileOptions(target, autocast, autocast_type, fallback, fusions, stop_after, dump_dir, keep_in_sbuf)
     was_training = model.training
     model.eval()
     try:

@@ -159,8 +159,11 @@ def trace_partition(part: Partition, specs: dict, target: str, name: str = "grap
                 values[call.output] = shaped(call.inputs[0], call.out_shape)
                 continue
             args = [None if i is None else shaped(i, s) for i, s in zip(call.inputs, call.views)]
+            kwargs = dict(call.kwargs)
+            if kwargs.get("residual") is True:           # the last input is the kernel's residual=
+                kwargs["residual"] = args.pop()
             with nki.region(call.region):
-                values[call.output] = _kernel(call.kernel)(*args, **call.kwargs)
+                values[call.output] = _kernel(call.kernel)(*args, **kwargs)
         return tuple(values[o] for o in part.outputs)
 
     whole.__name__ = name
@@ -199,6 +202,9 @@ def _kernel(name: str):
     if name == "cast":
         from trnlab.kernels.cast import cast
         return cast
+    if name == "layer_norm_linear":
+        from trnlab.kernels.fused import layer_norm_linear
+        return layer_norm_linear
     from trnlab.kernels import KERNELS
     return KERNELS[name][0]
 

@@ -116,11 +116,11 @@ class RunProfile:
         return trace
 
     def table(self, top: int | None = None) -> str:
-        lines = [f"{'region':16s} {'kernel':22s} {'time us':>9s} {'share':>6s} {'MFU':>6s} {'FLOP/B':>7s} "
+        lines = [f"{'region':22s} {'kernel':20s} {'time us':>9s} {'share':>6s} {'MFU':>6s} {'FLOP/B':>7s} "
                  f"{'bound':7s} source"]
         ops = sorted(self.ops, key=lambda o: -o.ns)[:top] if top else self.ops
         for o in ops:
-            lines.append(f"{o.region:16s} {o.kernel:22s} {o.ns / 1e3:9.2f} {o.share:6.1%} {o.mfu:6.1%} "
+            lines.append(f"{o.region:22s} {o.kernel:20s} {o.ns / 1e3:9.2f} {o.share:6.1%} {o.mfu:6.1%} "
                          f"{min(o.intensity, 9999):7.1f} {o.bound:7s} {o.source[:60]}")
         return "\n".join(lines)
 
@@ -201,9 +201,10 @@ def advise(p: RunProfile, graph=None) -> list:
                           f"(below the >= 4 KiB per partition that reaches DMA bandwidth): batch more rows per "
                           f"transfer"))
     memory = (graph.meta.get("memory") if graph is not None else None) or {}
-    spills = [(name, t) for name, t in memory.get("tensors", {}).items() if t.get("sbuf_candidate")]
+    spills = [(name, t) for name, t in memory.get("tensors", {}).items()
+              if t.get("sbuf_candidate") and t.get("level") == "hbm"]       # not kept on chip by a fused kernel
     if spills:
-        by_region = {o.region: o for o in p.ops}
+        by_region = {part: o for o in p.ops for part in o.region.split("+")}
         counts: dict[str, int] = {}
         names = {}
         for n in graph.nodes:
@@ -213,6 +214,7 @@ def advise(p: RunProfile, graph=None) -> list:
         name, t = max(spills, key=lambda kv: kv[1]["bytes"])
         region = names.get(name, name)
         src = by_region[region].source if region in by_region else ""
+        region = by_region[region].region if region in by_region else region
         out.append(Advice("spill", region, src,
                           f"{len(spills)} activations ({total / 1024:.1f} KiB) go to HBM and straight back into the "
                           f"next kernel although they fit in SBUF; the largest is %{name} ({t['bytes'] / 1024:.1f} KiB) "
