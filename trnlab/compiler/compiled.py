@@ -138,6 +138,12 @@ def explain_text(compiled: CompiledModel, sources: bool = False) -> str:
     for r in compiled.passes:
         stats = r.graph.meta.get("pass_stats", {}).get(r.name, "")
         lines.append(f"  {r.name:9s} {r.seconds * 1e3:8.2f} ms   {len(r.graph.nodes):4d} nodes   {stats}")
+    from trnlab.compiler.passes import schedule, tiling
+    if any("tiles" in n.attrs for n in compiled.graph.nodes):
+        lines.append("tiles per op (tiling pass):")
+        lines.append(tiling.table(compiled.graph))
+    if compiled.graph.meta.get("schedule"):
+        lines.append(f"schedule: {' -> '.join(n.name for n in compiled.graph.nodes if n.op not in ('reshape', 'copy'))}")
     lines.append(summary(compiled.graph))
     if compiled.program is not None:
         lines.append(compiled.program.listing() if sources else
