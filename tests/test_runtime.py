@@ -124,3 +124,35 @@ def test_intermediates_kept_in_sbuf_cut_hbm_traffic(gpt_run):
     drop = slow.profile.bytes_by_level["hbm"] - fast.profile.bytes_by_level["hbm"]
     assert drop == pytest.approx(2 * saved, rel=0.05)     # each kept tensor: one store and one load fewer
     assert fast.profile.total_ns < slow.profile.total_ns
+
+
+def test_compile_once_replay_many_on_one_device(gpt_run):
+    compiled, run, idx = gpt_run
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=20, block_size=16, n_layer=2, n_head=2, n_embd=32)).eval()
+    one = tc.compile(model, (idx[:1],))                  # another bucket (batch 1) of the same model
+    device = Device("trn2")
+    device.MAX_RECORDS = 1000                            # force a fresh hardware device between runs
+    big, small = device.load(compiled), device.load(one)
+    assert big.device is small.device is device          # one chip: both models' weights in its HBM
+    assert device.chip.hbm.used >= big.resident_bytes + small.resident_bytes
+    with torch.no_grad():
+        expected, _ = model(idx)
+    for _ in range(2):                                   # replays: new inputs only, constants rebound if needed
+        torch.testing.assert_close(big.run(idx).outputs[0], expected, rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(small.run(idx[:1]).outputs[0], expected[:1], rtol=1e-4, atol=1e-5)
+    assert big.run(idx).profile.total_ns == pytest.approx(run.profile.total_ns)   # each run starts at 0
+
+
+def test_a_loaded_artifact_replays_its_stored_program_without_tracing(gpt_run, tmp_path, monkeypatch):
+    import trnlab.nki as nki
+    compiled, run, idx = gpt_run
+    path = compiled.save(tmp_path / "gpt.neff")
+
+    def no_tracing(*args, **kwargs):
+        raise AssertionError("traced at load or run time")
+
+    monkeypatch.setattr(nki, "trace", no_tracing)
+    again = Device("trn2").load(path).run(idx)
+    torch.testing.assert_close(again.outputs[0], run.outputs[0], rtol=0, atol=0)
+    assert again.profile.total_ns == pytest.approx(run.profile.total_ns)
