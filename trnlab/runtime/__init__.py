@@ -24,7 +24,7 @@ from trnlab.runtime import execute
 from trnlab.runtime.execute import Executable
 from trnlab.runtime.profile import Advice, OpProfile, RunProfile
 
-__all__ = ["Device", "LoadedModel", "RunResult", "RunProfile", "OpProfile", "Advice"]
+__all__ = ["Device", "LoadedModel", "RunResult", "RunProfile", "OpProfile", "Advice", "build_executable"]
 
 TARGETS = ("trn1", "trn2", "trn3")
 
