@@ -31,7 +31,10 @@ def _rewrite(src, dst, part, change):
 def test_save_load_run_gives_the_same_logits(saved, compiled_tiny_gpt, tiny_gpt):
     _, idx = tiny_gpt
     a = artifact.load(saved)
-    assert set(a.manifest["parts"]) == set(artifact.PARTS)
+    assert set(a.manifest["parts"]) == set(artifact.PARTS) | {"program.core0.json"}
+    # the program core 0 runs: the whole graph traced into ONE program, a region per op
+    (stored,) = a.executable.programs
+    assert stored.regions()[0].startswith("embedding.0") and len(stored.instructions) > 100
     assert a.manifest["format_version"] == artifact.FORMAT_VERSION and a.manifest["target"] == "trn2"
     assert all(len(p["sha256"]) == 64 for p in a.manifest["parts"].values())
     with zipfile.ZipFile(saved) as z:
@@ -74,7 +77,7 @@ def test_tampered_manifest_is_refused(saved, tmp_path):
 
 def test_wrong_version_is_refused(saved, tmp_path, monkeypatch):
     monkeypatch.setattr(artifact, "FORMAT_VERSION", 99)
-    with pytest.raises(tc.ArtifactVersionError, match="format version 1"):
+    with pytest.raises(tc.ArtifactVersionError, match="format version 2"):
         artifact.load(saved)
 
 
@@ -86,4 +89,7 @@ def test_wrong_target_is_refused(saved):
 def test_manifest_is_plain_json(saved):
     with zipfile.ZipFile(saved) as z:
         manifest = json.loads(z.read("manifest.json"))
-    assert manifest["format"] == "trnlab-neff" and manifest["cores"] == {"0": "program.core0.json"}
+    assert manifest["format"] == "trnlab-neff"
+    (partition,) = manifest["cores"]["0"]["partitions"]          # no host ops: one device program
+    assert partition["kind"] == "device" and partition["program"] == "program.core0.json"
+    assert "idx" in partition["inputs"] and partition["outputs"]

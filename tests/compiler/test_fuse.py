@@ -16,10 +16,20 @@ def test_gpt_attention_and_linears_are_fused(tiny_gpt):
     assert not {"softmax", "batch_matmul", "matmul", "where", "slice"} & set(ops)
     fc = [n for n in g.nodes if n.op == "linear" and n.attrs["activation"] == "gelu"]
     assert len(fc) == 2                                           # gelu rides on the PSUM exit
-    assert g.meta["pass_stats"]["fuse"] == {"fuse_attention": 2, "fuse_linear": 9}
+    assert g.meta["pass_stats"]["fuse"] == {"fuse_attention": 2, "fuse_linear": 9, "fuse_residual": 4}
+    assert ops["add"] == 1                                        # wte + wpe; both residual adds per block fused
     with torch.no_grad():
         expected, _ = model(idx)
     torch.testing.assert_close(evaluate_graph(g, idx)[0], expected, rtol=1e-4, atol=1e-5)
+
+
+def test_residual_add_rides_on_the_linear_and_keeps_the_numbers(tiny_gpt):
+    model, idx = tiny_gpt
+    g, _ = graph_after(model, (idx,), "fuse")
+    fused = [n for n in g.nodes if n.op == "linear" and n.attrs.get("residual")]
+    assert len(fused) == 4 and all(len(n.inputs) == 4 for n in fused)      # x, w, bias, residual
+    # the residual is the stream the add read: a [B*T, C] view of the block's input
+    assert all(tuple(g.values[n.inputs[-1]].shape) == tuple(g.values[n.name].shape) for n in fused)
 
 
 def test_mlp_relu_and_tanh_fuse_into_their_linears(mlp):
@@ -50,4 +60,4 @@ def test_fusions_option_replaces_the_rule_list(tiny_gpt):
     from trnlab.compiler.passes.fuse import fuse_linear
     model, idx = tiny_gpt
     g, _ = graph_after(model, (idx,), "fuse", fusions=[fuse_linear])
-    assert "attention" not in g.ops() and g.ops()["linear"] == 9
+    assert "attention" not in g.ops() and g.ops()["linear"] == 9 and g.ops()["add"] == 5   # residuals not fused

@@ -3,9 +3,14 @@
 A zip archive (stored, no compression; `unzip -l` lists it) of these parts:
 
     manifest.json          format, format_version, target, compiler_version, the parts with the
-                           SHA-256 and size of each, the program of each core
+                           SHA-256 and size of each, the partitions of each core (which program, its
+                           arguments and results by value name; host partitions by their ops)
     graph.json             the optimised graph (ops, shapes, dtypes, source lines; no tensor data)
-    program.core0.json     the lowered program of core 0 (today: the list of kernel calls)
+    calls.json             the lowered calls (kernel, views, host ops): what the program was traced from
+    program.core0.json     the program core 0 runs: the whole graph traced into ONE program of the
+                           program layer (trnlab.hardware.Program JSON: buffer table + instructions,
+                           a region per op); with host ops, one program.core0.partN.json per device
+                           partition
     tensors.json           the tensor table: every constant (dtype, shape, kind) + the memory plan
     weights.safetensors    the constants' bytes (safetensors: no pickle, nothing executable)
 
@@ -30,16 +35,17 @@ from trnlab.compiler.ir import Graph
 from trnlab.compiler.lower import Program
 
 FORMAT = "trnlab-neff"
-FORMAT_VERSION = 1
-PARTS = ("graph.json", "program.core0.json", "tensors.json", "weights.safetensors")
+FORMAT_VERSION = 2
+PARTS = ("graph.json", "calls.json", "tensors.json", "weights.safetensors")   # + the program parts
 
 
 @dataclass
 class Artifact:
     manifest: dict
     graph: Graph
-    program: Program
+    program: Program                       # the lowered calls
     constants: dict
+    executable: object = None              # runtime.execute.Executable: the stored program(s)
 
     @property
     def target(self) -> str:
@@ -75,16 +81,26 @@ def save(compiled, path) -> str:
     weights, table = _weights_bytes(compiled.graph.constants)
     for name, entry in table.items():
         entry["kind"] = compiled.graph.values[name].kind
+    exe = compiled.executable
+    partitions, programs = [], {}
+    for i, p in enumerate(exe.partitions):
+        if p.kind == "host":
+            partitions.append({"kind": "host", "ops": [c.region for c in p.calls if c.kind == "host"]})
+            continue
+        name = "program.core0.json" if len(exe.partitions) == 1 else f"program.core0.part{i}.json"
+        programs[name] = p.program.dumps().encode()
+        partitions.append({"kind": "device", "program": name, "inputs": p.inputs, "outputs": p.outputs})
     parts = {
         "graph.json": _json(compiled.graph.to_json()),
-        "program.core0.json": _json(compiled.program.to_json()),
+        "calls.json": _json(compiled.program.to_json()),
+        **programs,
         "tensors.json": _json({"constants": table, "memory": compiled.graph.meta.get("memory", {})}),
         "weights.safetensors": weights,
     }
     manifest = {
         "format": FORMAT, "format_version": FORMAT_VERSION, "target": compiled.options.target,
         "compiler_version": __version__, "autocast": compiled.options.autocast,
-        "cores": {"0": "program.core0.json"},
+        "cores": {"0": {"partitions": partitions}},
         "parts": {name: {"sha256": _sha(data), "bytes": len(data)} for name, data in parts.items()},
     }
     manifest_bytes = _json(manifest)
@@ -112,7 +128,8 @@ def _read(path) -> tuple[dict, dict]:
     with z:
         names = set(z.namelist())
         parts = {}
-        for name in ("manifest.json",) + PARTS:
+        wanted = ("manifest.json",) + PARTS + tuple(sorted(n for n in names if n.startswith("program.")))
+        for name in wanted:
             if name not in names:
                 raise ArtifactTruncatedError(f"artifact {path}: part {name} is missing", name)
             try:
@@ -141,8 +158,11 @@ def load(path, target: str | None = None) -> Artifact:
         raise ArtifactVersionError(
             f"artifact {path}: format version {manifest.get('format_version')!r}, this runtime reads version "
             f"{FORMAT_VERSION}: recompile it with this trnlab", "manifest.format_version")
-    for name in PARTS:
-        expected = manifest.get("parts", {}).get(name, {})
+    listed = manifest.get("parts", {})
+    for name in set(listed) - set(parts):
+        raise ArtifactTruncatedError(f"artifact {path}: part {name} is missing", name)
+    for name in parts:
+        expected = listed.get(name, {})
         data = parts[name]
         if len(data) != expected.get("bytes"):
             raise ArtifactTruncatedError(f"artifact {path}: part {name} has {len(data)} bytes, the manifest says "
@@ -165,5 +185,24 @@ def load(path, target: str | None = None) -> Artifact:
                 a = a.view(dtypes.SUPPORTED[entry["dtype"]])
             constants[name] = a.reshape(entry["shape"])
     graph = Graph.from_json(json.loads(parts["graph.json"]), constants)
-    program = Program.from_json(json.loads(parts["program.core0.json"]))
-    return Artifact(manifest, graph, program, constants)
+    program = Program.from_json(json.loads(parts["calls.json"]))
+    return Artifact(manifest, graph, program, constants, _executable(manifest, parts, program, path))
+
+
+def _executable(manifest: dict, parts: dict, lowered: Program, path):
+    """The stored programs, by the manifest's partitions of core 0 (replayed as stored, not re-traced)."""
+    from trnlab.hardware.program import Program as DeviceProgram
+    from trnlab.runtime.execute import Executable, partition
+    cut = partition(lowered)
+    stored = manifest.get("cores", {}).get("0", {}).get("partitions", [])
+    if len(stored) != len(cut) or any(s["kind"] != c.kind for s, c in zip(stored, cut)):
+        raise ArtifactCorruptError(f"artifact {path}: the manifest's partitions of core 0 do not match calls.json",
+                                   "manifest.cores")
+    for entry, part in zip(stored, cut):
+        if part.kind == "device":
+            try:
+                part.program = DeviceProgram.loads(parts[entry["program"]].decode())
+            except (ValueError, KeyError) as e:
+                raise ArtifactVersionError(f"artifact {path}: {entry['program']}: {e}", entry["program"]) from None
+            part.inputs, part.outputs = list(entry["inputs"]), list(entry["outputs"])
+    return Executable(lowered, cut)

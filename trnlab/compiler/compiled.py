@@ -2,8 +2,9 @@
 
     capture (torch.export -> core ATen -> ir.Graph)
       -> passes (legalise, fold, fuse, autocast, layout, memory; the graph kept after each)
-      -> lower (one kernel call per op) -> Program
-      -> CompiledModel: call it, .graph, .program, .passes, .save(path), .explain()
+      -> lower (one kernel call per op) -> Program (the calls)
+      -> trace (every kernel call inlined into ONE program of the program layer, a region per op)
+      -> CompiledModel: call it, .graph, .program, .executable, .passes, .save(path), .explain()
 
 Options mirror neuronx-cc's where one exists: `autocast` is `--auto-cast` ("none" | "matmult" |
 "all"), `autocast_type` is `--auto-cast-type` ("bf16" by default), `target` is `--target`.
@@ -33,6 +34,7 @@ class CompileOptions:
     fusions: list | None = None            # replace fuse.FUSIONS (e.g. with your own rule)
     stop_after: str | None = None
     dump_dir: str | None = None
+    keep_in_sbuf: bool = True              # memory: keep intermediates in SBUF where a fused kernel can
 
 
 @dataclass
@@ -43,7 +45,9 @@ class CompiledModel:
     passes: list                           # [PassRecord]
     options: CompileOptions
     times: dict = field(default_factory=dict)
+    executable: object = None              # runtime.execute.Executable: the traced program(s)
     _device: object = None
+    _loaded: object = None
 
     @property
     def constants(self) -> dict:
@@ -56,11 +60,21 @@ class CompiledModel:
         """Outputs and the profile of one run on a simulated device of the compiled target."""
         if self.program is None:
             raise RuntimeError(f"compiled with stop_after={self.options.stop_after!r}: there is no program to run")
-        if self._device is None:
-            from trnlab.runtime import Device
-            self._device = Device(self.options.target).load(self)
-        self.last_run = self._device.run(*inputs, timing_only=timing_only)
+        self.last_run = self.loaded().run(*inputs, timing_only=timing_only)
         return self.last_run
+
+    def loaded(self):
+        """The model loaded on its own simulated device (once): `loaded().run(*inputs)` replays it."""
+        if self._loaded is None:
+            from trnlab.runtime import Device
+            self._device = Device(self.options.target)
+            self._loaded = self._device.load(self)
+        return self._loaded
+
+    @property
+    def programs(self) -> list:
+        """The traced programs (one per device partition; ONE for a graph without host ops)."""
+        return self.executable.programs if self.executable is not None else []
 
     def save(self, path) -> str:
         from trnlab.compiler import artifact
@@ -79,13 +93,14 @@ def _check_static(example_inputs, dynamic_shapes) -> None:
 
 def compile(model: torch.nn.Module, example_inputs, target: str = "trn2", autocast: str = "none",
             autocast_type: str = "bf16", fallback: bool = False, fusions: list | None = None,
-            stop_after: str | None = None, dump_dir: str | None = None, dynamic_shapes=None) -> CompiledModel:
+            stop_after: str | None = None, dump_dir: str | None = None, dynamic_shapes=None,
+            keep_in_sbuf: bool = True) -> CompiledModel:
     """Compile `model` for the shapes of `example_inputs` (a tensor or a tuple) -> CompiledModel."""
     if target not in TARGETS:
         raise ValueError(f"target {target!r}: one of {TARGETS} (neuronx-cc --target)")
     _check_static(example_inputs, dynamic_shapes)
     example_inputs = example_inputs if isinstance(example_inputs, tuple) else (example_inputs,)
-    options = CompileOptions(target, autocast, autocast_type, fallback, fusions, stop_after, dump_dir)
+    options = CompileOptions(target, autocast, autocast_type, fallback, fusions, stop_after, dump_dir, keep_in_sbuf)
     was_training = model.training
     model.eval()
     try:
@@ -100,12 +115,16 @@ def compile_graph(graph, options: CompileOptions, times: dict | None = None) -> 
     times = dict(times or {})
     final, records = run_pipeline(graph, options, options.stop_after)
     times["passes"] = sum(r.seconds for r in records)
-    program = None
+    program = executable = None
     if options.stop_after is None or options.stop_after == NAMES[-1]:
         t0 = time.perf_counter()
         program = lower.lower(final, options.target, options.fallback)
         times["lower"] = time.perf_counter() - t0
-    compiled = CompiledModel(graph, final, program, records, options, times)
+        t0 = time.perf_counter()
+        from trnlab.runtime import build_executable
+        executable = build_executable(program, final.constants)
+        times["trace"] = time.perf_counter() - t0
+    compiled = CompiledModel(graph, final, program, records, options, times, executable)
     if options.dump_dir:
         dump(compiled, options.dump_dir)
     return compiled
@@ -119,10 +138,18 @@ def explain_text(compiled: CompiledModel, sources: bool = False) -> str:
     for r in compiled.passes:
         stats = r.graph.meta.get("pass_stats", {}).get(r.name, "")
         lines.append(f"  {r.name:9s} {r.seconds * 1e3:8.2f} ms   {len(r.graph.nodes):4d} nodes   {stats}")
+    from trnlab.compiler.passes import schedule, tiling
+    if any("tiles" in n.attrs for n in compiled.graph.nodes):
+        lines.append("tiles per op (tiling pass):")
+        lines.append(tiling.table(compiled.graph))
+    if compiled.graph.meta.get("schedule"):
+        lines.append(f"schedule: {' -> '.join(n.name for n in compiled.graph.nodes if n.op not in ('reshape', 'copy'))}")
     lines.append(summary(compiled.graph))
     if compiled.program is not None:
         lines.append(compiled.program.listing() if sources else
                      "\n".join(ln.split("  # ")[0] for ln in compiled.program.listing().splitlines()))
+    if compiled.executable is not None:
+        lines += [p.describe() for p in compiled.executable.partitions]
     return "\n".join(lines)
 
 
@@ -156,5 +183,7 @@ def dump(compiled: CompiledModel, directory: str) -> list[str]:
             pass
     put("passes.txt", "\n".join(f"{r.name:9s} {r.seconds * 1e3:.3f} ms" for r in compiled.passes))
     if compiled.program is not None:
-        put("program.txt", compiled.program.listing())
+        put("calls.txt", compiled.program.listing())
+    for i, p in enumerate(compiled.programs):
+        put(f"program.part{i}.txt" if len(compiled.programs) > 1 else "program.txt", p.listing(limit=None))
     return written

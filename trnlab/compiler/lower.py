@@ -1,6 +1,9 @@
 """Lowering: each op of the optimised graph -> one call of a `trnlab.kernels` kernel (or a free view).
 
-    linear      -> matmul.linear(x [M, K], w [K, N], bias [N], activation, weight_layout)
+    linear      -> matmul.linear(x [M, K], w [K, N], bias [N], activation, weight_layout, residual [M, N], tile_n)
+    layer_norm -> [convert ->] linear, the intermediates at level "sbuf" in the memory plan
+                -> fused.layer_norm_linear(x, gamma, beta, w, bias, ..., dtype): ONE call, region
+                   "layer_norm.0+linear.0"; the normalised activations never go to HBM
     attention   -> attention.causal_attention_qkv(qkv [B, T, 3C], n_head, scale)
     decode_attention -> decode_attention.decode_attention(qkv [B, 3C], k_cache, v_cache [B, L, C], bias [B, L], n_head)
     layer_norm  -> norms.layer_norm(x [R, C], gamma, beta, eps)      rms_norm -> norms.rms_norm
@@ -9,7 +12,8 @@
     matmul      -> matmul.matmul(a [M, K], b [K, N])                 convert -> cast.cast(x [R, C], dtype)
     reshape     -> a view: the same HBM bytes with another shape (no instruction)
 
-Kernels take 2-D operands with the leading axes flattened, so each call records the shape each
+Every kernel call is traced later into ONE program (runtime.execute), inside a region named after
+the op. Kernels take 2-D operands with the leading axes flattened, so each call records the shape each
 operand is passed as. Each call is a *region* named after its op (`linear.3`) with the user's source
 line, so the profile can say which line of the model every microsecond comes from.
 
@@ -45,6 +49,7 @@ class Call:
     kwargs: dict = field(default_factory=dict)
     attrs: dict = field(default_factory=dict)   # host ops: the IR attrs to evaluate them
     source: str = ""
+    dtype: str = ""                # the IR dtype of the output
 
     def describe(self) -> str:
         if self.kind == "view":
@@ -116,11 +121,68 @@ def _unsupported(node: Node, why: str = "") -> CompileError:
         op=node.op, source=node.source, supported=SUPPORTED)
 
 
+def sbuf_chain(g: Graph, node: Node, users: dict | None = None) -> list | None:
+    """The values a fused kernel keeps in SBUF when `node` starts a chain it implements:
+    layer_norm -> [convert] -> linear, free views (reshape) anywhere between, the linear reading the
+    chain's end as its x; every link read by the next one only. The names of the chain's nodes before
+    the linear (views included), or None."""
+    if node.op != "layer_norm" or len(node.inputs) not in (2, 3):
+        return None
+    users = users if users is not None else g.users()
+    chain = [node.name]
+    converts = 0
+    while True:
+        nxt = users.get(chain[-1], [])
+        if len(nxt) != 1 or chain[-1] in g.outputs:
+            return None
+        n = nxt[0]
+        if n.op == "linear":
+            return chain if n.inputs[0] == chain[-1] else None
+        if n.op in ("reshape", "copy") or (n.op == "convert" and converts == 0):
+            converts += n.op == "convert"
+            chain.append(n.name)
+            continue
+        return None
+
+
+def on_chip_values(g: Graph, chain: list) -> list:
+    """The tensors of a chain that would go through HBM without the fusion (its views are no tensors)."""
+    from trnlab.compiler.ops import VIEW_OPS
+    ops = {n.name: n.op for n in g.nodes}
+    return [v for v in chain if ops.get(v) not in VIEW_OPS]
+
+
+def _fused_chain(g: Graph, nodes: list, i: int) -> list | None:
+    """The nodes nodes[i:...] the lowering fuses because the memory plan keeps their intermediates in SBUF."""
+    tensors = g.meta.get("memory", {}).get("tensors", {})
+    chain = sbuf_chain(g, nodes[i])
+    if not chain or not all(tensors.get(v, {}).get("level") == "sbuf" for v in on_chip_values(g, chain)):
+        return None
+    span = nodes[i:i + len(chain) + 1]
+    if [n.name for n in span[:-1]] != chain or span[-1].op != "linear":
+        return None                              # not adjacent in the schedule
+    return span
+
+
+def _lower_fused(g: Graph, span: list, regions: list) -> Call:
+    ln, lin = span[0], span[-1]
+    lin_call = _lower_node(g, lin, regions[-1])
+    x, gamma = ln.inputs[0], ln.inputs[1]
+    beta = ln.inputs[2] if len(ln.inputs) > 2 else None
+    operand = g.values[lin.inputs[0]].dtype
+    inputs = [x, gamma, beta] + lin_call.inputs[1:]
+    views = [_rows(g.values[x].shape), None, None] + lin_call.views[1:]
+    kwargs = dict(lin_call.kwargs, eps=ln.attrs.get("eps", 1e-5), dtype=operand)
+    return Call("kernel", "layer_norm+linear", f"{regions[0]}+{regions[-1]}",
+                inputs, lin.name, list(g.values[lin.name].shape), "layer_norm_linear", views, kwargs,
+                source=ln.source, dtype=g.values[lin.name].dtype)
+
+
 def _lower_node(g: Graph, node: Node, region: str) -> Call:
     v = g.values[node.name]
     ins = [g.values[i] for i in node.inputs]
     call = Call("kernel", node.op, region, list(node.inputs), node.name, list(v.shape), KERNEL_OF.get(node.op, ""),
-                source=node.source)
+                source=node.source, dtype=v.dtype)
     op = node.op
     if op in ("reshape", "copy"):
         call.kind, call.kernel = "view", ""
@@ -137,11 +199,18 @@ def _lower_node(g: Graph, node: Node, region: str) -> Call:
             call.inputs = call.inputs[::-1]
         call.views = [_rows(v.shape), _rows(v.shape)]
     elif op == "linear":
-        call.views = [None] * len(ins)
+        residual = call.inputs[-1] if node.attrs.get("residual") else None
+        args = call.inputs[:-1] if residual else call.inputs
+        call.inputs = (args + [None])[:3]                       # x, w, bias (None: no bias)
+        call.views = [None] * 3
         call.kwargs = {"activation": node.attrs.get("activation"), "weight_layout": node.attrs["weight_layout"]}
-        if len(ins) == 2:
-            call.inputs = call.inputs + [None]
+        if residual:
+            call.inputs.append(residual)
             call.views.append(None)
+            call.kwargs["residual"] = True                      # the 4th input (the kernel's residual=)
+        tiles = node.attrs.get("tiles")
+        if tiles and tiles.get("n") < min(512, v.shape[-1]):      # the tiling pass chose narrower tiles
+            call.kwargs["tile_n"] = tiles["n"]
     elif op == "matmul":
         if any(len(i.shape) != 2 for i in ins):
             raise _unsupported(node, "matmul of rank > 2 operands")
@@ -174,9 +243,26 @@ def lower(g: Graph, target: str = "trn2", fallback: bool = False) -> Program:
     """The graph's program: one call per node, in order; see the module docstring."""
     calls = []
     counts: dict[str, int] = {}
-    for node in g.nodes:
-        region = f"{node.op}.{counts.get(node.op, 0)}"
+    nodes = list(g.nodes)
+    i = 0
+
+    def region_of(node: Node) -> str:
+        name = f"{node.op}.{counts.get(node.op, 0)}"
         counts[node.op] = counts.get(node.op, 0) + 1
+        return name
+
+    while i < len(nodes):
+        span = _fused_chain(g, nodes, i)
+        if span:
+            regions = [region_of(n) for n in span if n.op not in ("reshape", "copy", "convert")]
+            calls.append(_lower_fused(g, span, regions))
+            for n in span:
+                n.device = "neuron"
+            i += len(span)
+            continue
+        node = nodes[i]
+        i += 1
+        region = region_of(node)
         try:
             calls.append(_lower_node(g, node, region))
             node.device = "neuron"
@@ -185,7 +271,7 @@ def lower(g: Graph, target: str = "trn2", fallback: bool = False) -> Program:
                 raise
             node.device = "host"
             calls.append(Call("host", node.op, region, list(node.inputs), node.name, list(g.values[node.name].shape),
-                              attrs=node.attrs, source=node.source))
+                              attrs=node.attrs, source=node.source, dtype=g.values[node.name].dtype))
     boundaries = []
     device_of = {n.name: n.device for n in g.nodes}
     for n in g.nodes:

@@ -10,7 +10,7 @@ Three families live in one graph:
     matmul(a, b)  batch_matmul(a, b)  layer_norm(x, w, b, eps=)  rms_norm(x, w, eps=)  softmax(x, dim=)
     gelu(x, approximate=)  relu  tanh  sigmoid  silu  convert(x, dtype=)  logical_not(x)
 - fused ops, made by `fuse` (one kernel each):
-    linear(x, w[, bias], activation=, weight_layout=)     act(x @ W + bias)
+    linear(x, w[, bias][, residual], activation=, weight_layout=, residual=)   act(x @ W + bias) [+ residual]
     attention(qkv, n_head=, scale=)                        causal multi-head attention from packed qkv
     decode_attention(qkv, k_cache, v_cache, bias, n_head=)  one new token per sequence against its KV cache
                                                            (captured from the custom op trnlab::decode_attention)
@@ -197,10 +197,15 @@ def evaluate(op: str, attrs: dict, inputs: list) -> torch.Tensor:
     if op == "linear":
         w = inputs[1]
         w = w.t() if a.get("weight_layout", "in_out") == "out_in" else w
-        y = (x.float() @ w.float()) if x.dtype != w.dtype else x @ w
-        if len(inputs) > 2:
-            y = y + inputs[2].to(y.dtype)
-        return activation(y, a.get("activation")).to(x.dtype)
+        residual = inputs[-1] if a.get("residual") else None
+        bias = inputs[2] if len(inputs) - (residual is not None) > 2 else None
+        y = (x.float() @ w.float()) if x.dtype != w.dtype or residual is not None else x @ w
+        if bias is not None:
+            y = y + bias.to(y.dtype)
+        y = activation(y, a.get("activation"))
+        if residual is not None:             # added in fp32, rounded once to the residual's dtype
+            return (y + residual.float()).to(residual.dtype)
+        return y.to(x.dtype)
     if op == "attention":
         return causal_attention_reference(x, a["n_head"], a.get("scale"))
     if op == "decode_attention":

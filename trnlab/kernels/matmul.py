@@ -90,14 +90,24 @@ def _moving_tile(b, k0: int, depth: int, n0: int, cols: int, b_is_nxk: bool):
 
 
 def tiled_matmul(result, a, b, *, a_is_kxm: bool = False, b_is_nxk: bool = False, bias=None,
-                 activation=None) -> None:
-    """result[M, N] = activation(op(a) @ op(b) + bias), issued tile by tile (call inside a kernel).
+                 activation=None, residual=None, tile_n: int | None = None, load_stripe=None, K: int | None = None) -> None:
+    """result[M, N] = activation(op(a) @ op(b) + bias) + residual, issued tile by tile (call inside a kernel).
 
-    a is [M, K] (or [K, M] with a_is_kxm), b is [K, N] (or [N, K] with b_is_nxk), bias is [N] or None.
+    a is [M, K] (or [K, M] with a_is_kxm), b is [K, N] (or [N, K] with b_is_nxk), bias is [N] or None,
+    residual is [M, N] or None (added in fp32 after the activation, on the Vector engine, before the
+    one rounding to result's dtype). tile_n: output tile width (<= 512, one PSUM bank of fp32; the
+    compiler's tiling pass chooses it). load_stripe(m0, rows) -> the [rows, k] SBUF blocks of a
+    stripe, to feed the matmul from tiles already on chip (a fused producer) instead of loading `a`.
     """
     M, N = result.shape
-    K = a.shape[0] if a_is_kxm else a.shape[1]
+    if K is None:
+        K = a.shape[0] if a_is_kxm else a.shape[1]
     TK, TM, TN = nl.tile_size.pmax, nl.tile_size.gemm_stationary_fmax, nl.tile_size.gemm_moving_fmax
+    if tile_n is not None:
+        if not 1 <= tile_n <= TN:
+            raise ValueError(f"tiled_matmul: tile_n={tile_n}: an output tile is at most {TN} columns "
+                             f"(one PSUM bank of fp32)")
+        TN = tile_n
     act = _activation_op(activation)
     bias_tile = broadcast_rows(load_row(bias), TM) if bias is not None else None   # [128, N] fp32
     k_tiles, n_tiles = num_tiles(K, TK), num_tiles(N, TN)
@@ -107,18 +117,22 @@ def tiled_matmul(result, a, b, *, a_is_kxm: bool = False, b_is_nxk: bool = False
     if num_tiles(M, TM) > 1 and b_bytes_per_partition <= RESIDENT_BYTES_PER_PARTITION:
         resident = [[_moving_tile(b, *tile_extent(k, TK, K), *tile_extent(n, TN, N), b_is_nxk)
                      for k in range(k_tiles)] for n in range(n_tiles)]
-    stripes = double_buffered(row_tiles(M, TM), lambda tile: _load_stripe(a, *tile, a_is_kxm))
+    loader = load_stripe or (lambda m0, rows: _load_stripe(a, m0, rows, a_is_kxm))
+    stripes = double_buffered(row_tiles(M, TM), lambda tile: loader(*tile))
     for (m0, rows), blocks in stripes:                               # the next stripe loads meanwhile
         stripe = _stationary_stripe(blocks, a_is_kxm)                # hoisted: reused by every N tile
         for n in nl.affine_range(n_tiles):
             n0, cols = tile_extent(n, TN, N)
+            res_tile = nl.load(residual[m0:m0 + rows, n0:n0 + cols]) if residual is not None else None
             acc = nl.ndarray((rows, cols), dtype=nl.float32, buffer=nl.psum)
             for k in nl.affine_range(k_tiles):
                 k0, depth = tile_extent(k, TK, K)
                 moving = resident[n][k] if resident else _moving_tile(b, k0, depth, n0, cols, b_is_nxk)
                 nisa.nc_matmul(dst=acc, stationary=stripe[k], moving=moving)      # accumulates over k
             out_tile = nl.ndarray((rows, cols), dtype=result.dtype, buffer=nl.sbuf)
-            if bias_tile is not None:
+            if res_tile is not None:
+                _evacuate_with_residual(out_tile, acc, bias_tile, n0, rows, cols, act, res_tile)
+            elif bias_tile is not None:
                 biased = nl.ndarray((rows, cols), dtype=nl.float32, buffer=nl.sbuf)
                 nisa.tensor_tensor(dst=biased, data1=acc, data2=bias_tile[:rows, n0:n0 + cols], op=nl.add)
                 if act is None:
@@ -130,6 +144,20 @@ def tiled_matmul(result, a, b, *, a_is_kxm: bool = False, b_is_nxk: bool = False
             else:
                 nisa.activation(dst=out_tile, op=act, data=acc)
             nl.store(result[m0:m0 + rows, n0:n0 + cols], value=out_tile)
+
+
+def _evacuate_with_residual(out_tile, acc, bias_tile, n0: int, rows: int, cols: int, act, res_tile) -> None:
+    """out = act(acc + bias) + residual: PSUM -> SBUF in fp32, the residual added last (Vector engine)."""
+    value = acc
+    if bias_tile is not None:
+        biased = nl.ndarray((rows, cols), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_tensor(dst=biased, data1=acc, data2=bias_tile[:rows, n0:n0 + cols], op=nl.add)
+        value = biased
+    if act is not None:
+        activated = nl.ndarray((rows, cols), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.activation(dst=activated, op=act, data=value)
+        value = activated
+    nisa.tensor_tensor(dst=out_tile, data1=value, data2=res_tile, op=nl.add)
 
 
 def column_sums(result, g) -> None:
@@ -182,16 +210,23 @@ def _weight_sizes(kernel: str, x, weight, weight_layout: str) -> tuple[int, int,
 
 
 @nki.jit
-def linear(x, weight, bias=None, activation=None, weight_layout="in_out"):
-    """activation(x [M, K] @ W + bias [N]) -> [M, N], bias and activation fused into the PSUM evacuation.
+def linear(x, weight, bias=None, activation=None, weight_layout="in_out", residual=None, tile_n=None):
+    """activation(x [M, K] @ W + bias [N]) (+ residual [M, N]) -> [M, N], bias, activation and the
+    residual add fused into the PSUM evacuation.
 
     weight: [K, N] (weight_layout="in_out", nn.Linear.weight.T, no transpose on chip) or [N, K]
     ("out_in", nn.Linear.weight as stored, e.g. the lm_head tied to the token table; its tiles are
     transposed on the Tensor engine at every call). activation: None, "relu", "gelu" (erf, nn.GELU's
-    default), "gelu_tanh", "tanh", "sigmoid", "silu"."""
+    default), "gelu_tanh", "tanh", "sigmoid", "silu". residual: a transformer's `x + proj(y)` in the
+    same kernel (the output takes the residual's dtype: the residual stream stays in its precision
+    when the matmul runs in bf16). tile_n: output tile width (default 512)."""
     M, K, N = _weight_sizes("linear", x, weight, weight_layout)
-    result = nl.ndarray((M, N), dtype=x.dtype, buffer=nl.shared_hbm)
-    tiled_matmul(result, x, weight, b_is_nxk=weight_layout == "out_in", bias=bias, activation=activation)
+    if residual is not None and tuple(residual.shape) != (M, N):
+        raise ValueError(f"linear: residual must be [M, N] = {[M, N]}, got {list(residual.shape)}")
+    dtype = residual.dtype if residual is not None else x.dtype
+    result = nl.ndarray((M, N), dtype=dtype, buffer=nl.shared_hbm)
+    tiled_matmul(result, x, weight, b_is_nxk=weight_layout == "out_in", bias=bias, activation=activation,
+                 residual=residual, tile_n=tile_n)
     return result
 
 

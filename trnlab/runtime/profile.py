@@ -4,7 +4,9 @@ Everything comes from the run's timeline (the kernels' instructions) and its reg
 the graph, with the user's source line):
 
 - total time, per-engine active %, MFU, MBU, bytes per memory level (trnlab.hardware.Profile);
-- per op: time, share of the total, model FLOPs (nc_transpose's identity matmuls excluded), HBM bytes, arithmetic intensity, MFU, bound ("compute" if
+- per op (a region of the one program): the time it adds to the run (how far it moves the run's end
+  past the ops before it: these sum to the total even though kernels overlap across op boundaries),
+  its own span, share of the total, model FLOPs (nc_transpose's identity matmuls excluded), HBM bytes, arithmetic intensity, MFU, bound ("compute" if
   the op's FLOP per HBM byte is above the core's ridge point, else "memory");
 - advice, in the spirit of AWS's profiler (Neuron Explorer) [PERF], each naming the op it comes from:
   low MFU, transposes taking over 10 % of the Tensor engine's time, DMAs smaller than the efficient
@@ -36,8 +38,14 @@ class OpProfile:
     transpose_ns: float
     small_dmas: int
     dmas: int
-    mfu: float
+    mfu: float                 # model FLOPs over the op's own span (start_ns .. end_ns)
     bound: str
+    start_ns: float = 0.0      # the op's span on the timeline; spans of neighbouring ops may overlap
+    end_ns: float = 0.0
+
+    @property
+    def span_ns(self) -> float:
+        return self.end_ns - self.start_ns
 
     @property
     def intensity(self) -> float:
@@ -97,11 +105,10 @@ class RunProfile:
         trace = self.timeline.to_chrome_trace()
         events = trace["traceEvents"]
         events.append({"name": "thread_name", "ph": "M", "pid": 0, "tid": 999, "args": {"name": "ops (regions)"}})
-        t = 0.0
-        for o in self.ops:
-            events.append({"name": o.region, "ph": "X", "pid": 0, "tid": 999, "ts": t / 1e3, "dur": o.ns / 1e3,
-                           "args": {"op": o.op, "kernel": o.kernel, "source": o.source}})
-            t += o.ns
+        for o in self.ops:                 # each op's own span: neighbours may overlap
+            events.append({"name": o.region, "ph": "X", "pid": 0, "tid": 999, "ts": o.start_ns / 1e3,
+                           "dur": o.span_ns / 1e3, "args": {"op": o.op, "kernel": o.kernel, "source": o.source,
+                                                          "adds_us": o.ns / 1e3}})
         if path is not None:
             import json
             with open(path, "w") as f:
@@ -109,11 +116,11 @@ class RunProfile:
         return trace
 
     def table(self, top: int | None = None) -> str:
-        lines = [f"{'region':16s} {'kernel':22s} {'time us':>9s} {'share':>6s} {'MFU':>6s} {'FLOP/B':>7s} "
+        lines = [f"{'region':22s} {'kernel':20s} {'time us':>9s} {'share':>6s} {'MFU':>6s} {'FLOP/B':>7s} "
                  f"{'bound':7s} source"]
         ops = sorted(self.ops, key=lambda o: -o.ns)[:top] if top else self.ops
         for o in ops:
-            lines.append(f"{o.region:16s} {o.kernel:22s} {o.ns / 1e3:9.2f} {o.share:6.1%} {o.mfu:6.1%} "
+            lines.append(f"{o.region:22s} {o.kernel:20s} {o.ns / 1e3:9.2f} {o.share:6.1%} {o.mfu:6.1%} "
                          f"{min(o.intensity, 9999):7.1f} {o.bound:7s} {o.source[:60]}")
         return "\n".join(lines)
 
@@ -129,7 +136,7 @@ class RunProfile:
 
 
 def build(execution, program, graph, target: str, dtype: str) -> RunProfile:
-    """The RunProfile of one execution (see module docstring)."""
+    """The RunProfile of one execution (see module docstring): all from the run's one timeline."""
     from trnlab.hardware import Profile, presets
     spec = presets.core_spec(target)
     tl = execution.timeline
@@ -140,27 +147,30 @@ def build(execution, program, graph, target: str, dtype: str) -> RunProfile:
     engines = tl.engines
     pe = engines.index("pe") if "pe" in engines else -1
     is_dma = np.array([e.startswith("dma") for e in engines])
+    peak = spec.peak_flops(dtype)
     ops = []
     for r in execution.regions:
         if r.kind != "kernel":
-            ops.append(OpProfile(r.name, r.op, "host (CPU)", r.source, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0, 0, 0.0, "host"))
+            ops.append(OpProfile(r.name, r.op, "host (CPU)", r.source, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0, 0, 0.0, "host",
+                                 r.start_ns, r.end_ns))
             continue
-        sl = slice(r.first, r.last)
+        sl = np.asarray(r.records, dtype=np.int64)
         eng = cols["engine"][sl]
         dur = cols["end"][sl] - cols["start"][sl]
-        opcodes = cols["opcode"][sl]
+        opcodes = [cols["opcode"][i] for i in sl]
         transposing = np.array([o == "nc_transpose" for o in opcodes], dtype=bool)
         flops = float(cols["flops"][sl][~transposing].sum()) if len(opcodes) else 0.0   # model FLOPs only
         hbm = float(cols["hbm"][sl].sum())
         pe_ns = float(dur[eng == pe].sum()) if pe >= 0 else 0.0
-        tr = float(sum(d for d, e, o in zip(dur, eng, opcodes) if e == pe and o == "nc_transpose"))
+        tr = float(dur[(eng == pe) & transposing].sum()) if pe >= 0 and len(opcodes) else 0.0
         dma_rows = is_dma[eng] if len(eng) else np.zeros(0, bool)
         dma_bytes = np.maximum(cols["hbm"][sl], cols["sbuf"][sl])[dma_rows]
-        peak = spec.peak_flops(dtype)
-        mfu = flops / (r.ns * 1e-9) / peak if r.ns and peak else 0.0
+        span = r.span_ns
+        mfu = flops / (span * 1e-9) / peak if span and peak else 0.0        # over the op's own span
         bound = "compute" if hbm and flops / hbm > ridge else "memory"
         ops.append(OpProfile(r.name, r.op, r.kernel, r.source, r.ns, r.ns / total, flops, hbm, pe_ns, tr,
-                             int((dma_bytes < SMALL_DMA_BYTES).sum()), int(dma_rows.sum()), mfu, bound))
+                             int((dma_bytes < SMALL_DMA_BYTES).sum()), int(dma_rows.sum()), mfu, bound,
+                             r.start_ns, r.end_ns))
     result = RunProfile(target, total, whole, ops, [], tl, execution.wall_s)
     result.advice = advise(result, graph)
     return result
@@ -191,9 +201,10 @@ def advise(p: RunProfile, graph=None) -> list:
                           f"(below the >= 4 KiB per partition that reaches DMA bandwidth): batch more rows per "
                           f"transfer"))
     memory = (graph.meta.get("memory") if graph is not None else None) or {}
-    spills = [(name, t) for name, t in memory.get("tensors", {}).items() if t.get("sbuf_candidate")]
+    spills = [(name, t) for name, t in memory.get("tensors", {}).items()
+              if t.get("sbuf_candidate") and t.get("level") == "hbm"]       # not kept on chip by a fused kernel
     if spills:
-        by_region = {o.region: o for o in p.ops}
+        by_region = {part: o for o in p.ops for part in o.region.split("+")}
         counts: dict[str, int] = {}
         names = {}
         for n in graph.nodes:
@@ -203,6 +214,7 @@ def advise(p: RunProfile, graph=None) -> list:
         name, t = max(spills, key=lambda kv: kv[1]["bytes"])
         region = names.get(name, name)
         src = by_region[region].source if region in by_region else ""
+        region = by_region[region].region if region in by_region else region
         out.append(Advice("spill", region, src,
                           f"{len(spills)} activations ({total / 1024:.1f} KiB) go to HBM and straight back into the "
                           f"next kernel although they fit in SBUF; the largest is %{name} ({t['bytes'] / 1024:.1f} KiB) "

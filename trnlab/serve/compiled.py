@@ -179,33 +179,41 @@ class CompiledStep:
     compile_s: float = 0.0                   # wall time to compile (or load) it
     source: str = "compiled"                 # "compiled" | "artifact"
     _traced: object = field(default=None, repr=False)
+    _arg_names: list = field(default_factory=list, repr=False)   # the traced program's arguments, in order
+    _out_names: list = field(default_factory=list, repr=False)   # the values it returns, in order
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def traced(self):
         """The whole step as one program-layer Program (traced once)."""
         with self._lock:
             if self._traced is None:
-                from trnlab.runtime.execute import trace_graph
+                from trnlab.runtime.execute import Executable
                 env = dict(self.constants)
                 for name, shape, dtype in self.program.inputs:
                     env[name] = np.zeros(shape, dtype)
-                self._traced, _ = trace_graph(self.program, env)
+                part = Executable.build(self.program, env).partitions
+                if len(part) != 1 or part[0].kind != "device":
+                    raise ValueError(f"{self.kind} step {self.bucket}: host ops in the graph; a serving step "
+                                     "must run on the device as one program")
+                self._arg_names, self._out_names = list(part[0].inputs), list(part[0].outputs)
+                self._traced = part[0].program
             return self._traced
 
     def run(self, *inputs: np.ndarray):
         """Replay on a fresh one-core device of the target -> (outputs tuple, hardware Run)."""
         from trnlab.hardware.device import Device
         program = self.traced()
-        arrays = [self.constants[name] for name in self.program.constants]      # trace_graph's order
+        env = dict(self.constants)
         for x, (name, shape, dtype) in zip(inputs, self.program.inputs):
             x = np.asarray(x)
             if tuple(x.shape) != tuple(shape):
                 raise ValueError(f"{self.kind} step {self.bucket}: input {name} has shape {tuple(x.shape)}, "
                                  f"compiled for {tuple(shape)} (one program per bucket)")
-            arrays.append(np.ascontiguousarray(x, dtype=dtype))
-        run = Device(self.target, cores=1).run(program, *arrays)
+            env[name] = np.ascontiguousarray(x, dtype=dtype)
+        run = Device(self.target, cores=1).run(program, *[env[n] for n in self._arg_names])
         outputs = run.outputs if isinstance(run.outputs, tuple) else (run.outputs,)
-        return outputs, run
+        by_name = dict(zip(self._out_names, outputs))
+        return tuple(by_name[n] for n in self.program.outputs), run
 
 
 _STEPS: dict[tuple, CompiledStep] = {}       # (fingerprint, target, kind, bucket) -> CompiledStep, per process

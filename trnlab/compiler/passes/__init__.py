@@ -5,7 +5,9 @@
     fuse       attention, matmul + bias + activation -> one op each
     autocast   none | matmult | all (neuronx-cc's --auto-cast)
     layout     weights pre-transposed to [in, out], constant broadcasts stored, int64 -> int32
-    memory     weights resident, activations placed by liveness
+    tiling     tile sizes per op (linear: N in balanced tiles of <= 512), recorded in node.attrs["tiles"]
+    schedule   the order the ops run in (a producer's consumer right after it where dependencies allow)
+    memory     weights resident, activations placed by liveness, intermediates kept in SBUF where a kernel can
 
 `run_pipeline` runs them on a copy of the graph, keeping the graph after every pass and the time each
 took (what `explain` prints and the dump directory holds).
@@ -16,9 +18,9 @@ import time
 from dataclasses import dataclass
 
 from trnlab.compiler.ir import Graph
-from trnlab.compiler.passes import autocast, fold, fuse, layout, legalise, memory
+from trnlab.compiler.passes import autocast, fold, fuse, layout, legalise, memory, schedule, tiling
 
-PIPELINE = [legalise, fold, fuse, autocast, layout, memory]
+PIPELINE = [legalise, fold, fuse, autocast, layout, tiling, schedule, memory]
 NAMES = [p.NAME for p in PIPELINE]
 
 

@@ -72,6 +72,8 @@ def run(g: Graph, options=None) -> Graph:
             for i in range(min(n_cast, len(node.inputs))):
                 _cast_input(g, node, i, low, cache)
             out.dtype = low if out.dtype in FLOATS else out.dtype
+            if node.op == "linear" and node.attrs.get("residual"):
+                out.dtype = g.values[node.inputs[-1]].dtype      # the residual stream keeps its precision
         elif node.op in FP32_OPS:
             for i in range(len(node.inputs)):
                 _cast_input(g, node, i, "float32", cache)

@@ -15,8 +15,9 @@ Rules (each a function `rule(graph) -> number of rewrites`, tried in order until
   `transpose(W)` (nn.Linear's [out, in]) is read as W with weight_layout="out_in";
 - layer norms need no rule: core ATen keeps `native_layer_norm` whole and `legalise` maps it to one op.
 
-Not fused: residual adds (our linear kernel has no residual input, so `x + proj(y)` stays an `add`
-kernel) — a fusion a kernel with a residual operand would enable.
+- `fuse_residual`: `add(linear(...), r)` (reshapes in between are free; r of the add's own shape, not a
+  broadcast) -> the linear with a residual input: a transformer's `x + proj(y)` is added on the PSUM
+  evacuation instead of in an `add` kernel that reads both tensors back from HBM.
 
 `compile(..., fusions=[...])` replaces this list, e.g. with a rule of your own (notebook 06).
 """
@@ -193,7 +194,42 @@ def fuse_linear(g: Graph) -> int:
     return 0
 
 
-FUSIONS = [fuse_attention, fuse_linear]
+def fuse_residual(g: Graph) -> int:
+    producers, users = g.producers(), g.users()
+    for add in list(g.nodes):
+        if add.op != "add" or len(add.inputs) != 2 or "scalar" in add.attrs:
+            continue
+        for side in (0, 1):
+            a, r = add.inputs[side], add.inputs[1 - side]
+            lin = producers.get(back_through_views(g, a, producers))
+            if lin is None or lin.op != "linear" or lin.attrs.get("residual") or single_user(g, lin.name, users) is None:
+                continue                             # (a linear read elsewhere too would be computed twice)
+            chain = _forward_views(g, lin.name, users)
+            if a not in chain or chain.index(a) != len(chain) - 1 or any(
+                    producers[v].op not in ("reshape", "copy") for v in chain[1:]):
+                continue                             # only free views between the linear and the add
+            out, res = g.values[add.name], g.values[r]
+            M, N = g.values[lin.name].shape
+            if tuple(res.shape) != tuple(out.shape) or res.kind != "node":
+                continue
+            r2 = r
+            if tuple(res.shape) != (M, N):
+                r2 = g.add_node("reshape", [r], (M, N), res.dtype, {"shape": [M, N]}, add.source,
+                                before=add).name
+            attrs = dict(lin.attrs, residual=True)
+            node = g.add_node("linear", list(lin.inputs) + [r2], (M, N), out.dtype, attrs, lin.source,
+                              name="linear", before=add)
+            result = node.name
+            if tuple(out.shape) != (M, N):
+                result = g.add_node("reshape", [node.name], out.shape, out.dtype, {"shape": list(out.shape)},
+                                    add.source, before=add).name
+            g.replace_uses(add.name, result)
+            g.remove_unused()
+            return 1
+    return 0
+
+
+FUSIONS = [fuse_attention, fuse_linear, fuse_residual]
 
 
 def run(g: Graph, options=None) -> Graph:

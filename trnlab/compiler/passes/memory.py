@@ -7,7 +7,11 @@
   (`reshape`) is the same bytes as its source and extends the source's live range;
 - SBUF candidates: an activation that is written by one kernel and read only by the next, and that fits
   in the SBUF space left per kernel, could stay on chip between the two instead of a round trip
-  through HBM; the plan marks them (the runtime's advice reports the round trips).
+  through HBM. Where a kernel exists that takes the producer's tiles on chip (`lower.sbuf_chain`:
+  layer_norm -> [convert] -> linear, lowered to `fused.layer_norm_linear`), the plan puts the tensor
+  at level "sbuf" (no HBM bytes, no arena slot) and the lowering honours it; the other candidates stay
+  in HBM and the runtime's advice reports their round trips. `compile(keep_in_sbuf=False)` keeps
+  every activation in HBM (to compare).
 
 Result in `graph.meta["memory"]`: the tensor table (value -> level, offset, bytes, live range), the
 resident weight bytes, the arena's size and the sum it would be without reuse.
@@ -57,8 +61,26 @@ def run(g: Graph, options=None) -> Graph:
     no_reuse = 0
     readers = g.users()
     order = {n.name: i for i, n in enumerate(g.nodes)}
+
+    def candidate(name: str) -> bool:
+        users = [order[r.name] for r in readers.get(name, [])]
+        return (name not in g.inputs and name not in g.outputs and len(users) == 1 and
+                users[0] == order.get(name, -2) + 1 and g.values[name].nbytes <= SBUF_SHARE * sbuf_bytes)
+
+    on_chip = set()
+    if getattr(options, "keep_in_sbuf", True):
+        from trnlab.compiler.lower import on_chip_values, sbuf_chain
+        for n in g.nodes:
+            chain = sbuf_chain(g, n, readers)
+            kept = on_chip_values(g, chain) if chain else []
+            if kept and all(candidate(v) for v in kept):
+                on_chip.update(kept)
     for name in list(g.inputs) + [n.name for n in g.nodes if n.name not in base]:
         v = g.values[name]
+        if name in on_chip:
+            table[name] = {"level": "sbuf", "bytes": v.nbytes, "live": [order[name], order[name] + 1],
+                           "kind": v.kind, "sbuf_candidate": True}
+            continue
         size = _aligned(v.nbytes)
         lo, hi = first.get(name, -1), last.get(name, first.get(name, -1))
         offset = 0
@@ -68,9 +90,7 @@ def run(g: Graph, options=None) -> Graph:
         placed.append((offset, offset + size, lo, hi))
         arena = max(arena, offset + size)
         no_reuse += size
-        users = [order[r.name] for r in readers.get(name, [])]
-        sbuf_ok = (name not in g.inputs and name not in g.outputs and len(users) == 1 and
-                   users[0] == order.get(name, -2) + 1 and v.nbytes <= SBUF_SHARE * sbuf_bytes)
+        sbuf_ok = candidate(name)
         table[name] = {"level": "hbm", "offset": offset, "bytes": v.nbytes, "live": [lo, hi],
                        "kind": v.kind, "sbuf_candidate": bool(sbuf_ok)}
     for view, b in base.items():
@@ -85,6 +105,9 @@ def summary(g: Graph) -> str:
     if not m:
         return "no memory plan (run the memory pass)"
     acts = [t for t in m["tensors"].values() if t["level"] == "hbm"]
+    kept = [t for t in m["tensors"].values() if t["level"] == "sbuf"]
     return (f"weights resident in HBM: {m['resident_bytes'] / 1024:.1f} KiB; activation arena "
             f"{m['arena_bytes'] / 1024:.1f} KiB for {len(acts)} tensors ({m['without_reuse_bytes'] / 1024:.1f} KiB "
-            f"without reuse by liveness); {sum(t.get('sbuf_candidate', False) for t in acts)} could stay in SBUF")
+            f"without reuse by liveness); {len(kept)} kept in SBUF between fused kernels "
+            f"({sum(t['bytes'] for t in kept) / 1024:.1f} KiB that never go to HBM); "
+            f"{sum(t.get('sbuf_candidate', False) for t in acts)} more could stay in SBUF (no kernel takes them on chip)")
