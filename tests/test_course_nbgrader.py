@@ -37,8 +37,8 @@ AUTOGRADE_TIMEOUT_S = 300  # one autograde of 04 takes 15-100 s here; longer is 
 def _run(args: list[str], cwd: Path, timeout: float = 600) -> str:
     """Run a command in a process group of its own; one that has not finished within `timeout` is
     killed with everything it started and fails the test with the end of its output. (nbclient's
-    Output-widget stand-in once made an autograde hang about one time in ten, with the kernel idle
-    and the reply unread; `trnlab.course.quiet_widgets` removes that race — see its docstring.)"""
+    Output-widget stand-in made 4 of about 120 autogrades hang here, with the kernel idle and the
+    reply unread; `trnlab.course.quiet_widgets` removes that race — see its docstring.)"""
     process = subprocess.Popen(args, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                start_new_session=True)
     try:

@@ -4,7 +4,7 @@ nbclient (0.11) stands in for a browser's ``Output`` widget (the one inside ever
 ``widgets.interactive``): when the kernel prints into it, nbclient's stand-in sends the new outputs
 back to the kernel as a ``comm_msg`` on the *shell* socket — from the task that reads IOPub, while
 another task is awaiting the cell's ``execute_reply`` on that same asyncio socket. Now and then
-(about one autograde of notebook 04 in ten with two running at once on two busy cores) the reply
+(4 of about 120 autogrades of notebook 04 on two busy cores, all four with two running at once) the reply
 then sits unread: the kernel has finished and is idle, nbclient waits for a reply that has already
 arrived, until the cell timeout. (nbclient issue #312 describes the same hang.)
 
