@@ -4,9 +4,10 @@ nbclient (0.11) stands in for a browser's ``Output`` widget (the one inside ever
 ``widgets.interactive``): when the kernel prints into it, nbclient's stand-in sends the new outputs
 back to the kernel as a ``comm_msg`` on the *shell* socket — from the task that reads IOPub, while
 another task is awaiting the cell's ``execute_reply`` on that same asyncio socket. Now and then
-(4 of about 120 autogrades of notebook 04 on two busy cores, all four with two running at once) the reply
-then sits unread: the kernel has finished and is idle, nbclient waits for a reply that has already
-arrived, until the cell timeout. (nbclient issue #312 describes the same hang.)
+(4 of about 120 autogrades of notebook 04 on two busy cores, all four with two running at once)
+nbclient then never reads the reply: the debug log ends with the widget cell's outputs and the
+kernel's "idle", the kernel sits idle, and nbclient waits until the cell timeout. (nbclient issue
+#312 describes the same hang.)
 
 `QuietOutputWidgets` keeps nbclient's stand-in — a widget's printed outputs are still recorded in
 the notebook's widget state — but never sends that ``comm_msg``: nothing a notebook run needs
