@@ -156,3 +156,41 @@ def test_collect_sends_only_data_and_judge_computes_the_expected_value(double_ex
     assert "expected" not in payload  # the student side never sees an expected value
     assert judge(double_exercise, 11, payload).passed
     assert not judge(double_exercise, 12, payload).passed  # other seed, other cases: the answers no longer fit
+
+
+# ----------------------------------------------------------------------------- the oracle process
+
+
+def test_importing_the_course_in_a_kernel_starts_no_process():
+    import subprocess
+    import sys
+
+    code = ("import sys, types; sys.modules['ipykernel'] = types.ModuleType('ipykernel'); "
+            "import trnlab.course, trnlab.course.oracle as o; print(o._process is None)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == "True", out.stderr
+
+
+def test_the_oracle_holds_nothing_of_the_kernel_and_ends_with_it(tmp_path):
+    """Started on the first check: its own session (a signal to the kernel's process group does not
+    reach it), only its three standard streams open (none of the kernel's sockets or pipes), and it
+    ends as soon as the kernel closes its stdin."""
+    import os
+    import time
+
+    from trnlab.course import oracle
+
+    exercises.load_all()
+    leaked = open(tmp_path / "a descriptor the kernel holds", "w")  # must not be inherited
+    try:
+        assert run_check("nb02_block_params", lambda n: 12 * n * n + 13 * n).passed
+        process = oracle._process
+        assert os.getsid(process.pid) == process.pid != os.getsid(0)
+        assert sorted(int(fd) for fd in os.listdir(f"/proc/{process.pid}/fd")) == [0, 1, 2]
+        targets = {os.readlink(f"/proc/{process.pid}/fd/{fd}") for fd in (0, 1, 2)}
+        assert os.readlink(f"/proc/{process.pid}/fd/2") == "/dev/null" and len(targets) == 3
+    finally:
+        leaked.close()
+    started = time.monotonic()
+    oracle._stop()
+    assert process.poll() is not None and time.monotonic() - started < oracle.STOP_WAIT_S

@@ -5,9 +5,6 @@ Instructors:    `python -m trnlab.course grade SUBMISSIONS... --out grades.csv` 
                  solve.py, nbgrader_export.py and docs/instructors.md).
 """
 
-import os
-import sys
-
 from trnlab.course.errors import CheckFailed, Unavailable
 from trnlab.course.exercises import (
     REGISTRY,
@@ -18,11 +15,6 @@ from trnlab.course.exercises import (
     nbgrader_test,
     run_check,
 )
-
-if "ipykernel" in sys.modules and not os.environ.get("TRNLAB_GRADING"):
-    from trnlab.course import oracle
-
-    oracle.prestart()  # a notebook's first check() then finds the judging process ready
 
 __all__ = ["REGISTRY", "CheckFailed", "Exercise", "Unavailable", "check", "exercise", "extra_check",
            "nbgrader_test", "run_check"]

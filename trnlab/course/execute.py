@@ -27,6 +27,7 @@ from jupyter_client.kernelspec import KernelSpecManager
 from nbclient import NotebookClient
 
 from trnlab import NOTEBOOKS_DIR
+from trnlab.course.quiet_widgets import QuietOutputWidgets
 
 
 KERNEL_NAME = "python3"
@@ -52,11 +53,15 @@ def replace_widget_reprs(nb) -> int:
     return replaced
 
 
+class _Client(QuietOutputWidgets, NotebookClient):
+    """nbclient without its Output-widget message race (quiet_widgets.py)."""
+
+
 def execute_notebook(path: Path, timeout: int = 600) -> float:
     """Execute one notebook in place; return the wall time in seconds."""
     path = Path(path)
     nb = nbformat.read(path, as_version=4)
-    client = NotebookClient(
+    client = _Client(
         nb, timeout=timeout, kernel_name=KERNEL_NAME, record_timing=False,  # no timestamps: diffs show only real changes
         resources={"metadata": {"path": str(path.parent)}},
     )

@@ -33,6 +33,7 @@ from trnlab import NOTEBOOKS_DIR, REPO_ROOT
 from trnlab.course import exercises as registry
 from trnlab.course.grader_kernel import GRADE_MIME
 from trnlab.course.notebook import NotANotebook, cells_defining, find_exercise_cells, nbgrader_meta, read_notebook
+from trnlab.course.quiet_widgets import QuietOutputWidgets
 from trnlab.course.results import ExerciseGrade, GradeConfig, NotebookRun, exercises_of
 
 
@@ -143,7 +144,7 @@ def _error_of(cell: nbformat.NotebookNode) -> str | None:
     return None
 
 
-class _Client(NotebookClient):
+class _Client(QuietOutputWidgets, NotebookClient):
     """nbclient leaves a timed-out cell's output reader running (it would steal the next cells'
     messages); this client tracks those readers so that they can be cancelled."""
 

@@ -50,6 +50,14 @@ c.GenerateAssignment.preprocessors = [IncludeHeaderFooter, InstantiateTests, Loc
                                       CheckCellMetadata, ComputeChecksums, SaveCells, ClearHiddenTests,
                                       ClearMarkScheme, ComputeChecksums, CheckCellMetadata]
 c.Execute.timeout = 600  # seconds per cell when autograding (a 05 check simulates kernels)
+# Autograde with nbgrader's Execute minus nbclient's Output-widget message that can leave a widget
+# cell waiting for a reply that already came (trnlab/course/quiet_widgets.py).
+from nbgrader.converters.autograde import Autograde  # noqa: E402
+from nbgrader.preprocessors import Execute  # noqa: E402
+from trnlab.course.nbgrader_execute import QuietExecute  # noqa: E402
+
+c.Autograde.autograde_preprocessors = [QuietExecute if p is Execute else p
+                                       for p in Autograde.class_traits()["autograde_preprocessors"].default()]
 '''
 
 

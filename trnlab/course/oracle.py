@@ -7,9 +7,13 @@ student's process, whatever its code does with frames, ``gc`` or patched librari
 
     python -m trnlab.course.oracle        # one JSON request per line on stdin, one reply per line
 
-One oracle is started per kernel, on the first check (or, in a Jupyter kernel, in the background
-when ``trnlab.course`` is imported), and lives as long as the kernel. The grader does not use it:
-it judges in its own process (`kernel_run.py`).
+One oracle is started per kernel, on the first check, and lives as long as the kernel. Nothing is
+started when ``trnlab.course`` is imported. The oracle holds nothing of the kernel's: its standard
+streams are its own pipes (stderr to /dev/null), every other descriptor is closed (the kernel's
+ZeroMQ sockets stay the kernel's), and it runs in a session of its own, so a signal to the kernel's
+process group (an interrupt from Jupyter or nbgrader) does not reach it. It ends when its stdin
+closes — at the kernel's exit, or when the kernel is killed — and the kernel's exit waits for it
+at most `STOP_WAIT_S`. The grader does not use it: it judges in its own process (`kernel_run.py`).
 """
 
 from __future__ import annotations
@@ -18,12 +22,14 @@ import atexit
 import json
 import os
 import select
+import signal
 import subprocess
 import sys
 import threading
 from typing import Any
 
 REPLY_TIMEOUT_S = 600.0  # a 05 check simulates several kernels; a dead oracle is noticed at once
+STOP_WAIT_S = 2.0  # at the kernel's exit: then the oracle is killed, so shutdown never waits longer
 
 _process: subprocess.Popen | None = None
 _lock = threading.Lock()
@@ -35,27 +41,20 @@ def _start() -> subprocess.Popen:
         env = dict(os.environ)
         env.setdefault("OMP_NUM_THREADS", "1")
         _process = subprocess.Popen([sys.executable, "-m", "trnlab.course.oracle"], stdin=subprocess.PIPE,
-                                    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, text=True,
-                                    bufsize=1)
+                                    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, close_fds=True,
+                                    start_new_session=True, env=env, text=True, bufsize=1)
     return _process
 
 
-def prestart() -> None:
-    """Start the oracle in the background (its imports take a few seconds); never raises."""
-    try:
-        with _lock:
-            _start()
-    except OSError:
-        pass
-
-
 def _stop() -> None:
-    if _process is not None and _process.poll() is None:
+    process = _process
+    if process is not None and process.poll() is None:
         try:
-            _process.stdin.close()
-            _process.wait(timeout=5)
+            process.stdin.close()
+            process.wait(timeout=STOP_WAIT_S)
         except Exception:
-            _process.kill()
+            process.kill()
+            process.wait(timeout=STOP_WAIT_S)
 
 
 atexit.register(_stop)
@@ -91,6 +90,7 @@ def judge_remotely(ex: Any, seed: int, payload: str):
 def serve() -> int:
     from trnlab.course import exercises
 
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # an interrupt is the kernel's business, not the judge's
     replies, sys.stdout = sys.stdout, sys.stderr  # whatever a checker prints must not corrupt the replies
     exercises.load_all(strict=False)
     for line in sys.stdin:
@@ -107,4 +107,5 @@ def serve() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(serve())
+    code = serve()
+    os._exit(code)  # stdin closed: the kernel is leaving; nothing to clean up, so no slow interpreter teardown

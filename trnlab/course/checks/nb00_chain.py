@@ -53,6 +53,8 @@ def cost_with_cache(prompt_tokens: int, answer_tokens: int) -> tuple[int, int]:
     return P + A, P * P + sum(P + i for i in range(1, A + 1))
 
 
+# No asks_for: the package has no function that counts these (the judge measures them on the real
+# model with hooks); running the model with hooks is itself a fair way to answer.
 @exercise("nb00_generation_cost", notebook=NOTEBOOK, points=3, answer="generation_cost",
           title="What one answer costs, with and without a KV cache")
 class GenerationCost:

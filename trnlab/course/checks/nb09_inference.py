@@ -85,6 +85,7 @@ class LatencyMetrics:
 
 
 # -- 3. the largest batch that meets a latency target ----------------------------------------------
+# No asks_for: the package has no function that picks a batch size for a latency target.
 @exercise("nb09_largest_batch", notebook=NOTEBOOK, points=2, answer="largest_batch",
           title="The largest batch that meets a latency target")
 class LargestBatch:
