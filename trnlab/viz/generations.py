@@ -93,9 +93,17 @@ def plot_chip_rooflines(accelerators: dict[str, Accelerator], dtype: str = "bf16
                 kind = op.name.rsplit(".", 1)[-1]
                 if kind not in labelled and len(labelled) < 6:
                     labelled[kind] = op.intensity
-        for i, (kind, intensity) in enumerate(labelled.items()):
-            ax.annotate(kind, (intensity, ax.get_ylim()[0]), xytext=(0, 14 + 9 * (i % 3)),
-                        textcoords="offset points", fontsize=6.5, color="#444444", ha="center")
+        # ops of nearly the same intensity share one label, so names never sit on top of each other
+        groups: list[list] = []
+        for kind, intensity in sorted(labelled.items(), key=lambda kv: kv[1]):
+            if groups and intensity < groups[-1][-1][1] * 1.6:
+                groups[-1].append((kind, intensity))
+            else:
+                groups.append([(kind, intensity)])
+        for i, group in enumerate(groups):
+            at = float(np.exp(np.mean([np.log(x) for _, x in group])))
+            ax.annotate(", ".join(k for k, _ in group), (at, ax.get_ylim()[0]), xytext=(0, 14 + 10 * (i % 2)),
+                        textcoords="offset points", fontsize=7, color="#444444", ha="center")
     ax.set_xlabel("arithmetic intensity (FLOP per byte of HBM traffic)")
     ax.set_ylabel(f"attainable TFLOPS per chip ({dtype})")
     ax.set_title("one chip per generation on the roofline (GPUs: datasheet roofline, not simulated)", fontsize=9)
