@@ -108,3 +108,14 @@ def test_inference_under_no_grad_still_uses_the_forward_compiler():
         ref = model(x)
     assert torch.allclose(out, ref, rtol=1e-4, atol=1e-5)
     assert dynamo.backend.last_training is None          # no training programs were compiled
+
+
+def test_inference_only_options_are_refused_when_training():
+    torch.manual_seed(0)
+    batch = (torch.randn(4, 24), torch.randint(0, 10, (4,)))
+    dynamo.configure(fallback=True)
+    try:
+        with pytest.raises(Exception, match="options \\['fallback'\\] are not supported"):
+            torch.compile(GeluMLP(), backend="trnlab")(*batch)
+    finally:
+        dynamo.configure()

@@ -5,9 +5,11 @@ compiler) [frameworks/torch/pytorch-native-overview]: Dynamo captures the Python
 traces it to ATen (decomposed to core ATen, the same op set `torch.export` gives), and its forward
 graph goes through our passes and lowering like any captured graph. Parameters and buffers, which
 Dynamo passes as graph inputs, are taken as constants of the compiled graph (inference: as when Neuron
-traces a model; change the weights and you must compile again). The backward graph is not lowered
-here: asking for it raises `CompileError` naming `trnlab.training.compile_train_step`, which compiles a whole
-training step from AOT Autograd's joint forward + backward graph (notebook 07).
+traces a model; change the weights and you must compile again) — under `torch.no_grad()`. When an input
+needs gradients, AOT Autograd's forward and backward graphs both go through the training lowering
+(trnlab.training.aot): parameters are runtime inputs, the backward takes the forward's saved tensors,
+and `loss.backward()` runs the backward program on the simulated device. A whole step with AdamW fused
+in is `trnlab.training.compile_train_step` (notebook 07).
 """
 from __future__ import annotations
 
@@ -92,7 +94,8 @@ def _training_backend(gm, example_inputs, names: list, options: dict):
     from torch._dynamo.backends.common import aot_autograd
     from torch._subclasses.fake_tensor import unset_fake_temporarily
     from trnlab.training import aot
-    unknown = set(options) - {"target"}
+    defaults = {"autocast": "none", "fallback": False}
+    unknown = {k for k, v in options.items() if k != "target" and defaults.get(k, object()) != v}
     if unknown:
         raise CompileError(f"training through torch.compile(backend='trnlab'): options {sorted(unknown)} are not "
                            f"supported (only target=); autocast and fallback are inference-only here", op="options")
