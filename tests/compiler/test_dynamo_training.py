@@ -119,3 +119,19 @@ def test_inference_only_options_are_refused_when_training():
             torch.compile(GeluMLP(), backend="trnlab")(*batch)
     finally:
         dynamo.configure()
+
+
+def test_log_probs_the_model_returns_are_not_replaced_by_logits():
+    """The forward saves the logits for the loss's backward instead of log_softmax(logits) — but a
+    log-softmax the model itself returns is its output and stays one."""
+    class LogProbs(GeluMLP):
+        def forward(self, x, y):
+            logp = torch.log_softmax(self.fc2(torch.nn.functional.gelu(self.fc1(x))), dim=-1)
+            return logp, torch.nn.functional.nll_loss(logp, y)
+
+    torch.manual_seed(0)
+    model = LogProbs()
+    batch = (torch.randn(8, 24), torch.randint(0, 10, (8,)))
+    # the training lowering has no kernel for a materialised log-softmax: refused by name, never the logits
+    with pytest.raises(Exception, match="cannot lower training op 'aten._log_softmax.default'"):
+        torch.compile(model, backend="trnlab")(*batch)

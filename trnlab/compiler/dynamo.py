@@ -102,12 +102,16 @@ def _training_backend(gm, example_inputs, names: list, options: dict):
     target = options.get("target", "trn2")
     buffers = {i: x for i, (n, x) in enumerate(zip(names, example_inputs)) if "_buffers_" in n}
     shared: dict = {}
+    out = [n for n in gm.graph.nodes if n.op == "output"][0].args[0]
+    user_outputs = len(out) if isinstance(out, (tuple, list)) else 1
 
     def fw_compiler(fw_gm, fw_inputs):
         with unset_fake_temporarily():
             fw_names = [n.name for n in fw_gm.graph.nodes if n.op == "placeholder"]
             constants = {fw_names[i]: x for i, x in buffers.items()}
-            program = aot.compile_phase(fw_gm, "forward", constants, target, name=type(gm).__name__)
+            # AOT's forward returns the model's outputs first (no input is mutated here), then the saved tensors
+            program = aot.compile_phase(fw_gm, "forward", constants, target, name=type(gm).__name__,
+                                        user_outputs=user_outputs)
         shared["forward"] = program
         backend.last_training = shared
         return _boxed(program)

@@ -42,14 +42,18 @@ def _through_alias(node):
     return node
 
 
-def save_logits_not_log_probs(fx_gm: torch.fx.GraphModule) -> dict:
+def save_logits_not_log_probs(fx_gm: torch.fx.GraphModule, user_outputs: int = 0) -> dict:
     """Rewrite a forward graph's outputs: log_softmax(z) (or an alias of it) -> z; NLL's total_weight and
-    layer norm's mean and rstd (read by no backward kernel) -> marked for a host zero. Returns {output position: "zero"} for the host-made outputs."""
+    layer norm's mean and rstd (read by no backward kernel) -> marked for a host zero. Only the saved
+    tensors change (after the first `user_outputs`, which the model returns). Returns {output position:
+    its fake tensor} for the host-made outputs."""
     import operator
     out = [n for n in fx_gm.graph.nodes if n.op == "output"][0]
     outs = list(out.args[0])
     host = {}
     for i, o in enumerate(outs):
+        if i < user_outputs:
+            continue
         src = _through_alias(o)
         if isinstance(src, torch.fx.Node) and _aten(src, "_log_softmax"):
             outs[i] = src.args[0]
@@ -122,13 +126,14 @@ class PhaseProgram:
 
 
 def compile_phase(fx_gm: torch.fx.GraphModule, phase: str, constants: dict, target: str = "trn2",
-                  name: str = "graph") -> PhaseProgram:
+                  name: str = "graph", user_outputs: int = 0) -> PhaseProgram:
     """Compile one of AOT Autograd's graphs. `constants`: FX placeholder name -> tensor for the inputs that
-    are constants of the program (buffers; the saved tensors the forward computed from constants)."""
+    are constants of the program (buffers; the saved tensors the forward computed from constants).
+    `user_outputs`: how many of a forward graph's outputs the model returns (the rest are saved tensors)."""
     from trnlab.compiler import capture
     from trnlab.compiler.passes import fold, legalise, legalise_training
     t0 = time.perf_counter()
-    host = save_logits_not_log_probs(fx_gm) if phase == "forward" else {}
+    host = save_logits_not_log_probs(fx_gm, user_outputs) if phase == "forward" else {}
     placeholders = [n.name for n in fx_gm.graph.nodes if n.op == "placeholder"]
     spec = {p: ("const", constants[p], p) if p in constants else ("input", None) for p in placeholders}
     g = capture.from_fx(fx_gm, spec, name=f"{name}_{phase}")
