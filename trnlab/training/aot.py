@@ -79,7 +79,10 @@ class PhaseProgram:
     target: str = "trn2"
     program: object = None
     times: dict = field(default_factory=dict)
-    last_run: object = None
+    last_run: object = None             # the last launch (trnlab.hardware Run: outputs, latency_ns, profile)
+    output_meta: list = field(default_factory=list)       # each FX output's fake tensor (shape, dtype) or None
+    saved_constants: dict = field(default_factory=dict)   # forward: saved tensor name -> constant for the backward
+    _user_positions: list = field(default_factory=list)   # which of AOT's arguments are the program's inputs
 
     def listing(self) -> str:
         lines = [f"{self.phase} graph for {self.target}: {sum(c.kind == 'kernel' for c in self.calls)} kernel calls"]
