@@ -5,9 +5,11 @@ compiler) [frameworks/torch/pytorch-native-overview]: Dynamo captures the Python
 traces it to ATen (decomposed to core ATen, the same op set `torch.export` gives), and its forward
 graph goes through our passes and lowering like any captured graph. Parameters and buffers, which
 Dynamo passes as graph inputs, are taken as constants of the compiled graph (inference: as when Neuron
-traces a model; change the weights and you must compile again). The backward graph is not lowered
-here: asking for it raises `CompileError` naming `trnlab.training.compile_train_step`, which compiles a whole
-training step from AOT Autograd's joint forward + backward graph (notebook 07).
+traces a model; change the weights and you must compile again) — under `torch.no_grad()`. When an input
+needs gradients, AOT Autograd's forward and backward graphs both go through the training lowering
+(trnlab.training.aot): parameters are runtime inputs, the backward takes the forward's saved tensors,
+and `loss.backward()` runs the backward program on the simulated device. A whole step with AdamW fused
+in is `trnlab.training.compile_train_step` (notebook 07).
 """
 from __future__ import annotations
 
@@ -78,17 +80,70 @@ def backend(gm: torch.fx.GraphModule, example_inputs, **kwargs):
         backend.last = compiled
         return run
 
+    training = torch.is_grad_enabled() and any(isinstance(x, torch.Tensor) and x.requires_grad
+                                               for x in example_inputs)
+    if not training:
+        return aot_autograd(fw_compiler=fw_compiler, decompositions=core_aten_decompositions())(gm, example_inputs)
+    return _training_backend(gm, example_inputs, names, options)
+
+
+def _training_backend(gm, example_inputs, names: list, options: dict):
+    """Forward and backward through the training lowering (trnlab.training.aot): parameters are runtime
+    inputs (the optimizer changes them), buffers constants; the backward graph takes the forward's
+    saved tensors."""
+    from torch._dynamo.backends.common import aot_autograd
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+    from trnlab.training import aot
+    defaults = {"autocast": "none", "fallback": False}
+    unknown = {k for k, v in options.items() if k != "target" and defaults.get(k, object()) != v}
+    if unknown:
+        raise CompileError(f"training through torch.compile(backend='trnlab'): options {sorted(unknown)} are not "
+                           f"supported (only target=); autocast and fallback are inference-only here", op="options")
+    target = options.get("target", "trn2")
+    buffers = {i: x for i, (n, x) in enumerate(zip(names, example_inputs)) if "_buffers_" in n}
+    shared: dict = {}
+    out = [n for n in gm.graph.nodes if n.op == "output"][0].args[0]
+    user_outputs = len(out) if isinstance(out, (tuple, list)) else 1
+
+    def fw_compiler(fw_gm, fw_inputs):
+        with unset_fake_temporarily():
+            fw_names = [n.name for n in fw_gm.graph.nodes if n.op == "placeholder"]
+            constants = {fw_names[i]: x for i, x in buffers.items()}
+            # AOT's forward returns the model's outputs first (no input is mutated here), then the saved tensors
+            program = aot.compile_phase(fw_gm, "forward", constants, target, name=type(gm).__name__,
+                                        user_outputs=user_outputs)
+        shared["forward"] = program
+        backend.last_training = shared
+        return _boxed(program)
+
     def bw_compiler(bw_gm, bw_inputs):
-        raise CompileError("the backward graph of torch.compile(backend='trnlab') is not lowered: this backend "
-                           "compiles forward (inference) graphs; run the compiled model under torch.no_grad(), or "
-                           "compile a whole training step (AOT Autograd's joint graph, forward + backward + AdamW) "
-                           "with trnlab.training.compile_train_step", op="backward")
+        with unset_fake_temporarily():
+            saved = shared["forward"].saved_constants
+            bw_names = [n.name for n in bw_gm.graph.nodes if n.op == "placeholder"]
+            program = aot.compile_phase(bw_gm, "backward", {n: saved[n] for n in bw_names if n in saved}, target,
+                                        name=type(gm).__name__)
+        shared["backward"] = program
+        return _boxed(program)
 
     return aot_autograd(fw_compiler=fw_compiler, bw_compiler=bw_compiler,
-                        decompositions=core_aten_decompositions())(gm, example_inputs)
+                        decompositions=aot.decompositions())(gm, example_inputs)
+
+
+def _boxed(program):
+    from functorch.compile import make_boxed_func
+
+    def run(args):
+        out = program(list(args))
+        args.clear()
+        return out
+
+    run._boxed_call = True
+    run.program = program
+    return run
 
 
 backend.last = None
+backend.last_training = None     # {'forward': PhaseProgram, 'backward': PhaseProgram}
 
 
 def register() -> None:

@@ -363,13 +363,16 @@ def _lower(g: Graph, node: Node, region: str, phase: str, new_constants: dict) -
     raise _unsupported(node, "no kernel implements it in the training lowering")
 
 
-def lower_step(g: Graph, loss: str) -> tuple[list, dict]:
-    """([StepCall] in graph order, {new constant name: array}) for a joint graph."""
-    forward = forward_nodes(g, loss)
+def lower_step(g: Graph, loss: str | None, phase: str | None = None) -> tuple[list, dict]:
+    """([StepCall] in graph order, {new constant name: array}) for a joint graph (forward = what `loss`
+    depends on), or, with `phase`, for a graph that is all one phase (AOT Autograd's separate forward
+    and backward graphs, trnlab.training.aot)."""
+    forward = forward_nodes(g, loss) if phase is None else set()
     calls, counts, new_constants = [], {}, {}
     grouped: dict = {}
+    fixed = phase
     for node in g.nodes:
-        phase = "forward" if node.name in forward else "backward"
+        phase = fixed or ("forward" if node.name in forward else "backward")
         label = node.op if node.op != "layer_norm_backward" else "layer_norm_backward"
         region = f"{phase}/{label}.{counts.get((phase, label), 0)}"
         if node.op == "layer_norm_backward":

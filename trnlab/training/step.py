@@ -102,6 +102,28 @@ def _kernel(path: str):
     return getattr(importlib.import_module(f"trnlab.kernels.{module}"), name)
 
 
+def _shaped(x, shape):
+    return x if shape is None or tuple(x.shape) == tuple(shape) else x.reshape(shape)
+
+
+def run_calls(calls: list, values: dict) -> dict:
+    """Call every kernel of a lowered graph (inside `nki.trace`), each in its region; `values` maps value
+    names to arrays and receives every output."""
+    import trnlab.nki as nki
+    for call in calls:
+        if call.kind == "view":
+            values[call.outputs[0]] = _shaped(values[call.inputs[0]], call.out_shapes[0])
+            continue
+        args = [None if i is None else _shaped(values[i], s) for i, s in zip(call.inputs, call.views)]
+        with nki.region(call.region):
+            out = _kernel(call.kernel)(*args, **call.kwargs)
+        outs = out if isinstance(out, tuple) else (out,)
+        for name, shape, o in zip(call.outputs, call.out_shapes, outs):
+            if name is not None:
+                values[name] = _shaped(o, shape)
+    return values
+
+
 def _param_view(shape) -> tuple:
     """The 2-D shape AdamW sees a parameter as: [128, n / 128] when 128 divides n (every partition
     works), else its rows ([R, C]) or one row."""
@@ -175,22 +197,11 @@ class TrainStep:
         names = self._input_names()
         calls, joint, opt = self.calls, self.joint, self.optimizer
 
-        def shaped(x, shape):
-            return x if shape is None or tuple(x.shape) == tuple(shape) else x.reshape(shape)
+        shaped = _shaped
 
         def train_step(*arrays):
             values = dict(zip(names, arrays))
-            for call in calls:
-                if call.kind == "view":
-                    values[call.outputs[0]] = shaped(values[call.inputs[0]], call.out_shapes[0])
-                    continue
-                args = [None if i is None else shaped(values[i], s) for i, s in zip(call.inputs, call.views)]
-                with nki.region(call.region):
-                    out = _kernel(call.kernel)(*args, **call.kwargs)
-                outs = out if isinstance(out, tuple) else (out,)
-                for name, shape, o in zip(call.outputs, call.out_shapes, outs):
-                    if name is not None:
-                        values[name] = shaped(o, shape)
+            run_calls(calls, values)
             new_params, new_m, new_v, grads = [], [], [], []
             for n in self.names:
                 view = _param_view(self.params[n].shape)

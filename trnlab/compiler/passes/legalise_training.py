@@ -9,6 +9,7 @@ ATen op, each naming the kernel it will become:
     _softmax_backward_data(dy, y, dim)         -> softmax_backward(y, dy)
     nll_loss_forward(_log_softmax(z), t)[0]    -> cross_entropy(z, t)        (mean, ignore_index)
     _log_softmax_backward_data(nll_loss_backward(g, _log_softmax(z), t), ·) -> cross_entropy_backward(z, t, g)
+        (in a backward graph alone, z or log_softmax(z) is a saved input: the same kernel, same result)
     embedding_dense_backward(dy, ids, V)       -> embedding_backward(ids, dy, num_embeddings=V)
     sum.dim_IntList(x, dims, keepdim)          -> sum(x, dims=, keepdim=)     (bias gradients)
     cat(xs, dim)                               -> concat(*xs, dim=)           (the q, k, v gradients)
@@ -33,6 +34,16 @@ def _producer(g: Graph, name: str) -> Node | None:
     while node is not None and node.op == "copy":
         node = g.node(node.inputs[0])
     return node
+
+
+def _saved(g: Graph, name: str) -> str | None:
+    """`name` if it is a graph input (a saved tensor of AOT Autograd's backward graph), looking through
+    copies; else None."""
+    node = g.node(name) if isinstance(name, str) else None
+    while node is not None and node.op == "copy":
+        name = node.inputs[0]
+        node = g.node(name)
+    return name if node is None and name in g.inputs else None
 
 
 def _rule(g: Graph, node: Node) -> bool:
@@ -69,13 +80,21 @@ def _rule(g: Graph, node: Node) -> bool:
         grad, logp = args[:2]
         nll = _producer(g, grad)
         source = _producer(g, logp)
-        if nll is None or nll.op != "aten.nll_loss_backward.default" or source is None \
-                or source.op != "aten._log_softmax.default":
+        if nll is None or nll.op != "aten.nll_loss_backward.default":
+            return False
+        if source is not None and source.op == "aten._log_softmax.default":
+            logits = _args(source)[0]
+        elif source is None and _saved(g, logp) and len(g.values[_saved(g, logp)].shape) == 2:
+            # AOT Autograd's separate backward graph: the forward's saved tensor is an input. Softmax is
+            # blind to a constant added to a row, so softmax(log_softmax(z)) = softmax(z): the kernel
+            # takes the saved log-probabilities (or the logits, trnlab.training.aot saves those) as they are.
+            logits = _saved(g, logp)
+        else:
             return False
         grad_loss, _, target, weight, reduction, ignore = _args(nll)[:6]
         if weight is not None or reduction != 1:
             return False
-        _set(node, "cross_entropy_backward", [_args(source)[0], target, grad_loss], {"ignore_index": int(ignore)})
+        _set(node, "cross_entropy_backward", [logits, target, grad_loss], {"ignore_index": int(ignore)})
     elif op == "aten.embedding_dense_backward.default":
         grad, ids, num_weights, padding_idx, scale = args[:5]
         if padding_idx not in (-1, None) or scale:

@@ -1,0 +1,190 @@
+"""AOT Autograd's forward and backward graphs, each compiled by the training lowering to one program.
+
+`torch.compile(model, backend="trnlab")` on a model whose parameters need gradients hands AOT Autograd
+a `fw_compiler` and a `bw_compiler` (trnlab.compiler.dynamo); both call `compile_phase` here. The chain
+is the training step's (capture.decompositions, legalise + legalise_training + fold, lower.py's
+rewrites and `lower_step`, step.run_calls, `nki.trace`, `Device.run`), on one graph at a time instead
+of the joint graph: parameters are runtime inputs, buffers (the causal mask) constants.
+
+Two things differ from the joint graph, both because the forward hands the backward its saved tensors:
+
+- outputs the forward only passes along (a parameter, a tensor made of constants such as the causal
+  mask's `bitwise_not`) are not computed on the device: the input is returned, the constant is
+  returned and given to the backward graph as a constant (the lowering needs the mask known);
+- the forward saves `log_softmax(z)` for the backward of the loss; the forward's `cross_entropy`
+  kernel does not materialise it, so the forward saves the logits z instead (legalise_training's rule
+  for a backward graph alone takes either: softmax(log_softmax(z)) = softmax(z)), and NLL's
+  `total_weight`, which `cross_entropy_backward` does not read (it counts the targets itself), is a
+  host zero; so are layer norm's saved mean and rstd (`layer_norm_backward` recomputes them from x).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from trnlab.compiler.errors import CompileError
+from trnlab.compiler.ops import to_numpy, to_torch
+from trnlab.training import capture as capture_mod
+from trnlab.training import lower as lower_mod
+from trnlab.training.step import _as_int32, run_calls
+
+
+def _aten(node: torch.fx.Node, name: str) -> bool:
+    return node.op == "call_function" and getattr(node.target, "__name__", "") in (name, f"{name}.default")
+
+
+def _through_alias(node):
+    while isinstance(node, torch.fx.Node) and _aten(node, "alias"):
+        node = node.args[0]
+    return node
+
+
+def save_logits_not_log_probs(fx_gm: torch.fx.GraphModule, user_outputs: int = 0) -> dict:
+    """Rewrite a forward graph's outputs: log_softmax(z) (or an alias of it) -> z; NLL's total_weight and
+    layer norm's mean and rstd (read by no backward kernel) -> marked for a host zero. Only the saved
+    tensors change (after the first `user_outputs`, which the model returns). Returns {output position:
+    its fake tensor} for the host-made outputs."""
+    import operator
+    out = [n for n in fx_gm.graph.nodes if n.op == "output"][0]
+    outs = list(out.args[0])
+    host = {}
+    for i, o in enumerate(outs):
+        if i < user_outputs:
+            continue
+        src = _through_alias(o)
+        if isinstance(src, torch.fx.Node) and _aten(src, "_log_softmax"):
+            outs[i] = src.args[0]
+        elif isinstance(o, torch.fx.Node) and o.op == "call_function" and o.target is operator.getitem and (
+                (_aten(o.args[0], "nll_loss_forward") and o.args[1] == 1)
+                or (_aten(o.args[0], "native_layer_norm") and o.args[1] in (1, 2))):
+            host[i] = o.meta["val"]
+    out.args = (tuple(outs),)
+    fx_gm.graph.eliminate_dead_code()
+    fx_gm.recompile()
+    return host
+
+
+@dataclass
+class PhaseProgram:
+    """One of AOT Autograd's graphs on the device: `program(*tensors) -> [tensors]` as AOT calls it."""
+    phase: str                          # "forward" | "backward"
+    graph: object                       # the IR graph after the passes and rewrites
+    calls: list                         # the lowered StepCalls
+    input_names: list                   # the program's inputs: constants, then the graph's inputs
+    constants: dict
+    outputs: list                       # per FX output: ("device", k) | ("input", i) | ("const", name) | ("host", val)
+    target: str = "trn2"
+    program: object = None
+    times: dict = field(default_factory=dict)
+    last_run: object = None             # the last launch (trnlab.hardware Run: outputs, latency_ns, profile)
+    output_meta: list = field(default_factory=list)       # each FX output's fake tensor (shape, dtype) or None
+    saved_constants: dict = field(default_factory=dict)   # forward: saved tensor name -> constant for the backward
+    _user_positions: list = field(default_factory=list)   # which of AOT's arguments are the program's inputs
+
+    def listing(self) -> str:
+        lines = [f"{self.phase} graph for {self.target}: {sum(c.kind == 'kernel' for c in self.calls)} kernel calls"]
+        lines += [f"  {c.region:34s} {c.describe()}" for c in self.calls]
+        return "\n".join(lines)
+
+    def _function(self, device_outputs: list):
+        names, calls = self.input_names, self.calls
+
+        def phase_program(*arrays):
+            values = run_calls(calls, dict(zip(names, arrays)))
+            return tuple(values[o] for o in device_outputs)
+
+        return phase_program
+
+    def __call__(self, *args):
+        import trnlab.nki as nki
+        from trnlab.hardware.device import Device
+        args = args[0] if len(args) == 1 and isinstance(args[0], list) else args
+        user = [_as_int32(to_numpy(a.detach() if isinstance(a, torch.Tensor) else torch.as_tensor(a)))
+                for a in args]
+        arrays = list(self.constants.values()) + [user[i] for i in self._user_positions]
+        device_outputs = [self.graph.outputs[k] for kind, k in self.outputs if kind == "device"]
+        if self.program is None:
+            t0 = time.perf_counter()
+            self.program = nki.trace(self._function(device_outputs), *arrays, target=self.target)
+            self.times["trace"] = time.perf_counter() - t0
+        run = Device(self.target, mode="full", cores=1).run(self.program, *arrays, region=self.phase)
+        self.last_run = run
+        results = iter(run.outputs)
+        out = []
+        for (kind, k), meta in zip(self.outputs, self.output_meta):
+            if kind == "device":                  # in the FX output's shape and dtype (a loss is [], not [1])
+                out.append(to_torch(np.asarray(next(results))).reshape(meta.shape).to(meta.dtype))
+            elif kind == "input":
+                out.append(args[k])
+            elif kind == "const":
+                out.append(to_torch(np.array(self.graph.constants[k])))
+            elif kind == "none":
+                out.append(None)
+            else:
+                out.append(torch.zeros(k.shape, dtype=k.dtype))
+        return out
+
+
+def compile_phase(fx_gm: torch.fx.GraphModule, phase: str, constants: dict, target: str = "trn2",
+                  name: str = "graph", user_outputs: int = 0) -> PhaseProgram:
+    """Compile one of AOT Autograd's graphs. `constants`: FX placeholder name -> tensor for the inputs that
+    are constants of the program (buffers; the saved tensors the forward computed from constants).
+    `user_outputs`: how many of a forward graph's outputs the model returns (the rest are saved tensors)."""
+    from trnlab.compiler import capture
+    from trnlab.compiler.passes import fold, legalise, legalise_training
+    t0 = time.perf_counter()
+    host = save_logits_not_log_probs(fx_gm, user_outputs) if phase == "forward" else {}
+    placeholders = [n.name for n in fx_gm.graph.nodes if n.op == "placeholder"]
+    spec = {p: ("const", constants[p], p) if p in constants else ("input", None) for p in placeholders}
+    g = capture.from_fx(fx_gm, spec, name=f"{name}_{phase}")
+    fx_outputs = list([n for n in fx_gm.graph.nodes if n.op == "output"][0].args[0])
+    tensors = [i for i, o in enumerate(fx_outputs) if isinstance(o, torch.fx.Node)]   # None: no gradient
+    if len(g.outputs) != len(tensors):
+        raise CompileError(f"{phase} graph: {len(tensors)} tensor outputs in FX, {len(g.outputs)} after capture",
+                           op=phase)
+    by_position = dict(zip(tensors, g.outputs))
+    kept = [i for i in tensors if i not in host]                   # device outputs, by FX position
+    g.outputs = [by_position[i] for i in kept]
+    for p in (legalise, legalise_training, fold):
+        g = p.run(g)
+    lower_mod.compose_transposes(g)
+    lower_mod.fold_matmul_transposes(g)
+    lower_mod.transposed_products(g)
+    lower_mod.fold_matmul_transposes(g)
+    lower_mod.fuse_bias(g)
+    outputs, position = [], {i: j for j, i in enumerate(kept)}
+    for i in range(len(fx_outputs)):
+        if i in host:
+            outputs.append(("host", host[i]))
+            continue
+        if i not in position:
+            outputs.append(("none", None))
+            continue
+        o = g.outputs[position[i]]
+        kind = g.values[o].kind
+        if kind == "input":
+            outputs.append(("input", placeholders.index(o)))
+        elif kind in ("const", "param"):
+            outputs.append(("const", o))
+        else:
+            outputs.append(("device", position[i]))
+    calls, extra = lower_mod.lower_step(g, None, phase=phase)
+    consts = {k: _as_int32(np.ascontiguousarray(v)) for k, v in g.constants.items()}
+    consts.update(extra)
+    inputs = [i for i in g.inputs]
+    prog = PhaseProgram(phase, g, calls, list(consts) + inputs, consts, outputs, target)
+    prog.output_meta = [o.meta["val"] if isinstance(o, torch.fx.Node) else None for o in fx_outputs]
+    prog._user_positions = [placeholders.index(i) for i in inputs]
+    # what the backward graph takes as constants: the saved tensors the forward made of constants alone
+    prog.saved_constants = {fx_outputs[i].name: to_torch(np.array(g.constants[k]))
+                            for i, (kind, k) in enumerate(outputs) if kind == "const"}
+    prog.times["compile"] = time.perf_counter() - t0
+    return prog
+
+
+def decompositions() -> dict:
+    """The training step's decomposition table (core ATen minus the ops with kernels of their own)."""
+    return capture_mod.decompositions()
