@@ -826,14 +826,47 @@ def values_ok(program) -> bool:
     return ok
 
 
+class _Kind:
+    """The memory a prototype tensor claims to be in (prototypes hold no values)."""
+
+    def __init__(self, kind: str):
+        self.kind = kind
+
+
+def values_plan(program) -> list:
+    """The program's steps for `run_values`, resolved once (cached on the program): per step the
+    opcode, attributes, operands as (name, buffer id, prototype view: the operand's index parsed
+    once on a value-less tensor of the buffer's shape), the tiles it allocates (buffer id,
+    prototype tensor, memory) and the tiles it frees."""
+    cached = getattr(program, "_values_plan", None)
+    if cached is not None and cached[0] is program:
+        return cached[1]
+    from .replay import plan
+    buffers = program.buffers
+    protos = {}
+    for b in buffers:
+        kind = _Kind(b.memory)
+        if b.memory == "hbm":
+            protos[b.id] = Tensor(kind, b.shape, b.dtype, b.name, None, 0, False)
+        else:
+            protos[b.id] = Tensor(kind, b.shape, b.dtype, b.name, b.partition_axis, b.offset, False)
+    steps = []
+    for opcode, attrs, operands, _line, _region, allocs, frees in plan(program).steps:
+        ops_ = tuple((name, bid, protos[bid].full if index is None else View(protos[bid], index))
+                     for name, bid, index in operands)
+        steps.append((opcode, attrs, ops_, tuple((bid, protos[bid], buffers[bid].memory) for bid in allocs),
+                      tuple(frees)))
+    program._values_plan = (program, steps)
+    return steps
+
+
 def run_values(program, core, tensors: dict) -> None:
     """Compute the values of `program` on full-mode `core`: HBM tensors in `tensors` (buffer id ->
     Tensor, from `replay.bind_inputs`); on-chip tiles are fresh tensors at their allocated offsets
     that the core's memories do not book (the timing replay keeps the memories' state)."""
     from .program import locate_instruction
-    from .replay import plan
-    p = plan(program)
-    buffers = program.buffers
+    from .tensor import fresh_like
+    steps = values_plan(program)
     values = getattr(core, "_values_core", None)
     if values is None or values.spec is not core.spec:
         values = core._values_core = ValuesCore(core.spec)
@@ -841,15 +874,17 @@ def run_values(program, core, tensors: dict) -> None:
     memories = {"sbuf": core.sbuf, "psum": core.psum}
     tiles = {}
     try:
-        for k, (opcode, attrs, operands, _line, _region, allocs, frees) in enumerate(p.steps):
-            for bid in allocs:
-                b = buffers[bid]
-                tiles[bid] = tensors[bid] = Tensor(memories[b.memory], b.shape, b.dtype, b.name,
-                                                   b.partition_axis, b.offset, True)
+        for k, (opcode, attrs, operands, allocs, frees) in enumerate(steps):
+            for bid, proto, memory in allocs:
+                tiles[bid] = tensors[bid] = fresh_like(proto, memories[memory])
             kwargs = dict(attrs)
-            for name, bid, index in operands:
+            for name, bid, proto in operands:
                 t = tensors[bid]
-                kwargs[name] = t.full if index is None else View(t, index)
+                pt = proto.tensor
+                if t.shape == pt.shape and t.dtype == pt.dtype:
+                    kwargs[name] = proto.on(t)
+                else:                                 # a resident tensor of another shape
+                    kwargs[name] = View(t, proto.index)
             try:
                 getattr(values, opcode)(**kwargs)
             except Exception as error:
