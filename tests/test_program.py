@@ -457,3 +457,28 @@ def test_the_cyclic_gc_is_paused_while_tracing_and_restored_after():
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+def test_a_view_rebound_to_a_fresh_tensor_is_the_view_parsed_on_it():
+    from hypothesis import given, settings, strategies as st
+    from trnlab.hardware.core import NeuronCore
+    from trnlab.hardware.tensor import View, fresh_like
+
+    core = NeuronCore("trn2", mode="full")
+    proto = core.sbuf.allocate((128, 6, 40), "bfloat16", "tile")
+    slots = ("index", "shape", "box", "basic", "part_start", "partitions", "part_first", "size",
+             "nbytes", "free_size")
+
+    @settings(max_examples=60, deadline=None)
+    @given(st.integers(0, 127), st.integers(1, 128), st.integers(0, 5), st.integers(0, 39),
+           st.integers(1, 40))
+    def check(p0, np_, a, f0, nf):
+        index = (slice(p0, min(p0 + np_, 128)), a, slice(f0, min(f0 + nf, 40)))
+        fresh = fresh_like(proto, core.sbuf)
+        rebound, parsed = View(proto, index).on(fresh), View(fresh, index)
+        assert rebound.tensor is fresh
+        assert all(getattr(rebound, s) == getattr(parsed, s) for s in slots)
+        assert fresh.written is not None and not fresh.written.any()      # nothing written yet
+        assert fresh.full.tensor is fresh and fresh.offset == proto.offset
+
+    check()
