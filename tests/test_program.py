@@ -8,7 +8,7 @@ import pytest
 import trnlab.nki as nki
 import trnlab.nki.isa as nisa
 import trnlab.nki.language as nl
-from trnlab.hardware import errors, presets
+from trnlab.hardware import dtypes, errors, presets
 from trnlab.hardware.device import Device, DeviceError
 from trnlab.hardware.program import Program
 from trnlab.kernels import matmul_ladder as ladder
@@ -321,7 +321,7 @@ def test_compiled_replay_on_several_cores_sharing_hbm_gives_the_same_timelines()
     assert len(fast[2][0]) == 2 * len(program)
 
 
-def test_compiled_replay_is_used_in_timing_mode_and_the_checked_one_in_full_mode():
+def test_compiled_replay_is_used_in_timing_and_in_full_mode():
     args = (SD((256, 320), "float32"), SD((320,), "float32"), SD((320,), "float32"))   # traced here only
     program = nki.trace(norms.layer_norm, *args, target="trn2")
     timing = Device("trn2", mode="timing", cores=1)
@@ -331,8 +331,80 @@ def test_compiled_replay_is_used_in_timing_mode_and_the_checked_one_in_full_mode
     resolved = next(iter(cache.values()))
     x = RNG.standard_normal((256, 320)).astype(np.float32)
     g, b = np.ones(320, np.float32), np.zeros(320, np.float32)
-    full = Device("trn2", mode="full", cores=1).run(program, x, g, b)
-    assert full.outputs is not None and len(resolved._resolved) == 1   # full mode did not use it
+    calls = []
+    original = compiled_replay.run_values
+    compiled_replay.run_values = lambda *a: calls.append(1) or original(*a)
+    try:
+        full = Device("trn2", mode="full", cores=1).run(program, x, g, b)
+    finally:
+        compiled_replay.run_values = original
+    assert full.outputs is not None and calls == [1]            # values beside the compiled timing
+    assert len(cache) == 1 and len(resolved._resolved) == 1     # the same compiled program
+
+
+def _full_runs(program, args, checked: bool, target="trn2", launches: int = 2):
+    """Outputs of each launch and the core's records, regions and clocks after `launches` full-mode
+    launches, through the checked replay or the compiled one (timing) + values."""
+    from trnlab.hardware import device as device_module
+    device = Device(target, mode="full", cores=1)
+    original = device_module.execute
+    device_module.execute = lambda *a, **k: original(*a, **k, checked=checked)
+    try:
+        outputs = [device.run(program, *args).outputs for _ in range(launches)]
+    finally:
+        device_module.execute = original
+    c = device.cores[0]
+    return outputs, (c.timeline.records, c.timeline.regions, c._free, c._now)
+
+
+@pytest.mark.parametrize("target", ["trn1", "trn2"])
+@pytest.mark.parametrize("case", sorted(COMPILED_CASES))
+def test_full_mode_compiled_replay_gives_the_same_values_and_timeline_as_the_checked_one(case, target):
+    kernel, shapes = COMPILED_CASES[case]
+    program = nki.trace(kernel, *shapes, target=target)
+    rng = np.random.default_rng(7)
+    args = [dtypes.cast(rng.standard_normal(s.shape), dtypes.as_dtype(s.dtype)) for s in shapes]
+    fast_out, fast_timeline = _full_runs(program, args, False, target)
+    slow_out, slow_timeline = _full_runs(program, args, True, target)
+    assert fast_timeline == slow_timeline
+    for a, b in zip(fast_out, slow_out):
+        np.testing.assert_array_equal(np.asarray(a, np.float32), np.asarray(b, np.float32))
+
+
+def test_full_mode_compiled_replay_keeps_the_uninitialized_read_check():
+    @nki.jit
+    def reads_garbage(a):
+        t = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t[:, 0:32], src=a[:, 0:32])
+        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=t)              # half of t was never written
+        return out
+
+    program = nki.trace(reads_garbage, SD((128, 64), "float32"))
+    device = Device("trn2", mode="full", cores=1)
+    with pytest.raises(errors.UninitializedReadError):
+        device.run(program, np.zeros((128, 64), np.float32))
+    assert len(device.cores[0].timeline.records) == 0       # values first: no records were made
+
+
+def test_full_mode_compiled_replay_continues_the_random_stream_like_the_checked_one():
+    @nki.jit
+    def drop(a):
+        t = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=a)
+        nisa.dropout(dst=t, data=t, prob=0.5)
+        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=t)
+        return out
+
+    program = nki.trace(drop, SD((128, 64), "float32"))
+    x = np.ones((128, 64), np.float32)
+    fast, fast_timeline = _full_runs(program, [x], False, launches=3)
+    slow, slow_timeline = _full_runs(program, [x], True, launches=3)
+    assert fast_timeline == slow_timeline
+    assert not np.array_equal(fast[0], fast[1])              # the stream goes on between launches
+    for a, b in zip(fast, slow):
+        np.testing.assert_array_equal(a, b)
 
 
 def test_a_program_loaded_from_json_is_described_again_and_replays_the_same(tmp_path):
@@ -385,3 +457,28 @@ def test_the_cyclic_gc_is_paused_while_tracing_and_restored_after():
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+def test_a_view_rebound_to_a_fresh_tensor_is_the_view_parsed_on_it():
+    from hypothesis import given, settings, strategies as st
+    from trnlab.hardware.core import NeuronCore
+    from trnlab.hardware.tensor import View, fresh_like
+
+    core = NeuronCore("trn2", mode="full")
+    proto = core.sbuf.allocate((128, 6, 40), "bfloat16", "tile")
+    slots = ("index", "shape", "box", "basic", "part_start", "partitions", "part_first", "size",
+             "nbytes", "free_size")
+
+    @settings(max_examples=60, deadline=None)
+    @given(st.integers(0, 127), st.integers(1, 128), st.integers(0, 5), st.integers(0, 39),
+           st.integers(1, 40))
+    def check(p0, np_, a, f0, nf):
+        index = (slice(p0, min(p0 + np_, 128)), a, slice(f0, min(f0 + nf, 40)))
+        fresh = fresh_like(proto, core.sbuf)
+        rebound, parsed = View(proto, index).on(fresh), View(fresh, index)
+        assert rebound.tensor is fresh
+        assert all(getattr(rebound, s) == getattr(parsed, s) for s in slots)
+        assert fresh.written is not None and not fresh.written.any()      # nothing written yet
+        assert fresh.full.tensor is fresh and fresh.offset == proto.offset
+
+    check()

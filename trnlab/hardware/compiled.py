@@ -37,6 +37,8 @@ from __future__ import annotations
 
 from bisect import bisect_right
 
+import numpy as np
+
 from . import cost, dtypes
 from .core import ACT, DVE, PE, POOL, NeuronCore, _free_byte_range, _Port, _view
 from .errors import EngineError
@@ -517,7 +519,7 @@ def layout_of(core) -> dict:
 
 def can_run(compiled: Compiled, core, resident: dict) -> bool:
     """Is the compiled replay exact here? (see the module docstring)"""
-    if core.full or not compiled.positive:
+    if not compiled.positive:
         return False
     if core.sbuf.tensors or core.psum.tensors:
         return False
@@ -769,3 +771,139 @@ def run_timing(compiled: Compiled, core, resident: dict, region: str = "") -> No
     timeline.regions.extend((prefix + name, base + a, base + b) for name, a, b in r.spans)
     if region:
         timeline.regions.append((region, base, base + r.records))
+
+
+# -- full mode: the values of a compiled program ---------------------------------------------------
+class ValuesCore(NeuronCore):
+    """A full-mode core that only computes values: the instruction methods run (the same NumPy
+    code as a checked replay), but their scheduling step is dropped — `run_timing` computes the
+    times. Matmuls skip their rule checks and cost (done at trace) and go straight to the values.
+    The Scalar engine's reduce registers and the random stream are the real core's (`bind`)."""
+
+    def __init__(self, spec):
+        super().__init__(spec, mode="full", name="values")
+
+    def bind(self, core) -> None:
+        self._act_regs = core._act_regs
+        rng = getattr(core, "_rng", None)
+        if rng is not None:
+            self._rng = rng
+        elif hasattr(self, "_rng"):
+            del self._rng
+
+    def _issue(self, eid, opcode, dur, reads, write, flops=0.0, also_write=None):
+        return -1
+
+    def _pe_issue(self, opcode, st, reads, dst, flops, sbuf, psum):
+        return -1
+
+    def _schedule_dma(self, dst, src, reads, nbytes, queue, opcode) -> int:
+        return -1
+
+    def _cost_ns(self, eid, opcode, reads, writes, **attrs) -> float:
+        return 0.0
+
+    def nc_matmul(self, dst, stationary, moving, accumulate=None) -> int:
+        dst, st, mv = _view(dst, "dst"), _view(stationary, "stationary"), _view(moving, "moving")
+        self._matmul_values(dst, st, mv, st.partitions, st.free_size, mv.free_size, accumulate)
+        return -1
+
+    def set_rng_seed(self, seed) -> int:
+        if isinstance(seed, (Tensor, View)):
+            v = _view(seed, "seed")
+            v.check_initialized()
+            seed = int(np.asarray(v.values()).reshape(-1)[0])
+        self._rng = np.random.default_rng(int(seed) & 0xFFFFFFFF)
+        return -1
+
+
+def values_ok(program) -> bool:
+    """Can full mode compute this program's values beside the compiled timing replay? Not with
+    device_print (its output is printed by the instruction, in order)."""
+    ok = getattr(program, "_values_ok", None)
+    if ok is None:
+        ok = program._values_ok = all(i.opcode != "device_print" for i in program.instructions)
+    return ok
+
+
+class _Kind:
+    """The memory a prototype tensor claims to be in (prototypes hold no values)."""
+
+    def __init__(self, kind: str):
+        self.kind = kind
+
+
+def values_plan(program) -> list:
+    """The program's steps for `run_values`, resolved once (cached on the program): per step the
+    opcode, attributes, operands as (name, buffer id, prototype view: the operand's index parsed
+    once on a value-less tensor of the buffer's shape), the tiles it allocates (buffer id,
+    prototype tensor, memory) and the tiles it frees."""
+    cached = getattr(program, "_values_plan", None)
+    if cached is not None and cached[0] is program:
+        return cached[1]
+    from .replay import plan
+    buffers = program.buffers
+    protos = {}
+    for b in buffers:
+        kind = _Kind(b.memory)
+        if b.memory == "hbm":
+            protos[b.id] = Tensor(kind, b.shape, b.dtype, b.name, None, 0, False)
+        else:
+            protos[b.id] = Tensor(kind, b.shape, b.dtype, b.name, b.partition_axis, b.offset, False)
+    steps = []
+    for opcode, attrs, operands, _line, _region, allocs, frees in plan(program).steps:
+        ops_ = tuple((name, bid, protos[bid].full if index is None else View(protos[bid], index))
+                     for name, bid, index in operands)
+        steps.append((opcode, attrs, ops_, tuple((bid, protos[bid], buffers[bid].memory) for bid in allocs),
+                      tuple(frees)))
+    program._values_plan = (program, steps)
+    return steps
+
+
+def run_values(program, core, tensors: dict) -> None:
+    """Compute the values of `program` on full-mode `core`: HBM tensors in `tensors` (buffer id ->
+    Tensor, from `replay.bind_inputs`); on-chip tiles are fresh tensors at their allocated offsets
+    that the core's memories do not book (the timing replay keeps the memories' state)."""
+    from .program import locate_instruction
+    from .tensor import fresh_like
+    steps = values_plan(program)
+    values = getattr(core, "_values_core", None)
+    if values is None or values.spec is not core.spec:
+        values = core._values_core = ValuesCore(core.spec)
+    values.bind(core)
+    memories = {"sbuf": core.sbuf, "psum": core.psum}
+    tiles = {}
+    try:
+        for k, (opcode, attrs, operands, allocs, frees) in enumerate(steps):
+            for bid, proto, memory in allocs:
+                tiles[bid] = tensors[bid] = fresh_like(proto, memories[memory])
+            kwargs = dict(attrs)
+            for name, bid, proto in operands:
+                t = tensors[bid]
+                pt = proto.tensor
+                if t.shape == pt.shape and t.dtype == pt.dtype:
+                    kwargs[name] = proto.on(t)
+                else:                                 # a resident tensor of another shape
+                    kwargs[name] = View(t, proto.index)
+            try:
+                getattr(values, opcode)(**kwargs)
+            except Exception as error:
+                raise locate_instruction(error, program, k)
+            for bid in frees:
+                _drop(tensors.pop(bid))
+                del tiles[bid]
+    finally:
+        for bid, t in tiles.items():
+            tensors.pop(bid, None)
+            _drop(t)
+        rng = getattr(values, "_rng", None)
+        if rng is not None:
+            core._rng = rng
+
+
+def _drop(t: Tensor) -> None:
+    """A tile's end (OnChipMemory.free without the memory's bookkeeping): its values go."""
+    t.freed = True
+    t._pending = None
+    t._data = None
+    t.written = None

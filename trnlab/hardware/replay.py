@@ -73,19 +73,22 @@ def execute(program: Program, core, args: list, region: str = "", hbm_tensors: d
             checked: bool = False) -> dict:
     """Run `program` on `core`; returns buffer id -> HBM Tensor.
 
-    Timing mode replays the compiled program (`compiled.py`: the same timeline, without the rule
-    checks the trace already made) wherever that is exact; full mode, or ``checked=True``, issues
-    every instruction to the core (checks, values, time)."""
-    if not checked and not core.full:
-        from .compiled import can_run, compiled_for, run_timing
+    Wherever that is exact, the times come from the compiled program (`compiled.py`: the same
+    timeline, without the rule checks the trace already made) and, in full mode, the values from
+    `compiled.run_values` (the core's NumPy code, without the scheduling); elsewhere, or with
+    ``checked=True``, every instruction is issued to the core (checks, values, time)."""
+    if not checked:
+        from .compiled import can_run, compiled_for, run_timing, run_values, values_ok
         if not program.allocated:
             allocate(program)
         with _gc.paused():
             compiled = compiled_for(program, core.spec)
         resident = dict(hbm_tensors or {})
-        if can_run(compiled, core, resident):
+        if can_run(compiled, core, resident) and (not core.full or values_ok(program)):
             tensors = bind_inputs(program, core, args, hbm_tensors)
             with _gc.paused():
+                if core.full:
+                    run_values(program, core, tensors)      # values first: an error leaves no records
                 run_timing(compiled, core, resident, region)
             return tensors
     p = plan(program)

@@ -177,6 +177,32 @@ class Tensor:
         return np.asarray(self.data, dtype=np.float32)
 
 
+_new_view = object.__new__
+
+
+def fresh_like(proto: Tensor, memory) -> Tensor:
+    """A new full-mode tensor in `memory` with the shape, dtype, name, partition axis and offset of
+    `proto` (a tensor of the same buffer, e.g. of an earlier replay): no values written yet (NaN
+    poison where read unwritten, as `Tensor(...)`), without recomputing what the shape implies."""
+    t = _new_view(Tensor)
+    t.name, t.shape, t.dtype, t.kind = proto.name, proto.shape, proto.dtype, proto.kind
+    t.partition_axis, t.offset, t.itemsize = proto.partition_axis, proto.offset, proto.itemsize
+    t.nbytes, t.partition_bytes = proto.nbytes, proto.partition_bytes
+    t.memory = memory
+    t.freed = False
+    t.alias_of = None
+    t.version = 0
+    t._shared = False
+    t._reads = []
+    t._writes = []
+    t._pending = None
+    t._data = np.empty(t.shape, dtype=t.dtype)
+    t.written = np.zeros(t.shape, dtype=bool)
+    t._unpoisoned = True
+    t.full = proto.full.on(t)
+    return t
+
+
 def _bounds_error(tensor, axis, value, n):
     return IndexError_(f"index out of range: index {value} on axis {axis} of {tensor.name!r} "
                        f"with size {n}", value=value, limit=n)
@@ -453,6 +479,16 @@ class View:
                 t.written[self.index] = True
                 if self.size * 8 >= t.written.size and t.written.all():
                     _all_written(t)
+
+    def on(self, tensor: Tensor) -> "View":
+        """This view's index on another tensor of the same shape, dtype and partition axis (a
+        replay's fresh tensor), without parsing the index again."""
+        v = _new_view(View)
+        v.tensor = tensor
+        v.index, v.shape, v.box, v.basic = self.index, self.shape, self.box, self.basic
+        v.part_start, v.partitions, v.part_first = self.part_start, self.partitions, self.part_first
+        v.size, v.nbytes, v.free_size = self.size, self.nbytes, self.free_size
+        return v
 
     def mark_written(self):
         t = self.tensor
