@@ -134,7 +134,6 @@ def compile_phase(fx_gm: torch.fx.GraphModule, phase: str, constants: dict, targ
     are constants of the program (buffers; the saved tensors the forward computed from constants).
     `user_outputs`: how many of a forward graph's outputs the model returns (the rest are saved tensors)."""
     from trnlab.compiler import capture
-    from trnlab.compiler.passes import fold, legalise, legalise_training
     t0 = time.perf_counter()
     host = save_logits_not_log_probs(fx_gm, user_outputs) if phase == "forward" else {}
     placeholders = [n.name for n in fx_gm.graph.nodes if n.op == "placeholder"]
@@ -148,13 +147,7 @@ def compile_phase(fx_gm: torch.fx.GraphModule, phase: str, constants: dict, targ
     by_position = dict(zip(tensors, g.outputs))
     kept = [i for i in tensors if i not in host]                   # device outputs, by FX position
     g.outputs = [by_position[i] for i in kept]
-    for p in (legalise, legalise_training, fold):
-        g = p.run(g)
-    lower_mod.compose_transposes(g)
-    lower_mod.fold_matmul_transposes(g)
-    lower_mod.transposed_products(g)
-    lower_mod.fold_matmul_transposes(g)
-    lower_mod.fuse_bias(g)
+    g = lower_mod.prepare(g)
     outputs, position = [], {i: j for j, i in enumerate(kept)}
     for i in range(len(fx_outputs)):
         if i in host:

@@ -183,6 +183,21 @@ def fuse_bias(g: Graph) -> int:
     return changed
 
 
+def prepare(g: Graph) -> Graph:
+    """The training graph's passes, in order: legalise, legalise_training and fold, then the
+    transpose and bias rewrites above (fold_matmul_transposes twice: transposed_products makes new
+    candidates). Used by `compile_train_step` and by the `torch.compile` path (aot.py)."""
+    from trnlab.compiler.passes import fold, legalise, legalise_training
+    for p in (legalise, legalise_training, fold):
+        g = p.run(g)
+    compose_transposes(g)
+    fold_matmul_transposes(g)
+    transposed_products(g)
+    fold_matmul_transposes(g)
+    fuse_bias(g)
+    return g
+
+
 def autocast_matmuls(g: Graph, low: str = "bfloat16") -> int:
     """`--auto-cast matmult` for training: the two operands of every matmul are converted to `low`
     (one convert per value); accumulation is fp32 in PSUM and the product leaves in fp32, so the

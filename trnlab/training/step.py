@@ -142,7 +142,6 @@ class TrainStep:
 
     def __init__(self, model: torch.nn.Module, example_batch: tuple, target: str = "trn2",
                  autocast: str = "none", optimizer: AdamWConfig = AdamWConfig()):
-        from trnlab.compiler.passes import fold, legalise, legalise_training
         if autocast not in ("none", "matmult"):
             raise ValueError(f"autocast {autocast!r}: training supports 'none' and 'matmult' (bf16 matmuls, fp32 "
                              f"master weights, gradients and optimizer state)")
@@ -154,13 +153,7 @@ class TrainStep:
         self.times["capture (AOT Autograd)"] = joint.seconds
         t0 = time.perf_counter()
         g = joint.graph.copy()
-        for p in (legalise, legalise_training, fold):
-            g = p.run(g)
-        lower_mod.compose_transposes(g)
-        lower_mod.fold_matmul_transposes(g)
-        lower_mod.transposed_products(g)
-        lower_mod.fold_matmul_transposes(g)
-        lower_mod.fuse_bias(g)
+        g = lower_mod.prepare(g)
         if autocast == "matmult":
             lower_mod.autocast_matmuls(g)
         self.graph = g
