@@ -36,13 +36,14 @@ duration.
 from __future__ import annotations
 
 from bisect import bisect_right
+from heapq import heapify, heapreplace
 
 import numpy as np
 
-from . import cost, dtypes
+from . import cost, dtypes, scheduler
 from .core import ACT, DVE, PE, POOL, NeuronCore, _free_byte_range, _Port, _view
 from .errors import EngineError
-from .scheduler import _TOUCH, KEEP, MAX_RECORDS, _union, compact, covers, overlap
+from .scheduler import KEEP, MAX_RECORDS, _union, compact, covers, overlap
 from .tensor import Tensor, View
 
 # descriptions (what an instruction asks of the scheduler)
@@ -109,26 +110,11 @@ class DescribingCore(NeuronCore):
                                c.setup_cycles * pe_ns, flops, sbuf, psum))
 
     def _schedule_dma(self, dst, src, reads, nbytes, queue, opcode) -> int:
-        sk, dk = src.tensor.kind, dst.tensor.kind
-        nq = self.spec.dma_queues
-        if queue is not None:
-            if not 0 <= int(queue) < nq:
-                raise EngineError(f"engine: DMA queue {queue} does not exist; the core has {nq}",
-                                  value=queue, limit=nq)
-            queue = int(queue)
-        chunk = nbytes // max(dst.shape[0] if dst.shape else 1, 1) if opcode == "dma_gather" else \
-            min(cost.contiguous_bytes(src), cost.contiguous_bytes(dst))
-        rows = dst.partitions if dk == "sbuf" else (src.partitions if sk == "sbuf" else
-                                                    (dst.shape[0] if dst.shape else 1))
-        key = (nbytes, rows, chunk, "hbm" in (sk, dk))
-        c = self._costs.get(key)
-        if c is None:
-            c = self._costs[key] = cost.cost(cost.Instruction(
-                opcode, "dma", (cost.operand(src, True),), (cost.operand(dst, True),)), self.spec)
-        sbuf = (nbytes if sk == "sbuf" else 0) + (nbytes if dk == "sbuf" else 0)
+        c = self._dma_cost(dst, src, nbytes, opcode)
+        sbuf = (nbytes if src.tensor.kind == "sbuf" else 0) + (nbytes if dst.tensor.kind == "sbuf" else 0)
         return self._describe((DMA, opcode, self._ref(dst), tuple(self._ref(v) for v in reads),
-                               nbytes, queue, c.fixed_ns, c.cycles, c.dma_engine_ns, c.hbm_bytes,
-                               sbuf))
+                               nbytes, self._dma_queue(queue), c.fixed_ns, c.cycles,
+                               c.dma_engine_ns, c.hbm_bytes, sbuf))
 
     def set_rng_seed(self, seed) -> int:
         reads = ()
@@ -435,6 +421,9 @@ def _resolve(program, issues, spec, layout) -> Resolved:
             rstarts[b.memory].insert(i, lo)
     if current:
         spans.append((current, current_start, rec))
+    keep = {n for memory in retired for _, _, n in retired[memory]}
+    keep.update(n for accesses in resident_reads.values() for _, n in accesses)
+    ops = _inline_latest(ops, keep)
     r = Resolved()
     r.ops, r.nodes, r.external, r.retired = ops, n_nodes, external, retired
     r.resident_reads = {bid: v for bid, v in resident_reads.items() if v}
@@ -442,6 +431,53 @@ def _resolve(program, issues, spec, layout) -> Resolved:
     r.written = written
     r.last_note = instructions[-1].line if instructions else None
     return r
+
+
+# where each op kind keeps its lists of dependency nodes (positions in the op tuple)
+_DEP_LISTS = {_ISSUE: (3,), _MM: (1, 3, 4, 5), _PE: (1, 2, 3), _DMA: (1,), _SEED: (1,)}
+
+
+def _inline_latest(ops: list, keep: set) -> list:
+    """Drop the "latest of" nodes that one instruction alone waits for: their inputs join that
+    instruction's dependency list in their place (recursively).
+
+    Exact: an instruction's wait is a running maximum from a start >= 0 that moves only on a
+    strictly later time, so over a flattened list it ends at the same time and names the same
+    first instruction reaching it as over the nested maxima. (Not into another "latest of" node:
+    one that starts from its first input would differ when every time is 0.)"""
+    uses: dict = {}
+    latest = {}
+    for op in ops:
+        if op[0] == _V:
+            latest[op[1]] = op
+            lists = (op[3],)
+        else:
+            lists = [op[k] for k in _DEP_LISTS.get(op[0], ())]
+        for nodes in lists:
+            for n in nodes:
+                uses[n] = uses.get(n, 0) + 1
+    dropped = set()
+
+    def expand(nodes, out):
+        for n in nodes:
+            if n in latest and uses[n] == 1 and n not in keep:
+                dropped.add(n)
+                expand(latest[n][3], out)
+            else:
+                out.append(n)
+        return out
+
+    out = []
+    for op in ops:
+        positions = _DEP_LISTS.get(op[0])
+        if positions:
+            op = list(op)
+            for k in positions:
+                if any(n in latest for n in op[k]):
+                    op[k] = tuple(dict.fromkeys(expand(op[k], [])))
+            op = tuple(op)
+        out.append(op)
+    return [op for op in out if op[0] != _V or op[1] not in dropped]
 
 
 class Compiled:
@@ -533,7 +569,11 @@ def can_run(compiled: Compiled, core, resident: dict) -> bool:
 
 def run_timing(compiled: Compiled, core, resident: dict, region: str = "") -> None:
     """Replay the compiled program on `core` (timing only): appends the records and regions the
-    checked replay would, and leaves the core in the same state."""
+    checked replay would, and leaves the core in the same state.
+
+    The engines' rules are the scheduler's functions the core calls (`scheduler.dma_start`,
+    `dma_end`, `stationary_load`, `core._Port.slot`); what is written out here is only the
+    running maximum over each instruction's dependency nodes."""
     r = compiled.resolved(layout_of(core))
     T = [0.0] * r.nodes
     W = [-1] * r.nodes
@@ -545,13 +585,15 @@ def run_timing(compiled: Compiled, core, resident: dict, region: str = "") -> No
     append = records.append
     base = idx = len(records)
     free = core._free
-    nq = core.spec.dma_queues
     dma_latency = core.spec.dma_latency_ns
     dma_channel, hbm_channel = core._dma, core._hbm
-    dma_starts, dma_ends = dma_channel.starts, dma_channel.ends
-    hbm_starts, hbm_ends = hbm_channel.starts, hbm_channel.ends
     qfree = free[4:]              # the DMA queues' free times (written back at the end)
-    bandwidth = core.hbm_bandwidth
+    # the queue free first (scheduler.first_free_queue) at hand: a heap of (free time, queue),
+    # whose top is the lowest-numbered of the queues free first
+    heap = [(f, q) for q, f in enumerate(qfree)]
+    heapify(heap)
+    ns_per_hbm_byte = 1e9 / core.hbm_bandwidth
+    dma_start, dma_end, stationary_load = scheduler.dma_start, scheduler.dma_end, scheduler.stationary_load
     port = core._port
     slot = _Port.slot
     now = core._now
@@ -568,53 +610,21 @@ def run_timing(compiled: Compiled, core, resident: dict, region: str = "") -> No
                     t = T[n]
                     w = W[n]
             if queue is None:
-                q = qfree.index(min(qfree))
+                q = heap[0][1]
             else:
                 q = queue
-            if qfree[q] >= t:
-                t, w = qfree[q], -1
-            begin = t + fixed
-            end = begin + cycles
-            # the core's DMA engines, then (if it touches HBM) the HBM channel: each passes the
-            # transfer in its earliest free gap at or after `begin` (scheduler.Channel.reserve,
-            # inlined: this is the hot loop of every DMA-bound program)
-            for starts, ends, duration in ((dma_starts, dma_ends, engine_ns),
-                                           (hbm_starts, hbm_ends, nbytes * 1e9 / bandwidth)):
-                i = bisect_right(ends, begin)
-                at = begin
-                n = len(ends)
-                while i < n:
-                    if starts[i] >= at + duration:
-                        break
-                    if ends[i] > at:
-                        at = ends[i]
-                    i += 1
-                finish = at + duration
-                join_prev = i > 0 and ends[i - 1] >= at - _TOUCH
-                join_next = i < n and starts[i] <= finish + _TOUCH
-                if join_prev and join_next:
-                    ends[i - 1] = ends[i]
-                    del starts[i], ends[i]
-                elif join_prev:
-                    ends[i - 1] = finish
-                elif join_next:
-                    starts[i] = at
-                else:
-                    starts.insert(i, at)
-                    ends.insert(i, finish)
-                if finish > end:
-                    end = finish
-                if not hbm:
-                    break
-            if len(hbm_ends) > 64 or len(dma_ends) > 64:
-                horizon = min(qfree) + dma_latency
-                hbm_channel.prune(horizon)
-                dma_channel.prune(horizon)
-            eid = 4 + q
+            t, w = dma_start(t, w, qfree[q])
+            end = dma_end(t + fixed, cycles, engine_ns, nbytes * ns_per_hbm_byte if hbm else 0.0,
+                          dma_channel, hbm_channel, heap[0][0] + dma_latency)
             T[node] = end
             W[node] = idx
-            append((eid, opcode, t, end, end, 0.0, hbm, sbuf, 0, w, note))
+            append((4 + q, opcode, t, end, end, 0.0, hbm, sbuf, 0, w, note))
             qfree[q] = end
+            if queue is None:
+                heapreplace(heap, (end, q))
+            else:
+                heap = [(f, k) for k, f in enumerate(qfree)]
+                heapify(heap)
             if end > now:
                 now = end
         elif kind == _MM:
@@ -633,10 +643,7 @@ def run_timing(compiled: Compiled, core, resident: dict, region: str = "") -> No
                     if T[n] > st_ready:
                         st_ready = T[n]
                         st_w = W[n]
-                load_start = st_ready if st_ready > last_mm_start else last_mm_start
-                load_end = load_start + load
-                if load_end > start:
-                    start, w = load_end, st_w
+                start, w, load_end = stationary_load(start, w, st_ready, st_w, last_mm_start, load)
             elif load_end > start:
                 start = load_end
             for n in post:
@@ -705,10 +712,7 @@ def run_timing(compiled: Compiled, core, resident: dict, region: str = "") -> No
                 if T[n] > st_ready:
                     st_ready = T[n]
                     st_w = W[n]
-            load_start = st_ready if st_ready > last_mm_start else last_mm_start
-            load_end = load_start + load
-            if load_end > start:
-                start, w = load_end, st_w
+            start, w, load_end = stationary_load(start, w, st_ready, st_w, last_mm_start, load)
             for n in post:
                 if T[n] > start:
                     start = T[n]

@@ -631,26 +631,41 @@ class NeuronCore:
     def _schedule_dma(self, dst, src, reads, nbytes, queue, opcode) -> int:
         """Schedule a DMA of `nbytes` from src to dst (after `reads` are ready) on a queue."""
         sk, dk = src.tensor.kind, dst.tensor.kind
-        nq = self.spec.dma_queues
         free = self._free
         deps, waited = _wait_reads(reads, 0.0, -1)
         deps, waited, _ = _wait_write(dst, deps, waited)
-        if queue is None:
-            # the queue free first can start the transfer earliest (like the runtime's DMA rings,
-            # a transfer is not stuck behind a store on a busy queue while another queue idles)
-            queues = free[4:]
-            q = queues.index(min(queues))
-        else:
-            if not 0 <= int(queue) < nq:
-                raise EngineError(f"engine: DMA queue {queue} does not exist; the core has {nq}",
-                                  value=queue, limit=nq)
-            q = int(queue)
+        queue = self._dma_queue(queue)
+        queues = free[4:]
+        q = scheduler.first_free_queue(queues) if queue is None else queue
         eid = 4 + q
-        start = deps
-        if free[eid] >= start:
-            start, waited = free[eid], -1
-        spec = self.spec
-        # the pure cost model's answer depends on these numbers only: remembered per key
+        start, waited = scheduler.dma_start(deps, waited, free[eid])
+        c = self._dma_cost(dst, src, nbytes, opcode)
+        # all transfers share the core's DMA engines and (if they touch it) its HBM bandwidth;
+        # no later transfer can begin before the first queue is free (+ the fixed latency)
+        hbm = c.hbm_bytes
+        end = scheduler.dma_end(start + c.fixed_ns, c.cycles, c.dma_engine_ns,
+                                nbytes * 1e9 / self.hbm_bandwidth if hbm else 0.0, self._dma,
+                                self._hbm, min(queues) + self.spec.dma_latency_ns)
+        idx = len(self._records)
+        _record_reads(reads, end, idx)
+        _record_write(dst, end, idx)
+        sbuf = (nbytes if sk == "sbuf" else 0) + (nbytes if dk == "sbuf" else 0)
+        return self._append(eid, opcode, start, end, end, 0.0, hbm, sbuf, 0, waited)
+
+    def _dma_queue(self, queue) -> int | None:
+        """The DMA queue a kernel named (checked), or None: the queue free first."""
+        if queue is None:
+            return None
+        nq = self.spec.dma_queues
+        if not 0 <= int(queue) < nq:
+            raise EngineError(f"engine: DMA queue {queue} does not exist; the core has {nq}",
+                              value=queue, limit=nq)
+        return int(queue)
+
+    def _dma_cost(self, dst: View, src: View, nbytes: int, opcode: str) -> "cost.Cost":
+        """The pure cost model's answer for a DMA; it depends on these numbers only, so it is
+        remembered per (bytes, rows, contiguous chunk, touches HBM)."""
+        sk, dk = src.tensor.kind, dst.tensor.kind
         chunk = nbytes // max(dst.shape[0] if dst.shape else 1, 1) if opcode == "dma_gather" else \
             min(cost.contiguous_bytes(src), cost.contiguous_bytes(dst))
         rows = dst.partitions if dk == "sbuf" else (src.partitions if sk == "sbuf" else
@@ -659,31 +674,8 @@ class NeuronCore:
         c = self._costs.get(key)
         if c is None:
             c = self._costs[key] = cost.cost(cost.Instruction(
-                opcode, "dma", (cost.operand(src, True),), (cost.operand(dst, True),)), spec)
-        begin = start + c.fixed_ns
-        end = begin + c.cycles
-        # all transfers share the core's DMA engines and (if they touch it) its HBM bandwidth:
-        # each channel passes the transfer's share in its earliest free slot
-        engines_ns = c.dma_engine_ns
-        engines_end = self._dma.reserve(begin, engines_ns) + engines_ns
-        if engines_end > end:
-            end = engines_end
-        hbm = c.hbm_bytes
-        if hbm:
-            hbm_ns = nbytes * 1e9 / self.hbm_bandwidth
-            hbm_end = self._hbm.reserve(begin, hbm_ns) + hbm_ns
-            if hbm_end > end:
-                end = hbm_end
-        if len(self._hbm.ends) > 64 or len(self._dma.ends) > 64:
-            # no later transfer can begin before the first queue is free (+ the fixed latency)
-            horizon = min(free[4:]) + spec.dma_latency_ns
-            self._hbm.prune(horizon)
-            self._dma.prune(horizon)
-        idx = len(self._records)
-        _record_reads(reads, end, idx)
-        _record_write(dst, end, idx)
-        sbuf = (nbytes if sk == "sbuf" else 0) + (nbytes if dk == "sbuf" else 0)
-        return self._append(eid, opcode, start, end, end, 0.0, hbm, sbuf, 0, waited)
+                opcode, "dma", (cost.operand(src, True),), (cost.operand(dst, True),)), self.spec)
+        return c
 
     # ---------------------------------------------------------------------------------------------
     # Vector / Scalar / GpSimd

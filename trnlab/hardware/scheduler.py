@@ -182,3 +182,55 @@ class Channel:
     @property
     def busy_until(self) -> float:
         return self.ends[-1] if self.ends else 0.0
+
+
+# -- the engines' timing rules: one implementation, used by the core (checked path) and by the
+# compiled replay (compiled.run_timing). Each takes the running (time, waited-for) pair that the
+# dependencies gave and returns it moved on; "waited-for" names the instruction that decided.
+PRUNE_ABOVE = 64       # a channel with more intervals than this is pruned at the next transfer
+
+
+def first_free_queue(queue_free) -> int:
+    """The DMA queue free first (the lowest-numbered of those free first): a transfer with no
+    queue given starts there, as the runtime's DMA rings do."""
+    return queue_free.index(min(queue_free))
+
+
+def dma_start(ready: float, waited: int, queue_free: float) -> tuple[float, int]:
+    """A DMA starts when its queue is free and its data is ready; the queue wins a tie."""
+    if queue_free >= ready:
+        return queue_free, -1
+    return ready, waited
+
+
+def dma_end(begin: float, cycles: float, engine_ns: float, hbm_ns: float, dma: "Channel",
+            hbm: "Channel", horizon: float) -> float:
+    """When a DMA whose engines may begin at `begin` ends: its own `cycles` (ns) after `begin`,
+    but no earlier than its share of the core's DMA engines (`engine_ns`) and, if it touches HBM
+    (`hbm_ns` > 0), of the HBM channel have passed, each in its channel's earliest free slot at or
+    after `begin`. Then the channels forget what ended before `horizon` (the earliest a later
+    transfer can begin: the first queue free + the fixed latency)."""
+    end = begin + cycles
+    engines_end = dma.reserve(begin, engine_ns) + engine_ns
+    if engines_end > end:
+        end = engines_end
+    if hbm_ns:
+        hbm_end = hbm.reserve(begin, hbm_ns) + hbm_ns
+        if hbm_end > end:
+            end = hbm_end
+    if len(hbm.ends) > PRUNE_ABOVE or len(dma.ends) > PRUNE_ABOVE:
+        hbm.prune(horizon)
+        dma.prune(horizon)
+    return end
+
+
+def stationary_load(start: float, waited: int, st_ready: float, st_waited: int,
+                    last_matmul_start: float, load_ns: float) -> tuple[float, int, float]:
+    """A Tensor-engine instruction with a new stationary tile: LoadStationary starts once the tile
+    is ready and the previous matmul has taken its weights out of the shadow buffer, and the
+    instruction starts no earlier than the load's end. Returns (start, waited, load_end)."""
+    load_start = st_ready if st_ready > last_matmul_start else last_matmul_start
+    load_end = load_start + load_ns
+    if load_end > start:
+        return load_end, st_waited, load_end
+    return start, waited, load_end
