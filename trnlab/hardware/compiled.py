@@ -592,7 +592,7 @@ def run_timing(compiled: Compiled, core, resident: dict, region: str = "") -> No
     # whose top is the lowest-numbered of the queues free first
     heap = [(f, q) for q, f in enumerate(qfree)]
     heapify(heap)
-    ns_per_hbm_byte = 1e9 / core.hbm_bandwidth
+    bandwidth = core.hbm_bandwidth
     dma_start, dma_end, stationary_load = scheduler.dma_start, scheduler.dma_end, scheduler.stationary_load
     port = core._port
     slot = _Port.slot
@@ -614,8 +614,8 @@ def run_timing(compiled: Compiled, core, resident: dict, region: str = "") -> No
             else:
                 q = queue
             t, w = dma_start(t, w, qfree[q])
-            end = dma_end(t + fixed, cycles, engine_ns, nbytes * ns_per_hbm_byte if hbm else 0.0,
-                          dma_channel, hbm_channel, heap[0][0] + dma_latency)
+            end = dma_end(t + fixed, cycles, engine_ns, hbm, bandwidth, dma_channel, hbm_channel,
+                          heap[0][0] + dma_latency)
             T[node] = end
             W[node] = idx
             append((4 + q, opcode, t, end, end, 0.0, hbm, sbuf, 0, w, note))

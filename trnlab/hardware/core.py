@@ -643,9 +643,8 @@ class NeuronCore:
         # all transfers share the core's DMA engines and (if they touch it) its HBM bandwidth;
         # no later transfer can begin before the first queue is free (+ the fixed latency)
         hbm = c.hbm_bytes
-        end = scheduler.dma_end(start + c.fixed_ns, c.cycles, c.dma_engine_ns,
-                                nbytes * 1e9 / self.hbm_bandwidth if hbm else 0.0, self._dma,
-                                self._hbm, min(queues) + self.spec.dma_latency_ns)
+        end = scheduler.dma_end(start + c.fixed_ns, c.cycles, c.dma_engine_ns, hbm, self.hbm_bandwidth,
+                                self._dma, self._hbm, min(queues) + self.spec.dma_latency_ns)
         idx = len(self._records)
         _record_reads(reads, end, idx)
         _record_write(dst, end, idx)

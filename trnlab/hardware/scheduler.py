@@ -203,18 +203,20 @@ def dma_start(ready: float, waited: int, queue_free: float) -> tuple[float, int]
     return ready, waited
 
 
-def dma_end(begin: float, cycles: float, engine_ns: float, hbm_ns: float, dma: "Channel",
-            hbm: "Channel", horizon: float) -> float:
+def dma_end(begin: float, cycles: float, engine_ns: float, hbm_bytes: int, bandwidth: float,
+            dma: "Channel", hbm: "Channel", horizon: float) -> float:
     """When a DMA whose engines may begin at `begin` ends: its own `cycles` (ns) after `begin`,
-    but no earlier than its share of the core's DMA engines (`engine_ns`) and, if it touches HBM
-    (`hbm_ns` > 0), of the HBM channel have passed, each in its channel's earliest free slot at or
-    after `begin`. Then the channels forget what ended before `horizon` (the earliest a later
-    transfer can begin: the first queue free + the fixed latency)."""
+    but no earlier than its share of the core's DMA engines (`engine_ns`) and, if it moves
+    `hbm_bytes` > 0 through HBM, of the HBM channel (at `bandwidth` bytes/s) have passed, each in
+    its channel's earliest free slot at or after `begin`. Then the channels forget what ended
+    before `horizon` (the earliest a later transfer can begin: the first queue free + the fixed
+    latency)."""
     end = begin + cycles
     engines_end = dma.reserve(begin, engine_ns) + engine_ns
     if engines_end > end:
         end = engines_end
-    if hbm_ns:
+    if hbm_bytes:
+        hbm_ns = hbm_bytes * 1e9 / bandwidth
         hbm_end = hbm.reserve(begin, hbm_ns) + hbm_ns
         if hbm_end > end:
             end = hbm_end
