@@ -217,6 +217,8 @@ def _resolve(program, issues, spec, layout) -> Resolved:
         external[memory] = [r[2] for r in ranges]
         retired[memory] = ranges
     rstarts = {m: [r[0] for r in retired[m]] for m in retired}
+    written_by = _written(issues)
+    unwritten = {b.id for b in buffers if b.memory == "hbm" and b.id not in written_by}
     extent = {b.id: (b.offset, b.offset + b.partition_bytes) for b in buffers
               if b.on_chip and b.first >= 0}
 
@@ -273,6 +275,8 @@ def _resolve(program, issues, spec, layout) -> Resolved:
 
     def note_reads(refs, node):
         for bid, vb in refs:
+            if bid in unwritten:
+                continue        # only a later write to it would wait for these reads
             records = reads[bid]
             records.append([vb, node])
             if len(records) > MAX_RECORDS:
@@ -437,31 +441,41 @@ def _resolve(program, issues, spec, layout) -> Resolved:
 _DEP_LISTS = {_ISSUE: (3,), _MM: (1, 3, 4, 5), _PE: (1, 2, 3), _DMA: (1,), _SEED: (1,)}
 
 
-def _inline_latest(ops: list, keep: set) -> list:
-    """Drop the "latest of" nodes that one instruction alone waits for: their inputs join that
-    instruction's dependency list in their place (recursively).
+def _inline_latest(ops: list, keep: set, small: int = 3) -> list:
+    """Drop the "latest of" nodes whose value only instructions wait for: their inputs join each
+    such instruction's dependency list in their place (recursively). A node several instructions
+    wait for is dropped only if it is small (<= `small` inputs); the nodes in `keep` (the state a
+    launch leaves behind) and those other kept nodes read stay.
 
     Exact: an instruction's wait is a running maximum from a start >= 0 that moves only on a
     strictly later time, so over a flattened list it ends at the same time and names the same
-    first instruction reaching it as over the nested maxima. (Not into another "latest of" node:
-    one that starts from its first input would differ when every time is 0.)"""
-    uses: dict = {}
+    first instruction reaching it as over the nested maxima. (Not into another "latest of" node
+    that stays: one that starts from its first input would differ when every time is 0.)"""
     latest = {}
+    op_uses: dict = {}
+    v_users: dict = {}
     for op in ops:
         if op[0] == _V:
             latest[op[1]] = op
-            lists = (op[3],)
+            for n in op[3]:
+                if n in latest:
+                    v_users.setdefault(n, []).append(op[1])
         else:
-            lists = [op[k] for k in _DEP_LISTS.get(op[0], ())]
-        for nodes in lists:
-            for n in nodes:
-                uses[n] = uses.get(n, 0) + 1
+            for k in _DEP_LISTS.get(op[0], ()):
+                for n in op[k]:
+                    op_uses[n] = op_uses.get(n, 0) + 1
     dropped = set()
+    for n in reversed(list(latest)):           # users come after the node: decided first
+        if n in keep or any(u not in dropped for u in v_users.get(n, ())):
+            continue
+        if op_uses.get(n, 0) + len(v_users.get(n, ())) <= 1 or len(latest[n][3]) <= small:
+            dropped.add(n)
+    if not dropped:
+        return ops
 
     def expand(nodes, out):
         for n in nodes:
-            if n in latest and uses[n] == 1 and n not in keep:
-                dropped.add(n)
+            if n in dropped:
                 expand(latest[n][3], out)
             else:
                 out.append(n)
@@ -469,15 +483,19 @@ def _inline_latest(ops: list, keep: set) -> list:
 
     out = []
     for op in ops:
-        positions = _DEP_LISTS.get(op[0])
-        if positions:
+        kind = op[0]
+        if kind == _V:
+            if op[1] not in dropped:
+                out.append(op)
+            continue
+        positions = _DEP_LISTS.get(kind)
+        if positions and any(n in dropped for k in positions for n in op[k]):
             op = list(op)
             for k in positions:
-                if any(n in latest for n in op[k]):
-                    op[k] = tuple(dict.fromkeys(expand(op[k], [])))
+                op[k] = tuple(dict.fromkeys(expand(op[k], [])))
             op = tuple(op)
         out.append(op)
-    return [op for op in out if op[0] != _V or op[1] not in dropped]
+    return out
 
 
 class Compiled:
