@@ -391,8 +391,8 @@ def _resolve(program, issues, spec, layout) -> Resolved:
             war_waw(dref, deps)
             node = n_nodes
             n_nodes += 1
-            ops.append((_DMA, dedupe(deps), queue, fixed, cycles, engine_ns, hbm, nbytes, node,
-                        opcode, sbuf, note))
+            ops.append((_DMA, dedupe(deps), queue, fixed, cycles, engine_ns, hbm, node, opcode,
+                        sbuf, note))
             note_reads(rrefs, node)
             note_write(dref, node)
             written.add(dref[0])
@@ -589,8 +589,8 @@ def run_timing(compiled: Compiled, core, resident: dict, region: str = "") -> No
     """Replay the compiled program on `core` (timing only): appends the records and regions the
     checked replay would, and leaves the core in the same state.
 
-    The engines' rules are the scheduler's functions the core calls (`scheduler.dma_start`,
-    `dma_end`, `stationary_load`, `core._Port.slot`); what is written out here is only the
+    The engines' rules are the scheduler's functions the core calls (`scheduler.dma_transfer`,
+    `stationary_load`, `core._Port.slot`); what is written out here is only the
     running maximum over each instruction's dependency nodes."""
     r = compiled.resolved(layout_of(core))
     T = [0.0] * r.nodes
@@ -611,7 +611,7 @@ def run_timing(compiled: Compiled, core, resident: dict, region: str = "") -> No
     heap = [(f, q) for q, f in enumerate(qfree)]
     heapify(heap)
     bandwidth = core.hbm_bandwidth
-    dma_start, dma_end, stationary_load = scheduler.dma_start, scheduler.dma_end, scheduler.stationary_load
+    dma_transfer, stationary_load = scheduler.dma_transfer, scheduler.stationary_load
     port = core._port
     slot = _Port.slot
     now = core._now
@@ -620,20 +620,18 @@ def run_timing(compiled: Compiled, core, resident: dict, region: str = "") -> No
     for op in r.ops:
         kind = op[0]
         if kind == _DMA:
-            _, deps, queue, fixed, cycles, engine_ns, hbm, nbytes, node, opcode, sbuf, note = op
+            _, deps, queue, fixed, cycles, engine_ns, hbm, node, opcode, sbuf, note = op
             t = 0.0
             w = -1
             for n in deps:
                 if T[n] > t:
                     t = T[n]
                     w = W[n]
-            if queue is None:
-                q = heap[0][1]
-            else:
+            first, q = heap[0]
+            if queue is not None:
                 q = queue
-            t, w = dma_start(t, w, qfree[q])
-            end = dma_end(t + fixed, cycles, engine_ns, hbm, bandwidth, dma_channel, hbm_channel,
-                          heap[0][0] + dma_latency)
+            t, end, w = dma_transfer(t, w, qfree[q], fixed, cycles, engine_ns, hbm, bandwidth,
+                                     dma_channel, hbm_channel, first + dma_latency)
             T[node] = end
             W[node] = idx
             append((4 + q, opcode, t, end, end, 0.0, hbm, sbuf, 0, w, note))

@@ -638,13 +638,13 @@ class NeuronCore:
         queues = free[4:]
         q = scheduler.first_free_queue(queues) if queue is None else queue
         eid = 4 + q
-        start, waited = scheduler.dma_start(deps, waited, free[eid])
         c = self._dma_cost(dst, src, nbytes, opcode)
         # all transfers share the core's DMA engines and (if they touch it) its HBM bandwidth;
         # no later transfer can begin before the first queue is free (+ the fixed latency)
         hbm = c.hbm_bytes
-        end = scheduler.dma_end(start + c.fixed_ns, c.cycles, c.dma_engine_ns, hbm, self.hbm_bandwidth,
-                                self._dma, self._hbm, min(queues) + self.spec.dma_latency_ns)
+        start, end, waited = scheduler.dma_transfer(
+            deps, waited, free[eid], c.fixed_ns, c.cycles, c.dma_engine_ns, hbm, self.hbm_bandwidth,
+            self._dma, self._hbm, min(queues) + self.spec.dma_latency_ns)
         idx = len(self._records)
         _record_reads(reads, end, idx)
         _record_write(dst, end, idx)

@@ -152,21 +152,17 @@ class Channel:
         i = bisect_right(ends, ready)           # first interval that ends after `ready`
         t = ready
         n = len(ends)
-        while i < n:
-            if starts[i] >= t + duration:
-                break                           # fits in the gap before interval i
-            if ends[i] > t:
-                t = ends[i]
-            i += 1
+        while i < n and starts[i] < t + duration:
+            t = ends[i]                         # does not fit before it: try after it (the ends
+            i += 1                              # only grow: the intervals are sorted, disjoint)
         end = t + duration
-        join_prev = i > 0 and ends[i - 1] >= t - _TOUCH
-        join_next = i < n and starts[i] <= end + _TOUCH
-        if join_prev and join_next:             # fills a gap exactly: merge three into one
-            ends[i - 1] = ends[i]
-            del starts[i], ends[i]
-        elif join_prev:
-            ends[i - 1] = end
-        elif join_next:
+        if i and ends[i - 1] >= t - _TOUCH:     # touches the interval before it
+            if i < n and starts[i] <= end + _TOUCH:
+                ends[i - 1] = ends[i]           # fills a gap exactly: merge three into one
+                del starts[i], ends[i]
+            else:
+                ends[i - 1] = end
+        elif i < n and starts[i] <= end + _TOUCH:
             starts[i] = t
         else:
             starts.insert(i, t)
@@ -196,21 +192,21 @@ def first_free_queue(queue_free) -> int:
     return queue_free.index(min(queue_free))
 
 
-def dma_start(ready: float, waited: int, queue_free: float) -> tuple[float, int]:
-    """A DMA starts when its queue is free and its data is ready; the queue wins a tie."""
+def dma_transfer(ready: float, waited: int, queue_free: float, fixed_ns: float, cycles: float,
+                 engine_ns: float, hbm_bytes: int, bandwidth: float, dma: "Channel", hbm: "Channel",
+                 horizon: float) -> tuple[float, float, int]:
+    """(start, end, waited) of a DMA whose data is ready at `ready` (decided by `waited`) on a queue
+    free at `queue_free`.
+
+    It starts when both are (the queue wins a tie). Its engines begin `fixed_ns` later and it ends
+    `cycles` (ns) after that — but no earlier than its share of the core's DMA engines
+    (`engine_ns`) and, if it moves `hbm_bytes` > 0 through HBM, of the HBM channel (at `bandwidth`
+    bytes/s) have passed, each in its channel's earliest free slot at or after the engines begin.
+    Then the channels forget what ended before `horizon` (the earliest a later transfer can
+    begin: the first queue free + the fixed latency)."""
     if queue_free >= ready:
-        return queue_free, -1
-    return ready, waited
-
-
-def dma_end(begin: float, cycles: float, engine_ns: float, hbm_bytes: int, bandwidth: float,
-            dma: "Channel", hbm: "Channel", horizon: float) -> float:
-    """When a DMA whose engines may begin at `begin` ends: its own `cycles` (ns) after `begin`,
-    but no earlier than its share of the core's DMA engines (`engine_ns`) and, if it moves
-    `hbm_bytes` > 0 through HBM, of the HBM channel (at `bandwidth` bytes/s) have passed, each in
-    its channel's earliest free slot at or after `begin`. Then the channels forget what ended
-    before `horizon` (the earliest a later transfer can begin: the first queue free + the fixed
-    latency)."""
+        ready, waited = queue_free, -1
+    begin = ready + fixed_ns
     end = begin + cycles
     engines_end = dma.reserve(begin, engine_ns) + engine_ns
     if engines_end > end:
@@ -223,7 +219,7 @@ def dma_end(begin: float, cycles: float, engine_ns: float, hbm_bytes: int, bandw
     if len(hbm.ends) > PRUNE_ABOVE or len(dma.ends) > PRUNE_ABOVE:
         hbm.prune(horizon)
         dma.prune(horizon)
-    return end
+    return ready, end, waited
 
 
 def stationary_load(start: float, waited: int, st_ready: float, st_waited: int,
