@@ -43,7 +43,7 @@ import numpy as np
 from . import cost, dtypes, scheduler
 from .core import ACT, DVE, PE, POOL, NeuronCore, _free_byte_range, _Port, _view
 from .errors import EngineError
-from .scheduler import KEEP, MAX_RECORDS, _union, compact, covers, overlap
+from .scheduler import KEEP, MAX_RECORDS, _union, compact, covers, overlap, psum_banks
 from .tensor import Tensor, View
 
 # descriptions (what an instruction asks of the scheduler)
@@ -183,7 +183,7 @@ def describe(program, spec) -> list:
 # -- the resolved program ------------------------------------------------------------------------
 # op kinds of the flat list
 _V, _ISSUE, _MM, _PE, _DMA, _SEED, _PRINT = range(7)
-_FIRST, _ZERO = 0, 1          # a "latest of" node: starts from its first input / from (0.0, -1)
+GROUP_MAX = 4       # a record waits for at most this many nodes before they become one "latest of"
 
 
 class Resolved:
@@ -192,15 +192,38 @@ class Resolved:
                  "cursor", "allocations", "written", "last_note")
 
 
-def _resolve(program, issues, spec, layout) -> Resolved:
+def _static(program, issues) -> tuple:
+    """What resolving needs that does not depend on the layout (cached on the Compiled): the
+    tiles each instruction allocates and frees, each tile's byte extent, the HBM buffers the
+    program never writes, each instruction's line and region."""
+    from .allocate import live_ranges
+    starts, ends = live_ranges(program)
+    extent = {}
+    for group in starts.values():
+        for b in group:
+            extent[b.id] = (b.offset, b.offset + b.partition_bytes)
+    written_by = _written(issues)
+    unwritten = {b.id for b in program.buffers if b.memory == "hbm" and b.id not in written_by}
+    lines = [(ins.line, ins.region) for ins in program.instructions]
+    return starts, ends, extent, unwritten, lines
+
+
+def _resolve(program, issues, spec, layout, static) -> Resolved:
     """Run the scheduler's bookkeeping once on nodes instead of times (module docstring, step 2).
 
-    `layout`: {"sbuf"/"psum": ((lo, hi), ...)} the freed ranges the core holds at the launch."""
-    from .allocate import live_ranges
+    `layout`: {"sbuf"/"psum": ((lo, hi), ...)} the freed ranges the core holds at the launch.
+
+    A record (like the core's `(box, time, instruction)`) holds a *group*: the nodes whose latest
+    time is its time. Where the core keeps the latest of several records (a merged record, a freed
+    tile's last access, the bytes a new tile inherits), the groups are concatenated; a group of
+    more than GROUP_MAX nodes becomes one "latest of" node. Exact: every time is > 0 (the compiled
+    replay runs only programs of positive durations), so the running maximum an instruction waits
+    for ends at the same time over the concatenation as over the nested maxima, and names the
+    same first instruction reaching it."""
+    starts, ends, extent, unwritten, lines = static
     buffers = program.buffers
-    starts, ends = live_ranges(program)
-    reads = {}              # bid -> [[box, node]]
-    writes = {}             # bid -> [[box, node, by_matmul]]
+    reads = {}              # bid -> [[box, group]]
+    writes = {}             # bid -> [[box, group, by_matmul]]
     version = {}
     for b in buffers:
         if b.memory == "hbm":
@@ -208,31 +231,28 @@ def _resolve(program, issues, spec, layout) -> Resolved:
     ops = []
     n_nodes = 0
     external = {}           # memory -> [node of each initially retired range]
-    retired = {}            # memory -> [[lo, hi, node]] sorted by lo
+    retired = {}            # memory -> [[lo, hi, group]] sorted by lo
     for memory in ("sbuf", "psum"):
         ranges = []
         for lo, hi in layout[memory]:
-            ranges.append([lo, hi, n_nodes])
+            ranges.append([lo, hi, (n_nodes,)])
             n_nodes += 1
-        external[memory] = [r[2] for r in ranges]
+        external[memory] = [r[2][0] for r in ranges]
         retired[memory] = ranges
     rstarts = {m: [r[0] for r in retired[m]] for m in retired}
-    written_by = _written(issues)
-    unwritten = {b.id for b in buffers if b.memory == "hbm" and b.id not in written_by}
-    extent = {b.id: (b.offset, b.offset + b.partition_bytes) for b in buffers
-              if b.on_chip and b.first >= 0}
 
-    def latest(nodes, mode):
+    def latest(nodes) -> tuple:
+        """The group of `nodes` (in order, once each), or one node standing for them."""
         nonlocal n_nodes
-        nodes = list(dict.fromkeys(nodes))
-        if mode == _FIRST and len(nodes) == 1:
-            return nodes[0]
-        ops.append((_V, n_nodes, mode, tuple(nodes)))
+        nodes = tuple(dict.fromkeys(nodes))
+        if len(nodes) <= GROUP_MAX:
+            return nodes
+        ops.append((_V, n_nodes, nodes))
         n_nodes += 1
-        return n_nodes - 1
+        return (n_nodes - 1,)
 
     def take_retired(memory, lo, hi):
-        """OnChipMemory._inherit on nodes: the overlapping freed ranges' nodes, in order."""
+        """OnChipMemory._inherit on groups: the overlapping freed ranges' nodes, in order."""
         ranges, starts_ = retired[memory], rstarts[memory]
         i = bisect_right(starts_, lo) - 1
         if i < 0 or ranges[i][1] <= lo:
@@ -241,7 +261,7 @@ def _resolve(program, issues, spec, layout) -> Resolved:
         found, pieces = [], []
         while j < len(ranges) and ranges[j][0] < hi:
             r = ranges[j]
-            found.append(r[2])
+            found.extend(r[2])
             if r[0] < lo:
                 pieces.append([r[0], lo, r[2]])
             if r[1] > hi:
@@ -254,52 +274,54 @@ def _resolve(program, issues, spec, layout) -> Resolved:
 
     def compact_nodes(records, is_writes):
         old = records[:-KEEP]
-        node = latest([r[1] for r in old], _FIRST)
-        merged = [_union([r[0] for r in old]), node] + ([False] if is_writes else [])
+        group = latest([n for r in old for n in r[1]])
+        merged = [_union([r[0] for r in old]), group] + ([False] if is_writes else [])
         records[:-KEEP] = [merged]
 
     def raw(refs, deps):
         for bid, vb in refs:
-            for box, node, _ in writes[bid]:
+            for box, group, _ in writes[bid]:
                 if box is None or vb is None or overlap(box, vb):
-                    deps.append(node)
+                    deps.extend(group)
 
-    def war_waw(ref, deps, group=None):
+    def war_waw(ref, deps, group_deps=None):
         bid, vb = ref
-        for box, node, mm in writes[bid]:
+        for box, group, mm in writes[bid]:
             if box is None or vb is None or overlap(box, vb):
-                (group if group is not None and mm else deps).append(node)
-        for box, node in reads[bid]:
+                (group_deps if group_deps is not None and mm else deps).extend(group)
+        for box, group in reads[bid]:
             if box is None or vb is None or overlap(box, vb):
-                deps.append(node)
+                deps.extend(group)
 
-    def note_reads(refs, node):
+    def note_reads(refs, group):
         for bid, vb in refs:
             if bid in unwritten:
                 continue        # only a later write to it would wait for these reads
             records = reads[bid]
-            records.append([vb, node])
+            records.append([vb, group])
             if len(records) > MAX_RECORDS:
                 compact_nodes(records, False)
 
-    def note_write(ref, node, by_matmul=False):
+    def note_write(ref, group, by_matmul=False):
         bid, vb = ref
         if vb is None:
             reads[bid].clear()
             writes[bid].clear()
         else:
-            reads[bid][:] = [r for r in reads[bid] if not covers(vb, r[0])]
-            writes[bid][:] = [r for r in writes[bid] if not covers(vb, r[0])]
+            if reads[bid]:
+                reads[bid][:] = [r for r in reads[bid] if not covers(vb, r[0])]
+            if writes[bid]:
+                writes[bid][:] = [r for r in writes[bid] if not covers(vb, r[0])]
         records = writes[bid]
-        records.append([vb, node, by_matmul])
+        records.append([vb, group, by_matmul])
         if len(records) > MAX_RECORDS:
             compact_nodes(records, True)
         version[bid] += 1
 
     def dedupe(deps):
-        return tuple(dict.fromkeys(deps))
+        return tuple(dict.fromkeys(deps)) if len(deps) > 1 else tuple(deps)
 
-    instructions = program.instructions
+    bank_bytes = spec.psum_bank_bytes
     resident_reads = {b.id: [] for b in buffers if b.memory == "hbm"}
     written = set()
     stationary = None          # (bid, box, version) of the tile loaded as stationary
@@ -308,46 +330,34 @@ def _resolve(program, issues, spec, layout) -> Resolved:
     cursor = {"sbuf": None, "psum": None}
     allocations = {"sbuf": 0, "psum": 0}
     for k, d in enumerate(issues):
-        for b in starts.get(k, ()):
-            lo, hi = extent[b.id]
-            found = take_retired(b.memory, lo, hi)
-            reads[b.id] = [[None, latest(found, _FIRST)]] if found else []
-            writes[b.id], version[b.id] = [], 0
-            cursor[b.memory] = hi
-            allocations[b.memory] += 1
-        ins = instructions[k]
-        if ins.region != current:
+        allocated = starts.get(k)
+        if allocated:
+            for b in allocated:
+                lo, hi = extent[b.id]
+                found = take_retired(b.memory, lo, hi)
+                reads[b.id] = [[None, latest(found)]] if found else []
+                writes[b.id], version[b.id] = [], 0
+                cursor[b.memory] = hi
+                allocations[b.memory] += 1
+        note, region = lines[k]
+        if region != current:
             if current:
                 spans.append((current, current_start, rec))
-            current, current_start = ins.region, rec
-        note = ins.line
+            current, current_start = region, rec
         kind = d[0]
-        if kind == ISSUE:
-            _, eid, opcode, dur, rrefs, wrefs, flops, sbuf, psum, sbuf_port, psum_port = d
+        if kind == DMA:
+            _, opcode, dref, rrefs, nbytes, queue, fixed, cycles, engine_ns, hbm, sbuf = d
             deps = []
             raw(rrefs, deps)
-            for w in wrefs:
-                war_waw(w, deps)
-            ports = []
-            if sbuf_port:
-                ports.append("sbuf")
-            if psum_port == "core":
-                ports.append("psum")
-            elif psum_port:
-                bank = spec.psum_bank_bytes
-                banks = set()
-                for bid, lo, hi in psum_port:
-                    base = buffers[bid].offset or 0
-                    banks.update(range((base + lo) // bank, (base + hi - 1) // bank + 1))
-                ports.extend(("psum", x) for x in sorted(banks))
+            war_waw(dref, deps)
             node = n_nodes
             n_nodes += 1
-            ops.append((_ISSUE, eid, dur, dedupe(deps), tuple(ports), node,
-                        (eid, opcode, flops, sbuf, psum, note)))
-            note_reads(rrefs, node)
-            for w in wrefs:
-                note_write(w, node)
-                written.add(w[0])
+            ops.append((_DMA, dedupe(deps), queue, fixed, cycles, engine_ns, hbm, node, opcode,
+                        sbuf, note))
+            group = (node,)
+            note_reads(rrefs, group)
+            note_write(dref, group)
+            written.add(dref[0])
             for r in rrefs:
                 if r[0] in resident_reads:
                     resident_reads[r[0]].append((r[1], node))
@@ -361,15 +371,42 @@ def _resolve(program, issues, spec, layout) -> Resolved:
             if new:
                 raw((sref,), st_deps)
                 stationary = sv
-            post, group = [], []
-            war_waw(dref, post, group)
+            post, group_deps = [], []
+            war_waw(dref, post, group_deps)
             end_node, ready_node = n_nodes, n_nodes + 1
             n_nodes += 2
-            ops.append((_MM, dedupe(pre), new, dedupe(st_deps), dedupe(post), dedupe(group), busy, lat,
-                        load, end_node, ready_node, flops, sbuf, psum, note))
-            note_reads((sref, mref), end_node)
-            note_write(dref, ready_node, True)
+            ops.append((_MM, dedupe(pre), new, dedupe(st_deps), dedupe(post), dedupe(group_deps), busy,
+                        lat, load, end_node, ready_node, flops, sbuf, psum, note))
+            note_reads((sref, mref), (end_node,))
+            note_write(dref, (ready_node,), True)
             written.add(dref[0])
+        elif kind == ISSUE:
+            _, eid, opcode, dur, rrefs, wrefs, flops, sbuf, psum, sbuf_port, psum_port = d
+            deps = []
+            raw(rrefs, deps)
+            for w in wrefs:
+                war_waw(w, deps)
+            ports = []
+            if sbuf_port:
+                ports.append("sbuf")
+            if psum_port == "core":
+                ports.append("psum")
+            elif psum_port:
+                ports.extend(("psum", x) for x in psum_banks(
+                    bank_bytes, [((buffers[bid].offset or 0) + lo, (buffers[bid].offset or 0) + hi)
+                                 for bid, lo, hi in psum_port]))
+            node = n_nodes
+            n_nodes += 1
+            ops.append((_ISSUE, eid, dur, dedupe(deps), tuple(ports), node,
+                        (eid, opcode, flops, sbuf, psum, note)))
+            group = (node,)
+            note_reads(rrefs, group)
+            for w in wrefs:
+                note_write(w, group)
+                written.add(w[0])
+            for r in rrefs:
+                if r[0] in resident_reads:
+                    resident_reads[r[0]].append((r[1], node))
         elif kind == PE_ISSUE:
             _, opcode, sref, rrefs, dref, busy, lat, load, flops, sbuf, psum = d
             pre, st_deps, post = [], [], []
@@ -381,24 +418,9 @@ def _resolve(program, issues, spec, layout) -> Resolved:
             n_nodes += 2
             ops.append((_PE, dedupe(pre), dedupe(st_deps), dedupe(post), busy, lat, load, end_node,
                         ready_node, (opcode, flops, sbuf, psum, note)))
-            note_reads((sref,) + rrefs, end_node)
-            note_write(dref, ready_node)
+            note_reads((sref,) + rrefs, (end_node,))
+            note_write(dref, (ready_node,))
             written.add(dref[0])
-        elif kind == DMA:
-            _, opcode, dref, rrefs, nbytes, queue, fixed, cycles, engine_ns, hbm, sbuf = d
-            deps = []
-            raw(rrefs, deps)
-            war_waw(dref, deps)
-            node = n_nodes
-            n_nodes += 1
-            ops.append((_DMA, dedupe(deps), queue, fixed, cycles, engine_ns, hbm, node, opcode,
-                        sbuf, note))
-            note_reads(rrefs, node)
-            note_write(dref, node)
-            written.add(dref[0])
-            for r in rrefs:
-                if r[0] in resident_reads:
-                    resident_reads[r[0]].append((r[1], node))
         elif kind == SEED:
             _, rrefs, dur = d
             deps = []
@@ -406,96 +428,43 @@ def _resolve(program, issues, spec, layout) -> Resolved:
             node = n_nodes
             n_nodes += 1
             ops.append((_SEED, dedupe(deps), dur, node, note))
-            note_reads(rrefs, node)
+            note_reads(rrefs, (node,))
         else:
             ops.append((_PRINT, d[1], d[2]))
             rec -= 1
         rec += 1
-        for b in ends.get(k, ()):
-            # OnChipMemory._retire on nodes: the latest of the freed tile's reads and writes
-            nodes = [r[1] for r in reads[b.id]] + [r[1] for r in writes[b.id]]
-            del reads[b.id], writes[b.id], version[b.id]
-            if not nodes:
-                continue
-            node = latest(nodes, _ZERO)
-            lo, hi = extent[b.id]
-            take_retired(b.memory, lo, hi)
-            i = bisect_right(rstarts[b.memory], lo)
-            retired[b.memory].insert(i, [lo, hi, node])
-            rstarts[b.memory].insert(i, lo)
+        freed = ends.get(k)
+        if freed:
+            for b in freed:
+                # OnChipMemory._retire on groups: the latest of the freed tile's reads and writes
+                nodes = [n for r in reads[b.id] for n in r[1]] + [n for r in writes[b.id] for n in r[1]]
+                del reads[b.id], writes[b.id], version[b.id]
+                if not nodes:
+                    continue
+                group = latest(nodes)
+                lo, hi = extent[b.id]
+                take_retired(b.memory, lo, hi)
+                i = bisect_right(rstarts[b.memory], lo)
+                retired[b.memory].insert(i, [lo, hi, group])
+                rstarts[b.memory].insert(i, lo)
     if current:
         spans.append((current, current_start, rec))
-    keep = {n for memory in retired for _, _, n in retired[memory]}
-    keep.update(n for accesses in resident_reads.values() for _, n in accesses)
-    ops = _inline_latest(ops, keep)
+    # the freed ranges the launch leaves: one node each (their time and instruction go to the core)
+    for memory in retired:
+        for r in retired[memory]:
+            group = r[2]
+            if len(group) > 1:
+                ops.append((_V, n_nodes, group))
+                r[2] = (n_nodes,)
+                n_nodes += 1
+            r[2] = r[2][0]
     r = Resolved()
     r.ops, r.nodes, r.external, r.retired = ops, n_nodes, external, retired
     r.resident_reads = {bid: v for bid, v in resident_reads.items() if v}
     r.spans, r.records, r.cursor, r.allocations = spans, rec, cursor, allocations
     r.written = written
-    r.last_note = instructions[-1].line if instructions else None
+    r.last_note = lines[-1][0] if lines else None
     return r
-
-
-# where each op kind keeps its lists of dependency nodes (positions in the op tuple)
-_DEP_LISTS = {_ISSUE: (3,), _MM: (1, 3, 4, 5), _PE: (1, 2, 3), _DMA: (1,), _SEED: (1,)}
-
-
-def _inline_latest(ops: list, keep: set, small: int = 3) -> list:
-    """Drop the "latest of" nodes whose value only instructions wait for: their inputs join each
-    such instruction's dependency list in their place (recursively). A node several instructions
-    wait for is dropped only if it is small (<= `small` inputs); the nodes in `keep` (the state a
-    launch leaves behind) and those other kept nodes read stay.
-
-    Exact: an instruction's wait is a running maximum from a start >= 0 that moves only on a
-    strictly later time, so over a flattened list it ends at the same time and names the same
-    first instruction reaching it as over the nested maxima. (Not into another "latest of" node
-    that stays: one that starts from its first input would differ when every time is 0.)"""
-    latest = {}
-    op_uses: dict = {}
-    v_users: dict = {}
-    for op in ops:
-        if op[0] == _V:
-            latest[op[1]] = op
-            for n in op[3]:
-                if n in latest:
-                    v_users.setdefault(n, []).append(op[1])
-        else:
-            for k in _DEP_LISTS.get(op[0], ()):
-                for n in op[k]:
-                    op_uses[n] = op_uses.get(n, 0) + 1
-    dropped = set()
-    for n in reversed(list(latest)):           # users come after the node: decided first
-        if n in keep or any(u not in dropped for u in v_users.get(n, ())):
-            continue
-        if op_uses.get(n, 0) + len(v_users.get(n, ())) <= 1 or len(latest[n][3]) <= small:
-            dropped.add(n)
-    if not dropped:
-        return ops
-
-    def expand(nodes, out):
-        for n in nodes:
-            if n in dropped:
-                expand(latest[n][3], out)
-            else:
-                out.append(n)
-        return out
-
-    out = []
-    for op in ops:
-        kind = op[0]
-        if kind == _V:
-            if op[1] not in dropped:
-                out.append(op)
-            continue
-        positions = _DEP_LISTS.get(kind)
-        if positions and any(n in dropped for k in positions for n in op[k]):
-            op = list(op)
-            for k in positions:
-                op[k] = tuple(dict.fromkeys(expand(op[k], [])))
-            op = tuple(op)
-        out.append(op)
-    return out
 
 
 class Compiled:
@@ -507,6 +476,7 @@ class Compiled:
         self.positive = all(_duration_positive(d) for d in issues)
         self.written = _written(issues)
         self._resolved: dict = {}
+        self._static = None
 
     def resolved(self, layout) -> Resolved:
         key = (layout["sbuf"], layout["psum"])
@@ -514,7 +484,10 @@ class Compiled:
         if r is None:
             if len(self._resolved) >= 4:                    # a few layouts at most are in use
                 self._resolved.pop(next(iter(self._resolved)))
-            r = self._resolved[key] = _resolve(self.program, self.issues, self.spec, layout)
+            if self._static is None:
+                self._static = _static(self.program, self.issues)
+            r = self._resolved[key] = _resolve(self.program, self.issues, self.spec, layout,
+                                               self._static)
         return r
 
 
@@ -703,11 +676,8 @@ def run_timing(compiled: Compiled, core, resident: dict, region: str = "") -> No
             if end > now:
                 now = end
         elif kind == _V:
-            _, node, mode, inputs = op
-            if mode == _ZERO:
-                t, w = 0.0, -1
-            else:
-                t, w = T[inputs[0]], W[inputs[0]]
+            _, node, inputs = op
+            t, w = 0.0, -1
             for n in inputs:
                 if T[n] > t:
                     t = T[n]

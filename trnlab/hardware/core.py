@@ -315,14 +315,13 @@ class NeuronCore:
             if spec.psum_port == "core":
                 ports.append(self._port("psum"))
             elif spec.psum_port == "bank":
-                bank_bytes = spec.psum_bank_bytes
-                banks = set()
+                ranges = []
                 for v in views:
                     if v.tensor.kind == "psum":
                         lo, hi = _free_byte_range(v)
                         base = v.tensor.offset or 0
-                        banks.update(range((base + lo) // bank_bytes, (base + hi - 1) // bank_bytes + 1))
-                ports.extend(self._port(("psum", b)) for b in sorted(banks))
+                        ranges.append((base + lo, base + hi))
+                ports.extend(self._port(("psum", b)) for b in scheduler.psum_banks(spec.psum_bank_bytes, ranges))
         return ports
 
     def _port(self, key) -> "_Port":

@@ -180,6 +180,14 @@ class Channel:
         return self.ends[-1] if self.ends else 0.0
 
 
+def psum_banks(bank_bytes: int, byte_ranges) -> list[int]:
+    """The PSUM banks (sorted) that [lo, hi) byte ranges within a partition touch."""
+    banks = set()
+    for lo, hi in byte_ranges:
+        banks.update(range(lo // bank_bytes, (hi - 1) // bank_bytes + 1))
+    return sorted(banks)
+
+
 # -- the engines' timing rules: one implementation, used by the core (checked path) and by the
 # compiled replay (compiled.run_timing). Each takes the running (time, waited-for) pair that the
 # dependencies gave and returns it moved on; "waited-for" names the instruction that decided.
