@@ -189,21 +189,25 @@ GROUP_MAX = 4       # a record waits for at most this many nodes before they bec
 class Resolved:
     """The flat program of one (program, spec, starting on-chip layout)."""
     __slots__ = ("ops", "nodes", "external", "retired", "resident_reads", "spans", "records",
-                 "cursor", "allocations", "written", "last_note")
+                 "cursor", "allocations", "last_note")
 
 
-def _static(program, issues) -> tuple:
+def _static(program, written: set) -> tuple:
     """What resolving needs that does not depend on the layout (cached on the Compiled): the
     tiles each instruction allocates and frees, each tile's byte extent, the HBM buffers the
-    program never writes, each instruction's line and region."""
+    program never writes (`written`: those it does), each instruction's line and region."""
     from .allocate import live_ranges
     starts, ends = live_ranges(program)
+    sizes = {}              # Buffer.partition_bytes, computed once per tile shape
     extent = {}
     for group in starts.values():
         for b in group:
-            extent[b.id] = (b.offset, b.offset + b.partition_bytes)
-    written_by = _written(issues)
-    unwritten = {b.id for b in program.buffers if b.memory == "hbm" and b.id not in written_by}
+            key = (tuple(b.shape), b.dtype, b.partition_axis)
+            size = sizes.get(key)
+            if size is None:
+                size = sizes[key] = b.partition_bytes
+            extent[b.id] = (b.offset, b.offset + size)
+    unwritten = {b.id for b in program.buffers if b.memory == "hbm" and b.id not in written}
     lines = [(ins.line, ins.region) for ins in program.instructions]
     return starts, ends, extent, unwritten, lines
 
@@ -323,7 +327,6 @@ def _resolve(program, issues, spec, layout, static) -> Resolved:
 
     bank_bytes = spec.psum_bank_bytes
     resident_reads = {b.id: [] for b in buffers if b.memory == "hbm"}
-    written = set()
     stationary = None          # (bid, box, version) of the tile loaded as stationary
     spans, current, current_start = [], None, 0
     rec = 0
@@ -357,7 +360,6 @@ def _resolve(program, issues, spec, layout, static) -> Resolved:
             group = (node,)
             note_reads(rrefs, group)
             note_write(dref, group)
-            written.add(dref[0])
             for r in rrefs:
                 if r[0] in resident_reads:
                     resident_reads[r[0]].append((r[1], node))
@@ -379,7 +381,6 @@ def _resolve(program, issues, spec, layout, static) -> Resolved:
                         lat, load, end_node, ready_node, flops, sbuf, psum, note))
             note_reads((sref, mref), (end_node,))
             note_write(dref, (ready_node,), True)
-            written.add(dref[0])
         elif kind == ISSUE:
             _, eid, opcode, dur, rrefs, wrefs, flops, sbuf, psum, sbuf_port, psum_port = d
             deps = []
@@ -403,7 +404,6 @@ def _resolve(program, issues, spec, layout, static) -> Resolved:
             note_reads(rrefs, group)
             for w in wrefs:
                 note_write(w, group)
-                written.add(w[0])
             for r in rrefs:
                 if r[0] in resident_reads:
                     resident_reads[r[0]].append((r[1], node))
@@ -420,7 +420,6 @@ def _resolve(program, issues, spec, layout, static) -> Resolved:
                         ready_node, (opcode, flops, sbuf, psum, note)))
             note_reads((sref,) + rrefs, (end_node,))
             note_write(dref, (ready_node,))
-            written.add(dref[0])
         elif kind == SEED:
             _, rrefs, dur = d
             deps = []
@@ -462,7 +461,6 @@ def _resolve(program, issues, spec, layout, static) -> Resolved:
     r.ops, r.nodes, r.external, r.retired = ops, n_nodes, external, retired
     r.resident_reads = {bid: v for bid, v in resident_reads.items() if v}
     r.spans, r.records, r.cursor, r.allocations = spans, rec, cursor, allocations
-    r.written = written
     r.last_note = lines[-1][0] if lines else None
     return r
 
@@ -485,7 +483,7 @@ class Compiled:
             if len(self._resolved) >= 4:                    # a few layouts at most are in use
                 self._resolved.pop(next(iter(self._resolved)))
             if self._static is None:
-                self._static = _static(self.program, self.issues)
+                self._static = _static(self.program, self.written)
             r = self._resolved[key] = _resolve(self.program, self.issues, self.spec, layout,
                                                self._static)
         return r
