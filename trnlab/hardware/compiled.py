@@ -35,14 +35,14 @@ duration.
 """
 from __future__ import annotations
 
-from bisect import bisect_right
 from heapq import heapify, heapreplace
 
 import numpy as np
 
 from . import cost, dtypes, scheduler
-from .core import ACT, DVE, PE, POOL, NeuronCore, _free_byte_range, _Port, _view
+from .core import DVE, PE, NeuronCore, _bytes_by_memory, _free_byte_range, _Port, _view, port_needs
 from .errors import EngineError
+from .memory import put_range, take_ranges
 from .scheduler import KEEP, MAX_RECORDS, _union, compact, covers, overlap, psum_banks
 from .tensor import Tensor, View
 
@@ -68,21 +68,11 @@ class DescribingCore(NeuronCore):
 
     def _issue(self, eid, opcode, dur, reads, write, flops=0.0, also_write=None):
         writes = (write,) if also_write is None else (write, also_write)
-        sbuf = psum = 0
-        for v in reads + writes:
-            if v.tensor.kind == "sbuf":
-                sbuf += v.nbytes
-            else:
-                psum += v.nbytes
-        spec = self.spec
-        sbuf_port = bool(sbuf and eid != ACT and spec.sbuf_port_shared)
-        psum_port = None
-        if psum and eid != POOL:
-            if spec.psum_port == "core":
-                psum_port = "core"
-            elif spec.psum_port == "bank":
-                psum_port = tuple((self.buffer_of(v.tensor),) + _free_byte_range(v)
-                                  for v in reads + writes if v.tensor.kind == "psum")
+        sbuf, psum = _bytes_by_memory(reads + writes)
+        sbuf_port, psum_port = port_needs(self.spec, eid, sbuf, psum)
+        if psum_port == "bank":         # the banks are known once the tiles are placed (resolve)
+            psum_port = tuple((self.buffer_of(v.tensor),) + _free_byte_range(v)
+                              for v in reads + writes if v.tensor.kind == "psum")
         return self._describe((ISSUE, eid, opcode, dur, tuple(self._ref(v) for v in reads),
                                tuple(self._ref(v) for v in writes), flops, sbuf, psum,
                                sbuf_port, psum_port))
@@ -257,24 +247,7 @@ def _resolve(program, issues, spec, layout, static) -> Resolved:
 
     def take_retired(memory, lo, hi):
         """OnChipMemory._inherit on groups: the overlapping freed ranges' nodes, in order."""
-        ranges, starts_ = retired[memory], rstarts[memory]
-        i = bisect_right(starts_, lo) - 1
-        if i < 0 or ranges[i][1] <= lo:
-            i += 1
-        j = i
-        found, pieces = [], []
-        while j < len(ranges) and ranges[j][0] < hi:
-            r = ranges[j]
-            found.extend(r[2])
-            if r[0] < lo:
-                pieces.append([r[0], lo, r[2]])
-            if r[1] > hi:
-                pieces.append([hi, r[1], r[2]])
-            j += 1
-        if j > i:
-            ranges[i:j] = pieces
-            starts_[i:j] = [r[0] for r in pieces]
-        return found
+        return [n for r in take_ranges(retired[memory], rstarts[memory], lo, hi) for n in r[2]]
 
     def compact_nodes(records, is_writes):
         old = records[:-KEEP]
@@ -440,12 +413,8 @@ def _resolve(program, issues, spec, layout, static) -> Resolved:
                 del reads[b.id], writes[b.id], version[b.id]
                 if not nodes:
                     continue
-                group = latest(nodes)
                 lo, hi = extent[b.id]
-                take_retired(b.memory, lo, hi)
-                i = bisect_right(rstarts[b.memory], lo)
-                retired[b.memory].insert(i, [lo, hi, group])
-                rstarts[b.memory].insert(i, lo)
+                put_range(retired[b.memory], rstarts[b.memory], [lo, hi, latest(nodes)])
     if current:
         spans.append((current, current_start, rec))
     # the freed ranges the launch leaves: one node each (their time and instruction go to the core)

@@ -78,6 +78,27 @@ def _free_byte_range(v: View) -> tuple[int, int]:
     return lo * t.itemsize, (hi + 1) * t.itemsize
 
 
+def _bytes_by_memory(views) -> tuple[int, int]:
+    """(SBUF bytes, PSUM bytes) that on-chip `views` touch."""
+    sbuf = psum = 0
+    for v in views:
+        if v.tensor.kind == "sbuf":
+            sbuf += v.nbytes
+        else:
+            psum += v.nbytes
+    return sbuf, psum
+
+
+def port_needs(spec: CoreSpec, eid: int, sbuf: int, psum: int) -> tuple[bool, str | None]:
+    """Which shared memory ports an instruction of engine `eid` touching `sbuf` / `psum` bytes
+    waits for: (the SBUF port?, None | "core" | "bank" for PSUM) [ARCH-v2], [ARCH-v3-PAR] —
+    on NeuronCore-v2 Vector and GpSimd share SBUF's and Vector and Scalar PSUM's; from v3 on only
+    Vector and Scalar on the same PSUM bank collide."""
+    sbuf_port = bool(sbuf and eid != ACT and spec.sbuf_port_shared)      # DVE and POOL (v2)
+    psum_port = spec.psum_port if psum and eid != POOL and spec.psum_port in ("core", "bank") else None
+    return sbuf_port, psum_port
+
+
 class _Port:
     """A shared memory port: its busy intervals (start, end, instruction), sorted. An instruction
     takes the earliest gap long enough at or after it is ready (hardware arbitration, not issue
@@ -287,12 +308,7 @@ class NeuronCore:
         if also_write is not None:
             start, waited, _ = _wait_write(also_write, start, waited)
             writes = (write, also_write)
-        sbuf = psum = 0
-        for v in reads + writes:
-            if v.tensor.kind == "sbuf":
-                sbuf += v.nbytes
-            else:
-                psum += v.nbytes
+        sbuf, psum = _bytes_by_memory(reads + writes)
         ports = self._ports(eid, reads + writes, sbuf, psum)
         idx = len(self._records)
         if ports:
@@ -309,12 +325,13 @@ class NeuronCore:
         """The shared memory ports an instruction of engine `eid` touching `views` needs."""
         ports = []
         spec = self.spec
-        if sbuf and eid != ACT and spec.sbuf_port_shared:          # DVE and POOL (v2)
+        sbuf_port, psum_port = port_needs(spec, eid, sbuf, psum)
+        if sbuf_port:
             ports.append(self._port("sbuf"))
-        if psum and eid != POOL:                                    # DVE and ACT
-            if spec.psum_port == "core":
+        if psum_port:
+            if psum_port == "core":
                 ports.append(self._port("psum"))
-            elif spec.psum_port == "bank":
+            else:
                 ranges = []
                 for v in views:
                     if v.tensor.kind == "psum":
