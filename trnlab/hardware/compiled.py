@@ -39,9 +39,8 @@ from heapq import heapify, heapreplace
 
 import numpy as np
 
-from . import cost, dtypes, scheduler
+from . import dtypes, scheduler
 from .core import DVE, PE, NeuronCore, _bytes_by_memory, _free_byte_range, _Port, _view, port_needs
-from .errors import EngineError
 from .memory import put_range, take_ranges
 from .scheduler import KEEP, MAX_RECORDS, _union, compact, covers, overlap, psum_banks
 from .tensor import Tensor, View
@@ -92,12 +91,9 @@ class DescribingCore(NeuronCore):
                                latency_ns, load_ns, flops, sbuf, psum))
 
     def _pe_issue(self, opcode, st, reads, dst, flops, sbuf, psum):
-        c = cost.cost(cost.Instruction(opcode, "pe", (cost.operand(st),) + tuple(
-            cost.operand(v) for v in reads), (cost.operand(dst),)), self.spec)
-        pe_ns = self._pe_ns
+        busy_ns, latency_ns, load_ns = self._pe_cost(opcode, st, reads, dst)
         return self._describe((PE_ISSUE, opcode, self._ref(st), tuple(self._ref(v) for v in reads),
-                               self._ref(dst), c.cycles * pe_ns, c.latency_cycles * pe_ns,
-                               c.setup_cycles * pe_ns, flops, sbuf, psum))
+                               self._ref(dst), busy_ns, latency_ns, load_ns, flops, sbuf, psum))
 
     def _schedule_dma(self, dst, src, reads, nbytes, queue, opcode) -> int:
         c = self._dma_cost(dst, src, nbytes, opcode)

@@ -402,12 +402,10 @@ class NeuronCore:
             # a new stationary tile: its load starts once the data is there and the previous
             # matmul has taken its weights out of the shadow buffer
             st_ready, st_waited = _wait_reads((st,), 0.0, -1)
-            load_start = st_ready if st_ready > self._last_mm_start else self._last_mm_start
-            self._load_end = load_start + load_ns
+            start, waited, self._load_end = scheduler.stationary_load(
+                start, waited, st_ready, st_waited, self._last_mm_start, load_ns)
             self._stationary = st
             self._stationary_version = version
-            if self._load_end > start:
-                start, waited = self._load_end, st_waited
         elif self._load_end > start:
             start = self._load_end
         start, waited, group_ready = _wait_write(dst, start, waited, True)
@@ -521,25 +519,27 @@ class NeuronCore:
     def _pe_issue(self, opcode, st, reads, dst, flops, sbuf, psum):
         """Schedule a Tensor-engine instruction other than nc_matmul (nc_transpose): the array
         loads `st` as its stationary tile (in the background), then streams N columns."""
-        c = cost.cost(cost.Instruction(opcode, "pe", (cost.operand(st),) + tuple(
-            cost.operand(v) for v in reads), (cost.operand(dst),)), self.spec)
-        busy, latency = c.cycles, c.latency_cycles
-        pe_ns = self._pe_ns
+        busy_ns, latency_ns, load_ns = self._pe_cost(opcode, st, reads, dst)
         start, waited = _wait_reads(reads, self._free[PE], -1)
         st_ready, st_waited = _wait_reads((st,), 0.0, -1)
-        load_start = st_ready if st_ready > self._last_mm_start else self._last_mm_start
-        self._load_end = load_start + c.setup_cycles * pe_ns
+        start, waited, self._load_end = scheduler.stationary_load(
+            start, waited, st_ready, st_waited, self._last_mm_start, load_ns)
         self._stationary = None
-        if self._load_end > start:
-            start, waited = self._load_end, st_waited
         start, waited, _ = _wait_write(dst, start, waited)
-        end = start + busy * pe_ns
-        ready = start + latency * pe_ns
+        end = start + busy_ns
+        ready = start + latency_ns
         self._last_mm_start = start
         idx = len(self._records)
         _record_reads((st,) + reads, end, idx)
         _record_write(dst, ready, idx)
         return self._append(PE, opcode, start, end, ready, flops, 0, sbuf, psum, waited)
+
+    def _pe_cost(self, opcode, st, reads, dst) -> tuple[float, float, float]:
+        """(busy, ready-after, LoadStationary) ns of a Tensor-engine instruction (`cost.cost`)."""
+        c = cost.cost(cost.Instruction(opcode, "pe", (cost.operand(st),) + tuple(
+            cost.operand(v) for v in reads), (cost.operand(dst),)), self.spec)
+        pe_ns = self._pe_ns
+        return c.cycles * pe_ns, c.latency_cycles * pe_ns, c.setup_cycles * pe_ns
 
     def nc_transpose(self, dst, src) -> int:
         """dst[F, P] = src[P, F].T through the Tensor engine (a matmul by the identity): SBUF → PSUM."""
