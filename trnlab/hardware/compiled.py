@@ -168,7 +168,7 @@ def describe(program, spec) -> list:
 
 # -- the resolved program ------------------------------------------------------------------------
 # op kinds of the flat list
-_V, _ISSUE, _MM, _PE, _DMA, _SEED, _PRINT = range(7)
+_V, _ISSUE, _MM, _DMA, _SEED, _PRINT = range(6)   # _MM: every Tensor-engine instruction
 GROUP_MAX = 4       # a record waits for at most this many nodes before they become one "latest of"
 
 
@@ -347,7 +347,7 @@ def _resolve(program, issues, spec, layout, static) -> Resolved:
             end_node, ready_node = n_nodes, n_nodes + 1
             n_nodes += 2
             ops.append((_MM, dedupe(pre), new, dedupe(st_deps), dedupe(post), dedupe(group_deps), busy,
-                        lat, load, end_node, ready_node, flops, sbuf, psum, note))
+                        lat, load, end_node, ready_node, "nc_matmul", flops, sbuf, psum, note))
             note_reads((sref, mref), (end_node,))
             note_write(dref, (ready_node,), True)
         elif kind == ISSUE:
@@ -385,8 +385,9 @@ def _resolve(program, issues, spec, layout, static) -> Resolved:
             war_waw(dref, post)
             end_node, ready_node = n_nodes, n_nodes + 1
             n_nodes += 2
-            ops.append((_PE, dedupe(pre), dedupe(st_deps), dedupe(post), busy, lat, load, end_node,
-                        ready_node, (opcode, flops, sbuf, psum, note)))
+            # (as a matmul that always loads its stationary tile and joins no accumulation group)
+            ops.append((_MM, dedupe(pre), True, dedupe(st_deps), dedupe(post), (), busy, lat, load,
+                        end_node, ready_node, opcode, flops, sbuf, psum, note))
             note_reads((sref,) + rrefs, (end_node,))
             note_write(dref, (ready_node,))
         elif kind == SEED:
@@ -580,8 +581,8 @@ def run_timing(compiled: Compiled, core, resident: dict, region: str = "") -> No
             if end > now:
                 now = end
         elif kind == _MM:
-            (_, pre, new, st_deps, post, group, busy, lat, load, end_node, ready_node, flops, sbuf,
-             psum, note) = op
+            (_, pre, new, st_deps, post, group, busy, lat, load, end_node, ready_node, opcode, flops,
+             sbuf, psum, note) = op
             start = free[0]
             w = -1
             for n in pre:
@@ -614,7 +615,7 @@ def run_timing(compiled: Compiled, core, resident: dict, region: str = "") -> No
             T[end_node] = end
             T[ready_node] = ready
             W[end_node] = W[ready_node] = idx
-            append((0, "nc_matmul", start, end, ready, flops, 0, sbuf, psum, w, note))
+            append((PE, opcode, start, end, ready, flops, 0, sbuf, psum, w, note))
             free[0] = end
             if ready > now:
                 now = ready
@@ -647,35 +648,6 @@ def run_timing(compiled: Compiled, core, resident: dict, region: str = "") -> No
                     w = W[n]
             T[node], W[node] = t, w
             continue
-        elif kind == _PE:
-            _, pre, st_deps, post, busy, lat, load, end_node, ready_node, rec = op
-            start = free[0]
-            w = -1
-            for n in pre:
-                if T[n] > start:
-                    start = T[n]
-                    w = W[n]
-            st_ready = 0.0
-            st_w = -1
-            for n in st_deps:
-                if T[n] > st_ready:
-                    st_ready = T[n]
-                    st_w = W[n]
-            start, w, load_end = stationary_load(start, w, st_ready, st_w, last_mm_start, load)
-            for n in post:
-                if T[n] > start:
-                    start = T[n]
-                    w = W[n]
-            end = start + busy
-            ready = start + lat
-            last_mm_start = start
-            T[end_node] = end
-            T[ready_node] = ready
-            W[end_node] = W[ready_node] = idx
-            append((0, rec[0], start, end, ready, rec[1], 0, rec[2], rec[3], w, rec[4]))
-            free[0] = end
-            if ready > now:
-                now = ready
         elif kind == _SEED:
             _, deps, dur, node, note = op
             t = free[DVE]
