@@ -42,7 +42,7 @@ import numpy as np
 from . import dtypes, scheduler
 from .core import DVE, PE, NeuronCore, _bytes_by_memory, _free_byte_range, _Port, _view, port_needs
 from .memory import put_range, take_ranges
-from .scheduler import KEEP, MAX_RECORDS, _union, compact, covers, overlap, psum_banks
+from .scheduler import _union, add_read, add_write, overlap, psum_banks
 from .tensor import Tensor, View
 
 # descriptions (what an instruction asks of the scheduler)
@@ -245,11 +245,11 @@ def _resolve(program, issues, spec, layout, static) -> Resolved:
         """OnChipMemory._inherit on groups: the overlapping freed ranges' nodes, in order."""
         return [n for r in take_ranges(retired[memory], rstarts[memory], lo, hi) for n in r[2]]
 
-    def compact_nodes(records, is_writes):
-        old = records[:-KEEP]
-        group = latest([n for r in old for n in r[1]])
-        merged = [_union([r[0] for r in old]), group] + ([False] if is_writes else [])
-        records[:-KEEP] = [merged]
+    def merged_read(old):           # scheduler.compact's merge, on groups
+        return [_union([r[0] for r in old]), latest([n for r in old for n in r[1]])]
+
+    def merged_write(old):
+        return merged_read(old) + [False]
 
     def raw(refs, deps):
         for bid, vb in refs:
@@ -268,27 +268,12 @@ def _resolve(program, issues, spec, layout, static) -> Resolved:
 
     def note_reads(refs, group):
         for bid, vb in refs:
-            if bid in unwritten:
-                continue        # only a later write to it would wait for these reads
-            records = reads[bid]
-            records.append([vb, group])
-            if len(records) > MAX_RECORDS:
-                compact_nodes(records, False)
+            if bid not in unwritten:    # only a later write to it would wait for these reads
+                add_read(reads[bid], [vb, group], merged_read)
 
     def note_write(ref, group, by_matmul=False):
         bid, vb = ref
-        if vb is None:
-            reads[bid].clear()
-            writes[bid].clear()
-        else:
-            if reads[bid]:
-                reads[bid][:] = [r for r in reads[bid] if not covers(vb, r[0])]
-            if writes[bid]:
-                writes[bid][:] = [r for r in writes[bid] if not covers(vb, r[0])]
-        records = writes[bid]
-        records.append([vb, group, by_matmul])
-        if len(records) > MAX_RECORDS:
-            compact_nodes(records, True)
+        add_write(reads[bid], writes[bid], vb, [vb, group, by_matmul], merged_write)
         version[bid] += 1
 
     def dedupe(deps):
@@ -687,11 +672,8 @@ def run_timing(compiled: Compiled, core, resident: dict, region: str = "") -> No
         t = resident[bid] if bid in resident else None
         if t is None:
             continue
-        lst = t._reads
         for box, node in accesses:
-            lst.append((box, T[node], W[node]))
-            if len(lst) > MAX_RECORDS:
-                compact(lst)
+            add_read(t._reads, (box, T[node], W[node]))
     prefix = region + "/" if region else ""
     timeline.regions.extend((prefix + name, base + a, base + b) for name, a, b in r.spans)
     if region:

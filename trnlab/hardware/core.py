@@ -36,9 +36,6 @@ _wait_reads = scheduler.wait_reads
 _wait_write = scheduler.wait_write
 _record_reads = scheduler.record_reads
 _record_write = scheduler.record_write
-_overlap = scheduler.overlap
-_compact = scheduler.compact
-_MAX_RECORDS = scheduler.MAX_RECORDS
 
 
 def _view(x, what: str) -> View:
@@ -386,14 +383,7 @@ class NeuronCore:
             self._matmul_values(dst, st, mv, K, M, N, accumulate)
 
         # --- time: LoadStationary in the background, MultiplyMoving busy, result after drain ---
-        # (the scheduler's helpers are inlined here: this is the innermost loop of every GEMM)
-        start = self._free[PE]
-        waited = -1
-        vb = mv.box
-        for box, ready, i, _ in mv.tensor._writes:           # RAW on the moving tile
-            if ready > start and (box is None or vb is None or _overlap(box, vb)):
-                start = ready
-                waited = i
+        start, waited = _wait_reads((mv,), self._free[PE], -1)     # RAW on the moving tile
         last = self._stationary
         st_tensor = st.tensor
         version = st_tensor.version
@@ -416,11 +406,7 @@ class NeuronCore:
         self._last_mm_start = start
         records = self._records
         idx = len(records)
-        for v in (st, mv):
-            reads = v.tensor._reads
-            reads.append((v.box, end, idx))
-            if len(reads) > _MAX_RECORDS:
-                _compact(reads)
+        _record_reads((st, mv), end, idx)
         _record_write(dst, ready, idx, True)
         records.append((PE, "nc_matmul", start, end, ready, flops, 0, sbuf, psum, waited,
                         self.note))

@@ -62,14 +62,40 @@ def _union(boxes):
     return tuple(lo_hi)
 
 
-def compact(records: list):
-    """Merge all but the newest KEEP records into one bounding record (latest time wins)."""
+def compact(records: list, merge=None):
+    """Merge all but the newest KEEP records into one bounding record: `merge(old)` (default: the
+    union of their boxes, the latest time — the first record reaching it — and that record's
+    instruction; a merged write is not a matmul's)."""
     old = records[:-KEEP]
+    records[:-KEEP] = [(merge or _latest_record)(old)]
+
+
+def _latest_record(old: list) -> tuple:
     latest = max(old, key=lambda r: r[1])
     merged = (_union([r[0] for r in old]), latest[1], latest[2])
-    if len(latest) == 4:
-        merged = merged + (False,)
-    records[:-KEEP] = [merged]
+    return merged + (False,) if len(latest) == 4 else merged
+
+
+def add_read(records: list, record, merge=None) -> None:
+    """Note a read record (box, ...) of a tensor; compacted beyond MAX_RECORDS."""
+    records.append(record)
+    if len(records) > MAX_RECORDS:
+        compact(records, merge)
+
+
+def add_write(reads: list, writes: list, box, record, merge=None) -> None:
+    """Note a write record of `box` (None: the whole tensor) of a tensor with these read and
+    write records: the records it covers go (whatever overlaps them overlaps the new write, which
+    ends later), then it is appended; compacted beyond MAX_RECORDS."""
+    if box is None:
+        reads.clear()
+        writes.clear()
+    else:
+        if reads:
+            reads[:] = [r for r in reads if not covers(box, r[0])]
+        if writes:
+            writes[:] = [r for r in writes if not covers(box, r[0])]
+    add_read(writes, record, merge)
 
 
 def wait_reads(views, t: float, waited: int):
@@ -106,27 +132,12 @@ def wait_write(v, t: float, waited: int, by_matmul: bool = False):
 
 def record_reads(views, end: float, idx: int):
     for v in views:
-        records = v.tensor._reads
-        records.append((v.box, end, idx))
-        if len(records) > MAX_RECORDS:
-            compact(records)
+        add_read(v.tensor._reads, (v.box, end, idx))
 
 
 def record_write(v, ready: float, idx: int, by_matmul: bool = False):
     tensor = v.tensor
-    vb = v.box
-    if vb is None:
-        tensor._reads.clear()
-        tensor._writes.clear()
-    else:
-        if tensor._reads:
-            tensor._reads[:] = [r for r in tensor._reads if not covers(vb, r[0])]
-        if tensor._writes:
-            tensor._writes[:] = [r for r in tensor._writes if not covers(vb, r[0])]
-    writes = tensor._writes
-    writes.append((vb, ready, idx, by_matmul))
-    if len(writes) > MAX_RECORDS:
-        compact(writes)
+    add_write(tensor._reads, tensor._writes, v.box, (v.box, ready, idx, by_matmul))
     tensor.version += 1
 
 
