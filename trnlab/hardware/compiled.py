@@ -42,7 +42,7 @@ import numpy as np
 from . import dtypes, scheduler
 from .core import DVE, PE, NeuronCore, _bytes_by_memory, _free_byte_range, _Port, _view, port_needs
 from .memory import put_range, take_ranges
-from .scheduler import _union, add_read, add_write, overlap, psum_banks
+from .scheduler import _union, add_read, add_write, psum_banks, read_waits, write_waits
 from .tensor import Tensor, View
 
 # descriptions (what an instruction asks of the scheduler)
@@ -253,18 +253,16 @@ def _resolve(program, issues, spec, layout, static) -> Resolved:
 
     def raw(refs, deps):
         for bid, vb in refs:
-            for box, group, _ in writes[bid]:
-                if box is None or vb is None or overlap(box, vb):
-                    deps.extend(group)
+            for r in read_waits(writes[bid], vb):
+                deps.extend(r[1])
 
     def war_waw(ref, deps, group_deps=None):
         bid, vb = ref
-        for box, group, mm in writes[bid]:
-            if box is None or vb is None or overlap(box, vb):
-                (group_deps if group_deps is not None and mm else deps).extend(group)
-        for box, group in reads[bid]:
-            if box is None or vb is None or overlap(box, vb):
-                deps.extend(group)
+        waits, group = write_waits(reads[bid], writes[bid], vb, group_deps is not None)
+        for r in waits:
+            deps.extend(r[1])
+        for r in group:
+            group_deps.extend(r[1])
 
     def note_reads(refs, group):
         for bid, vb in refs:

@@ -98,35 +98,43 @@ def add_write(reads: list, writes: list, box, record, merge=None) -> None:
     add_read(writes, record, merge)
 
 
+def read_waits(writes: list, box) -> list:
+    """The write records a read of `box` waits for (RAW): those of overlapping boxes."""
+    return [r for r in writes if r[0] is None or box is None or overlap(r[0], box)]
+
+
+def write_waits(reads: list, writes: list, box, by_matmul: bool = False) -> tuple[list, list]:
+    """(the records a write of `box` waits for: overlapping earlier writes (WAW), then reads (WAR);
+    the matmul writes of the PSUM accumulation group a matmul (`by_matmul`) joins instead of
+    waiting for). A write record's last field says whether a matmul wrote it."""
+    waits, group = [], []
+    for r in writes:
+        if r[0] is None or box is None or overlap(r[0], box):
+            (group if by_matmul and r[-1] else waits).append(r)
+    waits.extend(r for r in reads if r[0] is None or box is None or overlap(r[0], box))
+    return waits, group
+
+
 def wait_reads(views, t: float, waited: int):
     """Latest ready time of earlier writes overlapping any of `views` (RAW)."""
     for v in views:
-        vb = v.box
-        for box, ready, idx, _ in v.tensor._writes:
-            if ready > t and (box is None or vb is None or overlap(box, vb)):
-                t = ready
-                waited = idx
+        for r in read_waits(v.tensor._writes, v.box):
+            if r[1] > t:
+                t, waited = r[1], r[2]
     return t, waited
 
 
 def wait_write(v, t: float, waited: int, by_matmul: bool = False):
     """Latest WAW / WAR constraint for writing view `v`; also the ready time of a PSUM
     accumulation group this matmul joins (0.0 if none)."""
-    vb = v.box
-    tensor = v.tensor
+    waits, group = write_waits(v.tensor._reads, v.tensor._writes, v.box, by_matmul)
+    for r in waits:
+        if r[1] > t:
+            t, waited = r[1], r[2]
     group_ready = 0.0
-    for box, ready, idx, mm in tensor._writes:
-        if box is None or vb is None or overlap(box, vb):
-            if by_matmul and mm:
-                if ready > group_ready:
-                    group_ready = ready
-            elif ready > t:
-                t = ready
-                waited = idx
-    for box, end, idx in tensor._reads:
-        if end > t and (box is None or vb is None or overlap(box, vb)):
-            t = end
-            waited = idx
+    for r in group:
+        if r[1] > group_ready:
+            group_ready = r[1]
     return t, waited, group_ready
 
 
