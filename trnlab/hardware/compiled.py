@@ -253,11 +253,15 @@ def _resolve(program, issues, spec, layout, static) -> Resolved:
 
     def raw(refs, deps):
         for bid, vb in refs:
-            for r in read_waits(writes[bid], vb):
-                deps.extend(r[1])
+            records = writes[bid]
+            if records:
+                for r in read_waits(records, vb):
+                    deps.extend(r[1])
 
     def war_waw(ref, deps, group_deps=None):
         bid, vb = ref
+        if not (reads[bid] or writes[bid]):
+            return
         waits, group = write_waits(reads[bid], writes[bid], vb, group_deps is not None)
         for r in waits:
             deps.extend(r[1])
