@@ -594,3 +594,26 @@ def test_compiled_replay_equals_the_checked_core_with_dma_queues_named():
     assert fast == _timelines(program, True, launches=3)
     engines = {r[0] for r in fast[0][0] if r[1] == "dma_copy"}
     assert {4, 5, 6, 7, 8} <= engines and len(engines) > 5       # named queues and chosen ones
+
+
+def test_the_replays_heap_of_dma_queues_picks_the_queue_the_core_picks():
+    """The compiled replay keeps the DMA queues in a heap of (free time, queue); its top must be
+    scheduler.first_free_queue's answer (the lowest-numbered of the queues free first), ties
+    included, as transfers end and queues free up in any order."""
+    from heapq import heapify, heapreplace
+    from hypothesis import given, settings, strategies as st
+    from trnlab.hardware.scheduler import first_free_queue
+
+    @settings(max_examples=100, deadline=None)
+    @given(st.integers(1, 16), st.lists(st.sampled_from([0.0, 1.0, 2.5, 2.5, 7.0]), max_size=60))
+    def check(queues, durations):
+        free = [0.0] * queues
+        heap = [(f, q) for q, f in enumerate(free)]
+        heapify(heap)
+        for d in durations:
+            q = first_free_queue(free)
+            assert heap[0] == (free[q], q)
+            free[q] += d
+            heapreplace(heap, (free[q], q))
+
+    check()

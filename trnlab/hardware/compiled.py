@@ -8,7 +8,7 @@ one, which PSUM banks an instruction touches, what each instruction costs. Only 
 end, ready times) and a few choices made on them (the DMA queue free first, the earliest free slot
 of a shared port or channel) change from run to run.
 
-So the program is compiled once (`compile_timing`, cached on the Program):
+So the program is compiled once (`compiled_for`, cached on the Program):
 
 1. **describe**: each instruction is issued to a `DescribingCore` — a timing-mode `NeuronCore`
    whose instruction methods run unchanged (rule checks, the pure cost model) but whose last step,
@@ -16,15 +16,28 @@ So the program is compiled once (`compile_timing`, cached on the Program):
    (buffer id, box), bytes, the ports it needs. The trace records these descriptions as it goes
    (`trace.Recorder`), so a traced program needs no second pass; a program loaded from JSON is
    described once here.
-2. **resolve**: the scheduler's bookkeeping (`scheduler.py`, `memory.OnChipMemory`) is run once on
-   *nodes* instead of times: per instruction, the ordered list of the earlier results it must wait
-   for — exactly the records the scheduler would have examined, in the order it would have, merged
-   records becoming "latest of" nodes, freed bytes becoming the nodes a new tile inherits.
-3. **replay** (`run_timing`): one loop over the flat list computes every time with the same float
-   operations in the same order as the core — hence the *same timeline*, record for record
-   (tests/test_program.py compares both paths on several kernels, launches and cores). The DMA
-   queue choice, the shared ports (`core._Port`) and the HBM / DMA channels (`scheduler.Channel`)
-   are the core's own objects, so launches on several cores of a device interleave as before.
+2. **resolve**: the scheduler's bookkeeping is run once on *nodes* instead of times: per
+   instruction, the ordered list of the earlier results it must wait for — exactly the records
+   the scheduler would have examined, in the order it would have (merged records and freed bytes
+   becoming groups of nodes).
+3. **replay** (`run_timing`): one loop over the flat list computes every time — hence the *same
+   timeline*, record for record (tests/test_program.py compares both paths on several kernels,
+   launches and cores, and on kernels hypothesis writes). The DMA queue choice, the shared ports
+   (`core._Port`) and the HBM / DMA channels (`scheduler.Channel`) are the core's own objects, so
+   launches on several cores of a device interleave as before.
+
+**One implementation of the timing model.** The core and this replay call the same functions:
+the cost model (`cost.py`, through `NeuronCore._dma_cost` / `_pe_cost` / `_cost_ns` and
+`_check_matmul`), which shared ports an instruction needs (`core.port_needs`,
+`scheduler.psum_banks`), the dependency rules and their bookkeeping (`scheduler.read_waits`,
+`write_waits`, `add_read`, `add_write`, `compact` — on records of times in the core, of node groups
+here), the freed-byte ranges a tile inherits (`memory.take_ranges`, `put_range`), a DMA's queue,
+latency and passage through the DMA engines and HBM (`scheduler.first_free_queue`,
+`dma_transfer`, `Channel.reserve`), LoadStationary (`scheduler.stationary_load`) and the ports'
+arbitration (`_Port.slot` / `book`). What this loop writes out itself is the running maximum over
+an instruction's dependency nodes, the queue free first kept in a heap (the same choice as
+`first_free_queue`: the lowest-numbered of the earliest free), and the engine-queue / matmul-group
+arithmetic of one line each (`start + busy`, the later of ready and the group's ready).
 
 The structure depends on the core's on-chip state left by earlier launches (which byte ranges of
 SBUF/PSUM were freed); it is compiled per such layout (a program replayed on the same core reaches
