@@ -225,12 +225,13 @@ def _resolve(program, issues, spec, layout, static) -> Resolved:
     same first instruction reaching it."""
     starts, ends, extent, unwritten, lines = static
     buffers = program.buffers
-    reads = {}              # bid -> [[box, group]]
-    writes = {}             # bid -> [[box, group, by_matmul]]
-    version = {}
+    n_buffers = len(buffers)
+    reads = [None] * n_buffers          # buffer id -> [[box, group]] (a live buffer's)
+    writes = [None] * n_buffers         # buffer id -> [[box, group, by_matmul]]
+    version = [0] * n_buffers
     for b in buffers:
         if b.memory == "hbm":
-            reads[b.id], writes[b.id], version[b.id] = [], [], 0
+            reads[b.id], writes[b.id] = [], []
     ops = []
     n_nodes = 0
     external = {}           # memory -> [node of each initially retired range]
@@ -247,6 +248,8 @@ def _resolve(program, issues, spec, layout, static) -> Resolved:
     def latest(nodes) -> tuple:
         """The group of `nodes` (in order, once each), or one node standing for them."""
         nonlocal n_nodes
+        if len(nodes) == 1:
+            return tuple(nodes)
         nodes = tuple(dict.fromkeys(nodes))
         if len(nodes) <= GROUP_MAX:
             return nodes
@@ -407,7 +410,7 @@ def _resolve(program, issues, spec, layout, static) -> Resolved:
             for b in freed:
                 # OnChipMemory._retire on groups: the latest of the freed tile's reads and writes
                 nodes = [n for r in reads[b.id] for n in r[1]] + [n for r in writes[b.id] for n in r[1]]
-                del reads[b.id], writes[b.id], version[b.id]
+                reads[b.id] = writes[b.id] = None
                 if not nodes:
                     continue
                 lo, hi = extent[b.id]
