@@ -648,30 +648,49 @@ def ds(start: int, size: int) -> slice:
 
 
 class nc:
-    """nl.nc(n): n physical NeuronCores, for nl.spmd_dim (``kernel[nl.spmd_dim(g, nl.nc(2)), ...]``)."""
+    """nl.nc(n): n physical NeuronCores, as a launch-grid axis (``kernel[nl.nc(2), 2]``: program i of
+    that axis on core i) or inside nl.spmd_dim; ``nl.nc(2) * 2`` is ``nl.spmd_dim(nl.nc(2), 2)`` and
+    ``2 * nl.nc(2)`` is ``nl.spmd_dim(2, nl.nc(2))`` (nki.language.nc / spmd_dim pages)."""
 
     def __init__(self, count: int):
         self.count = int(count)
+
+    def __mul__(self, size):
+        return spmd_dim(self, size)
+
+    def __rmul__(self, size):
+        return spmd_dim(size, self)
 
     def __repr__(self) -> str:
         return f"nl.nc({self.count})"
 
 
 class spmd_dim(int):
-    """nl.spmd_dim(size, nl.nc(k)): a launch-grid axis of `size` x k programs spread over k NeuronCores
-    (program n of that axis runs on core n % k). It is an int, the axis size, so a grid
-    ``kernel[nl.spmd_dim(4, nl.nc(2)), 2]`` has 8 x 2 programs; `cores` is k."""
+    """nl.spmd_dim: a launch-grid axis of `size` x k programs spread over k physical NeuronCores.
+
+    It is an int (the axis size), with `cores` = k and `core_of(i)` the core of program i on this axis,
+    as AWS's nki.language.spmd_dim page lays them out for a (4, 2) grid on 2 cores:
+    ``nl.spmd_dim(nl.nc(2), 2)`` (cores first) puts programs 0, 1 on core 0 and 2, 3 on core 1;
+    ``nl.spmd_dim(2, nl.nc(2))`` (cores last) puts 0, 2 on core 0 and 1, 3 on core 1."""
 
     def __new__(cls, size, cores: "nc | int" = 1):
+        cores_first = isinstance(size, nc)
+        if cores_first:                              # nl.spmd_dim(nl.nc(2), 4)
+            size, cores = cores, size
         k = cores.count if isinstance(cores, nc) else int(cores)
-        if isinstance(size, nc):                     # nl.spmd_dim(nl.nc(2), 4): either order
-            size, k = k, size.count
         value = super().__new__(cls, int(size) * k)
         value.cores = k
         value.per_core = int(size)
+        value.cores_first = cores_first
         return value
 
+    def core_of(self, i: int) -> int:
+        """The physical core (0..cores-1) that runs program `i` of this axis."""
+        return i // self.per_core if self.cores_first else i % self.cores
+
     def __repr__(self) -> str:
+        if self.cores_first:
+            return f"nl.spmd_dim(nl.nc({self.cores}), {self.per_core})"
         return f"nl.spmd_dim({self.per_core}, nl.nc({self.cores}))"
 
 
