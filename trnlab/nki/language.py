@@ -784,3 +784,7 @@ import sys as _sys  # noqa: E402  (tiles get their math and allocation from this
 from trnlab.nki.tensor import install as _install_tile_operations  # noqa: E402
 
 _install_tile_operations(language=_sys.modules[__name__], allocate=_allocate)
+
+
+# NKI 0.7's compiled loops and beta 1's dynamic_range (loops_compiled.py)
+from trnlab.nki.loops_compiled import dynamic_range, fori_loop, while_loop  # noqa: E402,F401
