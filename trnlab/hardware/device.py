@@ -28,6 +28,7 @@ import numpy as np
 
 from . import collective  # noqa: F401  (installs the collective instructions on NeuronCore)
 from . import double_row  # noqa: F401  (installs nc_matmul_double_row on NeuronCore)
+from . import mx  # noqa: F401  (installs quantize_mx, nc_matmul_mx on NeuronCore)
 from . import scheduler
 from .core import NeuronCore
 from .memory import HBM

@@ -883,3 +883,7 @@ import sys as _sys  # noqa: E402  (tiles get their copies and fills from this mo
 from trnlab.nki.tensor import install as _install_tile_operations  # noqa: E402
 
 _install_tile_operations(isa=_sys.modules[__name__])
+
+
+# MX on NeuronCore-v4 (mx.py registers them in SIGNATURES)
+from trnlab.nki.mx import nc_matmul_mx, quantize_mx  # noqa: E402,F401

@@ -37,6 +37,8 @@ from trnlab.nki.tensor import NkiTensor
 # -- data types (nl.bfloat16 is the same NumPy dtype as trnlab.hardware.dtypes.bfloat16) ------------
 float32, bfloat16, float16 = _dt.float32, _dt.bfloat16, _dt.float16
 float8_e4m3, float8_e4m3fn, float8_e5m2 = _dt.float8_e4m3, _dt.float8_e4m3fn, _dt.float8_e5m2
+float8_e8m0fnu, float8_e5m2_x4, float8_e4m3fn_x4 = _dt.float8_e8m0fnu, _dt.float8_e5m2_x4, _dt.float8_e4m3fn_x4
+float4_e2m1fn_x4 = _dt.float4_e2m1fn_x4
 int8, uint8, int16, uint16, int32, uint32, bool_ = _dt.int8, _dt.uint8, _dt.int16, _dt.uint16, _dt.int32, \
     _dt.uint32, _dt.bool_
 tfloat32 = _dt.float32  # tf32 inputs are fp32 in memory; the Tensor engine's reduced precision is not modelled
