@@ -38,6 +38,7 @@ from trnlab.hardware import dtypes as hw_dtypes
 from trnlab.hardware import ops as hw_ops
 from trnlab.hardware.errors import MatmulShapeError, MemoryPlacementError, ShapeMismatchError
 from trnlab.nki import indexing, issue, runtime
+from trnlab.nki import mask_split as _mask_split
 from trnlab.nki import perf_mode as _perf_mode
 from trnlab.nki.perf_mode import matmul_perf_mode  # noqa: F401  (nisa.matmul_perf_mode)
 from trnlab.nki.errors import NKIError
@@ -213,7 +214,10 @@ def instruction(functional: tuple[str, ...] | None):
 
         @functools.wraps(impl)
         def call(*args, **kwargs):
-            return impl(**signature.bind(args, kwargs))
+            bound = signature.bind(args, kwargs)
+            if _mask_split.has_multi_iterator_clause(bound.get("mask")):   # e.g. mask=(i_p >= i_f)
+                return _mask_split.call_split(impl, bound, impl.__name__)
+            return impl(**bound)
 
         call.signature = signature
         return call

@@ -1,0 +1,59 @@
+"""Mask clauses relating several iterators (`mask=(i_p >= i_f)`, `(i_p + i_f < n)`): the instruction
+acts exactly on the elements where the predicate holds, as NKI's mask semantics says."""
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import trnlab.nki as nki
+import trnlab.nki.language as nl
+from trnlab.nki import mask_split
+
+from nki_kernels.masks import band_exp, band_exp_functional, lower_triangle_scaled
+
+
+def test_causal_mask_is_refused_by_the_start_partition_rule():
+    x = np.zeros((128, 96), np.float32)
+    with pytest.raises(nki.MaskError, match="start-partition rule"):
+        lower_triangle_scaled(x)
+
+
+@pytest.mark.parametrize("width", [1, 50, 130, 300])
+def test_band_mask_combines_a_two_iterator_clause_with_a_one_iterator_clause(width):
+    x = np.random.default_rng(1).normal(size=(128, 160)).astype(np.float32)
+    i, j = np.mgrid[0:128, 0:160]
+    where = (i + j < width) & (j < 100)
+    out = band_exp(x, width)
+    np.testing.assert_allclose(out[where], np.exp(x[where]), rtol=1e-6)
+    np.testing.assert_array_equal(out[~where], x[~where])
+
+
+@settings(max_examples=30, deadline=None)
+@given(a=st.integers(-3, 3), b=st.integers(-3, 3), c=st.integers(-200, 200), op=st.sampled_from(["<", "<=", ">", ">="]))
+def test_the_boxes_cover_exactly_the_predicate(a, b, c, op):
+    i_p, i_f = nl.mgrid[0:40, 0:24]
+    expr = a * i_p + b * i_f + c
+    pred = {"<": expr < 0, "<=": expr <= 0, ">": expr > 0, ">=": expr >= 0}[op]
+    if not mask_split.has_multi_iterator_clause(pred):
+        return                                            # a or b zero: an ordinary box mask
+    covered = np.zeros((40, 24), int)
+    from trnlab.nki.indexing import restrict
+    for box in mask_split.boxes(pred, partition_rule=False):
+        r = restrict(box)
+        (plo, phi), (flo, fhi) = r.get(i_p.terms[0][0], (0, 40)), r.get(i_f.terms[0][0], (0, 24))
+        covered[plo:phi, flo:fhi] += 1
+    i, j = np.mgrid[0:40, 0:24]
+    value = a * i + b * j + c
+    truth = {"<": value < 0, "<=": value <= 0, ">": value > 0, ">=": value >= 0}[op]
+    np.testing.assert_array_equal(covered, truth.astype(int))
+
+
+def test_functional_style_with_such_a_mask_is_refused_by_name():
+    with pytest.raises(nki.MaskError, match="destination style only"):
+        band_exp_functional(np.zeros((128, 64), np.float32), 40)
+
+
+def test_a_band_mask_costs_one_instruction_per_distinct_row_count():
+    run = nki.run(band_exp, nki.ShapeDtype((128, 160), "float32"), 130, timing_only=True)
+    exps = [r for r in run.core.timeline.records if r[1] == "activation"]
+    # columns j < 100 with rows i < 130 - j: 3 columns keep all 128 rows (one box), then one per column
+    assert len(exps) == 1 + (100 - 3)
