@@ -98,3 +98,20 @@ def test_mx_rules_are_named():
     with pytest.raises(mx.MXError, match="multiple of 32"):
         quantize_to_mx(np.zeros((16, 16), ml_dtypes.bfloat16), nl.float8_e5m2_x4)
     assert dtypes.float8_e5m2_x4.itemsize == 4 and dtypes.float4_e2m1fn_x4.itemsize == 2
+
+
+def test_an_ap_pattern_that_is_a_box_moves_like_the_plain_tensor():
+    from nki_kernels.mx_matmul import copy_through_pattern
+    sd = nki.ShapeDtype((128, 2048), "uint32")
+    plain = nki.run(copy_through_pattern, sd, False, timing_only=True).latency_ns
+    pattern = nki.run(copy_through_pattern, sd, True, timing_only=True).latency_ns
+    assert pattern == pytest.approx(plain)          # contiguous rows, not one descriptor per element
+
+
+def test_ap_dtype_reads_uint32_words_as_packed_mx_data():
+    from nki_kernels.mx_matmul import copy_through_pattern
+    words = np.arange(128 * 16, dtype=np.uint32).reshape(128, 16)
+    out = copy_through_pattern(words, True, nl.float8_e5m2_x4)
+    np.testing.assert_array_equal(out.view(np.uint32).reshape(128, 16), words)
+    with pytest.raises(nki.NKIError, match="another size"):
+        copy_through_pattern(words, True, nl.bfloat16)

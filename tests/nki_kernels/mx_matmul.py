@@ -66,3 +66,15 @@ def quantize_and_multiply(stationary, moving):
     out = nl.ndarray(acc.shape, dtype=nl.float32, buffer=nl.shared_hbm)
     nisa.dma_copy(dst=out, src=result)
     return out
+
+
+@nki.jit(target="trn3")
+def copy_through_pattern(x, as_pattern: bool, dtype=None):
+    """out = x, the DMA reading x whole or through an .ap pattern that walks it row by row."""
+    P, F = x.shape
+    tile = nl.ndarray((P, F), dtype=dtype or x.dtype, buffer=nl.sbuf)
+    src = x.ap(pattern=[[F, P], [1, F]], offset=0, dtype=dtype) if as_pattern else x
+    nisa.dma_copy(dst=tile, src=src)
+    out = nl.ndarray((P, F), dtype=dtype or x.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=tile)
+    return out
