@@ -11,10 +11,24 @@ from trnlab.nki import mask_split
 from nki_kernels.masks import band_exp, band_exp_functional, lower_triangle_scaled
 
 
-def test_causal_mask_is_refused_by_the_start_partition_rule():
-    x = np.zeros((128, 96), np.float32)
-    with pytest.raises(nki.MaskError, match="start-partition rule"):
-        lower_triangle_scaled(x)
+def test_causal_mask_touches_the_lower_triangle_only():
+    x = np.random.default_rng(0).normal(size=(128, 96)).astype(np.float32)
+    out = lower_triangle_scaled(x)
+    lower = np.tril(np.ones((128, 96), bool))
+    np.testing.assert_array_equal(out[lower], 2 * x[lower])
+    np.testing.assert_array_equal(out[~lower], 0)
+
+
+def test_a_causal_mask_is_computed_over_the_box_then_selected():
+    # boxes of rows j..127 would start at partition j (start-partition rule): one instruction over
+    # the whole tile into a scratch, then memset + affine_select (predicate) + select (merge)
+    with pytest.raises(mask_split.PartitionStartRefused, match="start-partition rule"):
+        i_p, i_f = nl.mgrid[0:128, 0:96]
+        mask_split.boxes(i_p >= i_f)
+    run = nki.run(lower_triangle_scaled, nki.ShapeDtype((128, 96), "float32"), timing_only=True)
+    opcodes = [r[1] for r in run.core.timeline.records]
+    assert opcodes.count("tensor_scalar") == 1 and opcodes.count("select") == 1
+    assert opcodes.count("affine_select") == 1
 
 
 @pytest.mark.parametrize("width", [1, 50, 130, 300])

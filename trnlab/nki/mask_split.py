@@ -9,15 +9,22 @@ it enumerates one iterator of the multi-iterator clauses (the one with the fewes
 to each value in turn (every clause then bounds at most one iterator) and merges consecutive values
 whose boxes agree (an ASSUMED lowering: a band ``i_p + i_f < n`` over [128, 512] costs one
 instruction per distinct row count). Every box must obey the start-partition rule (an on-chip access
-of more than 64 partitions starts at partition 0, ...): a region whose boxes would start at other
-partitions — a causal ``i_p >= i_f`` — is refused with that rule named; `nisa.affine_select` is
-AWS's one-instruction way to apply such a predicate.
+of more than 64 partitions starts at partition 0, ...); where no covering does — a causal
+``i_p >= i_f`` — the instruction runs over the bounding box into a scratch tile and a select keeps
+its results where the predicate holds and dst's values elsewhere (three more instructions, also an
+ASSUMED lowering; `nisa.affine_select` is AWS's one-instruction way to apply such a predicate).
 """
 from __future__ import annotations
+
+import numpy as np
 
 from trnlab.hardware.core import start_partition_ok
 from trnlab.nki.errors import MaskError
 from trnlab.nki.indexing import IndexExpr, Predicate, restrict
+
+class PartitionStartRefused(MaskError):
+    """No covering by boxes obeys the start-partition rule (call_split then selects instead)."""
+
 
 _OPS = {"<": lambda a: a < 0, "<=": lambda a: a <= 0, ">": lambda a: a > 0, ">=": lambda a: a >= 0}
 
@@ -66,7 +73,7 @@ def boxes(mask: Predicate, partition_rule: bool = True) -> list[Predicate]:
             return parts
         refused = refused or bad
     start, count = refused
-    raise MaskError(
+    raise PartitionStartRefused(
         f"mask {' & '.join(f'({e!r} {op} 0)' for e, op in multi)}: covering it with boxes would start an "
         f"instruction at partition {start} with {count} partitions, which the start-partition rule forbids "
         f"(0 for > 64 partitions, 0/64 for 33-64, 0/32/64/96 for <= 32); for a causal mask use "
@@ -101,16 +108,58 @@ def _boxes_fixing(it, base, simple, multi, partition_rule: bool = True):
 
 
 def call_split(impl, bound: dict, name: str = "the instruction"):
-    """Run instruction `impl` (bound keyword arguments, destination style) once per box of its
-    mask's region. Functional style is refused: the boxes must all write one destination, which a
-    functional call only learns later (where its result is assigned)."""
+    """Run instruction `impl` (bound keyword arguments, destination style) on exactly the elements
+    where its mask holds: once per box of the region, or — when boxes would break the
+    start-partition rule (a causal mask) — once over the bounding box into a scratch tile, then a
+    select of the scratch where the predicate holds and of dst elsewhere. Functional style is
+    refused: the result must land in one destination, which a functional call only learns later."""
     if bound.get("dst") is None:
         raise MaskError(f"nisa.{name}: a mask relating several iterators is supported in destination style "
                         f"only (nisa.{name}(dst=tile[...], ..., mask=...)); the functional form and nl.* "
                         f"math with such a mask are not simulated")
-    parts = boxes(bound["mask"])
+    try:
+        parts = boxes(bound["mask"])
+    except PartitionStartRefused as refused:
+        return _compute_then_select(impl, bound, name, refused)
     if not parts:
         return impl(**{**bound, "mask": False})
     for box in parts:
         impl(**{**bound, "mask": box})
+    return None
+
+
+def _compute_then_select(impl, bound: dict, name: str, refused: MaskError):
+    """impl over the bounding box of the single-iterator clauses into a scratch SBUF tile, then
+    dst = predicate ? scratch : dst (a GpSimd affine_select builds the 0/1 predicate tile from a
+    memset of ones, a Vector select merges): three more instructions, exact values (selects copy).
+    Elements of dst outside the predicate are read to be kept, so they must have been written."""
+    from trnlab.hardware import dtypes as hw_dtypes
+    from trnlab.nki import issue, language
+    from trnlab.nki.indexing import expr_iterators
+    mask, dst = bound["mask"], bound["dst"]
+    if dst.buffer != "sbuf":
+        raise MaskError(f"{refused} (nisa.{name} into {dst.buffer.upper()}: the select fallback needs an SBUF dst)")
+    simple = tuple(c for c in mask.clauses if len((c[0] - c[2]).terms) <= 1)
+    box_mask = Predicate(simple) if simple else None
+    ranges = restrict(box_mask)
+    scratch = language.ndarray(tuple(dst.shape), dst.dtype, buffer=language.sbuf, name="mask_scratch")
+    impl(**{**bound, "dst": scratch, "mask": box_mask})
+    launch = issue.begin()
+    core = launch.core
+    on_true, target = scratch.hw_view(ranges), dst.hw_view(ranges)
+    exprs = [c[0] - c[2] for c in mask.clauses]
+    iterators = expr_iterators(tuple(exprs))
+    holds = np.ones([hi - lo for lo, hi in (ranges.get(it, (0, it.size)) for it in iterators)], dtype=bool)
+    for e, (_, op, _) in zip(exprs, mask.clauses):
+        holds &= _OPS[op](e.values(iterators, ranges))
+    if holds.size != int(np.prod(on_true.shape)):
+        raise MaskError(f"{refused} (and its predicate over {holds.shape} does not match the tile {on_true.shape})")
+    shape = tuple(on_true.shape)
+    ones = core.sbuf.allocate(shape, hw_dtypes.float32, name=launch.fresh_name("mask_ones"))
+    predicate = core.sbuf.allocate(shape, hw_dtypes.float32, name=launch.fresh_name("mask_pred"))
+    core.memset(dst=ones.full, value=1.0)
+    core.affine_select(dst=predicate.full, predicate=holds.reshape(shape), on_true=ones.full, on_false_value=0.0)
+    core.select(dst=target, predicate=predicate.full, on_true=on_true, on_false=target)
+    core.sbuf.free(ones)
+    core.sbuf.free(predicate)
     return None
