@@ -50,6 +50,13 @@ def test_programs_on_several_cores_write_one_shared_output(axis):
     assert len(counts) == 1 and counts.pop() > 0
 
 
+def test_run_takes_the_grid_with_nc_axes_too():
+    a, b = _ab(256, 1024)
+    run = nki.run(add_spmd, a, b, grid=(nl.nc(2), 2))
+    assert len(run.cores) == 2
+    np.testing.assert_array_equal(run.outputs, a + b)
+
+
 def test_an_element_no_core_writes_stays_unwritten():
     @nki.jit
     def first_tile_only(a_tensor):

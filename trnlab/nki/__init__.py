@@ -318,8 +318,8 @@ def run(kernel, *args, target=None, timing_only: bool | None = None, grid=None, 
     target = target or kernel.target
     if device is not None:
         target = device.spec
-    grid = tuple(grid) if grid is not None else kernel.grid
     from trnlab.nki import spmd
+    grid = tuple(spmd.grid_entry(g) for g in grid) if grid is not None else kernel.grid
     if spmd.cores_of(grid) > 1:     # nl.nc / nl.spmd_dim axes: a program per core, launched together
         return spmd.run_on_cores(kernel, args, kwargs, target=target, timing=timing, grid=grid,
                                  device=device, core=core)
