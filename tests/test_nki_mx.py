@@ -115,3 +115,9 @@ def test_ap_dtype_reads_uint32_words_as_packed_mx_data():
     np.testing.assert_array_equal(out.view(np.uint32).reshape(128, 16), words)
     with pytest.raises(nki.NKIError, match="another size"):
         copy_through_pattern(words, True, nl.bfloat16)
+
+
+def test_reshape_of_an_on_chip_tile_regroups_its_free_axes():
+    from nki_kernels.mx_matmul import regroup_free_axes
+    x = np.random.default_rng(6).normal(size=(64, 32, 4)).astype(np.float32)
+    np.testing.assert_array_equal(regroup_free_axes(x), x.reshape(64, 128))

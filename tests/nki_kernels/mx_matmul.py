@@ -78,3 +78,17 @@ def copy_through_pattern(x, as_pattern: bool, dtype=None):
     out = nl.ndarray((P, F), dtype=dtype or x.dtype, buffer=nl.shared_hbm)
     nisa.dma_copy(dst=out, src=tile)
     return out
+
+
+@nki.jit(target="trn3")
+def regroup_free_axes(x):
+    """x [P, F, 4] loaded into a tile, read back through tile.reshape((P, 4F))."""
+    P, F, Q = x.shape
+    tile = nl.ndarray((P, F, Q), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=tile, src=x)
+    flat = tile.reshape((P, F * Q))
+    out_tile = nl.ndarray((P, F * Q), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.tensor_copy(dst=out_tile, src=flat)
+    out = nl.ndarray((P, F * Q), dtype=x.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=out_tile)
+    return out

@@ -338,6 +338,15 @@ class NkiTensor:
         kernel's end.
         """
         shape = tuple(int(n) for n in (shape if isinstance(shape, (tuple, list)) else (shape,)))
+        if (self.buffer not in HBM_KINDS and self._index is None and self._ap is None and shape
+                and shape[0] == self.shape[0] and math.prod(shape) == math.prod(self.shape)):
+            # an on-chip tile's free axes regrouped (same partitions, same bytes per partition):
+            # an access pattern over the tile, e.g. (P, F, 4) read as (P, 4F) (AWS's mxfp tutorial)
+            pattern, stride = [], 1
+            for n in reversed(shape[1:]):
+                pattern.append([stride, n])
+                stride *= n
+            return self.ap([[stride, shape[0]]] + pattern[::-1])
         if self.buffer not in HBM_KINDS or self._index is not None or self._ap is not None:
             raise NKIError("reshape is supported for whole HBM tensors (kernel arguments); reshape on-chip "
                            "tiles by indexing or by allocating the shape you need")
