@@ -8,7 +8,7 @@ import trnlab.nki as nki
 import trnlab.nki.language as nl
 from trnlab.nki import mask_split
 
-from nki_kernels.masks import band_exp, band_exp_functional, lower_triangle_scaled
+from nki_kernels.masks import add_first_n, band_exp, band_exp_functional, lower_triangle_scaled
 
 
 def test_causal_mask_touches_the_lower_triangle_only():
@@ -61,9 +61,26 @@ def test_the_boxes_cover_exactly_the_predicate(a, b, c, op):
     np.testing.assert_array_equal(covered, truth.astype(int))
 
 
-def test_functional_style_with_such_a_mask_is_refused_by_name():
-    with pytest.raises(nki.MaskError, match="destination style only"):
-        band_exp_functional(np.zeros((128, 64), np.float32), 40)
+@pytest.mark.parametrize("n", [256 * 512, 256 * 512 - 700, 130 * 512 + 1, 5])
+def test_a_flat_offset_mask_on_load_math_and_store(n):
+    rng = np.random.default_rng(2)
+    a, b = (rng.normal(size=(256, 512)).astype(np.float32) for _ in range(2))
+    out = add_first_n(a, b, n).reshape(-1)
+    np.testing.assert_array_equal(out[:n], (a + b).reshape(-1)[:n])
+    np.testing.assert_array_equal(out[n:], 0)
+
+
+def test_functional_style_results_are_written_by_every_box():
+    out = band_exp_functional(np.ones((128, 64), np.float32), 40)
+    i, j = np.mgrid[0:128, 0:64]
+    np.testing.assert_allclose(out[i + j < 40], np.e, rtol=1e-6)
+    np.testing.assert_array_equal(out[i + j >= 40], 1.0)
+
+
+def test_functional_style_needing_the_select_fallback_is_refused_by_name():
+    from nki_kernels.masks import causal_exp_functional
+    with pytest.raises(nki.MaskError, match="destination style"):
+        causal_exp_functional(np.ones((128, 64), np.float32))
 
 
 def test_a_band_mask_costs_one_instruction_per_distinct_row_count():

@@ -43,3 +43,33 @@ def band_exp_functional(x, width):
     tile[i_p, i_f] = nl.exp(tile[i_p, i_f], mask=(i_p + i_f < width))
     nl.store(out, value=tile)
     return out
+
+
+@nki.jit
+def add_first_n(a_tensor, b_tensor, n):
+    """c = a + b on the first n elements (row-major) of [rows, 512] inputs, zeros after: a flat-offset
+    mask relating the row and column iterators on nl.load, nl.add and nl.store."""
+    rows, cols = a_tensor.shape
+    c_tensor = nl.ndarray((rows, cols), dtype=a_tensor.dtype, buffer=nl.shared_hbm)
+    i_p = nl.arange(128)[:, None]
+    i_f = nl.arange(cols)[None, :]
+    for t in nl.affine_range(rows // 128):
+        nl.store(c_tensor[t * 128 + i_p, i_f], value=nl.zeros((128, cols), dtype=a_tensor.dtype))
+        flat = (t * 128 + i_p) * cols + i_f
+        a = nl.load(a_tensor[t * 128 + i_p, i_f], mask=(flat < n))
+        b = nl.load(b_tensor[t * 128 + i_p, i_f], mask=(flat < n))
+        c = nl.add(a, b, mask=(flat < n))
+        nl.store(c_tensor[t * 128 + i_p, i_f], value=c, mask=(flat < n))
+    return c_tensor
+
+
+@nki.jit
+def causal_exp_functional(x):
+    """exp below the diagonal with nl.exp (functional): needs the select fallback, refused."""
+    P, F = x.shape
+    out = nl.ndarray((P, F), dtype=x.dtype, buffer=nl.shared_hbm)
+    i_p, i_f = nl.mgrid[0:P, 0:F]
+    tile = nl.load(x)
+    tile[i_p, i_f] = nl.exp(tile[i_p, i_f], mask=(i_p >= i_f))
+    nl.store(out, value=tile)
+    return out

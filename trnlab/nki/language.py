@@ -316,6 +316,10 @@ def load(src, *, mask=None, dtype=None, **kwargs) -> NkiTensor:
     if src.buffer not in ("hbm", "shared_hbm", "private_hbm"):
         raise MemoryPlacementError(f"operand memory: nl.load reads HBM, but the source is in {src.buffer.upper()}"
                                    "; use nl.copy for on-chip copies", value=src.buffer, limit="hbm")
+    if _mask_split.has_multi_iterator_clause(mask):     # e.g. mask=(512 * i_p + i_f < n): one DMA per box
+        tile = ndarray(tuple(src.shape), dtype or src.dtype, buffer=sbuf, name="load")
+        _isa.dma_copy(dst=tile, src=src, mask=mask)
+        return tile
     launch = _issue.begin()
     ranges = _indexing.restrict(mask)
     target = _dt.as_dtype(dtype) if dtype is not None else src.dtype
@@ -787,6 +791,8 @@ from trnlab.nki.tensor import install as _install_tile_operations  # noqa: E402
 
 _install_tile_operations(language=_sys.modules[__name__], allocate=_allocate)
 
+
+from trnlab.nki import mask_split as _mask_split  # noqa: E402  (masks relating several iterators)
 
 # NKI 0.7's compiled loops and beta 1's dynamic_range (loops_compiled.py)
 from trnlab.nki.loops_compiled import dynamic_range, fori_loop, while_loop  # noqa: E402,F401

@@ -111,16 +111,35 @@ def call_split(impl, bound: dict, name: str = "the instruction"):
     """Run instruction `impl` (bound keyword arguments, destination style) on exactly the elements
     where its mask holds: once per box of the region, or — when boxes would break the
     start-partition rule (a causal mask) — once over the bounding box into a scratch tile, then a
-    select of the scratch where the predicate holds and of dst elsewhere. Functional style is
-    refused: the result must land in one destination, which a functional call only learns later."""
-    if bound.get("dst") is None:
-        raise MaskError(f"nisa.{name}: a mask relating several iterators is supported in destination style "
-                        f"only (nisa.{name}(dst=tile[...], ..., mask=...)); the functional form and nl.* "
-                        f"math with such a mask are not simulated")
+    select of the scratch where the predicate holds and of dst elsewhere. In functional style the
+    boxes write a result tile made at once (elements outside the predicate are never written);
+    the select fallback needs destination style."""
+    functional = bound.get("dst") is None
     try:
         parts = boxes(bound["mask"])
     except PartitionStartRefused as refused:
+        if functional:
+            raise MaskError(f"{refused} (nisa.{name} in functional style: write it in destination style, "
+                            f"nisa.{name}(dst=tile[...], ..., mask=...), to get the select fallback)") from None
         return _compute_then_select(impl, bound, name, refused)
+    if functional:
+        # a pending result whose instruction is the whole set of boxes: where the program assigns
+        # it (``t[i_p, i_f] = nl.exp(t, mask=...)``) the boxes write that destination directly, so
+        # elements outside the predicate keep their values; else a fresh tile. The first box's call
+        # (withdrawn before it is issued) tells the result's shape, dtype and memory.
+        from trnlab.nki import issue, runtime
+        probe = impl(**{**bound, "mask": parts[0] if parts else False})
+        launch = runtime.current()
+        if probe is None:
+            return None
+        if launch.pending is probe:
+            launch.pending = None
+
+        def emit(out, _accumulate):
+            for box in parts:
+                impl(**{**bound, "dst": out, "mask": box})
+
+        return issue.produce(tuple(probe.shape), probe.dtype, probe.buffer, emit)
     if not parts:
         return impl(**{**bound, "mask": False})
     for box in parts:
