@@ -140,3 +140,18 @@ def test_calibrated_cases_stay_within_their_stated_tolerance():
     assert trn1.latency_us * 16 / 1e3 == pytest.approx(42.96, rel=0.05)
     trn2 = ladder.run_step(ladder.matmul_hoisted, dtype="float32", target="trn2", **shape)
     assert trn2.active["pe"] > 95.0                               # AWS: 99.85 % (a bound: loads keep up)
+
+
+def test_loading_an_image_window_is_one_descriptor_per_partition_on_the_core():
+    # the window load of AWS's adaptive_avg_pool2d: [128, 11, 11] of a [128, 32, 32] fp32 image
+    core = NeuronCore("trn2", mode="timing")
+    image = core.hbm.allocate((128, 32, 32), "float32")
+    window = core.sbuf.allocate((128, 11, 11), "float32")
+    src = image[0:128, 0:11, 0:11]
+    assert cost.contiguous_bytes(src) == 44                       # 11 fp32 of one image row
+    record = core.timeline[core.dma_copy(window.full, src)]
+    spec = core.spec
+    asked = cost.dma_cost(spec, 128 * 11 * 11 * 4, 128, 44)
+    assert asked.descriptors == 128
+    assert record.end_ns - record.start_ns == pytest.approx(spec.dma_latency_ns + asked.cycles)
+    assert asked.cycles == pytest.approx(8 * spec.dma_descriptor_ns)   # descriptor-bound: 8 rows per engine
