@@ -423,19 +423,15 @@ def dma_transpose(dst: Tile | None, src: Tile, axes: tuple | None = None, dge_mo
     if not all(isinstance(e, (slice, int, np.integer)) for e in box):
         raise NKIError("dma_transpose: the source must be a plain box of its tensor (ints and slices, or "
                        "nl.arange iterators with a positive step)")
-    ranges = [np.arange(*e.indices(n)) for e, n in zip(box, extents) if isinstance(e, slice)]
-    shaped = iter((ranges[0][None, :], ranges[1][:, None]))
-    transposed_index = tuple(next(shaped) if isinstance(e, slice) else e for e in box)
+    source = src._hw[box]
 
     def emit(out, _accumulate):
-        source = src._hw[transposed_index]
-        if np.dtype(out.dtype) == np.dtype(src.dtype):
-            launch.core.dma_copy(dst=out.hw_view(), src=source)
-        elif issue.dma_casts(launch.core):        # Trn2/Trn3: the DMA converts on the way
-            launch.core.dma_copy_cast(dst=out.hw_view(), src=source)
+        # the DMA engines transpose (in hardware from NeuronCore-v3 on; cost.dma_transpose_cost)
+        if np.dtype(out.dtype) == np.dtype(src.dtype) or issue.dma_casts(launch.core):
+            launch.core.dma_transpose(dst=out.hw_view(), src=source)
         else:                                     # Trn1: stage in the source dtype, cast on an engine
             staged = launch.core.sbuf.allocate(tuple(out.shape), src.dtype, name="transpose_stage")
-            launch.core.dma_copy(dst=staged.full, src=source)
+            launch.core.dma_transpose(dst=staged.full, src=source)
             launch.core.tensor_copy(dst=out.hw_view(), src=staged.full)
             launch.core.sbuf.free(staged)
 

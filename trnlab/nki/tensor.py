@@ -522,9 +522,12 @@ def _assign(dst: NkiTensor, value) -> None:
             emit(dst, None)
             value._become(dst)
             return
-        if (value._base() is dst._base() and value._ap is None and dst._ap is None
-                and value._index == dst._index):
-            return  # `t[i] += x` writes back the region it just updated
+        if value._base() is dst._base() and value._index == dst._index and (
+                value._ap is dst._ap or (value._ap is not None and dst._ap is not None
+                                         and repr(value._ap) == repr(dst._ap))):
+            # `t[i] += x` writes back the region it just updated (also with nl.arange indices, whose
+            # access patterns are equal when they print equal: same iterators, extents and steps)
+            return
         _check_same_shape(dst, value, "tile assignment")
         isa = _OPERATIONS.isa
         if dst.buffer in HBM_KINDS or value.buffer in HBM_KINDS:
