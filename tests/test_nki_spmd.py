@@ -108,3 +108,14 @@ def test_benchmark_of_an_spmd_grid_reports_the_multi_core_latency():
     two = bench.benchmark_result.nc_latency.get_latency_percentile(99)
     one = nki.run(add_spmd[4, 4], a, b).latency_us
     assert two < 0.65 * one
+
+
+def test_profile_of_an_spmd_grid_traces_every_core(tmp_path):
+    import json
+    a, b = _ab(256, 1024)
+    prof = nki.profile(add_spmd, working_directory=str(tmp_path), save_trace_name="spmd.ntff")
+    np.testing.assert_array_equal(prof[nl.nc(2), 2](a, b), a + b)
+    trace = json.loads(open(prof.profile_result["trace"]).read())
+    events = trace["traceEvents"] if isinstance(trace, dict) else trace
+    processes = {e.get("pid") for e in events if e.get("ph") == "X"}
+    assert len(processes) == 2                       # one process per core
