@@ -168,6 +168,19 @@ class Channel:
     def reserve(self, ready: float, duration: float) -> float:
         """Book `duration` ns in the earliest gap at or after `ready`; returns the start."""
         starts, ends = self.starts, self.ends
+        if ends:                                # the usual cases of a busy channel, without a search:
+            last_end = ends[-1]
+            if ready >= last_end:               # after every interval
+                end = ready + duration
+                if last_end >= ready - _TOUCH:
+                    ends[-1] = end
+                else:
+                    starts.append(ready)
+                    ends.append(end)
+                return ready
+            if ready > starts[-1]:              # inside the last one: right after it
+                ends[-1] = last_end + duration
+                return last_end
         i = bisect_right(ends, ready)           # first interval that ends after `ready`
         t = ready
         n = len(ends)
