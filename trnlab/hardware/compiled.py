@@ -201,7 +201,7 @@ def _static(program, written: set) -> tuple:
     extent = {}
     for group in starts.values():
         for b in group:
-            key = (tuple(b.shape), b.dtype, b.partition_axis)
+            key = (b.shape, b.dtype, b.partition_axis)          # (shapes are tuples)
             size = sizes.get(key)
             if size is None:
                 size = sizes[key] = b.partition_bytes
@@ -440,8 +440,7 @@ class Compiled:
     def __init__(self, program, spec, issues, matmul_dtypes):
         self.program, self.spec, self.issues = program, spec, issues
         self.matmul_dtypes = set(matmul_dtypes)
-        self.positive = all(_duration_positive(d) for d in issues)
-        self.written = _written(issues)
+        self.positive, self.written = _summary(issues)
         self._resolved: dict = {}
         self._static = None
 
@@ -458,31 +457,27 @@ class Compiled:
         return r
 
 
-def _written(issues) -> set:
-    """Buffer ids the program writes."""
-    out = set()
+def _summary(issues) -> tuple[bool, set]:
+    """(does every instruction take time?, the buffer ids the program writes) — one pass."""
+    written = set()
+    positive = True
     for d in issues:
         kind = d[0]
-        if kind == ISSUE:
-            out.update(bid for bid, _ in d[5])
+        if kind == DMA:
+            written.add(d[2][0])
+            positive = positive and d[6] + d[7] > 0
         elif kind == MATMUL:
-            out.add(d[1][0])
-        elif kind in (PE_ISSUE, DMA):
-            out.add(d[4][0] if kind == PE_ISSUE else d[2][0])
-    return out
-
-
-def _duration_positive(d) -> bool:
-    kind = d[0]
-    if kind == ISSUE:
-        return d[3] > 0
-    if kind in (MATMUL, PE_ISSUE):
-        return d[4 if kind == MATMUL else 5] > 0
-    if kind == DMA:
-        return d[6] + d[7] > 0
-    if kind == SEED:
-        return d[2] > 0
-    return True
+            written.add(d[1][0])
+            positive = positive and d[4] > 0
+        elif kind == ISSUE:
+            written.update(bid for bid, _ in d[5])
+            positive = positive and d[3] > 0
+        elif kind == PE_ISSUE:
+            written.add(d[4][0])
+            positive = positive and d[5] > 0
+        elif kind == SEED:
+            positive = positive and d[2] > 0
+    return positive, written
 
 
 def compiled_for(program, spec) -> Compiled:
