@@ -201,7 +201,7 @@ def _static(program, written: set) -> tuple:
     extent = {}
     for group in starts.values():
         for b in group:
-            key = (b.shape, b.dtype, b.partition_axis)          # (shapes are tuples)
+            key = (tuple(b.shape), b.dtype, b.partition_axis)
             size = sizes.get(key)
             if size is None:
                 size = sizes[key] = b.partition_bytes
