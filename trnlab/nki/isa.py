@@ -303,6 +303,16 @@ def nc_matmul(dst: Tile | None, stationary: Tile, moving: Tile, is_stationary_on
             flag = False
         else:
             flag = accumulate_flag
+        block = out._block
+        if block is not None:
+            # a logical tile of a rotating direct allocation (mod_alloc) is a tile of its own: the
+            # first matmul into it starts its accumulation group, whatever the earlier logical tile
+            # on the same bytes left there (AWS's v9 attention: attn_out_psum[i_tile_q] += ...)
+            owners = launch.__dict__.setdefault("block_owner", {})
+            key = (id(out._hw), block[0])
+            if flag is None and owners.get(key) != block[1]:
+                flag = False
+            owners[key] = block[1]
         launch.core.nc_matmul(dst=out.hw_view(ranges), stationary=stationary.hw_view(ranges),
                               moving=moving.hw_view(ranges), accumulate=flag)
 
