@@ -1,0 +1,120 @@
+"""Direct allocation (nki.compiler sbuf/psum.mod_alloc) follows liveness, as AWS's kernels with direct
+allocation expect: tiles the kernel placed may share bytes when no instruction uses both, sharing
+bytes while both are live is refused by name, each logical tile of a rotating PSUM block starts its
+own accumulation group, and a block tensor larger than PSUM is a named error. Kernels of our own in
+AWS's public style (tests/nki_kernels/direct_allocation.py)."""
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import trnlab.nki as nki
+from trnlab.hardware import errors
+from trnlab.hardware.allocate import allocate
+from trnlab.hardware.program import Buffer, Instruction, Program
+from tests.nki_kernels import direct_allocation as kernels
+
+RNG = np.random.default_rng(7)
+
+
+def test_direct_allocations_of_other_shapes_share_psum_banks_when_never_live_together():
+    x = RNG.standard_normal((128, 512)).astype(np.float32)
+    w = RNG.standard_normal((128, 512)).astype(np.float32)
+    program = nki.trace(kernels.transpose_then_product, x, w)
+    psum = [b for b in program.buffers if b.memory == "psum"]
+    blocks_t, product = sorted(psum, key=lambda b: b.first)
+    assert blocks_t.shape != product.shape
+    assert blocks_t.offset == product.offset == 0                       # the same bank 0
+    assert blocks_t.last < product.first                               # one after the other
+    expected = sum(x[:, i * 128:(i + 1) * 128] @ w for i in range(4))
+    np.testing.assert_allclose(kernels.transpose_then_product(x, w), expected, rtol=1e-4, atol=1e-3)
+    assert nki.run(kernels.transpose_then_product, x, w, timing_only=True).latency_us > 0
+
+
+def test_direct_allocations_live_together_on_the_same_bytes_are_refused_naming_both_and_where():
+    a = RNG.standard_normal((128, 512)).astype(np.float32)
+    b = RNG.standard_normal((128, 512)).astype(np.float32)
+    with pytest.raises(errors.DirectAllocationOverlapError) as caught:
+        kernels.two_live_tiles_on_one_bank(a, b)
+    error = caught.value
+    assert len(error.tiles) == 2 and error.tiles[0] != error.tiles[1]
+    message = str(error)
+    assert all(repr(name) in message for name in error.tiles)
+    assert "share bytes 0-1024" in message and "nc_matmul" in message
+    assert "second[...] = nisa.nc_matmul" in message                     # the kernel line
+    assert isinstance(error, errors.HardwareError)
+
+
+def test_each_logical_tile_of_a_rotating_psum_block_starts_its_own_accumulation_group():
+    # the four row blocks' accumulators all sit on bank 3: without a group per logical tile, block
+    # i would add to what block i - 1 left there
+    a = RNG.standard_normal((512, 512)).astype(np.float32)
+    b = RNG.standard_normal((512, 256)).astype(np.float32)
+    np.testing.assert_allclose(kernels.row_block_products(a, b), a.T @ b, rtol=1e-4, atol=1e-3)
+
+
+def test_psum_block_tensor_larger_than_psum_is_a_named_error_saying_what_a_compiler_would_need():
+    q = RNG.standard_normal((128, 1024)).astype(np.float32)
+    with pytest.raises(errors.PSUMBlockTensorOverflowError, match=r"8 x 2 logical tiles of 2.0 KiB = 32.0 KiB") as caught:
+        kernels.all_products_then_reduce(q, q)
+    assert isinstance(caught.value, errors.PSUMOverflowError)             # still a PSUM overflow
+    assert "neither fuses loops" in str(caught.value)
+    small = q[:, :512]                                                  # 4 x 1 tiles: 8 KiB fit
+    np.testing.assert_allclose(kernels.all_products_then_reduce(small, small),
+                               (small.T @ small).reshape(512, 1, 512).max(-1), rtol=1e-5)
+
+
+# -- the allocator on programs built by hand: direct allocations and allocator-placed tiles ---------
+def _program(tiles) -> Program:
+    """One PSUM buffer per (first, last, offset or None, bytes per partition); instructions enough."""
+    buffers = [Buffer(id=i, name=f"t{i}", memory="psum", shape=(128, size // 4), dtype="float32",
+                      partition_axis=0, first=first, last=last,
+                      placement=None if offset is None else {"offset": offset, "kind": "PsumModAlloc"})
+               for i, (first, last, offset, size) in enumerate(tiles)]
+    n = max(t[1] for t in tiles) + 1
+    return Program(name="hand", target="trn2", buffers=buffers,
+                   instructions=[Instruction(opcode="memset", engine="dve", operands={}) for _ in range(n)])
+
+
+def _meet(a, b) -> bool:
+    """Live at one instruction and sharing a byte."""
+    return (a.first <= b.last and b.first <= a.last
+            and a.offset < b.offset + b.partition_bytes and b.offset < a.offset + a.partition_bytes)
+
+
+tile = st.tuples(st.integers(0, 12), st.integers(0, 6), st.one_of(st.none(), st.sampled_from([0, 2048, 4096, 6144])),
+                 st.sampled_from([512, 1024, 2048]))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(tile, min_size=1, max_size=8))
+def test_direct_allocations_overlap_in_bytes_only_when_never_live_together(raw):
+    tiles = [(first, first + length, offset, size) for first, length, offset, size in raw]
+    program = _program(tiles)
+    placed = [b for b in program.buffers if b.placement]
+    clash = any(_meet(_with_offset(a), _with_offset(b)) for i, a in enumerate(placed) for b in placed[i + 1:])
+    if clash:
+        with pytest.raises(errors.DirectAllocationOverlapError):
+            allocate(program)
+        return
+    try:
+        allocate(program)
+    except errors.PSUMOverflowError:
+        return                       # the allocator-placed tiles did not fit around the direct ones
+    for b in placed:
+        assert b.offset == b.placement["offset"]
+    for i, a in enumerate(program.buffers):
+        for b in program.buffers[i + 1:]:
+            assert not _meet(a, b), (a, b)
+
+
+def _with_offset(b):
+    b.offset = b.placement["offset"]
+    return b
+
+
+def test_an_allocator_placed_tile_avoids_a_direct_allocation_that_becomes_live_during_its_life():
+    # t0 (placed by the allocator) lives 0..10; t1, the kernel's own, takes bytes 0..2048 from 5
+    program = allocate(_program([(0, 10, None, 2048), (5, 6, 0, 2048)]))
+    auto, fixed = program.buffers
+    assert fixed.offset == 0 and auto.offset >= 2048
