@@ -21,11 +21,13 @@ def test_direct_allocations_of_other_shapes_share_psum_banks_when_never_live_tog
     x = RNG.standard_normal((128, 512)).astype(np.float32)
     w = RNG.standard_normal((128, 512)).astype(np.float32)
     program = nki.trace(kernels.transpose_then_product, x, w)
-    psum = [b for b in program.buffers if b.memory == "psum"]
-    blocks_t, product = sorted(psum, key=lambda b: b.first)
-    assert blocks_t.shape != product.shape
-    assert blocks_t.offset == product.offset == 0                       # the same bank 0
-    assert blocks_t.last < product.first                               # one after the other
+    psum = [b for b in program.buffers if b.memory == "psum" and b.first >= 0]
+    # the block tensor's four tiles are buffers of their own, one per bank (num_bank_tiles=(4,))
+    blocks_t = sorted((b for b in psum if b.shape == (128, 128)), key=lambda b: b.first)
+    product = next(b for b in psum if b.shape == (128, 512))
+    assert [b.offset for b in blocks_t] == [0, 2048, 4096, 6144]
+    assert product.offset == blocks_t[0].offset == 0                    # the same bank 0, another shape
+    assert blocks_t[0].last < product.first                            # one after the other
     expected = sum(x[:, i * 128:(i + 1) * 128] @ w for i in range(4))
     np.testing.assert_allclose(kernels.transpose_then_product(x, w), expected, rtol=1e-4, atol=1e-3)
     assert nki.run(kernels.transpose_then_product, x, w, timing_only=True).latency_us > 0

@@ -18,11 +18,13 @@ import math
 from bisect import bisect_left, bisect_right
 from collections import defaultdict
 
+import numpy as np
+
 from .errors import (DirectAllocationOverlapError, PSUMBlockTensorOverflowError, PSUMOverflowError,
                      SBUFBlockTensorOverflowError, SBUFOverflowError)
 from .memory import OnChipMemory, _fmt_bytes, first_fit
 from .presets import CORES, CoreSpec, core_spec
-from .program import Program, locate_instruction
+from .program import WRITES, Access, Buffer, Program, locate_instruction
 
 
 def live_ranges(program: Program) -> tuple[dict, dict]:
@@ -138,6 +140,140 @@ def _overlap(b, other, memory: OnChipMemory) -> DirectAllocationOverlapError:
     return error
 
 
+# -- direct allocations: one buffer per physical tile and per value ---------------------------------
+def _box(index, shape) -> list:
+    """Per axis (lo, hi, dense) of the elements an Access index touches (dense: every one of them)."""
+    box = []
+    entries = () if index is None else index
+    for axis, n in enumerate(shape):
+        e = entries[axis] if axis < len(entries) else slice(None)
+        if isinstance(e, (int, np.integer)):
+            box.append((int(e), int(e) + 1, True))
+        elif isinstance(e, slice):
+            start, stop, step = e.indices(int(n))
+            count = len(range(start, stop, step))
+            box.append((start, start + (count - 1) * step + 1 if count else start, step == 1 or count <= 1))
+        else:                                   # a gather: anywhere on the axis
+            box.append((0, int(n), False))
+    return box
+
+
+def _covers(write: list, hull: list) -> bool:
+    return all(d and lo <= h_lo and hi >= h_hi for (lo, hi, d), (h_lo, h_hi, _) in zip(write, hull))
+
+
+def _hull(a: list | None, b: list) -> list:
+    return b if a is None else [(min(x[0], y[0]), max(x[1], y[1]), False) for x, y in zip(a, b)]
+
+
+def split_direct_allocations(program: Program) -> bool:
+    """Give each tile the kernel placed itself (``nki.compiler`` direct allocation) the live range of
+    its values, as the chip sees them — rewriting the program in place; True if anything changed.
+
+    1. A block tensor whose every access selects one block gets one buffer per physical tile, at the
+       address the allocation gives that tile (``Buffer.placement["tiles"]``): its tiles live and die
+       on their own (AWS's allocated attention reuses PSUM banks tile by tile).
+    2. A direct-allocated tile written again over everything touched since its last such write, by an
+       instruction that does not read it, holds a new value: from there on it is a new buffer. So the
+       same bytes, declared again in a loop or shared by tiles of other shapes, are live only from each
+       value's first write to its last read (an accumulating matmul reads its dst)."""
+    direct = {b.id for b in program.buffers if b.on_chip and b.first >= 0 and b.placement}
+    if not direct:
+        return False
+    touches = defaultdict(list)              # buffer id -> [(instruction index, operand name)]
+    for k, ins in enumerate(program.instructions):
+        for name, a in ins.operands.items():
+            if a.buffer in direct:
+                touches[a.buffer].append((k, name))
+    changed = set()
+    instructions = program.instructions
+
+    def rewrite(k: int, name: str, bid: int, index) -> None:
+        ins = instructions[k]
+        if k not in changed:
+            ins.operands = dict(ins.operands)
+            changed.add(k)
+        ins.operands[name] = Access(bid, index)
+
+    def new_buffer(like: Buffer, shape, offset: int, name: str) -> Buffer:
+        b = Buffer(id=len(program.buffers), name=name, memory=like.memory, shape=tuple(shape), dtype=like.dtype,
+                   partition_axis=0, role=like.role,
+                   placement={"offset": int(offset), "kind": like.placement.get("kind", "")})
+        program.buffers.append(b)
+        return b
+
+    tiles = []                               # single-tile direct allocations, for step 2
+    for bid in sorted(touches):
+        b = program.buffers[bid]
+        axis = b.partition_axis or 0
+        if axis == 0:
+            tiles.append(b)
+            continue
+        accesses = [(k, name, instructions[k].operands[name].index) for k, name in touches[bid]]
+        if not all(isinstance(index, tuple) and len(index) > axis
+                   and all(isinstance(e, (int, np.integer)) for e in index[:axis]) for _, _, index in accesses):
+            continue                         # an access spans blocks: the block tensor stays one buffer
+        blocks = tuple(int(n) for n in b.shape[:axis])
+        tile_bytes = b.partition_bytes // max(math.prod(blocks), 1)
+        offsets = b.placement.get("tiles")
+        per_tile = {}
+        for k, name, index in accesses:
+            block = tuple(int(e) for e in index[:axis])
+            t = per_tile.get(block)
+            if t is None:
+                linear = int(np.ravel_multi_index(block, blocks))
+                offset = offsets[linear] if offsets else int(b.placement["offset"]) + linear * tile_bytes
+                t = per_tile[block] = new_buffer(b, b.shape[axis:], offset,
+                                                 f"{b.name}[{', '.join(map(str, block))}]")
+                tiles.append(t)
+            rest = index[axis:]
+            rewrite(k, name, t.id, rest)
+            touches[t.id].append((k, name))
+        touches[bid] = []
+    for t in tiles:
+        events = touches[t.id]
+        segment, hull, current = 0, None, t
+        for i, (k, name) in enumerate(events):
+            ins = instructions[k]
+            box = _box(ins.operands[name].index, t.shape)
+            reads_it = any(a.buffer in (t.id, current.id) and (n not in WRITES or (
+                n == "dst" and ins.opcode == "nc_matmul" and ins.attrs.get("accumulate") is not False))
+                for n, a in ins.operands.items())
+            if (name in WRITES and hull is not None and not reads_it and _covers(box, hull)
+                    and events[i - 1][0] != k):
+                # a new value over all the old one's bytes: a new buffer on the same address
+                segment += 1
+                current = new_buffer(t, t.shape, t.placement["offset"], t.name)
+                hull = None
+            if current is not t:
+                rewrite(k, name, current.id, ins.operands[name].index)
+            hull = _hull(hull, box)
+    if not changed:
+        return False
+    _live_range_from_scratch(program)
+    for k in changed:
+        instructions[k].issue = None         # described again on the first replay (buffer ids changed)
+    for cache in ("_plan", "_compiled", "_values_plan", "_values_ok"):
+        if hasattr(program, cache):
+            delattr(program, cache)
+    return True
+
+
+def _live_range_from_scratch(program: Program) -> None:
+    """first/last of every on-chip buffer from the instructions."""
+    for b in program.buffers:
+        if b.on_chip:
+            b.first = b.last = -1
+    buffers = program.buffers
+    for k, ins in enumerate(program.instructions):
+        for a in ins.operands.values():
+            b = buffers[a.buffer]
+            if b.on_chip:
+                if b.first < 0:
+                    b.first = k
+                b.last = k
+
+
 def allocate(program: Program, spec: "CoreSpec | str | None" = None) -> Program:
     """Set `offset` on every on-chip buffer of `program` (in place) and return it.
 
@@ -147,6 +283,7 @@ def allocate(program: Program, spec: "CoreSpec | str | None" = None) -> Program:
     other); sharing bytes while both are live is a DirectAllocationOverlapError. A tile the
     allocator places avoids the direct allocations live at any instruction of its own range."""
     spec = target_spec(program, spec)
+    split_direct_allocations(program)
     memories = {"sbuf": _Placement(OnChipMemory("sbuf", spec, with_data=False)),
                 "psum": _Placement(OnChipMemory("psum", spec, with_data=False))}
     starts, ends = live_ranges(program)

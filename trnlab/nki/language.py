@@ -180,9 +180,15 @@ def _allocate(shape, dtype, buffer, name, launch, placement=None) -> NkiTensor:
         # same bytes on the chip: one tile, whose writes and reads order the iterations
         key = (buffer, where["offset"], tuple(int(n) for n in physical), str(_dt.as_dtype(dtype)), partition_axis)
         hw = launch.placed.get(key)
+        declared = launch.__dict__.setdefault("declared", {})
         if hw is None:
+            if partition_axis:
+                where["tiles"] = _tile_offsets(placement, shape, physical, dtype, partition_axis, buffer)
             hw = memory.allocate(physical, dtype, name=name, partition_axis=partition_axis, placement=where)
             launch.placed[key] = hw
+            declared[id(hw)] = 0
+        else:
+            declared[id(hw)] += 1     # a new tensor on the same bytes: its tiles start fresh (isa.nc_matmul)
         if rotate is None:
             return NkiTensor.allocation(hw, buffer, launch)
         tensor = NkiTensor.allocation(hw, buffer, launch, shape=tuple(shape))
@@ -253,6 +259,23 @@ def _placement(placement, shape, dtype, partition_axis: int, buffer: str) -> dic
         raise NKIError(f"direct allocation at start partition {partition}: trnlab places tiles from "
                        f"partition 0 only")
     return {"offset": int(offset), "kind": type(placement).__name__}
+
+
+def _tile_offsets(placement, shape, physical, dtype, partition_axis: int, buffer: str) -> list:
+    """The byte offset (per partition) of each physical tile, row-major over the physical block axes,
+    where the direct allocation puts it (ncc.psum.alloc may scatter the blocks over banks)."""
+    partitions = int(shape[partition_axis])
+    bytes_per_partition = math.prod(int(n) for n in shape[partition_axis + 1:]) * _dt.as_dtype(dtype).itemsize
+    offsets = []
+    for block in np.ndindex(*(int(n) for n in physical[:partition_axis])):
+        where = placement.address(tuple(int(i) for i in block), partitions, bytes_per_partition)
+        partition = where[1] if buffer == "psum" else where[0]
+        if partition:
+            raise NKIError(f"direct allocation of block {block} at start partition {partition}: trnlab "
+                           f"places tiles from partition 0 only")
+        offset = where[2] + where[0] * _spec().psum_bank_bytes if buffer == "psum" else where[1]
+        offsets.append(int(offset))
+    return offsets
 
 
 def ndarray(shape, dtype, *, buffer=None, name: str = "", **kwargs) -> NkiTensor:
