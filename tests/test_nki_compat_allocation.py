@@ -120,3 +120,21 @@ def test_an_allocator_placed_tile_avoids_a_direct_allocation_that_becomes_live_d
     program = allocate(_program([(0, 10, None, 2048), (5, 6, 0, 2048)]))
     auto, fixed = program.buffers
     assert fixed.offset == 0 and auto.offset >= 2048
+
+
+def test_a_direct_allocation_declared_in_a_loop_body_is_one_tensor_as_nki_traces_the_body_once():
+    # 32 row tiles x 2 declarations x 4 KiB would be 256 KiB of SBUF if each iteration took new bytes
+    x = RNG.standard_normal((32 * 128, 1024)).astype(np.float32)
+    run = nki.run(kernels.scale_with_an_address_counter, x, 2.0)
+    np.testing.assert_allclose(run.outputs, 2.0 * x, rtol=1e-6)
+    offsets = {b.offset for b in run.program.buffers if b.memory == "sbuf" and b.first >= 0}
+    assert offsets == {0, 4096}                                        # the first iteration's two
+
+
+def test_a_custom_psum_allocation_puts_each_block_on_the_bank_its_function_names():
+    a = RNG.standard_normal((128, 256)).astype(np.float32)
+    b = RNG.standard_normal((128, 512)).astype(np.float32)
+    run = nki.run(kernels.products_on_chosen_banks, a, b)
+    np.testing.assert_allclose(run.outputs, np.stack([a[:, :128].T @ b, a[:, 128:].T @ b]), rtol=1e-4, atol=1e-3)
+    banks = sorted({b.offset // 2048 for b in run.program.buffers if b.memory == "psum" and b.first >= 0})
+    assert banks == [1, 5]

@@ -2,6 +2,8 @@
 PSUM banks reused by tiles of different shapes one after the other, the same banks used by two
 tiles at once (a kernel bug), an accumulation group per logical tile of a rotating PSUM block
 tensor, and a PSUM block tensor larger than PSUM."""
+import functools
+
 import numpy as np
 
 import trnlab.nki as nki
@@ -100,4 +102,45 @@ def all_products_then_reduce(q_tensor, k_tensor):
         for j in nl.affine_range(s // 512):
             row_max[:, j] = nisa.tensor_reduce(op=nl.max, data=qk[i, j], axis=1)
         nl.store(out_tensor[nl.ds(i * 128, 128), :], value=row_max)
+    return out_tensor
+
+
+@nki.jit
+def scale_with_an_address_counter(x_tensor, scale):
+    """out = x * scale over [n * 128, F] row tiles, each tile declared in the loop body at the
+    kernel's own address counter, which the body advances: NKI traces the body once, so every
+    iteration uses the first address (the counter grows past SBUF if run per iteration)."""
+    rows, F = x_tensor.shape
+    out_tensor = nl.ndarray((rows, F), dtype=x_tensor.dtype, buffer=nl.shared_hbm)
+    address = 0
+    for i in nl.affine_range(rows // 128):
+        row_tile = nl.ndarray((nl.par_dim(128), F), dtype=x_tensor.dtype, buffer=ncc.sbuf.mod_alloc(base_addr=address))
+        address += F * 4
+        nisa.dma_copy(dst=row_tile, src=x_tensor[nl.ds(i * 128, 128), :])
+        scaled = nl.ndarray((nl.par_dim(128), F), dtype=x_tensor.dtype, buffer=ncc.sbuf.mod_alloc(base_addr=address))
+        address += F * 4
+        scaled[...] = nl.multiply(row_tile, scale)
+        nisa.dma_copy(dst=out_tensor[nl.ds(i * 128, 128), :], src=scaled)
+    return out_tensor
+
+
+def _bank_of(idx, pdim_size, fdim_size, banks):
+    """ncc.psum.alloc's function: block idx -> (bank, start partition, byte offset in the bank)."""
+    return (banks[tuple(idx)], 0, 0)
+
+
+@nki.jit
+def products_on_chosen_banks(a_tensor, b_tensor):
+    """out[g] = a[:, g-block].T @ b for two column blocks, the two PSUM tiles of one block tensor on
+    banks 1 and 5 (ncc.psum.alloc with a function of the block index), not side by side."""
+    K, M2 = a_tensor.shape
+    N = b_tensor.shape[1]
+    out_tensor = nl.ndarray((2, M2 // 2, N), dtype=nl.float32, buffer=nl.shared_hbm)
+    a = nl.load(a_tensor)
+    b = nl.load(b_tensor)
+    products = nl.ndarray((2, nl.par_dim(M2 // 2), N), dtype=nl.float32,
+                          buffer=ncc.psum.alloc(functools.partial(_bank_of, banks={(0,): 1, (1,): 5})))
+    for g in nl.affine_range(2):
+        products[g] = nisa.nc_matmul(stationary=a[:, nl.ds(g * (M2 // 2), M2 // 2)], moving=b)
+        nl.store(out_tensor[g], value=nl.copy(products[g]))
     return out_tensor

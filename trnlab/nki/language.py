@@ -27,6 +27,7 @@ from trnlab.hardware import presets as _presets
 from trnlab.hardware.errors import MemoryPlacementError, ShapeMismatchError
 from trnlab.nki import compiler as _compiler
 from trnlab.nki import indexing as _indexing
+from trnlab.nki.errors import user_site as _user_site
 from trnlab.nki import isa as _isa
 from trnlab.nki import issue as _issue
 from trnlab.nki import runtime as _runtime
@@ -96,7 +97,22 @@ class _Range:
         self._range = range(*(int(a) for a in args))
 
     def __iter__(self):
-        return iter(self._range)
+        launch = _runtime.active()
+        if launch is None or self.kind == "static":
+            return iter(self._range)
+        return self._iterations(launch)
+
+    def _iterations(self, launch):
+        """The iterations, noting on the launch which iteration of each enclosing affine/sequential
+        loop runs (NKI traces such a loop body once: see _declared_once)."""
+        loops = launch.__dict__.setdefault("loops", [])
+        loops.append(0)
+        try:
+            for n, i in enumerate(self._range):
+                loops[-1] = n
+                yield i
+        finally:
+            loops.pop()
 
     def __len__(self):
         return len(self._range)
@@ -291,7 +307,26 @@ def ndarray(shape, dtype, *, buffer=None, name: str = "", **kwargs) -> NkiTensor
         placement, buffer = (None if isinstance(buffer, _compiler.AutoAlloc) else buffer), buffer.memory
     if placement is None:
         return _allocate(shape, dtype, buffer or sbuf, name, launch)
-    return _allocate(shape, dtype, buffer, name, launch, placement=placement)
+    return _allocate(shape, dtype, buffer, name, launch, placement=_declared_once(launch, placement, shape, dtype))
+
+
+def _declared_once(launch, placement, shape, dtype):
+    """The placement of a direct allocation declared inside nl.affine_range / sequential_range loops.
+
+    NKI traces such a loop body once, so the declaration is one tensor at the address computed on
+    that one pass; trnlab runs the body once per iteration. A kernel that advances its own address
+    counter in the body (AWS's allocated attention: ``cur_addr += ...`` in the loop over q tiles)
+    would ask for new bytes each iteration: later iterations take the first iteration's placement."""
+    loops = launch.__dict__.get("loops")
+    if not loops:
+        return placement
+    site = _user_site(2)
+    key = (site, len(loops), tuple(int(n) for n in shape), str(_dt.as_dtype(dtype)))
+    first = launch.__dict__.setdefault("declared_in_loop", {})
+    if not any(loops):
+        first[key] = placement
+        return placement
+    return first.get(key, placement)
 
 
 def empty(shape, dtype, *, buffer=None, name: str = "", **kwargs) -> NkiTensor:
