@@ -138,3 +138,22 @@ def test_a_custom_psum_allocation_puts_each_block_on_the_bank_its_function_names
     np.testing.assert_allclose(run.outputs, np.stack([a[:, :128].T @ b, a[:, 128:].T @ b]), rtol=1e-4, atol=1e-3)
     banks = sorted({b.offset // 2048 for b in run.program.buffers if b.memory == "psum" and b.first >= 0})
     assert banks == [1, 5]
+
+
+# -- garbage in the padding of a tile: an error only where it reaches an output ----------------------
+def test_garbage_in_a_tiles_padding_that_the_store_masks_out_is_not_an_error():
+    from tests.nki_kernels.padded_tiles import project_with_padded_weights
+    xT = RNG.standard_normal((128, 128)).astype(np.float32)
+    w = RNG.standard_normal((128, 384)).astype(np.float32)
+    np.testing.assert_allclose(project_with_padded_weights(xT, w), xT.T @ w, rtol=1e-4, atol=1e-3)
+
+
+def test_garbage_that_reaches_an_output_is_an_uninitialised_read_naming_its_origin():
+    from tests.nki_kernels.padded_tiles import project_with_padded_weights
+    xT = RNG.standard_normal((128, 128)).astype(np.float32)
+    w = RNG.standard_normal((128, 384)).astype(np.float32)
+    with pytest.raises(errors.UninitializedReadError) as caught:
+        project_with_padded_weights(xT, w, mask_the_store=False)
+    message = str(caught.value)
+    assert "16384 of 65536 elements" in message and "hold garbage" in message   # 128 columns x 128
+    assert "nc_matmul read never-written" in message and "dma_copy" in message
