@@ -174,3 +174,28 @@ def test_a_program_rewritten_for_direct_allocation_replays_compiled_as_checked(k
     values_split = len({(b.memory, b.offset) for b in placed}) < len(placed)
     assert tiles_split or values_split                                 # the program was rewritten
     assert _timelines(program, False, launches=2) == _timelines(program, True, launches=2)
+
+
+def test_plus_equals_through_an_arange_access_pattern_accumulates_in_psum_without_a_copy():
+    # AWS's allocated attention: attn_res_psum[g, ip_out, if_out] += nisa.nc_matmul(...) — the
+    # write-back of `+=` is the region just accumulated into, as with slices: no tensor_copy
+    import trnlab.nki.isa as nisa
+    import trnlab.nki.language as nl
+
+    @nki.jit
+    def accumulate(a_tensor, b_tensor):
+        out_tensor = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.shared_hbm)
+        acc = nl.ndarray((2, nl.par_dim(128), 128), dtype=nl.float32, buffer=nl.psum)
+        i_p, i_f = nl.mgrid[0:128, 0:128]
+        for k in nl.affine_range(4):
+            a = nl.load(a_tensor[nl.ds(k * 128, 128), :])
+            b = nl.load(b_tensor[nl.ds(k * 128, 128), :])
+            acc[1, i_p, i_f] += nisa.nc_matmul(stationary=a, moving=b)
+        nl.store(out_tensor, value=nl.copy(acc[1]))
+        return out_tensor
+
+    a = RNG.standard_normal((512, 128)).astype(np.float32)
+    b = RNG.standard_normal((512, 128)).astype(np.float32)
+    run = nki.run(accumulate, a, b)
+    np.testing.assert_allclose(run.outputs, a.T @ b, rtol=1e-4, atol=1e-3)
+    assert run.program.opcode_counts()["tensor_copy"] == 1                # the final copy only

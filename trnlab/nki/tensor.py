@@ -486,6 +486,18 @@ def _check_same_shape(dst: NkiTensor, src: NkiTensor, what: str) -> None:
                                  value=src.shape, limit=dst.shape)
 
 
+def _same_region(a: NkiTensor, b: NkiTensor) -> bool:
+    """Two views of one tensor made by the same index: equal ints and slices, or, in an access
+    pattern, the very same nl.arange expressions (`t[i_p, i_f] += x` indexes twice with one key)."""
+    if a._ap is None and b._ap is None:
+        return a._index == b._index
+    if a._ap is None or b._ap is None or len(a._ap) != len(b._ap):
+        return False
+    return all(len(x) == len(y) and all(
+        p is q or (isinstance(p, (int, np.integer)) and isinstance(q, (int, np.integer)) and p == q)
+        for p, q in zip(x, y)) for x, y in zip(a._ap, b._ap))
+
+
 def _assign(dst: NkiTensor, value) -> None:
     """`dst[...] = value`: issue the pending instruction into dst, or copy / fill."""
     launch = dst._launch
@@ -498,8 +510,7 @@ def _assign(dst: NkiTensor, value) -> None:
             emit(dst, None)
             value._become(dst)
             return
-        if (value._base() is dst._base() and value._ap is None and dst._ap is None
-                and value._index == dst._index):
+        if value._base() is dst._base() and _same_region(value, dst):
             return  # `t[i] += x` writes back the region it just updated
         _check_same_shape(dst, value, "tile assignment")
         isa = _OPERATIONS.isa
