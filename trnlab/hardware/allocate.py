@@ -8,9 +8,13 @@ new address each iteration until the memory wraps around, which is multi-bufferi
 iteration i+1 does not reuse the bytes iteration i is still reading (the scheduler then finds no
 WAR hazard between them, and the two overlap).
 
-A tile the kernel placed itself (``nki.compiler.sbuf.mod_alloc``: `Buffer.placement`) keeps its
-address. A program whose live tiles do not fit raises SBUFOverflowError / PSUMOverflowError at the
-first instruction where they do not, naming the tiles live there and their sizes.
+A tile the kernel placed itself (``nki.compiler.sbuf/psum.mod_alloc``: `Buffer.placement`) keeps its
+address and, like every tile, holds it only while live: `split_direct_allocations` first gives each
+physical tile of a direct allocation, and each value written over it, a buffer of its own, so two
+direct allocations may share bytes when no instruction uses both (DirectAllocationOverlapError if
+one does). A program whose live tiles do not fit raises SBUFOverflowError / PSUMOverflowError at the
+first instruction where they do not, naming the tiles live there and their sizes (a block tensor
+larger than the whole memory: SBUF/PSUMBlockTensorOverflowError).
 """
 from __future__ import annotations
 
