@@ -208,3 +208,32 @@ def test_the_list_schedule_does_not_prefetch_into_a_direct_allocation_still_hold
     program = nki.trace(kernels.scale_with_an_address_counter, nki.ShapeDtype((4 * 128, 1024), "float32"), 2.0)
     listed = schedule.list_schedule(program)
     assert [i.opcode for i in listed.instructions] == [i.opcode for i in program.instructions]
+
+
+def test_declarations_made_by_one_helper_line_keep_their_own_first_iteration_addresses():
+    import trnlab.nki.compiler as ncc
+    import trnlab.nki.isa as nisa
+    import trnlab.nki.language as nl
+
+    def placed_tile(F, address):
+        return nl.ndarray((nl.par_dim(128), F), dtype=nl.float32, buffer=ncc.sbuf.mod_alloc(base_addr=address))
+
+    @nki.jit
+    def add_one(x_tensor):
+        rows, F = x_tensor.shape
+        out_tensor = nl.ndarray((rows, F), dtype=nl.float32, buffer=nl.shared_hbm)
+        address = 0
+        for i in nl.affine_range(rows // 128):
+            loaded = placed_tile(F, address)             # two declarations, one helper line
+            address += F * 4
+            result = placed_tile(F, address)
+            address += F * 4
+            nisa.dma_copy(dst=loaded, src=x_tensor[nl.ds(i * 128, 128), :])
+            result[...] = nl.add(loaded, 1.0)
+            nisa.dma_copy(dst=out_tensor[nl.ds(i * 128, 128), :], src=result)
+        return out_tensor
+
+    x = RNG.standard_normal((8 * 128, 512)).astype(np.float32)
+    run = nki.run(add_one, x)
+    np.testing.assert_allclose(run.outputs, x + 1.0, rtol=1e-6)
+    assert {b.offset for b in run.program.buffers if b.memory == "sbuf" and b.first >= 0} == {0, 2048}

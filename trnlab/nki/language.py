@@ -322,11 +322,17 @@ def _declared_once(launch, placement, shape, dtype):
         return placement
     site = _user_site(2)
     key = (site, len(loops), tuple(int(n) for n in shape), str(_dt.as_dtype(dtype)))
-    first = launch.__dict__.setdefault("declared_in_loop", {})
+    first = launch.__dict__.setdefault("declared_in_loop", {})    # key -> placements, in order
+    counts = launch.__dict__.setdefault("declared_count", {})     # key -> (iteration, how many)
+    iteration = tuple(loops)
+    seen, n = counts.get(key, (None, 0))
+    n = n if seen == iteration else 0          # the n-th such declaration in this iteration
+    counts[key] = (iteration, n + 1)
     if not any(loops):
-        first[key] = placement
+        first.setdefault(key, []).append(placement)
         return placement
-    return first.get(key, placement)
+    earlier = first.get(key, ())
+    return earlier[n] if n < len(earlier) else placement
 
 
 def empty(shape, dtype, *, buffer=None, name: str = "", **kwargs) -> NkiTensor:
