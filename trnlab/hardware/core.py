@@ -671,7 +671,7 @@ class NeuronCore:
             min(cost.contiguous_bytes(src), cost.contiguous_bytes(dst))
         rows = dst.partitions if dk == "sbuf" else (src.partitions if sk == "sbuf" else
                                                     (dst.shape[0] if dst.shape else 1))
-        key = (nbytes, rows, chunk, "hbm" in (sk, dk))
+        key = (opcode, nbytes, rows, chunk, "hbm" in (sk, dk), dst.free_size, dst.tensor.itemsize)
         c = self._costs.get(key)
         if c is None:
             c = self._costs[key] = cost.cost(cost.Instruction(
@@ -1196,6 +1196,34 @@ class NeuronCore:
                 else np.asarray(src.values())
             dst.write(np.reshape(values, dst.shape).astype(dst.tensor.dtype))
         return self._schedule_dma(dst, src, (src,), max(src.nbytes, dst.nbytes), queue, "dma_copy")
+
+    def dma_transpose(self, dst, src, queue: int | None = None) -> int:
+        """dst[B, A] = src[A, B].T moved by a DMA (nisa.dma_transpose, nl.load_transpose2d): src in
+        HBM or SBUF, dst in SBUF (or HBM). From NeuronCore-v3 on the DMA engines transpose in
+        hardware into SBUF and may convert the dtype on the way; on NeuronCore-v2 it is a strided
+        DMA of the same dtype (`cost.dma_transpose_cost`)."""
+        dst = _view(dst, "dst")
+        src = _view(src, "src")
+        sk, dk = src.tensor.kind, dst.tensor.kind
+        if sk == "psum" or dk == "psum":
+            raise MemoryPlacementError(f"operand memory: dma_transpose {sk.upper()} -> {dk.upper()} is "
+                                       f"refused; DMA does not reach PSUM", value=(sk, dk),
+                                       limit="SBUF/HBM endpoints")
+        if len(src.shape) != 2 or tuple(dst.shape) != tuple(src.shape[::-1]):
+            raise ShapeMismatchError(f"shape mismatch: dma_transpose of src {src.shape} into dst "
+                                     f"{dst.shape}; dst must be the 2-D src reversed",
+                                     value=dst.shape, limit=tuple(src.shape[::-1]))
+        if src.tensor.dtype != dst.tensor.dtype and str(self.spec.generation).lower().lstrip("v") == "2":
+            raise DtypeError(f"data type: dma_transpose does not convert on NeuronCore-v2 ({self.spec.name}): "
+                             f"src {dtypes.name(src.tensor.dtype)}, dst {dtypes.name(dst.tensor.dtype)}",
+                             value=src.tensor.dtype, limit=dst.tensor.dtype)
+        if self.full:
+            src.check_initialized()
+            values = np.asarray(src.values())
+            if src.tensor.dtype != dst.tensor.dtype and dtypes.is_float(src.tensor.dtype):
+                values = values.astype(np.float32)
+            dst.write(np.ascontiguousarray(values.reshape(src.shape).T).astype(dst.tensor.dtype))
+        return self._schedule_dma(dst, src, (src,), max(src.nbytes, dst.nbytes), queue, "dma_transpose")
 
     def vector_transpose(self, dst, src) -> int:
         """dst[F, P] = src[P, F].T on the Vector engine (nisa.nc_transpose(engine=nisa.vector_engine)):
