@@ -567,7 +567,7 @@ def test_compiled_replay_equals_the_checked_core_on_generated_programs():
     step = st.tuples(st.integers(0, 9), st.integers(0, 7), st.integers(0, 7), st.integers(0, 11))
 
     @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-    @given(st.lists(step, min_size=1, max_size=40), st.sampled_from(["trn1", "trn2", "trn3"]),
+    @given(st.lists(step, min_size=4, max_size=40), st.sampled_from(["trn1", "trn2", "trn3"]),
            st.integers(1, 2), st.integers(1, 3))
     def check(script, target, cores, launches):
         program = nki.trace(_mixed_kernel(script), SD((256, 512), "float32"), SD((256, 512), "bfloat16"),
@@ -615,5 +615,37 @@ def test_the_replays_heap_of_dma_queues_picks_the_queue_the_core_picks():
             assert heap[0] == (free[q], q)
             free[q] += d
             heapreplace(heap, (free[q], q))
+
+    check()
+
+
+def test_compiled_replay_follows_a_changed_cost_model_like_the_checked_core():
+    """A change to the cost model or to a scheduling constant changes both paths alike (they call
+    the same functions): on cores derived from Trn2 with other DMA latencies, bandwidths, engine
+    overheads, queue counts and port sharing, the compiled replay still equals the checked core."""
+    from hypothesis import HealthCheck, given, settings, strategies as st
+
+    step = st.tuples(st.integers(0, 9), st.integers(0, 7), st.integers(0, 7), st.integers(0, 11))
+    changes = st.fixed_dictionaries({
+        "dma_latency_ns": st.sampled_from([1.0, 700.0, 2600.0]),
+        "dma_descriptor_ns": st.sampled_from([10.0, 150.0, 900.0]),
+        "dma_engine_bandwidth": st.sampled_from([4e9, 17e9, 60e9]),
+        "hbm_bandwidth": st.sampled_from([50e9, 410e9, 3e12]),
+        "dma_queues": st.sampled_from([1, 3, 16]),
+        "vector_static_cycles": st.sampled_from([0, 100, 1000]),
+        "matmul_min_cycles": st.sampled_from([1, 64, 512]),
+        "stationary_load_speedup": st.sampled_from([1, 4]),
+        "sbuf_port_shared": st.booleans(),
+        "psum_port": st.sampled_from(["core", "bank", "none"]),
+    })
+
+    @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(st.lists(step, min_size=8, max_size=40), changes, st.integers(1, 3))
+    def check(script, change, launches):
+        spec = presets.TRN2.core.derive(**change)
+        program = nki.trace(_mixed_kernel(script), SD((256, 512), "float32"), SD((256, 512), "bfloat16"),
+                            target=spec)
+        assert _timelines(program, False, spec, launches=launches) == _timelines(program, True, spec,
+                                                                                 launches=launches)
 
     check()
