@@ -67,6 +67,7 @@ class DescribingCore(NeuronCore):
 
     def _issue(self, eid, opcode, dur, reads, write, flops=0.0, also_write=None):
         writes = (write,) if also_write is None else (write, also_write)
+        hidden = self._vector_hidden_ns(reads, writes) if eid == DVE else 0.0   # static facts
         sbuf = psum = 0
         for v in reads + writes:
             if v.tensor.kind == "sbuf":
@@ -84,7 +85,7 @@ class DescribingCore(NeuronCore):
                                   for v in reads + writes if v.tensor.kind == "psum")
         return self._describe((ISSUE, eid, opcode, dur, tuple(self._ref(v) for v in reads),
                                tuple(self._ref(v) for v in writes), flops, sbuf, psum,
-                               sbuf_port, psum_port))
+                               sbuf_port, psum_port, hidden))
 
     def nc_matmul(self, dst, stationary, moving, accumulate=None) -> int:
         # the rules and the cost depend only on the operands' shapes, places and dtypes: checked
@@ -333,7 +334,7 @@ def _resolve(program, issues, spec, layout) -> Resolved:
         note = ins.line
         kind = d[0]
         if kind == ISSUE:
-            _, eid, opcode, dur, rrefs, wrefs, flops, sbuf, psum, sbuf_port, psum_port = d
+            _, eid, opcode, dur, rrefs, wrefs, flops, sbuf, psum, sbuf_port, psum_port, hidden = d
             deps = []
             raw(rrefs, deps)
             for w in wrefs:
@@ -353,7 +354,7 @@ def _resolve(program, issues, spec, layout) -> Resolved:
             node = n_nodes
             n_nodes += 1
             ops.append((_ISSUE, eid, dur, dedupe(deps), tuple(ports), node,
-                        (eid, opcode, flops, sbuf, psum, note)))
+                        (eid, opcode, flops, sbuf, psum, note), hidden))
             note_reads(rrefs, node)
             for w in wrefs:
                 note_write(w, node)
@@ -660,13 +661,15 @@ def run_timing(compiled: Compiled, core, resident: dict, region: str = "") -> No
             if ready > now:
                 now = ready
         elif kind == _ISSUE:
-            _, eid, dur, deps, ports, node, rec = op
+            _, eid, dur, deps, ports, node, rec, hidden = op
             t = free[eid]
             w = -1
             for n in deps:
                 if T[n] > t:
                     t = T[n]
                     w = W[n]
+            if hidden:
+                dur = cost.issue_busy_ns(dur, hidden, t, free[eid])
             if ports:
                 objs = [port(p) for p in ports]
                 t, w = slot(objs, t, dur, w)
