@@ -356,6 +356,10 @@ def _tensor_engine(instr: Instruction, spec: CoreSpec, clock: float) -> Cost:
     else:
         st, mv = instr.reads[0], instr.reads[1]
         K, M, N = st.partitions, st.free_size, mv.free_size
+        if instr.opcode == "nc_matmul_double_row":
+            # FP8 double-row: [K, 2, M] x [K, 2, N] in one pass of N columns ("2x matmul
+            # throughput", nki.isa.matmul_perf_mode; trnlab/hardware/double_row.py)
+            M, N = M // 2, N // 2
         fp32 = "float32" in (st.dtype, mv.dtype)
     busy, latency = matmul_cycles(spec, K, M, N, _FP32 if fp32 else dtypes.bfloat16)
     return Cost(cycles=busy, clock_hz=clock, latency_cycles=latency,

@@ -37,6 +37,8 @@ from trnlab.nki.tensor import NkiTensor
 # -- data types (nl.bfloat16 is the same NumPy dtype as trnlab.hardware.dtypes.bfloat16) ------------
 float32, bfloat16, float16 = _dt.float32, _dt.bfloat16, _dt.float16
 float8_e4m3, float8_e4m3fn, float8_e5m2 = _dt.float8_e4m3, _dt.float8_e4m3fn, _dt.float8_e5m2
+float8_e8m0fnu, float8_e5m2_x4, float8_e4m3fn_x4 = _dt.float8_e8m0fnu, _dt.float8_e5m2_x4, _dt.float8_e4m3fn_x4
+float4_e2m1fn_x4 = _dt.float4_e2m1fn_x4
 int8, uint8, int16, uint16, int32, uint32, bool_ = _dt.int8, _dt.uint8, _dt.int16, _dt.uint16, _dt.int32, \
     _dt.uint32, _dt.bool_
 tfloat32 = _dt.float32  # tf32 inputs are fp32 in memory; the Tensor engine's reduced precision is not modelled
@@ -314,6 +316,10 @@ def load(src, *, mask=None, dtype=None, **kwargs) -> NkiTensor:
     if src.buffer not in ("hbm", "shared_hbm", "private_hbm"):
         raise MemoryPlacementError(f"operand memory: nl.load reads HBM, but the source is in {src.buffer.upper()}"
                                    "; use nl.copy for on-chip copies", value=src.buffer, limit="hbm")
+    if _mask_split.has_multi_iterator_clause(mask):     # e.g. mask=(512 * i_p + i_f < n): one DMA per box
+        tile = ndarray(tuple(src.shape), dtype or src.dtype, buffer=sbuf, name="load")
+        _isa.dma_copy(dst=tile, src=src, mask=mask)
+        return tile
     launch = _issue.begin()
     ranges = _indexing.restrict(mask)
     target = _dt.as_dtype(dtype) if dtype is not None else src.dtype
@@ -649,30 +655,49 @@ def ds(start: int, size: int) -> slice:
 
 
 class nc:
-    """nl.nc(n): n physical NeuronCores, for nl.spmd_dim (``kernel[nl.spmd_dim(g, nl.nc(2)), ...]``)."""
+    """nl.nc(n): n physical NeuronCores, as a launch-grid axis (``kernel[nl.nc(2), 2]``: program i of
+    that axis on core i) or inside nl.spmd_dim; ``nl.nc(2) * 2`` is ``nl.spmd_dim(nl.nc(2), 2)`` and
+    ``2 * nl.nc(2)`` is ``nl.spmd_dim(2, nl.nc(2))`` (nki.language.nc / spmd_dim pages)."""
 
     def __init__(self, count: int):
         self.count = int(count)
+
+    def __mul__(self, size):
+        return spmd_dim(self, size)
+
+    def __rmul__(self, size):
+        return spmd_dim(size, self)
 
     def __repr__(self) -> str:
         return f"nl.nc({self.count})"
 
 
 class spmd_dim(int):
-    """nl.spmd_dim(size, nl.nc(k)): a launch-grid axis of `size` x k programs spread over k NeuronCores
-    (program n of that axis runs on core n % k). It is an int, the axis size, so a grid
-    ``kernel[nl.spmd_dim(4, nl.nc(2)), 2]`` has 8 x 2 programs; `cores` is k."""
+    """nl.spmd_dim: a launch-grid axis of `size` x k programs spread over k physical NeuronCores.
+
+    It is an int (the axis size), with `cores` = k and `core_of(i)` the core of program i on this axis,
+    as AWS's nki.language.spmd_dim page lays them out for a (4, 2) grid on 2 cores:
+    ``nl.spmd_dim(nl.nc(2), 2)`` (cores first) puts programs 0, 1 on core 0 and 2, 3 on core 1;
+    ``nl.spmd_dim(2, nl.nc(2))`` (cores last) puts 0, 2 on core 0 and 1, 3 on core 1."""
 
     def __new__(cls, size, cores: "nc | int" = 1):
+        cores_first = isinstance(size, nc)
+        if cores_first:                              # nl.spmd_dim(nl.nc(2), 4)
+            size, cores = cores, size
         k = cores.count if isinstance(cores, nc) else int(cores)
-        if isinstance(size, nc):                     # nl.spmd_dim(nl.nc(2), 4): either order
-            size, k = k, size.count
         value = super().__new__(cls, int(size) * k)
         value.cores = k
         value.per_core = int(size)
+        value.cores_first = cores_first
         return value
 
+    def core_of(self, i: int) -> int:
+        """The physical core (0..cores-1) that runs program `i` of this axis."""
+        return i // self.per_core if self.cores_first else i % self.cores
+
     def __repr__(self) -> str:
+        if self.cores_first:
+            return f"nl.spmd_dim(nl.nc({self.cores}), {self.per_core})"
         return f"nl.spmd_dim({self.per_core}, nl.nc({self.cores}))"
 
 
@@ -766,3 +791,9 @@ import sys as _sys  # noqa: E402  (tiles get their math and allocation from this
 from trnlab.nki.tensor import install as _install_tile_operations  # noqa: E402
 
 _install_tile_operations(language=_sys.modules[__name__], allocate=_allocate)
+
+
+from trnlab.nki import mask_split as _mask_split  # noqa: E402  (masks relating several iterators)
+
+# NKI 0.7's compiled loops and beta 1's dynamic_range (loops_compiled.py)
+from trnlab.nki.loops_compiled import dynamic_range, fori_loop, while_loop  # noqa: E402,F401

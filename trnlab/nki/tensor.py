@@ -19,6 +19,7 @@ import math
 
 import numpy as np
 
+from trnlab.hardware import dtypes as _dtypes
 from trnlab.hardware.errors import OutOfBoundsError, ShapeMismatchError
 from trnlab.nki import indexing
 from trnlab.nki.errors import NKIError, locate
@@ -26,6 +27,23 @@ from trnlab.nki.indexing import IndexExpr
 
 ON_CHIP = ("sbuf", "psum")
 HBM_KINDS = ("hbm", "shared_hbm", "private_hbm")
+
+
+def _as_box(index: tuple):
+    """Slices equal to the integer index arrays of an access pattern, if it is a strided box
+    (tensor axis d walks pattern axis d only, by a constant positive step), else None."""
+    if not index or any(a.ndim != len(index) for a in index):
+        return None
+    slices = []
+    for d, a in enumerate(index):
+        line = a[tuple(slice(None) if k == d else 0 for k in range(a.ndim))]
+        if not np.array_equal(a, np.broadcast_to(line.reshape([-1 if k == d else 1 for k in range(a.ndim)]), a.shape)):
+            return None
+        step = int(line[1] - line[0]) if line.size > 1 else 1
+        if step <= 0 or (line.size > 1 and not np.array_equal(np.diff(line), np.full(line.size - 1, step))):
+            return None
+        slices.append(slice(int(line[0]), int(line[-1]) + 1, step))
+    return tuple(slices)
 
 
 class NkiTensor:
@@ -320,6 +338,15 @@ class NkiTensor:
         kernel's end.
         """
         shape = tuple(int(n) for n in (shape if isinstance(shape, (tuple, list)) else (shape,)))
+        if (self.buffer not in HBM_KINDS and self._index is None and self._ap is None and shape
+                and shape[0] == self.shape[0] and math.prod(shape) == math.prod(self.shape)):
+            # an on-chip tile's free axes regrouped (same partitions, same bytes per partition):
+            # an access pattern over the tile, e.g. (P, F, 4) read as (P, 4F) (AWS's mxfp tutorial)
+            pattern, stride = [], 1
+            for n in reversed(shape[1:]):
+                pattern.append([stride, n])
+                stride *= n
+            return self.ap([[stride, shape[0]]] + pattern[::-1])
         if self.buffer not in HBM_KINDS or self._index is not None or self._ap is not None:
             raise NKIError("reshape is supported for whole HBM tensors (kernel arguments); reshape on-chip "
                            "tiles by indexing or by allocating the shape you need")
@@ -330,10 +357,15 @@ class NkiTensor:
         alias = hw.memory.alias(hw, shape)
         return NkiTensor.allocation(alias, self.buffer, self._launch)
 
-    def ap(self, pattern, offset: int = 0) -> "NkiTensor":
+    def ap(self, pattern, offset: int = 0, dtype=None) -> "NkiTensor":
         """An access pattern in NKI's [[stride, count], ...] form over this tensor's row-major elements
-        (the first pair walks partitions): e.g. pool windows as trailing axes of a [C, H, W] tile."""
+        (the first pair walks partitions): e.g. pool windows as trailing axes of a [C, H, W] tile.
+        ``dtype=`` reads the elements as another type of the same size (uint32 words as 4-packed
+        MX data, AWS's mxfp-matmul tutorial): the bits move unchanged (`hardware.dtypes.cast`)."""
         self._ready()
+        if dtype is not None and _dtypes.as_dtype(dtype).itemsize != np.dtype(self.dtype).itemsize:
+            raise NKIError(f".ap(dtype={_dtypes.name(dtype)}) of a {_dtypes.name(self.dtype)} tensor: reading "
+                           f"elements as a type of another size is not simulated (same-size types only)")
         if self._index is not None or self._ap is not None:
             raise NKIError(".ap() is supported on a whole tensor or tile")
         flat = np.asarray(offset, dtype=np.int64)
@@ -348,6 +380,9 @@ class NkiTensor:
         view = NkiTensor(flat.shape, self.dtype, self.buffer, self.name)
         view._owner, view._hw, view._launch = self._base(), self._hw, self._launch
         view._index = np.unravel_index(flat, self._hw.shape)
+        box = _as_box(view._index)
+        if box is not None:         # a strided box: slices, so DMAs see its contiguous runs
+            view._index = box
         return view
 
     def broadcast_to(self, shape) -> "NkiTensor":
