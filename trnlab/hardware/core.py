@@ -505,14 +505,28 @@ class NeuronCore:
         if accumulate is None:
             accumulate = t.written is None or bool(
                 (t.written if dst.index is None else t.written[dst.index]).all())
-        st.check_initialized()
-        mv.check_initialized()
-        if accumulate:
-            dst.check_initialized()
+        # garbage in (memory never written) lands where it goes, as on the chip: result row m
+        # depends on stationary column m, result column n on moving column n (all of K)
+        garbage = None
+        bad_st, bad_mv = st.undefined(), mv.undefined()
+        if bad_st is not None or bad_mv is not None:
+            rows = np.zeros(M, bool) if bad_st is None else bad_st.reshape(K, M).any(axis=0)
+            cols = np.zeros(N, bool) if bad_mv is None else bad_mv.reshape(K, N).any(axis=0)
+            garbage = (rows[:, None] | cols[None, :]).reshape(dst.shape)
+            source = st if bad_st is not None else mv
+            origin = (f"nc_matmul read never-written {source.tensor.name!r}[{source._index_str()}]"
+                      + (f" at {self.note}" if self.note else ""))
+        if accumulate:                           # adding onto garbage keeps it garbage
+            before = dst.undefined()
+            if before is not None:
+                garbage = before if garbage is None else garbage | before
+                origin = dst.tensor.poison_origin or "accumulated onto garbage"
         if dst.basic and (t.dtype == dtypes.float32 or t.dtype == dtypes.bfloat16):
             # computed when the PSUM tile is next read, together with the rest of its group
             t.defer_matmul(dst, st.tensor.snapshot(st), mv.tensor.snapshot(mv), accumulate)
             dst.mark_written()
+            if garbage is not None:
+                dst.set_poison(garbage, origin)
             return
         product = (np.asarray(st.values(), np.float32).reshape(K, M).T
                    @ np.asarray(mv.values(), np.float32).reshape(K, N))
@@ -521,6 +535,8 @@ class NeuronCore:
                       .astype(t.dtype))
         else:
             self._store(dst, product)
+        if garbage is not None:
+            dst.set_poison(garbage, origin)
 
     def _pe_issue(self, opcode, st, reads, dst, flops, sbuf, psum):
         """Schedule a Tensor-engine instruction other than nc_matmul (nc_transpose): the array
@@ -717,8 +733,13 @@ class NeuronCore:
         self._onchip(dst, "dst", "tensor_copy", psum_ok=eid != POOL)
         self._same_tile(dst, src, "tensor_copy", "dst vs src")
         if self.full:
-            src.check_initialized()
+            garbage = src.undefined()            # element on element: garbage is copied where it is
             dst.write(np.reshape(src.values(), dst.shape).astype(dst.tensor.dtype, copy=False))
+            if garbage is not None:
+                origin = src.tensor.poison_origin or (
+                    f"tensor_copy read never-written {src.tensor.name!r}[{src._index_str()}]"
+                    + (f" at {self.note}" if self.note else ""))
+                dst.set_poison(garbage.reshape(dst.shape), origin)
         dur = self._cost_ns(eid, "tensor_copy", (src,), (dst,))
         return self._issue(eid, "tensor_copy", dur, (src,), dst)
 

@@ -224,6 +224,16 @@ def instruction(functional: tuple[str, ...] | None):
     return wrap
 
 
+def _block_index(view: NkiTensor) -> tuple:
+    """The block indices (the axes before the partition axis) a view of an on-chip tensor selects."""
+    axis = view._hw.partition_axis or 0
+    if view._index is not None:
+        return tuple(e if isinstance(e, int) else repr(e) for e in view._index[:axis])
+    if view._ap is not None:
+        return tuple(repr(e[0]) for e in view._ap[:axis])
+    return ()
+
+
 def _finish(dst: NkiTensor | None, emit, shape, dtype, buffer: str = "sbuf", ranges: dict | None = None,
             accumulates: bool = False, storage: tuple | None = None) -> NkiTensor | None:
     """Destination style: issue into dst now (returns None). Functional: a pending tile."""
@@ -310,6 +320,19 @@ def nc_matmul(dst: Tile | None, stationary: Tile, moving: Tile, is_stationary_on
             flag = False
         else:
             flag = accumulate_flag
+        declared = launch.__dict__.get("declared", {}).get(id(out._hw))
+        if declared is not None:
+            # a direct allocation: each logical tile — of a rotating block tensor (mod_alloc), or of
+            # the same nl.ndarray declared again in a loop — is a tile of its own, so the first matmul
+            # into it starts its accumulation group, whatever the earlier tile on those bytes left
+            # there (AWS's attention v9: attn_out_psum[i_tile_q] += ...)
+            owners = launch.__dict__.setdefault("block_owner", {})
+            block = out._block
+            key = (id(out._hw), block[0] if block is not None else _block_index(out))
+            logical = (declared, block[1] if block is not None else key[1])
+            if flag is None and owners.get(key) != logical:
+                flag = False
+            owners[key] = logical
         matmul = launch.core.nc_matmul_double_row if double_row else launch.core.nc_matmul
         matmul(dst=out.hw_view(ranges), stationary=stationary.hw_view(ranges),
                moving=moving.hw_view(ranges), accumulate=flag)

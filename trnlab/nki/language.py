@@ -27,6 +27,7 @@ from trnlab.hardware import presets as _presets
 from trnlab.hardware.errors import MemoryPlacementError, ShapeMismatchError
 from trnlab.nki import compiler as _compiler
 from trnlab.nki import indexing as _indexing
+from trnlab.nki.errors import user_site as _user_site
 from trnlab.nki import isa as _isa
 from trnlab.nki import issue as _issue
 from trnlab.nki import runtime as _runtime
@@ -98,7 +99,22 @@ class _Range:
         self._range = range(*(int(a) for a in args))
 
     def __iter__(self):
-        return iter(self._range)
+        launch = _runtime.active()
+        if launch is None or self.kind == "static":
+            return iter(self._range)
+        return self._iterations(launch)
+
+    def _iterations(self, launch):
+        """The iterations, noting on the launch which iteration of each enclosing affine/sequential
+        loop runs (NKI traces such a loop body once: see _declared_once)."""
+        loops = launch.__dict__.setdefault("loops", [])
+        loops.append(0)
+        try:
+            for n, i in enumerate(self._range):
+                loops[-1] = n
+                yield i
+        finally:
+            loops.pop()
 
     def __len__(self):
         return len(self._range)
@@ -182,9 +198,15 @@ def _allocate(shape, dtype, buffer, name, launch, placement=None) -> NkiTensor:
         # same bytes on the chip: one tile, whose writes and reads order the iterations
         key = (buffer, where["offset"], tuple(int(n) for n in physical), str(_dt.as_dtype(dtype)), partition_axis)
         hw = launch.placed.get(key)
+        declared = launch.__dict__.setdefault("declared", {})
         if hw is None:
+            if partition_axis:
+                where["tiles"] = _tile_offsets(placement, shape, physical, dtype, partition_axis, buffer)
             hw = memory.allocate(physical, dtype, name=name, partition_axis=partition_axis, placement=where)
             launch.placed[key] = hw
+            declared[id(hw)] = 0
+        else:
+            declared[id(hw)] += 1     # a new tensor on the same bytes: its tiles start fresh (isa.nc_matmul)
         if rotate is None:
             return NkiTensor.allocation(hw, buffer, launch)
         tensor = NkiTensor.allocation(hw, buffer, launch, shape=tuple(shape))
@@ -257,6 +279,23 @@ def _placement(placement, shape, dtype, partition_axis: int, buffer: str) -> dic
     return {"offset": int(offset), "kind": type(placement).__name__}
 
 
+def _tile_offsets(placement, shape, physical, dtype, partition_axis: int, buffer: str) -> list:
+    """The byte offset (per partition) of each physical tile, row-major over the physical block axes,
+    where the direct allocation puts it (ncc.psum.alloc may scatter the blocks over banks)."""
+    partitions = int(shape[partition_axis])
+    bytes_per_partition = math.prod(int(n) for n in shape[partition_axis + 1:]) * _dt.as_dtype(dtype).itemsize
+    offsets = []
+    for block in np.ndindex(*(int(n) for n in physical[:partition_axis])):
+        where = placement.address(tuple(int(i) for i in block), partitions, bytes_per_partition)
+        partition = where[1] if buffer == "psum" else where[0]
+        if partition:
+            raise NKIError(f"direct allocation of block {block} at start partition {partition}: trnlab "
+                           f"places tiles from partition 0 only")
+        offset = where[2] + where[0] * _spec().psum_bank_bytes if buffer == "psum" else where[1]
+        offsets.append(int(offset))
+    return offsets
+
+
 def ndarray(shape, dtype, *, buffer=None, name: str = "", **kwargs) -> NkiTensor:
     """A new tensor (uninitialised) in `buffer` (default SBUF).
 
@@ -270,7 +309,32 @@ def ndarray(shape, dtype, *, buffer=None, name: str = "", **kwargs) -> NkiTensor
         placement, buffer = (None if isinstance(buffer, _compiler.AutoAlloc) else buffer), buffer.memory
     if placement is None:
         return _allocate(shape, dtype, buffer or sbuf, name, launch)
-    return _allocate(shape, dtype, buffer, name, launch, placement=placement)
+    return _allocate(shape, dtype, buffer, name, launch, placement=_declared_once(launch, placement, shape, dtype))
+
+
+def _declared_once(launch, placement, shape, dtype):
+    """The placement of a direct allocation declared inside nl.affine_range / sequential_range loops.
+
+    NKI traces such a loop body once, so the declaration is one tensor at the address computed on
+    that one pass; trnlab runs the body once per iteration. A kernel that advances its own address
+    counter in the body (AWS's allocated attention: ``cur_addr += ...`` in the loop over q tiles)
+    would ask for new bytes each iteration: later iterations take the first iteration's placement."""
+    loops = launch.__dict__.get("loops")
+    if not loops:
+        return placement
+    site = _user_site(2)
+    key = (site, len(loops), tuple(int(n) for n in shape), str(_dt.as_dtype(dtype)))
+    first = launch.__dict__.setdefault("declared_in_loop", {})    # key -> placements, in order
+    counts = launch.__dict__.setdefault("declared_count", {})     # key -> (iteration, how many)
+    iteration = tuple(loops)
+    seen, n = counts.get(key, (None, 0))
+    n = n if seen == iteration else 0          # the n-th such declaration in this iteration
+    counts[key] = (iteration, n + 1)
+    if not any(loops):
+        first.setdefault(key, []).append(placement)
+        return placement
+    earlier = first.get(key, ())
+    return earlier[n] if n < len(earlier) else placement
 
 
 def empty(shape, dtype, *, buffer=None, name: str = "", **kwargs) -> NkiTensor:

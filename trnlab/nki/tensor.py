@@ -49,7 +49,7 @@ def _as_box(index: tuple):
 class NkiTensor:
     __slots__ = ("shape", "dtype", "buffer", "name", "_owner", "_hw", "_index", "_ap", "_emit",
                  "_launch", "_view_cache", "_storage", "_views", "_valid", "_valid_iterator", "_gather",
-                 "_rotate", "__weakref__")
+                 "_rotate", "_block", "__weakref__")
 
     def __init__(self, shape, dtype, buffer, name=""):
         self.shape = tuple(shape)
@@ -69,6 +69,7 @@ class NkiTensor:
         self._valid_iterator = None   # the partition iterator naming those rows in an access pattern
         self._gather = None           # indirect access table[ids_tile, ...]: the SBUF tile of row indices
         self._rotate = None           # direct allocation: per block axis, how many physical tiles it rotates over
+        self._block = None            # a view of one block of such an allocation: (physical, logical) block index
 
     # -- construction ---------------------------------------------------------------------
     @classmethod
@@ -169,6 +170,7 @@ class NkiTensor:
                                f"(got {len(key)} indices)")
             ap, shape, keys = [], [], iter(key)
             rotate = owner._rotate
+            logical, physical = [], []
             for axis, entry in enumerate(base):
                 if isinstance(entry, slice):
                     k = next(keys)
@@ -180,11 +182,15 @@ class NkiTensor:
                             raise NKIError(f"an iterator on block axis {axis} of {self.name!r}, a direct "
                                            f"allocation whose logical tiles rotate over fewer physical ones, "
                                            f"is not supported: index its blocks with integers")
+                        logical.append(int(k))
                         k = int(k) % rotate[axis]   # logical block k lives in physical tile k mod n
+                        physical.append(k)
                     ap.append((k, entry.start, entry.step, _slice_len(entry)))
                 else:
                     ap.append((entry, 0, 1, None))
             view._ap = tuple(ap)
+            if logical:
+                view._block = (tuple(physical), tuple(logical))
             view.shape = indexing.tile_shape(key, indexing.expr_iterators(key))
             first = key[0]
             if self._valid is not None and isinstance(first, IndexExpr) and first.const == 0 \
@@ -195,6 +201,7 @@ class NkiTensor:
             return view
         index, shape, keys = [], [], iter(key)
         rotate = owner._rotate
+        logical, physical = [], []
         for axis, entry in enumerate(base):
             if not isinstance(entry, slice):
                 index.append(entry)
@@ -209,7 +216,9 @@ class NkiTensor:
                 k %= extent
                 k = entry.start + k * entry.step
                 if rotate is not None and axis < len(rotate):
+                    logical.append(k)
                     k %= rotate[axis]       # logical block k lives in physical tile k mod n (mod_alloc)
+                    physical.append(k)
                 index.append(k)
             elif isinstance(k, slice):
                 if rotate is not None and axis < len(rotate) and _slice_len(slice(*k.indices(extent))) > 1:
@@ -238,6 +247,8 @@ class NkiTensor:
             shape.append(1)
         view._index = tuple(index)
         view.shape = tuple(shape)
+        if logical:
+            view._block = (tuple(physical), tuple(logical))
         return view
 
     def _indirect(self, key) -> "NkiTensor":
