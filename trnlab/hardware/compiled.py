@@ -52,7 +52,7 @@ from heapq import heapify, heapreplace
 
 import numpy as np
 
-from . import dtypes, scheduler
+from . import cost, dtypes, scheduler
 from .core import DVE, PE, NeuronCore, _bytes_by_memory, _free_byte_range, _Port, _view, port_needs
 from .memory import put_range, take_ranges
 from .scheduler import _union, add_read, add_write, psum_banks, read_waits, write_waits
@@ -80,6 +80,7 @@ class DescribingCore(NeuronCore):
 
     def _issue(self, eid, opcode, dur, reads, write, flops=0.0, also_write=None):
         writes = (write,) if also_write is None else (write, also_write)
+        hidden = self._vector_hidden_ns(reads, writes) if eid == DVE else 0.0   # static facts
         sbuf, psum = _bytes_by_memory(reads + writes)
         sbuf_port, psum_port = port_needs(self.spec, eid, sbuf, psum)
         if psum_port == "bank":         # the banks are known once the tiles are placed (resolve)
@@ -87,7 +88,7 @@ class DescribingCore(NeuronCore):
                               for v in reads + writes if v.tensor.kind == "psum")
         return self._describe((ISSUE, eid, opcode, dur, tuple(self._ref(v) for v in reads),
                                tuple(self._ref(v) for v in writes), flops, sbuf, psum,
-                               sbuf_port, psum_port))
+                               sbuf_port, psum_port, hidden))
 
     def nc_matmul(self, dst, stationary, moving, accumulate=None) -> int:
         # the rules and the cost depend only on the operands' shapes, places and dtypes: checked
@@ -354,7 +355,7 @@ def _resolve(program, issues, spec, layout, static) -> Resolved:
             note_reads((sref, mref), (end_node,))
             note_write(dref, (ready_node,), True)
         elif kind == ISSUE:
-            _, eid, opcode, dur, rrefs, wrefs, flops, sbuf, psum, sbuf_port, psum_port = d
+            _, eid, opcode, dur, rrefs, wrefs, flops, sbuf, psum, sbuf_port, psum_port, hidden = d
             deps = []
             raw(rrefs, deps)
             for w in wrefs:
@@ -371,7 +372,7 @@ def _resolve(program, issues, spec, layout, static) -> Resolved:
             node = n_nodes
             n_nodes += 1
             ops.append((_ISSUE, eid, dur, dedupe(deps), tuple(ports), node,
-                        (eid, opcode, flops, sbuf, psum, note)))
+                        (eid, opcode, flops, sbuf, psum, note), hidden))
             group = (node,)
             note_reads(rrefs, group)
             for w in wrefs:
@@ -618,13 +619,15 @@ def run_timing(compiled: Compiled, core, resident: dict, region: str = "") -> No
             if ready > now:
                 now = ready
         elif kind == _ISSUE:
-            _, eid, dur, deps, ports, node, rec = op
+            _, eid, dur, deps, ports, node, rec, hidden = op
             t = free[eid]
             w = -1
             for n in deps:
                 if T[n] > t:
                     t = T[n]
                     w = W[n]
+            if hidden:
+                dur = cost.issue_busy_ns(dur, hidden, t, free[eid])
             if ports:
                 objs = [port(p) for p in ports]
                 t, w = slot(objs, t, dur, w)

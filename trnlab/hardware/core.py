@@ -168,6 +168,7 @@ class NeuronCore:
         self._last_mm_start = 0.0
         # the Scalar engine's reduce registers, one fp32 per partition (nisa.activation reduce_cmd)
         self._act_regs = np.zeros(spec.partitions, np.float32) if self.full else None
+        self._dve_prev = None                       # what the Vector engine's last instruction wrote
         self.note = ""                              # recorded with each instruction (e.g. source)
         self._pe_ns = 1e9 / spec.pe_clock_hz
         self._clock_ns = [1e9 / spec.pe_clock_hz, 1e9 / spec.act_clock_hz,
@@ -200,6 +201,7 @@ class NeuronCore:
         """Every engine waits until everything issued so far is done: the next launch on this core
         starts after the previous one, as the runtime runs a core's programs one after another."""
         self._free = [max(self._now, f) for f in self._free]
+        self._dve_prev = None                       # the next launch starts a new instruction stream
 
     def device_print(self, prefix: str, src) -> int:
         """Print src's values (full mode; its shape in timing mode). Takes no engine time."""
@@ -283,12 +285,28 @@ class NeuronCore:
         attributes, so it is remembered per such key (the cost model is pure)."""
         first = reads[0] if reads else writes[0]
         key = (eid, opcode, first.free_size, len(reads), tuple(attrs.items()))
+        if cost.vector_perf_mode_possible(self.spec, _ENGINE_NAMES[eid], opcode):
+            # the performance mode depends on dtypes, memories and layout too [ARCH-v3]
+            key += tuple(cost.operand(v) for v in reads + writes)
         ns = self._costs.get(key)
         if ns is None:
             instr = cost.Instruction(opcode, _ENGINE_NAMES[eid], tuple(cost.operand(v) for v in reads),
                                      tuple(cost.operand(v) for v in writes), attrs)
             ns = self._costs[key] = cost.cost(instr, self.spec).ns
         return ns
+
+    def _vector_hidden_ns(self, reads, writes) -> float:
+        """The part of a Vector instruction's static overhead it does not pay if it issues back to
+        back (`cost.vector_hidden_static_cycles`), from what the engine's previous instruction wrote;
+        remembers this one's writes for the next."""
+        prev = self._dve_prev
+        self._dve_prev = writes
+        reads_previous = prev is not None and any(
+            r.tensor is w.tensor and scheduler.overlap(r.box, w.box) for r in reads for w in prev)
+        first = reads[0] if reads else writes[0]
+        cycles = cost.vector_hidden_static_cycles(self.spec, "dve", first.free_size, prev is not None,
+                                                  reads_previous)
+        return cycles * self._clock_ns[DVE]
 
     def _issue(self, eid, opcode, dur, reads, write, flops=0.0, also_write=None):
         """Schedule a Vector / Scalar / GpSimd instruction that reads `reads`, writes `write`
@@ -305,6 +323,8 @@ class NeuronCore:
         if also_write is not None:
             start, waited, _ = _wait_write(also_write, start, waited)
             writes = (write, also_write)
+        if eid == DVE:          # the static overhead, hidden back to back [ARCH-v2]
+            dur = cost.issue_busy_ns(dur, self._vector_hidden_ns(reads, writes), start, self._free[eid])
         sbuf, psum = _bytes_by_memory(reads + writes)
         ports = self._ports(eid, reads + writes, sbuf, psum)
         idx = len(self._records)

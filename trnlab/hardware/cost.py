@@ -22,7 +22,17 @@ Tensor engine (a systolic array of pe_rows × pe_cols PEs, weights stationary):
 - LoadStationary (a new stationary tile) takes ``ceil(M / stationary_load_speedup)`` cycles
   (`Cost.setup_cycles`) and runs in the background into a shadow buffer.
 
-Vector / GpSimd: ``vector_static_cycles + N × inputs`` (N = elements per partition). Scalar
+Vector / GpSimd: ``vector_static_cycles + N × inputs`` (N = elements per partition). On the
+Vector engine two documented refinements (docs/calibration.md):
+- the static overhead is paid only where [ARCH-v2] charges it — "many back-to-back instructions
+  either with N << 128 or with every instruction depending on the output tile of the previous
+  instruction". An instruction that follows an independent one on the engine without waiting,
+  with N >= `vector_static_hidden_min_free`, issues while its predecessor streams and pays N only
+  (`vector_hidden_static_cycles`, applied by the scheduler through `issue_busy_ns`: whether it
+  waited is a matter of time, so `cost` itself returns the full figure, as for a lone instruction);
+- the bf16/fp16 performance mode of NeuronCore-v3 [ARCH-v3]: tensor_copy / tensor_scalar 4× with
+  every operand in SBUF and contiguous along the inner-most free axis, 2× otherwise (or with one
+  operand in PSUM), tensor_tensor 2× with both inputs in SBUF (`vector_perf_mode_factor`). Scalar
 (activation): ``activation_static_cycles + max(activation_min_cycles, N)``, + activation_min_cycles
 when it also reduces into its registers. scalar_tensor_tensor: static + 2N (N for bf16
 subtract-then-multiply). bn_aggr: static + max(MIN_II, 13 N / 3) [ISA]. iota / affine_select
@@ -69,6 +79,7 @@ class Operand:
     free_size: int                  # elements per partition
     nbytes: int
     contiguous_bytes: int = 0       # longest contiguous run (per partition on chip); DMA only
+    inner_contiguous: bool = True   # elements adjacent along the inner-most free axis (Vector perf mode)
 
     @property
     def itemsize(self) -> int:
@@ -129,6 +140,70 @@ def stationary_load_cycles(spec: CoreSpec, K: int, M: int) -> int:
 def vector_cycles(spec: CoreSpec, free_size: int, inputs: int = 1) -> int:
     """Vector (or GpSimd) engine: static overhead + N per input tensor."""
     return spec.vector_static_cycles + free_size * max(inputs, 1)
+
+
+_PERF_MODE_DTYPES = ("bfloat16", "float16")
+_PERF_MODE_OPCODES = ("tensor_copy", "tensor_scalar", "tensor_tensor")
+
+
+def vector_perf_mode_factor(spec: CoreSpec, opcode: str, reads: tuple, writes: tuple) -> int:
+    """How much faster the Vector engine streams this instruction in its bf16/fp16 performance mode
+    (1 where the core has none or the instruction does not qualify) [ARCH-v3], "Vector Engine
+    Performance Mode" — the hardware enables it by itself when:
+    - 4×: tensor_copy / tensor_scalar, every operand in SBUF, bf16/fp16 (need not match), elements
+      contiguous along the inner-most free axis;
+    - 2×: the same but not contiguous, or contiguous with one of input and output in PSUM;
+      tensor_tensor with both inputs in SBUF and every operand bf16/fp16.
+    The arithmetic is still fp32; only the throughput changes."""
+    if not spec.vector_perf_mode or opcode not in _PERF_MODE_OPCODES:
+        return 1
+    operands = tuple(reads) + tuple(writes)
+    if not operands or any(o.dtype not in _PERF_MODE_DTYPES for o in operands):
+        return 1
+    if opcode == "tensor_tensor":
+        return 2 if all(o.memory == "sbuf" for o in reads) else 1
+    contiguous = all(o.inner_contiguous for o in operands)
+    in_psum = sum(o.memory == "psum" for o in operands)
+    if in_psum == 0:
+        return 4 if contiguous else 2
+    return 2 if contiguous and in_psum == 1 else 1
+
+
+def vector_perf_mode_possible(spec: CoreSpec, engine: str, opcode: str) -> bool:
+    """Can the operands' dtypes, memories and layout change this instruction's cost? (Schedulers
+    that remember costs by shape use it to key on the operands too.)"""
+    return spec.vector_perf_mode and engine == "dve" and opcode in _PERF_MODE_OPCODES
+
+
+def vector_hidden_static_cycles(spec: CoreSpec, engine: str, free_size: int, follows: bool,
+                                reads_previous_result: bool) -> int:
+    """Cycles of the static overhead a Vector instruction does not pay *if* it is ready when the
+    engine finishes its predecessor (`issue_busy_ns`); 0 where [ARCH-v2] charges the overhead.
+
+    [ARCH-v2], Vector engine "Cost Model": roughly N (one input) or 2N (two) cycles "where N is
+    sufficiently large (N > 128)"; "in the rare cases where VectorE is running many back-to-back
+    instructions either with N << 128 or with every instruction depending on the output tile of
+    the previous instruction", add a static overhead of 100 cycles. So it is charged when
+    - N < `vector_static_hidden_min_free` (128; the boundary between "<< 128" and "> 128" is not
+      published: ASSUMED at 128, not fitted),
+    - the instruction reads what the engine's previous instruction wrote (`reads_previous_result`),
+    - there is no predecessor to overlap (`follows` False: the first instruction of a launch).
+    Other engines keep their own figures: GpSimd pays its static cost always (the rule is the
+    Vector engine's), the Scalar engine has none (`activation_static_cycles`)."""
+    if engine != "dve" or not follows or reads_previous_result:
+        return 0
+    if free_size < spec.vector_static_hidden_min_free:
+        return 0
+    return spec.vector_static_cycles
+
+
+def issue_busy_ns(busy_ns: float, hidden_ns: float, ready_ns: float, engine_free_ns: float) -> float:
+    """The busy time of an instruction whose data is ready at `ready_ns` on an engine free at
+    `engine_free_ns`: back to back (ready by then) it overlaps its predecessor by `hidden_ns`
+    (`vector_hidden_static_cycles`); after the engine idled, waiting, it pays everything."""
+    if hidden_ns and ready_ns <= engine_free_ns:
+        return busy_ns - hidden_ns
+    return busy_ns
 
 
 def activation_cycles(spec: CoreSpec, free_size: int) -> int:
@@ -265,7 +340,9 @@ def cost(instr: Instruction, spec: CoreSpec) -> Cost:
         if a.get("reduce"):
             cycles += spec.activation_min_cycles
     else:
-        cycles = vector_cycles(spec, n, a.get("inputs", len(instr.reads) or 1))
+        inputs = max(a.get("inputs", len(instr.reads) or 1), 1)
+        factor = vector_perf_mode_factor(spec, op, instr.reads, instr.writes) if engine == "dve" else 1
+        cycles = spec.vector_static_cycles + -(-n * inputs // factor)
     return Cost(cycles=cycles, clock_hz=clock, latency_cycles=cycles)
 
 
@@ -349,8 +426,25 @@ def contiguous_bytes(view) -> int:
     return run
 
 
+def inner_contiguous(view) -> bool:
+    """Are a view's elements adjacent along its inner-most free axis (a step-1 slice of the
+    tensor's last axis, not a gather)? The condition of the Vector engine's 4× mode [ARCH-v3]."""
+    if view.box is None:
+        return True
+    if not view.basic:
+        return False
+    t = view.tensor
+    last = len(t.shape) - 1
+    if last == t.partition_axis or last >= len(view.index):
+        return True
+    i = view.index[last]
+    if type(i) is not slice:                    # one element of each row: strided by the row
+        return view.free_size <= 1 or t.shape[last] == 1
+    return i.step in (None, 1) or view.box[2 * last + 1] - view.box[2 * last] <= 1
+
+
 def operand(view, contiguity: bool = False) -> Operand:
     """The `Operand` of a `tensor.View` (contiguous_bytes only when `contiguity`: DMAs)."""
     t = view.tensor
     return Operand(t.kind, view.shape, dtypes.name(t.dtype), view.partitions, view.free_size,
-                   view.nbytes, contiguous_bytes(view) if contiguity else 0)
+                   view.nbytes, contiguous_bytes(view) if contiguity else 0, inner_contiguous(view))

@@ -62,7 +62,10 @@ class CoreSpec:
       × `fp32_matmul_factor` for fp32 inputs; the result reaches PSUM (K-1)+(M-1) cycles later
       (the systolic array's fill and drain);
     - LoadStationary: M / `stationary_load_speedup` cycles, in the background;
-    - Vector / GpSimd: `vector_static_cycles` + N cycles per input tensor;
+    - Vector / GpSimd: `vector_static_cycles` + N cycles per input tensor; on the Vector engine
+      the static part is hidden behind an independent predecessor when N >=
+      `vector_static_hidden_min_free` [ARCH-v2], and the N part runs 2x / 4x faster for bf16/fp16
+      copies, tensor_scalar and tensor_tensor where `vector_perf_mode` [ARCH-v3];
     - Scalar activation: `activation_static_cycles` + max(`activation_min_cycles`, N);
     - bn_aggr: `vector_static_cycles` + max(`activation_min_cycles` (MIN_II), 13 × N / 3) [ISA]
       (bn_stats has no published figure: the generic Vector model);
@@ -117,6 +120,9 @@ class CoreSpec:
     fp32_matmul_factor: int = 4
     stationary_load_speedup: int = 4
     vector_static_cycles: int = 100
+    # the static overhead is hidden behind the previous instruction for N >= this [ARCH-v2] (cost.py)
+    vector_static_hidden_min_free: int = 128
+    vector_perf_mode: bool = False      # bf16/fp16 Vector performance mode (2x / 4x) [ARCH-v3]
     activation_min_cycles: int = 64
     activation_static_cycles: int = 0
     affine_static_cycles: int = 150  # iota, affine_select: 150 + N GpSimd cycles [ISA] (NKI 2.26 docs)
@@ -272,7 +278,14 @@ TRN1_CORE = CoreSpec(
     dma_transpose_efficiency_hbm=0.0, dma_transpose_efficiency_sbuf=0.0,
     sbuf_port_shared=True, psum_port="core",  # NeuronCore-v2: both ports shared [ARCH-v2]
     matmul_min_cycles=64, fp32_matmul_factor=4, stationary_load_speedup=4,   # [ARCH-v2], [ISA]
-    vector_static_cycles=100,                 # ≈100 cycles static overhead [PERF]
+    # ≈100 cycles static overhead [PERF], charged as [ARCH-v2] "Cost Model" says: only when the
+    # instruction cannot overlap its predecessor's stream — "many back-to-back instructions either
+    # with N << 128 or with every instruction depending on the output tile of the previous
+    # instruction" (cost.vector_hidden_static_cycles). The guide's plain N / 2N rule is stated
+    # for N > 128; ASSUMED boundary: N >= 128 counts as large (not fitted).
+    vector_static_cycles=100,
+    vector_static_hidden_min_free=128,
+    vector_perf_mode=False,                   # introduced with NeuronCore-v3 [ARCH-v3]
     activation_min_cycles=64,                 # max(≈64, N) [PERF]
     fp8_peak_factor=1,                        # v2: 92 TFLOPS for bf16/fp16/tf32/fp8 alike [ARCH-v2]
     quoted_tflops_bf16=92.0, quoted_tflops_fp32=23.0,   # per core [ARCH-v2]
@@ -318,6 +331,10 @@ TRN2_CORE = TRN1_CORE.derive(
     # to 90 % of DMA throughput HBM -> SBUF and 50 % SBUF -> SBUF (2- and 4-byte dtypes). Trn3
     # inherits both (ASSUMED: the Trainium3 guide gives no figure).
     dma_transpose_efficiency_hbm=0.9, dma_transpose_efficiency_sbuf=0.5,
+    # [ARCH-v3] "Vector Engine Performance Mode": bf16/fp16 tensor_copy / tensor_scalar 4x (all
+    # SBUF, inner-most free axis contiguous) or 2x, tensor_tensor 2x (cost.vector_perf_mode_factor).
+    # Trn3 inherits it (ASSUMED: the Trainium3 guide describes changes only).
+    vector_perf_mode=True,
     fp8_peak_factor=2,                        # 158 fp8 vs 79 bf16 per core [ARCH-v3]
     quoted_tflops_bf16=79.0, quoted_tflops_fp32=20.0,
 )

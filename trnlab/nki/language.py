@@ -446,8 +446,9 @@ def store(dst, value, *, mask=None, **kwargs) -> None:
 
 
 def copy(x, *, dtype=None, mask=None, **kwargs) -> NkiTensor:
-    """A copy of a tile in SBUF (e.g. PSUM -> SBUF), cast to `dtype`."""
-    return _isa.tensor_copy(x, dtype=dtype, mask=mask)
+    """A copy of a tile in SBUF (e.g. PSUM -> SBUF), cast to `dtype`, on the Scalar engine
+    ("Uses the Scalar Engine via activation(op=copy)", nki.language.copy)."""
+    return _isa.tensor_copy(x, dtype=dtype, mask=mask, engine=_isa.engine.scalar)
 
 
 # -- element-wise math ------------------------------------------------------------------------------
