@@ -39,7 +39,7 @@ from bisect import bisect_right
 
 import numpy as np
 
-from . import cost, dtypes
+from . import _blas, cost, dtypes
 from .core import ACT, DVE, PE, POOL, NeuronCore, _free_byte_range, _Port, _view
 from .errors import EngineError
 from .scheduler import _TOUCH, KEEP, MAX_RECORDS, _union, compact, covers, overlap
@@ -873,6 +873,8 @@ def run_values(program, core, tensors: dict) -> None:
     values.bind(core)
     memories = {"sbuf": core.sbuf, "psum": core.psum}
     tiles = {}
+    blas = _blas.single_threaded()              # one switch of BLAS's threads per run, not per PSUM read
+    blas.__enter__()
     try:
         for k, (opcode, attrs, operands, allocs, frees) in enumerate(steps):
             for bid, proto, memory in allocs:
@@ -893,6 +895,7 @@ def run_values(program, core, tensors: dict) -> None:
                 _drop(tensors.pop(bid))
                 del tiles[bid]
     finally:
+        blas.__exit__(None, None, None)
         for bid, t in tiles.items():
             tensors.pop(bid, None)
             _drop(t)
@@ -902,8 +905,12 @@ def run_values(program, core, tensors: dict) -> None:
 
 
 def _drop(t: Tensor) -> None:
-    """A tile's end (OnChipMemory.free without the memory's bookkeeping): its values go."""
+    """A tile's end (OnChipMemory.free without the memory's bookkeeping): its values go, and the
+    reference cycle tensor <-> its `full` view is broken, so reference counting frees the tile at
+    once (otherwise every tile of a run is garbage for the cyclic collector: at batch 64 a
+    collection of ~90,000 objects, 0.1-0.25 s, after each run)."""
     t.freed = True
     t._pending = None
     t._data = None
     t.written = None
+    t.full = None
