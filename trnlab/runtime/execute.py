@@ -205,6 +205,9 @@ def _kernel(name: str):
     if name == "decode_attention":                 # serving's decode step (trnlab.serve.compiled)
         from trnlab.kernels.decode_attention import decode_attention
         return decode_attention
+    if name == "causal_attention_qkv_packed":
+        from trnlab.kernels.attention_packed import causal_attention_qkv_packed
+        return causal_attention_qkv_packed
     if name == "layer_norm_linear":
         from trnlab.kernels.fused import layer_norm_linear
         return layer_norm_linear
