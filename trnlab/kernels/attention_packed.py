@@ -6,9 +6,11 @@
 positions each of its tiles fills 32 of the 128 partitions and each matmul streams 32 columns, so at
 batch 64 the kernel issues ~19 instructions per pair (19,456 for the model's 4 layers), almost all
 of them far below the engines' efficient sizes. Here G = 128 // T consecutive sequences of the same
-head go into one tile: the [G*T, d] rows of q, k and v are one strided DMA each (the sequences are
-consecutive rows of qkv seen as [B*T, 3C]), and one [G*T, G*T] score block holds all G sequences'
-scores. A query must not see the keys of the other sequences in the tile, so the scores get a
+head go into one tile: the sequences are consecutive rows of qkv seen as [B*T, 3C], so one DMA of
+whole rows ([G*T, 3C], q, k and v of every head) feeds all heads of G sequences, each head's q, k, v
+a column slice of that tile, and one [G*T, G*T] score block holds all G sequences' scores. The heads'
+outputs meet in one [G*T, C] tile, stored with one DMA of whole rows. (Per-head DMAs of d = 16
+columns would move 64-byte pieces, far below the DMA's efficient size.) A query must not see the keys of the other sequences in the tile, so the scores get a
 block-diagonal causal mask (0 or -1e30), built once per kernel call:
 
     mask[i, j] = 0      if j <= i and j is in i's sequence  (j >= T * (i // T))
@@ -70,30 +72,31 @@ def causal_attention_qkv_packed(qkv, n_head, scale=None):
     rows_in = qkv.reshape((B * T, 3 * C))                                           # sequences as row blocks
     rows_out = y.reshape((B * T, C))
     mask = block_causal_mask(G * T, T)                                              # [G*T, G*T]
-    units = [(b0, min(G, B - b0), h) for b0 in range(0, B, G) for h in range(H)]
+    blocks = [(b0, min(G, B - b0)) for b0 in range(0, B, G)]
 
-    def load(unit):
-        b0, g, h = unit
-        r0, n = b0 * T, g * T
-        return tuple(nl.load(rows_in[r0:r0 + n, (part * H + h) * d:(part * H + h + 1) * d])   # [n, d]
-                     for part in range(3))
+    def load(block):                          # q, k, v of every head of G sequences: one DMA of whole rows
+        b0, g = block
+        return nl.load(rows_in[b0 * T:(b0 + g) * T, :])                             # [n, 3C]
 
-    for (b0, g, h), (q, k, v) in double_buffered(units, load):
+    for (b0, g), rows in double_buffered(blocks, load):
         n = g * T
-        qT = transpose_to_sbuf(q)                                                   # [d, n]
-        kT = transpose_to_sbuf(k)                                                   # [d, n]
-        product = nl.ndarray((n, n), dtype=nl.float32, buffer=nl.psum)
-        nisa.nc_matmul(dst=product, stationary=qT, moving=kT)                       # q @ k.T [n, n]
-        scores = nl.ndarray((n, n), dtype=nl.float32, buffer=nl.sbuf)
-        nisa.scalar_tensor_tensor(dst=scores, data=product, op0=nl.multiply, operand0=scale, op1=nl.add,
-                                  operand1=mask[:n, :n])                            # scaled + masked
-        neg_max = nisa.tensor_reduce(nl.maximum, scores, axis=1, negate=True, keepdims=True)   # [n, 1]
-        probs = nl.ndarray((n, n), dtype=nl.float32, buffer=nl.sbuf)
-        row_sum = nl.ndarray((n, 1), dtype=nl.float32, buffer=nl.sbuf)
-        nisa.activation(dst=probs, op=nl.exp, data=scores, bias=neg_max, reduce_op=nl.add, reduce_res=row_sum)
-        probs_T = transpose_to_sbuf(probs, dtype=v.dtype)                           # [n keys, n queries]
-        pv = nl.ndarray((n, d), dtype=nl.float32, buffer=nl.psum)
-        nisa.nc_matmul(dst=pv, stationary=probs_T, moving=v)                        # p @ v [n, d]
-        out = nl.multiply(pv, nl.reciprocal(row_sum), dtype=qkv.dtype)              # [n, d]
-        nl.store(rows_out[b0 * T:b0 * T + n, h * d:(h + 1) * d], value=out)
+        out = nl.ndarray((n, C), dtype=qkv.dtype, buffer=nl.sbuf)                   # every head's output
+        for h in nl.affine_range(H):
+            q, k, v = (rows[:, (part * H + h) * d:(part * H + h + 1) * d] for part in range(3))   # [n, d] each
+            qT = transpose_to_sbuf(q)                                               # [d, n]
+            kT = transpose_to_sbuf(k)                                               # [d, n]
+            product = nl.ndarray((n, n), dtype=nl.float32, buffer=nl.psum)
+            nisa.nc_matmul(dst=product, stationary=qT, moving=kT)                   # q @ k.T [n, n]
+            scores = nl.ndarray((n, n), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.scalar_tensor_tensor(dst=scores, data=product, op0=nl.multiply, operand0=scale, op1=nl.add,
+                                      operand1=mask[:n, :n])                        # scaled + masked
+            neg_max = nisa.tensor_reduce(nl.maximum, scores, axis=1, negate=True, keepdims=True)   # [n, 1]
+            probs = nl.ndarray((n, n), dtype=nl.float32, buffer=nl.sbuf)
+            row_sum = nl.ndarray((n, 1), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.activation(dst=probs, op=nl.exp, data=scores, bias=neg_max, reduce_op=nl.add, reduce_res=row_sum)
+            probs_T = transpose_to_sbuf(probs, dtype=v.dtype)                       # [n keys, n queries]
+            pv = nl.ndarray((n, d), dtype=nl.float32, buffer=nl.psum)
+            nisa.nc_matmul(dst=pv, stationary=probs_T, moving=v)                    # p @ v [n, d]
+            out[:, h * d:(h + 1) * d] = nl.multiply(pv, nl.reciprocal(row_sum), dtype=qkv.dtype)
+        nl.store(rows_out[b0 * T:b0 * T + n, :], value=out)                         # [n, C]: one DMA of whole rows
     return y
