@@ -888,16 +888,18 @@ class _Prepared:
         self.steps = steps
 
 
-_PREPARED_PER_CORE = 8        # programs whose bound plans a values core keeps (serving: prefill + decode buckets)
+_PREPARED_PER_CORE = 32       # programs whose bound plans a values core keeps (serving: prefill + decode buckets)
 
 
 def _prepared(values, program, memories) -> _Prepared:
+    """The program's bound plan on this values core (least recently used ones dropped beyond the limit)."""
     cache = values.__dict__.setdefault("_prepared", {})
-    entry = cache.get(id(program))
+    entry = cache.pop(id(program), None)
     if entry is None or entry.program is not program:
         if len(cache) >= _PREPARED_PER_CORE:
             cache.pop(next(iter(cache)))
-        entry = cache[id(program)] = _Prepared(program, values, memories)
+        entry = _Prepared(program, values, memories)
+    cache[id(program)] = entry                   # most recently used last
     return entry
 
 
