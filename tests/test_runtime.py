@@ -186,3 +186,28 @@ def test_full_mode_values_are_the_checked_replays_and_independent_of_earlier_run
             assert np.array_equal(fast.numpy().reshape(-1), np.asarray(checked).reshape(-1))
             with torch.no_grad():
                 torch.testing.assert_close(fast, model(x)[0], rtol=1e-4, atol=1e-5)
+
+
+def test_blas_single_threaded_blocks_nest_and_restore_the_thread_count_once():
+    """Full mode runs BLAS on one thread for a whole run (one switch), with the PSUM reads' own blocks
+    nested inside it: only the outermost block sets and restores the thread count."""
+    from trnlab.hardware import _blas
+    api = _blas._find()
+    if not api:
+        pytest.skip("this NumPy's BLAS cannot be switched (not OpenBLAS)")
+    setter, getter = api
+    before = getter()
+    calls = []
+    original = _blas._find
+    _blas._find = lambda: (lambda n: calls.append(n) or setter(n), getter)
+    try:
+        with _blas.single_threaded():
+            assert getter() == 1
+            for _ in range(3):
+                with _blas.single_threaded():
+                    assert getter() == 1
+            assert getter() == 1
+    finally:
+        _blas._find = original
+    assert getter() == before
+    assert calls == ([] if before == 1 else [1, before])
