@@ -875,7 +875,7 @@ class _Prepared:
             for bid, proto, memory in allocs:
                 if bid not in tiles:
                     tiles[bid] = fresh_like(proto, memories[memory])
-                    _drop(tiles[bid], keep_view=True)
+                    _drop(tiles[bid])
             fixed = dict(attrs)
             per_run = []
             for name, bid, proto in operands:
@@ -939,12 +939,12 @@ def run_values(program, core, tensors: dict) -> None:
             except Exception as error:
                 raise locate_instruction(error, program, k)
             for t in frees:
-                _drop(t, keep_view=True)
+                _drop(t)
                 live.discard(t)
     finally:
         blas.__exit__(None, None, None)
         for t in live:
-            _drop(t, keep_view=True)
+            _drop(t)
         rng = getattr(values, "_rng", None)
         if rng is not None:
             core._rng = rng
@@ -961,15 +961,13 @@ def _reset(t: Tensor) -> None:
     t._unpoisoned = True
 
 
-def _drop(t: Tensor, keep_view: bool = False) -> None:
-    """A tile's end (OnChipMemory.free without the memory's bookkeeping): its values go. Unless the
-    tile is kept for the next run (`keep_view`), the reference cycle tensor <-> its `full` view is
-    broken too, so reference counting frees it at once (else each run's tiles would be garbage for
-    the cyclic collector: at batch 64 once ~90,000 objects, 0.1-0.25 s per run)."""
+def _drop(t: Tensor) -> None:
+    """A tile's end (OnChipMemory.free without the memory's bookkeeping): its values go; the tile
+    object stays with the program's bound plan for the next run. (Fresh tile objects per run were
+    reference cycles with their `full` views: at batch 64 ~90,000 objects of garbage per run for the
+    cyclic collector, 0.1-0.25 s.)"""
     t.freed = True
     t._pending = None
     t._shared = False
     t._data = None
     t.written = None
-    if not keep_view:
-        t.full = None
