@@ -808,6 +808,24 @@ class ValuesCore(NeuronCore):
         self._matmul_values(dst, st, mv, st.partitions, st.free_size, mv.free_size, accumulate)
         return -1
 
+    # The three most frequent instructions of a tiled kernel, reduced to their values (the same
+    # statements as NeuronCore's full-mode branch): their rules were checked at trace and do not
+    # depend on values, and their operands are the views of a values plan (never freed tiles).
+    def dma_copy(self, dst, src, queue=None) -> int:
+        src.check_initialized()
+        dst.write(np.reshape(src.values(), dst.shape))
+        return -1
+
+    def tensor_copy(self, dst, src, engine="vector") -> int:
+        src.check_initialized()
+        dst.write(np.reshape(src.values(), dst.shape).astype(dst.tensor.dtype, copy=False))
+        return -1
+
+    def nc_transpose(self, dst, src) -> int:
+        (x,) = self._inputs(src)
+        self._store(dst, x.T)
+        return -1
+
     def set_rng_seed(self, seed) -> int:
         if isinstance(seed, (Tensor, View)):
             v = _view(seed, "seed")
