@@ -10,15 +10,16 @@ head go into one tile: the sequences are consecutive rows of qkv seen as [B*T, 3
 whole rows ([G*T, 3C], q, k and v of every head) feeds all heads of G sequences, each head's q, k, v
 a column slice of that tile, and one [G*T, G*T] score block holds all G sequences' scores. The heads'
 outputs meet in one [G*T, C] tile, stored with one DMA of whole rows. (Per-head DMAs of d = 16
-columns would move 64-byte pieces, far below the DMA's efficient size.) A query must not see the keys of the other sequences in the tile, so the scores get a
-block-diagonal causal mask (0 or -1e30), built once per kernel call:
+columns would move 64-byte pieces, far below the DMA's efficient size.) At batch 64 that is 869
+instructions per layer instead of 4,864. A query must not see the keys of the other sequences in the
+tile, so the scores get a block-diagonal causal mask (0 or -1e30), built once per kernel call:
 
     mask[i, j] = 0      if j <= i and j is in i's sequence  (j >= T * (i // T))
                = -1e30  otherwise
 
     s   = scale * q @ k.T + mask      one scalar_tensor_tensor, PSUM -> SBUF (Vector engine)
     p   = exp(s - rowmax(s))          one Scalar-engine activation, which also sums each row
-    out = (p @ v) / rowsum(p)         pT [keys, queries] stationary, v [keys, d] moving
+    out = (p @ v) * (1 / rowsum(p))   pT [keys, queries] stationary, v [keys, d] moving
 
 The masked entries are exactly 0 after the exp, so each sequence's softmax and p @ v are those of
 the per-pair kernel; the extra products (other sequences' keys) cost Tensor-engine columns, not
