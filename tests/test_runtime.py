@@ -156,3 +156,58 @@ def test_a_loaded_artifact_replays_its_stored_program_without_tracing(gpt_run, t
     again = Device("trn2").load(path).run(idx)
     torch.testing.assert_close(again.outputs[0], run.outputs[0], rtol=0, atol=0)
     assert again.profile.total_ns == pytest.approx(run.profile.total_ns)
+
+
+def test_full_mode_values_are_the_checked_replays_and_independent_of_earlier_runs():
+    """The full-mode values path (compiled.run_values: tiles and operand views kept per program and core,
+    reset at each allocation) gives bit for bit the values of the checked replay, which issues every
+    instruction to the core, for each of several different inputs in a row and between two programs."""
+    import numpy as np
+
+    from trnlab.hardware import replay
+    from trnlab.hardware.device import Device as Chip
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=20, block_size=32, n_layer=1, n_head=2, n_embd=32)).eval()
+    batches = [torch.randint(0, 20, (3, 32), generator=torch.Generator().manual_seed(s)) for s in range(3)]
+    packed = tc.compile(model, (batches[0],))                  # B >= 2, T = 32: the packed attention kernel
+    single = tc.compile(model, (batches[0][:1],))
+    assert any(c.kernel == "causal_attention_qkv_packed" for c in packed.program.calls)
+    loaded_packed, loaded_single = Device("trn2").load(packed), Device("trn2").load(single)
+    for idx in batches:
+        for loaded, x in ((loaded_packed, idx), (loaded_single, idx[:1])):
+            fast = loaded.run(x).outputs[0]
+            program = loaded.programs[0]
+            args = [loaded.constants[n] if n in loaded.constants else x.numpy().astype(np.int32)
+                    for n, _ in program.inputs]
+            chip = Chip("trn2", cores=1)
+            tensors = replay.execute(program, chip.cores[0], args, checked=True)
+            checked = replay.read_outputs(program, tensors, True)
+            checked = checked[0] if isinstance(checked, (tuple, list)) else checked
+            assert np.array_equal(fast.numpy().reshape(-1), np.asarray(checked).reshape(-1))
+            with torch.no_grad():
+                torch.testing.assert_close(fast, model(x)[0], rtol=1e-4, atol=1e-5)
+
+
+def test_blas_single_threaded_blocks_nest_and_restore_the_thread_count_once():
+    """Full mode runs BLAS on one thread for a whole run (one switch), with the PSUM reads' own blocks
+    nested inside it: only the outermost block sets and restores the thread count."""
+    from trnlab.hardware import _blas
+    api = _blas._find()
+    if not api:
+        pytest.skip("this NumPy's BLAS cannot be switched (not OpenBLAS)")
+    setter, getter = api
+    before = getter()
+    calls = []
+    original = _blas._find
+    _blas._find = lambda: (lambda n: calls.append(n) or setter(n), getter)
+    try:
+        with _blas.single_threaded():
+            assert getter() == 1
+            for _ in range(3):
+                with _blas.single_threaded():
+                    assert getter() == 1
+            assert getter() == 1
+    finally:
+        _blas._find = original
+    assert getter() == before
+    assert calls == ([] if before == 1 else [1, before])

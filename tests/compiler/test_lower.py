@@ -55,3 +55,18 @@ def test_fallback_runs_the_op_on_the_host_with_the_boundary_marked():
     assert len(compiled.programs) == 2
     with torch.no_grad():
         torch.testing.assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("batch, kernel", [(1, "causal_attention_qkv"), (3, "causal_attention_qkv_packed")])
+def test_short_sequences_lower_to_the_attention_kernel_that_packs_them(batch, kernel):
+    """T = 32: with two or more sequences, 128 // 32 = 4 of them share a tile (the tiling pass records it)."""
+    from trnlab.model.gpt import GPT, GPTConfig
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=16, block_size=32, n_layer=1, n_head=2, n_embd=16)).eval()
+    idx = torch.randint(0, 16, (batch, 32), generator=torch.Generator().manual_seed(0))
+    compiled = tc.compile(model, (idx,))
+    assert [c.kernel for c in compiled.program.calls if c.op == "attention"] == [kernel]
+    tiles = next(n.attrs["tiles"] for n in compiled.graph.nodes if n.op == "attention")
+    assert tiles["per"] == ("batch x head" if batch == 1 else "head x 3 sequences")
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(idx)[0], model(idx)[0], rtol=1e-4, atol=1e-5)

@@ -4,7 +4,8 @@
     layer_norm -> [convert ->] linear, the intermediates at level "sbuf" in the memory plan
                 -> fused.layer_norm_linear(x, gamma, beta, w, bias, ..., dtype): ONE call, region
                    "layer_norm.0+linear.0"; the normalised activations never go to HBM
-    attention   -> attention.causal_attention_qkv(qkv [B, T, 3C], n_head, scale)
+    attention   -> attention.causal_attention_qkv(qkv [B, T, 3C], n_head, scale); for T = 32 or 64 and B >= 2
+                   attention_packed.causal_attention_qkv_packed (128 // T sequences of a head per tile)
     decode_attention -> decode_attention.decode_attention(qkv [B, 3C], k_cache, v_cache [B, L, C], bias [B, L], n_head)
     layer_norm  -> norms.layer_norm(x [R, C], gamma, beta, eps)      rms_norm -> norms.rms_norm
     embedding   -> embedding.embedding(ids [N] int32, table [V, C])  add -> elementwise.add(a [R, C], b [R, C])
@@ -226,8 +227,12 @@ def _lower_node(g: Graph, node: Node, region: str) -> Call:
             raise _unsupported(node, "softmax over an axis other than the last")
         call.views = [_rows(v.shape)]
     elif op == "attention":
+        from trnlab.kernels.attention_packed import packable
         call.views = [None]
         call.kwargs = {"n_head": node.attrs["n_head"], "scale": node.attrs.get("scale")}
+        B, T = ins[0].shape[0], ins[0].shape[1]
+        if len(ins[0].shape) == 3 and packable(B, T):       # short sequences: 128 // T of them per tile
+            call.kernel = "causal_attention_qkv_packed"
     elif op == "decode_attention":
         call.views = [None] * 4
         call.kwargs = {"n_head": node.attrs["n_head"]}

@@ -29,6 +29,8 @@ _NAMES = (("scipy_openblas_set_num_threads64_", "scipy_openblas_get_num_threads6
 # product, independent products in parallel Python threads, is fast on both.
 MULTITHREAD_FLOPS = float("inf")
 _lock = threading.Lock()
+_depth = 0                  # nesting of single_threaded() blocks, over all threads
+_saved = [1]               # the thread count the outermost block restores
 _api = None
 
 
@@ -59,7 +61,12 @@ def _find():
 
 @contextlib.contextmanager
 def single_threaded():
-    """BLAS on one thread inside the block (no-op where the BLAS cannot be controlled)."""
+    """BLAS on one thread inside the block (no-op where the BLAS cannot be controlled).
+
+    Re-entrant and cheap when nested: only the outermost block (over all Python threads) sets and
+    restores the thread count. Setting it costs ~50 us (OpenBLAS wakes its threads), so full mode
+    enters one block per run (`compiled.run_values`) rather than one per PSUM read."""
+    global _depth
     if os.environ.get("TRNLAB_BLAS_THREADS") == "default":
         yield
         return
@@ -69,12 +76,18 @@ def single_threaded():
         return
     setter, getter = api
     with _lock:
-        before = getter()
-        setter(1)
-        try:
-            yield
-        finally:
-            setter(before)
+        if _depth == 0:
+            _saved[0] = getter()
+            if _saved[0] != 1:
+                setter(1)
+        _depth += 1
+    try:
+        yield
+    finally:
+        with _lock:
+            _depth -= 1
+            if _depth == 0 and _saved[0] != 1:
+                setter(_saved[0])
 
 
 def workers() -> int:

@@ -222,7 +222,10 @@ class OnChipMemory:
 
     def flush_pending(self):
         """Compute every deferred PSUM product (in parallel threads, BLAS single-threaded)."""
-        tensors = list({id(t): t for t in self.pending if t._pending is not None}.values())
+        pending = self.pending
+        if len(pending) == 1 and self._flush_one(pending[0]):
+            return
+        tensors = list({id(t): t for t in pending if t._pending is not None}.values())
         self.pending = []
         groups = [(t, g) for t in tensors for g in t.take_pending()]
         if not groups:
@@ -286,6 +289,32 @@ class OnChipMemory:
                     list(_executor().map(lambda job: job[0].apply(*job[1:]), jobs))
         for buffer in taken:                  # the products are done: the stacks may be reused
             scratch.setdefault(buffer.shape, []).append(buffer)
+
+    def _flush_one(self, t: Tensor) -> bool:
+        """`flush_pending` of its most common case without the bookkeeping: one tensor, one group of one
+        fp32 product (a PSUM tile written by a single matmul, e.g. each product of an attention head),
+        with the operands the general path builds for it (`stacked` of one snapshot)."""
+        groups = t._pending
+        if groups is None or len(groups) != 1:
+            return False
+        (view, overwrite, stationaries, movings, _), = groups.values()
+        if len(stationaries) != 1:
+            return False
+        operands = []
+        for array, index, rows, whole in (stationaries[0], movings[0]):
+            if array.dtype != np.float32:
+                return False
+            if whole:                     # a whole 2-D tile, or all its partitions: the columns
+                operands.append(array if index is None else array[:, index[1]].reshape(array.shape[0], -1))
+            else:
+                operands.append(array[index].reshape(rows, -1))
+        self.pending = []
+        t._pending = None
+        stationary, moving = operands
+        flops = 2 * stationary.shape[0] * stationary.shape[1] * moving.shape[1]
+        with contextlib.nullcontext() if flops >= _blas.MULTITHREAD_FLOPS else _blas.single_threaded():
+            t.apply(view, overwrite, stationary, moving)
+        return True
 
     @property
     def capacity(self) -> int:

@@ -205,6 +205,9 @@ def _kernel(name: str):
     if name == "decode_attention":                 # serving's decode step (trnlab.serve.compiled)
         from trnlab.kernels.decode_attention import decode_attention
         return decode_attention
+    if name == "causal_attention_qkv_packed":
+        from trnlab.kernels.attention_packed import causal_attention_qkv_packed
+        return causal_attention_qkv_packed
     if name == "layer_norm_linear":
         from trnlab.kernels.fused import layer_norm_linear
         return layer_norm_linear
@@ -250,16 +253,12 @@ def _shifted(timeline, base: int, origin: float):
     """The records from `base` on as a timeline of their own, times relative to `origin` (the run's
     start on the core), and its region spans re-based."""
     from trnlab.hardware import Timeline
-    from trnlab.hardware.timeline import END, READY, START, WAITED
+    from trnlab.hardware.timeline import END, NOTE, READY, START, WAITED
+    assert (START, END, READY, WAITED, NOTE) == (2, 3, 4, 9, 10)     # the record layout unpacked below
     out = Timeline(list(timeline.engines), timeline.name)
-    for r in timeline.records[base:]:
-        r = list(r)
-        r[START] -= origin
-        r[END] -= origin
-        r[READY] -= origin
-        if r[WAITED] >= 0:
-            r[WAITED] = r[WAITED] - base if r[WAITED] >= base else -1
-        out.records.append(tuple(r))
+    out.records = [(e, op, s - origin, end - origin, ready - origin, f, h, sb, ps,
+                    (w - base if w >= base else -1) if w >= 0 else w, note)
+                   for e, op, s, end, ready, f, h, sb, ps, w, note in timeline.records[base:]]
     spans = [(name, first - base, end - base) for name, first, end in timeline.regions if first >= base]
     return out, spans
 

@@ -11,7 +11,8 @@ matmul), 512 moving columns (`gemm_moving_fmax`: one 2 KiB PSUM bank of fp32 per
 - norms, softmax, gelu, add, convert, embedding: 128 rows per tile, the whole row (or 2048 elements)
   on the free axis — fixed by those kernels, recorded here so that every op's tiling can be read in
   one place;
-- attention: one (batch, head) at a time, 128 query rows per tile, key/value blocks of 128.
+- attention: one (batch, head) at a time, 128 query rows per tile, key/value blocks of 128; for short
+  sequences (T = 32 or 64, B >= 2) 128 // T sequences of one head per tile (`attention_packed`).
 
 `pass_stats["tiling"]` counts ops per tiling; `table(graph)` prints one line per op.
 """
@@ -51,7 +52,13 @@ def run(g: Graph, options=None) -> Graph:
         elif node.op in ROW_OPS:
             tiles = {"rows": PMAX, "free": min(v.shape[-1], 2048) if v.shape else 1}
         elif node.op == "attention":
-            tiles = {"q_rows": PMAX, "kv_block": PMAX, "per": "batch x head"}
+            from trnlab.kernels.attention_packed import packable
+            B, T = (v.shape[0], v.shape[1]) if len(v.shape) == 3 else (1, 0)
+            if packable(B, T):                   # lower.py then picks attention_packed's kernel
+                tiles = {"q_rows": min(PMAX // T, B) * T, "kv_block": min(PMAX // T, B) * T,
+                         "per": f"head x {min(PMAX // T, B)} sequences"}
+            else:
+                tiles = {"q_rows": PMAX, "kv_block": PMAX, "per": "batch x head"}
         else:
             continue
         node.attrs["tiles"] = tiles
