@@ -17,7 +17,9 @@ independent work through the scheduler's dependency tracking).
 from __future__ import annotations
 
 import builtins
+import dis as _dis
 import math
+import sys as _sys_module
 
 import ml_dtypes
 import numpy as np
@@ -28,6 +30,7 @@ from trnlab.hardware.errors import MemoryPlacementError, ShapeMismatchError
 from trnlab.nki import compiler as _compiler
 from trnlab.nki import indexing as _indexing
 from trnlab.nki import isa as _isa
+from trnlab.nki import loops as _loops
 from trnlab.nki import issue as _issue
 from trnlab.nki import runtime as _runtime
 from trnlab.nki.errors import NKIError
@@ -89,13 +92,23 @@ class tile_size(metaclass=_TileSizeMeta):
 
 
 # -- loops and SPMD ---------------------------------------------------------------------------
+_GET_ITER, _FOR_ITER = _dis.opmap["GET_ITER"], _dis.opmap["FOR_ITER"]
+
+
 class _Range:
     kind = "affine"
+    stamps = False           # affine/sequential loops of a trace may stamp their iterations (loops.py)
 
     def __init__(self, *args, **kwargs):
         self._range = range(*(int(a) for a in args))
 
     def __iter__(self):
+        if self.stamps:
+            frame = _sys_module._getframe(1)
+            code, at = frame.f_code.co_code, frame.f_lasti
+            # only the iterator of a `for` statement (not list(...), zip(...) or a comprehension)
+            if code[at] == _GET_ITER and code[at + 2] == _FOR_ITER:
+                return _loops.iterate(self._range, frame)
         return iter(self._range)
 
     def __len__(self):
@@ -108,11 +121,13 @@ class _Range:
 class affine_range(_Range):
     """Iterations without a loop-carried dependency (the compiler may reorder and pipeline them)."""
     kind = "affine"
+    stamps = True
 
 
 class sequential_range(_Range):
     """Iterations that depend on each other (kept in order)."""
     kind = "sequential"
+    stamps = True
 
 
 class static_range(_Range):
@@ -644,7 +659,8 @@ def softmax(x, axis, *, dtype=None, mask=None, **kwargs) -> NkiTensor:
 # -- more of NKI's language: slices, SPMD over cores, limits, constants, loops, randomness ------------------
 def ds(start: int, size: int) -> slice:
     """nl.ds(start, size): the slice start:start+size (a "dynamic slice" in NKI, for tensor indexing)."""
-    return slice(int(start), int(start) + int(size))
+    start = int(_loops.plain(start))           # a loop index: the slice's box is affine in it
+    return slice(start, start + int(size))
 
 
 class nc:

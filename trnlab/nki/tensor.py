@@ -23,6 +23,7 @@ from trnlab.hardware.errors import OutOfBoundsError, ShapeMismatchError
 from trnlab.nki import indexing
 from trnlab.nki.errors import NKIError, locate
 from trnlab.nki.indexing import IndexExpr
+from trnlab.nki.loops import plain_key
 
 ON_CHIP = ("sbuf", "psum")
 HBM_KINDS = ("hbm", "shared_hbm", "private_hbm")
@@ -123,7 +124,7 @@ class NkiTensor:
     def __getitem__(self, key) -> "NkiTensor":
         if self._emit is not None:
             self._ready()
-        key = key if type(key) is tuple else (key,)
+        key = plain_key(key if type(key) is tuple else (key,))   # loop indices: their values (loops.py)
         if key and isinstance(key[0], NkiTensor):
             return self._indirect(key)
         if self.buffer in HBM_KINDS and any(type(k) is NkiTensor for k in key):

@@ -1,0 +1,656 @@
+"""Loop tracing: an `nl.affine_range` / `nl.sequential_range` loop traced in a few iterations, the
+others stamped out from them.
+
+Tracing runs a kernel's Python once per input shape; a tiled kernel spends almost all of that
+time running the same loop body again and again with another iteration number. In neuronxcc-era
+NKI these loops were symbolic for the same reason — AWS's docs say ``affine_range`` and
+``sequential_range`` keep the compiler from unrolling the loop until its backend, while
+``static_range`` (and, in NKI 0.7 and later, every range) is unrolled while the kernel is traced.
+
+Here a loop of n >= 4 iterations whose body uses its iterator only affinely is traced like this:
+
+1. iterations 0 and 1 run as usual, except that the iterator is a `LoopIndex` — an ``int`` with
+   its concrete value that also knows it is a loop variable. ``k * 128 + 64``, ``-k`` and sums of
+   loop indices stay `LoopIndex`es; anything else (``bool``, comparisons, ``hash``, ``int()``,
+   ``__index__`` into a list or ``range``, ``//``, ``%``, ``str``, floats, a product of two
+   indices) *taints* the loop. Tensor indexing, ``nl.ds`` and `nl.arange` expressions read the
+   plain value (`plain`) — those lead only to access boxes, whose bounds are affine;
+2. the records of the two iterations (instructions with operands, boxes, attributes, source
+   lines and their descriptions, and the buffers allocated in the body) are flattened into a
+   structure, constants and integers. Same structure and constants required; the integers
+   (buffer ids, box and slice offsets, first/last uses, name counters) give ``V0`` and a step
+   ``D``; slice *lengths* and buffer shapes must stay constant;
+3. iterations 2 .. n-2 are stamped out: for iteration j, ``V0 + j * D`` is filled into generated
+   builder functions (one per record structure), appended to the program exactly where a concrete
+   trace would have put them; the allocation name counters advance as they would have;
+4. iteration n-1 runs concretely again (so Python variables after the loop hold what they would)
+   and must give exactly ``V0 + (n-1) * D``; that also checks the rules at the far corner, which
+   is exact for affine bounds.
+
+Soundness: tracing is already a pure function of the input shapes, so whenever anything is not as
+required — a tainted iterator, different structure in the two iterations, a result still pending
+at an iteration's end, an HBM tensor allocated in the body, plain Python state carried from one
+iteration to the next (an ``int`` or ``float`` local that changes, a list or dict whose length
+changes), an iterator used after its loop ended, a ``break``, the last iteration not as predicted —
+the whole kernel is traced again with that loop (identified by its source line) run concretely;
+the other loops still stamp. Any error raised while a loop was stamped makes the kernel be traced
+again fully concretely, so error messages are today's. `tests/test_trace_loops.py` checks the
+stamped trace record for record against the concrete one on every kernel of `trnlab.kernels`.
+"""
+from __future__ import annotations
+
+import re
+import sys
+
+import numpy as np
+
+from trnlab.hardware.program import Access, Buffer, Instruction
+
+MIN_ITERATIONS = 4          # fewer: nothing to stamp (iterations 0, 1 and n-1 run concretely)
+MAX_RETRACES = 12           # then trace with every loop concrete
+
+
+class Retrace(BaseException):
+    """Internal: the trace must start again with these loops (source sites) run concretely.
+
+    A BaseException, so that a kernel's own ``except Exception`` does not swallow it."""
+
+    def __init__(self, sites: tuple, reason: str):
+        super().__init__(reason)
+        self.sites, self.reason = tuple(sites), reason
+
+
+# -- the loop variable -------------------------------------------------------------------------
+def _taint(terms, what: str):
+    loops = tuple(loop for loop, _ in terms)
+    for loop in loops:
+        loop.tracer.poisoned = True
+        loop.tracer.abandoned.append(loop.site)
+    raise Retrace(tuple(loop.site for loop in loops), f"loop index used non-affinely: {what}")
+
+
+def _merge(a: tuple, b: tuple, sign: int) -> tuple:
+    coefs = dict(a)
+    for loop, c in b:
+        coefs[loop] = coefs.get(loop, 0) + sign * c
+    return tuple((loop, c) for loop, c in coefs.items() if c)
+
+
+class LoopIndex:
+    """The iterator of a stamped loop: its concrete value, kept a loop index under affine
+    arithmetic; any other use taints the loop (see the module docstring). Not an ``int``
+    subclass on purpose: CPython indexes lists and tuples with an int subclass's value without
+    asking it, which would let ``table[k]`` escape unseen."""
+
+    __slots__ = ("_v", "_terms")
+
+    def __init__(self, value: int, terms: tuple):
+        self._v = value
+        self._terms = terms          # ((loop, coefficient), ...)
+
+    def _check(self):
+        for loop, _ in self._terms:
+            if not loop.active:
+                _taint(self._terms, "after its loop ended")
+
+    def _with(self, other, sign: int):
+        self._check()
+        t = type(other)
+        if t is LoopIndex:
+            other._check()
+            terms = _merge(self._terms, other._terms, sign)
+            value = self._v + sign * other._v
+        elif t is int or (isinstance(other, int) and not isinstance(other, bool)):
+            terms, value = self._terms, self._v + sign * int(other)
+        elif isinstance(other, (int, float, complex, np.number)):
+            _taint(self._terms, f"arithmetic with a {type(other).__name__}")
+        else:
+            return NotImplemented
+        return LoopIndex(value, terms) if terms else value
+
+    def __add__(self, other):
+        return self._with(other, 1)
+
+    __radd__ = __add__
+
+    def __sub__(self, other):
+        return self._with(other, -1)
+
+    def __rsub__(self, other):
+        result = self._with(other, -1)
+        return NotImplemented if result is NotImplemented else -result
+
+    def __neg__(self):
+        self._check()
+        return LoopIndex(-self._v, tuple((loop, -c) for loop, c in self._terms))
+
+    def __pos__(self):
+        self._check()
+        return self
+
+    def __mul__(self, other):
+        self._check()
+        if type(other) is int or (isinstance(other, int) and not isinstance(other, bool)):
+            k = int(other)
+            if not k:
+                return 0
+            return LoopIndex(self._v * k, tuple((loop, c * k) for loop, c in self._terms))
+        if isinstance(other, (int, float, complex, np.number, LoopIndex)):
+            _taint(self._terms, f"multiplied by a {type(other).__name__}")
+        return NotImplemented
+
+    __rmul__ = __mul__
+
+    def __repr__(self):
+        return f"LoopIndex({self._v})"
+
+
+def _refuse(name: str):
+    def refused(self, *args):
+        _taint(self._terms, name)
+    refused.__name__ = name
+    return refused
+
+
+for _name in ("__bool__", "__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__", "__hash__", "__index__",
+              "__int__", "__float__", "__complex__", "__floordiv__", "__rfloordiv__", "__mod__", "__rmod__",
+              "__divmod__", "__rdivmod__", "__truediv__", "__rtruediv__", "__pow__", "__rpow__", "__and__",
+              "__rand__", "__or__", "__ror__", "__xor__", "__rxor__", "__lshift__", "__rlshift__", "__rshift__",
+              "__rrshift__", "__invert__", "__abs__", "__round__", "__trunc__", "__floor__", "__ceil__",
+              "__format__", "__str__", "__len__", "__iter__", "__getitem__", "__array__", "__reduce__",
+              "__reduce_ex__", "__copy__", "__deepcopy__"):
+    setattr(LoopIndex, _name, _refuse(_name))
+
+
+def plain(x):
+    """The concrete value of a possible loop index (for indexing: an access box is affine in it)."""
+    if type(x) is LoopIndex:
+        x._check()
+        return x._v
+    return x
+
+
+def plain_slice(s: slice) -> slice:
+    if type(s.start) is LoopIndex or type(s.stop) is LoopIndex or type(s.step) is LoopIndex:
+        return slice(plain(s.start), plain(s.stop), plain(s.step))
+    return s
+
+
+def plain_key(key: tuple) -> tuple:
+    """An index key with every loop index replaced by its value (ints and slice fields)."""
+    out = None
+    for pos, k in enumerate(key):
+        t = type(k)
+        if t is LoopIndex:
+            new = plain(k)
+        elif t is slice and (type(k.start) is LoopIndex or type(k.stop) is LoopIndex
+                             or type(k.step) is LoopIndex):
+            new = plain_slice(k)
+        else:
+            continue
+        if out is None:
+            out = list(key)
+        out[pos] = new
+    return key if out is None else tuple(out)
+
+
+# -- flattening records ------------------------------------------------------------------------
+_NAME = re.compile(r"^(.*?)(\d*)$")
+_INSTRUCTION_FIELDS = ("opcode", "engine", "operands", "attrs", "line", "region", "source", "issue")
+_BUFFER_FIELDS = ("id", "name", "memory", "shape", "dtype", "partition_axis", "role", "first", "last",
+                  "offset", "placement", "data", "alias_of")
+
+
+class _Mismatch(Exception):
+    pass
+
+
+def _node(x, ints: list, consts: list):
+    """The structure of `x` (hashable); its integers go to `ints`, everything else to `consts`."""
+    t = type(x)
+    if t is int:
+        ints.append(x)
+        return "i"
+    if t is tuple:
+        return ("t",) + tuple([_node(e, ints, consts) for e in x])
+    if t is slice:
+        start, stop = x.start, x.stop
+        if type(start) is int and type(stop) is int:
+            ints.append(start)
+            consts.append(stop - start)          # the length must not change between iterations
+            consts.append(x.step)
+            return "s"
+        consts.append(x)
+        return "c"
+    if t is Access:
+        return ("A", _node(x.buffer, ints, consts), _node(x.index, ints, consts))
+    if t is dict:
+        if all(type(key) is str for key in x):
+            return ("d", tuple(x)) + tuple([_node(v, ints, consts) for v in x.values()])
+        consts.append(x)
+        return "c"
+    if t is list:
+        return ("l",) + tuple([_node(e, ints, consts) for e in x])
+    consts.append(x)
+    return "c"
+
+
+def _buffer_node(b: Buffer, ints: list, consts: list):
+    d = b.__dict__
+    if len(d) != len(_BUFFER_FIELDS):
+        raise _Mismatch("a buffer with extra attributes")
+    ints.append(b.id)
+    name = b.name
+    m = _NAME.match(name) if type(name) is str else None
+    if m is not None and m.group(2) and str(int(m.group(2))) == m.group(2) and int(m.group(2)) > 0:
+        consts.append(m.group(1))
+        ints.append(int(m.group(2)))
+        name_node = "n"
+    elif type(name) is str:
+        consts.append(name)                       # count 0: the base name itself
+        ints.append(0)
+        name_node = "n"
+    else:
+        consts.append(name)
+        name_node = "c"
+    consts.extend((b.memory, b.shape, b.dtype, b.partition_axis, b.role))
+    ints.append(b.first)
+    ints.append(b.last)
+    consts.extend((b.offset, b.placement, b.data, b.alias_of))
+    return ("B", name_node)
+
+
+def _instruction_node(r: Instruction, ints: list, consts: list):
+    d = r.__dict__
+    if len(d) != len(_INSTRUCTION_FIELDS):
+        raise _Mismatch("an instruction with extra attributes")
+    return ("I",) + tuple([_node(d[f], ints, consts) for f in _INSTRUCTION_FIELDS])
+
+
+def _same_consts(a: list, b: list) -> bool:
+    if len(a) != len(b):
+        return False
+    for x, y in zip(a, b):
+        if x is y:
+            continue
+        if type(x) is not type(y):
+            return False
+        if type(x) is np.ndarray:
+            if x.dtype != y.dtype or x.shape != y.shape or not np.array_equal(x, y):
+                return False
+        elif type(x) is float:
+            if x != y and not (x != x and y != y):
+                return False
+        else:
+            try:
+                if not (x == y):
+                    return False
+            except Exception:
+                return False
+    return True
+
+
+# -- builders: one generated function per record structure -------------------------------------
+_BUILDERS: dict = {}
+
+
+def _new_instruction(d: dict) -> Instruction:
+    r = object.__new__(Instruction)
+    r.__dict__ = d
+    return r
+
+
+def _new_buffer(d: dict) -> Buffer:
+    b = object.__new__(Buffer)
+    b.__dict__ = d
+    return b
+
+
+def _code(node, counters: list) -> str:
+    """Python expression rebuilding `node` from v[o + i] (integers) and k[c] (constants)."""
+    if node == "i":
+        i = counters[0]
+        counters[0] += 1
+        return f"v[o+{i}]"
+    if node == "c":
+        c = counters[1]
+        counters[1] += 1
+        return f"k[{c}]"
+    if node == "s":
+        i, c = counters
+        counters[0] += 1
+        counters[1] += 2
+        return f"slice(v[o+{i}], v[o+{i}]+k[{c}], k[{c + 1}])"
+    kind = node[0]
+    if kind == "t":
+        parts = [_code(n, counters) for n in node[1:]]
+        return "(" + "".join(p + ", " for p in parts) + ")"
+    if kind == "l":
+        return "[" + ", ".join(_code(n, counters) for n in node[1:]) + "]"
+    if kind == "d":
+        keys = node[1]
+        return "{" + ", ".join(f"{key!r}: {_code(n, counters)}" for key, n in zip(keys, node[2:])) + "}"
+    if kind == "A":
+        b = _code(node[1], counters)
+        return f"_access({b}, {_code(node[2], counters)})"
+    if kind == "I":
+        fields = [f"{f!r}: {_code(n, counters)}" for f, n in zip(_INSTRUCTION_FIELDS, node[1:])]
+        return "_instruction({" + ", ".join(fields) + "})"
+    if kind == "B":
+        i, c = counters
+        bid = f"v[o+{i}]"
+        counters[0] += 1
+        if node[1] == "n":
+            name = f"(k[{c}] + str(v[o+{i + 1}]) if v[o+{i + 1}] else k[{c}])"
+            counters[0] += 1
+        else:
+            name = f"k[{c}]"
+        c += 1
+        i = counters[0]
+        counters[0] += 2
+        counters[1] = c + 9
+        return ("_buffer({" f"'id': {bid}, 'name': {name}, 'memory': k[{c}], 'shape': k[{c + 1}], "
+                f"'dtype': k[{c + 2}], 'partition_axis': k[{c + 3}], 'role': k[{c + 4}], "
+                f"'first': v[o+{i}], 'last': v[o+{i + 1}], 'offset': k[{c + 5}], 'placement': k[{c + 6}], "
+                f"'data': k[{c + 7}], 'alias_of': k[{c + 8}]" "})")
+    raise ValueError(f"unknown record node {node!r}")
+
+
+def _builder(node):
+    fn = _BUILDERS.get(node)
+    if fn is None:
+        counters = [0, 0]
+        source = f"def build(v, o, k):\n    return {_code(node, counters)}\n"
+        scope = {"_access": Access, "_instruction": _new_instruction, "_buffer": _new_buffer,
+                 "slice": slice, "str": str}
+        exec(compile(source, "<trnlab.nki.loops builder>", "exec"), scope)
+        fn = _BUILDERS[node] = scope["build"]
+        fn.ints = counters[0]
+    return fn
+
+
+# -- one loop being traced ---------------------------------------------------------------------
+def _plain_value(x):
+    t = type(x)
+    if t is int or t is float or t is str or t is bool or x is None:
+        return True
+    if t is tuple:
+        return all(_plain_value(e) for e in x)
+    return False
+
+
+def _state(frame) -> dict:
+    """What of the loop's frame could carry Python state from one iteration to the next."""
+    state = {}
+    for name, value in frame.f_locals.items():
+        t = type(value)
+        if t is list or t is dict or t is set:
+            state[name] = (t, len(value))
+        elif _plain_value(value):
+            state[name] = (t, value)
+    return state
+
+
+class _Records:
+    """The flattened records of one iteration: structure, integers, constants."""
+
+    __slots__ = ("nodes", "ints", "consts", "plan")
+
+    def __init__(self, tracer, instructions, buffers):
+        ints, consts, nodes = [], [], []
+        known = tracer.known
+        for r in instructions:
+            flat = known.get(id(r))
+            if flat is None:
+                nodes.append(_instruction_node(r, ints, consts))
+            else:
+                nodes.append(flat[0])
+                ints.extend(flat[1])
+                consts.extend(flat[2])
+        for b in buffers:
+            nodes.append(_buffer_node(b, ints, consts))
+        self.nodes, self.ints, self.consts = nodes, ints, consts
+
+    def same_shape(self, other: "_Records") -> bool:
+        return self.nodes == other.nodes and _same_consts(self.consts, other.consts)
+
+
+class Loop:
+    """One execution of a stamped loop (its iterations 0, 1 and n-1 run; the others stamped)."""
+
+    def __init__(self, tracer: "LoopTracer", site: tuple, values: range, frame):
+        self.tracer, self.site, self.values, self.frame = tracer, site, values, frame
+        self.active = True
+        self.stamped = False
+        self.marks = []           # per boundary: (instructions, buffers, names)
+
+    def _fail(self, reason: str):
+        self.tracer.poisoned = True
+        self.tracer.abandoned.append(self.site)
+        raise Retrace((self.site,), reason)
+
+    def _boundary(self):
+        launch = self.tracer.launch
+        if launch.pending is not None:
+            self._fail("a functional result still pending at the end of an iteration")
+        program = self.tracer.program
+        self.marks.append((len(program.instructions), len(program.buffers), dict(launch.names)))
+
+    def index(self, j: int) -> LoopIndex:
+        return LoopIndex(self.values[j], ((self, self.values.step),))
+
+    def begin(self):
+        self._boundary()
+
+    def after_first(self):
+        self._boundary()
+        self.state = _state(self.frame)
+
+    def after_second(self):
+        """Check iterations 0 and 1 against each other, then stamp iterations 2 .. n-2."""
+        self._boundary()
+        if _state(self.frame) != self.state:
+            changed = sorted(name for name, v in _state(self.frame).items() if self.state.get(name) != v)
+            self._fail(f"Python state carried between iterations: {', '.join(changed) or '?'}")
+        (i0, b0, n0), (i1, b1, n1), (i2, b2, n2) = self.marks
+        program = self.tracer.program
+        buffers = program.buffers
+        if any(buffers[b].memory not in ("sbuf", "psum") for b in range(b0, b2)):
+            self._fail("an HBM tensor allocated in the loop body")
+        try:
+            first = _Records(self.tracer, program.instructions[i0:i1], buffers[b0:b1])
+            second = _Records(self.tracer, program.instructions[i1:i2], buffers[b1:b2])
+        except _Mismatch as error:
+            self._fail(str(error))
+        if not first.same_shape(second):
+            self._fail("iterations 0 and 1 differ in structure or constants")
+        step = {}
+        for key in set(n1) | set(n2):
+            d = n2.get(key, 0) - n1.get(key, 0)
+            if d != n1.get(key, 0) - n0.get(key, 0):
+                self._fail(f"allocation names {key!r} counted differently in iterations 0 and 1")
+            if d:
+                step[key] = d
+        v0 = np.array(first.ints, dtype=np.int64)
+        dv = np.array(second.ints, dtype=np.int64) - v0
+        self.first, self.v0, self.dv, self.name_step = first, v0, dv, step
+        n = len(self.values)
+        instructions = i1 - i0
+        plan = []
+        o = 0
+        consts = first.consts
+        c = 0
+        # the constants of each record: the slice of `consts` its builder reads
+        for node in first.nodes:
+            fn = _builder(node)
+            nc = _count_consts(node)
+            plan.append((fn, o, tuple(consts[c:c + nc]), node))
+            o += fn.ints
+            c += nc
+        register = self.tracer.depth > 1           # an enclosing loop will flatten these records
+        known = self.tracer.known
+        append_instruction, append_buffer = program.instructions.append, program.buffers.append
+        inst_plan, buf_plan = plan[:instructions], plan[instructions:]
+        for j in range(2, n - 1):
+            v = (v0 + j * dv).tolist()
+            for fn, o, k, node in inst_plan:
+                r = fn(v, o, k)
+                append_instruction(r)
+                if register:
+                    known[id(r)] = (node, v[o:o + fn.ints], k)
+            for fn, o, k, node in buf_plan:
+                b = fn(v, o, k)
+                append_buffer(b)
+        names = self.tracer.launch.names
+        for key, d in step.items():
+            names[key] = n2.get(key, 0) + (n - 3) * d
+        self.stamped = True
+        self.tracer.stamped_any = True
+        self.expected_names = {key: names.get(key, 0) + d for key, d in step.items()}
+        self.marks.append((len(program.instructions), len(program.buffers), None))
+
+    def finish(self):
+        """The last iteration ran concretely: it, and iterations 0 and 1, must be as predicted."""
+        self._boundary()
+        self.active = False
+        (i0, b0, _), (i1, b1, _), (i2, b2, _) = self.marks[:3]
+        il, bl, _ = self.marks[3]
+        ie, be, names = self.marks[4]
+        program = self.tracer.program
+        n = len(self.values)
+        try:
+            last = _Records(self.tracer, program.instructions[il:ie], program.buffers[bl:be])
+            again0 = _Records(self.tracer, [], program.buffers[b0:b1])
+            again1 = _Records(self.tracer, [], program.buffers[b1:b2])
+        except _Mismatch as error:
+            self._fail(str(error))
+        first = self.first
+        if last.nodes != first.nodes or not _same_consts(last.consts, first.consts):
+            self._fail("the last iteration differs in structure or constants")
+        predicted = self.v0 + (n - 1) * self.dv
+        if not np.array_equal(np.array(last.ints, dtype=np.int64), predicted):
+            self._fail("the last iteration is not where iterations 0 and 1 predict")
+        buffer_ints = len(again0.ints)
+        if buffer_ints:
+            tail0 = self.v0[len(self.v0) - buffer_ints:]
+            tail1 = tail0 + self.dv[len(self.dv) - buffer_ints:]
+            if not (np.array_equal(np.array(again0.ints, dtype=np.int64), tail0)
+                    and np.array_equal(np.array(again1.ints, dtype=np.int64), tail1)):
+                self._fail("a tile of iteration 0 or 1 is used by a later iteration")
+        for key, expected in self.expected_names.items():
+            if names.get(key, 0) != expected:
+                self._fail(f"allocation names {key!r} counted differently in the last iteration")
+
+    def abandon(self):
+        """The loop was left early (break, or an error in its body)."""
+        self.active = False
+        self.tracer.poisoned = True
+        self.tracer.abandoned.append(self.site)
+
+
+def _count_consts(node) -> int:
+    if node == "i":
+        return 0
+    if node == "c":
+        return 1
+    if node == "s":
+        return 2
+    kind = node[0]
+    if kind == "d":
+        return sum(_count_consts(n) for n in node[2:])
+    if kind == "B":
+        return (1 if node[1] in ("n", "c") else 0) + 9
+    return sum(_count_consts(n) for n in node[1:])
+
+
+class LoopTracer:
+    """Per trace: which loops stamp, the records already flattened, whether to trace again."""
+
+    def __init__(self, recorder, launch, concrete: set):
+        self.recorder, self.launch = recorder, launch
+        self.program = recorder.program
+        self.concrete = concrete          # loop sites to run concretely
+        self.depth = 0
+        self.known: dict = {}             # id(stamped record) -> (structure, ints, consts)
+        self.poisoned = False
+        self.stamped_any = False
+        self.abandoned: list = []
+
+    def iterate(self, values: range, frame):
+        """The iterator of an affine/sequential range: stamped, or plain ints when it cannot be."""
+        n = len(values)
+        site = (frame.f_code.co_filename, frame.f_lineno)
+        if n < MIN_ITERATIONS or site in self.concrete:
+            return iter(values)
+        return self._stamped(values, site, frame)
+
+    def _stamped(self, values: range, site, frame):
+        loop = Loop(self, site, values, frame)
+        self.depth += 1
+        done = False
+        try:
+            loop.begin()
+            yield loop.index(0)
+            loop.after_first()
+            yield loop.index(1)
+            loop.after_second()
+            yield loop.index(len(values) - 1)
+            loop.finish()
+            done = True
+        finally:
+            self.depth -= 1
+            loop.frame = None
+            if not done:
+                loop.abandon()
+            if self.depth == 0:
+                self.known.clear()
+
+
+def _mark(tracer):
+    program = tracer.program
+    return (len(program.instructions), len(program.buffers), dict(tracer.launch.names))
+
+
+def iterate(values: range, frame):
+    """Called by nl.affine_range / nl.sequential_range: the loop's iterator in the running trace."""
+    from trnlab.nki import runtime
+    launch = runtime.active()
+    tracer = getattr(launch, "loops", None) if launch is not None else None
+    if tracer is None:
+        return iter(values)
+    return tracer.iterate(values, frame)
+
+
+def trace(run_once, stamping: bool = True):
+    """Run `run_once(concrete_sites or None)` (None: no stamping) until it gives a program.
+
+    `run_once` returns the program; a `Retrace` adds the loops it names to the concrete ones and
+    starts again. An error raised by a trace that stamped is raised by a fully concrete trace
+    instead, so that it is exactly today's error."""
+    if not stamping:
+        return run_once(None)[0]
+    concrete: set = set()
+    del fallbacks[:]
+    for _ in range(MAX_RETRACES):
+        try:
+            program, tracer = run_once(concrete)
+        except Retrace as retrace:
+            fallbacks.append((retrace.sites, retrace.reason))
+            concrete.update(retrace.sites)
+            continue
+        except Exception as error:
+            fallbacks.append(((), f"an error while stamping, traced again concretely: {type(error).__name__}"))
+            return run_once(None)[0]
+        if tracer.abandoned:
+            fallbacks.append((tuple(tracer.abandoned), "a loop left early (break) or a swallowed taint"))
+            concrete.update(tracer.abandoned)
+            continue
+        if tracer.poisoned:
+            break
+        return program
+    fallbacks.append(((), "too many retraces: traced concretely"))
+    return run_once(None)[0]
+
+
+# why the last trace fell back, per retrace: (loop sites, reason) — for tests and for the curious
+fallbacks: list = []
