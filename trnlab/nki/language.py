@@ -92,7 +92,7 @@ class tile_size(metaclass=_TileSizeMeta):
 
 
 # -- loops and SPMD ---------------------------------------------------------------------------
-_GET_ITER, _FOR_ITER = _dis.opmap["GET_ITER"], _dis.opmap["FOR_ITER"]
+_GET_ITER, _FOR_ITER, _EXTENDED_ARG = _dis.opmap["GET_ITER"], _dis.opmap["FOR_ITER"], _dis.opmap["EXTENDED_ARG"]
 
 
 class _Range:
@@ -107,7 +107,10 @@ class _Range:
             frame = _sys_module._getframe(1)
             code, at = frame.f_code.co_code, frame.f_lasti
             # only the iterator of a `for` statement (not list(...), zip(...) or a comprehension)
-            if code[at] == _GET_ITER and code[at + 2] == _FOR_ITER:
+            after = at + 2
+            while code[after] == _EXTENDED_ARG:     # a long loop body: FOR_ITER's jump needs more bytes
+                after += 2
+            if code[at] == _GET_ITER and code[after] == _FOR_ITER:
                 return _loops.iterate(self._range, frame)
         return iter(self._range)
 

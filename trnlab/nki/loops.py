@@ -39,8 +39,8 @@ stamped trace record for record against the concrete one on every kernel of `trn
 """
 from __future__ import annotations
 
+import os
 import re
-import sys
 
 import numpy as np
 
@@ -48,6 +48,8 @@ from trnlab.hardware.program import Access, Buffer, Instruction
 
 MIN_ITERATIONS = 4          # fewer: nothing to stamp (iterations 0, 1 and n-1 run concretely)
 MAX_RETRACES = 12           # then trace with every loop concrete
+# TRNLAB_CHECK_LOOPS=1: every trace is also done concretely and must agree record for record
+CHECK = os.environ.get("TRNLAB_CHECK_LOOPS", "") not in ("", "0")
 
 
 class Retrace(BaseException):
@@ -365,7 +367,7 @@ def _builder(node):
                  "slice": slice, "str": str}
         exec(compile(source, "<trnlab.nki.loops builder>", "exec"), scope)
         fn = _BUILDERS[node] = scope["build"]
-        fn.ints = counters[0]
+        fn.ints, fn.consts = counters
     return fn
 
 
@@ -483,7 +485,7 @@ class Loop:
         # the constants of each record: the slice of `consts` its builder reads
         for node in first.nodes:
             fn = _builder(node)
-            nc = _count_consts(node)
+            nc = fn.consts
             plan.append((fn, o, tuple(consts[c:c + nc]), node))
             o += fn.ints
             c += nc
@@ -546,21 +548,6 @@ class Loop:
         self.active = False
         self.tracer.poisoned = True
         self.tracer.abandoned.append(self.site)
-
-
-def _count_consts(node) -> int:
-    if node == "i":
-        return 0
-    if node == "c":
-        return 1
-    if node == "s":
-        return 2
-    kind = node[0]
-    if kind == "d":
-        return sum(_count_consts(n) for n in node[2:])
-    if kind == "B":
-        return (1 if node[1] in ("n", "c") else 0) + 9
-    return sum(_count_consts(n) for n in node[1:])
 
 
 class LoopTracer:
@@ -629,6 +616,17 @@ def trace(run_once, stamping: bool = True):
     instead, so that it is exactly today's error."""
     if not stamping:
         return run_once(None)[0]
+    if CHECK:
+        program = _trace_stamping(run_once)
+        reference = run_once(None)[0]
+        difference = first_difference(program, reference)
+        if difference:
+            raise AssertionError(f"stamped trace differs from the concrete one: {difference}")
+        return program
+    return _trace_stamping(run_once)
+
+
+def _trace_stamping(run_once):
     concrete: set = set()
     del fallbacks[:]
     for _ in range(MAX_RETRACES):
@@ -654,3 +652,39 @@ def trace(run_once, stamping: bool = True):
 
 # why the last trace fell back, per retrace: (loop sites, reason) — for tests and for the curious
 fallbacks: list = []
+
+
+def _same(a, b) -> bool:
+    if type(a) is not type(b):
+        return False
+    if type(a) is np.ndarray:
+        return a.dtype == b.dtype and a.shape == b.shape and np.array_equal(a, b)
+    if type(a) in (tuple, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    if type(a) is dict:
+        return list(a) == list(b) and all(_same(a[k], b[k]) for k in a)
+    if type(a) in (Access, Instruction, Buffer):
+        return _same(a.__dict__, b.__dict__)
+    if type(a) is float and a != a:
+        return b != b
+    return a == b
+
+
+def first_difference(program, reference) -> str:
+    """'' if two programs are the same record for record (instructions with their descriptions,
+    buffers, inputs, outputs), else where they first differ."""
+    a, b = program.instructions, reference.instructions
+    if len(a) != len(b):
+        return f"{len(a)} instructions vs {len(b)}"
+    for k, (x, y) in enumerate(zip(a, b)):
+        if not _same(x, y):
+            return f"instruction {k}: {x} (issue {x.issue}) vs {y} (issue {y.issue})"
+    a, b = program.buffers, reference.buffers
+    if len(a) != len(b):
+        return f"{len(a)} buffers vs {len(b)}"
+    for k, (x, y) in enumerate(zip(a, b)):
+        if not _same(x, y):
+            return f"buffer {k}: {x} vs {y}"
+    if not _same(program.inputs, reference.inputs) or not _same(program.outputs, reference.outputs):
+        return "inputs or outputs"
+    return ""
