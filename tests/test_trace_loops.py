@@ -292,10 +292,23 @@ def _named_tiles_kernel(a):
     return out
 
 
+@nki.jit
+def _pending_consumed_kernel(a):
+    R, C = a.shape
+    out = nl.ndarray((R, C), dtype=a.dtype, buffer=nl.shared_hbm)
+    buf = nl.ndarray((128, C), dtype=a.dtype, buffer=nl.sbuf)
+    first = nl.load(a[0:128, :])                              # pending when the loop starts
+    for r in nl.affine_range(R // 128):
+        buf[...] = first                                      # iteration 0 loads straight into buf
+        nl.store(out[r * 128:(r + 1) * 128, :], value=buf)
+    return out
+
+
 @pytest.mark.parametrize("kernel, reason", [
-    (_lookup_table_kernel, "__index__"), (_carried_counter_kernel, "done"), (_tiles_in_a_list_kernel, "pending"),
+    (_pending_consumed_kernel, "assigned right after"),
+    (_lookup_table_kernel, "__index__"), (_carried_counter_kernel, "done"), (_tiles_in_a_list_kernel, "tiles"),
     (_break_kernel, "left early"), (_triangular_kernel, "non-affinely"), (_named_tiles_kernel, "__format__"),
-], ids=["table lookup", "carried counter", "tiles kept in a list", "break", "triangular loop", "f-string name"])
+], ids=["pending result assigned", "table lookup", "carried counter", "tiles kept in a list", "break", "triangular loop", "f-string name"])
 def test_kernels_that_loops_cannot_stamp_fall_back_and_give_the_concrete_program(kernel, reason):
     _, fallbacks = assert_same_program(kernel, SD((128 * 6, 64), "float32"))
     assert any(reason in why for _, why in fallbacks), fallbacks

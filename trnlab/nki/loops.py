@@ -372,6 +372,20 @@ def _builder(node):
 
 
 # -- one loop being traced ---------------------------------------------------------------------
+def consumed(tracer, value) -> None:
+    """Called when a tile is assigned (`out[...] = value`, `acc += value`): if it is the result a
+    loop boundary issued and nothing happened since, the concrete trace would have issued it
+    straight into the destination — trace that loop concretely."""
+    flushed = tracer.flushed
+    if flushed[0] is not value:
+        return
+    tracer.flushed = None
+    tile, instructions, buffers, loop = flushed
+    program = tracer.program
+    if len(program.instructions) == instructions and len(program.buffers) == buffers:
+        loop._fail("a functional result pending at an iteration boundary is assigned right after it")
+
+
 def _plain_value(x):
     t = type(x)
     if t is int or t is float or t is str or t is bool or x is None:
@@ -433,9 +447,14 @@ class Loop:
 
     def _boundary(self):
         launch = self.tracer.launch
-        if launch.pending is not None:
-            self._fail("a functional result still pending at the end of an iteration")
         program = self.tracer.program
+        pending = launch.pending
+        if pending is not None:
+            # issue a functional result left pending (the next NKI call would): iterations then
+            # start alike. Only an assignment of it as the very next action (`out[...] = t`) would
+            # have written it elsewhere; `consumed` catches that and falls back
+            launch.flush()
+            self.tracer.flushed = (pending, len(program.instructions), len(program.buffers), self)
         self.marks.append((len(program.instructions), len(program.buffers), dict(launch.names)))
 
     def index(self, j: int) -> LoopIndex:
@@ -562,6 +581,7 @@ class LoopTracer:
         self.poisoned = False
         self.stamped_any = False
         self.abandoned: list = []
+        self.flushed = None               # (tile, instructions, buffers, loop) issued at a boundary
 
     def iterate(self, values: range, frame):
         """The iterator of an affine/sequential range: stamped, or plain ints when it cannot be."""

@@ -23,6 +23,7 @@ from trnlab.hardware.errors import OutOfBoundsError, ShapeMismatchError
 from trnlab.nki import indexing
 from trnlab.nki.errors import NKIError, locate
 from trnlab.nki.indexing import IndexExpr
+from trnlab.nki import loops as _loops
 from trnlab.nki.loops import plain_key
 
 ON_CHIP = ("sbuf", "psum")
@@ -371,6 +372,9 @@ class NkiTensor:
 
     def __iadd__(self, other):
         launch = self._launch
+        tracer = getattr(launch, "loops", None)
+        if tracer is not None and tracer.flushed is not None:
+            _loops.consumed(tracer, other)
         if isinstance(other, NkiTensor) and other._emit is not None and launch.pending is other \
                 and getattr(other._emit, "accumulates", False):
             launch.pending = None
@@ -480,6 +484,9 @@ def _assign(dst: NkiTensor, value) -> None:
     """`dst[...] = value`: issue the pending instruction into dst, or copy / fill."""
     launch = dst._launch
     if isinstance(value, NkiTensor):
+        tracer = getattr(launch, "loops", None)
+        if tracer is not None and tracer.flushed is not None:
+            _loops.consumed(tracer, value)
         if value._emit is not None:
             if launch.pending is value:
                 launch.pending = None
