@@ -63,12 +63,19 @@ class Retrace(BaseException):
 
 
 # -- the loop variable -------------------------------------------------------------------------
-def _taint(terms, what: str):
-    loops = tuple(loop for loop, _ in terms)
-    for loop in loops:
-        loop.tracer.poisoned = True
-        loop.tracer.abandoned.append(loop.site)
-    raise Retrace(tuple(loop.site for loop in loops), f"loop index used non-affinely: {what}")
+def _taint(terms, what: str) -> None:
+    """A non-affine use of a loop index. A loop that has not stamped yet (this is its iteration 0
+    or 1, run concretely) just runs the rest of its iterations concretely too — the use gets the
+    value an int would give. A loop that has stamped cannot take it back: trace again."""
+    stamped = [loop for loop, _ in terms if loop.stamped]
+    if stamped:
+        for loop in stamped:
+            loop.tracer.poisoned = True
+            loop.tracer.abandoned.append(loop.site)
+        raise Retrace(tuple(loop.site for loop in stamped), f"loop index used non-affinely: {what}")
+    for loop, _ in terms:
+        if loop.active:
+            loop.degrade(f"loop index used non-affinely: {what}")
 
 
 def _merge(a: tuple, b: tuple, sign: int) -> tuple:
@@ -92,7 +99,8 @@ class LoopIndex:
 
     def _check(self):
         for loop, _ in self._terms:
-            if not loop.active:
+            if not loop.active and loop.stamped:
+                # after a loop that stamped: a value carried out of it may be stale (acc = acc + k)
                 _taint(self._terms, "after its loop ended")
 
     def _with(self, other, sign: int):
@@ -106,6 +114,7 @@ class LoopIndex:
             terms, value = self._terms, self._v + sign * int(other)
         elif isinstance(other, (int, float, complex, np.number)):
             _taint(self._terms, f"arithmetic with a {type(other).__name__}")
+            return self._v + sign * other
         else:
             return NotImplemented
         return LoopIndex(value, terms) if terms else value
@@ -132,13 +141,15 @@ class LoopIndex:
 
     def __mul__(self, other):
         self._check()
+        if type(other) is LoopIndex:
+            return _non_affine_mul(self, other)
         if type(other) is int or (isinstance(other, int) and not isinstance(other, bool)):
             k = int(other)
             if not k:
                 return 0
             return LoopIndex(self._v * k, tuple((loop, c * k) for loop, c in self._terms))
         if isinstance(other, (int, float, complex, np.number, LoopIndex)):
-            _taint(self._terms, f"multiplied by a {type(other).__name__}")
+            return _non_affine_mul(self, other)
         return NotImplemented
 
     __rmul__ = __mul__
@@ -146,22 +157,45 @@ class LoopIndex:
     def __repr__(self):
         return f"LoopIndex({self._v})"
 
+    @property
+    def __class__(self):
+        """isinstance(k, int) holds, as for the int of a concrete trace (type(k) is LoopIndex)."""
+        return int
+
 
 def _refuse(name: str):
+    method = getattr(int, name)
+
     def refused(self, *args):
         _taint(self._terms, name)
+        return method(self._v, *(a._v if type(a) is LoopIndex else a for a in args))
     refused.__name__ = name
     return refused
 
 
 for _name in ("__bool__", "__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__", "__hash__", "__index__",
-              "__int__", "__float__", "__complex__", "__floordiv__", "__rfloordiv__", "__mod__", "__rmod__",
+              "__int__", "__float__", "__complex__" if hasattr(int, "__complex__") else "__float__",
+              "__floordiv__", "__rfloordiv__", "__mod__", "__rmod__",
               "__divmod__", "__rdivmod__", "__truediv__", "__rtruediv__", "__pow__", "__rpow__", "__and__",
               "__rand__", "__or__", "__ror__", "__xor__", "__rxor__", "__lshift__", "__rlshift__", "__rshift__",
               "__rrshift__", "__invert__", "__abs__", "__round__", "__trunc__", "__floor__", "__ceil__",
-              "__format__", "__str__", "__len__", "__iter__", "__getitem__", "__array__", "__reduce__",
-              "__reduce_ex__", "__copy__", "__deepcopy__"):
+              "__format__", "__str__", "__reduce__", "__reduce_ex__", "bit_length", "to_bytes", "conjugate",
+              "as_integer_ratio"):
     setattr(LoopIndex, _name, _refuse(_name))
+
+
+def _non_affine_mul(self, other):
+    """k * 0.5, k * k: the int (or float) result, and the loop runs concretely."""
+    _taint(self._terms, f"multiplied by a {type(other).__name__}")
+    return self._v * (other._v if type(other) is LoopIndex else other)
+
+
+def _array(self, *args, **kwargs):
+    _taint(self._terms, "__array__")
+    return np.asarray(self._v, *args, **kwargs)
+
+
+LoopIndex.__array__ = _array
 
 
 def plain(x):
@@ -438,12 +472,22 @@ class Loop:
         self.tracer, self.site, self.values, self.frame = tracer, site, values, frame
         self.active = True
         self.stamped = False
+        self.degraded = None      # why the loop runs concretely after all
         self.marks = []           # per boundary: (instructions, buffers, names)
 
     def _fail(self, reason: str):
+        """After stamping: the stamped records may be wrong, trace the kernel again."""
         self.tracer.poisoned = True
         self.tracer.abandoned.append(self.site)
         raise Retrace((self.site,), reason)
+
+    def degrade(self, reason: str) -> None:
+        """Before stamping: run the remaining iterations concretely (the records so far are the
+        concrete trace's), and this loop concretely for the rest of the trace."""
+        if self.degraded is None:
+            self.degraded = reason
+            self.tracer.concrete.add(self.site)
+            fallbacks.append(((self.site,), reason))
 
     def _boundary(self):
         launch = self.tracer.launch
@@ -472,24 +516,24 @@ class Loop:
         self._boundary()
         if _state(self.frame) != self.state:
             changed = sorted(name for name, v in _state(self.frame).items() if self.state.get(name) != v)
-            self._fail(f"Python state carried between iterations: {', '.join(changed) or '?'}")
+            return self.degrade(f"Python state carried between iterations: {', '.join(changed) or '?'}")
         (i0, b0, n0), (i1, b1, n1), (i2, b2, n2) = self.marks
         program = self.tracer.program
         buffers = program.buffers
         if any(buffers[b].memory not in ("sbuf", "psum") for b in range(b0, b2)):
-            self._fail("an HBM tensor allocated in the loop body")
+            return self.degrade("an HBM tensor allocated in the loop body")
         try:
             first = _Records(self.tracer, program.instructions[i0:i1], buffers[b0:b1])
             second = _Records(self.tracer, program.instructions[i1:i2], buffers[b1:b2])
         except _Mismatch as error:
-            self._fail(str(error))
+            return self.degrade(str(error))
         if not first.same_shape(second):
-            self._fail("iterations 0 and 1 differ in structure or constants")
+            return self.degrade("iterations 0 and 1 differ in structure or constants")
         step = {}
         for key in set(n1) | set(n2):
             d = n2.get(key, 0) - n1.get(key, 0)
             if d != n1.get(key, 0) - n0.get(key, 0):
-                self._fail(f"allocation names {key!r} counted differently in iterations 0 and 1")
+                return self.degrade(f"allocation names {key!r} counted differently in iterations 0 and 1")
             if d:
                 step[key] = d
         v0 = np.array(first.ints, dtype=np.int64)
@@ -594,20 +638,28 @@ class LoopTracer:
     def _stamped(self, values: range, site, frame):
         loop = Loop(self, site, values, frame)
         self.depth += 1
+        n = len(values)
         done = False
         try:
             loop.begin()
             yield loop.index(0)
-            loop.after_first()
-            yield loop.index(1)
-            loop.after_second()
-            yield loop.index(len(values) - 1)
-            loop.finish()
+            if loop.degraded is None:
+                loop.after_first()
+            yield loop.index(1) if loop.degraded is None else values[1]
+            if loop.degraded is None:
+                loop.after_second()                     # stamps 2 .. n-2, or degrades
+            if loop.degraded is None:
+                yield loop.index(n - 1)
+                loop.finish()
+            else:
+                for j in range(2, n):
+                    yield values[j]
             done = True
         finally:
             self.depth -= 1
             loop.frame = None
-            if not done:
+            loop.active = False
+            if not done and loop.stamped:
                 loop.abandon()
             if self.depth == 0:
                 self.known.clear()
