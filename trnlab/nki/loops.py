@@ -405,6 +405,64 @@ def _builder(node):
     return fn
 
 
+_INTS: dict = {}
+
+
+def _ints(node) -> int:
+    """How many integers a record structure holds."""
+    count = _INTS.get(node)
+    if count is None:
+        if node == "i" or node == "s":
+            count = 1
+        elif node == "c":
+            count = 0
+        elif node[0] == "d":
+            count = sum(_ints(n) for n in node[2:])
+        elif node[0] == "B":
+            count = 4 if node[1] == "n" else 3
+        else:
+            count = sum(_ints(n) for n in node[1:])
+        _INTS[node] = count
+    return count
+
+
+def _reduce(node, obj, cursor: list, varying: list, positions: list, consts: list, top: bool = False):
+    """`node` with every part that does not vary between iterations made a constant (`obj`'s own,
+    shared); `positions` receives the integers that do vary, `consts` the constants."""
+    p = cursor[0]
+    n = _ints(node)
+    if not top and not any(varying[p:p + n]):
+        cursor[0] = p + n
+        consts.append(obj)
+        return "c"
+    if node == "i" or node == "s":
+        cursor[0] = p + 1
+        positions.append(p)
+        if node == "s":
+            consts.append(obj.stop - obj.start)
+            consts.append(obj.step)
+        return node
+    kind = node[0]
+    if kind == "B":
+        cursor[0] = p + n
+        positions.extend(range(p, p + n))
+        _buffer_node(obj, [], consts)
+        return node
+    if kind == "t" or kind == "l":
+        return (kind,) + tuple([_reduce(c, o, cursor, varying, positions, consts) for c, o in zip(node[1:], obj)])
+    if kind == "d":
+        return node[:2] + tuple([_reduce(c, o, cursor, varying, positions, consts)
+                                 for c, o in zip(node[2:], obj.values())])
+    if kind == "A":
+        return ("A", _reduce(node[1], obj.buffer, cursor, varying, positions, consts),
+                _reduce(node[2], obj.index, cursor, varying, positions, consts))
+    if kind == "I":
+        d = obj.__dict__
+        return ("I",) + tuple([_reduce(c, d[f], cursor, varying, positions, consts)
+                               for c, f in zip(node[1:], _INSTRUCTION_FIELDS)])
+    raise ValueError(f"unknown record node {node!r}")
+
+
 # -- one loop being traced ---------------------------------------------------------------------
 def consumed(tracer, value) -> None:
     """Called when a tile is assigned (`out[...] = value`, `acc += value`): if it is the result a
@@ -553,19 +611,40 @@ class Loop:
             o += fn.ints
             c += nc
         register = self.tracer.depth > 1           # an enclosing loop will flatten these records
-        known = self.tracer.known
         append_instruction, append_buffer = program.instructions.append, program.buffers.append
-        inst_plan, buf_plan = plan[:instructions], plan[instructions:]
-        for j in range(2, n - 1):
-            v = (v0 + j * dv).tolist()
-            for fn, o, k, node in inst_plan:
-                r = fn(v, o, k)
-                append_instruction(r)
-                if register:
+        if register:
+            known = self.tracer.known
+            inst_plan, buf_plan = plan[:instructions], plan[instructions:]
+            for j in range(2, n - 1):
+                v = (v0 + j * dv).tolist()
+                for fn, o, k, node in inst_plan:
+                    r = fn(v, o, k)
+                    append_instruction(r)
                     known[id(r)] = (node, v[o:o + fn.ints], k)
-            for fn, o, k, node in buf_plan:
-                b = fn(v, o, k)
-                append_buffer(b)
+                for fn, o, k, node in buf_plan:
+                    append_buffer(fn(v, o, k))
+        else:
+            # the outermost stamping loop: parts that do not change between iterations are shared
+            # with iteration 0's records (records are never modified), only the others rebuilt
+            varying = (dv != 0).tolist()
+            positions: list = []
+            reduced_plan = []
+            instructions_list = program.instructions
+            for index, (fn, o, k, node) in enumerate(plan):
+                record = instructions_list[i0 + index] if index < instructions else buffers[b0 + index - instructions]
+                start = len(positions)
+                reduced_consts: list = []
+                reduced = _reduce(node, record, [o], varying, positions, reduced_consts, top=True)
+                reduced_plan.append((_builder(reduced), start, tuple(reduced_consts)))
+            positions = np.array(positions, dtype=np.int64)
+            base, delta = v0[positions], dv[positions]
+            inst_plan, buf_plan = reduced_plan[:instructions], reduced_plan[instructions:]
+            for j in range(2, n - 1):
+                v = (base + j * delta).tolist()
+                for fn, o, k in inst_plan:
+                    append_instruction(fn(v, o, k))
+                for fn, o, k in buf_plan:
+                    append_buffer(fn(v, o, k))
         names = self.tracer.launch.names
         for key, d in step.items():
             names[key] = n2.get(key, 0) + (n - 3) * d
