@@ -406,6 +406,34 @@ def _builder(node):
 
 
 _INTS: dict = {}
+_BIDS: dict = {}
+
+
+def _bid_slots(node) -> tuple:
+    """Positions, among a record's integers, of its operands' buffer ids."""
+    slots = _BIDS.get(node)
+    if slots is None:
+        out, at = [], 0
+        stack = [node]
+
+        def walk(n):
+            nonlocal at
+            if n == "i" or n == "s":
+                at += 1
+                return
+            if n == "c":
+                return
+            kind = n[0]
+            if kind == "B":
+                at += _ints(n)
+                return
+            if kind == "A" and n[1] == "i":
+                out.append(at)
+            for child in (n[2:] if kind == "d" else n[1:]):
+                walk(child)
+        walk(stack[0])
+        slots = _BIDS[node] = tuple(out)
+    return slots
 
 
 def _ints(node) -> int:
@@ -596,6 +624,19 @@ class Loop:
                 step[key] = d
         v0 = np.array(first.ints, dtype=np.int64)
         dv = np.array(second.ints, dtype=np.int64) - v0
+        # an operand whose buffer changes from one iteration to the next must be a tile of the
+        # body (one per iteration); another buffer would need its own first/last use updated
+        bids, o = [], 0
+        for node in first.nodes[:i1 - i0]:
+            bids.extend(o + slot for slot in _bid_slots(node))
+            o += _ints(node)
+        if bids:
+            bids = np.array(bids, dtype=np.int64)
+            moving = dv[bids] != 0
+            if moving.any():
+                starts = v0[bids][moving]
+                if ((starts < b0) | (starts >= b1)).any() or (dv[bids][moving] != b1 - b0).any():
+                    return self.degrade("an operand moves to another buffer than the body's own tiles")
         self.first, self.v0, self.dv, self.name_step = first, v0, dv, step
         n = len(self.values)
         instructions = i1 - i0
