@@ -653,15 +653,18 @@ class Loop:
             c += nc
         register = self.tracer.depth > 1           # an enclosing loop will flatten these records
         append_instruction, append_buffer = program.instructions.append, program.buffers.append
-        if register:
-            known = self.tracer.known
+        if register or n < 12:
+            # inner loops (an enclosing loop flattens their records again) and short loops, where
+            # finding the unchanged parts would cost more than it saves
+            known = self.tracer.known if register else None
             inst_plan, buf_plan = plan[:instructions], plan[instructions:]
             for j in range(2, n - 1):
                 v = (v0 + j * dv).tolist()
                 for fn, o, k, node in inst_plan:
                     r = fn(v, o, k)
                     append_instruction(r)
-                    known[id(r)] = (node, v[o:o + fn.ints], k)
+                    if register:
+                        known[id(r)] = (node, v[o:o + fn.ints], k)
                 for fn, o, k, node in buf_plan:
                     append_buffer(fn(v, o, k))
         else:
