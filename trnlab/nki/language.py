@@ -10,9 +10,12 @@ the instructions of `nki.isa` (see isa.py) on the running kernel's simulated Neu
   transpose of x unless transpose_x=True); `transpose` -> `nc_transpose`;
 - `load` / `store` -> `dma_copy`.
 
-Loops are plain Python: `affine_range`, `sequential_range` and `static_range` are ranges that remember
-which kind they are (the simulator issues iterations in program order either way; the engines overlap
-independent work through the scheduler's dependency tracking).
+Loops are Python loops: `affine_range`, `sequential_range` and `static_range` are ranges that remember
+which kind they are (iterations are issued in program order either way; the engines overlap
+independent work through the scheduler's dependency tracking). While a kernel is traced, the
+iterator of a `for` statement over an affine or sequential range of 4 or more iterations is a
+`loops.LoopIndex`: iterations 0, 1 and n-1 run, the others are stamped out of them (loops.py; any
+non-affine use of the iterator runs the loop concretely, as `static_range` and `range` always do).
 """
 from __future__ import annotations
 
