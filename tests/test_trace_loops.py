@@ -327,6 +327,34 @@ def test_kernels_that_loops_cannot_stamp_fall_back_and_give_the_concrete_program
     assert any(reason in why for _, why in fallbacks), fallbacks
 
 
+def _listed_tiles_kernel(order):
+    @nki.jit
+    def kernel(a):
+        R, C = a.shape
+        out = nl.ndarray((R, C), dtype=a.dtype, buffer=nl.shared_hbm)
+        tiles = [nl.ndarray((128, C), dtype=a.dtype, buffer=nl.sbuf) for _ in range(R // 128)]
+        for t in range(R // 128):                             # Python loop: every tile exists
+            nisa.dma_copy(dst=tiles[t], src=a[t * 128:(t + 1) * 128, :])
+        picked = [tiles[i] for i in order(R // 128)]
+        for r in nl.affine_range(R // 128):
+            nl.store(out[r * 128:(r + 1) * 128, :], value=nl.exp(picked[r]))   # a list indexed by r
+        return out
+    return kernel
+
+
+def test_a_list_of_tiles_in_affine_order_indexed_by_the_iterator_stamps():
+    for order in (lambda n: range(n), lambda n: range(n - 1, -1, -1)):
+        kernel = _listed_tiles_kernel(order)
+        _, fallbacks = assert_same_program(kernel, SD((128 * 8, 64), "float32"))
+        assert fallbacks == [] and _stamped_loops(kernel, SD((128 * 8, 64), "float32")) == 1
+
+
+def test_a_list_of_tiles_in_irregular_order_indexed_by_the_iterator_falls_back():
+    kernel = _listed_tiles_kernel(lambda n: [0, 1] + list(range(n - 1, 1, -1)))
+    _, fallbacks = assert_same_program(kernel, SD((128 * 8, 64), "float32"))
+    assert any("__index__" in why for _, why in fallbacks)
+
+
 def test_a_loop_that_stamps_in_a_kernel_with_one_that_cannot_still_stamps():
     from trnlab.kernels import matmul_ladder
     args = (SD((512, 512), "bfloat16"), SD((512, 2048), "bfloat16"))

@@ -39,8 +39,10 @@ stamped trace record for record against the concrete one on every kernel of `trn
 """
 from __future__ import annotations
 
+import dis
 import os
 import re
+import sys
 
 import numpy as np
 
@@ -173,7 +175,7 @@ def _refuse(name: str):
     return refused
 
 
-for _name in ("__bool__", "__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__", "__hash__", "__index__",
+for _name in ("__bool__", "__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__", "__hash__",
               "__int__", "__float__", "__complex__" if hasattr(int, "__complex__") else "__float__",
               "__floordiv__", "__rfloordiv__", "__mod__", "__rmod__",
               "__divmod__", "__rdivmod__", "__truediv__", "__rtruediv__", "__pow__", "__rpow__", "__and__",
@@ -182,6 +184,99 @@ for _name in ("__bool__", "__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__g
               "__format__", "__str__", "__reduce__", "__reduce_ex__", "bit_length", "to_bytes", "conjugate",
               "as_integer_ratio"):
     setattr(LoopIndex, _name, _refuse(_name))
+
+
+def _index(self):
+    """k as a list index: affine if the list is a Python name indexed by `name[k]` whose entries,
+    over every iteration of k's loop, are tiles in affinely placed buffers (or affine ints)."""
+    frame = sys._getframe(1)
+    if len(self._terms) == 1 and _affine_entries(self, frame):
+        return self._v
+    _taint(self._terms, "__index__")
+    return self._v
+
+
+_SUBSCRIPT = {}      # (code, offset) -> the name of the list a BINARY_SUBSCR there indexes, or None
+_LOADS = {"LOAD_FAST", "LOAD_DEREF", "LOAD_GLOBAL", "LOAD_NAME", "LOAD_CLOSURE"}
+
+
+def _subscripted_name(code, at: int):
+    key = (code, at)
+    if key not in _SUBSCRIPT:
+        name = None
+        instructions = list(dis.get_instructions(code))
+        for k, ins in enumerate(instructions):
+            if ins.offset == at:
+                if ins.opname == "BINARY_SUBSCR" and k >= 2 and instructions[k - 1].opname in _LOADS \
+                        and instructions[k - 2].opname in _LOADS:
+                    name = (instructions[k - 2].opname, instructions[k - 2].argval)
+                break
+        _SUBSCRIPT[key] = name
+    return _SUBSCRIPT[key]
+
+
+def _affine_entries(k: "LoopIndex", frame) -> bool:
+    found = _subscripted_name(frame.f_code, frame.f_lasti)
+    if found is None:
+        return False
+    op, name = found
+    scope = frame.f_globals if op in ("LOAD_GLOBAL", "LOAD_NAME") and name not in frame.f_locals else frame.f_locals
+    entries = scope.get(name)
+    if type(entries) is not list and type(entries) is not tuple:
+        return False
+    (loop, coef), = k._terms
+    if not loop.active or loop.current is None:
+        return False
+    values = loop.values
+    now = values[loop.current]
+    indices = [k._v + coef * (v - now) for v in values]
+    if min(indices) < 0 or max(indices) >= len(entries):
+        return False
+    picked = [entries[i] for i in indices]
+    first = picked[0]
+    if type(first) is int:
+        row = lambda e: [e] if type(e) is int else None  # noqa: E731
+        shape = lambda e: ()  # noqa: E731
+    else:
+        from trnlab.nki.tensor import NkiTensor
+        if type(first) is not NkiTensor:
+            return False
+        ids = loop.tracer.recorder._ids
+
+        def row(e):
+            if type(e) is not NkiTensor or e._emit is not None or e._ap is not None or e._gather is not None \
+                    or e._valid is not None or e._rotate is not None or e._storage is not None:
+                return None
+            bid = ids.get(id(e._hw))
+            if bid is None:
+                return None
+            out = [bid]
+            for part in e._index or ():
+                if type(part) is int:
+                    out.append(part)
+                elif type(part) is slice and type(part.start) is int and type(part.stop) is int:
+                    out.append(part.start)
+                else:
+                    return None
+            return out
+
+        def shape(e):
+            lengths = tuple((p.stop - p.start, p.step) if type(p) is slice else None for p in (e._index or ()))
+            return (e.shape, str(e.dtype), e.buffer, e._owner is None, lengths, len(e._index or ()))
+    rows = [row(e) for e in picked]
+    if any(r is None for r in rows) or len({len(r) for r in rows}) != 1:
+        return False
+    if len({shape(e) for e in picked}) != 1:
+        return False
+    table = np.array(rows, dtype=np.int64)
+    if len(table) > 1:
+        step = table[1] - table[0]
+        if not np.array_equal(table, table[0] + np.arange(len(table))[:, None] * step):
+            return False
+    return True
+
+
+LoopIndex.__index__ = _index
 
 
 def _non_affine_mul(self, other):
@@ -559,6 +654,7 @@ class Loop:
         self.active = True
         self.stamped = False
         self.degraded = None      # why the loop runs concretely after all
+        self.current = None       # the iteration running (0, 1 or n-1)
         self.marks = []           # per boundary: (instructions, buffers, names)
 
     def _fail(self, reason: str):
@@ -588,6 +684,7 @@ class Loop:
         self.marks.append((len(program.instructions), len(program.buffers), dict(launch.names)))
 
     def index(self, j: int) -> LoopIndex:
+        self.current = j
         return LoopIndex(self.values[j], ((self, self.values.step),))
 
     def begin(self):
@@ -630,13 +727,20 @@ class Loop:
         for node in first.nodes[:i1 - i0]:
             bids.extend(o + slot for slot in _bid_slots(node))
             o += _ints(node)
+        outside = None
         if bids:
             bids = np.array(bids, dtype=np.int64)
             moving = dv[bids] != 0
             if moving.any():
                 starts = v0[bids][moving]
-                if ((starts < b0) | (starts >= b1)).any() or (dv[bids][moving] != b1 - b0).any():
+                own = (starts >= b0) & (starts < b1)
+                if (dv[bids][moving][own] != b1 - b0).any():
                     return self.degrade("an operand moves to another buffer than the body's own tiles")
+                if not own.all():
+                    # tiles of a list indexed by the iterator (checked affine by _affine_entries):
+                    # their first and last uses move with the stamped iterations
+                    outside = bids[moving][~own]
+        self.outside_slots = outside
         self.first, self.v0, self.dv, self.name_step = first, v0, dv, step
         n = len(self.values)
         instructions = i1 - i0
@@ -689,6 +793,8 @@ class Loop:
                     append_instruction(fn(v, o, k))
                 for fn, o, k in buf_plan:
                     append_buffer(fn(v, o, k))
+        if outside is not None:
+            self._touch_outside(outside, first.nodes[:instructions], v0, dv, i0, instructions, buffers)
         names = self.tracer.launch.names
         for key, d in step.items():
             names[key] = n2.get(key, 0) + (n - 3) * d
@@ -696,6 +802,22 @@ class Loop:
         self.tracer.stamped_any = True
         self.expected_names = {key: names.get(key, 0) + d for key, d in step.items()}
         self.marks.append((len(program.instructions), len(program.buffers), None))
+
+    def _touch_outside(self, slots, nodes, v0, dv, i0, per_iteration, buffers):
+        """First and last uses of buffers outside the body that stamped records read."""
+        record_of = []                          # int position -> record index in the iteration
+        for r, node in enumerate(nodes):
+            record_of.extend([r] * _ints(node))
+        n = len(self.values)
+        for p in sorted(int(p) for p in slots):
+            r = record_of[p]
+            for j in range(2, n - 1):
+                b = buffers[int(v0[p] + j * dv[p])]
+                k = i0 + j * per_iteration + r
+                if b.first < 0 or b.first > k:
+                    b.first = k
+                if b.last < k:
+                    b.last = k
 
     def finish(self):
         """The last iteration ran concretely: it, and iterations 0 and 1, must be as predicted."""
