@@ -551,10 +551,11 @@ def _ints(node) -> int:
 
 def _reduce(node, obj, cursor: list, varying: list, positions: list, consts: list, top: bool = False):
     """`node` with every part that does not vary between iterations made a constant (`obj`'s own,
-    shared); `positions` receives the integers that do vary, `consts` the constants."""
+    shared); `positions` receives the integers that do vary, `consts` the constants. `varying` holds
+    prefix sums of the integers that vary."""
     p = cursor[0]
     n = _ints(node)
-    if not top and not any(varying[p:p + n]):
+    if not top and varying[p + n] == varying[p]:          # prefix sums: nothing varies in here
         cursor[0] = p + n
         consts.append(obj)
         return "c"
@@ -774,7 +775,7 @@ class Loop:
         else:
             # the outermost stamping loop: parts that do not change between iterations are shared
             # with iteration 0's records (records are never modified), only the others rebuilt
-            varying = (dv != 0).tolist()
+            varying = [0] + np.cumsum(dv != 0).tolist()     # varying[p + n] - varying[p]: how many vary
             positions: list = []
             reduced_plan = []
             instructions_list = program.instructions
