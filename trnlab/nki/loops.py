@@ -196,32 +196,53 @@ def _index(self):
     return self._v
 
 
-_SUBSCRIPT = {}      # (code, offset) -> the name of the list a BINARY_SUBSCR there indexes, or None
-_LOADS = {"LOAD_FAST", "LOAD_DEREF", "LOAD_GLOBAL", "LOAD_NAME", "LOAD_CLOSURE"}
+_SUBSCRIPT = {}      # (code, offset) -> how to find the list a BINARY_SUBSCR there indexes, or None
+_LOADS = {"LOAD_FAST", "LOAD_DEREF", "LOAD_GLOBAL", "LOAD_NAME", "LOAD_CLOSURE", "LOAD_CONST"}
 
 
 def _subscripted_name(code, at: int):
+    """The expression of the list subscripted at `at`: (name, key, key, ...) for `name[key]...[k]`
+    (each key a (load, name-or-constant)), or None for anything more involved."""
     key = (code, at)
     if key not in _SUBSCRIPT:
-        name = None
+        chain = None
         instructions = list(dis.get_instructions(code))
-        for k, ins in enumerate(instructions):
-            if ins.offset == at:
-                if ins.opname == "BINARY_SUBSCR" and k >= 2 and instructions[k - 1].opname in _LOADS \
-                        and instructions[k - 2].opname in _LOADS:
-                    name = (instructions[k - 2].opname, instructions[k - 2].argval)
+        k = next((i for i, ins in enumerate(instructions) if ins.offset == at), None)
+        if k is not None and instructions[k].opname == "BINARY_SUBSCR" and k >= 2 \
+                and instructions[k - 1].opname in _LOADS:
+            keys, k = [], k - 2
+            while k >= 0:
+                ins = instructions[k]
+                if ins.opname in _LOADS and ins.opname != "LOAD_CONST":
+                    chain = ((ins.opname, ins.argval),) + tuple(reversed(keys))
+                    break
+                if ins.opname == "BINARY_SUBSCR" and k >= 2 and instructions[k - 1].opname in _LOADS:
+                    keys.append((instructions[k - 1].opname, instructions[k - 1].argval))
+                    k -= 2
+                    continue
                 break
-        _SUBSCRIPT[key] = name
+        _SUBSCRIPT[key] = chain
     return _SUBSCRIPT[key]
 
 
+def _load(frame, op: str, name):
+    if op == "LOAD_CONST":
+        return name
+    if op in ("LOAD_GLOBAL", "LOAD_NAME") and name not in frame.f_locals:
+        return frame.f_globals.get(name, frame.f_builtins.get(name))
+    return frame.f_locals.get(name)
+
+
 def _affine_entries(k: "LoopIndex", frame) -> bool:
-    found = _subscripted_name(frame.f_code, frame.f_lasti)
-    if found is None:
+    chain = _subscripted_name(frame.f_code, frame.f_lasti)
+    if chain is None:
         return False
-    op, name = found
-    scope = frame.f_globals if op in ("LOAD_GLOBAL", "LOAD_NAME") and name not in frame.f_locals else frame.f_locals
-    entries = scope.get(name)
+    entries = _load(frame, *chain[0])
+    for op, name in chain[1:]:                 # lhsT_tiles[bm][k]: the row of a plain index
+        index = _load(frame, op, name)
+        if type(index) is not int or type(entries) not in (list, tuple) or not -len(entries) <= index < len(entries):
+            return False
+        entries = entries[index]
     if type(entries) is not list and type(entries) is not tuple:
         return False
     (loop, coef), = k._terms
