@@ -9,33 +9,38 @@ NKI these loops were symbolic for the same reason — AWS's docs say ``affine_ra
 
 Here a loop of n >= 4 iterations whose body uses its iterator only affinely is traced like this:
 
-1. iterations 0 and 1 run as usual, except that the iterator is a `LoopIndex` — an ``int`` with
-   its concrete value that also knows it is a loop variable. ``k * 128 + 64``, ``-k`` and sums of
-   loop indices stay `LoopIndex`es; anything else (``bool``, comparisons, ``hash``, ``int()``,
-   ``__index__`` into a list or ``range``, ``//``, ``%``, ``str``, floats, a product of two
-   indices) *taints* the loop. Tensor indexing, ``nl.ds`` and `nl.arange` expressions read the
-   plain value (`plain`) — those lead only to access boxes, whose bounds are affine;
+1. iterations 0 and 1 run as usual, except that the iterator is a `LoopIndex` — its concrete
+   value, which stays a loop index under affine arithmetic (``k * 128 + 64``, ``-k``, sums of loop
+   indices). Tensor indexing, ``nl.ds`` and `nl.arange` expressions read the value (`plain`): they
+   lead only to access boxes, whose bounds are affine. ``name[k]`` on a Python list is affine when
+   the list's entries over the whole loop are tiles in affinely placed buffers (checked entry by
+   entry). Any other use (``bool``, comparisons, ``hash``, ``int()``, ``range(k)``, ``//``, ``%``,
+   ``str``, floats, a product of two indices) gets the answer an int would give, and the loop runs
+   its remaining iterations concretely;
 2. the records of the two iterations (instructions with operands, boxes, attributes, source
    lines and their descriptions, and the buffers allocated in the body) are flattened into a
-   structure, constants and integers. Same structure and constants required; the integers
-   (buffer ids, box and slice offsets, first/last uses, name counters) give ``V0`` and a step
-   ``D``; slice *lengths* and buffer shapes must stay constant;
-3. iterations 2 .. n-2 are stamped out: for iteration j, ``V0 + j * D`` is filled into generated
-   builder functions (one per record structure), appended to the program exactly where a concrete
-   trace would have put them; the allocation name counters advance as they would have;
+   structure, constants and integers. Same structure and constants required (slice lengths and
+   buffer shapes included); the integers (buffer ids, offsets, first/last uses, name counters)
+   give ``V0`` and a step ``D``;
+3. iterations 2 .. n-2 are stamped out: ``V0 + j * D`` is filled into generated builder functions
+   (one per record structure), appended to the program where a concrete trace would put them; the
+   allocation name counters advance as they would have;
 4. iteration n-1 runs concretely again (so Python variables after the loop hold what they would)
-   and must give exactly ``V0 + (n-1) * D``; that also checks the rules at the far corner, which
-   is exact for affine bounds.
+   and must give exactly ``V0 + (n-1) * D``; its rule checks are the far corner's, which is exact
+   for affine bounds.
 
-Soundness: tracing is already a pure function of the input shapes, so whenever anything is not as
-required — a tainted iterator, different structure in the two iterations, a result still pending
-at an iteration's end, an HBM tensor allocated in the body, plain Python state carried from one
-iteration to the next (an ``int`` or ``float`` local that changes, a list or dict whose length
-changes), an iterator used after its loop ended, a ``break``, the last iteration not as predicted —
-the whole kernel is traced again with that loop (identified by its source line) run concretely;
-the other loops still stamp. Any error raised while a loop was stamped makes the kernel be traced
-again fully concretely, so error messages are today's. `tests/test_trace_loops.py` checks the
-stamped trace record for record against the concrete one on every kernel of `trnlab.kernels`.
+Soundness. Before anything is stamped, every doubt runs the loop concretely from where it is (the
+records so far are the concrete trace's): a non-affine use, iterations 0 and 1 differing, plain
+Python state carried between them (an ``int``/``float``/``str`` local that changes, a list or dict
+whose length changes), an HBM tensor allocated in the body. After stamping, a surprise — the last
+iteration not as predicted, a loop index used after its loop, a ``break`` in the last iteration —
+and, at any time, a result pending at an iteration boundary that the next statement assigns
+(the boundary issued it into a tile of its own) raises `Retrace`: tracing
+is a pure function of the input shapes, so the whole kernel is traced again with that loop (named
+by its source line) concrete. An error raised by a trace that stamped is raised by a concrete trace
+instead, so messages and kernel lines are today's. `tests/test_trace_loops.py` compares stamped
+and concrete traces record for record on every kernel of `trnlab.kernels`; ``TRNLAB_CHECK_LOOPS=1``
+makes every trace of a process do both and compare.
 """
 from __future__ import annotations
 
@@ -930,11 +935,6 @@ class LoopTracer:
                 loop.abandon()
             if self.depth == 0:
                 self.known.clear()
-
-
-def _mark(tracer):
-    program = tracer.program
-    return (len(program.instructions), len(program.buffers), dict(tracer.launch.names))
 
 
 def iterate(values: range, frame):
