@@ -403,3 +403,26 @@ def test_full_mode_values_are_the_same_with_stamped_loops():
     nki._PROGRAMS.clear()
     out = matmul_ladder.matmul_tiled(a, b)
     np.testing.assert_allclose(out, a.T @ b, rtol=1e-4, atol=1e-3)
+
+
+def test_the_comparison_names_the_first_record_that_differs():
+    import copy
+    from trnlab.kernels import matmul_ladder
+    program = _trace(matmul_ladder.matmul_tiled, SD((512, 512), "bfloat16"), SD((512, 2048), "bfloat16"), stamp=True)
+    other = copy.deepcopy(program)
+    other.instructions[7].operands["src"].index = (slice(0, 128, 1), slice(0, 128, 1))
+    assert loops.first_difference(program, program) == ""
+    assert loops.first_difference(program, other).startswith("instruction 7:")
+    other = copy.deepcopy(program)
+    other.buffers[5].last += 1
+    assert loops.first_difference(program, other).startswith("buffer 5:")
+
+
+def test_check_mode_traces_both_ways_and_refuses_a_difference(monkeypatch):
+    from trnlab.kernels import matmul_ladder
+    monkeypatch.setattr(loops, "CHECK", True)
+    args = (SD((512, 512), "bfloat16"), SD((512, 2048), "bfloat16"))
+    _trace(matmul_ladder.matmul_tiled, *args, stamp=True)                   # agrees: no error
+    monkeypatch.setattr(loops, "first_difference", lambda a, b: "instruction 3: made up")
+    with pytest.raises(AssertionError, match="stamped trace differs"):
+        _trace(matmul_ladder.matmul_tiled, *args, stamp=True)
