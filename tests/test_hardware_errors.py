@@ -174,8 +174,22 @@ def test_reading_memory_never_written(core):
     core.memset(x[:, 0:32], 1.0)
     core.tensor_copy(y[:, 0:32], x[:, 0:32])         # written part: fine
     with pytest.raises(errors.UninitializedReadError, match=r"uninitialized read: 4096 of 8192 elements of 'x'"):
-        core.tensor_copy(y, x)
+        core.tensor_scalar(y, x, "multiply", 2.0)
     assert np.isnan(x.data[:, 32:]).all()            # fresh memory is NaN
+
+
+def test_garbage_copied_from_memory_never_written_is_an_error_only_where_it_is_read(core):
+    # a copy (element on element) carries the garbage where it goes, as on the chip; storing the
+    # clean half is fine, storing the garbage raises and says where it came from
+    x = core.sbuf.allocate((128, 64), "float32", name="x")
+    y = core.sbuf.allocate((128, 64), "float32", name="y")
+    out = core.hbm.allocate((128, 64), "float32", name="out")
+    core.memset(x[:, 0:32], 1.0)
+    core.tensor_copy(y, x)
+    core.dma_copy(out[:, 0:32], y[:, 0:32])
+    with pytest.raises(errors.UninitializedReadError,
+                       match=r"4096 of 8192 elements of 'y'.* hold garbage .*tensor_copy read never-written 'x'"):
+        core.dma_copy(out, y)
 
 
 def test_use_after_free(core):

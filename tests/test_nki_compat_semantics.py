@@ -147,6 +147,8 @@ def test_mod_alloc_places_logical_tiles_modulo_the_physical_ones():
     assert [psum.address((i,), 128, 2048)[0] for i in range(3)] == [2, 3, 2]
     with pytest.raises(TypeError, match="base_bank"):
         ncc.psum.mod_alloc(base_addr=0)
+    with pytest.raises(TypeError, match="base_addr"):           # required, as in AWS's signature
+        ncc.sbuf.mod_alloc(num_free_tiles=(2,))
 
 
 def test_compiler_directives_are_accepted_where_aws_kernels_put_them():

@@ -32,9 +32,10 @@ def test_a_double_buffered_direct_allocation_computes_the_same_as_automatic_allo
     x = np.random.default_rng(3).normal(size=(512, 256)).astype(np.float32)
     run = nki.run(windows.double_buffered_scale, x, 3.0)
     np.testing.assert_allclose(run.outputs, 3.0 * x, rtol=1e-6)
-    sbuf = [b for b in run.program.buffers if b.memory == "sbuf"]
+    sbuf = [b for b in run.program.buffers if b.memory == "sbuf" and b.first >= 0]
     # four logical input tiles over two physical ones, and one result tile reused every iteration
-    assert sorted(b.partition_bytes for b in sbuf) == [1024, 2 * 1024]
+    # (each value a buffer of its own, on the address the kernel gave it)
+    assert sorted({(b.offset, b.partition_bytes) for b in sbuf}) == [(0, 1024), (1024, 1024), (2048, 1024)]
 
 
 def test_logical_tiles_of_a_modulo_allocation_share_their_physical_tile():
@@ -106,8 +107,9 @@ def test_psum_tiles_of_a_bank_rotation_each_start_a_bank():
     run = nki.run(windows.rotating_psum_products, a, b)
     expected = np.stack([a[:, i * 64:(i + 1) * 64].T @ b for i in range(4)])
     np.testing.assert_allclose(run.outputs, expected, rtol=1e-4, atol=1e-4)
-    psum = [buf for buf in run.program.buffers if buf.memory == "psum" and buf.placement]
-    assert [buf.partition_bytes for buf in psum] == [2 * 2048]      # two banks, a 512-byte tile in each
+    psum = [buf for buf in run.program.buffers if buf.memory == "psum" and buf.placement and buf.first >= 0]
+    # two banks (2 and 3), a tile starting each: one buffer per physical tile and value
+    assert sorted({buf.offset for buf in psum}) == [2 * 2048, 3 * 2048]
 
 
 def test_assigning_a_matmul_into_a_written_psum_tile_overwrites_it_and_plus_equals_accumulates():

@@ -140,3 +140,24 @@ def test_the_runtime_loads_the_decode_artifact_and_agrees_with_the_one_program_r
     replayed, _ = get_step(MODEL, "decode", (1, 8), "trn2").run(*inputs)   # one program
     for a, b in zip(by_runtime.outputs, replayed):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+
+
+def test_bucket_timed_backend_gives_cpu_values_and_the_compiled_programs_step_times():
+    from trnlab.serve.backend import Backend, CpuBackend
+    from trnlab.serve.latency import BucketTimedBackend, measure_step
+    with pytest.raises(TypeError, match="abstract"):
+        Backend(MODEL)                                                 # a backend must supply both forwards
+    timing = CompiledBackend(MODEL, "trn2", max_batch=2)
+    timed, cpu = BucketTimedBackend(timing), CpuBackend(MODEL, max_batch=2)
+    prompts = [encode(p.prompt) for p in TEST[:2]]
+    caches = [KVCache.empty(MODEL.config, 2) for _ in range(2)]
+    firsts = [b.prefill(prompts[0], 0, c) for b, c in zip((timed, cpu), caches)]
+    np.testing.assert_array_equal(firsts[0].logits, firsts[1].logits)
+    assert firsts[0].simulated_ns == measure_step(timing, "prefill", firsts[0].bucket)[0] > 0
+    for b, c in zip((timed, cpu), caches):
+        b.prefill(prompts[1], 1, c)
+    steps = [b.decode([3, 4], [0, 1], c) for b, c in zip((timed, cpu), caches)]
+    np.testing.assert_array_equal(steps[0].logits, steps[1].logits)
+    assert steps[0].bucket == steps[1].bucket
+    assert (steps[0].simulated_ns, steps[0].kernels) == measure_step(timing, "decode", steps[0].bucket)
+    assert steps[0].simulated_ns > 0 and steps[1].simulated_ns == 0.0

@@ -8,19 +8,27 @@ new address each iteration until the memory wraps around, which is multi-bufferi
 iteration i+1 does not reuse the bytes iteration i is still reading (the scheduler then finds no
 WAR hazard between them, and the two overlap).
 
-A tile the kernel placed itself (``nki.compiler.sbuf.mod_alloc``: `Buffer.placement`) keeps its
-address. A program whose live tiles do not fit raises SBUFOverflowError / PSUMOverflowError at the
-first instruction where they do not, naming the tiles live there and their sizes.
+A tile the kernel placed itself (``nki.compiler.sbuf/psum.mod_alloc``: `Buffer.placement`) keeps its
+address and, like every tile, holds it only while live: `split_direct_allocations` first gives each
+physical tile of a direct allocation, and each value written over it, a buffer of its own, so two
+direct allocations may share bytes when no instruction uses both (DirectAllocationOverlapError if
+one does). A program whose live tiles do not fit raises SBUFOverflowError / PSUMOverflowError at the
+first instruction where they do not, naming the tiles live there and their sizes (a block tensor
+larger than the whole memory: SBUF/PSUMBlockTensorOverflowError).
 """
 from __future__ import annotations
 
-from bisect import bisect_left
+import math
+from bisect import bisect_left, bisect_right
 from collections import defaultdict
 
-from .errors import PSUMOverflowError, SBUFOverflowError
+import numpy as np
+
+from .errors import (DirectAllocationOverlapError, PSUMBlockTensorOverflowError, PSUMOverflowError,
+                     SBUFBlockTensorOverflowError, SBUFOverflowError)
 from .memory import OnChipMemory, _fmt_bytes, first_fit
 from .presets import CORES, CoreSpec, core_spec
-from .program import Program, locate_instruction
+from .program import WRITES, Access, Buffer, Program, locate_instruction
 
 
 def live_ranges(program: Program) -> tuple[dict, dict]:
@@ -54,66 +62,263 @@ class _Placement:
     def __init__(self, memory: OnChipMemory):
         self.memory = memory
         self.occupied: list = []            # [(offset, bytes per partition)] sorted by offset
-        self.owner: list = []               # the buffer id of each
+        self.owner: list = []               # the buffer of each
         self.cursor = 0
         self.used = 0
 
-    def place(self, b, offset: int | None) -> int:
+    def place(self, b, offset: int | None, reserved=()) -> int:
+        """Place `b` at `offset` (a direct allocation), else at the next fit that also avoids the
+        `reserved` (offset, size) ranges (direct allocations that become live during b's life)."""
         size = b.partition_bytes
         memory = self.memory
         if offset is None:
-            offset = first_fit(self.occupied, size, self.cursor, memory.partition_bytes, memory.bank_bytes)
+            occupied = sorted(self.occupied + list(reserved)) if reserved else self.occupied
+            offset = first_fit(occupied, size, self.cursor, memory.partition_bytes, memory.bank_bytes)
             if offset is None and self.cursor > 0:
-                offset = first_fit(self.occupied, size, 0, memory.partition_bytes, memory.bank_bytes)
+                offset = first_fit(occupied, size, 0, memory.partition_bytes, memory.bank_bytes)
             if offset is None:
+                if size > memory.partition_bytes and b.partition_axis:
+                    raise _block_tensor_overflow(b, memory)
                 raise memory.overflow(size, b.name, used=self.used)
-        elif offset < 0 or offset + size > memory.partition_bytes or any(
-                o < offset + size and offset < o + n for o, n in self.occupied):
-            raise memory.overflow(size, b.name, f"; offset {offset} is taken or out of range", used=self.used)
+        elif offset < 0 or offset + size > memory.partition_bytes:
+            raise memory.overflow(size, b.name, f"; offset {offset} is out of range", used=self.used)
+        else:
+            clash = self.overlapping(offset, size)
+            if clash is not None:
+                raise _overlap(b, clash, memory)
         i = bisect_left(self.occupied, (offset, size))
         self.occupied.insert(i, (offset, size))
-        self.owner.insert(i, b.id)
+        self.owner.insert(i, b)
         self.cursor = offset + size
         self.used += size
         return offset
 
+    def overlapping(self, offset: int, size: int):
+        """The first live buffer sharing a byte with [offset, offset + size), or None."""
+        for (o, n), owner in zip(self.occupied, self.owner):
+            if o < offset + size and offset < o + n:
+                return owner
+            if o >= offset + size:
+                break
+        return None
+
     def release(self, b) -> None:
-        i = self.owner.index(b.id)
+        i = next(i for i, owner in enumerate(self.owner) if owner is b)
         del self.occupied[i], self.owner[i]
         self.used -= b.partition_bytes
 
 
+def _block_tensor_overflow(b, memory: OnChipMemory):
+    """A block tensor larger than the whole memory: the error says what AWS's compiler would need."""
+    blocks = tuple(int(n) for n in b.shape[:b.partition_axis])
+    tile = b.partition_bytes // max(math.prod(blocks), 1)
+    label = memory.kind.upper()
+    cls = PSUMBlockTensorOverflowError if memory.kind == "psum" else SBUFBlockTensorOverflowError
+    return cls(
+        f"{label} block tensor too large: {b.name!r} has {' x '.join(map(str, blocks))} logical tiles of "
+        f"{_fmt_bytes(tile)} = {_fmt_bytes(b.partition_bytes)} per partition, {label} holds "
+        f"{_fmt_bytes(memory.partition_bytes)}, and trnlab keeps every tile of a block tensor from the first "
+        f"to the last instruction touching any of them. trnlab runs the loops as written: it neither fuses loops nor "
+        f"moves {label} tiles elsewhere, which is what a compiler would have to do to run this kernel "
+        f"(ASSUMED for AWS's neuronx-cc: its middle end fuses affine_range loops; skip_middle_end_"
+        f"transformations turns that off). Fuse the loops yourself (produce and consume each block in "
+        f"one iteration) or allocate one block's tiles inside the loop",
+        value=b.partition_bytes, limit=memory.partition_bytes)
+
+
+def _overlap(b, other, memory: OnChipMemory) -> DirectAllocationOverlapError:
+    """Two direct allocations on the same bytes, both live at b's first instruction."""
+    label = memory.kind.upper()
+    start, end = int(b.placement["offset"]), int(b.placement["offset"]) + b.partition_bytes
+    o_start = other.offset if other.offset is not None else int(other.placement["offset"])
+    o_end = o_start + other.partition_bytes
+    shared = (max(start, o_start), min(end, o_end))
+    what = "a direct allocation" if other.placement else "a tile the allocator placed"
+    error = DirectAllocationOverlapError(
+        f"direct allocation overlap: {b.name!r} ({label} bytes {start}-{end} per partition, live at "
+        f"instructions {b.first}-{b.last}) and {what} {other.name!r} (bytes {o_start}-{o_end}, live at "
+        f"{other.first}-{other.last}) share bytes {shared[0]}-{shared[1]} while both are live; direct "
+        f"allocations may share bytes only if no instruction falls in both live ranges",
+        value=(b.name, other.name), limit=(shared[0], shared[1]))
+    error.tiles = (b.name, other.name)
+    return error
+
+
+# -- direct allocations: one buffer per physical tile and per value ---------------------------------
+def _box(index, shape) -> list:
+    """Per axis (lo, hi, dense) of the elements an Access index touches (dense: every one of them)."""
+    box = []
+    entries = () if index is None else index
+    for axis, n in enumerate(shape):
+        e = entries[axis] if axis < len(entries) else slice(None)
+        if isinstance(e, (int, np.integer)):
+            box.append((int(e), int(e) + 1, True))
+        elif isinstance(e, slice):
+            start, stop, step = e.indices(int(n))
+            count = len(range(start, stop, step))
+            box.append((start, start + (count - 1) * step + 1 if count else start, step == 1 or count <= 1))
+        else:                                   # a gather: anywhere on the axis
+            box.append((0, int(n), False))
+    return box
+
+
+def _covers(write: list, hull: list) -> bool:
+    return all(d and lo <= h_lo and hi >= h_hi for (lo, hi, d), (h_lo, h_hi, _) in zip(write, hull))
+
+
+def _hull(a: list | None, b: list) -> list:
+    return b if a is None else [(min(x[0], y[0]), max(x[1], y[1]), False) for x, y in zip(a, b)]
+
+
+def split_direct_allocations(program: Program) -> bool:
+    """Give each tile the kernel placed itself (``nki.compiler`` direct allocation) the live range of
+    its values, as the chip sees them — rewriting the program in place; True if anything changed.
+
+    1. A block tensor whose every access selects one block gets one buffer per physical tile, at the
+       address the allocation gives that tile (``Buffer.placement["tiles"]``): its tiles live and die
+       on their own (AWS's allocated attention reuses PSUM banks tile by tile).
+    2. A direct-allocated tile written again over everything touched since its last such write, by an
+       instruction that does not read it, holds a new value: from there on it is a new buffer. So the
+       same bytes, declared again in a loop or shared by tiles of other shapes, are live only from each
+       value's first write to its last read (an accumulating matmul reads its dst)."""
+    direct = {b.id for b in program.buffers if b.on_chip and b.first >= 0 and b.placement}
+    if not direct:
+        return False
+    touches = defaultdict(list)              # buffer id -> [(instruction index, operand name)]
+    for k, ins in enumerate(program.instructions):
+        for name, a in ins.operands.items():
+            if a.buffer in direct:
+                touches[a.buffer].append((k, name))
+    changed = set()
+    instructions = program.instructions
+
+    def rewrite(k: int, name: str, bid: int, index) -> None:
+        ins = instructions[k]
+        if k not in changed:
+            ins.operands = dict(ins.operands)
+            changed.add(k)
+        ins.operands[name] = Access(bid, index)
+
+    def new_buffer(like: Buffer, shape, offset: int, name: str) -> Buffer:
+        b = Buffer(id=len(program.buffers), name=name, memory=like.memory, shape=tuple(shape), dtype=like.dtype,
+                   partition_axis=0, role=like.role,
+                   placement={"offset": int(offset), "kind": like.placement.get("kind", "")})
+        program.buffers.append(b)
+        return b
+
+    tiles = []                               # single-tile direct allocations, for step 2
+    for bid in sorted(touches):
+        b = program.buffers[bid]
+        axis = b.partition_axis or 0
+        if axis == 0:
+            tiles.append(b)
+            continue
+        accesses = [(k, name, instructions[k].operands[name].index) for k, name in touches[bid]]
+        if not all(isinstance(index, tuple) and len(index) > axis
+                   and all(isinstance(e, (int, np.integer)) for e in index[:axis]) for _, _, index in accesses):
+            continue                         # an access spans blocks: the block tensor stays one buffer
+        blocks = tuple(int(n) for n in b.shape[:axis])
+        tile_bytes = b.partition_bytes // max(math.prod(blocks), 1)
+        offsets = b.placement.get("tiles")
+        per_tile = {}
+        for k, name, index in accesses:
+            block = tuple(int(e) for e in index[:axis])
+            t = per_tile.get(block)
+            if t is None:
+                linear = int(np.ravel_multi_index(block, blocks))
+                offset = offsets[linear] if offsets else int(b.placement["offset"]) + linear * tile_bytes
+                t = per_tile[block] = new_buffer(b, b.shape[axis:], offset,
+                                                 f"{b.name}[{', '.join(map(str, block))}]")
+                tiles.append(t)
+            rest = index[axis:]
+            rewrite(k, name, t.id, rest)
+            touches[t.id].append((k, name))
+        touches[bid] = []
+    for t in tiles:
+        events = touches[t.id]
+        segment, hull, current = 0, None, t
+        for i, (k, name) in enumerate(events):
+            ins = instructions[k]
+            box = _box(ins.operands[name].index, t.shape)
+            reads_it = any(a.buffer in (t.id, current.id) and (n not in WRITES or (
+                n == "dst" and ins.opcode == "nc_matmul" and ins.attrs.get("accumulate") is not False))
+                for n, a in ins.operands.items())
+            if (name in WRITES and hull is not None and not reads_it and _covers(box, hull)
+                    and events[i - 1][0] != k):
+                # a new value over all the old one's bytes: a new buffer on the same address
+                segment += 1
+                current = new_buffer(t, t.shape, t.placement["offset"], t.name)
+                hull = None
+            if current is not t:
+                rewrite(k, name, current.id, ins.operands[name].index)
+            hull = _hull(hull, box)
+    if not changed:
+        return False
+    _live_range_from_scratch(program)
+    for k in changed:
+        instructions[k].issue = None         # described again on the first replay (buffer ids changed)
+    for cache in ("_plan", "_compiled", "_values_plan", "_values_ok"):
+        if hasattr(program, cache):
+            delattr(program, cache)
+    return True
+
+
+def _live_range_from_scratch(program: Program) -> None:
+    """first/last of every on-chip buffer from the instructions."""
+    for b in program.buffers:
+        if b.on_chip:
+            b.first = b.last = -1
+    buffers = program.buffers
+    for k, ins in enumerate(program.instructions):
+        for a in ins.operands.values():
+            b = buffers[a.buffer]
+            if b.on_chip:
+                if b.first < 0:
+                    b.first = k
+                b.last = k
+
+
 def allocate(program: Program, spec: "CoreSpec | str | None" = None) -> Program:
-    """Set `offset` on every on-chip buffer of `program` (in place) and return it."""
+    """Set `offset` on every on-chip buffer of `program` (in place) and return it.
+
+    Tiles the kernel placed itself (`Buffer.placement`) keep their address and, like every tile,
+    hold it only while live: two of them may share bytes if their live ranges are disjoint (AWS's
+    kernels with direct allocation reuse PSUM banks for tiles of different shapes, one after the
+    other); sharing bytes while both are live is a DirectAllocationOverlapError. A tile the
+    allocator places avoids the direct allocations live at any instruction of its own range."""
     spec = target_spec(program, spec)
+    split_direct_allocations(program)
     memories = {"sbuf": _Placement(OnChipMemory("sbuf", spec, with_data=False)),
                 "psum": _Placement(OnChipMemory("psum", spec, with_data=False))}
     starts, ends = live_ranges(program)
     placed = {}
-    # tiles the kernel placed itself hold their bytes for the whole program, so that the tiles the
-    # allocator places never land on them (AWS's kernels with direct allocation place every tile)
-    fixed = [b for b in program.buffers if b.on_chip and b.first >= 0 and b.placement]
-    for b in fixed:
-        placement = memories[b.memory]
-        try:
-            b.offset = placement.place(b, int(b.placement["offset"]))
-        except (SBUFOverflowError, PSUMOverflowError) as error:
-            raise _overflow(error, program, b.first, b, placement.memory, placed) from None
-        placed[b.id] = True
+    # direct allocations by first use, per memory: an allocator-placed tile must avoid the ones that
+    # become live while it is (those live when it is placed are in `occupied` already)
+    fixed = {m: sorted((b for b in program.buffers if b.on_chip and b.first >= 0 and b.placement
+                        and b.memory == m), key=lambda b: b.first) for m in memories}
+    fixed_firsts = {m: [b.first for b in fixed[m]] for m in memories}
     for k in sorted(set(starts) | set(ends)):
-        for b in starts.get(k, ()):
-            if b.placement:
-                continue
+        now = starts.get(k, ())
+        for b in sorted(now, key=lambda b: not b.placement):     # direct allocations first
             placement = memories[b.memory]
+            if b.placement:
+                where = int(b.placement["offset"])
+                reserved = ()
+            else:
+                where = None
+                later = fixed[b.memory]
+                i = bisect_right(fixed_firsts[b.memory], k)
+                j = bisect_right(fixed_firsts[b.memory], b.last)
+                reserved = [(f.offset if f.offset is not None else int(f.placement["offset"]),
+                             f.partition_bytes) for f in later[i:j]]
             try:
-                b.offset = placement.place(b, None)
-            except (SBUFOverflowError, PSUMOverflowError) as error:
+                b.offset = placement.place(b, where, reserved)
+            except (SBUFOverflowError, PSUMOverflowError, DirectAllocationOverlapError) as error:
                 raise _overflow(error, program, k, b, placement.memory, placed) from None
             placed[b.id] = True
         for b in ends.get(k, ()):
-            if not b.placement:
-                memories[b.memory].release(b)
-                del placed[b.id]
+            memories[b.memory].release(b)
+            del placed[b.id]
     program.allocated = True
     return program
 
@@ -130,4 +335,6 @@ def _overflow(error, program: Program, k: int, buffer, memory: OnChipMemory, pla
     new = cls(message, value=error.value, limit=error.limit)
     new.live = [(b.name, b.partition_bytes) for b in live]
     new.instruction = k
+    if hasattr(error, "tiles"):
+        new.tiles = error.tiles
     return locate_instruction(new, program, k)

@@ -120,7 +120,7 @@ class DescribingCore(NeuronCore):
             min(cost.contiguous_bytes(src), cost.contiguous_bytes(dst))
         rows = dst.partitions if dk == "sbuf" else (src.partitions if sk == "sbuf" else
                                                     (dst.shape[0] if dst.shape else 1))
-        key = (nbytes, rows, chunk, "hbm" in (sk, dk))
+        key = (opcode, nbytes, rows, chunk, "hbm" in (sk, dk), dst.free_size, dst.tensor.itemsize)
         c = self._costs.get(key)
         if c is None:
             c = self._costs[key] = cost.cost(cost.Instruction(

@@ -485,14 +485,28 @@ class NeuronCore:
         if accumulate is None:
             accumulate = t.written is None or bool(
                 (t.written if dst.index is None else t.written[dst.index]).all())
-        st.check_initialized()
-        mv.check_initialized()
-        if accumulate:
-            dst.check_initialized()
+        # garbage in (memory never written) lands where it goes, as on the chip: result row m
+        # depends on stationary column m, result column n on moving column n (all of K)
+        garbage = None
+        bad_st, bad_mv = st.undefined(), mv.undefined()
+        if bad_st is not None or bad_mv is not None:
+            rows = np.zeros(M, bool) if bad_st is None else bad_st.reshape(K, M).any(axis=0)
+            cols = np.zeros(N, bool) if bad_mv is None else bad_mv.reshape(K, N).any(axis=0)
+            garbage = (rows[:, None] | cols[None, :]).reshape(dst.shape)
+            source = st if bad_st is not None else mv
+            origin = (f"nc_matmul read never-written {source.tensor.name!r}[{source._index_str()}]"
+                      + (f" at {self.note}" if self.note else ""))
+        if accumulate:                           # adding onto garbage keeps it garbage
+            before = dst.undefined()
+            if before is not None:
+                garbage = before if garbage is None else garbage | before
+                origin = dst.tensor.poison_origin or "accumulated onto garbage"
         if dst.basic and (t.dtype == dtypes.float32 or t.dtype == dtypes.bfloat16):
             # computed when the PSUM tile is next read, together with the rest of its group
             t.defer_matmul(dst, st.tensor.snapshot(st), mv.tensor.snapshot(mv), accumulate)
             dst.mark_written()
+            if garbage is not None:
+                dst.set_poison(garbage, origin)
             return
         product = (np.asarray(st.values(), np.float32).reshape(K, M).T
                    @ np.asarray(mv.values(), np.float32).reshape(K, N))
@@ -501,6 +515,8 @@ class NeuronCore:
                       .astype(t.dtype))
         else:
             self._store(dst, product)
+        if garbage is not None:
+            dst.set_poison(garbage, origin)
 
     def _pe_issue(self, opcode, st, reads, dst, flops, sbuf, psum):
         """Schedule a Tensor-engine instruction other than nc_matmul (nc_transpose): the array
@@ -655,7 +671,7 @@ class NeuronCore:
             min(cost.contiguous_bytes(src), cost.contiguous_bytes(dst))
         rows = dst.partitions if dk == "sbuf" else (src.partitions if sk == "sbuf" else
                                                     (dst.shape[0] if dst.shape else 1))
-        key = (nbytes, rows, chunk, "hbm" in (sk, dk))
+        key = (opcode, nbytes, rows, chunk, "hbm" in (sk, dk), dst.free_size, dst.tensor.itemsize)
         c = self._costs.get(key)
         if c is None:
             c = self._costs[key] = cost.cost(cost.Instruction(
@@ -697,8 +713,13 @@ class NeuronCore:
         self._onchip(dst, "dst", "tensor_copy", psum_ok=eid != POOL)
         self._same_tile(dst, src, "tensor_copy", "dst vs src")
         if self.full:
-            src.check_initialized()
+            garbage = src.undefined()            # element on element: garbage is copied where it is
             dst.write(np.reshape(src.values(), dst.shape).astype(dst.tensor.dtype, copy=False))
+            if garbage is not None:
+                origin = src.tensor.poison_origin or (
+                    f"tensor_copy read never-written {src.tensor.name!r}[{src._index_str()}]"
+                    + (f" at {self.note}" if self.note else ""))
+                dst.set_poison(garbage.reshape(dst.shape), origin)
         dur = self._cost_ns(eid, "tensor_copy", (src,), (dst,))
         return self._issue(eid, "tensor_copy", dur, (src,), dst)
 
@@ -1175,6 +1196,34 @@ class NeuronCore:
                 else np.asarray(src.values())
             dst.write(np.reshape(values, dst.shape).astype(dst.tensor.dtype))
         return self._schedule_dma(dst, src, (src,), max(src.nbytes, dst.nbytes), queue, "dma_copy")
+
+    def dma_transpose(self, dst, src, queue: int | None = None) -> int:
+        """dst[B, A] = src[A, B].T moved by a DMA (nisa.dma_transpose, nl.load_transpose2d): src in
+        HBM or SBUF, dst in SBUF (or HBM). From NeuronCore-v3 on the DMA engines transpose in
+        hardware into SBUF and may convert the dtype on the way; on NeuronCore-v2 it is a strided
+        DMA of the same dtype (`cost.dma_transpose_cost`)."""
+        dst = _view(dst, "dst")
+        src = _view(src, "src")
+        sk, dk = src.tensor.kind, dst.tensor.kind
+        if sk == "psum" or dk == "psum":
+            raise MemoryPlacementError(f"operand memory: dma_transpose {sk.upper()} -> {dk.upper()} is "
+                                       f"refused; DMA does not reach PSUM", value=(sk, dk),
+                                       limit="SBUF/HBM endpoints")
+        if len(src.shape) != 2 or tuple(dst.shape) != tuple(src.shape[::-1]):
+            raise ShapeMismatchError(f"shape mismatch: dma_transpose of src {src.shape} into dst "
+                                     f"{dst.shape}; dst must be the 2-D src reversed",
+                                     value=dst.shape, limit=tuple(src.shape[::-1]))
+        if src.tensor.dtype != dst.tensor.dtype and str(self.spec.generation).lower().lstrip("v") == "2":
+            raise DtypeError(f"data type: dma_transpose does not convert on NeuronCore-v2 ({self.spec.name}): "
+                             f"src {dtypes.name(src.tensor.dtype)}, dst {dtypes.name(dst.tensor.dtype)}",
+                             value=src.tensor.dtype, limit=dst.tensor.dtype)
+        if self.full:
+            src.check_initialized()
+            values = np.asarray(src.values())
+            if src.tensor.dtype != dst.tensor.dtype and dtypes.is_float(src.tensor.dtype):
+                values = values.astype(np.float32)
+            dst.write(np.ascontiguousarray(values.reshape(src.shape).T).astype(dst.tensor.dtype))
+        return self._schedule_dma(dst, src, (src,), max(src.nbytes, dst.nbytes), queue, "dma_transpose")
 
     def vector_transpose(self, dst, src) -> int:
         """dst[F, P] = src[P, F].T on the Vector engine (nisa.nc_transpose(engine=nisa.vector_engine)):

@@ -38,6 +38,13 @@ transfer waits `dma_latency_ns` (trigger to start, ≈1.3 µs [DMA-BW]); this la
 across queues, the engine time is not. `Cost` also reports what the transfer asks of the two
 resources all queues share (`dma_engine_ns` of the core's DMA engines, `hbm_bytes` of HBM); the
 scheduler passes them through one channel each.
+
+A row read or written with a stride (runs shorter than the row: a column of a row-major HBM
+tensor, a window of an image) is *one* descriptor — a descriptor holds a stride pattern [DGE] —
+whose engine time counts every run as at least `dma_min_burst_bytes` (ASSUMED). `dma_transpose`
+into SBUF uses the DMA engines' hardware transpose from NeuronCore-v3 on (`dma_transpose_cost`,
+[ARCH-v3]); without it (NeuronCore-v2) it is the strided DMA it amounts to. Sources and the
+validation on AWS's published kernel latencies: docs/calibration.md.
 """
 from __future__ import annotations
 
@@ -145,23 +152,58 @@ def dma_engines_used(spec: CoreSpec, partitions: int) -> int:
 
 def dma_cost(spec: CoreSpec, nbytes: int, partitions: int, chunk_bytes: int | None = None,
              touches_hbm: bool = True) -> Cost:
-    """One DMA of `nbytes` over `partitions` SBUF rows (or HBM rows), in contiguous chunks of
-    `chunk_bytes` (default: one chunk per row)."""
+    """One DMA of `nbytes` over `partitions` SBUF rows (or HBM rows), in contiguous runs of
+    `chunk_bytes` (default: one run per row).
+
+    A descriptor carries "the source address, destination address, transfer shape, and stride
+    pattern" [DGE], so a row read or written with a stride is one descriptor, not one per run:
+    runs shorter than a row make a row's descriptor cost ``max(dma_descriptor_ns, runs ×
+    max(run, dma_min_burst_bytes) / bandwidth)`` — a short run still moves a whole burst (ASSUMED,
+    presets.py). Runs of a row or longer are descriptors of their own (one per row on chip)."""
     rows = max(partitions, 1)
+    row_bytes = max(nbytes // rows, 1)
     if not chunk_bytes or chunk_bytes <= 0:
-        chunk_bytes = max(nbytes // rows, 1)
+        chunk_bytes = row_bytes
     chunk_bytes = min(chunk_bytes, max(nbytes, 1))
-    descriptors = max(1, -(-nbytes // chunk_bytes))
+    bw_ns = spec.dma_engine_bandwidth / 1e9                  # bytes per ns per engine
+    if chunk_bytes < row_bytes:                              # strided inside a row: one descriptor per row
+        descriptors = rows
+        runs = -(-row_bytes // chunk_bytes)
+        moved = runs * max(chunk_bytes, spec.dma_min_burst_bytes)   # [bytes of engine time per row]
+        per_descriptor = max(moved / bw_ns, spec.dma_descriptor_ns)
+    else:
+        descriptors = max(1, -(-nbytes // chunk_bytes))
+        per_descriptor = max(chunk_bytes / bw_ns, spec.dma_descriptor_ns)
     engines = min(dma_engines_used(spec, rows), descriptors)
     per_engine = -(-descriptors // engines)
-    bw_ns = spec.dma_engine_bandwidth / 1e9                  # bytes per ns per engine
-    per_descriptor = max(chunk_bytes / bw_ns, spec.dma_descriptor_ns)
     # the busiest engine: whole descriptors, but never faster than its share of the bytes
     engine_ns = max(per_engine * per_descriptor, nbytes / engines / bw_ns) if nbytes else 0.0
     return Cost(cycles=engine_ns, clock_hz=DMA_CLOCK_HZ, latency_cycles=engine_ns,
                 fixed_ns=spec.dma_latency_ns, engines=engines, descriptors=descriptors,
                 dma_engine_ns=engine_ns * engines / spec.dma_engines,
                 hbm_bytes=nbytes if touches_hbm else 0)
+
+
+def dma_transpose_cost(spec: CoreSpec, nbytes: int, out_partitions: int, out_free: int,
+                       itemsize: int, from_hbm: bool) -> Cost | None:
+    """The DMA engines' hardware transpose into SBUF (NeuronCore-v3 on; None where the core has none).
+
+    [ARCH-v3] "DMA Transpose": all 16 engines work together, writing one [128 partitions, 16
+    elements] block of the SBUF result at a time; HBM -> SBUF reaches up to 90 % of the DMA
+    throughput, SBUF -> SBUF up to 50 % (`dma_transpose_efficiency_hbm` / `_sbuf`), for 2- and 4-byte
+    dtypes; other tile sizes are allowed "at the cost of DMA performance". ASSUMED how much: a
+    partial block takes as long as a full one."""
+    efficiency = spec.dma_transpose_efficiency_hbm if from_hbm else spec.dma_transpose_efficiency_sbuf
+    if efficiency <= 0 or itemsize not in (2, 4) or nbytes <= 0:
+        return None
+    block_p, block_f = spec.partitions, 16
+    blocks = -(-max(out_partitions, 1) // block_p) * -(-max(out_free, 1) // block_f)
+    padded = blocks * block_p * block_f * itemsize             # [bytes the engines spend time on]
+    rate = efficiency * spec.dma_engines * spec.dma_engine_bandwidth / 1e9   # bytes per ns, all engines
+    engine_ns = padded / rate
+    return Cost(cycles=engine_ns, clock_hz=DMA_CLOCK_HZ, latency_cycles=engine_ns,
+                fixed_ns=spec.dma_latency_ns, engines=spec.dma_engines, descriptors=blocks,
+                dma_engine_ns=engine_ns, hbm_bytes=nbytes if from_hbm else 0)
 
 
 def dma_ns(spec: CoreSpec, nbytes: int, rows: int, chunk_bytes: int | None = None) -> float:
@@ -237,6 +279,10 @@ def _tensor_engine(instr: Instruction, spec: CoreSpec, clock: float) -> Cost:
     else:
         st, mv = instr.reads[0], instr.reads[1]
         K, M, N = st.partitions, st.free_size, mv.free_size
+        if instr.opcode == "nc_matmul_double_row":
+            # FP8 double-row: [K, 2, M] x [K, 2, N] in one pass of N columns ("2x matmul
+            # throughput", nki.isa.matmul_perf_mode; trnlab/hardware/double_row.py)
+            M, N = M // 2, N // 2
         fp32 = "float32" in (st.dtype, mv.dtype)
     busy, latency = matmul_cycles(spec, K, M, N, _FP32 if fp32 else dtypes.bfloat16)
     return Cost(cycles=busy, clock_hz=clock, latency_cycles=latency,
@@ -244,7 +290,7 @@ def _tensor_engine(instr: Instruction, spec: CoreSpec, clock: float) -> Cost:
 
 
 def _dma(instr: Instruction, spec: CoreSpec) -> Cost:
-    """dma_copy(dst, src) / dma_gather(dst, src rows): see the module docstring."""
+    """dma_copy(dst, src) / dma_gather(dst, src rows) / dma_transpose(dst, src): see the module docstring."""
     dst = instr.writes[0]
     src = instr.reads[0]
     nbytes = dst.nbytes
@@ -254,7 +300,15 @@ def _dma(instr: Instruction, spec: CoreSpec) -> Cost:
         rows = src.partitions
     else:
         rows = dst.shape[0] if dst.shape else 1
-    if instr.opcode == "dma_gather":
+    if instr.opcode == "dma_transpose" and dst.memory == "sbuf" and src.memory in ("hbm", "sbuf"):
+        hardware = dma_transpose_cost(spec, nbytes, dst.partitions, dst.free_size, dst.itemsize,
+                                      src.memory == "hbm")
+        if hardware is not None:
+            return hardware
+    # no hardware transpose (NeuronCore-v2, a store to HBM, 1-byte dtypes): a strided DMA
+    if instr.opcode == "dma_transpose":
+        chunk = min(src.itemsize, dst.itemsize)                     # element by element, both ways
+    elif instr.opcode == "dma_gather":
         chunk = nbytes // max(dst.shape[0] if dst.shape else 1, 1)   # one descriptor per row
     else:
         runs = [o.contiguous_bytes for o in (src, dst) if o.contiguous_bytes]

@@ -13,7 +13,10 @@ HBM bytes and bandwidth, the figures `CoreSpec` quotes.
 
 Launches on one core run one after another (each starts when the previous one's last result is
 ready, as the runtime launches NEFFs on a core in order); launches on different cores overlap.
-Every launch is a region of its core's timeline, so per-launch and per-op profiles come from the
+`run_spmd` launches one program per core at once (an NKI launch grid spread over cores with
+`nl.spmd_dim`): they share one copy of the arguments in HBM and the chip's HBM bandwidth, and each
+core's writes into the outputs are gathered into one result. Every launch is a region of its core's
+timeline, so per-launch and per-op profiles come from the
 same records. Tensors made with `device.tensor(...)` live in the device's HBM and can be passed to
 `run` without a copy; a tensor of another device is refused.
 """
@@ -24,6 +27,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import collective  # noqa: F401  (installs the collective instructions on NeuronCore)
+from . import double_row  # noqa: F401  (installs nc_matmul_double_row on NeuronCore)
+from . import mx  # noqa: F401  (installs quantize_mx, nc_matmul_mx on NeuronCore)
 from . import scheduler
 from .core import NeuronCore
 from .memory import HBM
@@ -103,6 +108,38 @@ class Run:
         return out
 
 
+@dataclass
+class SpmdRun:
+    """One launch of an SPMD grid over several cores of a device (`Device.run_spmd`)."""
+    outputs: object
+    runs: list                   # one Run per core, in the order of the programs
+    timing_only: bool
+
+    @property
+    def start_ns(self) -> float:
+        return min(r.start_ns for r in self.runs)
+
+    @property
+    def latency_ns(self) -> float:
+        """From the first instruction on any core to the last result on any core."""
+        return max(r.start_ns + r.latency_ns for r in self.runs) - self.start_ns
+
+    @property
+    def latency_us(self) -> float:
+        return self.latency_ns / 1e3
+
+
+def _output_buffers(structure) -> list:
+    """The buffer ids of a program's return structure, in order."""
+    if isinstance(structure, dict) and set(structure) == {"buffer", "index"}:
+        return [structure["buffer"]]
+    if isinstance(structure, (list, tuple)):
+        return [b for v in structure for b in _output_buffers(v)]
+    if isinstance(structure, dict):
+        return [b for v in structure.values() for b in _output_buffers(v)]
+    return []
+
+
 class Device:
     """One chip of `cores` NeuronCores (default: the chip's count) with shared HBM."""
 
@@ -175,6 +212,87 @@ class Device:
                 self.hbm.free(t)
         return Run(outputs=outputs, core=nc, region=label, first=first,
                    end=len(nc.timeline.records), timing_only=not self.full)
+
+    def run_spmd(self, programs: list, *args, cores: list | None = None, region: str | None = None) -> "SpmdRun":
+        """Launch `programs[i]` on core `cores[i]` (default 0, 1, ...) at the same time: the SPMD
+        programs of one kernel, each a part of its launch grid. The arguments are put in HBM once and
+        read by every core; each core writes its own copy of each output, and the result holds, per
+        output, what the cores wrote there (an element no core wrote stays unwritten). The cores'
+        DMAs share the device's HBM channel, so memory-bound programs slow each other down once
+        together they need more than the device's bandwidth."""
+        cores = list(range(len(programs))) if cores is None else [int(c) for c in cores]
+        if len(cores) != len(programs) or len(set(cores)) != len(cores):
+            raise DeviceError(f"run_spmd: {len(programs)} programs need as many distinct cores, got {cores}")
+        for c in cores:
+            if not 0 <= c < len(self.cores):
+                raise DeviceError(f"core {c} does not exist: {self.chip.name} device has "
+                                  f"{len(self.cores)} cores (nl.spmd_dim asks for {len(cores)})")
+        first = programs[0]
+        shapes = [tuple(first.buffers[bid].shape) for _, bid in first.inputs]
+        for p in programs[1:]:
+            if [tuple(p.buffers[bid].shape) for _, bid in p.inputs] != shapes:
+                raise DeviceError("run_spmd: the programs take arguments of different shapes")
+        if len(args) != len(first.inputs):
+            raise TypeError(f"program {first.name!r} takes {len(first.inputs)} arguments, got {len(args)}")
+        shared = []                                   # one HBM copy of each argument, read by all cores
+        for (name, bid), value in zip(first.inputs, args):
+            b = first.buffers[bid]
+            if isinstance(value, Tensor):
+                shared.append(value)
+            elif self.full:
+                shared.append(self.hbm.tensor(value, name=name, dtype=b.dtype))
+            else:
+                shared.append(self.hbm.allocate(b.shape, b.dtype, name=name))
+        self._launches += 1
+        label = region or f"{first.name}#{self._launches}"
+        runs, per_core = [], []
+        try:
+            for program, c in zip(programs, cores):
+                nc = self.cores[c]
+                resident = {bid: t for (_, bid), t in zip(program.inputs, shared)}
+                start = len(nc.timeline.records)
+                nc.barrier()
+                tensors = execute(program, nc, [None] * len(args), region=label, hbm_tensors=resident)
+                per_core.append((program, tensors, resident))
+                runs.append(Run(outputs=None, core=nc, region=label, first=start,
+                                end=len(nc.timeline.records), timing_only=not self.full))
+            outputs = None
+            if self.full:
+                gathered = {}
+                columns = [_output_buffers(p.outputs) for p, _, _ in per_core]
+                for j, bid0 in enumerate(columns[0]):
+                    gathered[bid0] = self._gather([t[col[j]] for (_, t, _), col in zip(per_core, columns)])
+                outputs = read_outputs(first, gathered, True)
+                for t in gathered.values():
+                    self.hbm.free(t)
+            else:
+                outputs = read_outputs(first, {}, False)
+        finally:
+            for program, tensors, resident in per_core:
+                for bid, t in tensors.items():
+                    if bid not in resident and not t.freed:
+                        self.hbm.free(t)
+            for value, t in zip(args, shared):
+                if not isinstance(value, Tensor):
+                    self.hbm.free(t)
+        return SpmdRun(outputs=outputs, runs=runs, timing_only=not self.full)
+
+    def _gather(self, parts: list) -> Tensor:
+        """One tensor holding, element by element, what each of `parts` (the cores' copies of one
+        output) had written; later parts win where two wrote the same element."""
+        proto = parts[0]
+        out = self.hbm.allocate(proto.shape, proto.dtype, name=proto.name)
+        values = np.empty(proto.shape, dtype=proto.dtype)
+        written = np.zeros(proto.shape, dtype=bool)
+        for t in parts:
+            mask = np.ones(t.shape, dtype=bool) if t.written is None else t.written
+            np.copyto(values, t.data, where=mask)
+            written |= mask
+        if written.all():
+            out.full.write(values)
+        else:                                   # the unwritten rest reads as NaN poison / raises
+            out.data, out.written, out._unpoisoned = values, written, True
+        return out
 
     @property
     def now(self) -> float:

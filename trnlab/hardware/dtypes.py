@@ -25,12 +25,23 @@ uint16 = np.dtype(np.uint16)
 int32 = np.dtype(np.int32)
 uint32 = np.dtype(np.uint32)
 bool_ = np.dtype(np.bool_)
+# MX (OCP Microscaling) types of NeuronCore-v4 [nki.isa.quantize_mx, nki.isa.nc_matmul_mx]: the
+# scale type E8M0, and 4-packed FP8 data — one 32-bit element holds four contiguous 8-bit values
+# (element 0 in the lowest byte). Here a 32-bit structured type: values move as bits, math unpacks.
+float8_e8m0fnu = np.dtype(ml_dtypes.float8_e8m0fnu)
+float8_e5m2_x4 = np.dtype([("float8_e5m2_x4", "<u4")])
+float8_e4m3fn_x4 = np.dtype([("float8_e4m3fn_x4", "<u4")])
+PACKED_X4 = {float8_e5m2_x4: float8_e5m2, float8_e4m3fn_x4: float8_e4m3fn}   # x4 type -> element type
+# 4-packed FP4 (16 bits): named so kernels can refer to it; no instruction computes with it here
+float4_e2m1fn_x4 = np.dtype([("float4_e2m1fn_x4", "<u2")])
 
 SUPPORTED = {
     "float32": float32, "bfloat16": bfloat16, "float16": float16,
     "float8_e4m3": float8_e4m3, "float8_e4m3fn": float8_e4m3fn, "float8_e5m2": float8_e5m2,
     "int8": int8, "uint8": uint8, "int16": int16, "uint16": uint16,
     "int32": int32, "uint32": uint32, "bool": bool_,
+    "float8_e8m0fnu": float8_e8m0fnu, "float8_e5m2_x4": float8_e5m2_x4, "float8_e4m3fn_x4": float8_e4m3fn_x4,
+    "float4_e2m1fn_x4": float4_e2m1fn_x4,
 }
 _NAMES = {dt: name for name, dt in SUPPORTED.items()}
 FLOAT8 = (float8_e4m3, float8_e4m3fn, float8_e5m2)
@@ -78,6 +89,11 @@ def cast(array, dtype) -> np.ndarray:
     a = np.asarray(array)
     if a.dtype == dt:
         return a.copy()
+    if dt in PACKED_X4 or a.dtype in PACKED_X4 or float4_e2m1fn_x4 in (dt, a.dtype):
+        if a.dtype.itemsize != dt.itemsize:
+            raise DtypeError(f"data type: {a.dtype} to {name(dt)} changes the element size; 4-packed MX "
+                             f"data moves as its 32-bit words", value=a.dtype, limit=name(dt))
+        return np.ascontiguousarray(a).view(dt).copy()      # the same bits (a word of 4 packed values)
     if a.dtype == np.float64 and dt != float32:
         a = a.astype(np.float32)    # hardware values are at most fp32: round once to fp32 first
     return a.astype(dt)
@@ -90,6 +106,12 @@ def poison(dtype):
         return np.nan
     if dt == bool_:
         return True
+    if dt in PACKED_X4:
+        return np.array(0xFFFFFFFF, np.uint32).view(dt)      # four NaN bytes
+    if dt == float4_e2m1fn_x4:
+        return np.array(0xFFFF, np.uint16).view(dt)
+    if dt == float8_e8m0fnu:
+        return np.nan
     return np.iinfo(dt).min
 
 

@@ -33,6 +33,25 @@ class PSUMOverflowError(HardwareError):
     rule = "PSUM capacity"
 
 
+class SBUFBlockTensorOverflowError(SBUFOverflowError):
+    """A block tensor ``(B..., par_dim(P), F...)`` whose logical tiles, all live at once, need more
+    bytes per partition than the whole SBUF: the kernel's loops as written keep every tile alive."""
+    rule = "block tensor larger than SBUF"
+
+
+class PSUMBlockTensorOverflowError(PSUMOverflowError):
+    """A PSUM block tensor whose logical tiles, all live at once, need more than the 8 banks (AWS's
+    attention tutorial v3: a (32, 8, par_dim(128), 512) fp32 qk written in full before it is read)."""
+    rule = "block tensor larger than PSUM"
+
+
+class DirectAllocationOverlapError(HardwareError):
+    """Two tiles the kernel placed itself (``nki.compiler.sbuf/psum.mod_alloc``) share bytes while
+    both are live at one instruction: each would overwrite the other's values. Direct allocations
+    may share bytes only when their live ranges (first to last instruction) do not overlap."""
+    rule = "direct allocation overlap"
+
+
 class HBMOverflowError(HardwareError):
     """An HBM allocation does not fit in the core's share of device memory."""
     rule = "HBM capacity"

@@ -389,6 +389,7 @@ class OnChipMemory:
             # drop the values now: caches elsewhere may still hold the Tensor object
             tensor._data = None
             tensor.written = None
+            tensor.poison = None
             self.tensors.remove(tensor)
 
     def occupancy(self) -> list[dict]:

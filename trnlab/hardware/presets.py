@@ -23,6 +23,8 @@ Every number here comes from a public AWS page (the keys are those of ``shared/H
   ([ARCH-v2]: "VectorE and GpSimdE cannot access SBUF in parallel", "VectorE and ScalarE cannot
   access PSUM in parallel").
 - [ISA] NKI API pages (nki.isa.nc_matmul, nki.isa.tensor_scalar, ...)
+- [DGE] NKI "Descriptor Generation Engine (DGE) Reference" (nki/deep-dives/nki-dge): a DMA
+  descriptor holds the source and destination addresses, the transfer shape and stride pattern.
 
 Numbers that are *not* published are marked ASSUMED with the reason for the value chosen.
 Where two public pages disagree (⚠ in HARDWARE.md), the choice and the other figure are noted.
@@ -67,7 +69,9 @@ class CoreSpec:
     - GpSimd iota / affine_select (an affine pattern evaluated in the engine): `affine_static_cycles` + N;
     - DMA: `dma_latency_ns` + per engine (one per 8 partitions) its descriptors (contiguous
       chunks) × max(chunk / `dma_engine_bandwidth`, `dma_descriptor_ns`), sharing the core's DMA
-      engines and `hbm_bandwidth` with the other transfers in flight;
+      engines and `hbm_bandwidth` with the other transfers in flight; a row with a stride is one
+      descriptor, its runs counted as at least `dma_min_burst_bytes`; a hardware DMA transpose
+      (v3+) runs at `dma_transpose_efficiency_hbm` / `_sbuf` of the 16 engines' rate;
     - shared ports: `sbuf_port_shared` (Vector and GpSimd take turns on SBUF) and `psum_port`
       ("core": Vector and Scalar take turns on all of PSUM; "bank": only on the same bank).
     """
@@ -96,6 +100,9 @@ class CoreSpec:
     dma_queues: int = 16
     dma_latency_ns: float = 1300.0
     dma_descriptor_ns: float = 150.0
+    dma_min_burst_bytes: int = 64               # a strided run moves at least this (ASSUMED)
+    dma_transpose_efficiency_hbm: float = 0.0   # hardware DMA transpose HBM -> SBUF (0: none)
+    dma_transpose_efficiency_sbuf: float = 0.0  # ... SBUF -> SBUF
     # shared memory ports [ARCH-v2], [ARCH-v3-PAR]
     sbuf_port_shared: bool = True
     psum_port: str = "core"
@@ -255,6 +262,14 @@ TRN1_CORE = CoreSpec(
     # per-partition figure at 150 ns × 17 B/ns ≈ 2.5 KiB (39 / 78 / 100 % at 1 / 2 / 4 KiB; the
     # figure shows ≈42 / 81 / 97 %). Validation: docs/calibration.md.
     dma_descriptor_ns=150.0,
+    # ASSUMED: a run shorter than 64 B (one HBM burst: a 64-bit pseudo-channel × burst length 8,
+    # JEDEC HBM2E/HBM3) takes a DMA engine as long as 64 B would. Not fitted: the strided kernels
+    # it matters for (AWS's adaptive_avg_pool2d, select_and_scatter, SD attention's transposed
+    # store) are validation cases in docs/calibration.md.
+    dma_min_burst_bytes=64,
+    # NeuronCore-v2 has no hardware DMA transpose (introduced with Trainium2 [ARCH-v3], "DMA
+    # Transpose"): dma_transpose / load_transpose2d are strided DMAs here.
+    dma_transpose_efficiency_hbm=0.0, dma_transpose_efficiency_sbuf=0.0,
     sbuf_port_shared=True, psum_port="core",  # NeuronCore-v2: both ports shared [ARCH-v2]
     matmul_min_cycles=64, fp32_matmul_factor=4, stationary_load_speedup=4,   # [ARCH-v2], [ISA]
     vector_static_cycles=100,                 # ≈100 cycles static overhead [PERF]
@@ -299,6 +314,10 @@ TRN2_CORE = TRN1_CORE.derive(
     # 4 KiB). Validated on the other kernels of that table (docs/calibration.md). Trn3 inherits it
     # (no published figure).
     dma_descriptor_ns=100.0,
+    # [ARCH-v3] "DMA Transpose": the 16 engines transpose together into [128, 16] SBUF blocks, up
+    # to 90 % of DMA throughput HBM -> SBUF and 50 % SBUF -> SBUF (2- and 4-byte dtypes). Trn3
+    # inherits both (ASSUMED: the Trainium3 guide gives no figure).
+    dma_transpose_efficiency_hbm=0.9, dma_transpose_efficiency_sbuf=0.5,
     fp8_peak_factor=2,                        # 158 fp8 vs 79 bf16 per core [ARCH-v3]
     quoted_tflops_bf16=79.0, quoted_tflops_fp32=20.0,
 )

@@ -35,7 +35,7 @@ FORMAT = "trnlab.program"
 VERSION = 1
 
 # operands an instruction writes; every other operand is read (nc_matmul may also read its dst)
-WRITES = ("dst", "reduce_res")
+WRITES = ("dst", "reduce_res", "dst_scale")   # dst_scale: quantize_mx (hardware/mx.py)
 
 
 @dataclass

@@ -30,12 +30,13 @@ DEFAULT = "program"
 
 
 def _is_free_load(program: Program, k: int) -> bool:
-    """A dma_copy from a read-only input into a tile it touches first: no earlier dependency."""
+    """A dma_copy from a read-only input into a tile it touches first: no earlier dependency. Not
+    into a tile the kernel placed itself: its bytes may still hold the value before it."""
     ins = program.instructions[k]
     if ins.opcode != "dma_copy":
         return False
     src, dst = program.buffers[ins.operands["src"].buffer], program.buffers[ins.operands["dst"].buffer]
-    return src.role == "input" and dst.on_chip and dst.first == k
+    return src.role == "input" and dst.on_chip and dst.first == k and not dst.placement
 
 
 def list_schedule(program: Program, window: int = 32) -> Program:

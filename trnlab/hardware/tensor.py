@@ -11,7 +11,12 @@ arrays — what NKI access patterns lower to). A view knows:
 - for on-chip tensors, its partitions (start, count) and free size (elements per partition).
 
 In full mode a tensor holds its values in a NumPy array (``.data``) plus a mask of the elements
-ever written, so that reading memory never written raises `UninitializedReadError`.
+ever written, so that reading memory never written raises `UninitializedReadError`. The few
+instructions whose output elements each depend on known input elements (`nc_matmul`: a result
+column on its moving column, a row on its stationary column; `tensor_copy`: element on element) do
+not raise: they write garbage where it goes, marked in the tensor's ``poison`` mask (as on the chip,
+where a kernel may compute on padding it masks out later), and a read of poisoned elements by any
+other instruction — a store to HBM, most of all — raises, naming where the garbage came from.
 In timing mode ``.data`` is None and nothing is computed.
 """
 from __future__ import annotations
@@ -32,7 +37,8 @@ class Tensor:
     __slots__ = ("name", "shape", "dtype", "memory", "kind", "partition_axis", "_data", "written",
                  "_pending",
                  "offset", "partition_bytes", "freed", "version", "_shared",
-                 "_reads", "_writes", "full", "itemsize", "nbytes", "_unpoisoned", "alias_of",
+                 "_reads", "_writes", "full", "itemsize", "nbytes", "_unpoisoned", "alias_of", "poison",
+                 "poison_origin",
                  "__weakref__")
 
     def __init__(self, memory, shape, dtype, name, partition_axis, offset, with_data, fill=None):
@@ -56,6 +62,8 @@ class Tensor:
         self._reads = []                            # scheduler records: (box, end_ns, index)
         self._writes = []                           # (box, ready_ns, index, by_matmul)
         self._pending = None                        # deferred PSUM accumulation (see flush)
+        self.poison = None                          # full mode: elements holding garbage (bool mask)
+        self.poison_origin = ""                     # where that garbage was first read
         # A new tensor's garbage (NaN poison) is filled in lazily, only where still unwritten when
         # its values are first read through `data`: most tensors are fully written before that.
         self._unpoisoned = False
@@ -162,7 +170,8 @@ class Tensor:
     def apply(self, view: "View", overwrite: bool, stationary: np.ndarray, moving: np.ndarray):
         """Add (or store) one deferred group's product, given its K-stacked fp32 operands."""
         out = self._data if view.index is None else self._data[view.index]
-        product = (stationary.T @ moving).reshape(out.shape)
+        with np.errstate(invalid="ignore", over="ignore"):   # garbage (NaN) in padding is allowed
+            product = (stationary.T @ moving).reshape(out.shape)
         if out.dtype != np.float32:                 # bf16 PSUM (v4): the group's sum stays fp32
             if not overwrite:
                 product += out.astype(np.float32)
@@ -196,6 +205,7 @@ def fresh_like(proto: Tensor, memory) -> Tensor:
     t._reads = []
     t._writes = []
     t._pending = None
+    t.poison, t.poison_origin = None, ""
     t._data = np.empty(t.shape, dtype=t.dtype)
     t.written = np.zeros(t.shape, dtype=bool)
     t._unpoisoned = True
@@ -428,19 +438,63 @@ class View:
                                    value=self.tensor.name, limit="live tensor")
 
     def check_initialized(self):
-        """Raise UninitializedReadError if any element of this view was never written."""
+        """Raise UninitializedReadError if any element of this view was never written, or holds
+        garbage computed from memory never written (the tensor's ``poison``)."""
         t = self.tensor
-        if t.written is None:
+        if t.written is not None:
+            mask = t.written if self.index is None else t.written[self.index]
+            if not mask.all():
+                missing = int(mask.size - np.count_nonzero(mask))
+                first = np.argwhere(~np.asarray(mask))[0].tolist() if mask.ndim else []
+                raise UninitializedReadError(
+                    f"uninitialized read: {missing} of {mask.size} elements of {t.name!r}"
+                    f"[{self._index_str()}] were never written (first at view position {first}); "
+                    f"new {t.kind.upper()} memory holds garbage (NaN here)", value=missing, limit=0)
+        if t.poison is None:
             return
-        mask = t.written if self.index is None else t.written[self.index]
-        if mask.all():
+        mask = t.poison if self.index is None else t.poison[self.index]
+        if not mask.any():
             return
-        missing = int(mask.size - np.count_nonzero(mask))
-        first = np.argwhere(~np.asarray(mask))[0].tolist() if mask.ndim else []
+        bad = int(np.count_nonzero(mask))
+        first = np.argwhere(np.asarray(mask))[0].tolist() if mask.ndim else []
         raise UninitializedReadError(
-            f"uninitialized read: {missing} of {mask.size} elements of {t.name!r}"
-            f"[{self._index_str()}] were never written (first at view position {first}); "
-            f"new {t.kind.upper()} memory holds garbage (NaN here)", value=missing, limit=0)
+            f"uninitialized read: {bad} of {mask.size} elements of {t.name!r}[{self._index_str()}] "
+            f"hold garbage computed from memory never written (first at view position {first}; "
+            f"{t.poison_origin})", value=bad, limit=0)
+
+    def undefined(self):
+        """The elements of this view never written or holding garbage (a bool array of the view's
+        shape), or None if every one is defined."""
+        t = self.tensor
+        mask = None
+        if t.written is not None:
+            written = t.written if self.index is None else t.written[self.index]
+            if not written.all():
+                mask = ~np.asarray(written)
+        if t.poison is not None:
+            poison = t.poison if self.index is None else t.poison[self.index]
+            if poison.any():
+                mask = np.asarray(poison) if mask is None else mask | poison
+        return None if mask is None else np.asarray(mask).reshape(self.shape)
+
+    def set_poison(self, mask, origin: str) -> None:
+        """Mark the elements of this view where `mask` (the view's shape) is True as garbage, and
+        the others as clean (call after writing the view)."""
+        t = self.tensor
+        if mask is None or not mask.any():
+            if t.poison is not None:
+                if self.index is None:
+                    t.poison = None
+                else:
+                    t.poison[self.index] = False
+            return
+        if t.poison is None:
+            t.poison = np.zeros(t.shape, dtype=bool)
+            t.poison_origin = origin
+        if self.index is None:
+            t.poison[...] = np.reshape(mask, t.shape)
+        else:
+            t.poison[self.index] = np.reshape(mask, self.shape)
 
     def read(self) -> np.ndarray:
         """A copy of the values (checks that they were written)."""
@@ -469,6 +523,8 @@ class View:
             t._shared = False
         if t._pending is not None:
             t.memory.flush_pending()
+        if t.poison is not None:
+            self.set_poison(None, "")
         if self.index is None:
             t._data[...] = values
             _all_written(t)
@@ -492,6 +548,8 @@ class View:
 
     def mark_written(self):
         t = self.tensor
+        if t.poison is not None:
+            self.set_poison(None, "")
         if t.written is None:
             return
         if self.index is None:

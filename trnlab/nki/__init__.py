@@ -19,7 +19,8 @@ A kernel written for NKI runs here with only its imports changed::
 Every call creates a fresh `NeuronCore` for the target preset (default Trn2, or `target="trn1"|"trn3"`
 or any `CoreSpec`), copies the inputs into its HBM, runs the Python kernel (whose `nl.*`/`nisa.*` calls
 issue instructions to that core), and copies the returned HBM tensors out. SPMD programs of a grid run
-one after another on the same core and share `nl.shared_hbm` outputs. `timing_only=True` costs and
+one after another on the same core and share `nl.shared_hbm` outputs; a grid axis of `nl.nc(k)` /
+`nl.spmd_dim(..., nl.nc(k))` spreads them over k cores of one device, launched together (`spmd.py`). `timing_only=True` costs and
 schedules every instruction without computing values (outputs are None): for large shapes.
 
 `nki.simulate_kernel` / `nki.simulate` (AWS's CPU-simulator entry points) return outputs;
@@ -174,8 +175,9 @@ class Kernel:
         functools.update_wrapper(self, func)
 
     def __getitem__(self, grid) -> "Kernel":
+        from trnlab.nki.spmd import grid_entry
         grid = grid if isinstance(grid, tuple) else (grid,)
-        return Kernel(self.func, tuple(int(g) for g in grid), self.target, self.timing_only)
+        return Kernel(self.func, tuple(grid_entry(g) for g in grid), self.target, self.timing_only)
 
     def __call__(self, *args, **kwargs):
         if runtime.active() is not None:
@@ -209,23 +211,25 @@ _CACHE_SIZE = 256
 _cache_lock = threading.Lock()
 
 
-def trace(kernel, *args, target=None, grid=None, **kwargs):
+def trace(kernel, *args, target=None, grid=None, points=None, **kwargs):
     """The `Program` of `kernel` for these argument shapes and dtypes (traced once, then cached,
     like a compiled NEFF per input shape). `kernel` is an @nki.jit kernel or any Python function
-    that calls kernels (they are inlined into one program, each in a region of its name)."""
+    that calls kernels (they are inlined into one program, each in a region of its name).
+    `points`: the grid points this program runs (default all; one core's share of an nl.nc grid)."""
     from trnlab.hardware import presets
     if not isinstance(kernel, Kernel):
         kernel = Kernel(kernel)
     grid = tuple(grid) if grid is not None else kernel.grid
     spec = presets.core_spec(target or kernel.target or "trn2")
-    key = (kernel.func, grid, spec.name, id(spec),
+    points = None if points is None else tuple(tuple(p) for p in points)
+    key = (kernel.func, grid, tuple(getattr(g, "cores", 1) for g in grid), points, spec.name, id(spec),
            tuple(_signature(a) for a in args), tuple((k, _signature(v)) for k, v in sorted(kwargs.items())))
     with _cache_lock:
         program = _PROGRAMS.get(key)
         if program is not None:
             _PROGRAMS.move_to_end(key)
             return program
-    program = _trace(kernel, args, kwargs, spec, grid)
+    program = _trace(kernel, args, kwargs, spec, grid, points)
     with _cache_lock:
         _PROGRAMS[key] = program
         while len(_PROGRAMS) > _CACHE_SIZE:
@@ -236,20 +240,20 @@ def trace(kernel, *args, target=None, grid=None, **kwargs):
 STAMP_LOOPS = True     # trace affine/sequential loops in a few iterations, stamp the rest (loops.py)
 
 
-def _trace(kernel: Kernel, args, kwargs, spec, grid: tuple):
+def _trace(kernel: Kernel, args, kwargs, spec, grid: tuple, points=None):
     from trnlab.nki import loops
-    return loops.trace(lambda concrete: _trace_once(kernel, args, kwargs, spec, grid, concrete),
+    return loops.trace(lambda concrete: _trace_once(kernel, args, kwargs, spec, grid, concrete, points),
                        stamping=STAMP_LOOPS)
 
 
-def _trace_once(kernel: Kernel, args, kwargs, spec, grid: tuple, concrete):
+def _trace_once(kernel: Kernel, args, kwargs, spec, grid: tuple, concrete, points=None):
     """One trace: (program, loop tracer); `concrete` = loop sites to run concretely (None: all)."""
     from trnlab.hardware.allocate import allocate
     from trnlab.hardware.trace import Recorder
     from trnlab.nki import loops
     recorder = Recorder(spec, name=kernel.func.__name__)
     launch = runtime.Launch(core=recorder, grid=grid, timing_only=True)
-    launch.loops = tracer = None if concrete is None else loops.LoopTracer(recorder, launch, concrete)
+    launch.loop_tracer = tracer = None if concrete is None else loops.LoopTracer(recorder, launch, concrete)
 
     sites = {}
 
@@ -267,17 +271,17 @@ def _trace_once(kernel: Kernel, args, kwargs, spec, grid: tuple, concrete):
     recorder.where = where
     names = kernel.func.__code__.co_varnames
     with _gc.paused():            # a trace only creates objects that stay alive (hardware/_gc.py)
-        return _run_trace(kernel, args, kwargs, spec, grid, recorder, launch, names, allocate), tracer
+        return _run_trace(kernel, args, kwargs, spec, grid, recorder, launch, names, allocate, points), tracer
 
 
-def _run_trace(kernel, args, kwargs, spec, grid, recorder, launch, names, allocate):
+def _run_trace(kernel, args, kwargs, spec, grid, recorder, launch, names, allocate, points=None):
     runtime.push(launch)
     try:
         args = tuple(_trace_argument(a, names[i] if i < len(names) else f"arg{i}", launch)
                      for i, a in enumerate(args))
         kwargs = {k: _trace_argument(v, k, launch) for k, v in kwargs.items()}
         result = None
-        for program_id in _grid_points(grid):
+        for program_id in (_grid_points(grid) if points is None else points):
             launch.program_id = program_id
             launch.shared_cursor = 0
             result = kernel.func(*args, **kwargs)
@@ -326,6 +330,11 @@ def run(kernel, *args, target=None, timing_only: bool | None = None, grid=None, 
     target = target or kernel.target
     if device is not None:
         target = device.spec
+    from trnlab.nki import spmd
+    grid = tuple(spmd.grid_entry(g) for g in grid) if grid is not None else kernel.grid
+    if spmd.cores_of(grid) > 1:     # nl.nc / nl.spmd_dim axes: a program per core, launched together
+        return spmd.run_on_cores(kernel, args, kwargs, target=target, timing=timing, grid=grid,
+                                 device=device, core=core)
     program = trace(kernel, *args, target=target, grid=grid, **kwargs)
     if device is None:
         device = Device(target or "trn2", mode="timing" if timing else "full", cores=1)
@@ -402,8 +411,8 @@ class _Measured(Kernel):
         self.profile_result = None
 
     def __getitem__(self, grid):
-        measured = _Measured(Kernel(self.func, (grid if isinstance(grid, tuple) else (grid,)), self.target,
-                                    self.timing_only), self.options, self.kind)
+        measured = _Measured(Kernel.__getitem__(self, grid), self.options, self.kind)
+        measured._parent = self          # bench[grid](...) also fills bench.benchmark_result
         return measured
 
     def __call__(self, *args, **kwargs):
@@ -411,8 +420,12 @@ class _Measured(Kernel):
             _profile_paths(self.options)         # refuse before running, as AWS's does before compiling
         result = run(self, *args, **kwargs)
         self.benchmark_result = BenchmarkResult(_Latency(result.latency_us), result)
+        if getattr(self, "_parent", None) is not None:
+            self._parent.benchmark_result = self.benchmark_result
         if self.kind == "profile":
             self.profile_result = _write_profile(result, self.options)
+            if getattr(self, "_parent", None) is not None:
+                self._parent.profile_result = self.profile_result
         elif self.options.get("save_trace_name"):
             # nki.benchmark(save_trace_name=...) also saves the run's trace (AWS's unit tests check it)
             result.timeline.to_chrome_trace(self.options["save_trace_name"])
@@ -441,7 +454,10 @@ def _profile_paths(options: dict) -> tuple[str, str]:
 def _write_profile(result: KernelRun, options: dict) -> dict:
     trace_path, summary_path = _profile_paths(options)
     os.makedirs(os.path.dirname(trace_path), exist_ok=True)
-    result.timeline.to_chrome_trace(trace_path)
+    if hasattr(result, "chrome_trace"):          # an SPMD launch over several cores: every core's rows
+        result.chrome_trace(trace_path)
+    else:
+        result.timeline.to_chrome_trace(trace_path)
     profile = result.profile()
     summary = profile.as_dict()
     with open(summary_path, "w") as f:

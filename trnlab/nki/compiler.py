@@ -99,16 +99,20 @@ class _Memory:
     def __init__(self, name: str):
         self.name = name
 
-    def mod_alloc(self, *, base_addr: int = 0, base_partition: int = 0, num_par_tiles: tuple = (),
+    def mod_alloc(self, *, base_addr: int | None = None, base_partition: int = 0, num_par_tiles: tuple = (),
                   num_free_tiles: tuple = (), base_bank: int | None = None, num_bank_tiles: tuple = ()):
+        # AWS's signatures: sbuf.mod_alloc(*, base_addr, ...) and psum.mod_alloc(*, base_bank,
+        # base_addr=0, ...) — the first address (SBUF) or bank (PSUM) is required
         if self.name == "psum":
             if base_bank is None:
                 raise TypeError("ncc.psum.mod_alloc() needs base_bank= (the first PSUM bank to use)")
-            return PsumModAlloc(base_bank=int(base_bank), base_addr=int(base_addr),
+            return PsumModAlloc(base_bank=int(base_bank), base_addr=int(base_addr or 0),
                                 base_partition=int(base_partition), num_bank_tiles=tuple(num_bank_tiles),
                                 num_par_tiles=tuple(num_par_tiles), num_free_tiles=tuple(num_free_tiles))
         if base_bank is not None or num_bank_tiles:
             raise TypeError("ncc.sbuf.mod_alloc() has no banks: base_bank / num_bank_tiles are PSUM parameters")
+        if base_addr is None:
+            raise TypeError("ncc.sbuf.mod_alloc() needs base_addr= (the byte offset in each partition)")
         return ModAlloc(base_addr=int(base_addr), base_partition=int(base_partition),
                         num_par_tiles=tuple(num_par_tiles), num_free_tiles=tuple(num_free_tiles))
 

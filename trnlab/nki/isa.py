@@ -38,6 +38,9 @@ from trnlab.hardware import dtypes as hw_dtypes
 from trnlab.hardware import ops as hw_ops
 from trnlab.hardware.errors import MatmulShapeError, MemoryPlacementError, ShapeMismatchError
 from trnlab.nki import indexing, issue, runtime
+from trnlab.nki import mask_split as _mask_split
+from trnlab.nki import perf_mode as _perf_mode
+from trnlab.nki.perf_mode import matmul_perf_mode  # noqa: F401  (nisa.matmul_perf_mode)
 from trnlab.nki.errors import NKIError
 from trnlab.nki.indexing import IndexExpr, Predicate
 from trnlab.nki.tensor import NkiTensor
@@ -211,11 +214,24 @@ def instruction(functional: tuple[str, ...] | None):
 
         @functools.wraps(impl)
         def call(*args, **kwargs):
-            return impl(**signature.bind(args, kwargs))
+            bound = signature.bind(args, kwargs)
+            if _mask_split.has_multi_iterator_clause(bound.get("mask")):   # e.g. mask=(i_p >= i_f)
+                return _mask_split.call_split(impl, bound, impl.__name__)
+            return impl(**bound)
 
         call.signature = signature
         return call
     return wrap
+
+
+def _block_index(view: NkiTensor) -> tuple:
+    """The block indices (the axes before the partition axis) a view of an on-chip tensor selects."""
+    axis = view._hw.partition_axis or 0
+    if view._index is not None:
+        return tuple(e if isinstance(e, int) else repr(e) for e in view._index[:axis])
+    if view._ap is not None:
+        return tuple(repr(e[0]) for e in view._ap[:axis])
+    return ()
 
 
 def _finish(dst: NkiTensor | None, emit, shape, dtype, buffer: str = "sbuf", ranges: dict | None = None,
@@ -275,6 +291,7 @@ def nc_matmul(dst: Tile | None, stationary: Tile, moving: Tile, is_stationary_on
             raise NKIError(f"nc_matmul({flag}=True) is not simulated")
     if tile_position or tile_size:
         raise NKIError("nc_matmul(tile_position=, tile_size=): row/column tiling of the PE array is not simulated")
+    double_row = _perf_mode.is_double_row(perf_mode)      # FP8 [K, 2, M] x [K, 2, N] (perf_mode.py)
     stationary, moving = issue.tile(stationary, "stationary"), issue.tile(moving, "moving")
     if dst is None:
         # functional style (beta 1): AWS's compiler moves a PSUM operand (e.g. an nc_transpose result)
@@ -303,8 +320,22 @@ def nc_matmul(dst: Tile | None, stationary: Tile, moving: Tile, is_stationary_on
             flag = False
         else:
             flag = accumulate_flag
-        launch.core.nc_matmul(dst=out.hw_view(ranges), stationary=stationary.hw_view(ranges),
-                              moving=moving.hw_view(ranges), accumulate=flag)
+        declared = launch.__dict__.get("declared", {}).get(id(out._hw))
+        if declared is not None:
+            # a direct allocation: each logical tile — of a rotating block tensor (mod_alloc), or of
+            # the same nl.ndarray declared again in a loop — is a tile of its own, so the first matmul
+            # into it starts its accumulation group, whatever the earlier tile on those bytes left
+            # there (AWS's attention v9: attn_out_psum[i_tile_q] += ...)
+            owners = launch.__dict__.setdefault("block_owner", {})
+            block = out._block
+            key = (id(out._hw), block[0] if block is not None else _block_index(out))
+            logical = (declared, block[1] if block is not None else key[1])
+            if flag is None and owners.get(key) != logical:
+                flag = False
+            owners[key] = logical
+        matmul = launch.core.nc_matmul_double_row if double_row else launch.core.nc_matmul
+        matmul(dst=out.hw_view(ranges), stationary=stationary.hw_view(ranges),
+               moving=moving.hw_view(ranges), accumulate=flag)
 
     if dst is not None:
         return _finish(dst, lambda out, _flag: emit(out, "destination"), None, None, ranges=ranges)
@@ -312,6 +343,9 @@ def nc_matmul(dst: Tile | None, stationary: Tile, moving: Tile, is_stationary_on
     # wide moving tile is reported as the matmul rule it breaks rather than as a PSUM bank overflow
     spec = launch.core.spec
     M, N = math.prod(stationary.shape[1:]), math.prod(moving.shape[1:])
+    if double_row:       # the pair axis is contracted: [K, 2, M] x [K, 2, N] -> [M, N]
+        M, N = stationary.shape[-1], moving.shape[-1]
+        return _finish(None, emit, (M, N), dtype or hw_dtypes.float32, "psum", ranges=ranges, accumulates=True)
     if M > spec.stationary_fmax or N > spec.moving_fmax:
         raise MatmulShapeError(
             f"matmul tile shape: stationary {stationary.shape} x moving {moving.shape} gives M={M}, N={N}; "
@@ -412,19 +446,15 @@ def dma_transpose(dst: Tile | None, src: Tile, axes: tuple | None = None, dge_mo
     if not all(isinstance(e, (slice, int, np.integer)) for e in box):
         raise NKIError("dma_transpose: the source must be a plain box of its tensor (ints and slices, or "
                        "nl.arange iterators with a positive step)")
-    ranges = [np.arange(*e.indices(n)) for e, n in zip(box, extents) if isinstance(e, slice)]
-    shaped = iter((ranges[0][None, :], ranges[1][:, None]))
-    transposed_index = tuple(next(shaped) if isinstance(e, slice) else e for e in box)
+    source = src._hw[box]
 
     def emit(out, _accumulate):
-        source = src._hw[transposed_index]
-        if np.dtype(out.dtype) == np.dtype(src.dtype):
-            launch.core.dma_copy(dst=out.hw_view(), src=source)
-        elif issue.dma_casts(launch.core):        # Trn2/Trn3: the DMA converts on the way
-            launch.core.dma_copy_cast(dst=out.hw_view(), src=source)
+        # the DMA engines transpose (in hardware from NeuronCore-v3 on; cost.dma_transpose_cost)
+        if np.dtype(out.dtype) == np.dtype(src.dtype) or issue.dma_casts(launch.core):
+            launch.core.dma_transpose(dst=out.hw_view(), src=source)
         else:                                     # Trn1: stage in the source dtype, cast on an engine
             staged = launch.core.sbuf.allocate(tuple(out.shape), src.dtype, name="transpose_stage")
-            launch.core.dma_copy(dst=staged.full, src=source)
+            launch.core.dma_transpose(dst=staged.full, src=source)
             launch.core.tensor_copy(dst=out.hw_view(), src=staged.full)
             launch.core.sbuf.free(staged)
 
@@ -478,9 +508,15 @@ def _scalar_operand(x, ranges):
 @instruction(functional=("data1", "data2", "op"))
 def tensor_tensor(dst: Tile | None, data1: Tile, data2: Tile, op: Op, engine: engine = engine.unknown,
                   name: str = "", *, mask: Mask | None = None, dtype: Dtype | None = None) -> Tile | None:
-    """dst = data1 <op> data2, element-wise (Vector engine by default, or GpSimd)."""
+    """dst = data1 <op> data2, element-wise (Vector engine by default, or GpSimd). A [P, 1] operand
+    against a [P, F] one is a per-partition scalar (AWS's compiler accepts it, e.g. the dequantizing
+    multiply of AWS's quantized_double_row_matmul): issued as tensor_scalar, as nl.multiply does."""
     data1, data2 = issue.tile(data1, "data1"), issue.tile(data2, "data2")
     opcode = op_name(op)
+    for tile, other, reverse in ((data2, data1, False), (data1, data2, True)):
+        if tile.shape[0] == other.shape[0] and math.prod(tile.shape[1:]) == 1 < math.prod(other.shape[1:]):
+            return tensor_scalar(dst, other, op, tile, reverse0=reverse and opcode in ("subtract", "divide", "power"),
+                                 engine=engine, mask=mask, dtype=dtype)
     ranges = issue.ranges(mask, data1, data2)
     engine_name = _engine(engine, "dve")
     launch = issue.begin()
@@ -870,3 +906,7 @@ import sys as _sys  # noqa: E402  (tiles get their copies and fills from this mo
 from trnlab.nki.tensor import install as _install_tile_operations  # noqa: E402
 
 _install_tile_operations(isa=_sys.modules[__name__])
+
+
+# MX on NeuronCore-v4 (mx.py registers them in SIGNATURES)
+from trnlab.nki.mx import nc_matmul_mx, quantize_mx  # noqa: E402,F401

@@ -32,6 +32,7 @@ from trnlab.hardware import presets as _presets
 from trnlab.hardware.errors import MemoryPlacementError, ShapeMismatchError
 from trnlab.nki import compiler as _compiler
 from trnlab.nki import indexing as _indexing
+from trnlab.nki.errors import user_site as _user_site
 from trnlab.nki import isa as _isa
 from trnlab.nki import loops as _loops
 from trnlab.nki import issue as _issue
@@ -43,6 +44,8 @@ from trnlab.nki.tensor import NkiTensor
 # -- data types (nl.bfloat16 is the same NumPy dtype as trnlab.hardware.dtypes.bfloat16) ------------
 float32, bfloat16, float16 = _dt.float32, _dt.bfloat16, _dt.float16
 float8_e4m3, float8_e4m3fn, float8_e5m2 = _dt.float8_e4m3, _dt.float8_e4m3fn, _dt.float8_e5m2
+float8_e8m0fnu, float8_e5m2_x4, float8_e4m3fn_x4 = _dt.float8_e8m0fnu, _dt.float8_e5m2_x4, _dt.float8_e4m3fn_x4
+float4_e2m1fn_x4 = _dt.float4_e2m1fn_x4
 int8, uint8, int16, uint16, int32, uint32, bool_ = _dt.int8, _dt.uint8, _dt.int16, _dt.uint16, _dt.int32, \
     _dt.uint32, _dt.bool_
 tfloat32 = _dt.float32  # tf32 inputs are fp32 in memory; the Tensor engine's reduced precision is not modelled
@@ -106,6 +109,10 @@ class _Range:
         self._range = range(*(int(a) for a in args))
 
     def __iter__(self):
+        launch = _runtime.active()
+        if launch is None or self.kind == "static":
+            return iter(self._range)
+        values = self._range
         if self.stamps:
             frame = _sys_module._getframe(1)
             code, at = frame.f_code.co_code, frame.f_lasti
@@ -114,8 +121,21 @@ class _Range:
             while code[after] == _EXTENDED_ARG:     # a long loop body: FOR_ITER's jump needs more bytes
                 after += 2
             if code[at] == _GET_ITER and code[after] == _FOR_ITER:
-                return _loops.iterate(self._range, frame)
-        return iter(self._range)
+                values = _loops.iterate(self._range, frame)   # iterations stamped (loops.py)
+        return self._iterations(launch, values)
+
+    def _iterations(self, launch, values):
+        """The iterations, noting on the launch which iteration of each enclosing affine/sequential
+        loop runs (NKI traces such a loop body once: see _declared_once)."""
+        loops = launch.__dict__.setdefault("loops", [])
+        loops.append(0)
+        start, step = self._range.start, self._range.step
+        try:
+            for i in values:
+                loops[-1] = (_loops.plain(i) - start) // step
+                yield i
+        finally:
+            loops.pop()
 
     def __len__(self):
         return len(self._range)
@@ -201,9 +221,15 @@ def _allocate(shape, dtype, buffer, name, launch, placement=None) -> NkiTensor:
         # same bytes on the chip: one tile, whose writes and reads order the iterations
         key = (buffer, where["offset"], tuple(int(n) for n in physical), str(_dt.as_dtype(dtype)), partition_axis)
         hw = launch.placed.get(key)
+        declared = launch.__dict__.setdefault("declared", {})
         if hw is None:
+            if partition_axis:
+                where["tiles"] = _tile_offsets(placement, shape, physical, dtype, partition_axis, buffer)
             hw = memory.allocate(physical, dtype, name=name, partition_axis=partition_axis, placement=where)
             launch.placed[key] = hw
+            declared[id(hw)] = 0
+        else:
+            declared[id(hw)] += 1     # a new tensor on the same bytes: its tiles start fresh (isa.nc_matmul)
         if rotate is None:
             return NkiTensor.allocation(hw, buffer, launch)
         tensor = NkiTensor.allocation(hw, buffer, launch, shape=tuple(shape))
@@ -276,6 +302,23 @@ def _placement(placement, shape, dtype, partition_axis: int, buffer: str) -> dic
     return {"offset": int(offset), "kind": type(placement).__name__}
 
 
+def _tile_offsets(placement, shape, physical, dtype, partition_axis: int, buffer: str) -> list:
+    """The byte offset (per partition) of each physical tile, row-major over the physical block axes,
+    where the direct allocation puts it (ncc.psum.alloc may scatter the blocks over banks)."""
+    partitions = int(shape[partition_axis])
+    bytes_per_partition = math.prod(int(n) for n in shape[partition_axis + 1:]) * _dt.as_dtype(dtype).itemsize
+    offsets = []
+    for block in np.ndindex(*(int(n) for n in physical[:partition_axis])):
+        where = placement.address(tuple(int(i) for i in block), partitions, bytes_per_partition)
+        partition = where[1] if buffer == "psum" else where[0]
+        if partition:
+            raise NKIError(f"direct allocation of block {block} at start partition {partition}: trnlab "
+                           f"places tiles from partition 0 only")
+        offset = where[2] + where[0] * _spec().psum_bank_bytes if buffer == "psum" else where[1]
+        offsets.append(int(offset))
+    return offsets
+
+
 def ndarray(shape, dtype, *, buffer=None, name: str = "", **kwargs) -> NkiTensor:
     """A new tensor (uninitialised) in `buffer` (default SBUF).
 
@@ -289,7 +332,32 @@ def ndarray(shape, dtype, *, buffer=None, name: str = "", **kwargs) -> NkiTensor
         placement, buffer = (None if isinstance(buffer, _compiler.AutoAlloc) else buffer), buffer.memory
     if placement is None:
         return _allocate(shape, dtype, buffer or sbuf, name, launch)
-    return _allocate(shape, dtype, buffer, name, launch, placement=placement)
+    return _allocate(shape, dtype, buffer, name, launch, placement=_declared_once(launch, placement, shape, dtype))
+
+
+def _declared_once(launch, placement, shape, dtype):
+    """The placement of a direct allocation declared inside nl.affine_range / sequential_range loops.
+
+    NKI traces such a loop body once, so the declaration is one tensor at the address computed on
+    that one pass; trnlab runs the body once per iteration. A kernel that advances its own address
+    counter in the body (AWS's allocated attention: ``cur_addr += ...`` in the loop over q tiles)
+    would ask for new bytes each iteration: later iterations take the first iteration's placement."""
+    loops = launch.__dict__.get("loops")
+    if not loops:
+        return placement
+    site = _user_site(2)
+    key = (site, len(loops), tuple(int(n) for n in shape), str(_dt.as_dtype(dtype)))
+    first = launch.__dict__.setdefault("declared_in_loop", {})    # key -> placements, in order
+    counts = launch.__dict__.setdefault("declared_count", {})     # key -> (iteration, how many)
+    iteration = tuple(loops)
+    seen, n = counts.get(key, (None, 0))
+    n = n if seen == iteration else 0          # the n-th such declaration in this iteration
+    counts[key] = (iteration, n + 1)
+    if not any(loops):
+        first.setdefault(key, []).append(placement)
+        return placement
+    earlier = first.get(key, ())
+    return earlier[n] if n < len(earlier) else placement
 
 
 def empty(shape, dtype, *, buffer=None, name: str = "", **kwargs) -> NkiTensor:
@@ -335,6 +403,10 @@ def load(src, *, mask=None, dtype=None, **kwargs) -> NkiTensor:
     if src.buffer not in ("hbm", "shared_hbm", "private_hbm"):
         raise MemoryPlacementError(f"operand memory: nl.load reads HBM, but the source is in {src.buffer.upper()}"
                                    "; use nl.copy for on-chip copies", value=src.buffer, limit="hbm")
+    if _mask_split.has_multi_iterator_clause(mask):     # e.g. mask=(512 * i_p + i_f < n): one DMA per box
+        tile = ndarray(tuple(src.shape), dtype or src.dtype, buffer=sbuf, name="load")
+        _isa.dma_copy(dst=tile, src=src, mask=mask)
+        return tile
     launch = _issue.begin()
     ranges = _indexing.restrict(mask)
     target = _dt.as_dtype(dtype) if dtype is not None else src.dtype
@@ -670,30 +742,49 @@ def ds(start: int, size: int) -> slice:
 
 
 class nc:
-    """nl.nc(n): n physical NeuronCores, for nl.spmd_dim (``kernel[nl.spmd_dim(g, nl.nc(2)), ...]``)."""
+    """nl.nc(n): n physical NeuronCores, as a launch-grid axis (``kernel[nl.nc(2), 2]``: program i of
+    that axis on core i) or inside nl.spmd_dim; ``nl.nc(2) * 2`` is ``nl.spmd_dim(nl.nc(2), 2)`` and
+    ``2 * nl.nc(2)`` is ``nl.spmd_dim(2, nl.nc(2))`` (nki.language.nc / spmd_dim pages)."""
 
     def __init__(self, count: int):
         self.count = int(count)
+
+    def __mul__(self, size):
+        return spmd_dim(self, size)
+
+    def __rmul__(self, size):
+        return spmd_dim(size, self)
 
     def __repr__(self) -> str:
         return f"nl.nc({self.count})"
 
 
 class spmd_dim(int):
-    """nl.spmd_dim(size, nl.nc(k)): a launch-grid axis of `size` x k programs spread over k NeuronCores
-    (program n of that axis runs on core n % k). It is an int, the axis size, so a grid
-    ``kernel[nl.spmd_dim(4, nl.nc(2)), 2]`` has 8 x 2 programs; `cores` is k."""
+    """nl.spmd_dim: a launch-grid axis of `size` x k programs spread over k physical NeuronCores.
+
+    It is an int (the axis size), with `cores` = k and `core_of(i)` the core of program i on this axis,
+    as AWS's nki.language.spmd_dim page lays them out for a (4, 2) grid on 2 cores:
+    ``nl.spmd_dim(nl.nc(2), 2)`` (cores first) puts programs 0, 1 on core 0 and 2, 3 on core 1;
+    ``nl.spmd_dim(2, nl.nc(2))`` (cores last) puts 0, 2 on core 0 and 1, 3 on core 1."""
 
     def __new__(cls, size, cores: "nc | int" = 1):
+        cores_first = isinstance(size, nc)
+        if cores_first:                              # nl.spmd_dim(nl.nc(2), 4)
+            size, cores = cores, size
         k = cores.count if isinstance(cores, nc) else int(cores)
-        if isinstance(size, nc):                     # nl.spmd_dim(nl.nc(2), 4): either order
-            size, k = k, size.count
         value = super().__new__(cls, int(size) * k)
         value.cores = k
         value.per_core = int(size)
+        value.cores_first = cores_first
         return value
 
+    def core_of(self, i: int) -> int:
+        """The physical core (0..cores-1) that runs program `i` of this axis."""
+        return i // self.per_core if self.cores_first else i % self.cores
+
     def __repr__(self) -> str:
+        if self.cores_first:
+            return f"nl.spmd_dim(nl.nc({self.cores}), {self.per_core})"
         return f"nl.spmd_dim({self.per_core}, nl.nc({self.cores}))"
 
 
@@ -787,3 +878,9 @@ import sys as _sys  # noqa: E402  (tiles get their math and allocation from this
 from trnlab.nki.tensor import install as _install_tile_operations  # noqa: E402
 
 _install_tile_operations(language=_sys.modules[__name__], allocate=_allocate)
+
+
+from trnlab.nki import mask_split as _mask_split  # noqa: E402  (masks relating several iterators)
+
+# NKI 0.7's compiled loops and beta 1's dynamic_range (loops_compiled.py)
+from trnlab.nki.loops_compiled import dynamic_range, fori_loop, while_loop  # noqa: E402,F401

@@ -941,7 +941,7 @@ def iterate(values: range, frame):
     """Called by nl.affine_range / nl.sequential_range: the loop's iterator in the running trace."""
     from trnlab.nki import runtime
     launch = runtime.active()
-    tracer = getattr(launch, "loops", None) if launch is not None else None
+    tracer = getattr(launch, "loop_tracer", None) if launch is not None else None
     if tracer is None:
         return iter(values)
     return tracer.iterate(values, frame)

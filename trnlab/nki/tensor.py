@@ -19,6 +19,7 @@ import math
 
 import numpy as np
 
+from trnlab.hardware import dtypes as _dtypes
 from trnlab.hardware.errors import OutOfBoundsError, ShapeMismatchError
 from trnlab.nki import indexing
 from trnlab.nki.errors import NKIError, locate
@@ -30,10 +31,27 @@ ON_CHIP = ("sbuf", "psum")
 HBM_KINDS = ("hbm", "shared_hbm", "private_hbm")
 
 
+def _as_box(index: tuple):
+    """Slices equal to the integer index arrays of an access pattern, if it is a strided box
+    (tensor axis d walks pattern axis d only, by a constant positive step), else None."""
+    if not index or any(a.ndim != len(index) for a in index):
+        return None
+    slices = []
+    for d, a in enumerate(index):
+        line = a[tuple(slice(None) if k == d else 0 for k in range(a.ndim))]
+        if not np.array_equal(a, np.broadcast_to(line.reshape([-1 if k == d else 1 for k in range(a.ndim)]), a.shape)):
+            return None
+        step = int(line[1] - line[0]) if line.size > 1 else 1
+        if step <= 0 or (line.size > 1 and not np.array_equal(np.diff(line), np.full(line.size - 1, step))):
+            return None
+        slices.append(slice(int(line[0]), int(line[-1]) + 1, step))
+    return tuple(slices)
+
+
 class NkiTensor:
     __slots__ = ("shape", "dtype", "buffer", "name", "_owner", "_hw", "_index", "_ap", "_emit",
                  "_launch", "_view_cache", "_storage", "_views", "_valid", "_valid_iterator", "_gather",
-                 "_rotate", "__weakref__")
+                 "_rotate", "_block", "__weakref__")
 
     def __init__(self, shape, dtype, buffer, name=""):
         self.shape = tuple(shape)
@@ -53,6 +71,7 @@ class NkiTensor:
         self._valid_iterator = None   # the partition iterator naming those rows in an access pattern
         self._gather = None           # indirect access table[ids_tile, ...]: the SBUF tile of row indices
         self._rotate = None           # direct allocation: per block axis, how many physical tiles it rotates over
+        self._block = None            # a view of one block of such an allocation: (physical, logical) block index
 
     # -- construction ---------------------------------------------------------------------
     @classmethod
@@ -153,6 +172,7 @@ class NkiTensor:
                                f"(got {len(key)} indices)")
             ap, shape, keys = [], [], iter(key)
             rotate = owner._rotate
+            logical, physical = [], []
             for axis, entry in enumerate(base):
                 if isinstance(entry, slice):
                     k = next(keys)
@@ -164,11 +184,15 @@ class NkiTensor:
                             raise NKIError(f"an iterator on block axis {axis} of {self.name!r}, a direct "
                                            f"allocation whose logical tiles rotate over fewer physical ones, "
                                            f"is not supported: index its blocks with integers")
+                        logical.append(int(k))
                         k = int(k) % rotate[axis]   # logical block k lives in physical tile k mod n
+                        physical.append(k)
                     ap.append((k, entry.start, entry.step, _slice_len(entry)))
                 else:
                     ap.append((entry, 0, 1, None))
             view._ap = tuple(ap)
+            if logical:
+                view._block = (tuple(physical), tuple(logical))
             view.shape = indexing.tile_shape(key, indexing.expr_iterators(key))
             first = key[0]
             if self._valid is not None and isinstance(first, IndexExpr) and first.const == 0 \
@@ -179,6 +203,7 @@ class NkiTensor:
             return view
         index, shape, keys = [], [], iter(key)
         rotate = owner._rotate
+        logical, physical = [], []
         for axis, entry in enumerate(base):
             if not isinstance(entry, slice):
                 index.append(entry)
@@ -193,7 +218,9 @@ class NkiTensor:
                 k %= extent
                 k = entry.start + k * entry.step
                 if rotate is not None and axis < len(rotate):
+                    logical.append(k)
                     k %= rotate[axis]       # logical block k lives in physical tile k mod n (mod_alloc)
+                    physical.append(k)
                 index.append(k)
             elif isinstance(k, slice):
                 if rotate is not None and axis < len(rotate) and _slice_len(slice(*k.indices(extent))) > 1:
@@ -222,6 +249,8 @@ class NkiTensor:
             shape.append(1)
         view._index = tuple(index)
         view.shape = tuple(shape)
+        if logical:
+            view._block = (tuple(physical), tuple(logical))
         return view
 
     def _indirect(self, key) -> "NkiTensor":
@@ -322,6 +351,15 @@ class NkiTensor:
         kernel's end.
         """
         shape = tuple(int(n) for n in (shape if isinstance(shape, (tuple, list)) else (shape,)))
+        if (self.buffer not in HBM_KINDS and self._index is None and self._ap is None and shape
+                and shape[0] == self.shape[0] and math.prod(shape) == math.prod(self.shape)):
+            # an on-chip tile's free axes regrouped (same partitions, same bytes per partition):
+            # an access pattern over the tile, e.g. (P, F, 4) read as (P, 4F) (AWS's mxfp tutorial)
+            pattern, stride = [], 1
+            for n in reversed(shape[1:]):
+                pattern.append([stride, n])
+                stride *= n
+            return self.ap([[stride, shape[0]]] + pattern[::-1])
         if self.buffer not in HBM_KINDS or self._index is not None or self._ap is not None:
             raise NKIError("reshape is supported for whole HBM tensors (kernel arguments); reshape on-chip "
                            "tiles by indexing or by allocating the shape you need")
@@ -332,10 +370,15 @@ class NkiTensor:
         alias = hw.memory.alias(hw, shape)
         return NkiTensor.allocation(alias, self.buffer, self._launch)
 
-    def ap(self, pattern, offset: int = 0) -> "NkiTensor":
+    def ap(self, pattern, offset: int = 0, dtype=None) -> "NkiTensor":
         """An access pattern in NKI's [[stride, count], ...] form over this tensor's row-major elements
-        (the first pair walks partitions): e.g. pool windows as trailing axes of a [C, H, W] tile."""
+        (the first pair walks partitions): e.g. pool windows as trailing axes of a [C, H, W] tile.
+        ``dtype=`` reads the elements as another type of the same size (uint32 words as 4-packed
+        MX data, AWS's mxfp-matmul tutorial): the bits move unchanged (`hardware.dtypes.cast`)."""
         self._ready()
+        if dtype is not None and _dtypes.as_dtype(dtype).itemsize != np.dtype(self.dtype).itemsize:
+            raise NKIError(f".ap(dtype={_dtypes.name(dtype)}) of a {_dtypes.name(self.dtype)} tensor: reading "
+                           f"elements as a type of another size is not simulated (same-size types only)")
         if self._index is not None or self._ap is not None:
             raise NKIError(".ap() is supported on a whole tensor or tile")
         flat = np.asarray(offset, dtype=np.int64)
@@ -350,6 +393,9 @@ class NkiTensor:
         view = NkiTensor(flat.shape, self.dtype, self.buffer, self.name)
         view._owner, view._hw, view._launch = self._base(), self._hw, self._launch
         view._index = np.unravel_index(flat, self._hw.shape)
+        box = _as_box(view._index)
+        if box is not None:         # a strided box: slices, so DMAs see its contiguous runs
+            view._index = box
         return view
 
     def broadcast_to(self, shape) -> "NkiTensor":
@@ -372,7 +418,7 @@ class NkiTensor:
 
     def __iadd__(self, other):
         launch = self._launch
-        tracer = getattr(launch, "loops", None)
+        tracer = getattr(launch, "loop_tracer", None)
         if tracer is not None and tracer.flushed is not None:
             _loops.consumed(tracer, other)
         if isinstance(other, NkiTensor) and other._emit is not None and launch.pending is other \
@@ -484,7 +530,7 @@ def _assign(dst: NkiTensor, value) -> None:
     """`dst[...] = value`: issue the pending instruction into dst, or copy / fill."""
     launch = dst._launch
     if isinstance(value, NkiTensor):
-        tracer = getattr(launch, "loops", None)
+        tracer = getattr(launch, "loop_tracer", None)
         if tracer is not None and tracer.flushed is not None:
             _loops.consumed(tracer, value)
         if value._emit is not None:
@@ -495,9 +541,12 @@ def _assign(dst: NkiTensor, value) -> None:
             emit(dst, None)
             value._become(dst)
             return
-        if (value._base() is dst._base() and value._ap is None and dst._ap is None
-                and value._index == dst._index):
-            return  # `t[i] += x` writes back the region it just updated
+        if value._base() is dst._base() and value._index == dst._index and (
+                value._ap is dst._ap or (value._ap is not None and dst._ap is not None
+                                         and repr(value._ap) == repr(dst._ap))):
+            # `t[i] += x` writes back the region it just updated (also with nl.arange indices, whose
+            # access patterns are equal when they print equal: same iterators, extents and steps)
+            return
         _check_same_shape(dst, value, "tile assignment")
         isa = _OPERATIONS.isa
         if dst.buffer in HBM_KINDS or value.buffer in HBM_KINDS:

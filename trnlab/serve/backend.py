@@ -16,6 +16,7 @@ on the simulated NeuronCore. `make_backend("cpu" | "trn1" | "trn2" | "trn3", mod
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -40,7 +41,7 @@ class StepResult:
     kernels: list[tuple[str, float]] = field(default_factory=list)   # (kernel, simulated ns), in order
 
 
-class Backend:
+class Backend(ABC):
     """Padding to buckets and the KV-cache bookkeeping shared by every backend."""
 
     name = "abstract"
@@ -99,15 +100,15 @@ class Backend:
             cache.lengths[slot] += 1
         return StepResult("decode", logits[:B], (Bb, L), ns, kernels)
 
-    # -- what a backend supplies --------------------------------------------------------------
+    # -- what a backend supplies (CpuBackend: PyTorch; CompiledBackend: the simulated Trainium) ---------
+    @abstractmethod
     def _prefill_forward(self, ids: np.ndarray):
         """ids (T,) → logits (T, V), keys (n_layer, T, C), values (n_layer, T, C), simulated ns, kernels."""
-        raise NotImplementedError
 
+    @abstractmethod
     def _decode_forward(self, ids, positions, keys, values, bias):
         """ids, positions (B,); keys, values (B, n_layer, L, C) of earlier positions; bias (B, L) →
         logits (B, V), new keys and values (B, n_layer, C), simulated ns, kernels."""
-        raise NotImplementedError
 
 
 class CpuBackend(Backend):

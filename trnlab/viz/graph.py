@@ -50,44 +50,49 @@ def draw_graph(graph, title: str | None = None, ax=None, max_nodes: int = 400, l
         by_row.setdefault(row[n.name], []).append(n)
     width = max((len(v) for v in by_row.values()), default=1)
     depth = max(by_row, default=0) + 1
-    if ax is None:
-        fig, ax = plt.subplots(figsize=(min(5 + 1.6 * width, 14), min(1.5 + 0.45 * depth, 40)))
+    dx, box_w, box_h = 2.0, 1.8, 0.56          # column pitch, box size (data units; a row is 1 unit)
+    own_figure = ax is None
+    if own_figure:
+        fig, ax = plt.subplots(figsize=(3.0 + 2.1 * width, min(1.2 + 0.62 * depth, 40)))
     else:
         fig = ax.figure
     pos = {}
     for r, ns in by_row.items():
         for k, n in enumerate(ns):
-            pos[n.name] = ((k + 0.5) * width / len(ns), -r)
+            pos[n.name] = ((k - (len(ns) - 1) / 2) * dx, -r)        # each row centred
     for n in nodes:
         x1, y1 = pos[n.name]
         for i in n.inputs:
             if i in pos:
                 x0, y0 = pos[i]
                 skip = y0 - y1 > 1                       # a residual / long edge: bend it around the column
-                ax.annotate("", (x1, y1 + 0.22), (x0, y0 - 0.22),
-                            arrowprops={"arrowstyle": "-|>", "lw": 0.6, "color": "#c1121f" if skip else "#555",
+                ax.annotate("", (x1, y1 + box_h / 2), (x0, y0 - box_h / 2),
+                            arrowprops={"arrowstyle": "-|>", "lw": 0.7, "color": "#c1121f" if skip else "#555",
                                         "connectionstyle": f"arc3,rad={-0.5 if skip else 0}"})
     host = [pos[n.name] for n in nodes if n.device == "host"]
     if host:
         xs, ys = [p[0] for p in host], [p[1] for p in host]
-        ax.add_patch(Rectangle((min(xs) - 0.7, min(ys) - 0.45), max(xs) - min(xs) + 1.4, max(ys) - min(ys) + 0.9,
-                               fill=False, ls="--", lw=1.2, ec="#b5179e"))
-        ax.text(max(xs) + 0.75, max(ys), "host CPU\npartition", fontsize=7, color="#b5179e", va="top")
+        ax.add_patch(Rectangle((min(xs) - box_w / 2 - 0.2, min(ys) - 0.45), max(xs) - min(xs) + box_w + 0.4,
+                               max(ys) - min(ys) + 0.9, fill=False, ls="--", lw=1.2, ec="#b5179e"))
+        ax.text(max(xs) + box_w / 2 + 0.3, max(ys), "host CPU\npartition", fontsize=9, color="#b5179e", va="top")
     for n in nodes:
         x, y = pos[n.name]
         kind = kind_of(n)
-        ax.add_patch(FancyBboxPatch((x - 0.55, y - 0.2), 1.1, 0.4, boxstyle="round,pad=0.02",
+        ax.add_patch(FancyBboxPatch((x - box_w / 2, y - box_h / 2), box_w, box_h, boxstyle="round,pad=0.02",
                                     fc=COLOURS[kind], ec="#333", lw=0.6))
         if labels:
             v = graph.values[n.name]
             text = n.op.replace("aten.", "").replace(".default", "")
-            ax.text(x, y + 0.05, text[:16], ha="center", va="center", fontsize=6.5, weight="bold")
-            ax.text(x, y - 0.11, v.type_str()[:22], ha="center", va="center", fontsize=5)
-    ax.set_xlim(-2.0, width + 1.2)
-    ax.set_ylim(-depth, 0.8)
+            ax.text(x, y + 0.1, text[:18], ha="center", va="center", fontsize=10, weight="bold")
+            ax.text(x, y - 0.13, v.type_str()[:24], ha="center", va="center", fontsize=8, family="monospace")
+    half = (width - 1) / 2 * dx + box_w / 2
+    ax.set_xlim(-half - 0.3, half + (1.6 if host else 0.3))
+    ax.set_ylim(-depth + 0.4, 0.5)
     ax.axis("off")
     handles = [Rectangle((0, 0), 1, 1, fc=c, ec="#333") for c in COLOURS.values() if c != "#ffffff"]
-    ax.legend(handles, [k for k, c in COLOURS.items() if c != "#ffffff"], loc="upper left", fontsize=6,
-              ncol=1, frameon=False, bbox_to_anchor=(0.0, 1.0))
-    ax.set_title(title or f"{graph.name}: {len(graph.nodes)} ops", fontsize=9)
+    ax.legend(handles, [k for k, c in COLOURS.items() if c != "#ffffff"], loc="upper left", fontsize=9,
+              ncol=1, frameon=False, bbox_to_anchor=(1.0, 1.0))
+    ax.set_title(title or f"{graph.name}: {len(graph.nodes)} ops", fontsize=11)
+    if own_figure:
+        fig.tight_layout()                       # keeps the legend (outside the axes) in the saved figure
     return fig

@@ -1,0 +1,216 @@
+"""MX (OCP Microscaling) on NeuronCore-v4: `quantize_mx` (Vector engine) and `nc_matmul_mx` (Tensor engine).
+
+From AWS's NKI API pages nki.isa.quantize_mx and nki.isa.nc_matmul_mx [MX] ("Available only on
+NeuronCore-v4 and newer"):
+
+- **Data**: 4-packed FP8 (`float8_e5m2_x4`, `float8_e4m3fn_x4`): one 32-bit element holds four
+  contiguous FP8 values (`hardware.dtypes.PACKED_X4`). A tile [P, F] of x4 elements holds [P, 4F] values.
+- **Scale groups**: 32 values = 8 partitions x 4 values per partition, i.e. one x4 element on each of
+  8 consecutive partitions; one E8M0 scale per group (uint8 or float8_e8m0fnu: value 2^(s - 127)).
+- **Scale layout** (as AWS's tutorial lays it out for nc_matmul_mx): for a data tile of P <= 32
+  partitions the scales are a [P/8, F] tile; for more, group g sits on partition 32*(g//4) + g%4 of a
+  scale tile of P partitions (the first 4 partitions of each 32-partition quadrant).
+- **quantize_mx** (fp16/bf16 [P, 4F] -> x4 [P, F] + scales; P a multiple of 32, <= 128): per group,
+  the block scale is two times the OCP sample conversion's (the page: "a block scale that is two
+  times larger, reserving additional range for rounding the largest values ... without
+  saturation"): scale exponent = floor(log2(amax)) - emax + 1 (emax 15 for e5m2, 8 for e4m3fn);
+  values = x / 2^exponent, rounded to the FP8 type (clipped to its largest finite value).
+- **nc_matmul_mx**: dst[M, N] (+)= sum over k and the 4 packed values q of
+  (stationary[k, m, q] * 2^(s_st(k, m) - 127)) * (moving[k, n, q] * 2^(s_mv(k, n) - 127)): the contraction
+  is 4 x K. Timing: one pass of N columns, as a [K, M] x [K, N] matmul (4x the contraction per pass:
+  315 MXFP8 vs 79 BF16 TFLOPS per NeuronCore-v4 [ARCH-v4], `presets.TRN3_CORE.fp8_peak_factor`).
+- Cost of quantize_mx: not published; the Vector engine's generic static + N over the source's
+  elements per partition (ASSUMED).
+
+Not simulated (refused by name): FP4 (`float4_e2m1fn_x4`: two values per byte), row tiling
+(`tile_position` / `tile_size`) of nc_matmul_mx.
+
+[MX] AWS Neuron docs, NKI API "nki.isa.quantize_mx", "nki.isa.nc_matmul_mx" (NKI 0.3+ pages).
+[ARCH-v4] AWS Neuron docs, Trainium3 architecture (NeuronCore-v4 Tensor engine figures).
+"""
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+
+from . import dtypes
+from .core import DVE, NeuronCore, _view
+from .errors import DtypeError, HardwareError, MatmulShapeError, MemoryPlacementError
+
+SCALE_DTYPES = (dtypes.uint8, dtypes.float8_e8m0fnu)
+EMAX = {dtypes.float8_e5m2: 15, dtypes.float8_e4m3fn: 8}      # largest exponent of the element type
+
+
+class MXError(HardwareError):
+    """An MX instruction used off NeuronCore-v4, or with operands that break its layout rules."""
+    rule = "mx format"
+
+
+def _need_v4(core, opcode: str):
+    if core.spec.generation < "v4":
+        raise MXError(f"mx format: {opcode} needs NeuronCore-v4 or newer (Trn3); {core.spec.name} is "
+                      f"NeuronCore-{core.spec.generation}", value=core.spec.generation, limit="v4")
+
+
+def scale_partitions(data_partitions: int) -> np.ndarray:
+    """The scale tile's partition of each 8-partition group of a data tile (see the module docstring)."""
+    groups = np.arange(data_partitions // 8)
+    return groups if data_partitions <= 32 else 32 * (groups // 4) + groups % 4
+
+
+def _check_scale(scale, data, what: str):
+    if scale.tensor.kind != "sbuf":
+        raise MemoryPlacementError(f"operand memory: {what} is in {scale.tensor.kind.upper()}; MX scales "
+                                   f"live in SBUF", value=scale.tensor.kind, limit="sbuf")
+    if scale.tensor.dtype not in SCALE_DTYPES:
+        raise MXError(f"mx format: {what} is {dtypes.name(scale.tensor.dtype)}; scales are uint8 or "
+                      f"float8_e8m0fnu (E8M0)", value=dtypes.name(scale.tensor.dtype), limit="uint8")
+    rows = int(scale_partitions(data.partitions).max()) + 1
+    if scale.partitions < rows or scale.free_size < data.free_size or len(scale.shape) != 2:
+        raise MXError(f"mx format: {what} {scale.shape} cannot hold the scales of a [{data.partitions}, "
+                      f"{data.free_size}] data tile: needs [{rows}, {data.free_size}] (one scale per 8 "
+                      f"partitions x 1 packed element)", value=scale.shape, limit=(rows, data.free_size))
+
+
+def _check_data(v, what: str):
+    if v.tensor.kind != "sbuf":
+        raise MemoryPlacementError(f"operand memory: {what} is in {v.tensor.kind.upper()}; MX data lives in "
+                                   f"SBUF", value=v.tensor.kind, limit="sbuf")
+    if v.tensor.dtype not in dtypes.PACKED_X4:
+        raise MXError(f"mx format: {what} is {dtypes.name(v.tensor.dtype) if v.tensor.dtype in dtypes._NAMES else v.tensor.dtype}; "
+                      f"expected 4-packed FP8 (float8_e5m2_x4 / float8_e4m3fn_x4; FP4 x4 is not simulated)",
+                      value=str(v.tensor.dtype), limit="float8_*_x4")
+    if v.partitions % 32 or v.partitions > 128:
+        raise MXError(f"mx format: {what} has {v.partitions} partitions; MX tiles take a multiple of 32, "
+                      f"at most 128", value=v.partitions, limit=128)
+
+
+def _scale_region(scale, data):
+    rows = scale_partitions(data.partitions)
+    if scale.index is not None:
+        return scale
+    return scale.tensor[int(rows.min()):int(rows.max()) + 1, 0:data.free_size]
+
+
+def unpack(values: np.ndarray, x4_dtype) -> np.ndarray:
+    """x4 words [P, F] -> float32 values [P, F, 4] (element 0 in the lowest byte)."""
+    words = np.ascontiguousarray(values).view(np.uint32)
+    fp8 = words.view(np.uint8).reshape(words.shape + (4,)).view(dtypes.PACKED_X4[np.dtype(x4_dtype)])
+    return fp8.astype(np.float32)
+
+
+def pack(values: np.ndarray, x4_dtype) -> np.ndarray:
+    """float values [P, F, 4] -> x4 words [P, F] (rounded to the element type)."""
+    element = dtypes.PACKED_X4[np.dtype(x4_dtype)]
+    fp8 = np.ascontiguousarray(values.astype(np.float32).astype(element))
+    return fp8.view(np.uint8).reshape(values.shape[:-1] + (4,)).view(np.uint32)[..., 0].view(x4_dtype)
+
+
+def scale_factors(scale_values: np.ndarray, data_partitions: int, free: int) -> np.ndarray:
+    """Per data partition and packed element, 2^(s - 127) of its group: [P, F]."""
+    rows = scale_partitions(data_partitions)
+    s = np.asarray(scale_values)[rows, :free]
+    if s.dtype == dtypes.float8_e8m0fnu:
+        factors = s.astype(np.float32)
+    else:
+        factors = np.where(s == 255, np.nan, np.exp2(s.astype(np.float32) - 127.0))
+    return np.repeat(factors, 8, axis=0)
+
+
+def quantize(x: np.ndarray, x4_dtype) -> tuple[np.ndarray, np.ndarray]:
+    """(x4 words [P, F/4], uint8 scales [P/8, F/4]) of fp values x [P, F] (see the module docstring)."""
+    element = dtypes.PACKED_X4[np.dtype(x4_dtype)]
+    P, F = x.shape
+    groups = np.abs(x.astype(np.float32)).reshape(P // 8, 8, F // 4, 4).max(axis=(1, 3))
+    mantissa, exponent = np.frexp(groups)                 # amax = m * 2^e, m in [0.5, 1)
+    shared = np.where(groups > 0, exponent - 1 - EMAX[element] + 1, -127)
+    shared = np.clip(shared, -127, 127)
+    factor = np.exp2(np.repeat(np.repeat(shared, 8, axis=0), 4, axis=1).astype(np.float32))
+    largest = float(ml_dtypes.finfo(element).max)
+    scaled = np.clip(x.astype(np.float32) / factor, -largest, largest)
+    return pack(scaled.reshape(P, F // 4, 4), x4_dtype), (shared + 127).astype(np.uint8)
+
+
+def quantize_mx(self, dst, src, dst_scale) -> int:
+    """dst (x4 [P, F/4]), dst_scale (E8M0) = MX quantization of src (fp16/bf16 [P, F]) on the Vector engine."""
+    _need_v4(self, "quantize_mx")
+    dst, src, scale = _view(dst, "dst"), _view(src, "src"), _view(dst_scale, "dst_scale")
+    if src.tensor.kind != "sbuf":
+        raise MemoryPlacementError(f"operand memory: quantize_mx src is in {src.tensor.kind.upper()}; it "
+                                   f"reads SBUF", value=src.tensor.kind, limit="sbuf")
+    if src.tensor.dtype not in (dtypes.float16, dtypes.bfloat16):
+        raise DtypeError(f"data type: quantize_mx src is {dtypes.name(src.tensor.dtype)}; it takes float16 or "
+                         f"bfloat16", value=src.tensor.dtype, limit=("float16", "bfloat16"))
+    _check_data(dst, "quantize_mx dst")
+    if src.partitions != dst.partitions or src.free_size != 4 * dst.free_size:
+        raise MXError(f"mx format: quantize_mx src {src.shape} must be [P, 4F] for dst {dst.shape} [P, F] "
+                      f"(four values per packed element)", value=src.shape, limit=(dst.partitions, 4 * dst.free_size))
+    _check_scale(scale, dst, "quantize_mx dst_scale")
+    if self.full:
+        src.check_initialized()
+        x = np.asarray(src.values(), np.float32).reshape(src.partitions, src.free_size)
+        words, scales = quantize(x, dst.tensor.dtype)
+        dst.write(words.reshape(dst.shape))
+        if scale.index is not None:
+            raise MXError("mx format: quantize_mx dst_scale must be a whole scale tile", value=scale.shape,
+                          limit="whole tile")
+        rows = scale_partitions(dst.partitions)
+        lo, hi = int(rows.min()), int(rows.max()) + 1
+        region = scale.tensor[lo:hi, 0:dst.free_size]          # the partitions that hold scales
+        written = scale.tensor.written
+        keep = written is None or bool(written[lo:hi, 0:dst.free_size].all())
+        current = np.array(region.values()) if keep else np.zeros(region.shape, scale.tensor.dtype)
+        current[rows - lo] = scales.view(scale.tensor.dtype)  # E8M0 bits = the biased exponent
+        region.write(current)
+    dur = self._cost_ns(DVE, "quantize_mx", (src,), (dst,))
+    return self._issue(DVE, "quantize_mx", dur, (src,), dst, also_write=scale)
+
+
+def nc_matmul_mx(self, dst, stationary, moving, stationary_scale, moving_scale, accumulate=None) -> int:
+    """dst[M, N] (+)= the MX product of stationary x4 [K, M] and moving x4 [K, N] with their scales."""
+    _need_v4(self, "nc_matmul_mx")
+    dst, st, mv = _view(dst, "dst"), _view(stationary, "stationary"), _view(moving, "moving")
+    st_s, mv_s = _view(stationary_scale, "stationary_scale"), _view(moving_scale, "moving_scale")
+    _check_data(st, "nc_matmul_mx stationary")
+    _check_data(mv, "nc_matmul_mx moving")
+    _check_scale(st_s, st, "nc_matmul_mx stationary_scale")
+    _check_scale(mv_s, mv, "nc_matmul_mx moving_scale")
+    K, M, N = st.partitions, st.free_size, mv.free_size
+    if mv.partitions != K:
+        raise MatmulShapeError(f"matmul tile shape: contraction sizes differ: stationary {st.shape}, moving "
+                               f"{mv.shape}", value=mv.partitions, limit=K)
+    if M > self.spec.stationary_fmax or N > self.spec.moving_fmax:
+        raise MatmulShapeError(f"matmul tile shape: nc_matmul_mx M={M}, N={N}; limits {self.spec.stationary_fmax}, "
+                               f"{self.spec.moving_fmax}", value=(M, N), limit=(self.spec.stationary_fmax, self.spec.moving_fmax))
+    if dst.tensor.kind != "psum":
+        raise MemoryPlacementError(f"operand memory: nc_matmul_mx dst is in {dst.tensor.kind.upper()}; the "
+                                   f"Tensor engine writes PSUM", value=dst.tensor.kind, limit="psum")
+    if dst.partitions != M or dst.free_size != N:
+        raise MatmulShapeError(f"shape mismatch: nc_matmul_mx dst {dst.shape} should be [M={M}, N={N}]",
+                               value=dst.shape, limit=(M, N))
+    if dst.tensor.dtype not in (dtypes.float32, dtypes.bfloat16):
+        raise DtypeError(f"data type: nc_matmul_mx writes fp32 or bf16 to PSUM, dst is "
+                         f"{dtypes.name(dst.tensor.dtype)}", value=dst.tensor.dtype, limit="float32")
+    self._matmul_dtypes.add(dtypes.float8_e4m3)          # MFU against the fp8 peak (the MX rate)
+    if self.full:
+        for v in (st, mv):
+            v.check_initialized()
+        for v, data in ((st_s, st), (mv_s, mv)):         # only the partitions that hold scales are read
+            _scale_region(v, data).check_initialized()
+        a = unpack(st.values(), st.tensor.dtype) * scale_factors(st_s.values(), K, M)[..., None]
+        b = unpack(mv.values(), mv.tensor.dtype) * scale_factors(mv_s.values(), K, N)[..., None]
+        product = np.einsum("kmq,knq->mn", a.reshape(K, M, 4), b.reshape(K, N, 4))
+        t = dst.tensor
+        if accumulate is None:
+            accumulate = t.written is None or bool((t.written if dst.index is None else t.written[dst.index]).all())
+        if accumulate:
+            dst.check_initialized()
+            product = product + dst.values().astype(np.float32).reshape(M, N)
+        dst.write(product.reshape(dst.shape).astype(t.dtype))
+    # one pass of N columns (cost._tensor_engine: K, M from the stationary, N from the moving)
+    return self._pe_issue("nc_matmul_mx", st, (mv, st_s, mv_s), dst, 2.0 * 4 * K * M * N,
+                          st.nbytes + mv.nbytes + st_s.nbytes + mv_s.nbytes, dst.nbytes)
+
+
+NeuronCore.quantize_mx = quantize_mx
+NeuronCore.nc_matmul_mx = nc_matmul_mx

@@ -1,0 +1,68 @@
+"""NKI's compiled loops: `nl.fori_loop`, `nl.while_loop` (NKI 0.7) and `nl.dynamic_range` (beta 1).
+
+On the chip these run as loops on the device (a compare-and-branch per iteration) instead of being
+unrolled while the kernel is traced (AWS's "NKI Loops" / "NKI Control Flow" deep dives and the
+nki.language.fori_loop, while_loop pages). trnlab traces each iteration, so a loop whose bounds are
+known at trace time (Python ints) runs exactly as its unrolled body; the per-iteration branch costs
+no time here (AWS publishes no figure for it — ASSUMED 0).
+
+Not simulated: bounds or conditions held in registers (`nisa.register_alloc` / `register_load`,
+a `VirtualRegister` known only at run time): refused by name.
+"""
+from __future__ import annotations
+
+import numbers
+
+from trnlab.nki.errors import NKIError
+
+MAX_WHILE_ITERATIONS = 1 << 20   # a guard against a condition that never reaches 0 while tracing
+
+
+def _static(value, what: str, call: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise NKIError(f"{call}: {what} = {value!r} ({type(value).__name__}) is not known at trace time; "
+                       f"run-time bounds (VirtualRegister from nisa.register_load) are not simulated — "
+                       f"pass a Python int")
+    return int(value)
+
+
+def fori_loop(lower, upper, body_fun, step: int = 1, unroll: bool = False) -> None:
+    """nl.fori_loop(lower, upper, body_fun, step=1): body_fun(i) for i in range(lower, upper, step).
+
+    `body_fun` returns nothing; loop state lives in SBUF/HBM (as on the chip). `step` must be a
+    positive int. `unroll` (the compiler unrolls instead of looping) changes nothing here."""
+    lower = _static(lower, "lower", "nl.fori_loop")
+    upper = _static(upper, "upper", "nl.fori_loop")
+    if isinstance(step, bool) or not isinstance(step, numbers.Integral) or step <= 0:
+        raise NKIError(f"nl.fori_loop: step must be a compile-time positive integer, got {step!r}")
+    for i in range(lower, upper, int(step)):
+        body_fun(i)
+
+
+def while_loop(init, body_fun) -> None:
+    """nl.while_loop(init, body_fun): r = init; while r != 0: r = body_fun(r).
+
+    The condition must be known at trace time (a Python int); a register condition is refused."""
+    r = _static(init, "init", "nl.while_loop")
+    for _ in range(MAX_WHILE_ITERATIONS):
+        if r == 0:
+            return
+        r = _static(body_fun(r), "the condition body_fun returned", "nl.while_loop")
+    raise NKIError(f"nl.while_loop: the condition was still nonzero after {MAX_WHILE_ITERATIONS} iterations")
+
+
+class dynamic_range:
+    """nl.dynamic_range(start, stop, step): a loop the device runs (beta 1); traced per iteration here."""
+    kind = "dynamic"
+
+    def __init__(self, *args):
+        self._range = range(*(_static(a, "bound", "nl.dynamic_range") for a in args))
+
+    def __iter__(self):
+        return iter(self._range)
+
+    def __len__(self):
+        return len(self._range)
+
+    def __repr__(self) -> str:
+        return f"nl.dynamic_range({self._range.start}, {self._range.stop}, {self._range.step})"
