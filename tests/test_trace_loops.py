@@ -172,6 +172,7 @@ class _FakeLoop:
 
     def __init__(self, stamped=False):
         self.active, self.stamped, self.degraded = True, stamped, None
+        self.values, self.current = range(8), 3            # k = 3 in a loop over 0..7
 
         class tracer:
             poisoned, abandoned = False, []
@@ -205,6 +206,21 @@ def test_a_non_affine_use_gives_what_an_int_would_and_runs_the_loop_concretely(n
     result = _USES[name](LoopIndex(3, ((loop, 1),)))
     assert result == _USES[name](3) and type(result) is type(_USES[name](3))
     assert name == "isinstance" or loop.degraded is not None
+
+
+@nki.jit
+def _guarded_kernel(a):
+    R, C = a.shape
+    out = nl.ndarray((R, C), dtype=a.dtype, buffer=nl.shared_hbm)
+    for r in nl.affine_range(R // 128):
+        if r * 128 < R:                                       # true in every iteration: still stamps
+            nl.store(out[r * 128:(r + 1) * 128, :], value=nl.load(a[r * 128:(r + 1) * 128, :]))
+    return out
+
+
+def test_a_comparison_with_the_same_answer_in_every_iteration_does_not_stop_stamping():
+    _, fallbacks = assert_same_program(_guarded_kernel, SD((128 * 6, 64), "float32"))
+    assert fallbacks == [] and _stamped_loops(_guarded_kernel, SD((128 * 6, 64), "float32")) == 1
 
 
 def test_a_non_affine_use_after_a_loop_stamped_traces_the_kernel_again():

@@ -174,10 +174,49 @@ def _refuse(name: str):
     method = getattr(int, name)
 
     def refused(self, *args):
+        values = tuple(a._v if type(a) is LoopIndex else a for a in args)
+        if name in _COMPARISONS and _same_everywhere(self, method, args):
+            return method(self._v, *values)
         _taint(self._terms, name)
-        return method(self._v, *(a._v if type(a) is LoopIndex else a for a in args))
+        return method(self._v, *values)
     refused.__name__ = name
     return refused
+
+
+_COMPARISONS = {"__bool__", "__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__"}
+_MAX_POINTS = 4096
+
+
+def _same_everywhere(k: "LoopIndex", method, args) -> bool:
+    """Does the comparison give the same answer in every iteration of every loop it involves (so
+    that stamped iterations would branch the same way)? Checked on all of them."""
+    terms = k._terms
+    if args:
+        other = args[0]
+        if type(other) is LoopIndex:
+            terms = _merge(terms, other._terms, -1)
+            offset = k._v - other._v
+            compare = lambda x: method(x, 0)  # noqa: E731  (k - other against 0)
+        elif type(other) is int:
+            offset = k._v
+            compare = lambda x: method(x, other)  # noqa: E731
+        else:
+            return False
+    else:
+        offset, compare = k._v, method
+    if not terms:
+        return True
+    grid = [offset]
+    for loop, coef in terms:
+        if loop.current is None or (not loop.active and loop.stamped):
+            return False
+        now = loop.values[loop.current]
+        steps = [coef * (v - now) for v in loop.values]
+        if len(grid) * len(steps) > _MAX_POINTS:
+            return False
+        grid = [g + d for g in grid for d in steps]
+    first = compare(grid[0])
+    return all(compare(x) == first for x in grid)
 
 
 for _name in ("__bool__", "__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__", "__hash__",
