@@ -15,9 +15,9 @@ Here a loop of n >= 4 iterations whose body uses its iterator only affinely is t
    lead only to access boxes, whose bounds are affine. ``name[k]`` on a Python list is affine when
    the list's entries over the whole loop are tiles in affinely placed buffers (checked entry by
    entry), and so is a comparison whose answer is the same in every iteration of the loops it
-   involves (checked on all of them). Any other use (``bool``, comparisons, ``hash``, ``int()``, ``range(k)``, ``//``, ``%``,
-   ``str``, floats, a product of two indices) gets the answer an int would give, and the loop runs
-   its remaining iterations concretely;
+   involves (checked on all of them). Any other use (``bool``, comparisons, ``hash``, ``int()``,
+   ``range(k)``, ``//``, ``%``, ``str``, floats, a product of two indices) gets the answer an int
+   would give, and the loop runs its remaining iterations concretely;
 2. the records of the two iterations (instructions with operands, boxes, attributes, source
    lines and their descriptions, and the buffers allocated in the body) are flattened into a
    structure, constants and integers. Same structure and constants required (slice lengths and
