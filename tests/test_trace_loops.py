@@ -337,7 +337,8 @@ def _pending_consumed_kernel(a):
     (_pending_consumed_kernel, "assigned right after"),
     (_lookup_table_kernel, "__index__"), (_carried_counter_kernel, "done"), (_tiles_in_a_list_kernel, "tiles"),
     (_break_kernel, "left early"), (_triangular_kernel, "non-affinely"), (_named_tiles_kernel, "__format__"),
-], ids=["pending result assigned", "table lookup", "carried counter", "tiles kept in a list", "break", "triangular loop", "f-string name"])
+], ids=["pending result assigned", "table lookup", "carried counter", "tiles kept in a list", "break",
+        "triangular loop", "f-string name"])
 def test_kernels_that_loops_cannot_stamp_fall_back_and_give_the_concrete_program(kernel, reason):
     _, fallbacks = assert_same_program(kernel, SD((128 * 6, 64), "float32"))
     assert any(reason in why for _, why in fallbacks), fallbacks
