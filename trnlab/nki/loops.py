@@ -209,7 +209,7 @@ def _same_everywhere(k: "LoopIndex", method, args) -> bool:
         return True
     grid = [offset]
     for loop, coef in terms:
-        if loop.current is None or (not loop.active and loop.stamped):
+        if loop.current is None or loop.degraded is not None or (not loop.active and loop.stamped):
             return False
         now = loop.values[loop.current]
         steps = [coef * (v - now) for v in loop.values]
