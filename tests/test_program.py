@@ -482,3 +482,170 @@ def test_a_view_rebound_to_a_fresh_tensor_is_the_view_parsed_on_it():
         assert fresh.full.tensor is fresh and fresh.offset == proto.offset
 
     check()
+
+
+# -- one timing model: the compiled replay and the checked core agree on any program -------------------
+def _mixed_kernel(script):
+    """A kernel issuing `script`: each step (action, i, j, k) of small numbers picks an instruction
+    and its operands among the tiles made so far — loads and stores (whole tiles and column halves),
+    SBUF-to-SBUF copies, matmuls accumulating into PSUM tiles, transposes, and Vector, Scalar and
+    GpSimd instructions reading and overwriting tiles (so RAW, WAR and WAW on overlapping boxes,
+    PSUM banks, shared ports, reused bytes all occur)."""
+    engines = (nisa.vector_engine, nisa.gpsimd_engine, nisa.scalar_engine)
+
+    def mixed(a, b):
+        out = nl.ndarray((256, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+        sb = [nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)]
+        nisa.dma_copy(dst=sb[0], src=a[0:128, :])
+        st = [nl.ndarray((128, 128), dtype=nl.bfloat16, buffer=nl.sbuf)]
+        nisa.dma_copy(dst=st[0], src=b[0:128, 0:128])
+        ps = [nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)]
+
+        def half(tile, k):                     # a whole tile or one of its column halves
+            return tile if k == 0 else tile[:, (k - 1) * 256:k * 256]
+
+        for action, i, j, k in script:
+            if action == 0:                                        # load a new tile
+                t = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+                nisa.dma_copy(dst=half(t, k % 3), src=half(a[(i % 2) * 128:(i % 2 + 1) * 128, :], k % 3))
+                sb.append(t)
+            elif action == 1:                                      # store a tile (or half of one)
+                rows = (j % 2) * 128
+                nisa.dma_copy(dst=half(out[rows:rows + 128, :], k % 3), src=half(sb[i % len(sb)], k % 3))
+            elif action == 2:                                      # SBUF -> SBUF copy into a tile
+                nisa.dma_copy(dst=sb[i % len(sb)], src=sb[j % len(sb)])
+            elif action == 3:                                      # matmul, accumulating or a new group
+                if k % 3 == 0:
+                    ps.append(nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum))
+                if k % 4 == 1:
+                    w = nl.ndarray((128, 128), dtype=nl.bfloat16, buffer=nl.sbuf)
+                    nisa.dma_copy(dst=w, src=b[(i % 2) * 128:(i % 2 + 1) * 128, 0:128])
+                    st.append(w)
+                moving = nl.ndarray((128, 512), dtype=nl.bfloat16, buffer=nl.sbuf)
+                nisa.tensor_copy(dst=moving, src=sb[j % len(sb)], engine=engines[k % 3])
+                nisa.nc_matmul(dst=ps[-1], stationary=st[i % len(st)], moving=moving)
+            elif action == 4:                                      # PSUM -> SBUF on an engine
+                dst = sb[j % len(sb)] if k % 2 else nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+                if not k % 2:
+                    sb.append(dst)
+                nisa.tensor_copy(dst=half(dst, i % 3), src=half(ps[i % len(ps)], i % 3),
+                                 engine=(nisa.vector_engine, nisa.scalar_engine)[k % 2])
+            elif action == 5:                                      # element-wise, in place or not
+                dst = sb[k % len(sb)]
+                nisa.tensor_tensor(dst=half(dst, i % 3), data1=half(sb[i % len(sb)], i % 3),
+                                   data2=half(sb[j % len(sb)], i % 3), op=nl.add,
+                                   engine=engines[k % 2])
+            elif action == 6:                                      # activation on the Scalar engine
+                src = ps[i % len(ps)] if j % 2 else sb[i % len(sb)]
+                nisa.activation(dst=sb[k % len(sb)], op=nl.exp, data=src)
+            elif action == 7:                                      # transpose through the Tensor engine
+                t = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
+                nisa.nc_transpose(dst=t, data=sb[i % len(sb)][:, (j % 4) * 128:(j % 4 + 1) * 128])
+                if k % 2:                                          # read back by the Vector engine
+                    nisa.tensor_copy(dst=sb[i % len(sb)][:, 0:128], src=t)
+            elif action == 8:                                      # a fill on any engine
+                nisa.memset(dst=half(sb[i % len(sb)], j % 3), value=0.0, engine=engines[k % 3])
+            else:              # engines at once on fresh tiles: they contend for the shared ports
+                pair = [nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf) for _ in range(2)]
+                nisa.memset(dst=pair[0], value=1.0, engine=nisa.gpsimd_engine)
+                nisa.tensor_copy(dst=half(pair[1], j % 3), src=half(ps[i % len(ps)], j % 3),
+                                 engine=nisa.vector_engine)
+                nisa.activation(dst=half(sb[j % len(sb)], j % 3), op=nl.exp, data=half(ps[i % len(ps)], j % 3))
+                sb.extend(pair)
+        nisa.dma_copy(dst=out[0:128, :], src=sb[-1])
+        return out
+
+    return mixed
+
+
+def test_compiled_replay_equals_the_checked_core_on_generated_programs():
+    """The property behind the compiled replay: on any program (hypothesis writes small kernels of
+    mixed instructions), any preset, one or two cores and several launches, it produces the checked
+    core's timeline record for record and leaves the cores in the same state."""
+    from hypothesis import HealthCheck, given, settings, strategies as st
+
+    step = st.tuples(st.integers(0, 9), st.integers(0, 7), st.integers(0, 7), st.integers(0, 11))
+
+    @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(st.lists(step, min_size=4, max_size=40), st.sampled_from(["trn1", "trn2", "trn3"]),
+           st.integers(1, 2), st.integers(1, 3))
+    def check(script, target, cores, launches):
+        program = nki.trace(_mixed_kernel(script), SD((256, 512), "float32"), SD((256, 512), "bfloat16"),
+                            target=target)
+        fast = _timelines(program, False, target, cores=cores, launches=launches)
+        assert fast == _timelines(program, True, target, cores=cores, launches=launches)
+
+    check()
+
+
+def test_compiled_replay_equals_the_checked_core_with_dma_queues_named():
+    """Transfers on queues the program names (as a compiler may) beside ones on the queue free first."""
+    import copy
+    from dataclasses import replace
+    kernel, args = COMPILED_CASES["ladder tiled"]
+    traced = nki.trace(kernel, *args, target="trn2")
+    program = copy.copy(traced)
+    program.instructions = [
+        replace(ins, attrs={**ins.attrs, "queue": k % 5}, issue=None)
+        if ins.opcode == "dma_copy" and k % 3 == 0 else ins for k, ins in enumerate(traced.instructions)]
+    for name in ("_plan", "_compiled", "_issue_spec", "_values_plan"):
+        program.__dict__.pop(name, None)
+    fast = _timelines(program, False, launches=3)
+    assert fast == _timelines(program, True, launches=3)
+    engines = {r[0] for r in fast[0][0] if r[1] == "dma_copy"}
+    assert {4, 5, 6, 7, 8} <= engines and len(engines) > 5       # named queues and chosen ones
+
+
+def test_the_replays_heap_of_dma_queues_picks_the_queue_the_core_picks():
+    """The compiled replay keeps the DMA queues in a heap of (free time, queue); its top must be
+    scheduler.first_free_queue's answer (the lowest-numbered of the queues free first), ties
+    included, as transfers end and queues free up in any order."""
+    from heapq import heapify, heapreplace
+    from hypothesis import given, settings, strategies as st
+    from trnlab.hardware.scheduler import first_free_queue
+
+    @settings(max_examples=100, deadline=None)
+    @given(st.integers(1, 16), st.lists(st.sampled_from([0.0, 1.0, 2.5, 2.5, 7.0]), max_size=60))
+    def check(queues, durations):
+        free = [0.0] * queues
+        heap = [(f, q) for q, f in enumerate(free)]
+        heapify(heap)
+        for d in durations:
+            q = first_free_queue(free)
+            assert heap[0] == (free[q], q)
+            free[q] += d
+            heapreplace(heap, (free[q], q))
+
+    check()
+
+
+def test_compiled_replay_follows_a_changed_cost_model_like_the_checked_core():
+    """A change to the cost model or to a scheduling constant changes both paths alike (they call
+    the same functions): on cores derived from Trn2 with other DMA latencies, bandwidths, engine
+    overheads, queue counts and port sharing, the compiled replay still equals the checked core."""
+    from hypothesis import HealthCheck, given, settings, strategies as st
+
+    step = st.tuples(st.integers(0, 9), st.integers(0, 7), st.integers(0, 7), st.integers(0, 11))
+    changes = st.fixed_dictionaries({
+        "dma_latency_ns": st.sampled_from([1.0, 700.0, 2600.0]),
+        "dma_descriptor_ns": st.sampled_from([10.0, 150.0, 900.0]),
+        "dma_engine_bandwidth": st.sampled_from([4e9, 17e9, 60e9]),
+        "hbm_bandwidth": st.sampled_from([50e9, 410e9, 3e12]),
+        "dma_queues": st.sampled_from([1, 3, 16]),
+        "vector_static_cycles": st.sampled_from([0, 100, 1000]),
+        "matmul_min_cycles": st.sampled_from([1, 64, 512]),
+        "stationary_load_speedup": st.sampled_from([1, 4]),
+        "sbuf_port_shared": st.booleans(),
+        "psum_port": st.sampled_from(["core", "bank", "none"]),
+    })
+
+    @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(st.lists(step, min_size=8, max_size=40), changes, st.integers(1, 3))
+    def check(script, change, launches):
+        spec = presets.TRN2.core.derive(**change)
+        program = nki.trace(_mixed_kernel(script), SD((256, 512), "float32"), SD((256, 512), "bfloat16"),
+                            target=spec)
+        assert _timelines(program, False, spec, launches=launches) == _timelines(program, True, spec,
+                                                                                 launches=launches)
+
+    check()

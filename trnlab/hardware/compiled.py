@@ -8,7 +8,7 @@ one, which PSUM banks an instruction touches, what each instruction costs. Only 
 end, ready times) and a few choices made on them (the DMA queue free first, the earliest free slot
 of a shared port or channel) change from run to run.
 
-So the program is compiled once (`compile_timing`, cached on the Program):
+So the program is compiled once (`compiled_for`, cached on the Program):
 
 1. **describe**: each instruction is issued to a `DescribingCore` — a timing-mode `NeuronCore`
    whose instruction methods run unchanged (rule checks, the pure cost model) but whose last step,
@@ -16,15 +16,28 @@ So the program is compiled once (`compile_timing`, cached on the Program):
    (buffer id, box), bytes, the ports it needs. The trace records these descriptions as it goes
    (`trace.Recorder`), so a traced program needs no second pass; a program loaded from JSON is
    described once here.
-2. **resolve**: the scheduler's bookkeeping (`scheduler.py`, `memory.OnChipMemory`) is run once on
-   *nodes* instead of times: per instruction, the ordered list of the earlier results it must wait
-   for — exactly the records the scheduler would have examined, in the order it would have, merged
-   records becoming "latest of" nodes, freed bytes becoming the nodes a new tile inherits.
-3. **replay** (`run_timing`): one loop over the flat list computes every time with the same float
-   operations in the same order as the core — hence the *same timeline*, record for record
-   (tests/test_program.py compares both paths on several kernels, launches and cores). The DMA
-   queue choice, the shared ports (`core._Port`) and the HBM / DMA channels (`scheduler.Channel`)
-   are the core's own objects, so launches on several cores of a device interleave as before.
+2. **resolve**: the scheduler's bookkeeping is run once on *nodes* instead of times: per
+   instruction, the ordered list of the earlier results it must wait for — exactly the records
+   the scheduler would have examined, in the order it would have (merged records and freed bytes
+   becoming groups of nodes).
+3. **replay** (`run_timing`): one loop over the flat list computes every time — hence the *same
+   timeline*, record for record (tests/test_program.py compares both paths on several kernels,
+   launches and cores, and on kernels hypothesis writes). The DMA queue choice, the shared ports
+   (`core._Port`) and the HBM / DMA channels (`scheduler.Channel`) are the core's own objects, so
+   launches on several cores of a device interleave as before.
+
+**One implementation of the timing model.** The core and this replay call the same functions:
+the cost model (`cost.py`, through `NeuronCore._dma_cost` / `_pe_cost` / `_cost_ns` and
+`_check_matmul`), which shared ports an instruction needs (`core.port_needs`,
+`scheduler.psum_banks`), the dependency rules and their bookkeeping (`scheduler.read_waits`,
+`write_waits`, `add_read`, `add_write`, `compact` — on records of times in the core, of node groups
+here), the freed-byte ranges a tile inherits (`memory.take_ranges`, `put_range`), a DMA's queue,
+latency and passage through the DMA engines and HBM (`scheduler.first_free_queue`,
+`dma_transfer`, `Channel.reserve`), LoadStationary (`scheduler.stationary_load`) and the ports'
+arbitration (`_Port.slot` / `book`). What this loop writes out itself is the running maximum over
+an instruction's dependency nodes, the queue free first kept in a heap (the same choice as
+`first_free_queue`: the lowest-numbered of the earliest free), and the engine-queue / matmul-group
+arithmetic of one line each (`start + busy`, the later of ready and the group's ready).
 
 The structure depends on the core's on-chip state left by earlier launches (which byte ranges of
 SBUF/PSUM were freed); it is compiled per such layout (a program replayed on the same core reaches
@@ -35,14 +48,14 @@ duration.
 """
 from __future__ import annotations
 
-from bisect import bisect_right
+from heapq import heapify, heapreplace
 
 import numpy as np
 
-from . import cost, dtypes
-from .core import ACT, DVE, PE, POOL, NeuronCore, _free_byte_range, _Port, _view
-from .errors import EngineError
-from .scheduler import _TOUCH, KEEP, MAX_RECORDS, _union, compact, covers, overlap
+from . import dtypes, scheduler
+from .core import DVE, PE, NeuronCore, _bytes_by_memory, _free_byte_range, _Port, _view, port_needs
+from .memory import put_range, take_ranges
+from .scheduler import _union, add_read, add_write, psum_banks, read_waits, write_waits
 from .tensor import Tensor, View
 
 # descriptions (what an instruction asks of the scheduler)
@@ -67,21 +80,11 @@ class DescribingCore(NeuronCore):
 
     def _issue(self, eid, opcode, dur, reads, write, flops=0.0, also_write=None):
         writes = (write,) if also_write is None else (write, also_write)
-        sbuf = psum = 0
-        for v in reads + writes:
-            if v.tensor.kind == "sbuf":
-                sbuf += v.nbytes
-            else:
-                psum += v.nbytes
-        spec = self.spec
-        sbuf_port = bool(sbuf and eid != ACT and spec.sbuf_port_shared)
-        psum_port = None
-        if psum and eid != POOL:
-            if spec.psum_port == "core":
-                psum_port = "core"
-            elif spec.psum_port == "bank":
-                psum_port = tuple((self.buffer_of(v.tensor),) + _free_byte_range(v)
-                                  for v in reads + writes if v.tensor.kind == "psum")
+        sbuf, psum = _bytes_by_memory(reads + writes)
+        sbuf_port, psum_port = port_needs(self.spec, eid, sbuf, psum)
+        if psum_port == "bank":         # the banks are known once the tiles are placed (resolve)
+            psum_port = tuple((self.buffer_of(v.tensor),) + _free_byte_range(v)
+                              for v in reads + writes if v.tensor.kind == "psum")
         return self._describe((ISSUE, eid, opcode, dur, tuple(self._ref(v) for v in reads),
                                tuple(self._ref(v) for v in writes), flops, sbuf, psum,
                                sbuf_port, psum_port))
@@ -101,34 +104,16 @@ class DescribingCore(NeuronCore):
                                latency_ns, load_ns, flops, sbuf, psum))
 
     def _pe_issue(self, opcode, st, reads, dst, flops, sbuf, psum):
-        c = cost.cost(cost.Instruction(opcode, "pe", (cost.operand(st),) + tuple(
-            cost.operand(v) for v in reads), (cost.operand(dst),)), self.spec)
-        pe_ns = self._pe_ns
+        busy_ns, latency_ns, load_ns = self._pe_cost(opcode, st, reads, dst)
         return self._describe((PE_ISSUE, opcode, self._ref(st), tuple(self._ref(v) for v in reads),
-                               self._ref(dst), c.cycles * pe_ns, c.latency_cycles * pe_ns,
-                               c.setup_cycles * pe_ns, flops, sbuf, psum))
+                               self._ref(dst), busy_ns, latency_ns, load_ns, flops, sbuf, psum))
 
     def _schedule_dma(self, dst, src, reads, nbytes, queue, opcode) -> int:
-        sk, dk = src.tensor.kind, dst.tensor.kind
-        nq = self.spec.dma_queues
-        if queue is not None:
-            if not 0 <= int(queue) < nq:
-                raise EngineError(f"engine: DMA queue {queue} does not exist; the core has {nq}",
-                                  value=queue, limit=nq)
-            queue = int(queue)
-        chunk = nbytes // max(dst.shape[0] if dst.shape else 1, 1) if opcode == "dma_gather" else \
-            min(cost.contiguous_bytes(src), cost.contiguous_bytes(dst))
-        rows = dst.partitions if dk == "sbuf" else (src.partitions if sk == "sbuf" else
-                                                    (dst.shape[0] if dst.shape else 1))
-        key = (opcode, nbytes, rows, chunk, "hbm" in (sk, dk), dst.free_size, dst.tensor.itemsize)
-        c = self._costs.get(key)
-        if c is None:
-            c = self._costs[key] = cost.cost(cost.Instruction(
-                opcode, "dma", (cost.operand(src, True),), (cost.operand(dst, True),)), self.spec)
-        sbuf = (nbytes if sk == "sbuf" else 0) + (nbytes if dk == "sbuf" else 0)
+        c = self._dma_cost(dst, src, nbytes, opcode)
+        sbuf = (nbytes if src.tensor.kind == "sbuf" else 0) + (nbytes if dst.tensor.kind == "sbuf" else 0)
         return self._describe((DMA, opcode, self._ref(dst), tuple(self._ref(v) for v in reads),
-                               nbytes, queue, c.fixed_ns, c.cycles, c.dma_engine_ns, c.hbm_bytes,
-                               sbuf))
+                               nbytes, self._dma_queue(queue), c.fixed_ns, c.cycles,
+                               c.dma_engine_ns, c.hbm_bytes, sbuf))
 
     def set_rng_seed(self, seed) -> int:
         reads = ()
@@ -196,168 +181,157 @@ def describe(program, spec) -> list:
 
 # -- the resolved program ------------------------------------------------------------------------
 # op kinds of the flat list
-_V, _ISSUE, _MM, _PE, _DMA, _SEED, _PRINT = range(7)
-_FIRST, _ZERO = 0, 1          # a "latest of" node: starts from its first input / from (0.0, -1)
+_V, _ISSUE, _MM, _DMA, _SEED, _PRINT = range(6)   # _MM: every Tensor-engine instruction
+GROUP_MAX = 4       # a record waits for at most this many nodes before they become one "latest of"
 
 
 class Resolved:
     """The flat program of one (program, spec, starting on-chip layout)."""
     __slots__ = ("ops", "nodes", "external", "retired", "resident_reads", "spans", "records",
-                 "cursor", "allocations", "written", "last_note")
+                 "cursor", "allocations", "last_note")
 
 
-def _resolve(program, issues, spec, layout) -> Resolved:
+def _static(program, written: set) -> tuple:
+    """What resolving needs that does not depend on the layout (cached on the Compiled): the
+    tiles each instruction allocates and frees, each tile's byte extent, the HBM buffers the
+    program never writes (`written`: those it does), each instruction's line and region."""
+    from .allocate import live_ranges
+    starts, ends = live_ranges(program)
+    sizes = {}              # Buffer.partition_bytes, computed once per tile shape
+    extent = {}
+    for group in starts.values():
+        for b in group:
+            key = (tuple(b.shape), b.dtype, b.partition_axis)
+            size = sizes.get(key)
+            if size is None:
+                size = sizes[key] = b.partition_bytes
+            extent[b.id] = (b.offset, b.offset + size)
+    unwritten = {b.id for b in program.buffers if b.memory == "hbm" and b.id not in written}
+    lines = [(ins.line, ins.region) for ins in program.instructions]
+    return starts, ends, extent, unwritten, lines
+
+
+def _resolve(program, issues, spec, layout, static) -> Resolved:
     """Run the scheduler's bookkeeping once on nodes instead of times (module docstring, step 2).
 
-    `layout`: {"sbuf"/"psum": ((lo, hi), ...)} the freed ranges the core holds at the launch."""
-    from .allocate import live_ranges
+    `layout`: {"sbuf"/"psum": ((lo, hi), ...)} the freed ranges the core holds at the launch.
+
+    A record (like the core's `(box, time, instruction)`) holds a *group*: the nodes whose latest
+    time is its time. Where the core keeps the latest of several records (a merged record, a freed
+    tile's last access, the bytes a new tile inherits), the groups are concatenated; a group of
+    more than GROUP_MAX nodes becomes one "latest of" node. Exact: every time is > 0 (the compiled
+    replay runs only programs of positive durations), so the running maximum an instruction waits
+    for ends at the same time over the concatenation as over the nested maxima, and names the
+    same first instruction reaching it."""
+    starts, ends, extent, unwritten, lines = static
     buffers = program.buffers
-    starts, ends = live_ranges(program)
-    reads = {}              # bid -> [[box, node]]
-    writes = {}             # bid -> [[box, node, by_matmul]]
-    version = {}
+    n_buffers = len(buffers)
+    reads = [None] * n_buffers          # buffer id -> [[box, group]] (a live buffer's)
+    writes = [None] * n_buffers         # buffer id -> [[box, group, by_matmul]]
+    version = [0] * n_buffers
     for b in buffers:
         if b.memory == "hbm":
-            reads[b.id], writes[b.id], version[b.id] = [], [], 0
+            reads[b.id], writes[b.id] = [], []
     ops = []
     n_nodes = 0
     external = {}           # memory -> [node of each initially retired range]
-    retired = {}            # memory -> [[lo, hi, node]] sorted by lo
+    retired = {}            # memory -> [[lo, hi, group]] sorted by lo
     for memory in ("sbuf", "psum"):
         ranges = []
         for lo, hi in layout[memory]:
-            ranges.append([lo, hi, n_nodes])
+            ranges.append([lo, hi, (n_nodes,)])
             n_nodes += 1
-        external[memory] = [r[2] for r in ranges]
+        external[memory] = [r[2][0] for r in ranges]
         retired[memory] = ranges
     rstarts = {m: [r[0] for r in retired[m]] for m in retired}
-    extent = {b.id: (b.offset, b.offset + b.partition_bytes) for b in buffers
-              if b.on_chip and b.first >= 0}
 
-    def latest(nodes, mode):
+    def latest(nodes) -> tuple:
+        """The group of `nodes` (in order, once each), or one node standing for them."""
         nonlocal n_nodes
-        nodes = list(dict.fromkeys(nodes))
-        if mode == _FIRST and len(nodes) == 1:
-            return nodes[0]
-        ops.append((_V, n_nodes, mode, tuple(nodes)))
+        if len(nodes) == 1:
+            return tuple(nodes)
+        nodes = tuple(dict.fromkeys(nodes))
+        if len(nodes) <= GROUP_MAX:
+            return nodes
+        ops.append((_V, n_nodes, nodes))
         n_nodes += 1
-        return n_nodes - 1
+        return (n_nodes - 1,)
 
     def take_retired(memory, lo, hi):
-        """OnChipMemory._inherit on nodes: the overlapping freed ranges' nodes, in order."""
-        ranges, starts_ = retired[memory], rstarts[memory]
-        i = bisect_right(starts_, lo) - 1
-        if i < 0 or ranges[i][1] <= lo:
-            i += 1
-        j = i
-        found, pieces = [], []
-        while j < len(ranges) and ranges[j][0] < hi:
-            r = ranges[j]
-            found.append(r[2])
-            if r[0] < lo:
-                pieces.append([r[0], lo, r[2]])
-            if r[1] > hi:
-                pieces.append([hi, r[1], r[2]])
-            j += 1
-        if j > i:
-            ranges[i:j] = pieces
-            starts_[i:j] = [r[0] for r in pieces]
-        return found
+        """OnChipMemory._inherit on groups: the overlapping freed ranges' nodes, in order."""
+        return [n for r in take_ranges(retired[memory], rstarts[memory], lo, hi) for n in r[2]]
 
-    def compact_nodes(records, is_writes):
-        old = records[:-KEEP]
-        node = latest([r[1] for r in old], _FIRST)
-        merged = [_union([r[0] for r in old]), node] + ([False] if is_writes else [])
-        records[:-KEEP] = [merged]
+    def merged_read(old):           # scheduler.compact's merge, on groups
+        return [_union([r[0] for r in old]), latest([n for r in old for n in r[1]])]
+
+    def merged_write(old):
+        return merged_read(old) + [False]
 
     def raw(refs, deps):
         for bid, vb in refs:
-            for box, node, _ in writes[bid]:
-                if box is None or vb is None or overlap(box, vb):
-                    deps.append(node)
+            records = writes[bid]
+            if records:
+                for r in read_waits(records, vb):
+                    deps.extend(r[1])
 
-    def war_waw(ref, deps, group=None):
+    def war_waw(ref, deps, group_deps=None):
         bid, vb = ref
-        for box, node, mm in writes[bid]:
-            if box is None or vb is None or overlap(box, vb):
-                (group if group is not None and mm else deps).append(node)
-        for box, node in reads[bid]:
-            if box is None or vb is None or overlap(box, vb):
-                deps.append(node)
+        if not (reads[bid] or writes[bid]):
+            return
+        waits, group = write_waits(reads[bid], writes[bid], vb, group_deps is not None)
+        for r in waits:
+            deps.extend(r[1])
+        for r in group:
+            group_deps.extend(r[1])
 
-    def note_reads(refs, node):
+    def note_reads(refs, group):
         for bid, vb in refs:
-            records = reads[bid]
-            records.append([vb, node])
-            if len(records) > MAX_RECORDS:
-                compact_nodes(records, False)
+            if bid not in unwritten:    # only a later write to it would wait for these reads
+                add_read(reads[bid], [vb, group], merged_read)
 
-    def note_write(ref, node, by_matmul=False):
+    def note_write(ref, group, by_matmul=False):
         bid, vb = ref
-        if vb is None:
-            reads[bid].clear()
-            writes[bid].clear()
-        else:
-            reads[bid][:] = [r for r in reads[bid] if not covers(vb, r[0])]
-            writes[bid][:] = [r for r in writes[bid] if not covers(vb, r[0])]
-        records = writes[bid]
-        records.append([vb, node, by_matmul])
-        if len(records) > MAX_RECORDS:
-            compact_nodes(records, True)
+        add_write(reads[bid], writes[bid], vb, [vb, group, by_matmul], merged_write)
         version[bid] += 1
 
     def dedupe(deps):
-        return tuple(dict.fromkeys(deps))
+        return tuple(dict.fromkeys(deps)) if len(deps) > 1 else tuple(deps)
 
-    instructions = program.instructions
+    bank_bytes = spec.psum_bank_bytes
     resident_reads = {b.id: [] for b in buffers if b.memory == "hbm"}
-    written = set()
     stationary = None          # (bid, box, version) of the tile loaded as stationary
     spans, current, current_start = [], None, 0
     rec = 0
     cursor = {"sbuf": None, "psum": None}
     allocations = {"sbuf": 0, "psum": 0}
     for k, d in enumerate(issues):
-        for b in starts.get(k, ()):
-            lo, hi = extent[b.id]
-            found = take_retired(b.memory, lo, hi)
-            reads[b.id] = [[None, latest(found, _FIRST)]] if found else []
-            writes[b.id], version[b.id] = [], 0
-            cursor[b.memory] = hi
-            allocations[b.memory] += 1
-        ins = instructions[k]
-        if ins.region != current:
+        allocated = starts.get(k)
+        if allocated:
+            for b in allocated:
+                lo, hi = extent[b.id]
+                found = take_retired(b.memory, lo, hi)
+                reads[b.id] = [[None, latest(found)]] if found else []
+                writes[b.id], version[b.id] = [], 0
+                cursor[b.memory] = hi
+                allocations[b.memory] += 1
+        note, region = lines[k]
+        if region != current:
             if current:
                 spans.append((current, current_start, rec))
-            current, current_start = ins.region, rec
-        note = ins.line
+            current, current_start = region, rec
         kind = d[0]
-        if kind == ISSUE:
-            _, eid, opcode, dur, rrefs, wrefs, flops, sbuf, psum, sbuf_port, psum_port = d
+        if kind == DMA:
+            _, opcode, dref, rrefs, nbytes, queue, fixed, cycles, engine_ns, hbm, sbuf = d
             deps = []
             raw(rrefs, deps)
-            for w in wrefs:
-                war_waw(w, deps)
-            ports = []
-            if sbuf_port:
-                ports.append("sbuf")
-            if psum_port == "core":
-                ports.append("psum")
-            elif psum_port:
-                bank = spec.psum_bank_bytes
-                banks = set()
-                for bid, lo, hi in psum_port:
-                    base = buffers[bid].offset or 0
-                    banks.update(range((base + lo) // bank, (base + hi - 1) // bank + 1))
-                ports.extend(("psum", x) for x in sorted(banks))
+            war_waw(dref, deps)
             node = n_nodes
             n_nodes += 1
-            ops.append((_ISSUE, eid, dur, dedupe(deps), tuple(ports), node,
-                        (eid, opcode, flops, sbuf, psum, note)))
-            note_reads(rrefs, node)
-            for w in wrefs:
-                note_write(w, node)
-                written.add(w[0])
+            ops.append((_DMA, dedupe(deps), queue, fixed, cycles, engine_ns, hbm, node, opcode,
+                        sbuf, note))
+            group = (node,)
+            note_reads(rrefs, group)
+            note_write(dref, group)
             for r in rrefs:
                 if r[0] in resident_reads:
                     resident_reads[r[0]].append((r[1], node))
@@ -371,15 +345,40 @@ def _resolve(program, issues, spec, layout) -> Resolved:
             if new:
                 raw((sref,), st_deps)
                 stationary = sv
-            post, group = [], []
-            war_waw(dref, post, group)
+            post, group_deps = [], []
+            war_waw(dref, post, group_deps)
             end_node, ready_node = n_nodes, n_nodes + 1
             n_nodes += 2
-            ops.append((_MM, dedupe(pre), new, dedupe(st_deps), dedupe(post), dedupe(group), busy, lat,
-                        load, end_node, ready_node, flops, sbuf, psum, note))
-            note_reads((sref, mref), end_node)
-            note_write(dref, ready_node, True)
-            written.add(dref[0])
+            ops.append((_MM, dedupe(pre), new, dedupe(st_deps), dedupe(post), dedupe(group_deps), busy,
+                        lat, load, end_node, ready_node, "nc_matmul", flops, sbuf, psum, note))
+            note_reads((sref, mref), (end_node,))
+            note_write(dref, (ready_node,), True)
+        elif kind == ISSUE:
+            _, eid, opcode, dur, rrefs, wrefs, flops, sbuf, psum, sbuf_port, psum_port = d
+            deps = []
+            raw(rrefs, deps)
+            for w in wrefs:
+                war_waw(w, deps)
+            ports = []
+            if sbuf_port:
+                ports.append("sbuf")
+            if psum_port == "core":
+                ports.append("psum")
+            elif psum_port:
+                ports.extend(("psum", x) for x in psum_banks(
+                    bank_bytes, [((buffers[bid].offset or 0) + lo, (buffers[bid].offset or 0) + hi)
+                                 for bid, lo, hi in psum_port]))
+            node = n_nodes
+            n_nodes += 1
+            ops.append((_ISSUE, eid, dur, dedupe(deps), tuple(ports), node,
+                        (eid, opcode, flops, sbuf, psum, note)))
+            group = (node,)
+            note_reads(rrefs, group)
+            for w in wrefs:
+                note_write(w, group)
+            for r in rrefs:
+                if r[0] in resident_reads:
+                    resident_reads[r[0]].append((r[1], node))
         elif kind == PE_ISSUE:
             _, opcode, sref, rrefs, dref, busy, lat, load, flops, sbuf, psum = d
             pre, st_deps, post = [], [], []
@@ -389,26 +388,11 @@ def _resolve(program, issues, spec, layout) -> Resolved:
             war_waw(dref, post)
             end_node, ready_node = n_nodes, n_nodes + 1
             n_nodes += 2
-            ops.append((_PE, dedupe(pre), dedupe(st_deps), dedupe(post), busy, lat, load, end_node,
-                        ready_node, (opcode, flops, sbuf, psum, note)))
-            note_reads((sref,) + rrefs, end_node)
-            note_write(dref, ready_node)
-            written.add(dref[0])
-        elif kind == DMA:
-            _, opcode, dref, rrefs, nbytes, queue, fixed, cycles, engine_ns, hbm, sbuf = d
-            deps = []
-            raw(rrefs, deps)
-            war_waw(dref, deps)
-            node = n_nodes
-            n_nodes += 1
-            ops.append((_DMA, dedupe(deps), queue, fixed, cycles, engine_ns, hbm, nbytes, node,
-                        opcode, sbuf, note))
-            note_reads(rrefs, node)
-            note_write(dref, node)
-            written.add(dref[0])
-            for r in rrefs:
-                if r[0] in resident_reads:
-                    resident_reads[r[0]].append((r[1], node))
+            # (as a matmul that always loads its stationary tile and joins no accumulation group)
+            ops.append((_MM, dedupe(pre), True, dedupe(st_deps), dedupe(post), (), busy, lat, load,
+                        end_node, ready_node, opcode, flops, sbuf, psum, note))
+            note_reads((sref,) + rrefs, (end_node,))
+            note_write(dref, (ready_node,))
         elif kind == SEED:
             _, rrefs, dur = d
             deps = []
@@ -416,31 +400,37 @@ def _resolve(program, issues, spec, layout) -> Resolved:
             node = n_nodes
             n_nodes += 1
             ops.append((_SEED, dedupe(deps), dur, node, note))
-            note_reads(rrefs, node)
+            note_reads(rrefs, (node,))
         else:
             ops.append((_PRINT, d[1], d[2]))
             rec -= 1
         rec += 1
-        for b in ends.get(k, ()):
-            # OnChipMemory._retire on nodes: the latest of the freed tile's reads and writes
-            nodes = [r[1] for r in reads[b.id]] + [r[1] for r in writes[b.id]]
-            del reads[b.id], writes[b.id], version[b.id]
-            if not nodes:
-                continue
-            node = latest(nodes, _ZERO)
-            lo, hi = extent[b.id]
-            take_retired(b.memory, lo, hi)
-            i = bisect_right(rstarts[b.memory], lo)
-            retired[b.memory].insert(i, [lo, hi, node])
-            rstarts[b.memory].insert(i, lo)
+        freed = ends.get(k)
+        if freed:
+            for b in freed:
+                # OnChipMemory._retire on groups: the latest of the freed tile's reads and writes
+                nodes = [n for r in reads[b.id] for n in r[1]] + [n for r in writes[b.id] for n in r[1]]
+                reads[b.id] = writes[b.id] = None
+                if not nodes:
+                    continue
+                lo, hi = extent[b.id]
+                put_range(retired[b.memory], rstarts[b.memory], [lo, hi, latest(nodes)])
     if current:
         spans.append((current, current_start, rec))
+    # the freed ranges the launch leaves: one node each (their time and instruction go to the core)
+    for memory in retired:
+        for r in retired[memory]:
+            group = r[2]
+            if len(group) > 1:
+                ops.append((_V, n_nodes, group))
+                r[2] = (n_nodes,)
+                n_nodes += 1
+            r[2] = r[2][0]
     r = Resolved()
     r.ops, r.nodes, r.external, r.retired = ops, n_nodes, external, retired
     r.resident_reads = {bid: v for bid, v in resident_reads.items() if v}
     r.spans, r.records, r.cursor, r.allocations = spans, rec, cursor, allocations
-    r.written = written
-    r.last_note = instructions[-1].line if instructions else None
+    r.last_note = lines[-1][0] if lines else None
     return r
 
 
@@ -450,9 +440,9 @@ class Compiled:
     def __init__(self, program, spec, issues, matmul_dtypes):
         self.program, self.spec, self.issues = program, spec, issues
         self.matmul_dtypes = set(matmul_dtypes)
-        self.positive = all(_duration_positive(d) for d in issues)
-        self.written = _written(issues)
+        self.positive, self.written = _summary(issues)
         self._resolved: dict = {}
+        self._static = None
 
     def resolved(self, layout) -> Resolved:
         key = (layout["sbuf"], layout["psum"])
@@ -460,35 +450,34 @@ class Compiled:
         if r is None:
             if len(self._resolved) >= 4:                    # a few layouts at most are in use
                 self._resolved.pop(next(iter(self._resolved)))
-            r = self._resolved[key] = _resolve(self.program, self.issues, self.spec, layout)
+            if self._static is None:
+                self._static = _static(self.program, self.written)
+            r = self._resolved[key] = _resolve(self.program, self.issues, self.spec, layout,
+                                               self._static)
         return r
 
 
-def _written(issues) -> set:
-    """Buffer ids the program writes."""
-    out = set()
+def _summary(issues) -> tuple[bool, set]:
+    """(does every instruction take time?, the buffer ids the program writes) — one pass."""
+    written = set()
+    positive = True
     for d in issues:
         kind = d[0]
-        if kind == ISSUE:
-            out.update(bid for bid, _ in d[5])
+        if kind == DMA:
+            written.add(d[2][0])
+            positive = positive and d[6] + d[7] > 0
         elif kind == MATMUL:
-            out.add(d[1][0])
-        elif kind in (PE_ISSUE, DMA):
-            out.add(d[4][0] if kind == PE_ISSUE else d[2][0])
-    return out
-
-
-def _duration_positive(d) -> bool:
-    kind = d[0]
-    if kind == ISSUE:
-        return d[3] > 0
-    if kind in (MATMUL, PE_ISSUE):
-        return d[4 if kind == MATMUL else 5] > 0
-    if kind == DMA:
-        return d[6] + d[7] > 0
-    if kind == SEED:
-        return d[2] > 0
-    return True
+            written.add(d[1][0])
+            positive = positive and d[4] > 0
+        elif kind == ISSUE:
+            written.update(bid for bid, _ in d[5])
+            positive = positive and d[3] > 0
+        elif kind == PE_ISSUE:
+            written.add(d[4][0])
+            positive = positive and d[5] > 0
+        elif kind == SEED:
+            positive = positive and d[2] > 0
+    return positive, written
 
 
 def compiled_for(program, spec) -> Compiled:
@@ -533,7 +522,11 @@ def can_run(compiled: Compiled, core, resident: dict) -> bool:
 
 def run_timing(compiled: Compiled, core, resident: dict, region: str = "") -> None:
     """Replay the compiled program on `core` (timing only): appends the records and regions the
-    checked replay would, and leaves the core in the same state."""
+    checked replay would, and leaves the core in the same state.
+
+    The engines' rules are the scheduler's functions the core calls (`scheduler.dma_transfer`,
+    `stationary_load`, `core._Port.slot`); what is written out here is only the
+    running maximum over each instruction's dependency nodes."""
     r = compiled.resolved(layout_of(core))
     T = [0.0] * r.nodes
     W = [-1] * r.nodes
@@ -545,13 +538,15 @@ def run_timing(compiled: Compiled, core, resident: dict, region: str = "") -> No
     append = records.append
     base = idx = len(records)
     free = core._free
-    nq = core.spec.dma_queues
     dma_latency = core.spec.dma_latency_ns
     dma_channel, hbm_channel = core._dma, core._hbm
-    dma_starts, dma_ends = dma_channel.starts, dma_channel.ends
-    hbm_starts, hbm_ends = hbm_channel.starts, hbm_channel.ends
     qfree = free[4:]              # the DMA queues' free times (written back at the end)
+    # the queue free first (scheduler.first_free_queue) at hand: a heap of (free time, queue),
+    # whose top is the lowest-numbered of the queues free first
+    heap = [(f, q) for q, f in enumerate(qfree)]
+    heapify(heap)
     bandwidth = core.hbm_bandwidth
+    dma_transfer, stationary_load = scheduler.dma_transfer, scheduler.stationary_load
     port = core._port
     slot = _Port.slot
     now = core._now
@@ -560,66 +555,32 @@ def run_timing(compiled: Compiled, core, resident: dict, region: str = "") -> No
     for op in r.ops:
         kind = op[0]
         if kind == _DMA:
-            _, deps, queue, fixed, cycles, engine_ns, hbm, nbytes, node, opcode, sbuf, note = op
+            _, deps, queue, fixed, cycles, engine_ns, hbm, node, opcode, sbuf, note = op
             t = 0.0
             w = -1
             for n in deps:
                 if T[n] > t:
                     t = T[n]
                     w = W[n]
-            if queue is None:
-                q = qfree.index(min(qfree))
-            else:
+            first, q = heap[0]
+            if queue is not None:
                 q = queue
-            if qfree[q] >= t:
-                t, w = qfree[q], -1
-            begin = t + fixed
-            end = begin + cycles
-            # the core's DMA engines, then (if it touches HBM) the HBM channel: each passes the
-            # transfer in its earliest free gap at or after `begin` (scheduler.Channel.reserve,
-            # inlined: this is the hot loop of every DMA-bound program)
-            for starts, ends, duration in ((dma_starts, dma_ends, engine_ns),
-                                           (hbm_starts, hbm_ends, nbytes * 1e9 / bandwidth)):
-                i = bisect_right(ends, begin)
-                at = begin
-                n = len(ends)
-                while i < n:
-                    if starts[i] >= at + duration:
-                        break
-                    if ends[i] > at:
-                        at = ends[i]
-                    i += 1
-                finish = at + duration
-                join_prev = i > 0 and ends[i - 1] >= at - _TOUCH
-                join_next = i < n and starts[i] <= finish + _TOUCH
-                if join_prev and join_next:
-                    ends[i - 1] = ends[i]
-                    del starts[i], ends[i]
-                elif join_prev:
-                    ends[i - 1] = finish
-                elif join_next:
-                    starts[i] = at
-                else:
-                    starts.insert(i, at)
-                    ends.insert(i, finish)
-                if finish > end:
-                    end = finish
-                if not hbm:
-                    break
-            if len(hbm_ends) > 64 or len(dma_ends) > 64:
-                horizon = min(qfree) + dma_latency
-                hbm_channel.prune(horizon)
-                dma_channel.prune(horizon)
-            eid = 4 + q
+            t, end, w = dma_transfer(t, w, qfree[q], fixed, cycles, engine_ns, hbm, bandwidth,
+                                     dma_channel, hbm_channel, first + dma_latency)
             T[node] = end
             W[node] = idx
-            append((eid, opcode, t, end, end, 0.0, hbm, sbuf, 0, w, note))
+            append((4 + q, opcode, t, end, end, 0.0, hbm, sbuf, 0, w, note))
             qfree[q] = end
+            if queue is None:
+                heapreplace(heap, (end, q))
+            else:
+                heap = [(f, k) for k, f in enumerate(qfree)]
+                heapify(heap)
             if end > now:
                 now = end
         elif kind == _MM:
-            (_, pre, new, st_deps, post, group, busy, lat, load, end_node, ready_node, flops, sbuf,
-             psum, note) = op
+            (_, pre, new, st_deps, post, group, busy, lat, load, end_node, ready_node, opcode, flops,
+             sbuf, psum, note) = op
             start = free[0]
             w = -1
             for n in pre:
@@ -633,10 +594,7 @@ def run_timing(compiled: Compiled, core, resident: dict, region: str = "") -> No
                     if T[n] > st_ready:
                         st_ready = T[n]
                         st_w = W[n]
-                load_start = st_ready if st_ready > last_mm_start else last_mm_start
-                load_end = load_start + load
-                if load_end > start:
-                    start, w = load_end, st_w
+                start, w, load_end = stationary_load(start, w, st_ready, st_w, last_mm_start, load)
             elif load_end > start:
                 start = load_end
             for n in post:
@@ -655,7 +613,7 @@ def run_timing(compiled: Compiled, core, resident: dict, region: str = "") -> No
             T[end_node] = end
             T[ready_node] = ready
             W[end_node] = W[ready_node] = idx
-            append((0, "nc_matmul", start, end, ready, flops, 0, sbuf, psum, w, note))
+            append((PE, opcode, start, end, ready, flops, 0, sbuf, psum, w, note))
             free[0] = end
             if ready > now:
                 now = ready
@@ -680,49 +638,14 @@ def run_timing(compiled: Compiled, core, resident: dict, region: str = "") -> No
             if end > now:
                 now = end
         elif kind == _V:
-            _, node, mode, inputs = op
-            if mode == _ZERO:
-                t, w = 0.0, -1
-            else:
-                t, w = T[inputs[0]], W[inputs[0]]
+            _, node, inputs = op
+            t, w = 0.0, -1
             for n in inputs:
                 if T[n] > t:
                     t = T[n]
                     w = W[n]
             T[node], W[node] = t, w
             continue
-        elif kind == _PE:
-            _, pre, st_deps, post, busy, lat, load, end_node, ready_node, rec = op
-            start = free[0]
-            w = -1
-            for n in pre:
-                if T[n] > start:
-                    start = T[n]
-                    w = W[n]
-            st_ready = 0.0
-            st_w = -1
-            for n in st_deps:
-                if T[n] > st_ready:
-                    st_ready = T[n]
-                    st_w = W[n]
-            load_start = st_ready if st_ready > last_mm_start else last_mm_start
-            load_end = load_start + load
-            if load_end > start:
-                start, w = load_end, st_w
-            for n in post:
-                if T[n] > start:
-                    start = T[n]
-                    w = W[n]
-            end = start + busy
-            ready = start + lat
-            last_mm_start = start
-            T[end_node] = end
-            T[ready_node] = ready
-            W[end_node] = W[ready_node] = idx
-            append((0, rec[0], start, end, ready, rec[1], 0, rec[2], rec[3], w, rec[4]))
-            free[0] = end
-            if ready > now:
-                now = ready
         elif kind == _SEED:
             _, deps, dur, node, note = op
             t = free[DVE]
@@ -762,11 +685,8 @@ def run_timing(compiled: Compiled, core, resident: dict, region: str = "") -> No
         t = resident[bid] if bid in resident else None
         if t is None:
             continue
-        lst = t._reads
         for box, node in accesses:
-            lst.append((box, T[node], W[node]))
-            if len(lst) > MAX_RECORDS:
-                compact(lst)
+            add_read(t._reads, (box, T[node], W[node]))
     prefix = region + "/" if region else ""
     timeline.regions.extend((prefix + name, base + a, base + b) for name, a, b in r.spans)
     if region:

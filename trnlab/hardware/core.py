@@ -36,9 +36,6 @@ _wait_reads = scheduler.wait_reads
 _wait_write = scheduler.wait_write
 _record_reads = scheduler.record_reads
 _record_write = scheduler.record_write
-_overlap = scheduler.overlap
-_compact = scheduler.compact
-_MAX_RECORDS = scheduler.MAX_RECORDS
 
 
 def _view(x, what: str) -> View:
@@ -76,6 +73,27 @@ def _free_byte_range(v: View) -> tuple[int, int]:
         lo = lo * t.shape[a] + v.box[2 * a]
         hi = hi * t.shape[a] + v.box[2 * a + 1] - 1
     return lo * t.itemsize, (hi + 1) * t.itemsize
+
+
+def _bytes_by_memory(views) -> tuple[int, int]:
+    """(SBUF bytes, PSUM bytes) that on-chip `views` touch."""
+    sbuf = psum = 0
+    for v in views:
+        if v.tensor.kind == "sbuf":
+            sbuf += v.nbytes
+        else:
+            psum += v.nbytes
+    return sbuf, psum
+
+
+def port_needs(spec: CoreSpec, eid: int, sbuf: int, psum: int) -> tuple[bool, str | None]:
+    """Which shared memory ports an instruction of engine `eid` touching `sbuf` / `psum` bytes
+    waits for: (the SBUF port?, None | "core" | "bank" for PSUM) [ARCH-v2], [ARCH-v3-PAR] —
+    on NeuronCore-v2 Vector and GpSimd share SBUF's and Vector and Scalar PSUM's; from v3 on only
+    Vector and Scalar on the same PSUM bank collide."""
+    sbuf_port = bool(sbuf and eid != ACT and spec.sbuf_port_shared)      # DVE and POOL (v2)
+    psum_port = spec.psum_port if psum and eid != POOL and spec.psum_port in ("core", "bank") else None
+    return sbuf_port, psum_port
 
 
 class _Port:
@@ -287,12 +305,7 @@ class NeuronCore:
         if also_write is not None:
             start, waited, _ = _wait_write(also_write, start, waited)
             writes = (write, also_write)
-        sbuf = psum = 0
-        for v in reads + writes:
-            if v.tensor.kind == "sbuf":
-                sbuf += v.nbytes
-            else:
-                psum += v.nbytes
+        sbuf, psum = _bytes_by_memory(reads + writes)
         ports = self._ports(eid, reads + writes, sbuf, psum)
         idx = len(self._records)
         if ports:
@@ -309,20 +322,20 @@ class NeuronCore:
         """The shared memory ports an instruction of engine `eid` touching `views` needs."""
         ports = []
         spec = self.spec
-        if sbuf and eid != ACT and spec.sbuf_port_shared:          # DVE and POOL (v2)
+        sbuf_port, psum_port = port_needs(spec, eid, sbuf, psum)
+        if sbuf_port:
             ports.append(self._port("sbuf"))
-        if psum and eid != POOL:                                    # DVE and ACT
-            if spec.psum_port == "core":
+        if psum_port:
+            if psum_port == "core":
                 ports.append(self._port("psum"))
-            elif spec.psum_port == "bank":
-                bank_bytes = spec.psum_bank_bytes
-                banks = set()
+            else:
+                ranges = []
                 for v in views:
                     if v.tensor.kind == "psum":
                         lo, hi = _free_byte_range(v)
                         base = v.tensor.offset or 0
-                        banks.update(range((base + lo) // bank_bytes, (base + hi - 1) // bank_bytes + 1))
-                ports.extend(self._port(("psum", b)) for b in sorted(banks))
+                        ranges.append((base + lo, base + hi))
+                ports.extend(self._port(("psum", b)) for b in scheduler.psum_banks(spec.psum_bank_bytes, ranges))
         return ports
 
     def _port(self, key) -> "_Port":
@@ -370,14 +383,7 @@ class NeuronCore:
             self._matmul_values(dst, st, mv, K, M, N, accumulate)
 
         # --- time: LoadStationary in the background, MultiplyMoving busy, result after drain ---
-        # (the scheduler's helpers are inlined here: this is the innermost loop of every GEMM)
-        start = self._free[PE]
-        waited = -1
-        vb = mv.box
-        for box, ready, i, _ in mv.tensor._writes:           # RAW on the moving tile
-            if ready > start and (box is None or vb is None or _overlap(box, vb)):
-                start = ready
-                waited = i
+        start, waited = _wait_reads((mv,), self._free[PE], -1)     # RAW on the moving tile
         last = self._stationary
         st_tensor = st.tensor
         version = st_tensor.version
@@ -386,12 +392,10 @@ class NeuronCore:
             # a new stationary tile: its load starts once the data is there and the previous
             # matmul has taken its weights out of the shadow buffer
             st_ready, st_waited = _wait_reads((st,), 0.0, -1)
-            load_start = st_ready if st_ready > self._last_mm_start else self._last_mm_start
-            self._load_end = load_start + load_ns
+            start, waited, self._load_end = scheduler.stationary_load(
+                start, waited, st_ready, st_waited, self._last_mm_start, load_ns)
             self._stationary = st
             self._stationary_version = version
-            if self._load_end > start:
-                start, waited = self._load_end, st_waited
         elif self._load_end > start:
             start = self._load_end
         start, waited, group_ready = _wait_write(dst, start, waited, True)
@@ -402,11 +406,7 @@ class NeuronCore:
         self._last_mm_start = start
         records = self._records
         idx = len(records)
-        for v in (st, mv):
-            reads = v.tensor._reads
-            reads.append((v.box, end, idx))
-            if len(reads) > _MAX_RECORDS:
-                _compact(reads)
+        _record_reads((st, mv), end, idx)
         _record_write(dst, ready, idx, True)
         records.append((PE, "nc_matmul", start, end, ready, flops, 0, sbuf, psum, waited,
                         self.note))
@@ -521,25 +521,27 @@ class NeuronCore:
     def _pe_issue(self, opcode, st, reads, dst, flops, sbuf, psum):
         """Schedule a Tensor-engine instruction other than nc_matmul (nc_transpose): the array
         loads `st` as its stationary tile (in the background), then streams N columns."""
-        c = cost.cost(cost.Instruction(opcode, "pe", (cost.operand(st),) + tuple(
-            cost.operand(v) for v in reads), (cost.operand(dst),)), self.spec)
-        busy, latency = c.cycles, c.latency_cycles
-        pe_ns = self._pe_ns
+        busy_ns, latency_ns, load_ns = self._pe_cost(opcode, st, reads, dst)
         start, waited = _wait_reads(reads, self._free[PE], -1)
         st_ready, st_waited = _wait_reads((st,), 0.0, -1)
-        load_start = st_ready if st_ready > self._last_mm_start else self._last_mm_start
-        self._load_end = load_start + c.setup_cycles * pe_ns
+        start, waited, self._load_end = scheduler.stationary_load(
+            start, waited, st_ready, st_waited, self._last_mm_start, load_ns)
         self._stationary = None
-        if self._load_end > start:
-            start, waited = self._load_end, st_waited
         start, waited, _ = _wait_write(dst, start, waited)
-        end = start + busy * pe_ns
-        ready = start + latency * pe_ns
+        end = start + busy_ns
+        ready = start + latency_ns
         self._last_mm_start = start
         idx = len(self._records)
         _record_reads((st,) + reads, end, idx)
         _record_write(dst, ready, idx)
         return self._append(PE, opcode, start, end, ready, flops, 0, sbuf, psum, waited)
+
+    def _pe_cost(self, opcode, st, reads, dst) -> tuple[float, float, float]:
+        """(busy, ready-after, LoadStationary) ns of a Tensor-engine instruction (`cost.cost`)."""
+        c = cost.cost(cost.Instruction(opcode, "pe", (cost.operand(st),) + tuple(
+            cost.operand(v) for v in reads), (cost.operand(dst),)), self.spec)
+        pe_ns = self._pe_ns
+        return c.cycles * pe_ns, c.latency_cycles * pe_ns, c.setup_cycles * pe_ns
 
     def nc_transpose(self, dst, src) -> int:
         """dst[F, P] = src[P, F].T through the Tensor engine (a matmul by the identity): SBUF → PSUM."""
@@ -647,26 +649,40 @@ class NeuronCore:
     def _schedule_dma(self, dst, src, reads, nbytes, queue, opcode) -> int:
         """Schedule a DMA of `nbytes` from src to dst (after `reads` are ready) on a queue."""
         sk, dk = src.tensor.kind, dst.tensor.kind
-        nq = self.spec.dma_queues
         free = self._free
         deps, waited = _wait_reads(reads, 0.0, -1)
         deps, waited, _ = _wait_write(dst, deps, waited)
-        if queue is None:
-            # the queue free first can start the transfer earliest (like the runtime's DMA rings,
-            # a transfer is not stuck behind a store on a busy queue while another queue idles)
-            queues = free[4:]
-            q = queues.index(min(queues))
-        else:
-            if not 0 <= int(queue) < nq:
-                raise EngineError(f"engine: DMA queue {queue} does not exist; the core has {nq}",
-                                  value=queue, limit=nq)
-            q = int(queue)
+        queue = self._dma_queue(queue)
+        queues = free[4:]
+        q = scheduler.first_free_queue(queues) if queue is None else queue
         eid = 4 + q
-        start = deps
-        if free[eid] >= start:
-            start, waited = free[eid], -1
-        spec = self.spec
-        # the pure cost model's answer depends on these numbers only: remembered per key
+        c = self._dma_cost(dst, src, nbytes, opcode)
+        # all transfers share the core's DMA engines and (if they touch it) its HBM bandwidth;
+        # no later transfer can begin before the first queue is free (+ the fixed latency)
+        hbm = c.hbm_bytes
+        start, end, waited = scheduler.dma_transfer(
+            deps, waited, free[eid], c.fixed_ns, c.cycles, c.dma_engine_ns, hbm, self.hbm_bandwidth,
+            self._dma, self._hbm, min(queues) + self.spec.dma_latency_ns)
+        idx = len(self._records)
+        _record_reads(reads, end, idx)
+        _record_write(dst, end, idx)
+        sbuf = (nbytes if sk == "sbuf" else 0) + (nbytes if dk == "sbuf" else 0)
+        return self._append(eid, opcode, start, end, end, 0.0, hbm, sbuf, 0, waited)
+
+    def _dma_queue(self, queue) -> int | None:
+        """The DMA queue a kernel named (checked), or None: the queue free first."""
+        if queue is None:
+            return None
+        nq = self.spec.dma_queues
+        if not 0 <= int(queue) < nq:
+            raise EngineError(f"engine: DMA queue {queue} does not exist; the core has {nq}",
+                              value=queue, limit=nq)
+        return int(queue)
+
+    def _dma_cost(self, dst: View, src: View, nbytes: int, opcode: str) -> "cost.Cost":
+        """The pure cost model's answer for a DMA; it depends on these numbers only, so it is
+        remembered per (opcode, bytes, rows, contiguous chunk, touches HBM, dst free size, itemsize)."""
+        sk, dk = src.tensor.kind, dst.tensor.kind
         chunk = nbytes // max(dst.shape[0] if dst.shape else 1, 1) if opcode == "dma_gather" else \
             min(cost.contiguous_bytes(src), cost.contiguous_bytes(dst))
         rows = dst.partitions if dk == "sbuf" else (src.partitions if sk == "sbuf" else
@@ -675,31 +691,8 @@ class NeuronCore:
         c = self._costs.get(key)
         if c is None:
             c = self._costs[key] = cost.cost(cost.Instruction(
-                opcode, "dma", (cost.operand(src, True),), (cost.operand(dst, True),)), spec)
-        begin = start + c.fixed_ns
-        end = begin + c.cycles
-        # all transfers share the core's DMA engines and (if they touch it) its HBM bandwidth:
-        # each channel passes the transfer's share in its earliest free slot
-        engines_ns = c.dma_engine_ns
-        engines_end = self._dma.reserve(begin, engines_ns) + engines_ns
-        if engines_end > end:
-            end = engines_end
-        hbm = c.hbm_bytes
-        if hbm:
-            hbm_ns = nbytes * 1e9 / self.hbm_bandwidth
-            hbm_end = self._hbm.reserve(begin, hbm_ns) + hbm_ns
-            if hbm_end > end:
-                end = hbm_end
-        if len(self._hbm.ends) > 64 or len(self._dma.ends) > 64:
-            # no later transfer can begin before the first queue is free (+ the fixed latency)
-            horizon = min(free[4:]) + spec.dma_latency_ns
-            self._hbm.prune(horizon)
-            self._dma.prune(horizon)
-        idx = len(self._records)
-        _record_reads(reads, end, idx)
-        _record_write(dst, end, idx)
-        sbuf = (nbytes if sk == "sbuf" else 0) + (nbytes if dk == "sbuf" else 0)
-        return self._append(eid, opcode, start, end, end, 0.0, hbm, sbuf, 0, waited)
+                opcode, "dma", (cost.operand(src, True),), (cost.operand(dst, True),)), self.spec)
+        return c
 
     # ---------------------------------------------------------------------------------------------
     # Vector / Scalar / GpSimd

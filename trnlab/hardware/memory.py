@@ -160,6 +160,42 @@ def first_fit(occupied, nbytes: int, lowest: int, partition_bytes: int, bank: in
     return None
 
 
+def take_ranges(ranges: list, starts: list, lo: int, hi: int) -> list:
+    """Take the ranges overlapping [lo, hi) out of `ranges` — disjoint ``[lo', hi', *payload]``
+    lists sorted by lo' (`starts`: their lo', for bisect) — and return them in order; their parts
+    outside [lo, hi) stay, with the same payload. A bisect finds the few that overlap: only the
+    first can begin before lo and only the last end after hi."""
+    i = bisect_right(starts, lo) - 1
+    if i < 0 or ranges[i][1] <= lo:
+        i += 1
+    j = i
+    n = len(ranges)
+    while j < n and ranges[j][0] < hi:
+        j += 1
+    if j == i:
+        return []
+    taken = ranges[i:j]
+    pieces = []
+    first, last = taken[0], taken[-1]
+    if first[0] < lo:
+        pieces.append([first[0], lo] + first[2:])
+    if last[1] > hi:
+        pieces.append([hi, last[1]] + last[2:])
+    ranges[i:j] = pieces
+    starts[i:j] = [r[0] for r in pieces]
+    return taken
+
+
+def put_range(ranges: list, starts: list, range_: list) -> None:
+    """Insert ``[lo, hi, *payload]`` into the sorted disjoint `ranges`, taking out anything it
+    overlaps (nothing should: the bytes were taken out when the tile was placed)."""
+    lo = range_[0]
+    take_ranges(ranges, starts, lo, range_[1])
+    k = bisect_right(starts, lo)
+    ranges.insert(k, range_)
+    starts.insert(k, lo)
+
+
 class OnChipMemory:
     """SBUF or PSUM: partitions × bytes-per-partition, rotating (next-fit) allocation of byte ranges."""
 
@@ -326,30 +362,11 @@ class OnChipMemory:
 
     def _inherit(self, lo: int, hi: int):
         """Take the freed ranges overlapping [lo, hi) out of the retired list; return the latest
-        (last access ns, instruction index) among them, or None.
-
-        The retired ranges are disjoint (a range is taken out when a tile is placed on it, and a
-        freed tile's bytes were taken out when it was placed), sorted by start: a bisect finds the
-        few that overlap."""
-        retired, starts = self._retired, self._retired_starts
-        i = bisect_right(starts, lo) - 1
-        if i < 0 or retired[i][1] <= lo:
-            i += 1
-        j = i
+        (last access ns, instruction index) among them, or None."""
         latest = None
-        pieces = []
-        while j < len(retired) and retired[j][0] < hi:
-            r = retired[j]
+        for r in take_ranges(self._retired, self._retired_starts, lo, hi):
             if latest is None or r[2] > latest[0]:
                 latest = (r[2], r[3])
-            if r[0] < lo:
-                pieces.append([r[0], lo, r[2], r[3]])   # the parts outside stay retired
-            if r[1] > hi:
-                pieces.append([hi, r[1], r[2], r[3]])
-            j += 1
-        if j > i:
-            retired[i:j] = pieces
-            starts[i:j] = [r[0] for r in pieces]
         return latest
 
     def _retire(self, tensor: Tensor):
@@ -363,11 +380,8 @@ class OnChipMemory:
                 last, index = record[1], record[2]
         if index < 0:
             return
-        lo, hi = tensor.offset, tensor.offset + tensor.partition_bytes
-        self._inherit(lo, hi)                   # (nothing should overlap; keep the list disjoint)
-        k = bisect_right(self._retired_starts, lo)
-        self._retired.insert(k, [lo, hi, last, index])
-        self._retired_starts.insert(k, lo)
+        put_range(self._retired, self._retired_starts, [tensor.offset, tensor.offset + tensor.partition_bytes,
+                                                        last, index])
 
     def _next_fit(self, nbytes: int) -> int | None:
         """The first place at or after the cursor where `nbytes` fit, else the first from 0."""

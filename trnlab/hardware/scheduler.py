@@ -62,71 +62,90 @@ def _union(boxes):
     return tuple(lo_hi)
 
 
-def compact(records: list):
-    """Merge all but the newest KEEP records into one bounding record (latest time wins)."""
+def compact(records: list, merge=None):
+    """Merge all but the newest KEEP records into one bounding record: `merge(old)` (default: the
+    union of their boxes, the latest time — the first record reaching it — and that record's
+    instruction; a merged write is not a matmul's)."""
     old = records[:-KEEP]
+    records[:-KEEP] = [(merge or _latest_record)(old)]
+
+
+def _latest_record(old: list) -> tuple:
     latest = max(old, key=lambda r: r[1])
     merged = (_union([r[0] for r in old]), latest[1], latest[2])
-    if len(latest) == 4:
-        merged = merged + (False,)
-    records[:-KEEP] = [merged]
+    return merged + (False,) if len(latest) == 4 else merged
+
+
+def add_read(records: list, record, merge=None) -> None:
+    """Note a read record (box, ...) of a tensor; compacted beyond MAX_RECORDS."""
+    records.append(record)
+    if len(records) > MAX_RECORDS:
+        compact(records, merge)
+
+
+def add_write(reads: list, writes: list, box, record, merge=None) -> None:
+    """Note a write record of `box` (None: the whole tensor) of a tensor with these read and
+    write records: the records it covers go (whatever overlaps them overlaps the new write, which
+    ends later), then it is appended; compacted beyond MAX_RECORDS."""
+    if box is None:
+        reads.clear()
+        writes.clear()
+    else:
+        if reads:
+            reads[:] = [r for r in reads if not covers(box, r[0])]
+        if writes:
+            writes[:] = [r for r in writes if not covers(box, r[0])]
+    add_read(writes, record, merge)
+
+
+def read_waits(writes: list, box) -> list:
+    """The write records a read of `box` waits for (RAW): those of overlapping boxes."""
+    return [r for r in writes if r[0] is None or box is None or overlap(r[0], box)]
+
+
+def write_waits(reads: list, writes: list, box, by_matmul: bool = False) -> tuple[list, list]:
+    """(the records a write of `box` waits for: overlapping earlier writes (WAW), then reads (WAR);
+    the matmul writes of the PSUM accumulation group a matmul (`by_matmul`) joins instead of
+    waiting for). A write record's last field says whether a matmul wrote it."""
+    waits, group = [], []
+    for r in writes:
+        if r[0] is None or box is None or overlap(r[0], box):
+            (group if by_matmul and r[-1] else waits).append(r)
+    waits.extend(r for r in reads if r[0] is None or box is None or overlap(r[0], box))
+    return waits, group
 
 
 def wait_reads(views, t: float, waited: int):
     """Latest ready time of earlier writes overlapping any of `views` (RAW)."""
     for v in views:
-        vb = v.box
-        for box, ready, idx, _ in v.tensor._writes:
-            if ready > t and (box is None or vb is None or overlap(box, vb)):
-                t = ready
-                waited = idx
+        for r in read_waits(v.tensor._writes, v.box):
+            if r[1] > t:
+                t, waited = r[1], r[2]
     return t, waited
 
 
 def wait_write(v, t: float, waited: int, by_matmul: bool = False):
     """Latest WAW / WAR constraint for writing view `v`; also the ready time of a PSUM
     accumulation group this matmul joins (0.0 if none)."""
-    vb = v.box
-    tensor = v.tensor
+    waits, group = write_waits(v.tensor._reads, v.tensor._writes, v.box, by_matmul)
+    for r in waits:
+        if r[1] > t:
+            t, waited = r[1], r[2]
     group_ready = 0.0
-    for box, ready, idx, mm in tensor._writes:
-        if box is None or vb is None or overlap(box, vb):
-            if by_matmul and mm:
-                if ready > group_ready:
-                    group_ready = ready
-            elif ready > t:
-                t = ready
-                waited = idx
-    for box, end, idx in tensor._reads:
-        if end > t and (box is None or vb is None or overlap(box, vb)):
-            t = end
-            waited = idx
+    for r in group:
+        if r[1] > group_ready:
+            group_ready = r[1]
     return t, waited, group_ready
 
 
 def record_reads(views, end: float, idx: int):
     for v in views:
-        records = v.tensor._reads
-        records.append((v.box, end, idx))
-        if len(records) > MAX_RECORDS:
-            compact(records)
+        add_read(v.tensor._reads, (v.box, end, idx))
 
 
 def record_write(v, ready: float, idx: int, by_matmul: bool = False):
     tensor = v.tensor
-    vb = v.box
-    if vb is None:
-        tensor._reads.clear()
-        tensor._writes.clear()
-    else:
-        if tensor._reads:
-            tensor._reads[:] = [r for r in tensor._reads if not covers(vb, r[0])]
-        if tensor._writes:
-            tensor._writes[:] = [r for r in tensor._writes if not covers(vb, r[0])]
-    writes = tensor._writes
-    writes.append((vb, ready, idx, by_matmul))
-    if len(writes) > MAX_RECORDS:
-        compact(writes)
+    add_write(tensor._reads, tensor._writes, v.box, (v.box, ready, idx, by_matmul))
     tensor.version += 1
 
 
@@ -149,24 +168,33 @@ class Channel:
     def reserve(self, ready: float, duration: float) -> float:
         """Book `duration` ns in the earliest gap at or after `ready`; returns the start."""
         starts, ends = self.starts, self.ends
+        if ends:                                # the usual cases of a busy channel, without a search:
+            last_end = ends[-1]
+            if ready >= last_end:               # after every interval
+                end = ready + duration
+                if last_end >= ready - _TOUCH:
+                    ends[-1] = end
+                else:
+                    starts.append(ready)
+                    ends.append(end)
+                return ready
+            if ready > starts[-1]:              # inside the last one: right after it
+                ends[-1] = last_end + duration
+                return last_end
         i = bisect_right(ends, ready)           # first interval that ends after `ready`
         t = ready
         n = len(ends)
-        while i < n:
-            if starts[i] >= t + duration:
-                break                           # fits in the gap before interval i
-            if ends[i] > t:
-                t = ends[i]
-            i += 1
+        while i < n and starts[i] < t + duration:
+            t = ends[i]                         # does not fit before it: try after it (the ends
+            i += 1                              # only grow: the intervals are sorted, disjoint)
         end = t + duration
-        join_prev = i > 0 and ends[i - 1] >= t - _TOUCH
-        join_next = i < n and starts[i] <= end + _TOUCH
-        if join_prev and join_next:             # fills a gap exactly: merge three into one
-            ends[i - 1] = ends[i]
-            del starts[i], ends[i]
-        elif join_prev:
-            ends[i - 1] = end
-        elif join_next:
+        if i and ends[i - 1] >= t - _TOUCH:     # touches the interval before it
+            if i < n and starts[i] <= end + _TOUCH:
+                ends[i - 1] = ends[i]           # fills a gap exactly: merge three into one
+                del starts[i], ends[i]
+            else:
+                ends[i - 1] = end
+        elif i < n and starts[i] <= end + _TOUCH:
             starts[i] = t
         else:
             starts.insert(i, t)
@@ -182,3 +210,65 @@ class Channel:
     @property
     def busy_until(self) -> float:
         return self.ends[-1] if self.ends else 0.0
+
+
+def psum_banks(bank_bytes: int, byte_ranges) -> list[int]:
+    """The PSUM banks (sorted) that [lo, hi) byte ranges within a partition touch."""
+    banks = set()
+    for lo, hi in byte_ranges:
+        banks.update(range(lo // bank_bytes, (hi - 1) // bank_bytes + 1))
+    return sorted(banks)
+
+
+# -- the engines' timing rules: one implementation, used by the core (checked path) and by the
+# compiled replay (compiled.run_timing). Each takes the running (time, waited-for) pair that the
+# dependencies gave and returns it moved on; "waited-for" names the instruction that decided.
+PRUNE_ABOVE = 64       # a channel with more intervals than this is pruned at the next transfer
+
+
+def first_free_queue(queue_free) -> int:
+    """The DMA queue free first (the lowest-numbered of those free first): a transfer with no
+    queue given starts there, as the runtime's DMA rings do."""
+    return queue_free.index(min(queue_free))
+
+
+def dma_transfer(ready: float, waited: int, queue_free: float, fixed_ns: float, cycles: float,
+                 engine_ns: float, hbm_bytes: int, bandwidth: float, dma: "Channel", hbm: "Channel",
+                 horizon: float) -> tuple[float, float, int]:
+    """(start, end, waited) of a DMA whose data is ready at `ready` (decided by `waited`) on a queue
+    free at `queue_free`.
+
+    It starts when both are (the queue wins a tie). Its engines begin `fixed_ns` later and it ends
+    `cycles` (ns) after that — but no earlier than its share of the core's DMA engines
+    (`engine_ns`) and, if it moves `hbm_bytes` > 0 through HBM, of the HBM channel (at `bandwidth`
+    bytes/s) have passed, each in its channel's earliest free slot at or after the engines begin.
+    Then the channels forget what ended before `horizon` (the earliest a later transfer can
+    begin: the first queue free + the fixed latency)."""
+    if queue_free >= ready:
+        ready, waited = queue_free, -1
+    begin = ready + fixed_ns
+    end = begin + cycles
+    engines_end = dma.reserve(begin, engine_ns) + engine_ns
+    if engines_end > end:
+        end = engines_end
+    if hbm_bytes:
+        hbm_ns = hbm_bytes * 1e9 / bandwidth
+        hbm_end = hbm.reserve(begin, hbm_ns) + hbm_ns
+        if hbm_end > end:
+            end = hbm_end
+    if len(hbm.ends) > PRUNE_ABOVE or len(dma.ends) > PRUNE_ABOVE:
+        hbm.prune(horizon)
+        dma.prune(horizon)
+    return ready, end, waited
+
+
+def stationary_load(start: float, waited: int, st_ready: float, st_waited: int,
+                    last_matmul_start: float, load_ns: float) -> tuple[float, int, float]:
+    """A Tensor-engine instruction with a new stationary tile: LoadStationary starts once the tile
+    is ready and the previous matmul has taken its weights out of the shadow buffer, and the
+    instruction starts no earlier than the load's end. Returns (start, waited, load_end)."""
+    load_start = st_ready if st_ready > last_matmul_start else last_matmul_start
+    load_end = load_start + load_ns
+    if load_end > start:
+        return load_end, st_waited, load_end
+    return start, waited, load_end
