@@ -253,6 +253,8 @@ class Recorder:
 def plain(value):
     """An instruction attribute as plain data (names for operators and engines)."""
     if value is None or isinstance(value, (bool, int, float, str)):
+        if type(value).__module__ == "trnlab.nki.loops":   # a loop index (nki/loops.py): its value
+            return int(value)
         return value
     if isinstance(value, np.generic):
         return value.item()

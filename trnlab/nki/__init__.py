@@ -237,11 +237,23 @@ def trace(kernel, *args, target=None, grid=None, points=None, **kwargs):
     return program
 
 
+STAMP_LOOPS = True     # trace affine/sequential loops in a few iterations, stamp the rest (loops.py)
+
+
 def _trace(kernel: Kernel, args, kwargs, spec, grid: tuple, points=None):
+    from trnlab.nki import loops
+    return loops.trace(lambda concrete: _trace_once(kernel, args, kwargs, spec, grid, concrete, points),
+                       stamping=STAMP_LOOPS)
+
+
+def _trace_once(kernel: Kernel, args, kwargs, spec, grid: tuple, concrete, points=None):
+    """One trace: (program, loop tracer); `concrete` = loop sites to run concretely (None: all)."""
     from trnlab.hardware.allocate import allocate
     from trnlab.hardware.trace import Recorder
+    from trnlab.nki import loops
     recorder = Recorder(spec, name=kernel.func.__name__)
     launch = runtime.Launch(core=recorder, grid=grid, timing_only=True)
+    launch.loop_tracer = tracer = None if concrete is None else loops.LoopTracer(recorder, launch, concrete)
 
     sites = {}
 
@@ -259,7 +271,7 @@ def _trace(kernel: Kernel, args, kwargs, spec, grid: tuple, points=None):
     recorder.where = where
     names = kernel.func.__code__.co_varnames
     with _gc.paused():            # a trace only creates objects that stay alive (hardware/_gc.py)
-        return _run_trace(kernel, args, kwargs, spec, grid, recorder, launch, names, allocate, points)
+        return _run_trace(kernel, args, kwargs, spec, grid, recorder, launch, names, allocate, points), tracer
 
 
 def _run_trace(kernel, args, kwargs, spec, grid, recorder, launch, names, allocate, points=None):

@@ -19,6 +19,7 @@ import numpy as np
 
 from trnlab.hardware.errors import OutOfBoundsError as IndexOutOfBoundsError
 from trnlab.nki.errors import MaskError
+from trnlab.nki.loops import LoopIndex, plain
 
 
 class Iterator:
@@ -57,8 +58,9 @@ class IndexExpr:
             # an iterator whose coefficients cancel still spans its axis (0 * i_p + i_f is [P, F])
             grid = grid + tuple(i for i, c in merged.items() if not c and all(i is not g for g in grid))
             return IndexExpr(self.const + other.const, tuple((i, c) for i, c in merged.items() if c), grid)
-        if isinstance(other, (int, np.integer)):
-            return IndexExpr(self.const + int(other), self.terms, self.grid)
+        if isinstance(other, (int, np.integer, LoopIndex)):
+            # a loop index (loops.py) is read as its value: the access box is affine in it
+            return IndexExpr(self.const + int(plain(other)), self.terms, self.grid)
         return NotImplemented
 
     __radd__ = __add__
@@ -67,7 +69,7 @@ class IndexExpr:
         return IndexExpr(-self.const, tuple((i, -c) for i, c in self.terms), self.grid)
 
     def __sub__(self, other):
-        if isinstance(other, (IndexExpr, int, np.integer)):
+        if isinstance(other, (IndexExpr, int, np.integer, LoopIndex)):
             return self + (-other)
         return NotImplemented
 
@@ -86,8 +88,8 @@ class IndexExpr:
 
     # -- comparisons build mask predicates --------------------------------------------
     def _cmp(self, op, other):
-        if isinstance(other, (int, np.integer, IndexExpr)):
-            return Predicate(((self, op, other),))
+        if isinstance(other, (int, np.integer, IndexExpr, LoopIndex)):
+            return Predicate(((self, op, plain(other)),))
         return NotImplemented
 
     def __lt__(self, other): return self._cmp("<", other)
@@ -155,7 +157,7 @@ class Predicate:
 
 def arange(*args) -> IndexExpr:
     """nl.arange(stop) or nl.arange(start, stop[, step]): a 1-D iterator expression."""
-    r = range(*args)
+    r = range(*(plain(a) for a in args))
     if len(r) == 0:
         raise ValueError(f"nl.arange{args} is empty")
     return IndexExpr(r.start, ((Iterator(len(r), 0, 1), r.step),))

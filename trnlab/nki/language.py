@@ -10,14 +10,19 @@ the instructions of `nki.isa` (see isa.py) on the running kernel's simulated Neu
   transpose of x unless transpose_x=True); `transpose` -> `nc_transpose`;
 - `load` / `store` -> `dma_copy`.
 
-Loops are plain Python: `affine_range`, `sequential_range` and `static_range` are ranges that remember
-which kind they are (the simulator issues iterations in program order either way; the engines overlap
-independent work through the scheduler's dependency tracking).
+Loops are Python loops: `affine_range`, `sequential_range` and `static_range` are ranges that remember
+which kind they are (iterations are issued in program order either way; the engines overlap
+independent work through the scheduler's dependency tracking). While a kernel is traced, the
+iterator of a `for` statement over an affine or sequential range of 4 or more iterations is a
+`loops.LoopIndex`: iterations 0, 1 and n-1 run, the others are stamped out of them (loops.py; any
+non-affine use of the iterator runs the loop concretely, as `static_range` and `range` always do).
 """
 from __future__ import annotations
 
 import builtins
+import dis as _dis
 import math
+import sys as _sys_module
 
 import ml_dtypes
 import numpy as np
@@ -29,6 +34,7 @@ from trnlab.nki import compiler as _compiler
 from trnlab.nki import indexing as _indexing
 from trnlab.nki.errors import user_site as _user_site
 from trnlab.nki import isa as _isa
+from trnlab.nki import loops as _loops
 from trnlab.nki import issue as _issue
 from trnlab.nki import runtime as _runtime
 from trnlab.nki.errors import NKIError
@@ -92,8 +98,12 @@ class tile_size(metaclass=_TileSizeMeta):
 
 
 # -- loops and SPMD ---------------------------------------------------------------------------
+_GET_ITER, _FOR_ITER, _EXTENDED_ARG = _dis.opmap["GET_ITER"], _dis.opmap["FOR_ITER"], _dis.opmap["EXTENDED_ARG"]
+
+
 class _Range:
     kind = "affine"
+    stamps = False           # affine/sequential loops of a trace may stamp their iterations (loops.py)
 
     def __init__(self, *args, **kwargs):
         self._range = range(*(int(a) for a in args))
@@ -102,16 +112,27 @@ class _Range:
         launch = _runtime.active()
         if launch is None or self.kind == "static":
             return iter(self._range)
-        return self._iterations(launch)
+        values = self._range
+        if self.stamps:
+            frame = _sys_module._getframe(1)
+            code, at = frame.f_code.co_code, frame.f_lasti
+            # only the iterator of a `for` statement (not list(...), zip(...) or a comprehension)
+            after = at + 2
+            while code[after] == _EXTENDED_ARG:     # a long loop body: FOR_ITER's jump needs more bytes
+                after += 2
+            if code[at] == _GET_ITER and code[after] == _FOR_ITER:
+                values = _loops.iterate(self._range, frame)   # iterations stamped (loops.py)
+        return self._iterations(launch, values)
 
-    def _iterations(self, launch):
+    def _iterations(self, launch, values):
         """The iterations, noting on the launch which iteration of each enclosing affine/sequential
         loop runs (NKI traces such a loop body once: see _declared_once)."""
         loops = launch.__dict__.setdefault("loops", [])
         loops.append(0)
+        start, step = self._range.start, self._range.step
         try:
-            for n, i in enumerate(self._range):
-                loops[-1] = n
+            for i in values:
+                loops[-1] = (_loops.plain(i) - start) // step
                 yield i
         finally:
             loops.pop()
@@ -126,11 +147,13 @@ class _Range:
 class affine_range(_Range):
     """Iterations without a loop-carried dependency (the compiler may reorder and pipeline them)."""
     kind = "affine"
+    stamps = True
 
 
 class sequential_range(_Range):
     """Iterations that depend on each other (kept in order)."""
     kind = "sequential"
+    stamps = True
 
 
 class static_range(_Range):
@@ -715,7 +738,8 @@ def softmax(x, axis, *, dtype=None, mask=None, **kwargs) -> NkiTensor:
 # -- more of NKI's language: slices, SPMD over cores, limits, constants, loops, randomness ------------------
 def ds(start: int, size: int) -> slice:
     """nl.ds(start, size): the slice start:start+size (a "dynamic slice" in NKI, for tensor indexing)."""
-    return slice(int(start), int(start) + int(size))
+    start = int(_loops.plain(start))           # a loop index: the slice's box is affine in it
+    return slice(start, start + int(size))
 
 
 class nc:

@@ -24,6 +24,8 @@ from trnlab.hardware.errors import OutOfBoundsError, ShapeMismatchError
 from trnlab.nki import indexing
 from trnlab.nki.errors import NKIError, locate
 from trnlab.nki.indexing import IndexExpr
+from trnlab.nki import loops as _loops
+from trnlab.nki.loops import plain_key
 
 ON_CHIP = ("sbuf", "psum")
 HBM_KINDS = ("hbm", "shared_hbm", "private_hbm")
@@ -142,7 +144,7 @@ class NkiTensor:
     def __getitem__(self, key) -> "NkiTensor":
         if self._emit is not None:
             self._ready()
-        key = key if type(key) is tuple else (key,)
+        key = plain_key(key if type(key) is tuple else (key,))   # loop indices: their values (loops.py)
         if key and isinstance(key[0], NkiTensor):
             return self._indirect(key)
         if self.buffer in HBM_KINDS and any(type(k) is NkiTensor for k in key):
@@ -416,6 +418,9 @@ class NkiTensor:
 
     def __iadd__(self, other):
         launch = self._launch
+        tracer = getattr(launch, "loop_tracer", None)
+        if tracer is not None and tracer.flushed is not None:
+            _loops.consumed(tracer, other)
         if isinstance(other, NkiTensor) and other._emit is not None and launch.pending is other \
                 and getattr(other._emit, "accumulates", False):
             launch.pending = None
@@ -525,6 +530,9 @@ def _assign(dst: NkiTensor, value) -> None:
     """`dst[...] = value`: issue the pending instruction into dst, or copy / fill."""
     launch = dst._launch
     if isinstance(value, NkiTensor):
+        tracer = getattr(launch, "loop_tracer", None)
+        if tracer is not None and tracer.flushed is not None:
+            _loops.consumed(tracer, value)
         if value._emit is not None:
             if launch.pending is value:
                 launch.pending = None
