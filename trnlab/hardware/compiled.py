@@ -552,6 +552,7 @@ def run_timing(compiled: Compiled, core, resident: dict, region: str = "") -> No
     slot = _Port.slot
     now = core._now
     load_end = core._load_end
+    dve_follows = core._dve_prev is not None     # the first Vector instruction of a launch pays in full
     last_mm_start = core._last_mm_start
     for op in r.ops:
         kind = op[0]
@@ -626,8 +627,10 @@ def run_timing(compiled: Compiled, core, resident: dict, region: str = "") -> No
                 if T[n] > t:
                     t = T[n]
                     w = W[n]
-            if hidden:
-                dur = cost.issue_busy_ns(dur, hidden, t, free[eid])
+            if eid == DVE:
+                if hidden:
+                    dur = cost.issue_busy_ns(dur, hidden, t, free[eid], dve_follows)
+                dve_follows = True
             if ports:
                 objs = [port(p) for p in ports]
                 t, w = slot(objs, t, dur, w)
@@ -671,6 +674,8 @@ def run_timing(compiled: Compiled, core, resident: dict, region: str = "") -> No
     # the state the checked replay leaves behind
     free[4:] = qfree
     core._now = now
+    if dve_follows and core._dve_prev is None:
+        core._dve_prev = ()                  # the Vector engine has issued in this launch (no views kept)
     core._load_end = load_end
     core._last_mm_start = last_mm_start
     core._stationary = None          # the next launch's tiles are new tensors: a new stationary
@@ -740,8 +745,7 @@ class ValuesCore(NeuronCore):
         return -1
 
     def tensor_copy(self, dst, src, engine="vector") -> int:
-        src.check_initialized()
-        dst.write(np.reshape(src.values(), dst.shape).astype(dst.tensor.dtype, copy=False))
+        self._tensor_copy_values(dst, src)
         return -1
 
     def nc_transpose(self, dst, src) -> int:

@@ -304,8 +304,7 @@ class NeuronCore:
         reads_previous = prev is not None and any(
             r.tensor is w.tensor and scheduler.overlap(r.box, w.box) for r in reads for w in prev)
         first = reads[0] if reads else writes[0]
-        cycles = cost.vector_hidden_static_cycles(self.spec, "dve", first.free_size, prev is not None,
-                                                  reads_previous)
+        cycles = cost.vector_hidden_static_cycles(self.spec, "dve", first.free_size, reads_previous)
         return cycles * self._clock_ns[DVE]
 
     def _issue(self, eid, opcode, dur, reads, write, flops=0.0, also_write=None):
@@ -324,7 +323,8 @@ class NeuronCore:
             start, waited, _ = _wait_write(also_write, start, waited)
             writes = (write, also_write)
         if eid == DVE:          # the static overhead, hidden back to back [ARCH-v2]
-            dur = cost.issue_busy_ns(dur, self._vector_hidden_ns(reads, writes), start, self._free[eid])
+            follows = self._dve_prev is not None
+            dur = cost.issue_busy_ns(dur, self._vector_hidden_ns(reads, writes), start, self._free[eid], follows)
         sbuf, psum = _bytes_by_memory(reads + writes)
         ports = self._ports(eid, reads + writes, sbuf, psum)
         idx = len(self._records)
@@ -726,15 +726,19 @@ class NeuronCore:
         self._onchip(dst, "dst", "tensor_copy", psum_ok=eid != POOL)
         self._same_tile(dst, src, "tensor_copy", "dst vs src")
         if self.full:
-            garbage = src.undefined()            # element on element: garbage is copied where it is
-            dst.write(np.reshape(src.values(), dst.shape).astype(dst.tensor.dtype, copy=False))
-            if garbage is not None:
-                origin = src.tensor.poison_origin or (
-                    f"tensor_copy read never-written {src.tensor.name!r}[{src._index_str()}]"
-                    + (f" at {self.note}" if self.note else ""))
-                dst.set_poison(garbage.reshape(dst.shape), origin)
+            self._tensor_copy_values(dst, src)
         dur = self._cost_ns(eid, "tensor_copy", (src,), (dst,))
         return self._issue(eid, "tensor_copy", dur, (src,), dst)
+
+    def _tensor_copy_values(self, dst: View, src: View) -> None:
+        """Full mode: dst = src cast; garbage is copied element on element to where it goes."""
+        garbage = src.undefined()
+        dst.write(np.reshape(src.values(), dst.shape).astype(dst.tensor.dtype, copy=False))
+        if garbage is not None:
+            origin = src.tensor.poison_origin or (
+                f"tensor_copy read never-written {src.tensor.name!r}[{src._index_str()}]"
+                + (f" at {self.note}" if self.note else ""))
+            dst.set_poison(garbage.reshape(dst.shape), origin)
 
     def tensor_tensor(self, dst, data1, data2, op, engine="vector") -> int:
         """dst = data1 <op> data2, element-wise (Vector or GpSimd engine)."""

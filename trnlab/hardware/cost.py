@@ -175,7 +175,7 @@ def vector_perf_mode_possible(spec: CoreSpec, engine: str, opcode: str) -> bool:
     return spec.vector_perf_mode and engine == "dve" and opcode in _PERF_MODE_OPCODES
 
 
-def vector_hidden_static_cycles(spec: CoreSpec, engine: str, free_size: int, follows: bool,
+def vector_hidden_static_cycles(spec: CoreSpec, engine: str, free_size: int,
                                 reads_previous_result: bool) -> int:
     """Cycles of the static overhead a Vector instruction does not pay *if* it is ready when the
     engine finishes its predecessor (`issue_busy_ns`); 0 where [ARCH-v2] charges the overhead.
@@ -187,21 +187,24 @@ def vector_hidden_static_cycles(spec: CoreSpec, engine: str, free_size: int, fol
     - N < `vector_static_hidden_min_free` (128; the boundary between "<< 128" and "> 128" is not
       published: ASSUMED at 128, not fitted),
     - the instruction reads what the engine's previous instruction wrote (`reads_previous_result`),
-    - there is no predecessor to overlap (`follows` False: the first instruction of a launch).
+    - there is no predecessor to overlap (the first instruction of a launch: `issue_busy_ns`'s
+      `follows`, a fact of the run, not of the instruction, so a loop's iterations describe alike).
     Other engines keep their own figures: GpSimd pays its static cost always (the rule is the
     Vector engine's), the Scalar engine has none (`activation_static_cycles`)."""
-    if engine != "dve" or not follows or reads_previous_result:
+    if engine != "dve" or reads_previous_result:
         return 0
     if free_size < spec.vector_static_hidden_min_free:
         return 0
     return spec.vector_static_cycles
 
 
-def issue_busy_ns(busy_ns: float, hidden_ns: float, ready_ns: float, engine_free_ns: float) -> float:
+def issue_busy_ns(busy_ns: float, hidden_ns: float, ready_ns: float, engine_free_ns: float,
+                  follows: bool = True) -> float:
     """The busy time of an instruction whose data is ready at `ready_ns` on an engine free at
-    `engine_free_ns`: back to back (ready by then) it overlaps its predecessor by `hidden_ns`
-    (`vector_hidden_static_cycles`); after the engine idled, waiting, it pays everything."""
-    if hidden_ns and ready_ns <= engine_free_ns:
+    `engine_free_ns`: back to back (ready by then, and `follows` an instruction of the same launch
+    on that engine) it overlaps its predecessor by `hidden_ns` (`vector_hidden_static_cycles`);
+    first in its launch, or after the engine idled, waiting, it pays everything."""
+    if hidden_ns and follows and ready_ns <= engine_free_ns:
         return busy_ns - hidden_ns
     return busy_ns
 
