@@ -48,7 +48,9 @@ def plot_roofline(peak_flops: float, bandwidth: float,
         _, ax = plt.subplots(figsize=(6, 4))
     ax.loglog(x, attainable_flops(x, peak_flops, bandwidth) / 1e12, color="#333333", lw=2)
     ax.axvline(ridge, color="#999999", ls=":", lw=1)
-    ax.text(ridge * 1.1, peak_flops / 1e12 * 0.5, f"ridge {ridge:.0f} FLOP/byte", fontsize=8, color="#555555")
+    # along the dotted line, at the bottom of the plot: kernels sit near the roof, not down there
+    ax.text(ridge * 1.12, bandwidth * low * 1.5 / 1e12, f"ridge {ridge:.0f} FLOP/byte", fontsize=8,
+            color="#555555", rotation=90, va="bottom")
     ax.text(low * 1.3, peak_flops / 1e12 * 1.15, f"peak {peak_flops / 1e12:.1f} TFLOPS", fontsize=8)
     ax.text(low * 1.3, bandwidth * low * 1.3 * 1.6 / 1e12,
             f"{bandwidth / 1e9:.0f} GB/s", fontsize=8, rotation=28, color="#555555")
