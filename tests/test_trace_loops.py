@@ -443,3 +443,47 @@ def test_check_mode_traces_both_ways_and_refuses_a_difference(monkeypatch):
     monkeypatch.setattr(loops, "first_difference", lambda a, b: "instruction 3: made up")
     with pytest.raises(AssertionError, match="stamped trace differs"):
         _trace(matmul_ladder.matmul_tiled, *args, stamp=True)
+
+
+# -- kernels that place their own tiles: traced once, every loop concretely ----------------------------
+class _GlobalAllocator:
+    """A kernel's own SBUF address counter kept outside the kernel (AWS's allocated kernels keep
+    theirs in a module global): each trace of the kernel asks for new addresses."""
+
+    def __init__(self):
+        self.offset = 0
+
+    def allocate(self, nbytes: int):
+        import trnlab.nki.compiler as ncc
+        addr, self.offset = self.offset, self.offset + nbytes
+        return ncc.sbuf.mod_alloc(base_addr=addr)
+
+
+_ALLOCATOR = _GlobalAllocator()
+_PASSES = _GlobalAllocator()          # its offset counts loop passes (an attribute: not seen by the checks)
+
+
+@nki.jit
+def _scaled_rows_with_own_addresses(a):
+    R, C = a.shape
+    out = nl.ndarray((R, C), dtype=a.dtype, buffer=nl.shared_hbm)
+    tile = nl.ndarray((nl.par_dim(128), C), dtype=a.dtype, buffer=_ALLOCATOR.allocate(C * 4))
+    for r in nl.affine_range(R // 128):
+        _PASSES.offset += 1
+        tile[...] = nl.load(a[r * 128:(r + 1) * 128, :])
+        # the third pass differs: a stamped loop (passes 0, 1, then n-1) finds out at n-1 and retraces
+        scaled = nl.multiply(tile, 3.0 if _PASSES.offset == 3 else 2.0)
+        nl.store(out[r * 128:(r + 1) * 128, :], value=scaled)
+    return out
+
+
+def test_a_kernel_with_direct_allocations_is_traced_once_with_every_loop_concrete():
+    nki._PROGRAMS.clear()
+    _ALLOCATOR.offset = _PASSES.offset = 0
+    program = nki.trace(_scaled_rows_with_own_addresses, SD((128 * 6, 64), "float32"), target="trn2")
+    nki._PROGRAMS.clear()
+    assert _ALLOCATOR.offset == 64 * 4              # one trace: a retrace would have asked for new bytes
+    assert ((), "no loop stamps after a direct allocation") in loops.fallbacks
+    _ALLOCATOR.offset = _PASSES.offset = 0
+    concrete = _trace(_scaled_rows_with_own_addresses, SD((128 * 6, 64), "float32"), stamp=False)
+    assert loops.first_difference(program, concrete) == ""

@@ -332,6 +332,7 @@ def ndarray(shape, dtype, *, buffer=None, name: str = "", **kwargs) -> NkiTensor
         placement, buffer = (None if isinstance(buffer, _compiler.AutoAlloc) else buffer), buffer.memory
     if placement is None:
         return _allocate(shape, dtype, buffer or sbuf, name, launch)
+    _loops.run_concretely(launch, "a direct allocation")
     return _allocate(shape, dtype, buffer, name, launch, placement=_declared_once(launch, placement, shape, dtype))
 
 

@@ -938,18 +938,21 @@ class LoopTracer:
         self.stamped_any = False
         self.abandoned: list = []
         self.flushed = None               # (tile, instructions, buffers, loop) issued at a boundary
+        self.running: list = []           # the stamping loops the trace is inside, outermost first
+        self.off = None                   # why no further loop of this trace stamps
 
     def iterate(self, values: range, frame):
         """The iterator of an affine/sequential range: stamped, or plain ints when it cannot be."""
         n = len(values)
         site = (frame.f_code.co_filename, frame.f_lineno)
-        if n < MIN_ITERATIONS or site in self.concrete:
+        if n < MIN_ITERATIONS or site in self.concrete or self.off is not None:
             return iter(values)
         return self._stamped(values, site, frame)
 
     def _stamped(self, values: range, site, frame):
         loop = Loop(self, site, values, frame)
         self.depth += 1
+        self.running.append(loop)
         n = len(values)
         done = False
         try:
@@ -969,12 +972,32 @@ class LoopTracer:
             done = True
         finally:
             self.depth -= 1
+            self.running.remove(loop)
             loop.frame = None
             loop.active = False
             if not done and loop.stamped:
                 loop.abandon()
             if self.depth == 0:
                 self.known.clear()
+
+
+def run_concretely(launch, reason: str) -> None:
+    """From here on the trace runs concretely: the loops it is inside run the rest of their
+    iterations, and no later loop stamps. Called where stamping, or the retrace a surprise after
+    stamping needs, would be unsafe: a direct allocation is placed by the kernel's own address
+    arithmetic, often on state outside the kernel — AWS's allocated kernels keep their allocator's
+    offset in a module global — so every iteration's body must run, and running the kernel a
+    second time would not give the same addresses."""
+    tracer = getattr(launch, "loop_tracer", None)
+    if tracer is None:
+        return
+    if tracer.off is None:
+        tracer.off = reason
+        fallbacks.append(((), f"no loop stamps after {reason}"))
+    for loop in tracer.running:
+        if loop.stamped:
+            loop._fail(reason)          # cannot happen in iterations 0/1; n-1 may meet it first
+        loop.degrade(reason)
 
 
 def iterate(values: range, frame):
