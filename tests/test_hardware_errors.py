@@ -173,9 +173,34 @@ def test_reading_memory_never_written(core):
     y = core.sbuf.allocate((128, 64), "float32")
     core.memset(x[:, 0:32], 1.0)
     core.tensor_copy(y[:, 0:32], x[:, 0:32])         # written part: fine
+    out = core.hbm.allocate((128, 64), "float32", name="out")
     with pytest.raises(errors.UninitializedReadError, match=r"uninitialized read: 4096 of 8192 elements of 'x'"):
-        core.tensor_scalar(y, x, "multiply", 2.0)
+        core.dma_copy(out, x)                         # a store reads it: the error
     assert np.isnan(x.data[:, 32:]).all()            # fresh memory is NaN
+
+
+def test_garbage_goes_through_per_partition_instructions_where_the_chip_would_put_it(core):
+    # element-wise instructions carry it element on element; reductions along the free axes
+    # (bn_stats -> bn_aggr, an activation's accumulate) to the whole partition; only a store of
+    # the garbage raises, naming where it came from
+    x = core.sbuf.allocate((128, 64), "float32", name="x")
+    core.memset(x[0:96, :], 1.0)                     # rows 96..127: half never written (a masked tile)
+    core.memset(x[96:128, 0:32], 2.0)
+    y = core.sbuf.allocate((128, 64), "float32", name="y")
+    core.tensor_scalar(y, x, "multiply", 3.0)        # no error: garbage where x had it
+    stats = core.sbuf.allocate((128, 6), "float32", name="stats")
+    core.bn_stats(stats, x)
+    mean_var = core.sbuf.allocate((128, 2), "float32", name="mean_var")
+    core.bn_aggr(mean_var, stats)
+    out = core.hbm.allocate((128, 64), "float32", name="out")
+    core.dma_copy(out[0:128, 0:32], y[:, 0:32])      # the written columns of every row: fine
+    np.testing.assert_array_equal(out.data[96:, 0:32], 6.0)
+    small = core.hbm.allocate((128, 2), "float32", name="small")
+    core.dma_copy(small[0:96], mean_var[0:96])       # rows without garbage: fine
+    with pytest.raises(errors.UninitializedReadError, match=r"'mean_var'.* hold garbage .*'x'"):
+        core.dma_copy(small, mean_var)               # rows 96..127 averaged garbage columns
+    with pytest.raises(errors.UninitializedReadError, match=r"'y'.* hold garbage"):
+        core.dma_copy(out, y)
 
 
 def test_garbage_copied_from_memory_never_written_is_an_error_only_where_it_is_read(core):

@@ -169,6 +169,7 @@ class NeuronCore:
         # the Scalar engine's reduce registers, one fp32 per partition (nisa.activation reduce_cmd)
         self._act_regs = np.zeros(spec.partitions, np.float32) if self.full else None
         self._dve_prev = None                       # what the Vector engine's last instruction wrote
+        self._carried: list = []                    # (view, garbage mask) read by the running instruction (_carry_to)
         self.note = ""                              # recorded with each instruction (e.g. source)
         self._pe_ns = 1e9 / spec.pe_clock_hz
         self._clock_ns = [1e9 / spec.pe_clock_hz, 1e9 / spec.act_clock_hz,
@@ -364,13 +365,46 @@ class NeuronCore:
             port = self._port_table[key] = _Port()
         return port
 
-    def _inputs(self, *views):
-        """Float32 values of the operands (full mode), checking they were written."""
+    def _inputs(self, *views, carry: bool = False):
+        """Float32 values of the operands (full mode), checking they were written — or, with
+        `carry`, noting where they hold garbage (memory never written) for `_carry_to`: an
+        instruction whose result partition p depends only on its inputs' partition p computes
+        garbage where its inputs held garbage, as on the chip, and only a later read of it that
+        matters (a store, most of all) is an error."""
         out = []
         for v in views:
-            v.check_initialized()
+            if carry:
+                bad = v.undefined()
+                if bad is not None:
+                    self._carried.append((v, bad.reshape(v.partitions, -1)))
+            else:
+                v.check_initialized()
             out.append(np.asarray(v.values(), dtype=np.float32).reshape(v.partitions, -1))
         return out
+
+    def _carry_to(self, *dsts) -> None:
+        """Mark as garbage what the carried inputs' garbage reaches in `dsts`: element on element
+        when an input has dst's shape per partition, else the whole partition (a reduction along
+        the free axes, a per-partition operand). An input whose partitions are not dst's cannot be
+        followed: its read is the error it always was."""
+        carried, self._carried = self._carried, []
+        if not carried:
+            return
+        origin = next((v.tensor.poison_origin for v, _ in carried if v.tensor.poison_origin), "") or (
+            f"{carried[0][0].tensor.name!r}[{carried[0][0]._index_str()}] read never-written"
+            + (f" at {self.note}" if self.note else ""))
+        for dst in dsts:
+            if dst is None:
+                continue
+            mask = np.zeros((dst.partitions, dst.free_size), bool)
+            for v, bad in carried:
+                if v.partitions != dst.partitions:
+                    v.check_initialized()
+                if bad.shape[1] == dst.free_size:
+                    mask |= bad
+                else:
+                    mask |= bad.any(axis=1)[:, None]
+            dst.set_poison(mask.reshape(dst.shape), origin)
 
     @staticmethod
     def _store(dst: View, values: np.ndarray):
@@ -753,15 +787,17 @@ class NeuronCore:
         self._same_tile(a, b, "tensor_tensor", "data1 vs data2")
         self._same_tile(dst, a, "tensor_tensor", "dst vs data1")
         if self.full:
-            x, y = self._inputs(a, b)
+            self._carried = []
+            x, y = self._inputs(a, b, carry=True)
             if name in ops.BITVEC:
                 x, y = a.values().reshape(x.shape), b.values().reshape(y.shape)
             with np.errstate(all="ignore"):
                 self._store(dst, fn(x, y))
+            self._carry_to(dst)
         dur = self._cost_ns(eid, "tensor_tensor", (a, b), (dst,))
         return self._issue(eid, "tensor_tensor", dur, (a, b), dst)
 
-    def _operand(self, operand, P: int, opcode: str, what: str):
+    def _operand(self, operand, P: int, opcode: str, what: str, carry: bool = False):
         """A scalar float or a [P, 1] view; returns (fp32 value or None, view or None)."""
         if isinstance(operand, (Tensor, View)):
             v = _view(operand, what)
@@ -770,7 +806,7 @@ class NeuronCore:
                 raise ShapeMismatchError(f"shape mismatch: {opcode} {what} {v.shape} must be "
                                          f"[{P}, 1] (one value per partition)", value=v.shape,
                                          limit=(P, 1))
-            return (self._inputs(v)[0] if self.full else None), v
+            return (self._inputs(v, carry=carry)[0] if self.full else None), v
         return np.float32(operand), None
 
     def tensor_scalar(self, dst, data, op0, operand0, reverse0=False, op1=None, operand1=None,
@@ -783,20 +819,22 @@ class NeuronCore:
         self._onchip(dst, "dst", "tensor_scalar", psum_ok=eid != POOL)
         self._same_tile(dst, x, "tensor_scalar", "dst vs data")
         n0, f0 = ops.binary(op0)
-        c0, v0 = self._operand(operand0, x.partitions, "tensor_scalar", "operand0")
+        self._carried = []
+        c0, v0 = self._operand(operand0, x.partitions, "tensor_scalar", "operand0", carry=True)
         reads = (x,) if v0 is None else (x, v0)
         if op1 is not None:
             n1, f1 = ops.binary(op1)
-            c1, v1 = self._operand(operand1, x.partitions, "tensor_scalar", "operand1")
+            c1, v1 = self._operand(operand1, x.partitions, "tensor_scalar", "operand1", carry=True)
             if v1 is not None:
                 reads = reads + (v1,)
         if self.full:
-            (vals,) = self._inputs(x)
+            (vals,) = self._inputs(x, carry=True)
             with np.errstate(all="ignore"):
                 out = f0(c0, vals) if reverse0 else f0(vals, c0)
                 if op1 is not None:
                     out = f1(c1, out) if reverse1 else f1(out, c1)
             self._store(dst, out)
+            self._carry_to(dst)
         dur = self._cost_ns(eid, "tensor_scalar", (x,), (dst,))
         return self._issue(eid, "tensor_scalar", dur, reads, dst)
 
@@ -874,21 +912,24 @@ class NeuronCore:
                     limit=(x.partitions, 1))
         reads = (x,)
         b = None
+        self._carried = []
         if bias is not None:
-            b, bv = self._operand(bias, x.partitions, "activation", "bias")
+            b, bv = self._operand(bias, x.partitions, "activation", "bias", carry=True)
             if bv is not None:
                 reads = reads + (bv,)
-        s, sv = self._operand(scale, x.partitions, "activation", "scale")
+        s, sv = self._operand(scale, x.partitions, "activation", "scale", carry=True)
         if sv is not None:
             reads = reads + (sv,)
         if self.full:
-            (vals,) = self._inputs(x)
+            (vals,) = self._inputs(x, carry=True)
             with np.errstate(all="ignore"):
                 pre = vals * s
                 if b is not None:
                     pre = pre + b
                 out = fn(pre)
             self._store(dst, out)
+            carried = list(self._carried)
+            self._carry_to(dst)
             # the registers sum the fp32 activated values, before dst's rounding
             regs = self._act_regs[x.part_start:x.part_start + x.partitions]   # one per lane
             if reduce_cmd in ("reset", "reset_reduce"):
@@ -897,6 +938,8 @@ class NeuronCore:
                 regs += np.asarray(out, np.float32).sum(axis=1)
             if reduce_view is not None:
                 self._store(reduce_view, regs[:, None].copy())
+                self._carried = carried                # the sums hold garbage where a row did
+                self._carry_to(reduce_view)
         dur = self._cost_ns(ACT, "activation", (x,), (dst,),
                             reduce=reduce_view is not None or reduce_cmd != "idle")
         return self._issue(ACT, "activation", dur, reads, dst, also_write=reduce_view)
@@ -1025,7 +1068,8 @@ class NeuronCore:
             raise ShapeMismatchError(f"shape mismatch: bn_stats dst {dst.shape} must be "
                                      f"[{x.partitions}, 6]", value=dst.shape, limit=(x.partitions, 6))
         if self.full:
-            (vals,) = self._inputs(x)
+            self._carried = []
+            (vals,) = self._inputs(x, carry=True)
             stats = []
             for half in (vals[:, 0::2], vals[:, 1::2]):
                 count = half.shape[1]
@@ -1033,6 +1077,7 @@ class NeuronCore:
                 m2 = ((half - mean[:, None]) ** 2).sum(axis=1) if count else np.zeros(len(half), np.float32)
                 stats += [np.full(len(half), count, np.float32), mean, m2]
             self._store(dst, np.stack(stats, axis=1))
+            self._carry_to(dst)
         dur = self._cost_ns(DVE, "bn_stats", (x,), (dst,))
         return self._issue(DVE, "bn_stats", dur, (x,), dst)
 
@@ -1051,7 +1096,8 @@ class NeuronCore:
             raise ShapeMismatchError(f"shape mismatch: bn_aggr dst {dst.shape} must be "
                                      f"[{x.partitions}, 2]", value=dst.shape, limit=(x.partitions, 2))
         if self.full:
-            (vals,) = self._inputs(x)
+            self._carried = []
+            (vals,) = self._inputs(x, carry=True)
             triples = vals.reshape(len(vals), -1, 3).astype(np.float64)
             count, mean, m2 = triples[..., 0], triples[..., 1], triples[..., 2]
             total = count.sum(axis=1)
@@ -1061,6 +1107,7 @@ class NeuronCore:
                 spread = (m2 + count * (mean - grand[:, None]) ** 2).sum(axis=1)
                 variance = spread / total
             self._store(dst, np.stack([grand, variance], axis=1).astype(np.float32))
+            self._carry_to(dst)
         dur = self._cost_ns(DVE, "bn_aggr", (x,), (dst,))
         return self._issue(DVE, "bn_aggr", dur, (x,), dst)
 
