@@ -26,7 +26,7 @@ import numpy as np
 
 from .errors import (DirectAllocationOverlapError, PSUMBlockTensorOverflowError, PSUMOverflowError,
                      SBUFBlockTensorOverflowError, SBUFOverflowError)
-from .memory import OnChipMemory, _fmt_bytes, first_fit
+from .memory import OnChipMemory, _fmt_bytes
 from .presets import CORES, CoreSpec, core_spec
 from .program import WRITES, Access, Buffer, Program, locate_instruction
 
@@ -53,59 +53,6 @@ def target_spec(program: Program, spec=None) -> CoreSpec:
         if preset.name == program.target:
             return preset
     return core_spec(program.target)
-
-
-class _Placement:
-    """The byte ranges of one memory in use while the program is walked (what `OnChipMemory`
-    places, without tensors: the tiles' shapes were checked when the program was traced)."""
-
-    def __init__(self, memory: OnChipMemory):
-        self.memory = memory
-        self.occupied: list = []            # [(offset, bytes per partition)] sorted by offset
-        self.owner: list = []               # the buffer of each
-        self.cursor = 0
-        self.used = 0
-
-    def place(self, b, offset: int | None, reserved=()) -> int:
-        """Place `b` at `offset` (a direct allocation), else at the next fit that also avoids the
-        `reserved` (offset, size) ranges (direct allocations that become live during b's life)."""
-        size = b.partition_bytes
-        memory = self.memory
-        if offset is None:
-            occupied = sorted(self.occupied + list(reserved)) if reserved else self.occupied
-            offset = first_fit(occupied, size, self.cursor, memory.partition_bytes, memory.bank_bytes)
-            if offset is None and self.cursor > 0:
-                offset = first_fit(occupied, size, 0, memory.partition_bytes, memory.bank_bytes)
-            if offset is None:
-                if size > memory.partition_bytes and b.partition_axis:
-                    raise _block_tensor_overflow(b, memory)
-                raise memory.overflow(size, b.name, used=self.used)
-        elif offset < 0 or offset + size > memory.partition_bytes:
-            raise memory.overflow(size, b.name, f"; offset {offset} is out of range", used=self.used)
-        else:
-            clash = self.overlapping(offset, size)
-            if clash is not None:
-                raise _overlap(b, clash, memory)
-        i = bisect_left(self.occupied, (offset, size))
-        self.occupied.insert(i, (offset, size))
-        self.owner.insert(i, b)
-        self.cursor = offset + size
-        self.used += size
-        return offset
-
-    def overlapping(self, offset: int, size: int):
-        """The first live buffer sharing a byte with [offset, offset + size), or None."""
-        for (o, n), owner in zip(self.occupied, self.owner):
-            if o < offset + size and offset < o + n:
-                return owner
-            if o >= offset + size:
-                break
-        return None
-
-    def release(self, b) -> None:
-        i = next(i for i, owner in enumerate(self.owner) if owner is b)
-        del self.occupied[i], self.owner[i]
-        self.used -= b.partition_bytes
 
 
 def _block_tensor_overflow(b, memory: OnChipMemory):
@@ -278,6 +225,42 @@ def _live_range_from_scratch(program: Program) -> None:
                 b.last = k
 
 
+def _partition_bytes_of(buffers) -> list:
+    """Bytes per partition of each buffer (-1: not on chip or never touched), computed once per
+    (shape, dtype, partition axis): a stamped loop's tiles share a handful of them."""
+    sizes = []
+    known: dict = {}
+    for b in buffers:
+        if b.first < 0 or (b.memory != "sbuf" and b.memory != "psum"):
+            sizes.append(-1)
+            continue
+        key = (b.shape, b.dtype, b.partition_axis)
+        size = known.get(key)
+        if size is None:
+            size = known[key] = b.partition_bytes
+        sizes.append(size)
+    return sizes
+
+
+def _next_fit(occupied: list, nbytes: int, lowest: int, partition_bytes: int, bank) -> int | None:
+    """`memory.first_fit` without copying `occupied` (the same answer: tests/test_program.py)."""
+    cursor = lowest
+    for offset, size in occupied:
+        start = cursor
+        if bank is not None:
+            if nbytes > bank or start // bank != (start + nbytes - 1) // bank:
+                start = -(-start // bank) * bank
+        if start + nbytes <= offset:
+            return start
+        if offset + size > cursor:
+            cursor = offset + size
+    start = cursor
+    if bank is not None:
+        if nbytes > bank or start // bank != (start + nbytes - 1) // bank:
+            start = -(-start // bank) * bank
+    return start if start + nbytes <= partition_bytes else None
+
+
 def allocate(program: Program, spec: "CoreSpec | str | None" = None) -> Program:
     """Set `offset` on every on-chip buffer of `program` (in place) and return it.
 
@@ -285,40 +268,91 @@ def allocate(program: Program, spec: "CoreSpec | str | None" = None) -> Program:
     hold it only while live: two of them may share bytes if their live ranges are disjoint (AWS's
     kernels with direct allocation reuse PSUM banks for tiles of different shapes, one after the
     other); sharing bytes while both are live is a DirectAllocationOverlapError. A tile the
-    allocator places avoids the direct allocations live at any instruction of its own range."""
+    allocator places avoids the direct allocations live at any instruction of its own range.
+
+    The walk: at each instruction, the tiles first used there are placed (direct allocations first,
+    then in buffer-table order), then the tiles last used there are released (buffer-table order);
+    a placed tile goes to the first gap at or after the end of the last placement (next fit),
+    wrapping to offset 0 only when nothing fits further on."""
     spec = target_spec(program, spec)
     split_direct_allocations(program)
-    memories = {"sbuf": _Placement(OnChipMemory("sbuf", spec, with_data=False)),
-                "psum": _Placement(OnChipMemory("psum", spec, with_data=False))}
-    starts, ends = live_ranges(program)
-    placed = {}
+    buffers = program.buffers
+    sizes = _partition_bytes_of(buffers)
+    memories = {"sbuf": OnChipMemory("sbuf", spec, with_data=False),
+                "psum": OnChipMemory("psum", spec, with_data=False)}
+    # one event per first and per last use, in walk order: key (k, release?, allocator-placed?, id)
+    count = len(buffers)
+    ids = np.fromiter((i for i, s in enumerate(sizes) if s >= 0), dtype=np.int64)
+    if len(ids):
+        firsts = np.fromiter((buffers[i].first for i in ids.tolist()), dtype=np.int64, count=len(ids))
+        lasts = np.fromiter((buffers[i].last for i in ids.tolist()), dtype=np.int64, count=len(ids))
+        free_placed = np.fromiter((not buffers[i].placement for i in ids.tolist()), dtype=np.int64, count=len(ids))
+        keys = np.concatenate([((firsts * 2) * 2 + free_placed) * count + ids,
+                               ((lasts * 2 + 1) * 2) * count + ids])
+        keys.sort()
+        events = keys.tolist()
+    else:
+        events = []
     # direct allocations by first use, per memory: an allocator-placed tile must avoid the ones that
     # become live while it is (those live when it is placed are in `occupied` already)
-    fixed = {m: sorted((b for b in program.buffers if b.on_chip and b.first >= 0 and b.placement
-                        and b.memory == m), key=lambda b: b.first) for m in memories}
+    fixed = {m: sorted((buffers[i] for i in ids.tolist() if buffers[i].placement and buffers[i].memory == m),
+                       key=lambda b: b.first) for m in memories}
     fixed_firsts = {m: [b.first for b in fixed[m]] for m in memories}
-    for k in sorted(set(starts) | set(ends)):
-        now = starts.get(k, ())
-        for b in sorted(now, key=lambda b: not b.placement):     # direct allocations first
-            placement = memories[b.memory]
+    # per memory: occupied (offset, bytes) sorted by offset, their owners (buffer ids), the cursor
+    state = {m: [[], [], 0, 0] for m in memories}
+    placed: dict = {}
+    for key in events:
+        bid = key % count
+        rest = key // count
+        b = buffers[bid]
+        size = sizes[bid]
+        st = state[b.memory]
+        occupied, owners = st[0], st[1]
+        if rest & 2:                                          # release after its last instruction
+            i = bisect_left(occupied, (b.offset, size))
+            while owners[i] != bid:
+                i += 1
+            del occupied[i], owners[i]
+            st[3] -= size
+            del placed[bid]
+            continue
+        k = rest >> 2
+        memory = memories[b.memory]
+        try:
             if b.placement:
-                where = int(b.placement["offset"])
-                reserved = ()
+                offset = int(b.placement["offset"])
+                if offset < 0 or offset + size > memory.partition_bytes:
+                    raise memory.overflow(size, b.name, f"; offset {offset} is out of range", used=st[3])
+                for (o, n), owner in zip(occupied, owners):
+                    if o < offset + size and offset < o + n:
+                        raise _overlap(b, buffers[owner], memory)
+                    if o >= offset + size:
+                        break
             else:
-                where = None
-                later = fixed[b.memory]
-                i = bisect_right(fixed_firsts[b.memory], k)
-                j = bisect_right(fixed_firsts[b.memory], b.last)
-                reserved = [(f.offset if f.offset is not None else int(f.placement["offset"]),
-                             f.partition_bytes) for f in later[i:j]]
-            try:
-                b.offset = placement.place(b, where, reserved)
-            except (SBUFOverflowError, PSUMOverflowError, DirectAllocationOverlapError) as error:
-                raise _overflow(error, program, k, b, placement.memory, placed) from None
-            placed[b.id] = True
-        for b in ends.get(k, ()):
-            memories[b.memory].release(b)
-            del placed[b.id]
+                view = occupied
+                if fixed_firsts[b.memory]:
+                    firsts_m = fixed_firsts[b.memory]
+                    later = fixed[b.memory][bisect_right(firsts_m, k):bisect_right(firsts_m, b.last)]
+                    if later:
+                        view = sorted(occupied + [(f.offset if f.offset is not None else int(f.placement["offset"]),
+                                                   f.partition_bytes) for f in later])
+                cursor = st[2]
+                offset = _next_fit(view, size, cursor, memory.partition_bytes, memory.bank_bytes)
+                if offset is None and cursor > 0:
+                    offset = _next_fit(view, size, 0, memory.partition_bytes, memory.bank_bytes)
+                if offset is None:
+                    if size > memory.partition_bytes and b.partition_axis:
+                        raise _block_tensor_overflow(b, memory)
+                    raise memory.overflow(size, b.name, used=st[3])
+        except (SBUFOverflowError, PSUMOverflowError, DirectAllocationOverlapError) as error:
+            raise _overflow(error, program, k, b, memory, placed) from None
+        i = bisect_left(occupied, (offset, size))
+        occupied.insert(i, (offset, size))
+        owners.insert(i, bid)
+        st[2] = offset + size
+        st[3] += size
+        b.offset = offset
+        placed[bid] = True
     program.allocated = True
     return program
 
