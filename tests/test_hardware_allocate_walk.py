@@ -18,7 +18,7 @@ from trnlab.hardware.program import Buffer, Program
 
 
 def reference_offsets(program: Program, spec) -> dict:
-    """The plain walk: {buffer id: offset}, or the error type it raises."""
+    """The plain walk: {buffer id: offset}, or the error it meets first: (kind, memory, instruction)."""
     memories = {"sbuf": [spec.sbuf_partition_bytes, None], "psum": [spec.psum_partition_bytes, spec.psum_bank_bytes]}
     starts, ends = defaultdict(list), defaultdict(list)
     for b in program.buffers:
@@ -39,9 +39,9 @@ def reference_offsets(program: Program, spec) -> dict:
             if b.placement:
                 offset = b.placement["offset"]
                 if offset < 0 or offset + size > capacity:
-                    return "overflow"
+                    return ("overflow", b.memory, k)
                 if any(o < offset + size and offset < o + n for o, n in occ):
-                    return "overlap"
+                    return ("overlap", b.memory, k)
             else:
                 firsts = [f.first for f in fixed[b.memory]]
                 later = fixed[b.memory][bisect_right(firsts, k):bisect_right(firsts, b.last)]
@@ -50,7 +50,7 @@ def reference_offsets(program: Program, spec) -> dict:
                 if offset is None and cursor[b.memory] > 0:
                     offset = first_fit(view, size, 0, capacity, bank)
                 if offset is None:
-                    return "overflow"
+                    return ("overflow", b.memory, k)
             i = bisect_left(occ, (offset, size))
             occ.insert(i, (offset, size))
             owner[b.memory].insert(i, b)
@@ -66,7 +66,9 @@ def fast_offsets(program: Program, spec):
     try:
         allocate(program, spec)
     except HardwareError as error:
-        return "overlap" if "overlap" in type(error).__name__.lower() else "overflow"
+        kind = "overlap" if "overlap" in type(error).__name__.lower() else "overflow"
+        memory = "psum" if "PSUM" in type(error).__name__ or "(PSUM bytes" in str(error) else "sbuf"
+        return (kind, memory, error.instruction)
     return {b.id: b.offset for b in program.buffers if b.on_chip and b.first >= 0}
 
 

@@ -128,7 +128,7 @@ def split_direct_allocations(program: Program) -> bool:
        instruction that does not read it, holds a new value: from there on it is a new buffer. So the
        same bytes, declared again in a loop or shared by tiles of other shapes, are live only from each
        value's first write to its last read (an accumulating matmul reads its dst)."""
-    direct = {b.id for b in program.buffers if b.on_chip and b.first >= 0 and b.placement}
+    direct = {b.id for b in program.buffers if b.placement and b.first >= 0 and b.on_chip}
     if not direct:
         return False
     touches = defaultdict(list)              # buffer id -> [(instruction index, operand name)]
@@ -225,23 +225,6 @@ def _live_range_from_scratch(program: Program) -> None:
                 b.last = k
 
 
-def _partition_bytes_of(buffers) -> list:
-    """Bytes per partition of each buffer (-1: not on chip or never touched), computed once per
-    (shape, dtype, partition axis): a stamped loop's tiles share a handful of them."""
-    sizes = []
-    known: dict = {}
-    for b in buffers:
-        if b.first < 0 or (b.memory != "sbuf" and b.memory != "psum"):
-            sizes.append(-1)
-            continue
-        key = (b.shape, b.dtype, b.partition_axis)
-        size = known.get(key)
-        if size is None:
-            size = known[key] = b.partition_bytes
-        sizes.append(size)
-    return sizes
-
-
 def _next_fit(occupied: list, nbytes: int, lowest: int, partition_bytes: int, bank) -> int | None:
     """`memory.first_fit` without copying `occupied` (the same answer: tests/test_program.py)."""
     cursor = lowest
@@ -270,91 +253,119 @@ def allocate(program: Program, spec: "CoreSpec | str | None" = None) -> Program:
     other); sharing bytes while both are live is a DirectAllocationOverlapError. A tile the
     allocator places avoids the direct allocations live at any instruction of its own range.
 
-    The walk: at each instruction, the tiles first used there are placed (direct allocations first,
-    then in buffer-table order), then the tiles last used there are released (buffer-table order);
-    a placed tile goes to the first gap at or after the end of the last placement (next fit),
-    wrapping to offset 0 only when nothing fits further on."""
+    The walk, per memory: at each instruction, the tiles first used there are placed (direct
+    allocations first, then in buffer-table order), then the tiles last used there are released
+    (buffer-table order); a placed tile goes to the first gap at or after the end of the last
+    placement (next fit), wrapping to offset 0 only when nothing fits further on. SBUF and PSUM do
+    not interact, so each is walked on its own; an error is the one the joint walk meets first."""
     spec = target_spec(program, spec)
     split_direct_allocations(program)
     buffers = program.buffers
-    sizes = _partition_bytes_of(buffers)
-    memories = {"sbuf": OnChipMemory("sbuf", spec, with_data=False),
-                "psum": OnChipMemory("psum", spec, with_data=False)}
-    # one event per first and per last use, in walk order: key (k, release?, allocator-placed?, id)
     count = len(buffers)
-    ids = np.fromiter((i for i, s in enumerate(sizes) if s >= 0), dtype=np.int64)
-    if len(ids):
-        firsts = np.fromiter((buffers[i].first for i in ids.tolist()), dtype=np.int64, count=len(ids))
-        lasts = np.fromiter((buffers[i].last for i in ids.tolist()), dtype=np.int64, count=len(ids))
-        free_placed = np.fromiter((not buffers[i].placement for i in ids.tolist()), dtype=np.int64, count=len(ids))
-        keys = np.concatenate([((firsts * 2) * 2 + free_placed) * count + ids,
-                               ((lasts * 2 + 1) * 2) * count + ids])
+    # one pass over the table: per memory, the tiles' ids, first and last uses, allocator-placed?;
+    # bytes per partition computed once per (shape, dtype, partition axis) — a stamped loop's tiles
+    # share a handful of them
+    sizes = [0] * count
+    known: dict = {}
+    rows = {"sbuf": ([], [], [], []), "psum": ([], [], [], [])}
+    for b in buffers:
+        memory = b.memory
+        if (memory == "sbuf" or memory == "psum") and b.first >= 0:
+            key = (b.shape, b.dtype, b.partition_axis)
+            size = known.get(key)
+            if size is None:
+                size = known[key] = b.partition_bytes
+            bid = b.id
+            sizes[bid] = size
+            ids, firsts, lasts, free = rows[memory]
+            ids.append(bid)
+            firsts.append(b.first)
+            lasts.append(b.last)
+            free.append(0 if b.placement else 1)
+    failures = []
+    for kind in ("sbuf", "psum"):
+        ids, firsts, lasts, free = rows[kind]
+        if not ids:
+            continue
+        ids, firsts, lasts = (np.array(x, dtype=np.int64) for x in (ids, firsts, lasts))
+        # one event per first and per last use, in walk order: key (k, release?, allocator-placed?, id)
+        keys = np.concatenate([(firsts * 4 + np.array(free, dtype=np.int64)) * count + ids,
+                               (lasts * 4 + 2) * count + ids])
         keys.sort()
-        events = keys.tolist()
-    else:
-        events = []
-    # direct allocations by first use, per memory: an allocator-placed tile must avoid the ones that
-    # become live while it is (those live when it is placed are in `occupied` already)
-    fixed = {m: sorted((buffers[i] for i in ids.tolist() if buffers[i].placement and buffers[i].memory == m),
-                       key=lambda b: b.first) for m in memories}
-    fixed_firsts = {m: [b.first for b in fixed[m]] for m in memories}
-    # per memory: occupied (offset, bytes) sorted by offset, their owners (buffer ids), the cursor
-    state = {m: [[], [], 0, 0] for m in memories}
-    placed: dict = {}
+        limit = min(failures)[0] if failures else None
+        failure = _walk(program, OnChipMemory(kind, spec, with_data=False), keys.tolist(), sizes, count, limit)
+        if failure is not None:
+            failures.append(failure)
+    if failures:
+        raise min(failures, key=lambda f: f[0])[1]
+    program.allocated = True
+    return program
+
+
+def _walk(program: Program, memory: OnChipMemory, events: list, sizes: list, count: int, limit):
+    """Place and release one memory's tiles in event order (see `allocate`); None, or
+    (event key, error) for the first tile that cannot be placed (only events before `limit`)."""
+    buffers = program.buffers
+    capacity, bank = memory.partition_bytes, memory.bank_bytes
+    # direct allocations by first use: an allocator-placed tile must avoid the ones that become live
+    # while it is (those live when it is placed are in `occupied` already)
+    fixed = sorted((buffers[key % count] for key in events
+                    if not (key // count) & 3), key=lambda b: b.first)
+    fixed_firsts = [b.first for b in fixed]
+    occupied: list = []          # [(offset, bytes per partition)] of the live tiles, by offset
+    owners: list = []            # their buffer ids
+    cursor = used = 0
+    placed: dict = {}            # live buffer ids (for an overflow's message)
     for key in events:
+        if limit is not None and key >= limit:
+            break
         bid = key % count
         rest = key // count
-        b = buffers[bid]
         size = sizes[bid]
-        st = state[b.memory]
-        occupied, owners = st[0], st[1]
-        if rest & 2:                                          # release after its last instruction
-            i = bisect_left(occupied, (b.offset, size))
+        if rest & 2:                                          # released after its last instruction
+            i = bisect_left(occupied, (buffers[bid].offset, size))
             while owners[i] != bid:
                 i += 1
             del occupied[i], owners[i]
-            st[3] -= size
+            used -= size
             del placed[bid]
             continue
-        k = rest >> 2
-        memory = memories[b.memory]
+        b = buffers[bid]
         try:
-            if b.placement:
+            if rest & 1:                                      # the allocator places it
+                view = occupied
+                if fixed_firsts:
+                    k = rest >> 2
+                    later = fixed[bisect_right(fixed_firsts, k):bisect_right(fixed_firsts, b.last)]
+                    if later:
+                        view = sorted(occupied + [(f.offset if f.offset is not None else int(f.placement["offset"]),
+                                                   f.partition_bytes) for f in later])
+                offset = _next_fit(view, size, cursor, capacity, bank)
+                if offset is None and cursor > 0:
+                    offset = _next_fit(view, size, 0, capacity, bank)
+                if offset is None:
+                    if size > capacity and b.partition_axis:
+                        raise _block_tensor_overflow(b, memory)
+                    raise memory.overflow(size, b.name, used=used)
+            else:                                             # a direct allocation
                 offset = int(b.placement["offset"])
-                if offset < 0 or offset + size > memory.partition_bytes:
-                    raise memory.overflow(size, b.name, f"; offset {offset} is out of range", used=st[3])
+                if offset < 0 or offset + size > capacity:
+                    raise memory.overflow(size, b.name, f"; offset {offset} is out of range", used=used)
                 for (o, n), owner in zip(occupied, owners):
                     if o < offset + size and offset < o + n:
                         raise _overlap(b, buffers[owner], memory)
                     if o >= offset + size:
                         break
-            else:
-                view = occupied
-                if fixed_firsts[b.memory]:
-                    firsts_m = fixed_firsts[b.memory]
-                    later = fixed[b.memory][bisect_right(firsts_m, k):bisect_right(firsts_m, b.last)]
-                    if later:
-                        view = sorted(occupied + [(f.offset if f.offset is not None else int(f.placement["offset"]),
-                                                   f.partition_bytes) for f in later])
-                cursor = st[2]
-                offset = _next_fit(view, size, cursor, memory.partition_bytes, memory.bank_bytes)
-                if offset is None and cursor > 0:
-                    offset = _next_fit(view, size, 0, memory.partition_bytes, memory.bank_bytes)
-                if offset is None:
-                    if size > memory.partition_bytes and b.partition_axis:
-                        raise _block_tensor_overflow(b, memory)
-                    raise memory.overflow(size, b.name, used=st[3])
         except (SBUFOverflowError, PSUMOverflowError, DirectAllocationOverlapError) as error:
-            raise _overflow(error, program, k, b, memory, placed) from None
+            return key, _overflow(error, program, rest >> 2, b, memory, placed)
         i = bisect_left(occupied, (offset, size))
         occupied.insert(i, (offset, size))
         owners.insert(i, bid)
-        st[2] = offset + size
-        st[3] += size
+        cursor = offset + size
+        used += size
         b.offset = offset
         placed[bid] = True
-    program.allocated = True
-    return program
+    return None
 
 
 def _overflow(error, program: Program, k: int, buffer, memory: OnChipMemory, placed: dict):
