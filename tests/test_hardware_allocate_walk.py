@@ -18,7 +18,8 @@ from trnlab.hardware.program import Buffer, Program
 
 
 def reference_offsets(program: Program, spec) -> dict:
-    """The plain walk: {buffer id: offset}, or the error it meets first: (kind, memory, instruction)."""
+    """The plain walk: {buffer id: offset}, or the error it meets first: (kind, memory, instruction,
+    the live tiles the message names)."""
     memories = {"sbuf": [spec.sbuf_partition_bytes, None], "psum": [spec.psum_partition_bytes, spec.psum_bank_bytes]}
     starts, ends = defaultdict(list), defaultdict(list)
     for b in program.buffers:
@@ -31,6 +32,11 @@ def reference_offsets(program: Program, spec) -> dict:
     owner = {m: [] for m in memories}
     cursor = {m: 0 for m in memories}
     offsets = {}
+    placed = {}                               # live tiles in the order they were placed
+
+    def failed(kind, b, k):
+        live = sorted((t for t in placed.values() if t.memory == b.memory), key=lambda t: -t.partition_bytes)
+        return (kind, b.memory, k, [(t.name, t.partition_bytes) for t in live])
     for k in sorted(set(starts) | set(ends)):
         for b in sorted(starts.get(k, ()), key=lambda b: not b.placement):
             capacity, bank = memories[b.memory]
@@ -39,9 +45,9 @@ def reference_offsets(program: Program, spec) -> dict:
             if b.placement:
                 offset = b.placement["offset"]
                 if offset < 0 or offset + size > capacity:
-                    return ("overflow", b.memory, k)
+                    return failed("overflow", b, k)
                 if any(o < offset + size and offset < o + n for o, n in occ):
-                    return ("overlap", b.memory, k)
+                    return failed("overlap", b, k)
             else:
                 firsts = [f.first for f in fixed[b.memory]]
                 later = fixed[b.memory][bisect_right(firsts, k):bisect_right(firsts, b.last)]
@@ -50,15 +56,17 @@ def reference_offsets(program: Program, spec) -> dict:
                 if offset is None and cursor[b.memory] > 0:
                     offset = first_fit(view, size, 0, capacity, bank)
                 if offset is None:
-                    return ("overflow", b.memory, k)
+                    return failed("overflow", b, k)
             i = bisect_left(occ, (offset, size))
             occ.insert(i, (offset, size))
             owner[b.memory].insert(i, b)
             cursor[b.memory] = offset + size
             offsets[b.id] = offset
+            placed[b.id] = b
         for b in ends.get(k, ()):
             i = next(i for i, o in enumerate(owner[b.memory]) if o is b)
             del occupied[b.memory][i], owner[b.memory][i]
+            del placed[b.id]
     return offsets
 
 
@@ -68,7 +76,7 @@ def fast_offsets(program: Program, spec):
     except HardwareError as error:
         kind = "overlap" if "overlap" in type(error).__name__.lower() else "overflow"
         memory = "psum" if "PSUM" in type(error).__name__ or "(PSUM bytes" in str(error) else "sbuf"
-        return (kind, memory, error.instruction)
+        return (kind, memory, error.instruction, error.live)
     return {b.id: b.offset for b in program.buffers if b.on_chip and b.first >= 0}
 
 

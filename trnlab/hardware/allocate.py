@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_left, bisect_right
 from collections import defaultdict
+from operator import attrgetter, itemgetter
 
 import numpy as np
 
@@ -268,6 +269,7 @@ def allocate(program: Program, spec: "CoreSpec | str | None" = None) -> Program:
     sizes = [0] * count
     known: dict = {}
     rows = {"sbuf": ([], [], [], []), "psum": ([], [], [], [])}
+    direct = {"sbuf": [], "psum": []}      # direct allocations
     for b in buffers:
         memory = b.memory
         if (memory == "sbuf" or memory == "psum") and b.first >= 0:
@@ -281,7 +283,11 @@ def allocate(program: Program, spec: "CoreSpec | str | None" = None) -> Program:
             ids.append(bid)
             firsts.append(b.first)
             lasts.append(b.last)
-            free.append(0 if b.placement else 1)
+            if b.placement:
+                free.append(0)
+                direct[memory].append(b)
+            else:
+                free.append(1)
     failures = []
     for kind in ("sbuf", "psum"):
         ids, firsts, lasts, free = rows[kind]
@@ -292,30 +298,30 @@ def allocate(program: Program, spec: "CoreSpec | str | None" = None) -> Program:
         keys = np.concatenate([(firsts * 4 + np.array(free, dtype=np.int64)) * count + ids,
                                (lasts * 4 + 2) * count + ids])
         keys.sort()
-        limit = min(failures)[0] if failures else None
-        failure = _walk(program, OnChipMemory(kind, spec, with_data=False), keys.tolist(), sizes, count, limit)
+        limit = min(f[0] for f in failures) if failures else None
+        fixed = sorted(direct[kind], key=attrgetter("first"))
+        failure = _walk(program, OnChipMemory(kind, spec, with_data=False), keys.tolist(), sizes, count, fixed,
+                        limit)
         if failure is not None:
             failures.append(failure)
     if failures:
-        raise min(failures, key=lambda f: f[0])[1]
+        raise min(failures, key=itemgetter(0))[1]
     program.allocated = True
     return program
 
 
-def _walk(program: Program, memory: OnChipMemory, events: list, sizes: list, count: int, limit):
+def _walk(program: Program, memory: OnChipMemory, events: list, sizes: list, count: int, fixed: list,
+          limit):
     """Place and release one memory's tiles in event order (see `allocate`); None, or
-    (event key, error) for the first tile that cannot be placed (only events before `limit`)."""
+    (event key, error) for the first tile that cannot be placed (only events before `limit`).
+    `fixed`: its direct allocations by first use — an allocator-placed tile must avoid the ones that
+    become live while it is (those live when it is placed are in `occupied` already)."""
     buffers = program.buffers
     capacity, bank = memory.partition_bytes, memory.bank_bytes
-    # direct allocations by first use: an allocator-placed tile must avoid the ones that become live
-    # while it is (those live when it is placed are in `occupied` already)
-    fixed = sorted((buffers[key % count] for key in events
-                    if not (key // count) & 3), key=lambda b: b.first)
     fixed_firsts = [b.first for b in fixed]
     occupied: list = []          # [(offset, bytes per partition)] of the live tiles, by offset
     owners: list = []            # their buffer ids
     cursor = used = 0
-    placed: dict = {}            # live buffer ids (for an overflow's message)
     for key in events:
         if limit is not None and key >= limit:
             break
@@ -328,7 +334,6 @@ def _walk(program: Program, memory: OnChipMemory, events: list, sizes: list, cou
                 i += 1
             del occupied[i], owners[i]
             used -= size
-            del placed[bid]
             continue
         b = buffers[bid]
         try:
@@ -357,6 +362,8 @@ def _walk(program: Program, memory: OnChipMemory, events: list, sizes: list, cou
                     if o >= offset + size:
                         break
         except (SBUFOverflowError, PSUMOverflowError, DirectAllocationOverlapError) as error:
+            # the live tiles in the order they were placed (the message lists them by size, then so)
+            placed = dict.fromkeys(sorted(owners, key=lambda i: (buffers[i].first, not buffers[i].placement, i)))
             return key, _overflow(error, program, rest >> 2, b, memory, placed)
         i = bisect_left(occupied, (offset, size))
         occupied.insert(i, (offset, size))
@@ -364,7 +371,6 @@ def _walk(program: Program, memory: OnChipMemory, events: list, sizes: list, cou
         cursor = offset + size
         used += size
         b.offset = offset
-        placed[bid] = True
     return None
 
 
