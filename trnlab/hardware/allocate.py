@@ -227,7 +227,7 @@ def _live_range_from_scratch(program: Program) -> None:
 
 
 def _next_fit(occupied: list, nbytes: int, lowest: int, partition_bytes: int, bank) -> int | None:
-    """`memory.first_fit` without copying `occupied` (the same answer: tests/test_program.py)."""
+    """`memory.first_fit` without copying `occupied` (the same answer: test_hardware_allocate_walk)."""
     cursor = lowest
     for offset, size in occupied:
         start = cursor
