@@ -554,37 +554,18 @@ def _record(lines: list, cls: str, fields: str) -> str:
 
 
 def _builder(node):
-    """build(v, o, k): the record of structure `node` from integers v[o:] and constants k."""
     fn = _BUILDERS.get(node)
     if fn is None:
         counters, lines = [0, 0], []
         result = _code(node, counters, lines)
         body = "".join(f"    {line}\n" for line in lines)
-        fn = _BUILDERS[node] = _compiled(f"def build(v, o, k):\n{body}    return {result}\n")
+        source = f"def build(v, o, k):\n{body}    return {result}\n"
+        scope = {"_new": object.__new__, "_Access": Access, "_Instruction": Instruction, "_Buffer": Buffer,
+                 "slice": slice, "str": str}
+        exec(compile(source, "<trnlab.nki.loops builder>", "exec"), scope)
+        fn = _BUILDERS[node] = scope["build"]
         fn.ints, fn.consts = counters
     return fn
-
-
-def _builder_over_iterations(node):
-    """build(vs, o, k): the records of structure `node`, one per integer list of `vs` (the
-    iterations) — one call per record of the loop body, not per stamped record."""
-    key = ("over iterations", node)
-    fn = _BUILDERS.get(key)
-    if fn is None:
-        counters, lines = [0, 0], []
-        result = _code(node, counters, lines)
-        body = "".join(f"        {line}\n" for line in lines)
-        fn = _BUILDERS[key] = _compiled(f"def build(vs, o, k):\n    out = []\n    add = out.append\n"
-                                        f"    for v in vs:\n{body}        add({result})\n    return out\n")
-        fn.ints, fn.consts = counters
-    return fn
-
-
-def _compiled(source: str):
-    scope = {"_new": object.__new__, "_Access": Access, "_Instruction": Instruction, "_Buffer": Buffer,
-             "slice": slice, "str": str}
-    exec(compile(source, "<trnlab.nki.loops builder>", "exec"), scope)
-    return scope["build"]
 
 
 _INTS: dict = {}
@@ -871,21 +852,16 @@ class Loop:
                 start = len(positions)
                 reduced_consts: list = []
                 reduced = _reduce(node, record, [o], varying, positions, reduced_consts, top=True)
-                reduced_plan.append((_builder_over_iterations(reduced), start, tuple(reduced_consts)))
+                reduced_plan.append((_builder(reduced), start, tuple(reduced_consts)))
             positions = np.array(positions, dtype=np.int64)
             base, delta = v0[positions], dv[positions]
-            # iterations 2 .. n-2 at once: record r of the body, in every iteration, is built by one
-            # call and lands every `instructions` (or buffers-per-iteration) slots
-            vs = (base[None, :] + np.arange(2, n - 1, dtype=np.int64)[:, None] * delta[None, :]).tolist()
-            for records, plan_part in ((program.instructions, reduced_plan[:instructions]),
-                                       (buffers, reduced_plan[instructions:])):
-                per = len(plan_part)
-                if not per:
-                    continue
-                at = len(records)
-                records.extend([None] * (per * (n - 3)))
-                for r, (fn, o, k) in enumerate(plan_part):
-                    records[at + r::per] = fn(vs, o, k)
+            inst_plan, buf_plan = reduced_plan[:instructions], reduced_plan[instructions:]
+            for j in range(2, n - 1):
+                v = (base + j * delta).tolist()
+                for fn, o, k in inst_plan:
+                    append_instruction(fn(v, o, k))
+                for fn, o, k in buf_plan:
+                    append_buffer(fn(v, o, k))
         if outside is not None:
             self._touch_outside(outside, first.nodes[:instructions], v0, dv, i0, instructions, buffers)
         names = self.tracer.launch.names
