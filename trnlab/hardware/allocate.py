@@ -21,12 +21,13 @@ from __future__ import annotations
 import math
 from bisect import bisect_left, bisect_right
 from collections import defaultdict
+from operator import attrgetter, itemgetter
 
 import numpy as np
 
 from .errors import (DirectAllocationOverlapError, PSUMBlockTensorOverflowError, PSUMOverflowError,
                      SBUFBlockTensorOverflowError, SBUFOverflowError)
-from .memory import OnChipMemory, _fmt_bytes, first_fit
+from .memory import OnChipMemory, _fmt_bytes
 from .presets import CORES, CoreSpec, core_spec
 from .program import WRITES, Access, Buffer, Program, locate_instruction
 
@@ -53,59 +54,6 @@ def target_spec(program: Program, spec=None) -> CoreSpec:
         if preset.name == program.target:
             return preset
     return core_spec(program.target)
-
-
-class _Placement:
-    """The byte ranges of one memory in use while the program is walked (what `OnChipMemory`
-    places, without tensors: the tiles' shapes were checked when the program was traced)."""
-
-    def __init__(self, memory: OnChipMemory):
-        self.memory = memory
-        self.occupied: list = []            # [(offset, bytes per partition)] sorted by offset
-        self.owner: list = []               # the buffer of each
-        self.cursor = 0
-        self.used = 0
-
-    def place(self, b, offset: int | None, reserved=()) -> int:
-        """Place `b` at `offset` (a direct allocation), else at the next fit that also avoids the
-        `reserved` (offset, size) ranges (direct allocations that become live during b's life)."""
-        size = b.partition_bytes
-        memory = self.memory
-        if offset is None:
-            occupied = sorted(self.occupied + list(reserved)) if reserved else self.occupied
-            offset = first_fit(occupied, size, self.cursor, memory.partition_bytes, memory.bank_bytes)
-            if offset is None and self.cursor > 0:
-                offset = first_fit(occupied, size, 0, memory.partition_bytes, memory.bank_bytes)
-            if offset is None:
-                if size > memory.partition_bytes and b.partition_axis:
-                    raise _block_tensor_overflow(b, memory)
-                raise memory.overflow(size, b.name, used=self.used)
-        elif offset < 0 or offset + size > memory.partition_bytes:
-            raise memory.overflow(size, b.name, f"; offset {offset} is out of range", used=self.used)
-        else:
-            clash = self.overlapping(offset, size)
-            if clash is not None:
-                raise _overlap(b, clash, memory)
-        i = bisect_left(self.occupied, (offset, size))
-        self.occupied.insert(i, (offset, size))
-        self.owner.insert(i, b)
-        self.cursor = offset + size
-        self.used += size
-        return offset
-
-    def overlapping(self, offset: int, size: int):
-        """The first live buffer sharing a byte with [offset, offset + size), or None."""
-        for (o, n), owner in zip(self.occupied, self.owner):
-            if o < offset + size and offset < o + n:
-                return owner
-            if o >= offset + size:
-                break
-        return None
-
-    def release(self, b) -> None:
-        i = next(i for i, owner in enumerate(self.owner) if owner is b)
-        del self.occupied[i], self.owner[i]
-        self.used -= b.partition_bytes
 
 
 def _block_tensor_overflow(b, memory: OnChipMemory):
@@ -181,7 +129,7 @@ def split_direct_allocations(program: Program) -> bool:
        instruction that does not read it, holds a new value: from there on it is a new buffer. So the
        same bytes, declared again in a loop or shared by tiles of other shapes, are live only from each
        value's first write to its last read (an accumulating matmul reads its dst)."""
-    direct = {b.id for b in program.buffers if b.on_chip and b.first >= 0 and b.placement}
+    direct = {b.id for b in program.buffers if b.placement and b.first >= 0 and b.on_chip}
     if not direct:
         return False
     touches = defaultdict(list)              # buffer id -> [(instruction index, operand name)]
@@ -278,6 +226,25 @@ def _live_range_from_scratch(program: Program) -> None:
                 b.last = k
 
 
+def _next_fit(occupied: list, nbytes: int, lowest: int, partition_bytes: int, bank) -> int | None:
+    """`memory.first_fit` without copying `occupied` (the same answer: test_hardware_allocate_walk)."""
+    cursor = lowest
+    for offset, size in occupied:
+        start = cursor
+        if bank is not None:
+            if nbytes > bank or start // bank != (start + nbytes - 1) // bank:
+                start = -(-start // bank) * bank
+        if start + nbytes <= offset:
+            return start
+        if offset + size > cursor:
+            cursor = offset + size
+    start = cursor
+    if bank is not None:
+        if nbytes > bank or start // bank != (start + nbytes - 1) // bank:
+            start = -(-start // bank) * bank
+    return start if start + nbytes <= partition_bytes else None
+
+
 def allocate(program: Program, spec: "CoreSpec | str | None" = None) -> Program:
     """Set `offset` on every on-chip buffer of `program` (in place) and return it.
 
@@ -285,42 +252,126 @@ def allocate(program: Program, spec: "CoreSpec | str | None" = None) -> Program:
     hold it only while live: two of them may share bytes if their live ranges are disjoint (AWS's
     kernels with direct allocation reuse PSUM banks for tiles of different shapes, one after the
     other); sharing bytes while both are live is a DirectAllocationOverlapError. A tile the
-    allocator places avoids the direct allocations live at any instruction of its own range."""
+    allocator places avoids the direct allocations live at any instruction of its own range.
+
+    The walk, per memory: at each instruction, the tiles first used there are placed (direct
+    allocations first, then in buffer-table order), then the tiles last used there are released
+    (buffer-table order); a placed tile goes to the first gap at or after the end of the last
+    placement (next fit), wrapping to offset 0 only when nothing fits further on. SBUF and PSUM do
+    not interact, so each is walked on its own; an error is the one the joint walk meets first."""
     spec = target_spec(program, spec)
     split_direct_allocations(program)
-    memories = {"sbuf": _Placement(OnChipMemory("sbuf", spec, with_data=False)),
-                "psum": _Placement(OnChipMemory("psum", spec, with_data=False))}
-    starts, ends = live_ranges(program)
-    placed = {}
-    # direct allocations by first use, per memory: an allocator-placed tile must avoid the ones that
-    # become live while it is (those live when it is placed are in `occupied` already)
-    fixed = {m: sorted((b for b in program.buffers if b.on_chip and b.first >= 0 and b.placement
-                        and b.memory == m), key=lambda b: b.first) for m in memories}
-    fixed_firsts = {m: [b.first for b in fixed[m]] for m in memories}
-    for k in sorted(set(starts) | set(ends)):
-        now = starts.get(k, ())
-        for b in sorted(now, key=lambda b: not b.placement):     # direct allocations first
-            placement = memories[b.memory]
+    buffers = program.buffers
+    count = len(buffers)
+    # one pass over the table: per memory, the tiles' ids, first and last uses, allocator-placed?;
+    # bytes per partition computed once per (shape, dtype, partition axis) — a stamped loop's tiles
+    # share a handful of them
+    sizes = [0] * count
+    known: dict = {}
+    rows = {"sbuf": ([], [], [], []), "psum": ([], [], [], [])}
+    direct = {"sbuf": [], "psum": []}      # direct allocations
+    for b in buffers:
+        memory = b.memory
+        if (memory == "sbuf" or memory == "psum") and b.first >= 0:
+            key = (b.shape, b.dtype, b.partition_axis)
+            size = known.get(key)
+            if size is None:
+                size = known[key] = b.partition_bytes
+            bid = b.id
+            sizes[bid] = size
+            ids, firsts, lasts, free = rows[memory]
+            ids.append(bid)
+            firsts.append(b.first)
+            lasts.append(b.last)
             if b.placement:
-                where = int(b.placement["offset"])
-                reserved = ()
+                free.append(0)
+                direct[memory].append(b)
             else:
-                where = None
-                later = fixed[b.memory]
-                i = bisect_right(fixed_firsts[b.memory], k)
-                j = bisect_right(fixed_firsts[b.memory], b.last)
-                reserved = [(f.offset if f.offset is not None else int(f.placement["offset"]),
-                             f.partition_bytes) for f in later[i:j]]
-            try:
-                b.offset = placement.place(b, where, reserved)
-            except (SBUFOverflowError, PSUMOverflowError, DirectAllocationOverlapError) as error:
-                raise _overflow(error, program, k, b, placement.memory, placed) from None
-            placed[b.id] = True
-        for b in ends.get(k, ()):
-            memories[b.memory].release(b)
-            del placed[b.id]
+                free.append(1)
+    failures = []
+    for kind in ("sbuf", "psum"):
+        ids, firsts, lasts, free = rows[kind]
+        if not ids:
+            continue
+        ids, firsts, lasts = (np.array(x, dtype=np.int64) for x in (ids, firsts, lasts))
+        # one event per first and per last use, in walk order: key (k, release?, allocator-placed?, id)
+        keys = np.concatenate([(firsts * 4 + np.array(free, dtype=np.int64)) * count + ids,
+                               (lasts * 4 + 2) * count + ids])
+        keys.sort()
+        limit = min(f[0] for f in failures) if failures else None
+        fixed = sorted(direct[kind], key=attrgetter("first"))
+        failure = _walk(program, OnChipMemory(kind, spec, with_data=False), keys.tolist(), sizes, count, fixed,
+                        limit)
+        if failure is not None:
+            failures.append(failure)
+    if failures:
+        raise min(failures, key=itemgetter(0))[1]
     program.allocated = True
     return program
+
+
+def _walk(program: Program, memory: OnChipMemory, events: list, sizes: list, count: int, fixed: list,
+          limit):
+    """Place and release one memory's tiles in event order (see `allocate`); None, or
+    (event key, error) for the first tile that cannot be placed (only events before `limit`).
+    `fixed`: its direct allocations by first use — an allocator-placed tile must avoid the ones that
+    become live while it is (those live when it is placed are in `occupied` already)."""
+    buffers = program.buffers
+    capacity, bank = memory.partition_bytes, memory.bank_bytes
+    fixed_firsts = [b.first for b in fixed]
+    occupied: list = []          # [(offset, bytes per partition)] of the live tiles, by offset
+    owners: list = []            # their buffer ids
+    cursor = used = 0
+    for key in events:
+        if limit is not None and key >= limit:
+            break
+        bid = key % count
+        rest = key // count
+        size = sizes[bid]
+        if rest & 2:                                          # released after its last instruction
+            i = bisect_left(occupied, (buffers[bid].offset, size))
+            while owners[i] != bid:
+                i += 1
+            del occupied[i], owners[i]
+            used -= size
+            continue
+        b = buffers[bid]
+        try:
+            if rest & 1:                                      # the allocator places it
+                view = occupied
+                if fixed_firsts:
+                    k = rest >> 2
+                    later = fixed[bisect_right(fixed_firsts, k):bisect_right(fixed_firsts, b.last)]
+                    if later:
+                        view = sorted(occupied + [(f.offset if f.offset is not None else int(f.placement["offset"]),
+                                                   f.partition_bytes) for f in later])
+                offset = _next_fit(view, size, cursor, capacity, bank)
+                if offset is None and cursor > 0:
+                    offset = _next_fit(view, size, 0, capacity, bank)
+                if offset is None:
+                    if size > capacity and b.partition_axis:
+                        raise _block_tensor_overflow(b, memory)
+                    raise memory.overflow(size, b.name, used=used)
+            else:                                             # a direct allocation
+                offset = int(b.placement["offset"])
+                if offset < 0 or offset + size > capacity:
+                    raise memory.overflow(size, b.name, f"; offset {offset} is out of range", used=used)
+                for (o, n), owner in zip(occupied, owners):
+                    if o < offset + size and offset < o + n:
+                        raise _overlap(b, buffers[owner], memory)
+                    if o >= offset + size:
+                        break
+        except (SBUFOverflowError, PSUMOverflowError, DirectAllocationOverlapError) as error:
+            # the live tiles in the order they were placed (the message lists them by size, then so)
+            placed = dict.fromkeys(sorted(owners, key=lambda i: (buffers[i].first, not buffers[i].placement, i)))
+            return key, _overflow(error, program, rest >> 2, b, memory, placed)
+        i = bisect_left(occupied, (offset, size))
+        occupied.insert(i, (offset, size))
+        owners.insert(i, bid)
+        cursor = offset + size
+        used += size
+        b.offset = offset
+    return None
 
 
 def _overflow(error, program: Program, k: int, buffer, memory: OnChipMemory, placed: dict):

@@ -491,20 +491,10 @@ def _same_consts(a: list, b: list) -> bool:
 _BUILDERS: dict = {}
 
 
-def _new_instruction(d: dict) -> Instruction:
-    r = object.__new__(Instruction)
-    r.__dict__ = d
-    return r
-
-
-def _new_buffer(d: dict) -> Buffer:
-    b = object.__new__(Buffer)
-    b.__dict__ = d
-    return b
-
-
-def _code(node, counters: list) -> str:
-    """Python expression rebuilding `node` from v[o + i] (integers) and k[c] (constants)."""
+def _code(node, counters: list, lines: list) -> str:
+    """Python expression rebuilding `node` from v[o + i] (integers) and k[c] (constants). Records
+    (instructions, accesses, buffers) are made by statements appended to `lines` — a bare object
+    given its attribute dict, no __init__ call — and the expression names them."""
     if node == "i":
         i = counters[0]
         counters[0] += 1
@@ -520,19 +510,20 @@ def _code(node, counters: list) -> str:
         return f"slice(v[o+{i}], v[o+{i}]+k[{c}], k[{c + 1}])"
     kind = node[0]
     if kind == "t":
-        parts = [_code(n, counters) for n in node[1:]]
+        parts = [_code(n, counters, lines) for n in node[1:]]
         return "(" + "".join(p + ", " for p in parts) + ")"
     if kind == "l":
-        return "[" + ", ".join(_code(n, counters) for n in node[1:]) + "]"
+        return "[" + ", ".join(_code(n, counters, lines) for n in node[1:]) + "]"
     if kind == "d":
         keys = node[1]
-        return "{" + ", ".join(f"{key!r}: {_code(n, counters)}" for key, n in zip(keys, node[2:])) + "}"
+        return "{" + ", ".join(f"{key!r}: {_code(n, counters, lines)}" for key, n in zip(keys, node[2:])) + "}"
     if kind == "A":
-        b = _code(node[1], counters)
-        return f"_access({b}, {_code(node[2], counters)})"
+        b = _code(node[1], counters, lines)
+        index = _code(node[2], counters, lines)
+        return _record(lines, "_Access", f"{{'buffer': {b}, 'index': {index}}}")
     if kind == "I":
-        fields = [f"{f!r}: {_code(n, counters)}" for f, n in zip(_INSTRUCTION_FIELDS, node[1:])]
-        return "_instruction({" + ", ".join(fields) + "})"
+        fields = [f"{f!r}: {_code(n, counters, lines)}" for f, n in zip(_INSTRUCTION_FIELDS, node[1:])]
+        return _record(lines, "_Instruction", "{" + ", ".join(fields) + "}")
     if kind == "B":
         i, c = counters
         bid = f"v[o+{i}]"
@@ -546,19 +537,30 @@ def _code(node, counters: list) -> str:
         i = counters[0]
         counters[0] += 2
         counters[1] = c + 9
-        return ("_buffer({" f"'id': {bid}, 'name': {name}, 'memory': k[{c}], 'shape': k[{c + 1}], "
-                f"'dtype': k[{c + 2}], 'partition_axis': k[{c + 3}], 'role': k[{c + 4}], "
-                f"'first': v[o+{i}], 'last': v[o+{i + 1}], 'offset': k[{c + 5}], 'placement': k[{c + 6}], "
-                f"'data': k[{c + 7}], 'alias_of': k[{c + 8}]" "})")
+        return _record(lines, "_Buffer", (
+            "{" f"'id': {bid}, 'name': {name}, 'memory': k[{c}], 'shape': k[{c + 1}], "
+            f"'dtype': k[{c + 2}], 'partition_axis': k[{c + 3}], 'role': k[{c + 4}], "
+            f"'first': v[o+{i}], 'last': v[o+{i + 1}], 'offset': k[{c + 5}], 'placement': k[{c + 6}], "
+            f"'data': k[{c + 7}], 'alias_of': k[{c + 8}]" "}"))
     raise ValueError(f"unknown record node {node!r}")
+
+
+def _record(lines: list, cls: str, fields: str) -> str:
+    """A statement making a `cls` whose __dict__ is `fields` (in the dataclass's field order, as
+    its __init__ would set them); returns the variable holding it."""
+    name = f"r{len(lines)}"
+    lines.append(f"{name} = _new({cls}); {name}.__dict__ = {fields}")
+    return name
 
 
 def _builder(node):
     fn = _BUILDERS.get(node)
     if fn is None:
-        counters = [0, 0]
-        source = f"def build(v, o, k):\n    return {_code(node, counters)}\n"
-        scope = {"_access": Access, "_instruction": _new_instruction, "_buffer": _new_buffer,
+        counters, lines = [0, 0], []
+        result = _code(node, counters, lines)
+        body = "".join(f"    {line}\n" for line in lines)
+        source = f"def build(v, o, k):\n{body}    return {result}\n"
+        scope = {"_new": object.__new__, "_Access": Access, "_Instruction": Instruction, "_Buffer": Buffer,
                  "slice": slice, "str": str}
         exec(compile(source, "<trnlab.nki.loops builder>", "exec"), scope)
         fn = _BUILDERS[node] = scope["build"]

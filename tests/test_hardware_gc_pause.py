@@ -1,0 +1,50 @@
+"""The collector pause of tracing and replay (`trnlab/hardware/_gc.py`): objects made inside the
+block join the oldest generation unscanned, and garbage cycles made there are still collected."""
+from __future__ import annotations
+
+import gc
+import weakref
+
+from trnlab.hardware import _gc
+
+
+class _Node:
+    pass
+
+
+def test_objects_made_while_paused_join_the_oldest_generation_and_cycles_are_still_collected():
+    assert gc.isenabled()
+    with _gc.paused():
+        assert not gc.isenabled()
+        kept = [_Node() for _ in range(2000)]
+        cycle = _Node()
+        cycle.me = cycle                     # garbage once dropped: only the collector frees it
+        alive = weakref.ref(cycle)
+        del cycle
+    assert gc.isenabled()
+    assert gc.get_count()[0] < 700           # no pending collection of the young generation
+    assert any(o is kept[0] for o in gc.get_objects(generation=2))
+    assert alive() is not None               # not collected yet (nothing scanned it)
+    gc.collect()
+    assert alive() is None                   # a full collection frees it: nothing is exempt
+
+
+def test_a_process_that_froze_objects_keeps_them_frozen():
+    frozen = _Node()
+    gc.freeze()
+    try:
+        count = gc.get_freeze_count()
+        with _gc.paused():
+            [_Node() for _ in range(100)]
+        assert gc.get_freeze_count() == count
+    finally:
+        gc.unfreeze()
+    del frozen
+
+
+def test_nested_pauses_enable_the_collector_once_at_the_outermost_end():
+    with _gc.paused():
+        with _gc.paused():
+            pass
+        assert not gc.isenabled()
+    assert gc.isenabled()
