@@ -928,8 +928,6 @@ class NeuronCore:
                     pre = pre + b
                 out = fn(pre)
             self._store(dst, out)
-            carried = list(self._carried)
-            self._carry_to(dst)
             # the registers sum the fp32 activated values, before dst's rounding
             regs = self._act_regs[x.part_start:x.part_start + x.partitions]   # one per lane
             if reduce_cmd in ("reset", "reset_reduce"):
@@ -938,8 +936,7 @@ class NeuronCore:
                 regs += np.asarray(out, np.float32).sum(axis=1)
             if reduce_view is not None:
                 self._store(reduce_view, regs[:, None].copy())
-                self._carried = carried                # the sums hold garbage where a row did
-                self._carry_to(reduce_view)
+            self._carry_to(dst, reduce_view)           # the sums hold garbage where a row did
         dur = self._cost_ns(ACT, "activation", (x,), (dst,),
                             reduce=reduce_view is not None or reduce_cmd != "idle")
         return self._issue(ACT, "activation", dur, reads, dst, also_write=reduce_view)

@@ -1077,18 +1077,15 @@ def _same(a, b) -> bool:
 def first_difference(program, reference) -> str:
     """'' if two programs are the same record for record (instructions with their descriptions,
     buffers, inputs, outputs), else where they first differ."""
-    a, b = program.instructions, reference.instructions
-    if len(a) != len(b):
-        return f"{len(a)} instructions vs {len(b)}"
-    for k, (x, y) in enumerate(zip(a, b)):
-        if not _same(x, y):
-            return f"instruction {k}: {x} (issue {x.issue}) vs {y} (issue {y.issue})"
-    a, b = program.buffers, reference.buffers
-    if len(a) != len(b):
-        return f"{len(a)} buffers vs {len(b)}"
-    for k, (x, y) in enumerate(zip(a, b)):
-        if not _same(x, y):
-            return f"buffer {k}: {x} vs {y}"
+    for what, a, b in (("instruction", program.instructions, reference.instructions),
+                       ("buffer", program.buffers, reference.buffers)):
+        if len(a) != len(b):
+            return f"{len(a)} {what}s vs {len(b)}"
+        for k, (x, y) in enumerate(zip(a, b)):
+            if not _same(x, y):
+                if what == "instruction":       # with the checked descriptions, which differ too
+                    x, y = f"{x} (issue {x.issue})", f"{y} (issue {y.issue})"
+                return f"{what} {k}: {x} vs {y}"
     if not _same(program.inputs, reference.inputs) or not _same(program.outputs, reference.outputs):
         return "inputs or outputs"
     return ""
