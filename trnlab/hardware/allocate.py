@@ -15,6 +15,11 @@ direct allocations may share bytes when no instruction uses both (DirectAllocati
 one does). A program whose live tiles do not fit raises SBUFOverflowError / PSUMOverflowError at the
 first instruction where they do not, naming the tiles live there and their sizes (a block tensor
 larger than the whole memory: SBUF/PSUMBlockTensorOverflowError).
+
+A block tensor ``(B..., par_dim(P), F...)`` the allocator places is, to AWS's compiler, a list of (P, F)
+tiles whose addresses it chooses from their dependencies, so its tiles need not be live together
+[NKI Block Dimension Migration Guide]: when every access selects one block, `split_block_tensors`
+gives each logical tile a buffer of its own, live from its own first to its own last instruction.
 """
 from __future__ import annotations
 
@@ -56,22 +61,89 @@ def target_spec(program: Program, spec=None) -> CoreSpec:
     return core_spec(program.target)
 
 
-def _block_tensor_overflow(b, memory: OnChipMemory):
-    """A block tensor larger than the whole memory: the error says what AWS's compiler would need."""
+def _block_tensor_overflow(b, memory: OnChipMemory, split: bool = False):
+    """A block tensor larger than the whole memory: the error says what AWS's compiler would need.
+    `split`: its tiles have live ranges of their own (`split_block_tensors`), too many live at once."""
     blocks = tuple(int(n) for n in b.shape[:b.partition_axis])
     tile = b.partition_bytes // max(math.prod(blocks), 1)
     label = memory.kind.upper()
     cls = PSUMBlockTensorOverflowError if memory.kind == "psum" else SBUFBlockTensorOverflowError
+    lives = ("each tile is live from its own first to its own last instruction, but in the order the "
+             "kernel's loops are written too many of them are live at once" if split else
+             "an access spans several blocks, so trnlab keeps every tile of the block tensor from the first "
+             "to the last instruction touching any of them")
     return cls(
         f"{label} block tensor too large: {b.name!r} has {' x '.join(map(str, blocks))} logical tiles of "
         f"{_fmt_bytes(tile)} = {_fmt_bytes(b.partition_bytes)} per partition, {label} holds "
-        f"{_fmt_bytes(memory.partition_bytes)}, and trnlab keeps every tile of a block tensor from the first "
-        f"to the last instruction touching any of them. trnlab runs the loops as written: it neither fuses loops nor "
-        f"moves {label} tiles elsewhere, which is what a compiler would have to do to run this kernel "
-        f"(ASSUMED for AWS's neuronx-cc: its middle end fuses affine_range loops; skip_middle_end_"
-        f"transformations turns that off). Fuse the loops yourself (produce and consume each block in "
-        f"one iteration) or allocate one block's tiles inside the loop",
+        f"{_fmt_bytes(memory.partition_bytes)}, and {lives}. The allocation keeps the program's order: it "
+        f"neither fuses loops nor moves {label} tiles elsewhere (trnlab.hardware.fusion may reorder the "
+        f"program first: ASSUMED for AWS's neuronx-cc, whose middle end would fuse the affine_range loops; "
+        f"skip_middle_end_transformations turns that off). Fuse the loops yourself (produce and consume "
+        f"each block in one iteration) or allocate one block's tiles inside the loop",
         value=b.partition_bytes, limit=memory.partition_bytes)
+
+
+# -- block tensors: one buffer per logical tile -------------------------------------------------------
+def split_block_tensors(program: Program) -> bool:
+    """Give each logical tile of a block tensor the allocator places (no direct allocation) a buffer of
+    its own when every access selects one block (integer block indices) — rewriting the program in
+    place; True if anything changed. A block dimension is a list of (P, F) tiles to AWS's compiler
+    ("the physical tiles may not be alive in the memory simultaneously": NKI Block Dimension Migration
+    Guide), so each tile lives from its own first to its own last instruction.
+    ``program._blocks`` records {tile buffer id: (block tensor id, block index)}."""
+    buffers = program.buffers
+    candidates = {b.id for b in buffers if b.partition_axis and b.first >= 0 and b.on_chip and not b.placement}
+    if not candidates:
+        return False
+    accesses = defaultdict(list)               # block tensor id -> [(instruction index, operand, index)]
+    for k, ins in enumerate(program.instructions):
+        for name, a in ins.operands.items():
+            if a.buffer in candidates:
+                accesses[a.buffer].append((k, name, a.index))
+    blocks_of = getattr(program, "_blocks", None) or {}
+    rewrites = defaultdict(dict)               # instruction index -> {operand: Access on a tile}
+    for bid, uses in accesses.items():
+        b = buffers[bid]
+        axis = b.partition_axis
+        blocks = tuple(int(n) for n in b.shape[:axis])
+        if not all(isinstance(index, tuple) and len(index) > axis
+                   and all(isinstance(e, (int, np.integer)) and -n <= e < n for e, n in zip(index[:axis], blocks))
+                   for _, _, index in uses):
+            continue                           # an access spans blocks: the block tensor stays one buffer
+        tiles = {}
+        for k, name, index in uses:
+            block = tuple(int(e) % n for e, n in zip(index[:axis], blocks))
+            t = tiles.get(block)
+            if t is None:
+                t = tiles[block] = Buffer(id=len(buffers), name=f"{b.name}[{', '.join(map(str, block))}]",
+                                          memory=b.memory, shape=tuple(b.shape[axis:]), dtype=b.dtype,
+                                          partition_axis=0, role=b.role, first=k)
+                buffers.append(t)
+                blocks_of[t.id] = (bid, block)
+            t.last = k                         # uses come in program order
+            rewrites[k][name] = Access(t.id, index[axis:])
+        b.first = b.last = -1                  # no instruction touches the block tensor itself any more
+    if not rewrites:
+        return False
+    instructions = program.instructions
+    for k, changed in rewrites.items():
+        ins = instructions[k]                  # operands may be shared with other records: a new dict
+        ins.operands = {**ins.operands, **changed}
+        ins.issue = None                       # described again on the first replay (buffer ids changed)
+    program._blocks = blocks_of
+    for cache in ("_plan", "_compiled", "_values_plan", "_values_ok"):
+        if hasattr(program, cache):
+            delattr(program, cache)
+    return True
+
+
+def _split_block_tensor(program: Program, b: Buffer, capacity: int):
+    """The block tensor larger than `capacity` that tile `b` is a logical tile of, or None."""
+    whole = getattr(program, "_blocks", {}).get(b.id)
+    if whole is None:
+        return None
+    tensor = program.buffers[whole[0]]
+    return tensor if tensor.partition_bytes > capacity else None
 
 
 def _overlap(b, other, memory: OnChipMemory) -> DirectAllocationOverlapError:
@@ -261,6 +333,7 @@ def allocate(program: Program, spec: "CoreSpec | str | None" = None) -> Program:
     not interact, so each is walked on its own; an error is the one the joint walk meets first."""
     spec = target_spec(program, spec)
     split_direct_allocations(program)
+    split_block_tensors(program)
     buffers = program.buffers
     count = len(buffers)
     # one pass over the table: per memory, the tiles' ids, first and last uses, allocator-placed?;
@@ -351,6 +424,9 @@ def _walk(program: Program, memory: OnChipMemory, events: list, sizes: list, cou
                 if offset is None:
                     if size > capacity and b.partition_axis:
                         raise _block_tensor_overflow(b, memory)
+                    whole = _split_block_tensor(program, b, capacity)
+                    if whole is not None:
+                        raise _block_tensor_overflow(whole, memory, split=True)
                     raise memory.overflow(size, b.name, used=used)
             else:                                             # a direct allocation
                 offset = int(b.placement["offset"])
