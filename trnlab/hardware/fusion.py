@@ -73,17 +73,18 @@ def fuse_loops(program: Program, error: Exception, spec=None) -> tuple[Program |
     if tensor is None:
         return None, "no block tensor's tiles are live where the allocation overflows"
     name = program.buffers[tensor].name
-    why = ""
+    reasons = []
     for depth in (1, 2):
         order, why = fused_order(program, tensor, depth)
         if order is None:
+            reasons.append(why)
             continue
         try:
             return reorder(program, order, "fused"), ""
         except (SBUFOverflowError, PSUMOverflowError) as still:
-            why = (f"with the loops fused per {_groups(depth)} of {name!r} the tiles still do not fit: "
-                   f"{still.args[0].splitlines()[0][:300]}")
-    return None, why
+            reasons.append(f"with the loops fused per {_groups(depth)} of {name!r} the tiles still do not fit: "
+                           f"{still.args[0].splitlines()[0][:300]}")
+    return None, reasons[0]                   # per first block index: the fusion a reader would try
 
 
 def fused_order(program: Program, tensor: int, depth: int = 1) -> tuple[list[int] | None, str]:
