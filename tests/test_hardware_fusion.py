@@ -157,3 +157,54 @@ def test_fusing_a_fused_program_again_moves_nothing():
     tensor = next(b.id for b in fused.buffers if b.name == "psum")
     order, why = fused_order(fused, tensor)
     assert order is None and "already fused" in why
+
+
+def _exact_conflict(program: Program, a, b) -> bool:
+    """Do instructions a and b touch a common element of a buffer, one of them writing it?"""
+    from trnlab.hardware.allocate import _box
+    from trnlab.hardware.program import WRITES
+
+    def regions(ins):
+        for name, access in ins.operands.items():
+            shape = program.buffers[access.buffer].shape
+            index = access.index if access.index is None or isinstance(access.index, tuple) else (access.index,)
+            yield access.buffer, _box(index, shape), name in WRITES
+    for buffer, box, writes in regions(a):
+        for other, other_box, other_writes in regions(b):
+            if buffer == other and (writes or other_writes) and all(
+                    lo1 < hi2 and lo2 < hi1 for (lo1, hi1, _), (lo2, hi2, _) in zip(box, other_box)):
+                return True
+    return False
+
+
+@settings(max_examples=5, deadline=None)
+@given(st.sampled_from(["psum", "sbuf"]), st.integers(2, 3))
+def test_the_fused_order_keeps_every_pair_of_dependent_instructions_in_order(memory, size):
+    import trnlab.hardware.fusion as fusion
+    seen = []
+    real = fusion.reorder
+
+    def recording(program, order, name):
+        seen.append((program, list(order)))
+        return real(program, order, name)
+    fusion.reorder = recording
+    try:
+        if memory == "psum":
+            q, k, _ = _qk(64, 512 * size)
+            kernel, args = kernels.scores_minus_row_max, (q, k)
+        else:
+            x = (RNG.standard_normal((16 * size * 128, 2048)) * 0.1).astype(np.float32)
+            kernel, args = kernels.load_exp_then_double, (x,)
+        nki._PROGRAMS.clear()                             # trace again, so that the fusion runs
+        nki.trace(kernel, *args)
+    finally:
+        fusion.reorder = real
+    program, order = seen[-1]
+    position = {k: i for i, k in enumerate(order)}
+    instructions = program.instructions
+    moved = [k for k in range(len(order)) if order[k] != k]
+    assert moved                                          # something was reordered
+    for a in range(len(instructions)):
+        for b in range(a + 1, len(instructions)):
+            if position[a] > position[b]:                 # reordered pair: must be independent
+                assert not _exact_conflict(program, instructions[a], instructions[b]), (a, b)
