@@ -83,6 +83,19 @@ def test_a_block_tensor_accessed_block_by_block_splits_into_tiles_that_fit():
     assert [(b.first, b.last) for _, b in sorted(tiles.items())] == [(0, 1), (2, 2), (3, 3), (4, 4)]
 
 
+def test_the_traces_descriptions_carried_onto_the_tiles_are_what_describing_them_gives():
+    # split_block_tensors renames the trace's per-instruction descriptions (compiled.py) instead of
+    # describing the program again: the same tuples, PSUM bank ranges included
+    from trnlab.hardware.compiled import describe
+    q, k, _ = _qk(128, 512)
+    x = RNG.standard_normal((8 * 128, 512)).astype(np.float32)
+    for program in (nki.trace(kernels.scores_minus_row_max, q, k), nki.trace(kernels.exp_per_block, x)):
+        assert program.schedule == "program" and getattr(program, "_blocks", None)
+        carried = [ins.issue for ins in program.instructions]
+        assert None not in carried
+        assert carried == describe(program, program._spec)
+
+
 # -- fusion ------------------------------------------------------------------------------------------
 def test_loops_over_a_psum_block_tensor_twice_psum_are_fused_and_give_numpys_values():
     q, k, s = _qk(128, 1024)                              # (8, 2, par_dim(128), 512) fp32: 32 KiB
@@ -110,7 +123,7 @@ def test_fusion_moves_each_consumer_iteration_up_to_just_after_its_producer_iter
 
 @settings(max_examples=6, deadline=None)
 @given(st.integers(2, 4), st.sampled_from([64, 128]))
-def test_fused_loops_compute_what_the_loops_as_written_would(blocks_of_512, d):
+def test_fused_loops_give_numpys_values_for_any_number_of_column_blocks_and_head_size(blocks_of_512, d):
     q, k, s = _qk(d, 512 * blocks_of_512)                 # 4 x blocks_of_512 tiles per row block: always > PSUM
     out = kernels.scores_minus_row_max(q, k)
     np.testing.assert_allclose(out, s - s.max(axis=1, keepdims=True), rtol=1e-5, atol=1e-4)

@@ -102,6 +102,7 @@ def split_block_tensors(program: Program) -> bool:
                 accesses[a.buffer].append((k, name, a.index))
     blocks_of = getattr(program, "_blocks", None) or {}
     rewrites = defaultdict(dict)               # instruction index -> {operand: Access on a tile}
+    split = {}                                 # block tensor id -> {block: tile}
     for bid, uses in accesses.items():
         b = buffers[bid]
         axis = b.partition_axis
@@ -123,18 +124,87 @@ def split_block_tensors(program: Program) -> bool:
             t.last = k                         # uses come in program order
             rewrites[k][name] = Access(t.id, index[axis:])
         b.first = b.last = -1                  # no instruction touches the block tensor itself any more
+        split[bid] = tiles
     if not rewrites:
         return False
     instructions = program.instructions
     for k, changed in rewrites.items():
         ins = instructions[k]                  # operands may be shared with other records: a new dict
         ins.operands = {**ins.operands, **changed}
-        ins.issue = None                       # described again on the first replay (buffer ids changed)
+        if ins.issue is not None:              # the trace's description, on the tiles (else: described again)
+            ins.issue = _issue_on_tiles(ins.issue, buffers, split, changed)
     program._blocks = blocks_of
     for cache in ("_plan", "_compiled", "_values_plan", "_values_ok"):
         if hasattr(program, cache):
             delattr(program, cache)
     return True
+
+
+def _issue_on_tiles(issue: tuple, buffers: list, split: dict, changed: dict):
+    """The trace's description of an instruction (compiled.py: operands as (buffer id, box), PSUM
+    bank ranges as (buffer id, first byte, end byte)) with a block tensor's operands named as the
+    logical tiles `split_block_tensors` made — what describing the rewritten instruction would give;
+    None (describe it again) where that cannot be told from the description alone."""
+    from .compiled import DMA, ISSUE, MATMUL, PE_ISSUE, PRINT, SEED
+    advanced = {a.buffer for a in changed.values()
+                if isinstance(a.index, tuple) and any(isinstance(e, np.ndarray) for e in a.index)}
+
+    def ref(r):
+        bid, box = r
+        tiles = split.get(bid)
+        if tiles is None:
+            return r
+        b = buffers[bid]
+        axis = b.partition_axis
+        t = tiles.get((0,) * axis if box is None else tuple(box[2 * a] for a in range(axis)))
+        if t is None:
+            raise LookupError(bid)
+        if box is None:
+            return t.id, None
+        tail = tuple(box[2 * axis:])
+        if t.id not in advanced and all(tail[2 * a] == 0 and tail[2 * a + 1] == n for a, n in enumerate(t.shape)):
+            return t.id, None                  # a basic view of a whole tile (View: box None)
+        return t.id, tail
+
+    def refs(rs):
+        return tuple(ref(r) for r in rs)
+
+    def banks(ranges):
+        if not isinstance(ranges, tuple):
+            return ranges
+        out = []
+        for entry in ranges:
+            tiles = split.get(entry[0])
+            if tiles is None:
+                out.append(entry)
+                continue
+            b = buffers[entry[0]]
+            blocks = tuple(int(n) for n in b.shape[:b.partition_axis])
+            tile_bytes = b.partition_bytes // max(math.prod(blocks), 1)
+            linear, lo, hi = entry[1] // tile_bytes, entry[1], entry[2]
+            t = tiles.get(tuple(int(i) for i in np.unravel_index(linear, blocks)))
+            if t is None or hi > (linear + 1) * tile_bytes or (lo, hi) == (0, b.partition_bytes):
+                raise LookupError(entry)       # a range over several tiles: not one tile's
+            out.append((t.id, lo - linear * tile_bytes, hi - linear * tile_bytes))
+        return tuple(out)
+
+    try:
+        kind = issue[0]
+        if kind == ISSUE:
+            return issue[:4] + (refs(issue[4]), refs(issue[5])) + issue[6:10] + (banks(issue[10]),) + issue[11:]
+        if kind == MATMUL:
+            return (kind, ref(issue[1]), ref(issue[2]), ref(issue[3])) + issue[4:]
+        if kind == PE_ISSUE:
+            return issue[:2] + (ref(issue[2]), refs(issue[3]), ref(issue[4])) + issue[5:]
+        if kind == DMA:
+            return issue[:2] + (ref(issue[2]), refs(issue[3])) + issue[4:]
+        if kind == SEED:
+            return (kind, refs(issue[1])) + issue[2:]
+        if kind == PRINT:
+            return issue
+    except LookupError:
+        pass
+    return None
 
 
 def _split_block_tensor(program: Program, b: Buffer, capacity: int):
