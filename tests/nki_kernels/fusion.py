@@ -120,3 +120,19 @@ def exp_per_block(x_tensor):
         a[i] = nisa.activation(op=nl.exp, data=a[i])
         nl.store(out_tensor[nl.ds(i * 128, 128), :], value=a[i])
     return out_tensor
+
+
+@nki.jit
+def one_block_product(x_tensor, w_tensor):
+    """out = x.T @ w through a PSUM block tensor of a single (par_dim(128), 512) tile, copied out by
+    the Vector engine (a whole-tile access: the description's PSUM bank range is all of the tile)."""
+    K, M = x_tensor.shape
+    out_tensor = nl.ndarray((M, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+    x = nl.load(x_tensor)
+    w = nl.load(w_tensor)
+    acc = nl.ndarray((1, nl.par_dim(M), 512), dtype=nl.float32, buffer=nl.psum)
+    acc[0] = nisa.nc_matmul(stationary=x, moving=w)
+    result = nl.ndarray((nl.par_dim(M), 512), dtype=nl.float32, buffer=nl.sbuf)
+    result[...] = nisa.tensor_copy(acc[0], engine=nisa.vector_engine)
+    nl.store(out_tensor, value=result)
+    return out_tensor

@@ -183,8 +183,8 @@ def _issue_on_tiles(issue: tuple, buffers: list, split: dict, changed: dict):
             tile_bytes = b.partition_bytes // max(math.prod(blocks), 1)
             linear, lo, hi = entry[1] // tile_bytes, entry[1], entry[2]
             t = tiles.get(tuple(int(i) for i in np.unravel_index(linear, blocks)))
-            if t is None or hi > (linear + 1) * tile_bytes or (lo, hi) == (0, b.partition_bytes):
-                raise LookupError(entry)       # a range over several tiles: not one tile's
+            if t is None or hi > (linear + 1) * tile_bytes:
+                raise LookupError(entry)       # a range over several tiles (or a gather's): not one tile's
             out.append((t.id, lo - linear * tile_bytes, hi - linear * tile_bytes))
         return tuple(out)
 
