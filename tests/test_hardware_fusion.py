@@ -147,6 +147,8 @@ def test_skip_middle_end_transformations_keeps_the_loops_as_written_and_refuses_
     assert "8 x 2 logical tiles of 2.0 KiB = 32.0 KiB per partition, PSUM holds 16.0 KiB" in message
     assert "marked nki.compiler.skip_middle_end_transformations" in message
     assert caught.value.kernel_location[1] > 0            # the producer loop's matmul line
+    with pytest.raises(errors.PSUMBlockTensorOverflowError, match="skip_middle_end_transformations"):
+        kernels.scores_minus_row_max_as_written[1](q, k)  # kernel[grid] keeps the directive
 
 
 def test_loops_over_an_sbuf_block_tensor_larger_than_sbuf_are_fused_too():
