@@ -263,45 +263,18 @@ def allocate(program: Program, spec: "CoreSpec | str | None" = None) -> Program:
     split_direct_allocations(program)
     buffers = program.buffers
     count = len(buffers)
-    # one pass over the table: per memory, the tiles' ids, first and last uses, allocator-placed?;
-    # bytes per partition computed once per (shape, dtype, partition axis) — a stamped loop's tiles
-    # share a handful of them
-    sizes = [0] * count
-    known: dict = {}
-    rows = {"sbuf": ([], [], [], []), "psum": ([], [], [], [])}
-    direct = {"sbuf": [], "psum": []}      # direct allocations
-    for b in buffers:
-        memory = b.memory
-        if (memory == "sbuf" or memory == "psum") and b.first >= 0:
-            key = (b.shape, b.dtype, b.partition_axis)
-            size = known.get(key)
-            if size is None:
-                size = known[key] = b.partition_bytes
-            bid = b.id
-            sizes[bid] = size
-            ids, firsts, lasts, free = rows[memory]
-            ids.append(bid)
-            firsts.append(b.first)
-            lasts.append(b.last)
-            if b.placement:
-                free.append(0)
-                direct[memory].append(b)
-            else:
-                free.append(1)
+    sizes, rows, direct = _tile_rows(buffers)
     failures = []
     for kind in ("sbuf", "psum"):
         ids, firsts, lasts, free = rows[kind]
-        if not ids:
+        if not len(ids):
             continue
-        ids, firsts, lasts = (np.array(x, dtype=np.int64) for x in (ids, firsts, lasts))
         # one event per first and per last use, in walk order: key (k, release?, allocator-placed?, id)
-        keys = np.concatenate([(firsts * 4 + np.array(free, dtype=np.int64)) * count + ids,
-                               (lasts * 4 + 2) * count + ids])
+        keys = np.concatenate([(firsts * 4 + free) * count + ids, (lasts * 4 + 2) * count + ids])
         keys.sort()
         limit = min(f[0] for f in failures) if failures else None
         fixed = sorted(direct[kind], key=attrgetter("first"))
-        failure = _walk(program, OnChipMemory(kind, spec, with_data=False), keys.tolist(), sizes, count, fixed,
-                        limit)
+        failure = _walk(program, OnChipMemory(kind, spec, with_data=False), keys, sizes, count, fixed, limit)
         if failure is not None:
             failures.append(failure)
     if failures:
@@ -310,21 +283,62 @@ def allocate(program: Program, spec: "CoreSpec | str | None" = None) -> Program:
     return program
 
 
-def _walk(program: Program, memory: OnChipMemory, events: list, sizes: list, count: int, fixed: list,
+def _tile_rows(buffers: list) -> tuple:
+    """One pass over the buffer table, its attribute reads and lookups done by `map` rather than
+    row by row: bytes per partition of every buffer (0 off chip), per memory the ids, first and
+    last uses and allocator-placed flags (1; 0 for a direct allocation) of its used tiles as int64
+    arrays, and per memory its direct allocations. Bytes per partition are computed once per
+    (shape, dtype, partition axis): a stamped loop's tiles share a handful."""
+    count = len(buffers)
+    firsts = np.fromiter(map(attrgetter("first"), buffers), dtype=np.int64, count=count)
+    lasts = np.fromiter(map(attrgetter("last"), buffers), dtype=np.int64, count=count)
+    memories = np.array(list(map(attrgetter("memory"), buffers)) or [""], dtype=object)[:count]
+    placed = np.fromiter(map(bool, map(attrgetter("placement"), buffers)), dtype=bool, count=count)
+    shape_keys = list(map(attrgetter("shape", "dtype", "partition_axis"), buffers))
+    sizes = np.zeros(count, dtype=np.int64)
+    rows, direct = {}, {}
+    table: dict = {}
+    used = firsts >= 0
+    for kind in ("sbuf", "psum"):
+        ids = np.flatnonzero((memories == kind) & used).astype(np.int64)
+        id_list = ids.tolist()
+        keys = list(map(shape_keys.__getitem__, id_list))
+        for key, bid in dict(zip(reversed(keys), reversed(id_list))).items():    # key -> its first tile
+            if key not in table:
+                table[key] = buffers[bid].partition_bytes
+        sizes[ids] = np.fromiter(map(table.__getitem__, keys), dtype=np.int64, count=len(keys))
+        by_kernel = placed[ids]
+        rows[kind] = (ids, firsts[ids], lasts[ids], (~by_kernel).astype(np.int64))
+        direct[kind] = [buffers[bid] for bid in ids[by_kernel].tolist()]
+    return sizes.tolist(), rows, direct
+
+
+_MIN_STRETCH = 16     # events: a shorter run of bump placements is walked one event at a time
+
+
+def _walk(program: Program, memory: OnChipMemory, keys: np.ndarray, sizes: list, count: int, fixed: list,
           limit):
     """Place and release one memory's tiles in event order (see `allocate`); None, or
     (event key, error) for the first tile that cannot be placed (only events before `limit`).
     `fixed`: its direct allocations by first use — an allocator-placed tile must avoid the ones that
-    become live while it is (those live when it is placed are in `occupied` already)."""
+    become live while it is (those live when it is placed are in `occupied` already).
+
+    Where no live tile lies at or above the cursor (the usual case between two wrap-arounds of a
+    rotating allocator) and no bank rule applies, next fit places each tile at the cursor, so a run
+    of events is placed at once (`_bump_stretch`) until a tile would pass the end of the memory."""
     buffers = program.buffers
+    events = keys.tolist()
+    stop = len(events) if limit is None else bisect_left(events, limit)
     capacity, bank = memory.partition_bytes, memory.bank_bytes
     fixed_firsts = [b.first for b in fixed]
     occupied: list = []          # [(offset, bytes per partition)] of the live tiles, by offset
     owners: list = []            # their buffer ids
     cursor = used = 0
-    for key in events:
-        if limit is not None and key >= limit:
-            break
+    bump = None if bank is not None or fixed else _Bump(keys, sizes, count)
+    retry = 0                    # the next event at which a bump run is worth trying
+    e = 0
+    while e < stop:
+        key = events[e]
         bid = key % count
         rest = key // count
         size = sizes[bid]
@@ -334,7 +348,15 @@ def _walk(program: Program, memory: OnChipMemory, events: list, sizes: list, cou
                 i += 1
             del occupied[i], owners[i]
             used -= size
+            e += 1
             continue
+        if bump is not None and e >= retry and (not occupied or occupied[-1][0] + occupied[-1][1] <= cursor):
+            end = bump.end(e, cursor, capacity, stop)
+            if end - e >= _MIN_STRETCH:
+                cursor, used = bump.place(buffers, e, end, cursor, used, occupied, owners)
+                e = end
+                continue
+            retry = e + _MIN_STRETCH
         b = buffers[bid]
         try:
             if rest & 1:                                      # the allocator places it
@@ -371,7 +393,56 @@ def _walk(program: Program, memory: OnChipMemory, events: list, sizes: list, cou
         cursor = offset + size
         used += size
         b.offset = offset
+        e += 1
     return None
+
+
+class _Bump:
+    """Runs of events placed at once: from an event where every live tile lies below the cursor,
+    each tile is placed at the cursor — the next fit answer when nothing is above it and no bank
+    rule applies — so its offset is the cursor plus the bytes placed since, for as long as a tile
+    ends within the memory. Releases in the run take tiles below the cursor, which next fit no
+    longer looks at. (Only for a memory without direct allocations: `_walk`.)"""
+
+    def __init__(self, keys: np.ndarray, sizes: list, count: int):
+        self.bids = keys % count
+        released = ((keys // count) & 2) != 0
+        self.released = released
+        size = np.array(sizes, dtype=np.int64)[self.bids]
+        self.placed_bytes = np.concatenate([[0], np.cumsum(np.where(released, 0, size))])   # before event e
+        self.released_bytes = np.concatenate([[0], np.cumsum(np.where(released, size, 0))])
+        self.release_at = np.zeros(count, dtype=np.int64)      # per buffer id: its release event
+        self.release_at[self.bids[released]] = np.flatnonzero(released)
+
+    def end(self, e: int, cursor: int, capacity: int, stop: int) -> int:
+        """The first event from e on that the run cannot take: a tile passing the memory's end."""
+        p = self.placed_bytes
+        # event x is placed at cursor + p[x] - p[e] and must end by capacity: p[x + 1] <= bound
+        last = int(np.searchsorted(p, capacity - cursor + p[e], side="right")) - 1
+        return min(last, stop)
+
+    def place(self, buffers: list, e: int, end: int, cursor: int, used: int, occupied: list, owners: list):
+        """Place the events e .. end-1; update `occupied`/`owners` to the tiles live after them."""
+        p = self.placed_bytes
+        bids, released = self.bids[e:end], self.released[e:end]
+        placing = ~released
+        offsets = (cursor - p[e]) + p[e:end][placing]
+        placed = bids[placing]
+        for bid, offset in zip(placed.tolist(), offsets.tolist()):
+            buffers[bid].offset = offset
+        release_at = self.release_at
+        # tiles live before the run (all below the cursor) that stay live, then the run's own
+        kept = [i for i, bid in enumerate(owners) if release_at[bid] >= end]
+        if len(kept) != len(owners):
+            occupied[:] = [occupied[i] for i in kept]
+            owners[:] = [owners[i] for i in kept]
+        stays = release_at[placed] >= end
+        if stays.any():
+            sizes = (p[e + 1:end + 1] - p[e:end])[placing]
+            occupied.extend(zip(offsets[stays].tolist(), sizes[stays].tolist()))
+            owners.extend(placed[stays].tolist())
+        used += int(p[end] - p[e]) - int(self.released_bytes[end] - self.released_bytes[e])
+        return cursor + int(p[end] - p[e]), used
 
 
 def _overflow(error, program: Program, k: int, buffer, memory: OnChipMemory, placed: dict):
