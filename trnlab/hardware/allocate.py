@@ -283,18 +283,25 @@ def allocate(program: Program, spec: "CoreSpec | str | None" = None) -> Program:
     return program
 
 
+_TILE_FIELDS = attrgetter("first", "last", "memory", "placement", "shape", "dtype", "partition_axis")
+
+
 def _tile_rows(buffers: list) -> tuple:
-    """One pass over the buffer table, its attribute reads and lookups done by `map` rather than
-    row by row: bytes per partition of every buffer (0 off chip), per memory the ids, first and
-    last uses and allocator-placed flags (1; 0 for a direct allocation) of its used tiles as int64
-    arrays, and per memory its direct allocations. Bytes per partition are computed once per
-    (shape, dtype, partition axis): a stamped loop's tiles share a handful."""
+    """One pass over the buffer table, reading each row's fields at once (by `map`: a large
+    table's rows are far apart in memory, and one visit each is what costs): bytes per partition
+    of every buffer (0 off chip), per memory the ids, first and last uses and allocator-placed
+    flags (1; 0 for a direct allocation) of its used tiles as int64 arrays, and per memory its
+    direct allocations. Bytes per partition are computed once per (shape, dtype, partition axis):
+    a stamped loop's tiles share a handful."""
     count = len(buffers)
-    firsts = np.fromiter(map(attrgetter("first"), buffers), dtype=np.int64, count=count)
-    lasts = np.fromiter(map(attrgetter("last"), buffers), dtype=np.int64, count=count)
-    memories = np.array(list(map(attrgetter("memory"), buffers)) or [""], dtype=object)[:count]
-    placed = np.fromiter(map(bool, map(attrgetter("placement"), buffers)), dtype=bool, count=count)
-    shape_keys = list(map(attrgetter("shape", "dtype", "partition_axis"), buffers))
+    if not count:
+        return [], {k: (np.zeros(0, dtype=np.int64),) * 4 for k in ("sbuf", "psum")}, {"sbuf": [], "psum": []}
+    firsts, lasts, memories, placements, shapes, dts, axes = zip(*map(_TILE_FIELDS, buffers))
+    firsts = np.array(firsts, dtype=np.int64)
+    lasts = np.array(lasts, dtype=np.int64)
+    memories = np.array(memories, dtype=object)
+    placed = np.fromiter(map(bool, placements), dtype=bool, count=count)
+    shape_keys = list(zip(shapes, dts, axes))
     sizes = np.zeros(count, dtype=np.int64)
     rows, direct = {}, {}
     table: dict = {}

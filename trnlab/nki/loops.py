@@ -535,6 +535,23 @@ def _code(node, counters: list, lines: list) -> str:
     if kind == "I":
         fields = [f"{f!r}: {_code(n, counters, lines)}" for f, n in zip(_INSTRUCTION_FIELDS, node[1:])]
         return _record(lines, "_Instruction", "{" + ", ".join(fields) + "}")
+    if kind == "IT":                # an instruction from a copy of iteration 0's attribute dict
+        template = counters[1]
+        counters[1] += 1
+        fields = [(f, _code(n, counters, lines)) for f, n in zip(_INSTRUCTION_FIELDS, node[1:]) if n != "c"]
+        return _from_template(lines, "_Instruction", template, fields)
+    if kind == "BT":                # a buffer from a copy of iteration 0's attribute dict
+        i, c = counters
+        counters[1] += 1
+        if node[1] == "n":
+            name = f"(k[{c + 1}] + str(v[o+{i + 1}]) if v[o+{i + 1}] else k[{c + 1}])"
+            fields = [("id", f"v[o+{i}]"), ("name", name), ("first", f"v[o+{i + 2}]"), ("last", f"v[o+{i + 3}]")]
+            counters[0] += 4
+            counters[1] += 1
+        else:
+            fields = [("id", f"v[o+{i}]"), ("first", f"v[o+{i + 1}]"), ("last", f"v[o+{i + 2}]")]
+            counters[0] += 3
+        return _from_template(lines, "_Buffer", c, fields)
     if kind == "B":
         i, c = counters
         bid = f"v[o+{i}]"
@@ -561,6 +578,16 @@ def _record(lines: list, cls: str, fields: str) -> str:
     its __init__ would set them); returns the variable holding it."""
     name = f"r{len(lines)}"
     lines.append(f"{name} = _new({cls}); {name}.__dict__ = {fields}")
+    return name
+
+
+def _from_template(lines: list, cls: str, template: int, fields: list) -> str:
+    """A statement making a `cls` whose __dict__ is a copy of the dict k[template] with `fields`
+    set: the keys keep the template's order (a record's own), and a copy is cheaper than a dict
+    display of a dozen entries, which grows its table twice."""
+    name = f"r{len(lines)}"
+    sets = "".join(f"; {name}d[{f!r}] = {expression}" for f, expression in fields)
+    lines.append(f"{name} = _new({cls}); {name}.__dict__ = {name}d = k[{template}].copy(){sets}")
     return name
 
 
@@ -726,6 +753,11 @@ class _Template:
         if kind == "B":
             if out is not None:
                 out[0].extend(range(ip, ip + ni))
+                if top:             # built from a copy of iteration 0's attribute dict (its base name)
+                    out[1].append("dict(r.__dict__)")
+                    if node[1] == "n":
+                        out[1].append(f"k[{cp}]")
+                    return ("BT", node[1])
                 out[1].extend(f"k[{cp + c}]" for c in range(10))
             return node
         decision = None
@@ -737,18 +769,27 @@ class _Template:
                 index = out[2][0]
                 out[2][0] += 1
                 decision = decisions[index]
+                if decision == "R" or decision == "P":
+                    taken = out[2][1]                              # its slot: taken[] in pre-order
+                    out[2][1] += 1
                 if decision == "R":
                     out[2][0] += self.shares[index][5]             # its candidates are not visited
-                    out[1].append(f"s[{out[2][1]}]")
-                    out[2][1] += 1
+                    out[1].append(f"s[{taken}]")
                     return ("R",)
         children = []
         if kind == "I":
+            template = top and out is not None     # built from a copy of iteration 0's attribute dict
+            if template:
+                out[1].append("dict(r.__dict__)")
             for f, child in zip(_INSTRUCTION_FIELDS, node[1:]):
-                children.append(self._walk(child, ip, cp, False, False, decisions, out, f"r.__dict__[{f!r}]"))
+                before = len(out[1]) if template else 0
+                reduced = self._walk(child, ip, cp, False, False, decisions, out, f"r.__dict__[{f!r}]")
+                if template and reduced == "c":
+                    del out[1][before:]             # the copy holds it
+                children.append(reduced)
                 ip += _ints(child)
                 cp += _nconsts(child)
-            reduced = ("I",) + tuple(children)
+            reduced = ("IT" if top else "I",) + tuple(children)
         else:
             if kind == "d":
                 parts = [(child, f"{path}[{key!r}]") for key, child in zip(node[1], node[2:])]
@@ -764,8 +805,7 @@ class _Template:
         if out is None and nested and (kind == "t" or kind == "A") and _shareable(node):
             self.shares[index][5] = len(self.shares) - index - 1
         if decision == "P":
-            out[1].append(f"s[{out[2][1]}]")
-            out[2][1] += 1
+            out[1].append(f"s[{taken}]")
             return ("P", reduced)
         return reduced
 
