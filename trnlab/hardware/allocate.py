@@ -19,9 +19,11 @@ larger than the whole memory: SBUF/PSUMBlockTensorOverflowError).
 from __future__ import annotations
 
 import math
+import os
 from bisect import bisect_left, bisect_right
 from collections import defaultdict
 from operator import attrgetter, itemgetter
+from typing import NamedTuple
 
 import numpy as np
 
@@ -260,10 +262,12 @@ def allocate(program: Program, spec: "CoreSpec | str | None" = None) -> Program:
     placement (next fit), wrapping to offset 0 only when nothing fits further on. SBUF and PSUM do
     not interact, so each is walked on its own; an error is the one the joint walk meets first."""
     spec = target_spec(program, spec)
-    split_direct_allocations(program)
+    notes = program.__dict__.pop("_stamped_tiles", None)
+    if not split_direct_allocations(program) and notes:
+        program._stamped_tiles = notes
     buffers = program.buffers
     count = len(buffers)
-    sizes, rows, direct = _tile_rows(buffers)
+    sizes, rows, direct = _tile_rows(buffers, _stamped_notes(program, buffers))
     failures = []
     for kind in ("sbuf", "psum"):
         ids, firsts, lasts, free = rows[kind]
@@ -284,36 +288,93 @@ def allocate(program: Program, spec: "CoreSpec | str | None" = None) -> Program:
 
 
 _TILE_FIELDS = attrgetter("first", "last", "memory", "placement", "shape", "dtype", "partition_axis")
+_MEMORY_CODES = {"sbuf": 1, "psum": 2}
 
 
-def _tile_rows(buffers: list) -> tuple:
+class StampedTiles(NamedTuple):
+    """Rows ``start .. end-1`` of a buffer table as the loop stamper made them (`nki/loops.py`):
+    first and last uses, memory (1 SBUF, 2 PSUM, 0 elsewhere), bytes per partition and whether
+    the kernel placed the tile itself, one entry per row. The stamper knows them as arrays; read
+    back from 100,000 buffer objects they would cost a third of the allocation."""
+    start: int
+    end: int
+    firsts: np.ndarray
+    lasts: np.ndarray
+    memories: np.ndarray
+    sizes: np.ndarray
+    placed: np.ndarray
+
+
+def note_stamped_tiles(program: Program, rows: StampedTiles) -> None:
+    """Hand the next `allocate(program)` the rows a loop stamper just appended. The note is
+    dropped by that call (a later one reads every row), and only holds because nothing changes a
+    stamped buffer's first or last use after it is made: no Python object of the kernel refers
+    to the tiles of a stamped iteration, so no later instruction can use them."""
+    program.__dict__.setdefault("_stamped_tiles", []).append(rows)
+
+
+def _stamped_notes(program: Program, buffers: list) -> list:
+    """The notes of `note_stamped_tiles`, taken off the program; [] if they do not match the
+    table (checked at both ends of each run of rows; in full under TRNLAB_CHECK_LOOPS=1)."""
+    notes = program.__dict__.pop("_stamped_tiles", None) or []
+    at = 0
+    for rows in notes:
+        if not at <= rows.start < rows.end <= len(buffers):
+            return []
+        for i in (rows.start, rows.end - 1):
+            b = buffers[i]
+            k = i - rows.start
+            if (b.id != i or b.first != rows.firsts[k] or b.last != rows.lasts[k]
+                    or _MEMORY_CODES.get(b.memory, 0) != rows.memories[k] or bool(b.placement) != rows.placed[k]):
+                return []
+        at = rows.end
+    if notes and os.environ.get("TRNLAB_CHECK_LOOPS", "") not in ("", "0"):
+        assert _tile_rows(buffers, notes)[0] == _tile_rows(buffers, [])[0], "stamped tile notes disagree"
+    return notes
+
+
+def _tile_rows(buffers: list, notes: list = ()) -> tuple:
     """One pass over the buffer table, reading each row's fields at once (by `map`: a large
-    table's rows are far apart in memory, and one visit each is what costs): bytes per partition
-    of every buffer (0 off chip), per memory the ids, first and last uses and allocator-placed
-    flags (1; 0 for a direct allocation) of its used tiles as int64 arrays, and per memory its
-    direct allocations. Bytes per partition are computed once per (shape, dtype, partition axis):
-    a stamped loop's tiles share a handful."""
+    table's rows are far apart in memory, and one visit each is what costs), rows a loop stamper
+    noted (`StampedTiles`) taken from its arrays instead: bytes per partition of every buffer (0
+    off chip), per memory the ids, first and last uses and allocator-placed flags (1; 0 for a
+    direct allocation) of its used tiles as int64 arrays, and per memory its direct allocations.
+    Bytes per partition are computed once per (shape, dtype, partition axis)."""
     count = len(buffers)
-    if not count:
-        return [], {k: (np.zeros(0, dtype=np.int64),) * 4 for k in ("sbuf", "psum")}, {"sbuf": [], "psum": []}
-    firsts, lasts, memories, placements, shapes, dts, axes = zip(*map(_TILE_FIELDS, buffers))
-    firsts = np.array(firsts, dtype=np.int64)
-    lasts = np.array(lasts, dtype=np.int64)
-    memories = np.array(memories, dtype=object)
-    placed = np.fromiter(map(bool, placements), dtype=bool, count=count)
-    shape_keys = list(zip(shapes, dts, axes))
+    firsts = np.full(count, -1, dtype=np.int64)
+    lasts = np.full(count, -1, dtype=np.int64)
+    memories = np.zeros(count, dtype=np.int64)
+    placed = np.zeros(count, dtype=bool)
     sizes = np.zeros(count, dtype=np.int64)
+    rest, rest_ids, at = [], [], 0
+    for rows in notes:
+        rest.extend(buffers[at:rows.start])
+        rest_ids.append(np.arange(at, rows.start, dtype=np.int64))
+        firsts[rows.start:rows.end] = rows.firsts
+        lasts[rows.start:rows.end] = rows.lasts
+        memories[rows.start:rows.end] = rows.memories
+        placed[rows.start:rows.end] = rows.placed
+        sizes[rows.start:rows.end] = rows.sizes
+        at = rows.end
+    rest.extend(buffers[at:])
+    rest_ids.append(np.arange(at, count, dtype=np.int64))
+    rest_ids = np.concatenate(rest_ids)
+    if rest:
+        r_firsts, r_lasts, r_memories, r_placements, shapes, dts, axes = zip(*map(_TILE_FIELDS, rest))
+        firsts[rest_ids] = r_firsts
+        lasts[rest_ids] = r_lasts
+        memories[rest_ids] = list(map(_MEMORY_CODES.get, r_memories, [0] * len(rest)))
+        placed[rest_ids] = list(map(bool, r_placements))
+        on_chip = np.flatnonzero(memories[rest_ids] != 0).tolist()
+        keys = list(zip(shapes, dts, axes))
+        table: dict = {}
+        for key, i in dict(zip(map(keys.__getitem__, reversed(on_chip)), reversed(on_chip))).items():
+            table[key] = rest[i].partition_bytes                 # key -> its first tile's bytes
+        sizes[rest_ids[on_chip]] = list(map(table.__getitem__, map(keys.__getitem__, on_chip)))
     rows, direct = {}, {}
-    table: dict = {}
     used = firsts >= 0
-    for kind in ("sbuf", "psum"):
-        ids = np.flatnonzero((memories == kind) & used).astype(np.int64)
-        id_list = ids.tolist()
-        keys = list(map(shape_keys.__getitem__, id_list))
-        for key, bid in dict(zip(reversed(keys), reversed(id_list))).items():    # key -> its first tile
-            if key not in table:
-                table[key] = buffers[bid].partition_bytes
-        sizes[ids] = np.fromiter(map(table.__getitem__, keys), dtype=np.int64, count=len(keys))
+    for kind, code in _MEMORY_CODES.items():
+        ids = np.flatnonzero((memories == code) & used).astype(np.int64)
         by_kernel = placed[ids]
         rows[kind] = (ids, firsts[ids], lasts[ids], (~by_kernel).astype(np.int64))
         direct[kind] = [buffers[bid] for bid in ids[by_kernel].tolist()]

@@ -879,6 +879,35 @@ def _reduced_plan(plan: list, records: list, v0: np.ndarray, dv: np.ndarray) -> 
     return reduced_plan, np.array(positions, dtype=np.int64), len(uses)
 
 
+def _note_stamped_tiles(program, buffer_plan: list, templates: list, v0: np.ndarray, dv: np.ndarray, n: int) -> None:
+    """Give allocation by liveness the rows of the buffers just stamped as arrays (ids, first and
+    last uses from `V0 + j * D`; memory, size and placement from iteration 0's buffers, which
+    their builders copy): `allocate.note_stamped_tiles`."""
+    from trnlab.hardware.allocate import _MEMORY_CODES, StampedTiles, note_stamped_tiles
+    if not buffer_plan:
+        return
+    at = {"id": [], "first": [], "last": []}
+    for fn, o, k, node in buffer_plan:        # a buffer's integers: id, [name counter], first, last
+        at["id"].append(o)
+        at["first"].append(o + fn.ints - 2)
+        at["last"].append(o + fn.ints - 1)
+    iterations = np.arange(2, n - 1, dtype=np.int64)[:, None]
+
+    def column(where: list) -> np.ndarray:      # [iteration, record] -> one row per stamped buffer
+        where = np.array(where, dtype=np.int64)
+        return (v0[where][None, :] + iterations * dv[where][None, :]).ravel()
+    ids = column(at["id"])
+    start = len(program.buffers) - len(ids)
+    if not np.array_equal(ids, np.arange(start, start + len(ids))):
+        return
+    repeat = len(iterations)
+    memories = np.tile([_MEMORY_CODES.get(b.memory, 0) for b in templates], repeat)
+    sizes = np.tile([b.partition_bytes if b.on_chip else 0 for b in templates], repeat)
+    placed = np.tile([bool(b.placement) for b in templates], repeat)
+    note_stamped_tiles(program, StampedTiles(start, start + len(ids), column(at["first"]), column(at["last"]),
+                                             memories, sizes, placed))
+
+
 # -- one loop being traced ---------------------------------------------------------------------
 def consumed(tracer, value) -> None:
     """Called when a tile is assigned (`out[...] = value`, `acc += value`): if it is the result a
@@ -1067,7 +1096,7 @@ class Loop:
         else:
             # the outermost stamping loop: parts that do not change between iterations are shared
             # with iteration 0's records (records are never modified), only the others rebuilt,
-            # and equal varying parts of its records are built once per iteration (_Sharing)
+            # and equal varying parts of its records are built once per iteration (_Template)
             records = program.instructions[i0:i1] + buffers[b0:b1]
             reduced_plan, positions, slots = _reduced_plan(plan, records, v0, dv)
             base, delta = v0[positions], dv[positions]
@@ -1079,6 +1108,7 @@ class Loop:
                     append_instruction(fn(v, o, k, shared))
                 for fn, o, k in buf_plan:
                     append_buffer(fn(v, o, k, shared))
+            _note_stamped_tiles(program, plan[instructions:], buffers[b0:b1], v0, dv, n)
         if outside is not None:
             self._touch_outside(outside, first.nodes[:instructions], v0, dv, i0, instructions, buffers)
         names = self.tracer.launch.names
