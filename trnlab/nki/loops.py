@@ -492,9 +492,10 @@ _BUILDERS: dict = {}
 
 
 def _code(node, counters: list, lines: list) -> str:
-    """Python expression rebuilding `node` from v[o + i] (integers) and k[c] (constants). Records
-    (instructions, accesses, buffers) are made by statements appended to `lines` — a bare object
-    given its attribute dict, no __init__ call — and the expression names them."""
+    """Python expression rebuilding `node` from v[o + i] (integers), k[c] (constants) and s[k[c]]
+    (parts shared within an iteration, `_Template`). Records (instructions, accesses, buffers) are
+    made by statements appended to `lines` — a bare object given its attributes one by one, no
+    __init__ call — and the expression names them."""
     if node == "i":
         i = counters[0]
         counters[0] += 1
@@ -531,27 +532,10 @@ def _code(node, counters: list, lines: list) -> str:
     if kind == "A":
         b = _code(node[1], counters, lines)
         index = _code(node[2], counters, lines)
-        return _record(lines, "_Access", f"{{'buffer': {b}, 'index': {index}}}")
+        return _record(lines, "_Access", [("buffer", b), ("index", index)])
     if kind == "I":
-        fields = [f"{f!r}: {_code(n, counters, lines)}" for f, n in zip(_INSTRUCTION_FIELDS, node[1:])]
-        return _record(lines, "_Instruction", "{" + ", ".join(fields) + "}")
-    if kind == "IT":                # an instruction from a copy of iteration 0's attribute dict
-        template = counters[1]
-        counters[1] += 1
-        fields = [(f, _code(n, counters, lines)) for f, n in zip(_INSTRUCTION_FIELDS, node[1:]) if n != "c"]
-        return _from_template(lines, "_Instruction", template, fields)
-    if kind == "BT":                # a buffer from a copy of iteration 0's attribute dict
-        i, c = counters
-        counters[1] += 1
-        if node[1] == "n":
-            name = f"(k[{c + 1}] + str(v[o+{i + 1}]) if v[o+{i + 1}] else k[{c + 1}])"
-            fields = [("id", f"v[o+{i}]"), ("name", name), ("first", f"v[o+{i + 2}]"), ("last", f"v[o+{i + 3}]")]
-            counters[0] += 4
-            counters[1] += 1
-        else:
-            fields = [("id", f"v[o+{i}]"), ("first", f"v[o+{i + 1}]"), ("last", f"v[o+{i + 2}]")]
-            counters[0] += 3
-        return _from_template(lines, "_Buffer", c, fields)
+        fields = [(f, _code(n, counters, lines)) for f, n in zip(_INSTRUCTION_FIELDS, node[1:])]
+        return _record(lines, "_Instruction", fields)
     if kind == "B":
         i, c = counters
         bid = f"v[o+{i}]"
@@ -565,29 +549,22 @@ def _code(node, counters: list, lines: list) -> str:
         i = counters[0]
         counters[0] += 2
         counters[1] = c + 9
-        return _record(lines, "_Buffer", (
-            "{" f"'id': {bid}, 'name': {name}, 'memory': k[{c}], 'shape': k[{c + 1}], "
-            f"'dtype': k[{c + 2}], 'partition_axis': k[{c + 3}], 'role': k[{c + 4}], "
-            f"'first': v[o+{i}], 'last': v[o+{i + 1}], 'offset': k[{c + 5}], 'placement': k[{c + 6}], "
-            f"'data': k[{c + 7}], 'alias_of': k[{c + 8}]" "}"))
+        return _record(lines, "_Buffer", [
+            ("id", bid), ("name", name), ("memory", f"k[{c}]"), ("shape", f"k[{c + 1}]"), ("dtype", f"k[{c + 2}]"),
+            ("partition_axis", f"k[{c + 3}]"), ("role", f"k[{c + 4}]"), ("first", f"v[o+{i}]"),
+            ("last", f"v[o+{i + 1}]"), ("offset", f"k[{c + 5}]"), ("placement", f"k[{c + 6}]"),
+            ("data", f"k[{c + 7}]"), ("alias_of", f"k[{c + 8}]")])
     raise ValueError(f"unknown record node {node!r}")
 
 
-def _record(lines: list, cls: str, fields: str) -> str:
-    """A statement making a `cls` whose __dict__ is `fields` (in the dataclass's field order, as
-    its __init__ would set them); returns the variable holding it."""
+def _record(lines: list, cls: str, fields: list) -> str:
+    """A statement making a bare `cls` and storing its `fields` ((name, expression), in the
+    dataclass's field order, as its __init__ would set them: the instance keeps its attributes in
+    the compact layout its class's instances share, which is faster to make than an attribute dict
+    and smaller); returns the variable holding it."""
     name = f"r{len(lines)}"
-    lines.append(f"{name} = _new({cls}); {name}.__dict__ = {fields}")
-    return name
-
-
-def _from_template(lines: list, cls: str, template: int, fields: list) -> str:
-    """A statement making a `cls` whose __dict__ is a copy of the dict k[template] with `fields`
-    set: the keys keep the template's order (a record's own), and a copy is cheaper than a dict
-    display of a dozen entries, which grows its table twice."""
-    name = f"r{len(lines)}"
-    sets = "".join(f"; {name}d[{f!r}] = {expression}" for f, expression in fields)
-    lines.append(f"{name} = _new({cls}); {name}.__dict__ = {name}d = k[{template}].copy(){sets}")
+    stores = "".join(f"; {name}.{f} = {expression}" for f, expression in fields)
+    lines.append(f"{name} = _new({cls}){stores}")
     return name
 
 
@@ -753,11 +730,6 @@ class _Template:
         if kind == "B":
             if out is not None:
                 out[0].extend(range(ip, ip + ni))
-                if top:             # built from a copy of iteration 0's attribute dict (its base name)
-                    out[1].append("dict(r.__dict__)")
-                    if node[1] == "n":
-                        out[1].append(f"k[{cp}]")
-                    return ("BT", node[1])
                 out[1].extend(f"k[{cp + c}]" for c in range(10))
             return node
         decision = None
@@ -778,18 +750,11 @@ class _Template:
                     return ("R",)
         children = []
         if kind == "I":
-            template = top and out is not None     # built from a copy of iteration 0's attribute dict
-            if template:
-                out[1].append("dict(r.__dict__)")
             for f, child in zip(_INSTRUCTION_FIELDS, node[1:]):
-                before = len(out[1]) if template else 0
-                reduced = self._walk(child, ip, cp, False, False, decisions, out, f"r.__dict__[{f!r}]")
-                if template and reduced == "c":
-                    del out[1][before:]             # the copy holds it
-                children.append(reduced)
+                children.append(self._walk(child, ip, cp, False, False, decisions, out, f"r.{f}"))
                 ip += _ints(child)
                 cp += _nconsts(child)
-            reduced = ("IT" if top else "I",) + tuple(children)
+            reduced = ("I",) + tuple(children)
         else:
             if kind == "d":
                 parts = [(child, f"{path}[{key!r}]") for key, child in zip(node[1], node[2:])]
