@@ -50,10 +50,14 @@ def test_property_a_rotating_stream_of_tiles_wraps_sbuf_like_the_plain_walk(elem
     """Tiles allocated one after the other, each live for a few instructions (a loop's multi-
     buffered loads), with a few that stay live throughout: the cursor wraps around SBUF many times,
     and the runs between two wraps are placed at once."""
-    spec = presets.TRN2.core
     rows = [("sbuf", 0, len(elements) + 2, 4096, False)] * long_lived
     rows += [("sbuf", i, live, e, False) for i, e in enumerate(elements)]
-    program = _program(rows)
+    _assert_plain_walks_offsets(rows)
+
+
+def _assert_plain_walks_offsets(rows) -> int:
+    """The fast walk's offsets are the plain walk's; returns how many events it placed in runs."""
+    spec = presets.TRN2.core
     placed_at_once = []
     original = allocation._Bump.place
 
@@ -62,10 +66,16 @@ def test_property_a_rotating_stream_of_tiles_wraps_sbuf_like_the_plain_walk(elem
         return original(self, buffers, e, end, *args)
     allocation._Bump.place = counting
     try:
-        assert fast_offsets(program, spec) == reference_offsets(_program(rows), spec)
+        assert fast_offsets(_program(rows), spec) == reference_offsets(_program(rows), spec)
     finally:
         allocation._Bump.place = original
-    assert sum(placed_at_once) > 0
+    return sum(placed_at_once)
+
+
+def test_a_stream_of_small_tiles_is_placed_in_runs_between_wraps():
+    # 2,000 tiles of 2 KiB per partition, two live at a time: SBUF (192 KiB) wraps about 20 times
+    rows = [("sbuf", 0, 2010, 4096, False)] + [("sbuf", i, 2, 512, False) for i in range(2000)]
+    assert _assert_plain_walks_offsets(rows) > 3000           # of 4,002 events
 
 
 def test_an_overflow_inside_what_would_be_a_run_names_the_same_tiles_as_the_plain_walk():
