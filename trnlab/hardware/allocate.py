@@ -21,7 +21,8 @@ from __future__ import annotations
 import math
 import os
 from bisect import bisect_left, bisect_right
-from collections import defaultdict
+from collections import defaultdict, deque
+from itertools import repeat
 from operator import attrgetter, itemgetter
 from typing import NamedTuple
 
@@ -496,8 +497,8 @@ class _Bump:
         placing = ~released
         offsets = (cursor - p[e]) + p[e:end][placing]
         placed = bids[placing]
-        for bid, offset in zip(placed.tolist(), offsets.tolist()):
-            buffers[bid].offset = offset
+        # b.offset = offset for each, the loop run by map
+        deque(map(setattr, map(buffers.__getitem__, placed.tolist()), repeat("offset"), offsets.tolist()), maxlen=0)
         release_at = self.release_at
         # tiles live before the run (all below the cursor) that stay live, then the run's own
         kept = [i for i, bid in enumerate(owners) if release_at[bid] >= end]

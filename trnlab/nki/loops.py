@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import dis
 import os
-import re
 import sys
 
 import numpy as np
@@ -392,7 +391,6 @@ def plain_key(key: tuple) -> tuple:
 
 
 # -- flattening records ------------------------------------------------------------------------
-_NAME = re.compile(r"^(.*?)(\d*)$")
 _INSTRUCTION_FIELDS = ("opcode", "engine", "operands", "attrs", "line", "region", "source", "issue")
 _BUFFER_FIELDS = ("id", "name", "memory", "shape", "dtype", "partition_axis", "role", "first", "last",
                   "offset", "placement", "data", "alias_of")
@@ -438,14 +436,15 @@ def _buffer_node(b: Buffer, ints: list, consts: list):
         raise _Mismatch("a buffer with extra attributes")
     ints.append(b.id)
     name = b.name
-    m = _NAME.match(name) if type(name) is str else None
-    if m is not None and m.group(2) and str(int(m.group(2))) == m.group(2) and int(m.group(2)) > 0:
-        consts.append(m.group(1))
-        ints.append(int(m.group(2)))
-        name_node = "n"
-    elif type(name) is str:
-        consts.append(name)                       # count 0: the base name itself
-        ints.append(0)
+    if type(name) is str:
+        base = name.rstrip("0123456789")
+        digits = name[len(base):]
+        if digits and digits[0] != "0":           # a count > 0 written as str(count) writes it
+            consts.append(base)
+            ints.append(int(digits))
+        else:
+            consts.append(name)                   # count 0: the base name itself
+            ints.append(0)
         name_node = "n"
     else:
         consts.append(name)
@@ -1067,12 +1066,11 @@ class Loop:
             base, delta = v0[positions], dv[positions]
             inst_plan, buf_plan = reduced_plan[:instructions], reduced_plan[instructions:]
             shared = [None] * slots
+            extend_instructions, extend_buffers = program.instructions.extend, program.buffers.extend
             for j in range(2, n - 1):
                 v = (base + j * delta).tolist()
-                for fn, o, k in inst_plan:
-                    append_instruction(fn(v, o, k, shared))
-                for fn, o, k in buf_plan:
-                    append_buffer(fn(v, o, k, shared))
+                extend_instructions([fn(v, o, k, shared) for fn, o, k in inst_plan])
+                extend_buffers([fn(v, o, k, shared) for fn, o, k in buf_plan])
             _note_stamped_tiles(program, plan[instructions:], buffers[b0:b1], v0, dv, n)
         if outside is not None:
             self._touch_outside(outside, first.nodes[:instructions], v0, dv, i0, instructions, buffers)
