@@ -132,3 +132,14 @@ def _typed(x):
 def test_property_parts_are_shared_only_when_equal_in_value_and_type_all_the_way_down(a, b):
     # 1, 1.0 and True, or 0.0 and -0.0, compare equal in Python: a shared part must not swap them
     assert (loops._strict(a) == loops._strict(b)) == (_typed(a) == _typed(b))
+
+
+def test_an_outermost_stamped_program_saves_and_loads_like_the_concrete_one(tmp_path):
+    from trnlab.hardware.program import Program
+    from test_trace_loops import _trace
+    rows = SD((128 * 13, 256), "float32")
+    stamped = _trace(_rows_with_constants, rows, rows, stamp=True)
+    concrete = _trace(_rows_with_constants, rows, rows, stamp=False)
+    assert stamped.dumps() == concrete.dumps()
+    stamped.save(tmp_path / "p.json")
+    assert loops.first_difference(Program.load(tmp_path / "p.json"), Program.loads(concrete.dumps())) == ""
