@@ -261,7 +261,10 @@ def allocate(program: Program, spec: "CoreSpec | str | None" = None) -> Program:
     allocations first, then in buffer-table order), then the tiles last used there are released
     (buffer-table order); a placed tile goes to the first gap at or after the end of the last
     placement (next fit), wrapping to offset 0 only when nothing fits further on. SBUF and PSUM do
-    not interact, so each is walked on its own; an error is the one the joint walk meets first."""
+    not interact, so each is walked on its own; an error is the one the joint walk meets first.
+    Two shortcuts give the same offsets: runs of events between wrap-arounds placed at once
+    (`_Bump`), and the rows of stamped buffers read from the loop stamper's notes
+    (`note_stamped_tiles`) rather than from the buffer objects."""
     spec = target_spec(program, spec)
     notes = program.__dict__.pop("_stamped_tiles", None)
     if not split_direct_allocations(program) and notes:
@@ -330,7 +333,10 @@ def _stamped_notes(program: Program, buffers: list) -> list:
                 return []
         at = rows.end
     if notes and os.environ.get("TRNLAB_CHECK_LOOPS", "") not in ("", "0"):
-        assert _tile_rows(buffers, notes)[0] == _tile_rows(buffers, [])[0], "stamped tile notes disagree"
+        (noted, rows_noted, direct_noted), (read, rows_read, direct_read) = _tile_rows(buffers, notes), _tile_rows(buffers)
+        assert noted == read and direct_noted == direct_read and all(
+            np.array_equal(a, b) for kind in rows_read for a, b in zip(rows_noted[kind], rows_read[kind])), \
+            "the loop stamper's notes disagree with the buffer table"
     return notes
 
 
