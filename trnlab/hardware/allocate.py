@@ -333,7 +333,8 @@ def _stamped_notes(program: Program, buffers: list) -> list:
                 return []
         at = rows.end
     if notes and os.environ.get("TRNLAB_CHECK_LOOPS", "") not in ("", "0"):
-        (noted, rows_noted, direct_noted), (read, rows_read, direct_read) = _tile_rows(buffers, notes), _tile_rows(buffers)
+        noted, rows_noted, direct_noted = _tile_rows(buffers, notes)
+        read, rows_read, direct_read = _tile_rows(buffers)
         assert noted == read and direct_noted == direct_read and all(
             np.array_equal(a, b) for kind in rows_read for a, b in zip(rows_noted[kind], rows_read[kind])), \
             "the loop stamper's notes disagree with the buffer table"

@@ -509,7 +509,7 @@ def _code(node, counters: list, lines: list) -> str:
         counters[1] += 2
         return f"slice(v[o+{i}], v[o+{i}]+k[{c}], k[{c + 1}])"
     kind = node[0]
-    if kind == "R":                 # a part an earlier record of this iteration built (_Sharing)
+    if kind == "R":                 # a part an earlier record of this iteration built (_Template)
         c = counters[1]
         counters[1] += 1
         return f"s[k[{c}]]"
