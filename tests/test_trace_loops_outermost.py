@@ -84,6 +84,20 @@ def test_property_outermost_stamped_matmul_equals_the_concrete_trace(m, n, k, dt
     assert_same_program(matmul_ladder.matmul_tiled, *args, replay=m * n * k < 60)
 
 
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(rows=st.integers(12, 20), width=st.sampled_from([64, 256, 512]), scale=st.floats(0.5, 4.0),
+       constants=st.booleans())
+def test_property_outermost_stamped_elementwise_loops_equal_the_concrete_trace(rows, width, scale, constants):
+    from test_trace_loops import _tiled_add_scale
+    a = SD((128 * rows, width), "float32")
+    if constants:
+        args, kernel = (a, a), _rows_with_constants
+    else:
+        args, kernel = (a, a, scale), _tiled_add_scale
+    assert _outermost_plans(kernel, *args)
+    assert_same_program(kernel, *args, replay=rows < 16)
+
+
 def test_a_stamped_iteration_builds_an_equal_access_once_and_its_records_share_it():
     """In matmul_tiled the tile a DMA loads is the matmul's operand: one Access object for both in
     every stamped iteration of m, and the lhsT tile's source region one object for all n."""
