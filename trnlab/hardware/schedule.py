@@ -1,31 +1,36 @@
 """Scheduling: the order of a program's instructions within each engine's queue.
 
 Every engine runs its own queue in order and waits on the others only through dependencies (the
-semaphores the compiler inserts); which order each queue gets is the compiler's choice. Two
-choices are offered:
+semaphores the compiler inserts); which order each queue gets is the compiler's choice. Three
+choices are offered (`scheduled(program, schedule)`):
 
 - ``"program"``: the order the kernel issued its instructions (what the kernel's author wrote);
-- ``"list"``: a dependency-aware list schedule that hoists loads. A DMA from a read-only kernel
-  input into a fresh tile depends on nothing earlier in the program, so it may be issued up to
-  `window` instructions sooner — the prefetch a compiler does so that a load is in flight while the
-  engines work on the previous tile. Hoisting lengthens those tiles' live ranges: the program is
-  allocated again, and if it no longer fits, the list schedule is refused with the overflow.
+- ``"list"``: a dependency-aware list schedule (`list_schedule.py`): the engines are simulated on
+  the allocated program with the replay's own costs and dependencies, and each engine issues the
+  ready instruction whose inputs are ready first (then the oldest). Independent iterations of a
+  loop interleave — a Vector-engine memset of the next tile no longer waits in its queue behind a
+  reduce of the previous one that waits for the Scalar engine. The program-order allocation is
+  kept: tiles that share bytes keep their order and disjoint live ranges, so memory never
+  overflows;
+- ``"hoist"``: only hoists each load from a read-only kernel input into a fresh tile up to
+  `window` instructions earlier (a prefetch), then allocates again — refused with the overflow if
+  the longer live ranges no longer fit. Kept as the simpler heuristic it is; the list schedule
+  subsumes it.
 
-Which one is the default was decided by comparing both against AWS's published engine-active profile
-of its matmul ladder (`python benchmarks/bench_program.py --schedules`; figures in docs/programs.md):
-**program order**. On the ladder the two agree within 0.3 % (the 16 DMA queues already let a load
-start while an earlier store waits), so neither is closer to AWS's profile; and the list schedule
-does not fit steps 4 and 5 as AWS wrote them (their blocks fill SBUF), where AWS's compiler still
-compiles them — program order is the one that behaves like it on every step.
+Which one is the default was decided by comparing them against AWS's published figures — the
+engine-active profile of its matmul ladder and the latencies of AWS's own kernels
+(`python benchmarks/bench_program.py --schedules`; docs/programs.md "Scheduling" has the table).
 """
 from __future__ import annotations
 
 import copy
+from bisect import bisect_left
+from heapq import heappop, heappush
 
 from .allocate import allocate
 from .program import Program
 
-SCHEDULES = ("program", "list")
+SCHEDULES = ("program", "list", "hoist")
 DEFAULT = "program"
 
 
@@ -39,7 +44,16 @@ def _is_free_load(program: Program, k: int) -> bool:
     return src.role == "input" and dst.on_chip and dst.first == k and not dst.placement
 
 
-def list_schedule(program: Program, window: int = 32) -> Program:
+def list_schedule(program: Program, spec=None) -> Program:
+    """A copy of `program` in the order of its dependency-aware list schedule (`list_schedule.py`),
+    each tile at the address the program-order allocation gave it."""
+    from .list_schedule import list_order
+    if not program.allocated:
+        allocate(program, spec)
+    return reorder(program, list_order(program, spec), "list", keep_offsets=True)
+
+
+def hoist_loads(program: Program, window: int = 32) -> Program:
     """A copy of `program` with each free load hoisted up to `window` instructions earlier."""
     n = len(program.instructions)
     free = [_is_free_load(program, k) for k in range(n)]
@@ -54,32 +68,72 @@ def list_schedule(program: Program, window: int = 32) -> Program:
         if not emitted[i]:
             order.append(i)
             emitted[i] = True
-    return reorder(program, order, "list")
+    return reorder(program, order, "hoist")
 
 
-def reorder(program: Program, order: list[int], name: str) -> Program:
-    """A copy of `program` with its instructions in `order`, live ranges recomputed, allocated."""
-    if sorted(order) != list(range(len(program.instructions))):
+def reorder(program: Program, order: list[int], name: str, keep_offsets: bool = False) -> Program:
+    """A copy of `program` with its instructions in `order` and live ranges recomputed; allocated
+    again, or (`keep_offsets`) with every tile at its address in `program` — then no two tiles
+    that share a byte may be live at once in the new order (ValueError naming them if they are)."""
+    n = len(program.instructions)
+    if len(order) != n or len(set(order)) != n or (n and (min(order) < 0 or max(order) >= n)):
         raise ValueError("a schedule must order every instruction exactly once")
     new = copy.copy(program)
     new.instructions = [program.instructions[k] for k in order]
     new.buffers = [copy.copy(b) for b in program.buffers]
     for b in new.buffers:
-        b.first, b.last, b.offset = -1, -1, None
+        b.first, b.last = -1, -1
+        if not keep_offsets:
+            b.offset = None
     for k, ins in enumerate(new.instructions):
         for access in ins.operands.values():
             b = new.buffers[access.buffer]
             if b.first < 0:
                 b.first = k
             b.last = k
-    new.allocated = False
     new.schedule = name
-    if hasattr(new, "_plan"):
-        del new._plan
+    for cache in ("_plan", "_hbm"):
+        if hasattr(new, cache):
+            delattr(new, cache)
+    if keep_offsets:
+        if not program.allocated:
+            raise ValueError("reorder(keep_offsets=True) needs an allocated program")
+        check_disjoint(new)
+        new.allocated = True
+        return new
+    new.allocated = False
     return allocate(new, getattr(program, "_spec", None))
 
 
+def check_disjoint(program: Program) -> None:
+    """ValueError if two on-chip tiles that share a byte are live at the same instruction (the
+    invariant of an allocation: `allocate` keeps it; a reorder keeping the offsets must too)."""
+    for memory in ("sbuf", "psum"):
+        tiles = sorted((b for b in program.buffers if b.memory == memory and b.first >= 0 and b.partition_bytes),
+                       key=lambda b: (b.first, b.id))
+        live: list = []              # (offset, end, id) of the live tiles, by offset (disjoint)
+        expiry: list = []            # (last instruction, (offset, end, id))
+        for b in tiles:
+            while expiry and expiry[0][0] < b.first:
+                _, key = heappop(expiry)
+                del live[bisect_left(live, key)]
+            key = (b.offset, b.offset + b.partition_bytes, b.id)
+            i = bisect_left(live, key)
+            for t in live[max(i - 1, 0):i + 1]:
+                if t[0] < key[1] and key[0] < t[1]:
+                    other = program.buffers[t[2]]
+                    raise ValueError(
+                        f"{memory.upper()} tiles {other.name!r} (bytes {t[0]}-{t[1]}, live at instructions "
+                        f"{other.first}-{other.last}) and {b.name!r} (bytes {key[0]}-{key[1]}, live at "
+                        f"{b.first}-{b.last}) share bytes while both are live")
+            live.insert(i, key)
+            heappush(expiry, (b.last, key))
+
+
 def scheduled(program: Program, schedule: str = DEFAULT, **options) -> Program:
+    """`program` in the order `schedule` names (one of SCHEDULES; "program" returns it as is)."""
     if schedule not in SCHEDULES:
         raise ValueError(f"unknown schedule {schedule!r}; choose one of {SCHEDULES}")
-    return program if schedule == "program" else list_schedule(program, **options)
+    if schedule == "program":
+        return program
+    return list_schedule(program, **options) if schedule == "list" else hoist_loads(program, **options)
