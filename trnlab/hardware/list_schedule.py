@@ -106,7 +106,21 @@ def _produced(op) -> tuple:
     return ()
 
 
-def _previous_owners(program: Program) -> dict[int, set]:
+def tile_bytes(program: Program) -> list[int]:
+    """Bytes per partition of every buffer (0 off chip), computed once per (shape, dtype, axis)."""
+    known: dict = {}
+    sizes = [0] * len(program.buffers)
+    for b in program.buffers:
+        if b.on_chip and b.first >= 0:
+            key = (b.shape, b.dtype, b.partition_axis)
+            size = known.get(key)
+            if size is None:
+                size = known[key] = b.partition_bytes
+            sizes[b.id] = size
+    return sizes
+
+
+def _previous_owners(program: Program, sizes: list[int]) -> dict[int, set]:
     """Tile id -> the earlier tiles whose bytes it takes over (in program order, the latest tile
     placed on each of its bytes), per memory."""
     owners: dict[int, set] = {}
@@ -117,24 +131,28 @@ def _previous_owners(program: Program) -> dict[int, set]:
         ends: list[int] = []
         who: list[int] = []
         for b in tiles:
-            lo, hi = b.offset, b.offset + b.partition_bytes
+            lo = b.offset
+            hi = lo + sizes[b.id]
             if hi <= lo:
                 continue
             i = bisect_right(ends, lo)            # first segment ending after lo
             j = bisect_left(starts, hi)           # first segment starting at or after hi
             if i < j:
-                owners[b.id] = {who[k] for k in range(i, j)}
-                left = (starts[i], lo, who[i]) if starts[i] < lo else None
-                right = (hi, ends[j - 1], who[j - 1]) if ends[j - 1] > hi else None
+                owners[b.id] = set(who[i:j])
+                new_s, new_e, new_w = [lo], [hi], [b.id]
+                if starts[i] < lo:                # the part of the first segment before lo stays
+                    new_s.insert(0, starts[i])
+                    new_e.insert(0, lo)
+                    new_w.insert(0, who[i])
+                if ends[j - 1] > hi:              # ... and of the last one after hi
+                    new_s.append(hi)
+                    new_e.append(ends[j - 1])
+                    new_w.append(who[j - 1])
+                starts[i:j], ends[i:j], who[i:j] = new_s, new_e, new_w
             else:
-                left = right = None
-            new_s, new_e, new_w = [], [], []
-            for seg in (left, (lo, hi, b.id), right):
-                if seg is not None:
-                    new_s.append(seg[0])
-                    new_e.append(seg[1])
-                    new_w.append(seg[2])
-            starts[i:j], ends[i:j], who[i:j] = new_s, new_e, new_w
+                starts.insert(i, lo)
+                ends.insert(i, hi)
+                who.insert(i, b.id)
     return owners
 
 
@@ -146,6 +164,7 @@ def build_graph(program: Program, resolved, issues) -> tuple[_Graph, list, list]
     if len(ins_ops) != n:
         raise AssertionError(f"resolved {len(ins_ops)} instructions of a program of {n}")
     g = _Graph(n)
+    succ, npred = g.succ, g.npred
     vertex_of = [-1] * resolved.nodes
     for k, op in enumerate(ins_ops):
         for node in _produced(op):
@@ -158,12 +177,16 @@ def build_graph(program: Program, resolved, issues) -> tuple[_Graph, list, list]
     for op in v_ops:                     # a "latest of" node waits for its inputs
         v = vertex_of[op[1]]
         for node in op[2]:
-            if vertex_of[node] >= 0:
-                g.edge(vertex_of[node], v)
+            u = vertex_of[node]
+            if u >= 0:
+                succ[u].append(v)
+                npred[v] += 1
     for k, op in enumerate(ins_ops):     # every node an instruction waits for
-        for node in set(_dep_nodes(op)):
-            if vertex_of[node] >= 0:
-                g.edge(vertex_of[node], k)
+        nodes = _dep_nodes(op)
+        for u in {vertex_of[node] for node in nodes} if len(nodes) > 1 else [vertex_of[node] for node in nodes]:
+            if u >= 0:
+                succ[u].append(k)
+                npred[k] += 1
     # a matmul reusing the stationary tile of the previous Tensor-engine instruction stays after it
     previous_pe = -1
     for k, op in enumerate(ins_ops):
@@ -179,6 +202,7 @@ def build_graph(program: Program, resolved, issues) -> tuple[_Graph, list, list]
             bid = buffers[bid].alias_of
         return bid
     aliased = {root(b.id) for b in buffers if b.alias_of is not None}
+    on_chip = [b.on_chip for b in buffers]
     last_rng, last_alias = -1, {}
     touches: dict[int, list[int]] = {}   # on-chip tile id -> the instructions touching it
     for k, ins in enumerate(program.instructions):
@@ -186,34 +210,47 @@ def build_graph(program: Program, resolved, issues) -> tuple[_Graph, list, list]
             if last_rng >= 0:
                 g.edge(last_rng, k)
             last_rng = k
-        seen = set()
-        for a in ins.operands.values():
-            b = buffers[a.buffer]
-            if b.on_chip:
-                if a.buffer not in seen:
-                    touches.setdefault(a.buffer, []).append(k)
-                    seen.add(a.buffer)
+        for bid in {a.buffer for a in ins.operands.values()}:
+            if on_chip[bid]:
+                t = touches.get(bid)
+                if t is None:
+                    touches[bid] = [k]
+                else:
+                    t.append(k)
             elif aliased:
-                r = root(a.buffer)
-                if r in aliased and r not in seen:
-                    seen.add(r)
-                    if r in last_alias:
+                r = root(bid)
+                if r in aliased:
+                    if r in last_alias and last_alias[r] != k:
                         g.edge(last_alias[r], k)
                     last_alias[r] = k
     # memory: a tile's instructions all come after every instruction of the tiles whose bytes it
-    # takes over (their release -> its acquire)
+    # takes over (their release -> its acquire; a single instruction or owner is its own point)
     release: dict[int, int] = {}
-    for bid, earlier in _previous_owners(program).items():
-        acquire = g.vertex()
-        for a in earlier:
-            r = release.get(a)
-            if r is None:
-                r = release[a] = g.vertex()
-                for k in touches.get(a, ()):
-                    g.edge(k, r)
-            g.edge(r, acquire)
+
+    def released(a: int) -> int:
+        r = release.get(a)
+        if r is None:
+            ks = touches.get(a, ())
+            if len(ks) == 1:
+                r = ks[0]
+            else:
+                r = g.vertex()
+                for k in ks:
+                    succ[k].append(r)
+                    npred[r] += 1
+            release[a] = r
+        return r
+    for bid, earlier in _previous_owners(program, tile_bytes(program)).items():
+        if len(earlier) == 1:
+            acquire = released(next(iter(earlier)))
+        else:
+            acquire = g.vertex()
+            for a in earlier:
+                g.edge(released(a), acquire)
         for k in touches.get(bid, ()):
-            g.edge(acquire, k)
+            if k != acquire:
+                succ[acquire].append(k)
+                npred[k] += 1
     return g, ins_ops, vertex_of
 
 

@@ -108,8 +108,10 @@ def reorder(program: Program, order: list[int], name: str, keep_offsets: bool = 
 def check_disjoint(program: Program) -> None:
     """ValueError if two on-chip tiles that share a byte are live at the same instruction (the
     invariant of an allocation: `allocate` keeps it; a reorder keeping the offsets must too)."""
+    from .list_schedule import tile_bytes
+    sizes = tile_bytes(program)
     for memory in ("sbuf", "psum"):
-        tiles = sorted((b for b in program.buffers if b.memory == memory and b.first >= 0 and b.partition_bytes),
+        tiles = sorted((b for b in program.buffers if b.memory == memory and b.first >= 0 and sizes[b.id]),
                        key=lambda b: (b.first, b.id))
         live: list = []              # (offset, end, id) of the live tiles, by offset (disjoint)
         expiry: list = []            # (last instruction, (offset, end, id))
@@ -117,7 +119,7 @@ def check_disjoint(program: Program) -> None:
             while expiry and expiry[0][0] < b.first:
                 _, key = heappop(expiry)
                 del live[bisect_left(live, key)]
-            key = (b.offset, b.offset + b.partition_bytes, b.id)
+            key = (b.offset, b.offset + sizes[b.id], b.id)
             i = bisect_left(live, key)
             for t in live[max(i - 1, 0):i + 1]:
                 if t[0] < key[1] and key[0] < t[1]:

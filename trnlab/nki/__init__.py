@@ -222,7 +222,8 @@ def trace(kernel, *args, target=None, grid=None, points=None, **kwargs):
     grid = tuple(grid) if grid is not None else kernel.grid
     spec = presets.core_spec(target or kernel.target or "trn2")
     points = None if points is None else tuple(tuple(p) for p in points)
-    key = (kernel.func, grid, tuple(getattr(g, "cores", 1) for g in grid), points, spec.name, id(spec),
+    order = schedule_of(kernel)
+    key = (kernel.func, grid, tuple(getattr(g, "cores", 1) for g in grid), points, spec.name, id(spec), order,
            tuple(_signature(a) for a in args), tuple((k, _signature(v)) for k, v in sorted(kwargs.items())))
     with _cache_lock:
         program = _PROGRAMS.get(key)
@@ -230,11 +231,29 @@ def trace(kernel, *args, target=None, grid=None, points=None, **kwargs):
             _PROGRAMS.move_to_end(key)
             return program
     program = _trace(kernel, args, kwargs, spec, grid, points)
+    if order != "program" and not getattr(program, "_no_reorder", False):
+        from trnlab.hardware.schedule import scheduled
+        program = scheduled(program, order)
     with _cache_lock:
         _PROGRAMS[key] = program
         while len(_PROGRAMS) > _CACHE_SIZE:
             _PROGRAMS.popitem(last=False)
     return program
+
+
+SCHEDULE = None        # the instruction order traced programs get (None: trnlab.hardware.schedule.DEFAULT)
+
+
+def schedule_of(kernel) -> str:
+    """The schedule `kernel`'s programs get: "program" if the kernel asks AWS's compiler to keep
+    its order (@nki.compiler.skip_middle_end_transformations), else `SCHEDULE` or the default.
+    (A kernel with a loop marked ``directives=ncc.no_reorder()`` keeps program order as a whole:
+    the trace notes the directive, not which instructions it covers.)"""
+    from trnlab.hardware.schedule import DEFAULT
+    func = kernel.func if isinstance(kernel, Kernel) else kernel
+    if "skip_middle_end_transformations" in getattr(func, "nki_directives", {}):
+        return "program"
+    return SCHEDULE or DEFAULT
 
 
 STAMP_LOOPS = True     # trace affine/sequential loops in a few iterations, stamp the rest (loops.py)
@@ -292,6 +311,7 @@ def _run_trace(kernel, args, kwargs, spec, grid, recorder, launch, names, alloca
     finally:
         runtime.pop()
     program = recorder.finish(outputs)
+    program._no_reorder = bool(getattr(launch, "no_reorder", False))   # a loop said ncc.no_reorder()
     try:
         allocate(program, spec)
     except Exception as error:
