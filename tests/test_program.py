@@ -231,8 +231,9 @@ def test_device_print_prints_at_every_run_not_at_tracing(capsys):
     assert "tile: [[1. 0.]" in capsys.readouterr().out
 
 
-def test_the_hoist_schedule_hoists_loads_keeps_every_instruction_and_the_numbers():
+def test_the_hoist_schedule_hoists_loads_keeps_every_instruction_and_the_numbers(monkeypatch):
     from trnlab.hardware.schedule import hoist_loads
+    monkeypatch.setattr(nki, "SCHEDULE", "program")
     lhsT = RNG.standard_normal((512, 128)).astype(np.float32)
     rhs = RNG.standard_normal((512, 1024)).astype(np.float32)
     program = nki.trace(ladder.matmul_tiled, lhsT, rhs)

@@ -16,6 +16,12 @@ from trnlab.hardware.program import WRITES
 from trnlab.kernels import matmul_ladder as ladder
 
 SD = nki.ShapeDtype
+
+
+@pytest.fixture(autouse=True)
+def program_order_traces(monkeypatch):
+    """nki.trace gives program order here: each test schedules it itself."""
+    monkeypatch.setattr(nki, "SCHEDULE", "program")
 F = 64                                   # free size of every SBUF tile of the random kernels
 
 
@@ -220,7 +226,7 @@ def test_keeping_offsets_refuses_an_order_where_tiles_sharing_bytes_are_live_tog
 
 # -- which kernels keep program order -----------------------------------------------------------------
 def test_a_kernel_asking_to_skip_middle_end_transformations_keeps_program_order(monkeypatch):
-    monkeypatch.setattr(nki, "SCHEDULE", "list")
+    monkeypatch.setattr(nki, "SCHEDULE", None)            # the default: the list schedule
     plain = nki.jit(key_tile_chain.func)
     kept = nki.jit(ncc.skip_middle_end_transformations(lambda q, k: key_tile_chain.func(q, k)))
     args = SD((128, 1024), "bfloat16"), SD((128, 1024), "bfloat16")
@@ -229,7 +235,7 @@ def test_a_kernel_asking_to_skip_middle_end_transformations_keeps_program_order(
 
 
 def test_a_kernel_with_a_no_reorder_loop_keeps_program_order(monkeypatch):
-    monkeypatch.setattr(nki, "SCHEDULE", "list")
+    monkeypatch.setattr(nki, "SCHEDULE", None)
 
     @nki.jit
     def ordered_loop(a):

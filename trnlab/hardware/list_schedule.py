@@ -42,9 +42,10 @@ from heapq import heappop, heappush
 
 from . import cost, scheduler
 from .allocate import target_spec
-from .compiled import _DMA, _ISSUE, _MM, _PRINT, _SEED, _V, MATMUL, PE_ISSUE, compiled_for
+from .compiled import _DMA, _ISSUE, _MM, _PRINT, _SEED, _V, ISSUE, MATMUL, Compiled, _Kind, compiled_for
 from .core import DVE, PE, NeuronCore, _Port
 from .program import Program
+from .tensor import Tensor, View
 
 _FRESH = {"sbuf": (), "psum": ()}     # the on-chip layout of a fresh core (nothing freed yet)
 _RNG_OPCODES = ("set_rng_seed", "dropout")
@@ -104,6 +105,68 @@ def _produced(op) -> tuple:
     if kind == _SEED:
         return (op[3],)
     return ()
+
+
+# -- the one order-dependent fact of a description: a Vector instruction's hidden overhead ----------
+def _reads_previous(d, previous_writes) -> bool:
+    """Does Vector description `d` read what `previous_writes` (the engine's previous Vector
+    instruction's written refs) wrote? (`NeuronCore._vector_hidden_ns`)"""
+    return previous_writes is not None and any(
+        r[0] == w[0] and scheduler.overlap(r[1], w[1]) for r in d[4] for w in previous_writes)
+
+
+def _free_size(program: Program, k: int, ref) -> int:
+    """The free size of the operand of instruction k that `ref` (buffer id, box) describes."""
+    b = program.buffers[ref[0]]
+    proto = Tensor(_Kind(b.memory), b.shape, b.dtype, b.name, b.partition_axis if b.on_chip else None,
+                   b.offset or 0, False)
+    views = [proto.full if a.index is None else View(proto, a.index)
+             for a in program.instructions[k].operands.values() if a.buffer == ref[0]]
+    return next((v.free_size for v in views if v.box == ref[1]), views[0].free_size)
+
+
+def independent_hidden(program: Program, issues: list, spec) -> dict[int, float]:
+    """Per Vector-engine issue (by program index): the static overhead it hides back to back if it
+    does *not* read its predecessor's result (`cost.vector_hidden_static_cycles`). The trace
+    described each instruction after its program-order predecessor; another order needs this."""
+    clock_ns = 1e9 / spec.dve_clock_hz
+    out, previous = {}, None
+    for k, d in enumerate(issues):
+        if d[0] != ISSUE or d[1] != DVE:
+            continue
+        hidden = d[11]
+        if hidden or not _reads_previous(d, previous):
+            out[k] = hidden
+        else:
+            first = d[4][0] if d[4] else d[5][0]
+            out[k] = cost.vector_hidden_static_cycles(spec, "dve", _free_size(program, k, first), False) * clock_ns
+        previous = d[5]
+    return out
+
+
+def issues_in_order(program: Program, order: list[int], spec) -> list:
+    """The descriptions of `program`'s instructions in `order`, each Vector issue's hidden overhead
+    decided by its predecessor in that order (as the trace would have described them)."""
+    issues = compiled_for(program, spec).issues
+    free = independent_hidden(program, issues, spec)
+    out, previous = [], None
+    for k in order:
+        d = issues[k]
+        if d[0] == ISSUE and d[1] == DVE:
+            hidden = 0.0 if _reads_previous(d, previous) else free[k]
+            if hidden != d[11]:
+                d = d[:11] + (hidden,)
+            previous = d[5]
+        out.append(d)
+    return out
+
+
+def compiled_in_order(new: Program, program: Program, order: list[int], spec) -> None:
+    """Give `new` (program's instructions in `order`) its compiled form for `spec` from program's
+    descriptions, without describing every instruction again."""
+    issues = issues_in_order(program, order, spec)
+    new._compiled = (new, {spec: Compiled(new, spec, issues, getattr(program, "_matmul_dtypes", ()))})
+    new._issue_spec = None             # (the instructions' own descriptions are program order's)
 
 
 def tile_bytes(program: Program) -> list[int]:
@@ -264,6 +327,8 @@ def list_order(program: Program, spec=None) -> list[int]:
     resolved = compiled.resolved(_FRESH)
     g, ops, _ = build_graph(program, resolved, compiled.issues)
     issues = compiled.issues
+    free_hidden = independent_hidden(program, issues, spec)
+    dve_previous = None                   # the writes of the last Vector issue in the schedule
     core = NeuronCore(spec, mode="timing", name="list-schedule")
     queues = spec.dma_queues
     free = core._free                     # PE, ACT, DVE, POOL, then the DMA queues
@@ -411,6 +476,9 @@ def list_order(program: Program, spec=None) -> list[int]:
             if free[eid] > t:
                 t = free[eid]
             if eid == DVE:
+                d = issues[k]
+                hidden = 0.0 if _reads_previous(d, dve_previous) else free_hidden[k]
+                dve_previous = d[5]
                 if hidden:
                     dur = cost.issue_busy_ns(dur, hidden, t, free[eid], dve_follows)
                 dve_follows = True

@@ -31,7 +31,7 @@ from .allocate import allocate
 from .program import Program
 
 SCHEDULES = ("program", "list", "hoist")
-DEFAULT = "program"
+DEFAULT = "list"
 
 
 def _is_free_load(program: Program, k: int) -> bool:
@@ -95,6 +95,10 @@ def reorder(program: Program, order: list[int], name: str, keep_offsets: bool = 
     for cache in ("_plan", "_hbm"):
         if hasattr(new, cache):
             delattr(new, cache)
+    traced = getattr(program, "_issue_spec", None)
+    if traced is not None and all(i.issue is not None for i in program.instructions):
+        from .list_schedule import compiled_in_order
+        compiled_in_order(new, program, order, traced)     # the trace's descriptions, in this order
     if keep_offsets:
         if not program.allocated:
             raise ValueError("reorder(keep_offsets=True) needs an allocated program")
