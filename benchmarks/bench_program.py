@@ -75,8 +75,12 @@ def compare_schedules(M: int = 4096, N: int = 2048, K: int = 4096) -> None:
         spec = presets.TRN2.core
         if kernel is ladder.matmul_block_free:
             spec = ladder.roomy_trn2(max(spec.sbuf_partition_bytes, ladder.block_free_sbuf_bytes(K)))
-        program = nki.trace(kernel, nki.ShapeDtype((K, M), "float32"), nki.ShapeDtype((K, N), "float32"),
-                            target=spec)
+        default, nki.SCHEDULE = nki.SCHEDULE, "program"      # trace in program order, then schedule
+        try:
+            program = nki.trace(kernel, nki.ShapeDtype((K, M), "float32"), nki.ShapeDtype((K, N), "float32"),
+                                target=spec)
+        finally:
+            nki.SCHEDULE = default
         aws = ladder.AWS_TRN2_ACTIVE.get(kernel.__name__, {})
         for name in SCHEDULES:
             try:

@@ -252,3 +252,14 @@ def test_scheduled_names_the_schedules_it_knows():
     assert schedule.scheduled(program, "list").schedule == "list"
     with pytest.raises(ValueError, match="unknown schedule 'fastest'"):
         schedule.scheduled(program, "fastest")
+
+
+def test_the_default_is_the_list_schedule_up_to_a_size_then_program_order(monkeypatch):
+    monkeypatch.setattr(nki, "SCHEDULE", None)
+    args = SD((128, 1024), "bfloat16"), SD((128, 1024), "bfloat16")
+    assert nki.trace(key_tile_chain, *args).schedule == schedule.DEFAULT == "list"
+    monkeypatch.setattr(schedule, "LIST_LIMIT", 10)          # a program above the limit keeps its order
+    small = nki.jit(lambda q, k: key_tile_chain.func(q, k))
+    assert nki.trace(small, *args).schedule == "program"
+    monkeypatch.setattr(nki, "SCHEDULE", "list")             # unless the list schedule is asked for
+    assert nki.trace(small, *args).schedule == "list"

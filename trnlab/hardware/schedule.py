@@ -32,6 +32,18 @@ from .program import Program
 
 SCHEDULES = ("program", "list", "hoist")
 DEFAULT = "list"
+# Above this many instructions a program keeps program order unless the list schedule is asked for:
+# scheduling costs ≈ 25 µs per instruction (resolving the dependencies, the simulation, the reorder
+# and the new order's own resolve), five times the trace — the 8192³ matmul's 200,000 instructions
+# would take 10 s instead of 1.3 (docs/programs.md). Every AWS kernel trnlab runs but the first two
+# steps of AWS's matmul ladder at its published shape lies below it.
+LIST_LIMIT = 60_000
+
+
+def default_for(program: Program) -> str:
+    """The schedule a program gets unless one is asked for: DEFAULT up to LIST_LIMIT instructions,
+    program order above."""
+    return DEFAULT if len(program.instructions) <= LIST_LIMIT else "program"
 
 
 def _is_free_load(program: Program, k: int) -> bool:

@@ -231,9 +231,9 @@ def trace(kernel, *args, target=None, grid=None, points=None, **kwargs):
             _PROGRAMS.move_to_end(key)
             return program
     program = _trace(kernel, args, kwargs, spec, grid, points)
-    if order != "program" and not getattr(program, "_no_reorder", False):
-        from trnlab.hardware.schedule import scheduled
-        program = scheduled(program, order)
+    if not getattr(program, "_no_reorder", False):
+        from trnlab.hardware.schedule import default_for, scheduled
+        program = scheduled(program, order or default_for(program))
     with _cache_lock:
         _PROGRAMS[key] = program
         while len(_PROGRAMS) > _CACHE_SIZE:
@@ -241,19 +241,19 @@ def trace(kernel, *args, target=None, grid=None, points=None, **kwargs):
     return program
 
 
-SCHEDULE = None        # the instruction order traced programs get (None: trnlab.hardware.schedule.DEFAULT)
+SCHEDULE = None        # the instruction order traced programs get (None: schedule.default_for(program))
 
 
-def schedule_of(kernel) -> str:
+def schedule_of(kernel) -> str | None:
     """The schedule `kernel`'s programs get: "program" if the kernel asks AWS's compiler to keep
-    its order (@nki.compiler.skip_middle_end_transformations), else `SCHEDULE` or the default.
-    (A kernel with a loop marked ``directives=ncc.no_reorder()`` keeps program order as a whole:
-    the trace notes the directive, not which instructions it covers.)"""
-    from trnlab.hardware.schedule import DEFAULT
+    its order (@nki.compiler.skip_middle_end_transformations), else `SCHEDULE`; None: the default
+    for the program's size (`trnlab.hardware.schedule.default_for`). (A kernel with a loop marked
+    ``directives=ncc.no_reorder()`` keeps program order as a whole: the trace notes the directive,
+    not which instructions it covers.)"""
     func = kernel.func if isinstance(kernel, Kernel) else kernel
     if "skip_middle_end_transformations" in getattr(func, "nki_directives", {}):
         return "program"
-    return SCHEDULE or DEFAULT
+    return SCHEDULE
 
 
 STAMP_LOOPS = True     # trace affine/sequential loops in a few iterations, stamp the rest (loops.py)
