@@ -263,3 +263,19 @@ def test_the_default_is_the_list_schedule_up_to_a_size_then_program_order(monkey
     assert nki.trace(small, *args).schedule == "program"
     monkeypatch.setattr(nki, "SCHEDULE", "list")             # unless the list schedule is asked for
     assert nki.trace(small, *args).schedule == "list"
+
+
+def test_regions_keep_their_order_and_reorder_within():
+    @nki.jit
+    def two_regions(q, k):
+        out = nl.ndarray((128, 4), dtype=nl.float32, buffer=nl.shared_hbm)
+        for r in range(2):
+            with nki.region(f"part{r}"):
+                part = key_tile_chain.func(q, k)                 # a chain of 2 key tiles each
+                nisa.dma_copy(dst=out[:, 2 * r:2 * r + 2], src=part)
+        return out
+    program = nki.trace(two_regions, SD((128, 1024), "bfloat16"), SD((128, 1024), "bfloat16"))
+    listed = schedule.list_schedule(program)
+    regions = [ins.region for ins in listed.instructions]
+    assert regions == sorted(regions) and len(set(regions)) == 2           # part0 entirely first
+    assert [i.opcode for i in listed.instructions] != [i.opcode for i in program.instructions]

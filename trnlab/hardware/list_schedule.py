@@ -30,6 +30,9 @@ What may not move (each a constraint of the graph, not a priority):
   (multi-buffering) leaves independent, and no more;
 - HBM tensors that alias each other (a reshaped output), and the random-number stream
   (`set_rng_seed`, `dropout`): kept in program order among themselves;
+- regions (a compiled model's ops, a kernel inlined into another): each run of instructions of
+  one region stays after the run before it — the schedule reorders within a region, so a
+  per-region profile stays the region's;
 - a program with `device_print` is kept in program order as a whole.
 
 Cost: O((n + e) log n) for n instructions and e dependency edges (heaps per engine queue and one
@@ -286,6 +289,24 @@ def build_graph(program: Program, resolved, issues) -> tuple[_Graph, list, list]
                     if r in last_alias and last_alias[r] != k:
                         g.edge(last_alias[r], k)
                     last_alias[r] = k
+    # regions (a compiled model's ops, an inlined kernel) keep their order: every instruction of a
+    # run of one region comes after all of the run before it, so a per-region profile stays the
+    # region's (the schedule reorders within each)
+    instructions = program.instructions
+    previous_run, run, barrier = [], [0] if n else [], None
+    for k in range(1, n + 1):
+        if k < n and instructions[k].region == instructions[k - 1].region:
+            run.append(k)
+            continue
+        if previous_run:                 # run follows previous_run: a barrier vertex between them
+            barrier = g.vertex()
+            for j in previous_run:
+                succ[j].append(barrier)
+                npred[barrier] += 1
+            for j in run:
+                succ[barrier].append(j)
+                npred[j] += 1
+        previous_run, run = run, [k]
     # memory: a tile's instructions all come after every instruction of the tiles whose bytes it
     # takes over (their release -> its acquire; a single instruction or owner is its own point)
     release: dict[int, int] = {}
