@@ -279,3 +279,19 @@ def test_regions_keep_their_order_and_reorder_within():
     regions = [ins.region for ins in listed.instructions]
     assert regions == sorted(regions) and len(set(regions)) == 2           # part0 entirely first
     assert [i.opcode for i in listed.instructions] != [i.opcode for i in program.instructions]
+
+
+def test_a_program_with_a_collective_keeps_program_order():
+    from trnlab.hardware.compiled import ISSUE
+    from trnlab.hardware.program import Program
+    traced = nki.trace(key_tile_chain, SD((128, 1024), "bfloat16"), SD((128, 1024), "bfloat16"))
+    assert list_order(traced) != list(range(len(traced)))
+    program = Program.loads(traced.dumps())                  # a copy with instructions of its own
+    program._issue_spec = program._spec = traced._issue_spec
+    for mine, theirs in zip(program.instructions, traced.instructions):
+        mine.issue = theirs.issue
+    # an instruction the cluster times (no duration of its own), as a collective's description is
+    k = next(k for k, ins in enumerate(program.instructions) if ins.opcode == "tensor_reduce")
+    d = program.instructions[k].issue
+    program.instructions[k].issue = (ISSUE, d[1], d[2], 0.0) + d[4:11]
+    assert list_order(program) == list(range(len(program)))

@@ -33,7 +33,8 @@ What may not move (each a constraint of the graph, not a priority):
 - regions (a compiled model's ops, a kernel inlined into another): each run of instructions of
   one region stays after the run before it — the schedule reorders within a region, so a
   per-region profile stays the region's;
-- a program with `device_print` is kept in program order as a whole.
+- a program with `device_print`, or with an instruction of no duration of its own (a collective,
+  which the cluster times), is kept in program order as a whole.
 
 Cost: O((n + e) log n) for n instructions and e dependency edges (heaps per engine queue and one
 over the engines); the 8192³ matmul's 200,000 instructions schedule in a few seconds.
@@ -345,6 +346,8 @@ def list_order(program: Program, spec=None) -> list[int]:
     if n == 0 or any(i.opcode == "device_print" for i in program.instructions):
         return list(range(n))
     compiled = compiled_for(program, spec)
+    if not compiled.positive:            # an instruction of no duration of its own (a collective,
+        return list(range(n))            # timed by the cluster): the replay's checked path, in order
     resolved = compiled.resolved(_FRESH)
     g, ops, _ = build_graph(program, resolved, compiled.issues)
     issues = compiled.issues
