@@ -30,9 +30,10 @@ What may not move (each a constraint of the graph, not a priority):
   (multi-buffering) leaves independent, and no more;
 - HBM tensors that alias each other (a reshaped output), and the random-number stream
   (`set_rng_seed`, `dropout`): kept in program order among themselves;
-- regions (a compiled model's ops, a kernel inlined into another): each run of instructions of
-  one region stays after the run before it — the schedule reorders within a region, so a
-  per-region profile stays the region's;
+- regions (a compiled model's ops): each run of instructions of one region stays after the run
+  before it — the schedule reorders within a region, so a per-region profile stays the region's.
+  A kernel inlined into another (called while tracing) belongs to its caller's region here: AWS's
+  compiler compiles the two as one kernel;
 - a program with `device_print`, or with an instruction of no duration of its own (a collective,
   which the cluster times), is kept in program order as a whole.
 
@@ -290,13 +291,19 @@ def build_graph(program: Program, resolved, issues) -> tuple[_Graph, list, list]
                     if r in last_alias and last_alias[r] != k:
                         g.edge(last_alias[r], k)
                     last_alias[r] = k
-    # regions (a compiled model's ops, an inlined kernel) keep their order: every instruction of a
-    # run of one region comes after all of the run before it, so a per-region profile stays the
-    # region's (the schedule reorders within each)
-    instructions = program.instructions
+    # regions (a compiled model's ops) keep their order: every instruction of a run of one region
+    # comes after all of the run before it, so a per-region profile stays the region's (the
+    # schedule reorders within each). The region of a kernel inlined into another (noted at trace)
+    # is its caller's: AWS's compiler compiles a kernel and the kernels it calls as one
+    inlined = getattr(program, "_inlined_regions", frozenset())
+    keys = {}
+    for ins in program.instructions:
+        if ins.region not in keys:
+            keys[ins.region] = "/".join(c for c in ins.region.split("/") if c not in inlined)
+    key = [keys[ins.region] for ins in program.instructions]
     previous_run, run, barrier = [], [0] if n else [], None
     for k in range(1, n + 1):
-        if k < n and instructions[k].region == instructions[k - 1].region:
+        if k < n and key[k] == key[k - 1]:
             run.append(k)
             continue
         if previous_run:                 # run follows previous_run: a barrier vertex between them

@@ -182,7 +182,9 @@ class Kernel:
     def __call__(self, *args, **kwargs):
         if runtime.active() is not None:
             # a kernel called while tracing (from a kernel, or from a function being traced as one
-            # program): inline it, its instructions in a region named after it
+            # program): inline it, its instructions in a region named after it (noted as an inlined
+            # kernel's: the list schedule may interleave it with its caller, as AWS's compiler does)
+            runtime.active().__dict__.setdefault("inlined", set()).add(self.func.__name__)
             with region(self.func.__name__):
                 return self.func(*args, **kwargs)
         return run(self, *args, **kwargs).outputs
@@ -312,6 +314,7 @@ def _run_trace(kernel, args, kwargs, spec, grid, recorder, launch, names, alloca
         runtime.pop()
     program = recorder.finish(outputs)
     program._no_reorder = bool(getattr(launch, "no_reorder", False))   # a loop said ncc.no_reorder()
+    program._inlined_regions = frozenset(getattr(launch, "inlined", ()))  # regions of inlined kernels
     try:
         allocate(program, spec)
     except Exception as error:
