@@ -33,10 +33,10 @@ from .program import Program
 SCHEDULES = ("program", "list", "hoist")
 DEFAULT = "list"
 # Above this many instructions a program keeps program order unless the list schedule is asked for:
-# scheduling costs ≈ 25 µs per instruction (resolving the dependencies, the simulation, the reorder
-# and the new order's own resolve), five times the trace — the 8192³ matmul's 200,000 instructions
-# would take 10 s instead of 1.3 (docs/programs.md). Every AWS kernel trnlab runs but the first two
-# steps of AWS's matmul ladder at its published shape lies below it.
+# scheduling costs ≈ 25 µs per instruction (the simulation, the reorder and the new order's own
+# resolve), several times the trace — 7 CPU s more on the 8192³ matmul's 198,656 instructions,
+# whose trace takes 1.2 s (docs/programs.md, "Scheduling"). Every AWS kernel trnlab runs but the
+# first two steps of AWS's matmul ladder at its published shape lies below it.
 LIST_LIMIT = 60_000
 
 
