@@ -312,3 +312,33 @@ def test_a_program_with_a_collective_keeps_program_order():
     d = program.instructions[k].issue
     program.instructions[k].issue = (ISSUE, d[1], d[2], 0.0) + d[4:11]
     assert list_order(program) == list(range(len(program)))
+
+
+def test_the_random_stream_keeps_its_order_and_the_values():
+    @nki.jit
+    def seeded_dropouts(a):
+        out = nl.ndarray((128, 1024), dtype=nl.float32, buffer=nl.shared_hbm)
+        for j in nl.affine_range(4):                       # independent tiles, one random stream
+            if j == 2:
+                nl.random_seed(7)
+            t = nl.load(a[:, j * 256:(j + 1) * 256])
+            nl.store(out[:, j * 256:(j + 1) * 256], nl.dropout(nl.exp(t), 0.5))
+        return out
+    a = np.random.default_rng(0).standard_normal((128, 1024)).astype(np.float32)
+    program = nki.trace(seeded_dropouts, a)
+    listed = schedule.list_schedule(program)
+    stream = [ins for ins in program.instructions if ins.opcode in ("set_rng_seed", "dropout")]
+    assert len(stream) == 5
+    assert [ins for ins in listed.instructions if ins.opcode in ("set_rng_seed", "dropout")] == stream
+    np.testing.assert_array_equal(Device("trn2", cores=1).run(listed, a).outputs,
+                                  Device("trn2", cores=1).run(program, a).outputs)
+
+
+def test_a_program_that_prints_keeps_program_order():
+    @nki.jit
+    def printing(q, k):
+        t = nl.load(q[:, 0:128])
+        nl.device_print("q tile", t)
+        return key_tile_chain.func(q, k)
+    program = nki.trace(printing, SD((128, 1024), "bfloat16"), SD((128, 1024), "bfloat16"))
+    assert list_order(program) == list(range(len(program)))

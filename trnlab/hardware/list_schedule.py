@@ -224,7 +224,7 @@ def _previous_owners(program: Program, sizes: list[int]) -> dict[int, set]:
     return owners
 
 
-def build_graph(program: Program, resolved, issues) -> tuple[_Graph, list, list]:
+def build_graph(program: Program, resolved) -> tuple[_Graph, list, list]:
     """The constraint graph of an allocated program (module docstring), its instructions' ops and
     each node's vertex."""
     n = len(program.instructions)
