@@ -356,7 +356,7 @@ def list_order(program: Program, spec=None) -> list[int]:
     if not compiled.positive:            # an instruction of no duration of its own (a collective,
         return list(range(n))            # timed by the cluster): the replay's checked path, in order
     resolved = compiled.resolved(_FRESH)
-    g, ops, _ = build_graph(program, resolved, compiled.issues)
+    g, ops, _ = build_graph(program, resolved)
     issues = compiled.issues
     free_hidden = independent_hidden(program, issues, spec)
     dve_previous = None                   # the writes of the last Vector issue in the schedule
