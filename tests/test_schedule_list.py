@@ -342,3 +342,31 @@ def test_a_program_that_prints_keeps_program_order():
         return key_tile_chain.func(q, k)
     program = nki.trace(printing, SD((128, 1024), "bfloat16"), SD((128, 1024), "bfloat16"))
     assert list_order(program) == list(range(len(program)))
+
+
+def test_zeroing_memsets_of_psum_tiles_a_matmul_overwrites_can_be_dropped(monkeypatch):
+    rng = np.random.default_rng(1)
+    q, k = (rng.standard_normal((128, 1024)).astype(np.float32) for _ in range(2))
+    program = nki.trace(key_tile_chain, q, k)
+    memsets = [j for j, ins in enumerate(program.instructions) if ins.opcode == "memset"]
+    assert schedule.zeroing_memsets(program) == memsets                   # each nl.zeros PSUM tile
+    lean = schedule.drop_zeroing_memsets(program)
+    assert len(lean) == len(program) - 2 and lean.opcode_counts()["memset"] == 0
+    np.testing.assert_array_equal(Device("trn2", cores=1).run(lean, q, k).outputs,
+                                  Device("trn2", cores=1).run(program, q, k).outputs)
+    monkeypatch.setattr(nki, "DROP_PSUM_ZEROING", True)
+    assert nki.trace(key_tile_chain, q, k).opcode_counts()["memset"] == 0
+
+
+def test_a_memset_whose_zeros_are_read_is_kept():
+    @nki.jit
+    def reads_the_zeros(a):
+        out = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+        acc = nl.zeros((128, 512), dtype=nl.float32, buffer=nl.psum)
+        t = nl.load(a)
+        acc[...] = nl.add(acc, 1.0)                                      # reads the zeros first
+        acc += nisa.nc_matmul(stationary=t[:, 0:128], moving=t)
+        nl.store(out, nl.copy(acc))
+        return out
+    program = nki.trace(reads_the_zeros, SD((128, 512), "float32"))
+    assert program.opcode_counts()["memset"] == 1 and schedule.zeroing_memsets(program) == []

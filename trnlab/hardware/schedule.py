@@ -27,6 +27,8 @@ import copy
 from bisect import bisect_left
 from heapq import heappop, heappush
 
+import numpy as np
+
 from .allocate import allocate
 from .program import Program
 
@@ -83,12 +85,15 @@ def hoist_loads(program: Program, window: int = 32) -> Program:
     return reorder(program, order, "hoist")
 
 
-def reorder(program: Program, order: list[int], name: str, keep_offsets: bool = False) -> Program:
+def reorder(program: Program, order: list[int], name: str, keep_offsets: bool = False,
+            subset: bool = False) -> Program:
     """A copy of `program` with its instructions in `order` and live ranges recomputed; allocated
     again, or (`keep_offsets`) with every tile at its address in `program` — then no two tiles
-    that share a byte may be live at once in the new order (ValueError naming them if they are)."""
+    that share a byte may be live at once in the new order (ValueError naming them if they are).
+    `subset`: `order` may leave instructions out (each kept one at most once)."""
     n = len(program.instructions)
-    if len(order) != n or len(set(order)) != n or (n and (min(order) < 0 or max(order) >= n)):
+    unique = len(set(order)) == len(order) and (not order or (min(order) >= 0 and max(order) < n))
+    if not unique or (not subset and len(order) != n):
         raise ValueError("a schedule must order every instruction exactly once")
     new = copy.copy(program)
     new.instructions = [program.instructions[k] for k in order]
@@ -119,6 +124,54 @@ def reorder(program: Program, order: list[int], name: str, keep_offsets: bool = 
         return new
     new.allocated = False
     return allocate(new, getattr(program, "_spec", None))
+
+
+def _whole(program: Program, access) -> bool:
+    """Does `access` cover every element of its buffer?"""
+    if access.index is None:
+        return True
+    b = program.buffers[access.buffer]
+    mask = np.zeros(b.shape, bool)
+    mask[access.index] = True
+    return bool(mask.all())
+
+
+def zeroing_memsets(program: Program) -> list[int]:
+    """The memsets a compiler need not issue: a `memset` to 0 of a whole PSUM tile, its first
+    instruction, whose next instruction on that tile is an `nc_matmul` writing all of it without
+    `accumulate=True` — on a fresh tile that matmul writes instead of adding (``accumulate=None``,
+    NKI's PSUM accumulation), so the zeros are never read. This is `nl.zeros(..., buffer=nl.psum)`
+    followed by ``+= nisa.nc_matmul(...)``. ASSUMED: AWS does not document how its compiler lowers
+    the pattern; a third party (trnsci/trnsparse v0.18.0 release notes) reports AWS's nc_matmul page
+    calling a matmul that accumulates onto PSUM another instruction initialised undefined on
+    NeuronCore-v3, which the pattern in AWS's own kernels would be if the memset were kept."""
+    candidates = {}                      # PSUM buffer id -> the memset that starts it
+    found = []
+    for k, ins in enumerate(program.instructions):
+        touched = {a.buffer for a in ins.operands.values()}
+        for bid in touched & candidates.keys():
+            m = candidates.pop(bid)
+            dst = ins.operands.get("dst")
+            if (ins.opcode == "nc_matmul" and dst is not None and dst.buffer == bid
+                    and ins.attrs.get("accumulate") is not True and _whole(program, dst)
+                    and sum(a.buffer == bid for a in ins.operands.values()) == 1):
+                found.append(m)
+        if ins.opcode == "memset" and not ins.attrs.get("value"):
+            dst = ins.operands["dst"]
+            b = program.buffers[dst.buffer]
+            if b.memory == "psum" and b.first == k and _whole(program, dst):
+                candidates[dst.buffer] = k
+    return found
+
+
+def drop_zeroing_memsets(program: Program) -> Program:
+    """A copy of allocated `program` without its `zeroing_memsets` (every tile at its address: a
+    tile's live range only gets shorter). Opt-in (`nki.DROP_PSUM_ZEROING`); docs/programs.md."""
+    drop = set(zeroing_memsets(program))
+    if not drop:
+        return program
+    kept = [k for k in range(len(program.instructions)) if k not in drop]
+    return reorder(program, kept, program.schedule, keep_offsets=True, subset=True)
 
 
 def check_disjoint(program: Program) -> None:

@@ -226,6 +226,7 @@ def trace(kernel, *args, target=None, grid=None, points=None, **kwargs):
     points = None if points is None else tuple(tuple(p) for p in points)
     order = schedule_of(kernel)
     key = (kernel.func, grid, tuple(getattr(g, "cores", 1) for g in grid), points, spec.name, id(spec), order,
+           DROP_PSUM_ZEROING,
            tuple(_signature(a) for a in args), tuple((k, _signature(v)) for k, v in sorted(kwargs.items())))
     with _cache_lock:
         program = _PROGRAMS.get(key)
@@ -233,6 +234,9 @@ def trace(kernel, *args, target=None, grid=None, points=None, **kwargs):
             _PROGRAMS.move_to_end(key)
             return program
     program = _trace(kernel, args, kwargs, spec, grid, points)
+    if DROP_PSUM_ZEROING and "skip_middle_end_transformations" not in getattr(kernel.func, "nki_directives", {}):
+        from trnlab.hardware.schedule import drop_zeroing_memsets
+        program = drop_zeroing_memsets(program)
     if not getattr(program, "_no_reorder", False):
         from trnlab.hardware.schedule import default_for, scheduled
         program = scheduled(program, order or default_for(program))
@@ -244,6 +248,8 @@ def trace(kernel, *args, target=None, grid=None, points=None, **kwargs):
 
 
 SCHEDULE = None        # the instruction order traced programs get (None: schedule.default_for(program))
+DROP_PSUM_ZEROING = False   # drop the memsets of nl.zeros PSUM tiles a matmul overwrites (ASSUMED rule,
+                            # schedule.zeroing_memsets; off by default: docs/programs.md, "Scheduling")
 
 
 def schedule_of(kernel) -> str | None:
