@@ -69,18 +69,24 @@ def compare_schedules(M: int = 4096, N: int = 2048, K: int = 4096) -> None:
     """Ladder steps 2-5 (fp32) under both schedules, next to AWS's engine-active profile (Trn2)."""
     from trnlab.hardware import presets
     from trnlab.hardware.errors import HardwareError
-    from trnlab.hardware.schedule import list_schedule
+    from trnlab.hardware.schedule import SCHEDULES, scheduled
     print(f"ladder at M={M} N={N} K={K} fp32, Trn2, timing-only; AWS's profile is at M=4096 N=8192 K=8192")
     for kernel in ladder.LADDER[1:]:
         spec = presets.TRN2.core
         if kernel is ladder.matmul_block_free:
             spec = ladder.roomy_trn2(max(spec.sbuf_partition_bytes, ladder.block_free_sbuf_bytes(K)))
-        program = nki.trace(kernel, nki.ShapeDtype((K, M), "float32"), nki.ShapeDtype((K, N), "float32"),
-                            target=spec)
+        default, nki.SCHEDULE = nki.SCHEDULE, "program"      # trace in program order, then schedule
+        try:
+            program = nki.trace(kernel, nki.ShapeDtype((K, M), "float32"), nki.ShapeDtype((K, N), "float32"),
+                                target=spec)
+        finally:
+            nki.SCHEDULE = default
         aws = ladder.AWS_TRN2_ACTIVE.get(kernel.__name__, {})
-        for name in ("program", "list"):
+        for name in SCHEDULES:
             try:
-                p = program if name == "program" else list_schedule(program)
+                cpu = time.process_time()
+                p = scheduled(program, name)
+                cpu = time.process_time() - cpu
             except HardwareError as error:
                 print(f"  {kernel.__name__:22s} {name:8s} refused: {str(error).splitlines()[0][:70]}")
                 continue
@@ -88,7 +94,7 @@ def compare_schedules(M: int = 4096, N: int = 2048, K: int = 4096) -> None:
             active = run.profile(dtype="float32").active
             print(f"  {kernel.__name__:22s} {name:8s} {run.latency_us:9.1f} us   TensorE {100 * active.get('pe', 0):5.1f} % "
                   f"(AWS {aws.get('pe', float('nan')):5.1f})   DMA {100 * active.get('dma (any queue)', 0):5.1f} % "
-                  f"(AWS {aws.get('dma', float('nan')):5.1f})")
+                  f"(AWS {aws.get('dma', float('nan')):5.1f})   scheduled in {cpu:.2f} CPU s")
 
 
 def main() -> None:

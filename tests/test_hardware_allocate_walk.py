@@ -120,8 +120,9 @@ def _library_cases():
 
 
 @pytest.mark.parametrize("name, kernel, args, kwargs", _library_cases(), ids=[c[0] for c in _library_cases()])
-def test_every_library_kernel_gets_the_plain_walks_offsets(name, kernel, args, kwargs):
+def test_every_library_kernel_gets_the_plain_walks_offsets(name, kernel, args, kwargs, monkeypatch):
     import trnlab.nki as nki
+    monkeypatch.setattr(nki, "SCHEDULE", "program")   # the walk in program order (a list schedule keeps it)
     spec = presets.TRN2.core
     program = nki.trace(kernel, *args, target="trn2", **kwargs)
     placed = {b.id: b.offset for b in program.buffers if b.on_chip and b.first >= 0}

@@ -14,6 +14,7 @@ from trnlab.hardware import errors
 from trnlab.hardware.allocate import allocate, split_block_tensors
 from trnlab.hardware.fusion import fused_order
 from trnlab.hardware.program import Access, Buffer, Instruction, Program
+from tests.nki_kernels import direct_allocation as allocation_kernels
 from tests.nki_kernels import fusion as kernels
 
 RNG = np.random.default_rng(11)
@@ -24,6 +25,21 @@ def _qk(d: int, s: int):
     q = RNG.standard_normal((d, s)).astype(np.float32)
     k = RNG.standard_normal((d, s)).astype(np.float32)
     return q, k, q.T @ k
+
+
+@pytest.fixture(autouse=True)
+def _program_order(monkeypatch):
+    """These tests look at fusion's order itself: traced in program order (no list schedule after)."""
+    monkeypatch.setattr(nki, "SCHEDULE", "program")
+
+
+def test_a_fused_program_is_list_scheduled_after_fusion_and_keeps_numpys_values(monkeypatch):
+    monkeypatch.setattr(nki, "SCHEDULE", None)           # the default order after fusion
+    q, k, want = _qk(128, 1024)
+    program = nki.trace(allocation_kernels.all_products_then_reduce, q, k)
+    assert program.schedule == "fused+list"
+    np.testing.assert_allclose(allocation_kernels.all_products_then_reduce(q, k), want.reshape(1024, 2, 512).max(-1),
+                               rtol=1e-5)
 
 
 def _tiles(program: Program, prefix: str) -> dict:

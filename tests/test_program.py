@@ -231,24 +231,25 @@ def test_device_print_prints_at_every_run_not_at_tracing(capsys):
     assert "tile: [[1. 0.]" in capsys.readouterr().out
 
 
-def test_the_list_schedule_hoists_loads_keeps_every_instruction_and_the_numbers():
-    from trnlab.hardware.schedule import list_schedule
+def test_the_hoist_schedule_hoists_loads_keeps_every_instruction_and_the_numbers(monkeypatch):
+    from trnlab.hardware.schedule import hoist_loads
+    monkeypatch.setattr(nki, "SCHEDULE", "program")
     lhsT = RNG.standard_normal((512, 128)).astype(np.float32)
     rhs = RNG.standard_normal((512, 1024)).astype(np.float32)
     program = nki.trace(ladder.matmul_tiled, lhsT, rhs)
-    hoisted = list_schedule(program, window=8)
-    assert hoisted.schedule == "list" and sorted(map(id, hoisted.instructions)) == sorted(map(id, program.instructions))
+    hoisted = hoist_loads(program, window=8)
+    assert hoisted.schedule == "hoist" and sorted(map(id, hoisted.instructions)) == sorted(map(id, program.instructions))
     first_matmul = lambda p: next(k for k, i in enumerate(p.instructions) if i.opcode == "nc_matmul")
     assert first_matmul(hoisted) > first_matmul(program)        # more loads issued before the first matmul
     out = Device("trn2", cores=1).run(hoisted, lhsT, rhs).outputs
     np.testing.assert_array_equal(out, Device("trn2", cores=1).run(program, lhsT, rhs).outputs)
 
 
-def test_a_list_schedule_that_does_not_fit_is_refused_with_the_overflow():
-    from trnlab.hardware.schedule import list_schedule
+def test_a_hoist_schedule_that_does_not_fit_is_refused_with_the_overflow():
+    from trnlab.hardware.schedule import hoist_loads
     program = nki.trace(blocked_in_python_lists, nki.ShapeDtype((128, 64 * 4096), "float32"), target="trn1")
     with pytest.raises(errors.SBUFOverflowError):
-        list_schedule(program, window=200)
+        hoist_loads(program, window=200)
 
 
 def test_a_direct_allocation_keeps_the_address_the_kernel_gave():

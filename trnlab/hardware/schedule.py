@@ -1,32 +1,51 @@
 """Scheduling: the order of a program's instructions within each engine's queue.
 
 Every engine runs its own queue in order and waits on the others only through dependencies (the
-semaphores the compiler inserts); which order each queue gets is the compiler's choice. Two
-choices are offered:
+semaphores the compiler inserts); which order each queue gets is the compiler's choice. Three
+choices are offered (`scheduled(program, schedule)`):
 
 - ``"program"``: the order the kernel issued its instructions (what the kernel's author wrote);
-- ``"list"``: a dependency-aware list schedule that hoists loads. A DMA from a read-only kernel
-  input into a fresh tile depends on nothing earlier in the program, so it may be issued up to
-  `window` instructions sooner — the prefetch a compiler does so that a load is in flight while the
-  engines work on the previous tile. Hoisting lengthens those tiles' live ranges: the program is
-  allocated again, and if it no longer fits, the list schedule is refused with the overflow.
+- ``"list"``: a dependency-aware list schedule (`list_schedule.py`): the engines are simulated on
+  the allocated program with the replay's own costs and dependencies, and each engine issues the
+  ready instruction whose inputs are ready first (then the oldest). Independent iterations of a
+  loop interleave — a Vector-engine memset of the next tile no longer waits in its queue behind a
+  reduce of the previous one that waits for the Scalar engine. The program-order allocation is
+  kept: tiles that share bytes keep their order and disjoint live ranges, so memory never
+  overflows;
+- ``"hoist"``: only hoists each load from a read-only kernel input into a fresh tile up to
+  `window` instructions earlier (a prefetch), then allocates again — refused with the overflow if
+  the longer live ranges no longer fit. Kept as the simpler heuristic it is; the list schedule
+  subsumes it.
 
-Which one is the default was decided by comparing both against AWS's published engine-active profile
-of its matmul ladder (`python benchmarks/bench_program.py --schedules`; figures in docs/programs.md):
-**program order**. On the ladder the two agree within 0.3 % (the 16 DMA queues already let a load
-start while an earlier store waits), so neither is closer to AWS's profile; and the list schedule
-does not fit steps 4 and 5 as AWS wrote them (their blocks fill SBUF), where AWS's compiler still
-compiles them — program order is the one that behaves like it on every step.
+Which one is the default was decided by comparing them against AWS's published figures — the
+engine-active profile of its matmul ladder and the latencies of AWS's own kernels
+(`python benchmarks/bench_program.py --schedules`; docs/programs.md "Scheduling" has the table).
 """
 from __future__ import annotations
 
 import copy
+from bisect import bisect_left
+from heapq import heappop, heappush
+
+import numpy as np
 
 from .allocate import allocate
 from .program import Program
 
-SCHEDULES = ("program", "list")
-DEFAULT = "program"
+SCHEDULES = ("program", "list", "hoist")
+DEFAULT = "list"
+# Above this many instructions a program keeps program order unless the list schedule is asked for:
+# scheduling costs ≈ 25 µs per instruction (the simulation, the reorder and the new order's own
+# resolve), several times the trace — 7 CPU s more on the 8192³ matmul's 198,656 instructions,
+# whose trace takes 1.2 s (docs/programs.md, "Scheduling"). Every AWS kernel trnlab runs but the
+# first two steps of AWS's matmul ladder at its published shape lies below it.
+LIST_LIMIT = 60_000
+
+
+def default_for(program: Program) -> str:
+    """The schedule a program gets unless one is asked for: DEFAULT up to LIST_LIMIT instructions,
+    program order above."""
+    return DEFAULT if len(program.instructions) <= LIST_LIMIT else "program"
 
 
 def _is_free_load(program: Program, k: int) -> bool:
@@ -39,7 +58,16 @@ def _is_free_load(program: Program, k: int) -> bool:
     return src.role == "input" and dst.on_chip and dst.first == k and not dst.placement
 
 
-def list_schedule(program: Program, window: int = 32) -> Program:
+def list_schedule(program: Program, spec=None) -> Program:
+    """A copy of `program` in the order of its dependency-aware list schedule (`list_schedule.py`),
+    each tile at the address the program-order allocation gave it."""
+    from .list_schedule import list_order
+    if not program.allocated:
+        allocate(program, spec)
+    return reorder(program, list_order(program, spec), "list", keep_offsets=True)
+
+
+def hoist_loads(program: Program, window: int = 32) -> Program:
     """A copy of `program` with each free load hoisted up to `window` instructions earlier."""
     n = len(program.instructions)
     free = [_is_free_load(program, k) for k in range(n)]
@@ -54,32 +82,130 @@ def list_schedule(program: Program, window: int = 32) -> Program:
         if not emitted[i]:
             order.append(i)
             emitted[i] = True
-    return reorder(program, order, "list")
+    return reorder(program, order, "hoist")
 
 
-def reorder(program: Program, order: list[int], name: str) -> Program:
-    """A copy of `program` with its instructions in `order`, live ranges recomputed, allocated."""
-    if sorted(order) != list(range(len(program.instructions))):
+def reorder(program: Program, order: list[int], name: str, keep_offsets: bool = False,
+            subset: bool = False) -> Program:
+    """A copy of `program` with its instructions in `order` and live ranges recomputed; allocated
+    again, or (`keep_offsets`) with every tile at its address in `program` — then no two tiles
+    that share a byte may be live at once in the new order (ValueError naming them if they are).
+    `subset`: `order` may leave instructions out (each kept one at most once)."""
+    n = len(program.instructions)
+    unique = len(set(order)) == len(order) and (not order or (min(order) >= 0 and max(order) < n))
+    if not unique or (not subset and len(order) != n):
         raise ValueError("a schedule must order every instruction exactly once")
     new = copy.copy(program)
     new.instructions = [program.instructions[k] for k in order]
     new.buffers = [copy.copy(b) for b in program.buffers]
     for b in new.buffers:
-        b.first, b.last, b.offset = -1, -1, None
+        b.first, b.last = -1, -1
+        if not keep_offsets:
+            b.offset = None
     for k, ins in enumerate(new.instructions):
         for access in ins.operands.values():
             b = new.buffers[access.buffer]
             if b.first < 0:
                 b.first = k
             b.last = k
+    # steps compose: a fused program list-scheduled is "fused+list"
+    new.schedule = name if program.schedule in (None, "program", name) else f"{program.schedule}+{name}"
+    for cache in ("_plan", "_hbm"):
+        if hasattr(new, cache):
+            delattr(new, cache)
+    traced = getattr(program, "_issue_spec", None)
+    if traced is not None and all(i.issue is not None for i in program.instructions):
+        from .list_schedule import compiled_in_order
+        compiled_in_order(new, program, order, traced)     # the trace's descriptions, in this order
+    if keep_offsets:
+        if not program.allocated:
+            raise ValueError("reorder(keep_offsets=True) needs an allocated program")
+        check_disjoint(new)
+        new.allocated = True
+        return new
     new.allocated = False
-    new.schedule = name
-    if hasattr(new, "_plan"):
-        del new._plan
     return allocate(new, getattr(program, "_spec", None))
 
 
+def _whole(program: Program, access) -> bool:
+    """Does `access` cover every element of its buffer?"""
+    if access.index is None:
+        return True
+    b = program.buffers[access.buffer]
+    mask = np.zeros(b.shape, bool)
+    mask[access.index] = True
+    return bool(mask.all())
+
+
+def zeroing_memsets(program: Program) -> list[int]:
+    """The memsets a compiler need not issue: a `memset` to 0 of a whole PSUM tile, its first
+    instruction, whose next instruction on that tile is an `nc_matmul` writing all of it without
+    `accumulate=True` — on a fresh tile that matmul writes instead of adding (``accumulate=None``,
+    NKI's PSUM accumulation), so the zeros are never read. This is `nl.zeros(..., buffer=nl.psum)`
+    followed by ``+= nisa.nc_matmul(...)``. ASSUMED: AWS does not document how its compiler lowers
+    the pattern; a third party (trnsci/trnsparse v0.18.0 release notes) reports AWS's nc_matmul page
+    calling a matmul that accumulates onto PSUM another instruction initialised undefined on
+    NeuronCore-v3, which the pattern in AWS's own kernels would be if the memset were kept."""
+    candidates = {}                      # PSUM buffer id -> the memset that starts it
+    found = []
+    for k, ins in enumerate(program.instructions):
+        touched = {a.buffer for a in ins.operands.values()}
+        for bid in touched & candidates.keys():
+            m = candidates.pop(bid)
+            dst = ins.operands.get("dst")
+            if (ins.opcode == "nc_matmul" and dst is not None and dst.buffer == bid
+                    and ins.attrs.get("accumulate") is not True and _whole(program, dst)
+                    and sum(a.buffer == bid for a in ins.operands.values()) == 1):
+                found.append(m)
+        if ins.opcode == "memset" and not ins.attrs.get("value"):
+            dst = ins.operands["dst"]
+            b = program.buffers[dst.buffer]
+            if b.memory == "psum" and b.first == k and _whole(program, dst):
+                candidates[dst.buffer] = k
+    return found
+
+
+def drop_zeroing_memsets(program: Program) -> Program:
+    """A copy of allocated `program` without its `zeroing_memsets` (every tile at its address: a
+    tile's live range only gets shorter). Opt-in (`nki.DROP_PSUM_ZEROING`); docs/programs.md."""
+    drop = set(zeroing_memsets(program))
+    if not drop:
+        return program
+    kept = [k for k in range(len(program.instructions)) if k not in drop]
+    return reorder(program, kept, program.schedule, keep_offsets=True, subset=True)
+
+
+def check_disjoint(program: Program) -> None:
+    """ValueError if two on-chip tiles that share a byte are live at the same instruction (the
+    invariant of an allocation: `allocate` keeps it; a reorder keeping the offsets must too)."""
+    from .list_schedule import tile_bytes
+    sizes = tile_bytes(program)
+    for memory in ("sbuf", "psum"):
+        tiles = sorted((b for b in program.buffers if b.memory == memory and b.first >= 0 and sizes[b.id]),
+                       key=lambda b: (b.first, b.id))
+        live: list = []              # (offset, end, id) of the live tiles, by offset (disjoint)
+        expiry: list = []            # (last instruction, (offset, end, id))
+        for b in tiles:
+            while expiry and expiry[0][0] < b.first:
+                _, key = heappop(expiry)
+                del live[bisect_left(live, key)]
+            key = (b.offset, b.offset + sizes[b.id], b.id)
+            i = bisect_left(live, key)
+            for t in live[max(i - 1, 0):i + 1]:
+                if t[0] < key[1] and key[0] < t[1]:
+                    other = program.buffers[t[2]]
+                    raise ValueError(
+                        f"{memory.upper()} tiles {other.name!r} (bytes {t[0]}-{t[1]}, live at instructions "
+                        f"{other.first}-{other.last}) and {b.name!r} (bytes {key[0]}-{key[1]}, live at "
+                        f"{b.first}-{b.last}) share bytes while both are live")
+            live.insert(i, key)
+            heappush(expiry, (b.last, key))
+
+
 def scheduled(program: Program, schedule: str = DEFAULT, **options) -> Program:
+    """`program` in the order `schedule` names (one of SCHEDULES; "program" returns it as is)."""
     if schedule not in SCHEDULES:
         raise ValueError(f"unknown schedule {schedule!r}; choose one of {SCHEDULES}")
-    return program if schedule == "program" else list_schedule(program, **options)
+    if schedule == "program":
+        return program
+    return list_schedule(program, **options) if schedule == "list" else hoist_loads(program, **options)

@@ -182,7 +182,9 @@ class Kernel:
     def __call__(self, *args, **kwargs):
         if runtime.active() is not None:
             # a kernel called while tracing (from a kernel, or from a function being traced as one
-            # program): inline it, its instructions in a region named after it
+            # program): inline it, its instructions in a region named after it (noted as an inlined
+            # kernel's: the list schedule may interleave it with its caller, as AWS's compiler does)
+            runtime.active().__dict__.setdefault("inlined", set()).add(self.func.__name__)
             with region(self.func.__name__):
                 return self.func(*args, **kwargs)
         return run(self, *args, **kwargs).outputs
@@ -222,7 +224,9 @@ def trace(kernel, *args, target=None, grid=None, points=None, **kwargs):
     grid = tuple(grid) if grid is not None else kernel.grid
     spec = presets.core_spec(target or kernel.target or "trn2")
     points = None if points is None else tuple(tuple(p) for p in points)
-    key = (kernel.func, grid, tuple(getattr(g, "cores", 1) for g in grid), points, spec.name, id(spec),
+    order = schedule_of(kernel)
+    key = (kernel.func, grid, tuple(getattr(g, "cores", 1) for g in grid), points, spec.name, id(spec), order,
+           DROP_PSUM_ZEROING,
            tuple(_signature(a) for a in args), tuple((k, _signature(v)) for k, v in sorted(kwargs.items())))
     with _cache_lock:
         program = _PROGRAMS.get(key)
@@ -230,11 +234,34 @@ def trace(kernel, *args, target=None, grid=None, points=None, **kwargs):
             _PROGRAMS.move_to_end(key)
             return program
     program = _trace(kernel, args, kwargs, spec, grid, points)
+    if DROP_PSUM_ZEROING and "skip_middle_end_transformations" not in getattr(kernel.func, "nki_directives", {}):
+        from trnlab.hardware.schedule import drop_zeroing_memsets
+        program = drop_zeroing_memsets(program)
+    if not getattr(program, "_no_reorder", False):
+        from trnlab.hardware.schedule import default_for, scheduled
+        program = scheduled(program, order or default_for(program))
     with _cache_lock:
         _PROGRAMS[key] = program
         while len(_PROGRAMS) > _CACHE_SIZE:
             _PROGRAMS.popitem(last=False)
     return program
+
+
+SCHEDULE = None        # the instruction order traced programs get (None: schedule.default_for(program))
+DROP_PSUM_ZEROING = False   # drop the memsets of nl.zeros PSUM tiles a matmul overwrites (ASSUMED rule,
+                            # schedule.zeroing_memsets; off by default: docs/programs.md, "Scheduling")
+
+
+def schedule_of(kernel) -> str | None:
+    """The schedule `kernel`'s programs get: "program" if the kernel asks AWS's compiler to keep
+    its order (@nki.compiler.skip_middle_end_transformations), else `SCHEDULE`; None: the default
+    for the program's size (`trnlab.hardware.schedule.default_for`). (A kernel with a loop marked
+    ``directives=ncc.no_reorder()`` keeps program order as a whole: the trace notes the directive,
+    not which instructions it covers.)"""
+    func = kernel.func if isinstance(kernel, Kernel) else kernel
+    if "skip_middle_end_transformations" in getattr(func, "nki_directives", {}):
+        return "program"
+    return SCHEDULE
 
 
 STAMP_LOOPS = True     # trace affine/sequential loops in a few iterations, stamp the rest (loops.py)
@@ -292,6 +319,8 @@ def _run_trace(kernel, args, kwargs, spec, grid, recorder, launch, names, alloca
     finally:
         runtime.pop()
     program = recorder.finish(outputs)
+    program._no_reorder = bool(getattr(launch, "no_reorder", False))   # a loop said ncc.no_reorder()
+    program._inlined_regions = frozenset(getattr(launch, "inlined", ()))  # regions of inlined kernels
     try:
         program = allocate(program, spec, fuse=not _directive(kernel, "skip_middle_end_transformations"))
     except Exception as error:

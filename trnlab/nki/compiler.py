@@ -131,15 +131,16 @@ sbuf, psum = _Memory("sbuf"), _Memory("psum")
 
 # -- kernel decorators ----------------------------------------------------------------------------
 def _mark(func, directive: str, value=True):
-    inner = getattr(func, "func", None)
-    if callable(inner):               # above @nki.jit: the function it wraps (kernel[grid] keeps it)
-        _mark(inner, directive, value)
-    directives = dict(getattr(func, "nki_directives", {}))
-    directives[directive] = value
-    try:
-        func.nki_directives = directives
-    except AttributeError:            # a bound method or builtin: nothing to mark
-        pass
+    # an @nki.jit kernel (decorated first): mark the function it wraps too, which kernel[grid] keeps
+    for target in (func, getattr(func, "func", None)):
+        if target is None:
+            continue
+        directives = dict(getattr(target, "nki_directives", {}))
+        directives[directive] = value
+        try:
+            target.nki_directives = directives
+        except AttributeError:            # a bound method or builtin: nothing to mark
+            pass
     return func
 
 

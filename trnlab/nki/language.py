@@ -107,9 +107,14 @@ class _Range:
 
     def __init__(self, *args, **kwargs):
         self._range = range(*(int(a) for a in args))
+        directives = kwargs.get("directives") or ()
+        directives = directives if isinstance(directives, (list, tuple)) else (directives,)
+        self._no_reorder = any(getattr(d, "kind", None) == "no_reorder" for d in directives)
 
     def __iter__(self):
         launch = _runtime.active()
+        if launch is not None and self._no_reorder:
+            launch.no_reorder = True          # the schedule keeps this program's order (nki.schedule_of)
         if launch is None or self.kind == "static":
             return iter(self._range)
         values = self._range

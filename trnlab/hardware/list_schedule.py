@@ -1,0 +1,541 @@
+"""A dependency-aware list schedule: the order in which each engine's queue issues a program.
+
+Every engine runs its own queue in order, waiting for other engines only through dependencies;
+which order each queue gets is the compiler's choice. `list_order` chooses one the way a list
+scheduler does: it simulates the engines on the allocated program and, whenever an engine can
+issue, gives it the ready instruction with the highest priority —
+
+1. the earliest time its inputs are ready (an engine never idles for an instruction whose inputs
+   come later while another one could run now),
+2. then program order (the oldest first; so a program whose instructions are already in a good
+   order keeps it).
+
+The simulation uses the compiled replay's own pieces (`compiled.py`): the same descriptions and
+costs (the pure cost model), the same dependency nodes of every instruction (RAW, WAR, WAW on
+overlapping bytes, PSUM accumulation groups, the bytes a tile inherits from a freed one), and the
+same timing functions for the engines, the DMA queues and channels and the shared ports. The order
+it returns is then replayed like any program: its times are the replay's, not the estimate.
+
+What may not move (each a constraint of the graph, not a priority):
+
+- every dependency the replay waits for (the resolved nodes of `compiled._resolve`);
+- the matmuls of one PSUM accumulation group stay in order (they are dependencies of each other:
+  values are summed in the same order, bit for bit);
+- a matmul that reuses the stationary tile the previous Tensor-engine instruction loaded stays
+  after it (the stationary's writer is that instruction's dependency);
+- **memory**: the schedule keeps the program-order allocation. Two tiles that share bytes keep
+  their order *and* their live ranges stay apart: every instruction of the later tile comes after
+  every instruction of the earlier one. So each tile keeps its address, no two live tiles share a
+  byte, and memory can never overflow — the list schedule overlaps what the allocation's rotation
+  (multi-buffering) leaves independent, and no more;
+- HBM tensors that alias each other (a reshaped output), and the random-number stream
+  (`set_rng_seed`, `dropout`): kept in program order among themselves;
+- regions (a compiled model's ops): each run of instructions of one region stays after the run
+  before it — the schedule reorders within a region, so a per-region profile stays the region's.
+  A kernel inlined into another (called while tracing) belongs to its caller's region here: AWS's
+  compiler compiles the two as one kernel;
+- a program with `device_print`, or with an instruction of no duration of its own (a collective,
+  which the cluster times), is kept in program order as a whole.
+
+Cost: O((n + e) log n) for n instructions and e dependency edges (heaps per engine queue and one
+over the engines); the 8192³ matmul's 200,000 instructions schedule in a few seconds.
+"""
+from __future__ import annotations
+
+from bisect import bisect_left, bisect_right
+from heapq import heappop, heappush
+
+from . import cost, scheduler
+from .allocate import target_spec
+from .compiled import _DMA, _ISSUE, _MM, _PRINT, _SEED, _V, ISSUE, MATMUL, Compiled, _Kind, compiled_for
+from .core import DVE, PE, NeuronCore, _Port
+from .program import Program
+from .tensor import Tensor, View
+
+_FRESH = {"sbuf": (), "psum": ()}     # the on-chip layout of a fresh core (nothing freed yet)
+_RNG_OPCODES = ("set_rng_seed", "dropout")
+
+
+class _Graph:
+    """The instructions' constraints as vertices: instructions 0..n-1, then "latest of" nodes of the
+    resolve and the tiles' release / acquire points. `succ[v]`: vertices waiting for v; `npred[v]`:
+    how many edges into v."""
+
+    def __init__(self, n: int):
+        self.n = n
+        self.succ: list[list[int]] = [[] for _ in range(n)]
+        self.npred: list[int] = [0] * n
+        self.inputs: dict[int, tuple] = {}      # a "latest of" vertex -> the nodes it is the latest of
+        self.defines: dict[int, int] = {}       # ... and the node it stands for
+
+    def vertex(self) -> int:
+        self.succ.append([])
+        self.npred.append(0)
+        return len(self.succ) - 1
+
+    def edge(self, u: int, v: int) -> None:
+        self.succ[u].append(v)
+        self.npred[v] += 1
+
+
+def _instruction_ops(resolved) -> tuple[list, list]:
+    """(the op of each instruction in program order, the "latest of" ops)."""
+    ins_ops, v_ops = [], []
+    for op in resolved.ops:
+        (v_ops if op[0] == _V else ins_ops).append(op)
+    return ins_ops, v_ops
+
+
+def _dep_nodes(op) -> tuple:
+    kind = op[0]
+    if kind == _DMA:
+        return op[1]
+    if kind == _MM:
+        return op[1] + op[3] + op[4] + op[5]
+    if kind == _ISSUE:
+        return op[3]
+    if kind == _SEED:
+        return op[1]
+    return ()
+
+
+def _produced(op) -> tuple:
+    kind = op[0]
+    if kind == _DMA:
+        return (op[7],)
+    if kind == _MM:
+        return (op[9], op[10])
+    if kind == _ISSUE:
+        return (op[5],)
+    if kind == _SEED:
+        return (op[3],)
+    return ()
+
+
+# -- the one order-dependent fact of a description: a Vector instruction's hidden overhead ----------
+def _reads_previous(d, previous_writes) -> bool:
+    """Does Vector description `d` read what `previous_writes` (the engine's previous Vector
+    instruction's written refs) wrote? (`NeuronCore._vector_hidden_ns`)"""
+    return previous_writes is not None and any(
+        r[0] == w[0] and scheduler.overlap(r[1], w[1]) for r in d[4] for w in previous_writes)
+
+
+def _free_size(program: Program, k: int, ref) -> int:
+    """The free size of the operand of instruction k that `ref` (buffer id, box) describes."""
+    b = program.buffers[ref[0]]
+    proto = Tensor(_Kind(b.memory), b.shape, b.dtype, b.name, b.partition_axis if b.on_chip else None,
+                   b.offset or 0, False)
+    views = [proto.full if a.index is None else View(proto, a.index)
+             for a in program.instructions[k].operands.values() if a.buffer == ref[0]]
+    return next((v.free_size for v in views if v.box == ref[1]), views[0].free_size)
+
+
+def independent_hidden(program: Program, issues: list, spec) -> dict[int, float]:
+    """Per Vector-engine issue (by program index): the static overhead it hides back to back if it
+    does *not* read its predecessor's result (`cost.vector_hidden_static_cycles`). The trace
+    described each instruction after its program-order predecessor; another order needs this."""
+    clock_ns = 1e9 / spec.dve_clock_hz
+    out, previous = {}, None
+    for k, d in enumerate(issues):
+        if d[0] != ISSUE or d[1] != DVE:
+            continue
+        hidden = d[11]
+        if hidden or not _reads_previous(d, previous):
+            out[k] = hidden
+        else:
+            first = d[4][0] if d[4] else d[5][0]
+            out[k] = cost.vector_hidden_static_cycles(spec, "dve", _free_size(program, k, first), False) * clock_ns
+        previous = d[5]
+    return out
+
+
+def issues_in_order(program: Program, order: list[int], spec) -> list:
+    """The descriptions of `program`'s instructions in `order`, each Vector issue's hidden overhead
+    decided by its predecessor in that order (as the trace would have described them)."""
+    issues = compiled_for(program, spec).issues
+    free = independent_hidden(program, issues, spec)
+    out, previous = [], None
+    for k in order:
+        d = issues[k]
+        if d[0] == ISSUE and d[1] == DVE:
+            hidden = 0.0 if _reads_previous(d, previous) else free[k]
+            if hidden != d[11]:
+                d = d[:11] + (hidden,)
+            previous = d[5]
+        out.append(d)
+    return out
+
+
+def compiled_in_order(new: Program, program: Program, order: list[int], spec) -> None:
+    """Give `new` (program's instructions in `order`) its compiled form for `spec` from program's
+    descriptions, without describing every instruction again."""
+    issues = issues_in_order(program, order, spec)
+    new._compiled = (new, {spec: Compiled(new, spec, issues, getattr(program, "_matmul_dtypes", ()))})
+    new._issue_spec = None             # (the instructions' own descriptions are program order's)
+
+
+def tile_bytes(program: Program) -> list[int]:
+    """Bytes per partition of every buffer (0 off chip), computed once per (shape, dtype, axis)."""
+    known: dict = {}
+    sizes = [0] * len(program.buffers)
+    for b in program.buffers:
+        if b.on_chip and b.first >= 0:
+            key = (b.shape, b.dtype, b.partition_axis)
+            size = known.get(key)
+            if size is None:
+                size = known[key] = b.partition_bytes
+            sizes[b.id] = size
+    return sizes
+
+
+def _previous_owners(program: Program, sizes: list[int]) -> dict[int, set]:
+    """Tile id -> the earlier tiles whose bytes it takes over (in program order, the latest tile
+    placed on each of its bytes), per memory."""
+    owners: dict[int, set] = {}
+    for memory in ("sbuf", "psum"):
+        tiles = sorted((b for b in program.buffers if b.memory == memory and b.first >= 0 and b.offset is not None),
+                       key=lambda b: (b.first, not b.placement, b.id))
+        starts: list[int] = []        # segments of bytes by their last owner: [lo, hi) -> tile id
+        ends: list[int] = []
+        who: list[int] = []
+        for b in tiles:
+            lo = b.offset
+            hi = lo + sizes[b.id]
+            if hi <= lo:
+                continue
+            i = bisect_right(ends, lo)            # first segment ending after lo
+            j = bisect_left(starts, hi)           # first segment starting at or after hi
+            if i < j:
+                owners[b.id] = set(who[i:j])
+                new_s, new_e, new_w = [lo], [hi], [b.id]
+                if starts[i] < lo:                # the part of the first segment before lo stays
+                    new_s.insert(0, starts[i])
+                    new_e.insert(0, lo)
+                    new_w.insert(0, who[i])
+                if ends[j - 1] > hi:              # ... and of the last one after hi
+                    new_s.append(hi)
+                    new_e.append(ends[j - 1])
+                    new_w.append(who[j - 1])
+                starts[i:j], ends[i:j], who[i:j] = new_s, new_e, new_w
+            else:
+                starts.insert(i, lo)
+                ends.insert(i, hi)
+                who.insert(i, b.id)
+    return owners
+
+
+def build_graph(program: Program, resolved) -> tuple[_Graph, list, list]:
+    """The constraint graph of an allocated program (module docstring), its instructions' ops and
+    each node's vertex."""
+    n = len(program.instructions)
+    ins_ops, v_ops = _instruction_ops(resolved)
+    if len(ins_ops) != n:
+        raise AssertionError(f"resolved {len(ins_ops)} instructions of a program of {n}")
+    g = _Graph(n)
+    succ, npred = g.succ, g.npred
+    vertex_of = [-1] * resolved.nodes
+    for k, op in enumerate(ins_ops):
+        for node in _produced(op):
+            vertex_of[node] = k
+    for op in v_ops:
+        v = g.vertex()
+        vertex_of[op[1]] = v
+        g.inputs[v] = op[2]
+        g.defines[v] = op[1]
+    for op in v_ops:                     # a "latest of" node waits for its inputs
+        v = vertex_of[op[1]]
+        for node in op[2]:
+            u = vertex_of[node]
+            if u >= 0:
+                succ[u].append(v)
+                npred[v] += 1
+    for k, op in enumerate(ins_ops):     # every node an instruction waits for
+        nodes = _dep_nodes(op)
+        for u in {vertex_of[node] for node in nodes} if len(nodes) > 1 else [vertex_of[node] for node in nodes]:
+            if u >= 0:
+                succ[u].append(k)
+                npred[k] += 1
+    # a matmul reusing the stationary tile of the previous Tensor-engine instruction stays after it
+    previous_pe = -1
+    for k, op in enumerate(ins_ops):
+        if op[0] == _MM:
+            if not op[2] and previous_pe >= 0:
+                g.edge(previous_pe, k)
+            previous_pe = k
+    # program order among the random-number stream's instructions and among aliased HBM tensors
+    buffers = program.buffers
+
+    def root(bid: int) -> int:
+        while buffers[bid].alias_of is not None:
+            bid = buffers[bid].alias_of
+        return bid
+    aliased = {root(b.id) for b in buffers if b.alias_of is not None}
+    on_chip = [b.on_chip for b in buffers]
+    last_rng, last_alias = -1, {}
+    touches: dict[int, list[int]] = {}   # on-chip tile id -> the instructions touching it
+    for k, ins in enumerate(program.instructions):
+        if ins.opcode in _RNG_OPCODES:
+            if last_rng >= 0:
+                g.edge(last_rng, k)
+            last_rng = k
+        for bid in {a.buffer for a in ins.operands.values()}:
+            if on_chip[bid]:
+                t = touches.get(bid)
+                if t is None:
+                    touches[bid] = [k]
+                else:
+                    t.append(k)
+            elif aliased:
+                r = root(bid)
+                if r in aliased:
+                    if r in last_alias and last_alias[r] != k:
+                        g.edge(last_alias[r], k)
+                    last_alias[r] = k
+    # regions (a compiled model's ops) keep their order: every instruction of a run of one region
+    # comes after all of the run before it, so a per-region profile stays the region's (the
+    # schedule reorders within each). The region of a kernel inlined into another (noted at trace)
+    # is its caller's: AWS's compiler compiles a kernel and the kernels it calls as one
+    inlined = getattr(program, "_inlined_regions", frozenset())
+    keys = {}
+    for ins in program.instructions:
+        if ins.region not in keys:
+            keys[ins.region] = "/".join(c for c in ins.region.split("/") if c not in inlined)
+    key = [keys[ins.region] for ins in program.instructions]
+    previous_run, run, barrier = [], [0] if n else [], None
+    for k in range(1, n + 1):
+        if k < n and key[k] == key[k - 1]:
+            run.append(k)
+            continue
+        if previous_run:                 # run follows previous_run: a barrier vertex between them
+            barrier = g.vertex()
+            for j in previous_run:
+                succ[j].append(barrier)
+                npred[barrier] += 1
+            for j in run:
+                succ[barrier].append(j)
+                npred[j] += 1
+        previous_run, run = run, [k]
+    # memory: a tile's instructions all come after every instruction of the tiles whose bytes it
+    # takes over (their release -> its acquire; a single instruction or owner is its own point)
+    release: dict[int, int] = {}
+
+    def released(a: int) -> int:
+        r = release.get(a)
+        if r is None:
+            ks = touches.get(a, ())
+            if len(ks) == 1:
+                r = ks[0]
+            else:
+                r = g.vertex()
+                for k in ks:
+                    succ[k].append(r)
+                    npred[r] += 1
+            release[a] = r
+        return r
+    for bid, earlier in _previous_owners(program, tile_bytes(program)).items():
+        if len(earlier) == 1:
+            acquire = released(next(iter(earlier)))
+        else:
+            acquire = g.vertex()
+            for a in earlier:
+                g.edge(released(a), acquire)
+        for k in touches.get(bid, ()):
+            if k != acquire:
+                succ[acquire].append(k)
+                npred[k] += 1
+    return g, ins_ops, vertex_of
+
+
+def list_order(program: Program, spec=None) -> list[int]:
+    """The list schedule of an allocated `program` as an order of its instruction indices."""
+    spec = target_spec(program, spec)
+    n = len(program.instructions)
+    if n == 0 or any(i.opcode == "device_print" for i in program.instructions):
+        return list(range(n))
+    compiled = compiled_for(program, spec)
+    if not compiled.positive:            # an instruction of no duration of its own (a collective,
+        return list(range(n))            # timed by the cluster): the replay's checked path, in order
+    resolved = compiled.resolved(_FRESH)
+    g, ops, _ = build_graph(program, resolved)
+    issues = compiled.issues
+    free_hidden = independent_hidden(program, issues, spec)
+    dve_previous = None                   # the writes of the last Vector issue in the schedule
+    core = NeuronCore(spec, mode="timing", name="list-schedule")
+    queues = spec.dma_queues
+    free = core._free                     # PE, ACT, DVE, POOL, then the DMA queues
+    qfree = free[4:]
+    dma_channel, hbm_channel = core._dma, core._hbm
+    bandwidth, dma_latency = core.hbm_bandwidth, spec.dma_latency_ns
+    dma_transfer, stationary_load = scheduler.dma_transfer, scheduler.stationary_load
+    port, slot = core._port, _Port.slot
+
+    # the queue class of each instruction: 0-3 the compute engines, 4 any DMA queue, 5+q queue q
+    cls = [0] * n
+    for k, op in enumerate(ops):
+        kind = op[0]
+        if kind == _ISSUE:
+            cls[k] = op[1]
+        elif kind == _SEED:
+            cls[k] = DVE
+        elif kind == _DMA:
+            cls[k] = 4 if op[2] is None else 5 + op[2]
+        elif kind == _PRINT:
+            cls[k] = DVE
+    n_cls = 5 + queues
+    pending = [[] for _ in range(n_cls)]  # released, by (inputs ready, program order)
+    ready = [[] for _ in range(n_cls)]    # released and ready by the queue's free time, by order
+    version = [0] * n_cls
+    events: list = []                     # (start estimate, program order, class, version)
+    T = [0.0] * resolved.nodes
+    est = [0.0] * n
+    npred = g.npred
+    succ = g.succ
+    inputs, defines = g.inputs, g.defines
+    named = sorted({cls[k] for k in range(n) if cls[k] > 4})     # DMA queues the program names
+
+    def class_free(c: int) -> float:
+        if c < 4:
+            return free[c]
+        if c == 4:
+            return min(qfree)
+        return qfree[c - 5]
+
+    def push_candidate(c: int) -> None:
+        f = class_free(c)
+        p, r = pending[c], ready[c]
+        while p and p[0][0] <= f:
+            _, k = heappop(p)
+            heappush(r, k)
+        version[c] += 1
+        if r:
+            heappush(events, (f, r[0], c, version[c]))
+        elif p:
+            heappush(events, (p[0][0], p[0][1], c, version[c]))
+
+    def estimate(k: int) -> float:
+        t = 0.0
+        for node in _dep_nodes(ops[k]):
+            if T[node] > t:
+                t = T[node]
+        return t
+
+    touched = set()
+
+    def complete(v: int) -> None:
+        """Vertex v is done: release what waited only for it."""
+        stack = [v]
+        while stack:
+            u = stack.pop()
+            for w in succ[u]:
+                npred[w] -= 1
+                if npred[w] == 0:
+                    if w < n:
+                        e = est[w] = estimate(w)
+                        heappush(pending[cls[w]], (e, w))
+                        touched.add(cls[w])
+                    else:
+                        nodes = inputs.get(w)
+                        if nodes is not None:      # a "latest of" node: its time is theirs
+                            t = 0.0
+                            for node in nodes:
+                                if T[node] > t:
+                                    t = T[node]
+                            T[defines[w]] = t
+                        stack.append(w)
+
+    order: list[int] = []
+    for v in range(len(npred)):
+        if npred[v] == 0:
+            if v < n:
+                heappush(pending[cls[v]], (0.0, v))
+            else:
+                complete(v)
+    for c in range(n_cls):
+        push_candidate(c)
+    dve_follows = False
+    last_mm_start = 0.0
+    load_end = 0.0
+    stationary = None
+    while events:
+        _, _, c, ver = heappop(events)
+        if ver != version[c]:
+            continue
+        r = ready[c]
+        if r:
+            k = heappop(r)
+        else:
+            _, k = heappop(pending[c])
+        op = ops[k]
+        kind = op[0]
+        t = est[k]
+        if kind == _DMA:
+            _, deps, queue, fixed, cycles, engine_ns, hbm, node = op[:8]
+            q = qfree.index(min(qfree)) if queue is None else queue
+            _, end, _ = dma_transfer(t, -1, qfree[q], fixed, cycles, engine_ns, hbm, bandwidth,
+                                     dma_channel, hbm_channel, min(qfree) + dma_latency)
+            T[node] = end
+            qfree[q] = end
+        elif kind == _MM:
+            (_, pre, new, st_deps, post, group, busy, lat, load, end_node, ready_node) = op[:11]
+            start = free[PE]
+            for node in pre + post:
+                if T[node] > start:
+                    start = T[node]
+            d = issues[k]
+            sref = (d[2][0], d[2][1]) if d[0] == MATMUL else None
+            if sref is None or sref != stationary:        # a new stationary tile: LoadStationary
+                st_ready = 0.0
+                for node in st_deps:
+                    if T[node] > st_ready:
+                        st_ready = T[node]
+                start, _, load_end = stationary_load(start, -1, st_ready, -1, last_mm_start, load)
+            elif load_end > start:
+                start = load_end
+            stationary = sref
+            group_ready = 0.0
+            for node in group:
+                if T[node] > group_ready:
+                    group_ready = T[node]
+            end = start + busy
+            rdy = start + lat
+            T[end_node] = end
+            T[ready_node] = rdy if rdy > group_ready else group_ready
+            last_mm_start = start
+            free[PE] = end
+        elif kind == _ISSUE:
+            _, eid, dur, deps, ports, node, rec, hidden = op
+            if free[eid] > t:
+                t = free[eid]
+            if eid == DVE:
+                d = issues[k]
+                hidden = 0.0 if _reads_previous(d, dve_previous) else free_hidden[k]
+                dve_previous = d[5]
+                if hidden:
+                    dur = cost.issue_busy_ns(dur, hidden, t, free[eid], dve_follows)
+                dve_follows = True
+            if ports:
+                objs = [port(p) for p in ports]
+                t, _ = slot(objs, t, dur, -1)
+                for p in objs:
+                    p.book(t, t + dur, k)
+            T[node] = t + dur
+            free[eid] = t + dur
+        elif kind == _SEED:
+            _, deps, dur, node, _ = op
+            if free[DVE] > t:
+                t = free[DVE]
+            T[node] = t + dur
+            free[DVE] = t + dur
+        order.append(k)
+        touched.add(c)
+        if kind == _DMA:                  # every DMA queue class sees the queues' new free times
+            touched.add(4)
+            touched.update(named)
+        complete(k)
+        for cc in touched:
+            push_candidate(cc)
+        touched.clear()
+    if len(order) != n:
+        raise AssertionError(f"list schedule: {n - len(order)} instructions never became ready (a cycle)")
+    return order
+
