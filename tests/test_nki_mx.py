@@ -119,3 +119,13 @@ def test_reshape_of_an_on_chip_tile_regroups_its_free_axes():
     from nki_kernels.mx_matmul import regroup_free_axes
     x = np.random.default_rng(6).normal(size=(64, 32, 4)).astype(np.float32)
     np.testing.assert_array_equal(regroup_free_axes(x), x.reshape(64, 128))
+
+
+def test_quantize_mx_streams_four_source_values_per_partition_per_cycle():
+    # [ARCH-v4] "MX data-type Quantization": "four input elements per partition, per cycle"
+    from trnlab.hardware import cost, presets
+    spec = presets.core_spec("trn3")
+    src = cost.Operand("sbuf", (128, 2048), "bfloat16", 128, 2048, 128 * 2048 * 2)
+    dst = cost.Operand("sbuf", (128, 512), "float8_e5m2_x4", 128, 512, 128 * 512 * 4)
+    c = cost.cost(cost.Instruction("quantize_mx", "dve", (src,), (dst,)), spec)
+    assert c.cycles == spec.vector_static_cycles + 2048 // 4

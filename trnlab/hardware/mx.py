@@ -32,8 +32,9 @@ NeuronCore-v4 and newer"):
   contraction per pass: 315 MXFP8/MXFP4 vs 79 BF16 TFLOPS per NeuronCore-v4; "An MX matmul with
   either the MXFP8 or MXFP4 datatype runs at 4x the throughput compared to a BF16/FP16 matmul"
   [ARCH-v4]; `presets.TRN3_CORE.fp8_peak_factor`). FP4 costs what FP8 costs.
-- Cost of quantize_mx: not published; the Vector engine's generic static + N over the source's
-  elements per partition (ASSUMED).
+- Cost of quantize_mx: "four input elements per partition, per cycle (i.e., 4x Vector performance
+  mode)" [ARCH-v4], "MX data-type Quantization": static + N/4 Vector cycles, N the source's elements
+  per partition (`cost.cost`); the static part as for every Vector instruction.
 
 Not simulated (refused by name): row tiling (`tile_position` / `tile_size`) of nc_matmul_mx.
 
