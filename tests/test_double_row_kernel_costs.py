@@ -3,7 +3,8 @@ API pages give them ("Estimated instruction cost", docs/calibration.md):
 
 - nki.isa.tensor_tensor: N cycles with one input in PSUM and the other in SBUF (2N otherwise; N for
   bf16 add / multiply / subtract in SBUF on NeuronCore-v2, the performance mode's from v3 on);
-- nki.isa.memset: N/2 cycles when it writes zero into a bf16/fp16 tile, N otherwise.
+- nki.isa.memset: N/2 cycles when it writes zero into a bf16/fp16 tile, N otherwise;
+and one the Trainium2 guide gives: fp32 nc_transpose at half an fp32 matmul's cost (transpose mode).
 """
 import numpy as np
 import pytest
@@ -80,3 +81,15 @@ def test_double_row_kernel_vector_work_follows_the_pages():
     zero = _cycles(TRN2, "memset", (), [_op("sbuf", "bfloat16", 2048)], zero=True, inputs=1)
     assert (add - s, zero - s) == (512, 1024)
     assert np.isclose((add - s) / TRN2.dve_clock_hz * 1e9, 533.3, atol=0.1)
+
+
+def test_fp32_transpose_runs_twice_as_fast_in_the_transpose_mode_of_neuroncore_v3():
+    # [ARCH-v3] "Built-in Transpose Support": "2x speedup in FP32 transpose, vs. no transpose mode"
+    src32 = _op("sbuf", "float32", 128)
+    src16 = _op("sbuf", "bfloat16", 128)
+
+    def busy(spec, src):
+        return cost.cost(cost.Instruction("nc_transpose", "pe", (src,), ()), spec).cycles
+    assert busy(TRN1, src32) == TRN1.fp32_matmul_factor * busy(TRN1, src16)          # v2: an fp32 matmul
+    for spec in (TRN2, TRN3):
+        assert busy(spec, src32) == spec.fp32_matmul_factor // 2 * busy(spec, src16)

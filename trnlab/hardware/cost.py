@@ -19,6 +19,8 @@ Tensor engine (a systolic array of pe_rows × pe_cols PEs, weights stationary):
   ``busy + (K - 1) + (M - 1)`` cycles after the start (`Cost.latency_cycles`). Back-to-back
   matmuls overlap this fill/drain; a reader of the PSUM tile waits for it. The cycle-level
   systolic model (systolic.py) counts the same cycles PE by PE.
+- nc_transpose is an identity matmul (N = P columns); in fp32 from NeuronCore-v3 on it runs in the
+  engine's transpose mode at half the fp32 matmul factor ("2x speedup in FP32 transpose" [ARCH-v3]).
 - LoadStationary (a new stationary tile) takes ``ceil(M / stationary_load_speedup)`` cycles
   (`Cost.setup_cycles`) and runs in the background into a shadow buffer.
 
@@ -416,6 +418,12 @@ def _tensor_engine(instr: Instruction, spec: CoreSpec, clock: float) -> Cost:
             M, N = M // 2, N // 2
         fp32 = "float32" in (st.dtype, mv.dtype)
     busy, latency = matmul_cycles(spec, K, M, N, _FP32 if fp32 else dtypes.bfloat16)
+    if instr.opcode == "nc_transpose" and fp32 and spec.generation >= "v3":
+        # the Tensor engine's transpose mode (NeuronCore-v3 on): "2x speedup in FP32 transpose, vs.
+        # no transpose mode enabled" [ARCH-v3], "Built-in Transpose Support"
+        busy, latency = matmul_cycles(spec, K, M, N, dtypes.bfloat16)
+        busy *= max(spec.fp32_matmul_factor // 2, 1)
+        latency = busy + (K - 1) + (M - 1)
     return Cost(cycles=busy, clock_hz=clock, latency_cycles=latency,
                 setup_cycles=stationary_load_cycles(spec, K, M))
 
