@@ -41,7 +41,9 @@ Not simulated (refused by name): row tiling (`tile_position` / `tile_size`) of n
 [MX] AWS Neuron docs, NKI API "nki.isa.quantize_mx", "nki.isa.nc_matmul_mx" (NKI 0.3+ pages).
 [ARCH-v4] AWS Neuron docs, Trainium3 architecture guide for NKI, "Quad-MXFP8/MXFP4 Matmul Performance".
 [MX-TUT] aws-neuron/nki-samples, tutorial mxfp-matmul (mx_kernels.py, mx_cpu_utils.py).
-[OCP-MX] OCP Microscaling Formats (MX) Specification v1.0, section 6.3 (conversion to MX).
+[OCP-MX] OCP Microscaling Formats (MX) Specification v1.0 (Sept. 2023): E2M1 elements (max normal 6),
+         E8M0 scale, the shared exponent of a block floor(log2(amax)) - emax_elem; AWS's tutorial's
+         CPU quantizer (quantize_mx_golden) computes the same.
 """
 from __future__ import annotations
 
