@@ -1,7 +1,7 @@
 """Direct allocation (nki.compiler sbuf/psum.mod_alloc) follows liveness, as AWS's kernels with direct
 allocation expect: tiles the kernel placed may share bytes when no instruction uses both, sharing
 bytes while both are live is refused by name, each logical tile of a rotating PSUM block starts its
-own accumulation group, and a block tensor larger than PSUM is a named error. Kernels of our own in
+own accumulation group, and a block tensor larger than PSUM runs with its loops fused. Kernels of our own in
 AWS's public style (tests/nki_kernels/direct_allocation.py)."""
 import numpy as np
 import pytest
@@ -55,15 +55,18 @@ def test_each_logical_tile_of_a_rotating_psum_block_starts_its_own_accumulation_
     np.testing.assert_allclose(kernels.row_block_products(a, b), a.T @ b, rtol=1e-4, atol=1e-3)
 
 
-def test_psum_block_tensor_larger_than_psum_is_a_named_error_saying_what_a_compiler_would_need():
+def test_psum_block_tensor_larger_than_psum_runs_with_its_two_loops_fused():
+    # 8 x 2 tiles of 2 KiB (32 KiB per partition, twice PSUM), all written before the second loop:
+    # the loops are fused (trnlab.hardware.fusion); the refusal under skip_middle_end_transformations
+    # is tests/test_hardware_fusion.py's
     q = RNG.standard_normal((128, 1024)).astype(np.float32)
-    with pytest.raises(errors.PSUMBlockTensorOverflowError, match=r"8 x 2 logical tiles of 2.0 KiB = 32.0 KiB") as caught:
-        kernels.all_products_then_reduce(q, q)
-    assert isinstance(caught.value, errors.PSUMOverflowError)             # still a PSUM overflow
-    assert "neither fuses loops" in str(caught.value)
-    small = q[:, :512]                                                  # 4 x 1 tiles: 8 KiB fit
+    np.testing.assert_allclose(kernels.all_products_then_reduce(q, q), (q.T @ q).reshape(1024, 2, 512).max(-1),
+                               rtol=1e-5)
+    assert nki.trace(kernels.all_products_then_reduce, q, q).schedule == "fused"
+    small = q[:, :512]                                                  # 4 x 1 tiles: 8 KiB fit as written
     np.testing.assert_allclose(kernels.all_products_then_reduce(small, small),
                                (small.T @ small).reshape(512, 1, 512).max(-1), rtol=1e-5)
+    assert nki.trace(kernels.all_products_then_reduce, small, small).schedule == "program"
 
 
 # -- the allocator on programs built by hand: direct allocations and allocator-placed tiles ---------

@@ -88,7 +88,7 @@ def row_block_products(a_tensor, b_tensor):
 def all_products_then_reduce(q_tensor, k_tensor):
     """Every [128, 512] block of q.T @ k into one PSUM block tensor first, then a second loop takes
     each row's maximum: at s = 1024, 8 x 2 tiles of 2 KiB (32 KiB per partition), the block tensor
-    is twice PSUM's 16 KiB, as in AWS's attention tutorial step 3."""
+    is twice PSUM's 16 KiB, as in AWS's attention tutorial step 3 (it runs with the loops fused)."""
     d, s = q_tensor.shape
     out_tensor = nl.ndarray((s, s // 512), dtype=nl.float32, buffer=nl.shared_hbm)
     q = nl.load(q_tensor)

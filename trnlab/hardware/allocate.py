@@ -15,13 +15,21 @@ direct allocations may share bytes when no instruction uses both (DirectAllocati
 one does). A program whose live tiles do not fit raises SBUFOverflowError / PSUMOverflowError at the
 first instruction where they do not, naming the tiles live there and their sizes (a block tensor
 larger than the whole memory: SBUF/PSUMBlockTensorOverflowError).
+
+A block tensor ``(B..., par_dim(P), F...)`` the allocator places is, to AWS's compiler, a list of (P, F)
+tiles whose addresses it chooses from their dependencies, so its tiles need not be live together
+[NKI Block Dimension Migration Guide]: when every access selects one block, `split_block_tensors`
+gives each logical tile a buffer of its own, live from its own first to its own last instruction.
 """
 from __future__ import annotations
 
 import math
+import os
 from bisect import bisect_left, bisect_right
-from collections import defaultdict
+from collections import defaultdict, deque
+from itertools import repeat
 from operator import attrgetter, itemgetter
+from typing import NamedTuple
 
 import numpy as np
 
@@ -56,22 +64,159 @@ def target_spec(program: Program, spec=None) -> CoreSpec:
     return core_spec(program.target)
 
 
-def _block_tensor_overflow(b, memory: OnChipMemory):
-    """A block tensor larger than the whole memory: the error says what AWS's compiler would need."""
+def _block_tensor_overflow(b, memory: OnChipMemory, split: bool = False):
+    """A block tensor larger than the whole memory: the error says what AWS's compiler would need.
+    `split`: its tiles have live ranges of their own (`split_block_tensors`), too many live at once."""
     blocks = tuple(int(n) for n in b.shape[:b.partition_axis])
     tile = b.partition_bytes // max(math.prod(blocks), 1)
     label = memory.kind.upper()
     cls = PSUMBlockTensorOverflowError if memory.kind == "psum" else SBUFBlockTensorOverflowError
+    lives = ("each tile is live from its own first to its own last instruction, but in the order the "
+             "kernel's loops are written too many of them are live at once" if split else
+             "an access spans several blocks, so trnlab keeps every tile of the block tensor from the first "
+             "to the last instruction touching any of them")
     return cls(
         f"{label} block tensor too large: {b.name!r} has {' x '.join(map(str, blocks))} logical tiles of "
         f"{_fmt_bytes(tile)} = {_fmt_bytes(b.partition_bytes)} per partition, {label} holds "
-        f"{_fmt_bytes(memory.partition_bytes)}, and trnlab keeps every tile of a block tensor from the first "
-        f"to the last instruction touching any of them. trnlab runs the loops as written: it neither fuses loops nor "
-        f"moves {label} tiles elsewhere, which is what a compiler would have to do to run this kernel "
-        f"(ASSUMED for AWS's neuronx-cc: its middle end fuses affine_range loops; skip_middle_end_"
-        f"transformations turns that off). Fuse the loops yourself (produce and consume each block in "
-        f"one iteration) or allocate one block's tiles inside the loop",
+        f"{_fmt_bytes(memory.partition_bytes)}, and {lives}. The allocation keeps the program's order: it "
+        f"neither fuses loops nor moves {label} tiles elsewhere (trnlab.hardware.fusion may reorder the "
+        f"program first: ASSUMED for AWS's neuronx-cc, whose middle end would fuse the affine_range loops; "
+        f"skip_middle_end_transformations turns that off). Fuse the loops yourself (produce and consume "
+        f"each block in one iteration) or allocate one block's tiles inside the loop",
         value=b.partition_bytes, limit=memory.partition_bytes)
+
+
+# -- block tensors: one buffer per logical tile -------------------------------------------------------
+def split_block_tensors(program: Program) -> bool:
+    """Give each logical tile of a block tensor the allocator places (no direct allocation) a buffer of
+    its own when every access selects one block (integer block indices) — rewriting the program in
+    place; True if anything changed. A block dimension is a list of (P, F) tiles to AWS's compiler
+    ("the physical tiles may not be alive in the memory simultaneously": NKI Block Dimension Migration
+    Guide), so each tile lives from its own first to its own last instruction.
+    ``program._blocks`` records {tile buffer id: (block tensor id, block index)}."""
+    buffers = program.buffers
+    candidates = {b.id for b in buffers if b.partition_axis and b.first >= 0 and b.on_chip and not b.placement}
+    if not candidates:
+        return False
+    accesses = defaultdict(list)               # block tensor id -> [(instruction index, operand, index)]
+    for k, ins in enumerate(program.instructions):
+        for name, a in ins.operands.items():
+            if a.buffer in candidates:
+                accesses[a.buffer].append((k, name, a.index))
+    blocks_of = getattr(program, "_blocks", None) or {}
+    rewrites = defaultdict(dict)               # instruction index -> {operand: Access on a tile}
+    split = {}                                 # block tensor id -> {block: tile}
+    for bid, uses in accesses.items():
+        b = buffers[bid]
+        axis = b.partition_axis
+        blocks = tuple(int(n) for n in b.shape[:axis])
+        if not all(isinstance(index, tuple) and len(index) > axis
+                   and all(isinstance(e, (int, np.integer)) and -n <= e < n for e, n in zip(index[:axis], blocks))
+                   for _, _, index in uses):
+            continue                           # an access spans blocks: the block tensor stays one buffer
+        tiles = {}
+        for k, name, index in uses:
+            block = tuple(int(e) % n for e, n in zip(index[:axis], blocks))
+            t = tiles.get(block)
+            if t is None:
+                t = tiles[block] = Buffer(id=len(buffers), name=f"{b.name}[{', '.join(map(str, block))}]",
+                                          memory=b.memory, shape=tuple(b.shape[axis:]), dtype=b.dtype,
+                                          partition_axis=0, role=b.role, first=k)
+                buffers.append(t)
+                blocks_of[t.id] = (bid, block)
+            t.last = k                         # uses come in program order
+            rewrites[k][name] = Access(t.id, index[axis:])
+        b.first = b.last = -1                  # no instruction touches the block tensor itself any more
+        split[bid] = tiles
+    if not rewrites:
+        return False
+    instructions = program.instructions
+    for k, changed in rewrites.items():
+        ins = instructions[k]                  # operands may be shared with other records: a new dict
+        ins.operands = {**ins.operands, **changed}
+        if ins.issue is not None:              # the trace's description, on the tiles (else: described again)
+            ins.issue = _issue_on_tiles(ins.issue, buffers, split, changed)
+    program._blocks = blocks_of
+    for cache in ("_plan", "_compiled", "_values_plan", "_values_ok"):
+        if hasattr(program, cache):
+            delattr(program, cache)
+    return True
+
+
+def _issue_on_tiles(issue: tuple, buffers: list, split: dict, changed: dict):
+    """The trace's description of an instruction (compiled.py: operands as (buffer id, box), PSUM
+    bank ranges as (buffer id, first byte, end byte)) with a block tensor's operands named as the
+    logical tiles `split_block_tensors` made — what describing the rewritten instruction would give;
+    None (describe it again) where that cannot be told from the description alone."""
+    from .compiled import DMA, ISSUE, MATMUL, PE_ISSUE, PRINT, SEED
+    advanced = {a.buffer for a in changed.values()
+                if isinstance(a.index, tuple) and any(isinstance(e, np.ndarray) for e in a.index)}
+
+    def ref(r):
+        bid, box = r
+        tiles = split.get(bid)
+        if tiles is None:
+            return r
+        b = buffers[bid]
+        axis = b.partition_axis
+        t = tiles.get((0,) * axis if box is None else tuple(box[2 * a] for a in range(axis)))
+        if t is None:
+            raise LookupError(bid)
+        if box is None:
+            return t.id, None
+        tail = tuple(box[2 * axis:])
+        if t.id not in advanced and all(tail[2 * a] == 0 and tail[2 * a + 1] == n for a, n in enumerate(t.shape)):
+            return t.id, None                  # a basic view of a whole tile (View: box None)
+        return t.id, tail
+
+    def refs(rs):
+        return tuple(ref(r) for r in rs)
+
+    def banks(ranges):
+        if not isinstance(ranges, tuple):
+            return ranges
+        out = []
+        for entry in ranges:
+            tiles = split.get(entry[0])
+            if tiles is None:
+                out.append(entry)
+                continue
+            b = buffers[entry[0]]
+            blocks = tuple(int(n) for n in b.shape[:b.partition_axis])
+            tile_bytes = b.partition_bytes // max(math.prod(blocks), 1)
+            linear, lo, hi = entry[1] // tile_bytes, entry[1], entry[2]
+            t = tiles.get(tuple(int(i) for i in np.unravel_index(linear, blocks)))
+            if t is None or hi > (linear + 1) * tile_bytes:
+                raise LookupError(entry)       # a range over several tiles (or a gather's): not one tile's
+            out.append((t.id, lo - linear * tile_bytes, hi - linear * tile_bytes))
+        return tuple(out)
+
+    try:
+        kind = issue[0]
+        if kind == ISSUE:
+            return issue[:4] + (refs(issue[4]), refs(issue[5])) + issue[6:10] + (banks(issue[10]),) + issue[11:]
+        if kind == MATMUL:
+            return (kind, ref(issue[1]), ref(issue[2]), ref(issue[3])) + issue[4:]
+        if kind == PE_ISSUE:
+            return issue[:2] + (ref(issue[2]), refs(issue[3]), ref(issue[4])) + issue[5:]
+        if kind == DMA:
+            return issue[:2] + (ref(issue[2]), refs(issue[3])) + issue[4:]
+        if kind == SEED:
+            return (kind, refs(issue[1])) + issue[2:]
+        if kind == PRINT:
+            return issue
+    except LookupError:
+        pass
+    return None
+
+
+def _split_block_tensor(program: Program, b: Buffer, capacity: int):
+    """The block tensor larger than `capacity` that tile `b` is a logical tile of, or None."""
+    whole = getattr(program, "_blocks", {}).get(b.id)
+    if whole is None:
+        return None
+    tensor = program.buffers[whole[0]]
+    return tensor if tensor.partition_bytes > capacity else None
 
 
 def _overlap(b, other, memory: OnChipMemory) -> DirectAllocationOverlapError:
@@ -258,50 +403,30 @@ def allocate(program: Program, spec: "CoreSpec | str | None" = None) -> Program:
     allocations first, then in buffer-table order), then the tiles last used there are released
     (buffer-table order); a placed tile goes to the first gap at or after the end of the last
     placement (next fit), wrapping to offset 0 only when nothing fits further on. SBUF and PSUM do
-    not interact, so each is walked on its own; an error is the one the joint walk meets first."""
+    not interact, so each is walked on its own; an error is the one the joint walk meets first.
+    Two shortcuts give the same offsets: runs of events between wrap-arounds placed at once
+    (`_Bump`), and the rows of stamped buffers read from the loop stamper's notes
+    (`note_stamped_tiles`) rather than from the buffer objects."""
     spec = target_spec(program, spec)
-    split_direct_allocations(program)
+    notes = program.__dict__.pop("_stamped_tiles", None)
+    changed = split_direct_allocations(program)
+    changed = split_block_tensors(program) or changed
+    if notes and not changed:              # a rewritten buffer table no longer matches the notes
+        program._stamped_tiles = notes
     buffers = program.buffers
     count = len(buffers)
-    # one pass over the table: per memory, the tiles' ids, first and last uses, allocator-placed?;
-    # bytes per partition computed once per (shape, dtype, partition axis) — a stamped loop's tiles
-    # share a handful of them
-    sizes = [0] * count
-    known: dict = {}
-    rows = {"sbuf": ([], [], [], []), "psum": ([], [], [], [])}
-    direct = {"sbuf": [], "psum": []}      # direct allocations
-    for b in buffers:
-        memory = b.memory
-        if (memory == "sbuf" or memory == "psum") and b.first >= 0:
-            key = (b.shape, b.dtype, b.partition_axis)
-            size = known.get(key)
-            if size is None:
-                size = known[key] = b.partition_bytes
-            bid = b.id
-            sizes[bid] = size
-            ids, firsts, lasts, free = rows[memory]
-            ids.append(bid)
-            firsts.append(b.first)
-            lasts.append(b.last)
-            if b.placement:
-                free.append(0)
-                direct[memory].append(b)
-            else:
-                free.append(1)
+    sizes, rows, direct = _tile_rows(buffers, _stamped_notes(program, buffers))
     failures = []
     for kind in ("sbuf", "psum"):
         ids, firsts, lasts, free = rows[kind]
-        if not ids:
+        if not len(ids):
             continue
-        ids, firsts, lasts = (np.array(x, dtype=np.int64) for x in (ids, firsts, lasts))
         # one event per first and per last use, in walk order: key (k, release?, allocator-placed?, id)
-        keys = np.concatenate([(firsts * 4 + np.array(free, dtype=np.int64)) * count + ids,
-                               (lasts * 4 + 2) * count + ids])
+        keys = np.concatenate([(firsts * 4 + free) * count + ids, (lasts * 4 + 2) * count + ids])
         keys.sort()
         limit = min(f[0] for f in failures) if failures else None
         fixed = sorted(direct[kind], key=attrgetter("first"))
-        failure = _walk(program, OnChipMemory(kind, spec, with_data=False), keys.tolist(), sizes, count, fixed,
-                        limit)
+        failure = _walk(program, OnChipMemory(kind, spec, with_data=False), keys, sizes, count, fixed, limit)
         if failure is not None:
             failures.append(failure)
     if failures:
@@ -310,21 +435,130 @@ def allocate(program: Program, spec: "CoreSpec | str | None" = None) -> Program:
     return program
 
 
-def _walk(program: Program, memory: OnChipMemory, events: list, sizes: list, count: int, fixed: list,
+_TILE_FIELDS = attrgetter("first", "last", "memory", "placement", "shape", "dtype", "partition_axis")
+_MEMORY_CODES = {"sbuf": 1, "psum": 2}
+
+
+class StampedTiles(NamedTuple):
+    """Rows ``start .. end-1`` of a buffer table as the loop stamper made them (`nki/loops.py`):
+    first and last uses, memory (1 SBUF, 2 PSUM, 0 elsewhere), bytes per partition and whether
+    the kernel placed the tile itself, one entry per row. The stamper knows them as arrays; read
+    back from 100,000 buffer objects they would cost a third of the allocation."""
+    start: int
+    end: int
+    firsts: np.ndarray
+    lasts: np.ndarray
+    memories: np.ndarray
+    sizes: np.ndarray
+    placed: np.ndarray
+
+
+def note_stamped_tiles(program: Program, rows: StampedTiles) -> None:
+    """Hand the next `allocate(program)` the rows a loop stamper just appended. The note is
+    dropped by that call (a later one reads every row), and only holds because nothing changes a
+    stamped buffer's first or last use after it is made: no Python object of the kernel refers
+    to the tiles of a stamped iteration, so no later instruction can use them."""
+    program.__dict__.setdefault("_stamped_tiles", []).append(rows)
+
+
+def _stamped_notes(program: Program, buffers: list) -> list:
+    """The notes of `note_stamped_tiles`, taken off the program; [] if they do not match the
+    table (checked at both ends of each run of rows; in full under TRNLAB_CHECK_LOOPS=1)."""
+    notes = program.__dict__.pop("_stamped_tiles", None) or []
+    at = 0
+    for rows in notes:
+        if not at <= rows.start < rows.end <= len(buffers):
+            return []
+        for i in (rows.start, rows.end - 1):
+            b = buffers[i]
+            k = i - rows.start
+            if (b.id != i or b.first != rows.firsts[k] or b.last != rows.lasts[k]
+                    or _MEMORY_CODES.get(b.memory, 0) != rows.memories[k] or bool(b.placement) != rows.placed[k]):
+                return []
+        at = rows.end
+    if notes and os.environ.get("TRNLAB_CHECK_LOOPS", "") not in ("", "0"):
+        noted, rows_noted, direct_noted = _tile_rows(buffers, notes)
+        read, rows_read, direct_read = _tile_rows(buffers)
+        assert noted == read and direct_noted == direct_read and all(
+            np.array_equal(a, b) for kind in rows_read for a, b in zip(rows_noted[kind], rows_read[kind])), \
+            "the loop stamper's notes disagree with the buffer table"
+    return notes
+
+
+def _tile_rows(buffers: list, notes: list = ()) -> tuple:
+    """One pass over the buffer table, reading each row's fields at once (by `map`: a large
+    table's rows are far apart in memory, and one visit each is what costs), rows a loop stamper
+    noted (`StampedTiles`) taken from its arrays instead: bytes per partition of every buffer (0
+    off chip), per memory the ids, first and last uses and allocator-placed flags (1; 0 for a
+    direct allocation) of its used tiles as int64 arrays, and per memory its direct allocations.
+    Bytes per partition are computed once per (shape, dtype, partition axis)."""
+    count = len(buffers)
+    firsts = np.full(count, -1, dtype=np.int64)
+    lasts = np.full(count, -1, dtype=np.int64)
+    memories = np.zeros(count, dtype=np.int64)
+    placed = np.zeros(count, dtype=bool)
+    sizes = np.zeros(count, dtype=np.int64)
+    rest, rest_ids, at = [], [], 0
+    for rows in notes:
+        rest.extend(buffers[at:rows.start])
+        rest_ids.append(np.arange(at, rows.start, dtype=np.int64))
+        firsts[rows.start:rows.end] = rows.firsts
+        lasts[rows.start:rows.end] = rows.lasts
+        memories[rows.start:rows.end] = rows.memories
+        placed[rows.start:rows.end] = rows.placed
+        sizes[rows.start:rows.end] = rows.sizes
+        at = rows.end
+    rest.extend(buffers[at:])
+    rest_ids.append(np.arange(at, count, dtype=np.int64))
+    rest_ids = np.concatenate(rest_ids)
+    if rest:
+        r_firsts, r_lasts, r_memories, r_placements, shapes, dts, axes = zip(*map(_TILE_FIELDS, rest))
+        firsts[rest_ids] = r_firsts
+        lasts[rest_ids] = r_lasts
+        memories[rest_ids] = list(map(_MEMORY_CODES.get, r_memories, [0] * len(rest)))
+        placed[rest_ids] = list(map(bool, r_placements))
+        on_chip = np.flatnonzero(memories[rest_ids] != 0).tolist()
+        keys = list(zip(shapes, dts, axes))
+        table: dict = {}
+        for key, i in dict(zip(map(keys.__getitem__, reversed(on_chip)), reversed(on_chip))).items():
+            table[key] = rest[i].partition_bytes                 # key -> its first tile's bytes
+        sizes[rest_ids[on_chip]] = list(map(table.__getitem__, map(keys.__getitem__, on_chip)))
+    rows, direct = {}, {}
+    used = firsts >= 0
+    for kind, code in _MEMORY_CODES.items():
+        ids = np.flatnonzero((memories == code) & used).astype(np.int64)
+        by_kernel = placed[ids]
+        rows[kind] = (ids, firsts[ids], lasts[ids], (~by_kernel).astype(np.int64))
+        direct[kind] = [buffers[bid] for bid in ids[by_kernel].tolist()]
+    return sizes.tolist(), rows, direct
+
+
+_MIN_STRETCH = 16     # events: a shorter run of bump placements is walked one event at a time
+
+
+def _walk(program: Program, memory: OnChipMemory, keys: np.ndarray, sizes: list, count: int, fixed: list,
           limit):
     """Place and release one memory's tiles in event order (see `allocate`); None, or
     (event key, error) for the first tile that cannot be placed (only events before `limit`).
     `fixed`: its direct allocations by first use — an allocator-placed tile must avoid the ones that
-    become live while it is (those live when it is placed are in `occupied` already)."""
+    become live while it is (those live when it is placed are in `occupied` already).
+
+    Where no live tile lies at or above the cursor (the usual case between two wrap-arounds of a
+    rotating allocator) and no bank rule applies, next fit places each tile at the cursor, so a run
+    of events is placed at once (`_bump_stretch`) until a tile would pass the end of the memory."""
     buffers = program.buffers
+    events = keys.tolist()
+    stop = len(events) if limit is None else bisect_left(events, limit)
     capacity, bank = memory.partition_bytes, memory.bank_bytes
     fixed_firsts = [b.first for b in fixed]
     occupied: list = []          # [(offset, bytes per partition)] of the live tiles, by offset
     owners: list = []            # their buffer ids
     cursor = used = 0
-    for key in events:
-        if limit is not None and key >= limit:
-            break
+    bump = None if bank is not None or fixed else _Bump(keys, sizes, count)
+    retry = 0                    # the next event at which a bump run is worth trying
+    e = 0
+    while e < stop:
+        key = events[e]
         bid = key % count
         rest = key // count
         size = sizes[bid]
@@ -334,7 +568,15 @@ def _walk(program: Program, memory: OnChipMemory, events: list, sizes: list, cou
                 i += 1
             del occupied[i], owners[i]
             used -= size
+            e += 1
             continue
+        if bump is not None and e >= retry and (not occupied or occupied[-1][0] + occupied[-1][1] <= cursor):
+            end = bump.end(e, cursor, capacity, stop)
+            if end - e >= _MIN_STRETCH:
+                cursor, used = bump.place(buffers, e, end, cursor, used, occupied, owners)
+                e = end
+                continue
+            retry = e + _MIN_STRETCH
         b = buffers[bid]
         try:
             if rest & 1:                                      # the allocator places it
@@ -351,6 +593,9 @@ def _walk(program: Program, memory: OnChipMemory, events: list, sizes: list, cou
                 if offset is None:
                     if size > capacity and b.partition_axis:
                         raise _block_tensor_overflow(b, memory)
+                    whole = _split_block_tensor(program, b, capacity)
+                    if whole is not None:
+                        raise _block_tensor_overflow(whole, memory, split=True)
                     raise memory.overflow(size, b.name, used=used)
             else:                                             # a direct allocation
                 offset = int(b.placement["offset"])
@@ -371,7 +616,56 @@ def _walk(program: Program, memory: OnChipMemory, events: list, sizes: list, cou
         cursor = offset + size
         used += size
         b.offset = offset
+        e += 1
     return None
+
+
+class _Bump:
+    """Runs of events placed at once: from an event where every live tile lies below the cursor,
+    each tile is placed at the cursor — the next fit answer when nothing is above it and no bank
+    rule applies — so its offset is the cursor plus the bytes placed since, for as long as a tile
+    ends within the memory. Releases in the run take tiles below the cursor, which next fit no
+    longer looks at. (Only for a memory without direct allocations: `_walk`.)"""
+
+    def __init__(self, keys: np.ndarray, sizes: list, count: int):
+        self.bids = keys % count
+        released = ((keys // count) & 2) != 0
+        self.released = released
+        size = np.array(sizes, dtype=np.int64)[self.bids]
+        self.placed_bytes = np.concatenate([[0], np.cumsum(np.where(released, 0, size))])   # before event e
+        self.released_bytes = np.concatenate([[0], np.cumsum(np.where(released, size, 0))])
+        self.release_at = np.zeros(count, dtype=np.int64)      # per buffer id: its release event
+        self.release_at[self.bids[released]] = np.flatnonzero(released)
+
+    def end(self, e: int, cursor: int, capacity: int, stop: int) -> int:
+        """The first event from e on that the run cannot take: a tile passing the memory's end."""
+        p = self.placed_bytes
+        # event x is placed at cursor + p[x] - p[e] and must end by capacity: p[x + 1] <= bound
+        last = int(np.searchsorted(p, capacity - cursor + p[e], side="right")) - 1
+        return min(last, stop)
+
+    def place(self, buffers: list, e: int, end: int, cursor: int, used: int, occupied: list, owners: list):
+        """Place the events e .. end-1; update `occupied`/`owners` to the tiles live after them."""
+        p = self.placed_bytes
+        bids, released = self.bids[e:end], self.released[e:end]
+        placing = ~released
+        offsets = (cursor - p[e]) + p[e:end][placing]
+        placed = bids[placing]
+        # b.offset = offset for each, the loop run by map
+        deque(map(setattr, map(buffers.__getitem__, placed.tolist()), repeat("offset"), offsets.tolist()), maxlen=0)
+        release_at = self.release_at
+        # tiles live before the run (all below the cursor) that stay live, then the run's own
+        kept = [i for i, bid in enumerate(owners) if release_at[bid] >= end]
+        if len(kept) != len(owners):
+            occupied[:] = [occupied[i] for i in kept]
+            owners[:] = [owners[i] for i in kept]
+        stays = release_at[placed] >= end
+        if stays.any():
+            sizes = (p[e + 1:end + 1] - p[e:end])[placing]
+            occupied.extend(zip(offsets[stays].tolist(), sizes[stays].tolist()))
+            owners.extend(placed[stays].tolist())
+        used += int(p[end] - p[e]) - int(self.released_bytes[end] - self.released_bytes[e])
+        return cursor + int(p[end] - p[e]), used
 
 
 def _overflow(error, program: Program, k: int, buffer, memory: OnChipMemory, placed: dict):

@@ -248,7 +248,7 @@ def _trace(kernel: Kernel, args, kwargs, spec, grid: tuple, points=None):
 
 def _trace_once(kernel: Kernel, args, kwargs, spec, grid: tuple, concrete, points=None):
     """One trace: (program, loop tracer); `concrete` = loop sites to run concretely (None: all)."""
-    from trnlab.hardware.allocate import allocate
+    from trnlab.hardware.fusion import allocate     # in program order, else loop-fused (fusion.py)
     from trnlab.hardware.trace import Recorder
     from trnlab.nki import loops
     recorder = Recorder(spec, name=kernel.func.__name__)
@@ -293,10 +293,16 @@ def _run_trace(kernel, args, kwargs, spec, grid, recorder, launch, names, alloca
         runtime.pop()
     program = recorder.finish(outputs)
     try:
-        allocate(program, spec)
+        program = allocate(program, spec, fuse=not _directive(kernel, "skip_middle_end_transformations"))
     except Exception as error:
         raise locate(error)
     return program
+
+
+def _directive(kernel: Kernel, name: str):
+    """The value of an `nki.compiler` kernel directive (`@nki.compiler.skip_middle_end_transformations`
+    above or below `@nki.jit`), or None."""
+    return {**getattr(kernel.func, "nki_directives", {}), **getattr(kernel, "nki_directives", {})}.get(name)
 
 
 @contextlib.contextmanager

@@ -131,6 +131,9 @@ sbuf, psum = _Memory("sbuf"), _Memory("psum")
 
 # -- kernel decorators ----------------------------------------------------------------------------
 def _mark(func, directive: str, value=True):
+    inner = getattr(func, "func", None)
+    if callable(inner):               # above @nki.jit: the function it wraps (kernel[grid] keeps it)
+        _mark(inner, directive, value)
     directives = dict(getattr(func, "nki_directives", {}))
     directives[directive] = value
     try:
@@ -142,7 +145,7 @@ def _mark(func, directive: str, value=True):
 
 def skip_middle_end_transformations(func):
     """@nki.compiler.skip_middle_end_transformations: the compiler keeps the kernel's instruction order
-    and loops as written (no middle-end loop fusion or reordering)."""
+    and loops as written — trnlab's loop fusion (`trnlab.hardware.fusion`) does not run."""
     return _mark(func, "skip_middle_end_transformations")
 
 

@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import dis
 import os
-import re
 import sys
 
 import numpy as np
@@ -392,7 +391,6 @@ def plain_key(key: tuple) -> tuple:
 
 
 # -- flattening records ------------------------------------------------------------------------
-_NAME = re.compile(r"^(.*?)(\d*)$")
 _INSTRUCTION_FIELDS = ("opcode", "engine", "operands", "attrs", "line", "region", "source", "issue")
 _BUFFER_FIELDS = ("id", "name", "memory", "shape", "dtype", "partition_axis", "role", "first", "last",
                   "offset", "placement", "data", "alias_of")
@@ -438,14 +436,15 @@ def _buffer_node(b: Buffer, ints: list, consts: list):
         raise _Mismatch("a buffer with extra attributes")
     ints.append(b.id)
     name = b.name
-    m = _NAME.match(name) if type(name) is str else None
-    if m is not None and m.group(2) and str(int(m.group(2))) == m.group(2) and int(m.group(2)) > 0:
-        consts.append(m.group(1))
-        ints.append(int(m.group(2)))
-        name_node = "n"
-    elif type(name) is str:
-        consts.append(name)                       # count 0: the base name itself
-        ints.append(0)
+    if type(name) is str:
+        base = name.rstrip("0123456789")
+        digits = name[len(base):]
+        if digits and digits[0] != "0":           # a count > 0 written as str(count) writes it
+            consts.append(base)
+            ints.append(int(digits))
+        else:
+            consts.append(name)                   # count 0: the base name itself
+            ints.append(0)
         name_node = "n"
     else:
         consts.append(name)
@@ -492,9 +491,10 @@ _BUILDERS: dict = {}
 
 
 def _code(node, counters: list, lines: list) -> str:
-    """Python expression rebuilding `node` from v[o + i] (integers) and k[c] (constants). Records
-    (instructions, accesses, buffers) are made by statements appended to `lines` — a bare object
-    given its attribute dict, no __init__ call — and the expression names them."""
+    """Python expression rebuilding `node` from v[o + i] (integers), k[c] (constants) and s[k[c]]
+    (parts shared within an iteration, `_Template`). Records (instructions, accesses, buffers) are
+    made by statements appended to `lines` — a bare object given its attributes one by one, no
+    __init__ call — and the expression names them."""
     if node == "i":
         i = counters[0]
         counters[0] += 1
@@ -509,6 +509,17 @@ def _code(node, counters: list, lines: list) -> str:
         counters[1] += 2
         return f"slice(v[o+{i}], v[o+{i}]+k[{c}], k[{c + 1}])"
     kind = node[0]
+    if kind == "R":                 # a part an earlier record of this iteration built (_Template)
+        c = counters[1]
+        counters[1] += 1
+        return f"s[k[{c}]]"
+    if kind == "P":                 # a part later records share: built here, kept in s
+        inner = _code(node[1], counters, lines)
+        c = counters[1]
+        counters[1] += 1
+        name = f"x{len(lines)}"
+        lines.append(f"{name} = {inner}; s[k[{c}]] = {name}")
+        return name
     if kind == "t":
         parts = [_code(n, counters, lines) for n in node[1:]]
         return "(" + "".join(p + ", " for p in parts) + ")"
@@ -520,10 +531,10 @@ def _code(node, counters: list, lines: list) -> str:
     if kind == "A":
         b = _code(node[1], counters, lines)
         index = _code(node[2], counters, lines)
-        return _record(lines, "_Access", f"{{'buffer': {b}, 'index': {index}}}")
+        return _record(lines, "_Access", [("buffer", b), ("index", index)])
     if kind == "I":
-        fields = [f"{f!r}: {_code(n, counters, lines)}" for f, n in zip(_INSTRUCTION_FIELDS, node[1:])]
-        return _record(lines, "_Instruction", "{" + ", ".join(fields) + "}")
+        fields = [(f, _code(n, counters, lines)) for f, n in zip(_INSTRUCTION_FIELDS, node[1:])]
+        return _record(lines, "_Instruction", fields)
     if kind == "B":
         i, c = counters
         bid = f"v[o+{i}]"
@@ -537,19 +548,22 @@ def _code(node, counters: list, lines: list) -> str:
         i = counters[0]
         counters[0] += 2
         counters[1] = c + 9
-        return _record(lines, "_Buffer", (
-            "{" f"'id': {bid}, 'name': {name}, 'memory': k[{c}], 'shape': k[{c + 1}], "
-            f"'dtype': k[{c + 2}], 'partition_axis': k[{c + 3}], 'role': k[{c + 4}], "
-            f"'first': v[o+{i}], 'last': v[o+{i + 1}], 'offset': k[{c + 5}], 'placement': k[{c + 6}], "
-            f"'data': k[{c + 7}], 'alias_of': k[{c + 8}]" "}"))
+        return _record(lines, "_Buffer", [
+            ("id", bid), ("name", name), ("memory", f"k[{c}]"), ("shape", f"k[{c + 1}]"), ("dtype", f"k[{c + 2}]"),
+            ("partition_axis", f"k[{c + 3}]"), ("role", f"k[{c + 4}]"), ("first", f"v[o+{i}]"),
+            ("last", f"v[o+{i + 1}]"), ("offset", f"k[{c + 5}]"), ("placement", f"k[{c + 6}]"),
+            ("data", f"k[{c + 7}]"), ("alias_of", f"k[{c + 8}]")])
     raise ValueError(f"unknown record node {node!r}")
 
 
-def _record(lines: list, cls: str, fields: str) -> str:
-    """A statement making a `cls` whose __dict__ is `fields` (in the dataclass's field order, as
-    its __init__ would set them); returns the variable holding it."""
+def _record(lines: list, cls: str, fields: list) -> str:
+    """A statement making a bare `cls` and storing its `fields` ((name, expression), in the
+    dataclass's field order, as its __init__ would set them: the instance keeps its attributes in
+    the compact layout its class's instances share, which is faster to make than an attribute dict
+    and smaller); returns the variable holding it."""
     name = f"r{len(lines)}"
-    lines.append(f"{name} = _new({cls}); {name}.__dict__ = {fields}")
+    stores = "".join(f"; {name}.{f} = {expression}" for f, expression in fields)
+    lines.append(f"{name} = _new({cls}){stores}")
     return name
 
 
@@ -559,7 +573,7 @@ def _builder(node):
         counters, lines = [0, 0], []
         result = _code(node, counters, lines)
         body = "".join(f"    {line}\n" for line in lines)
-        source = f"def build(v, o, k):\n{body}    return {result}\n"
+        source = f"def build(v, o, k, s=None):\n{body}    return {result}\n"
         scope = {"_new": object.__new__, "_Access": Access, "_Instruction": Instruction, "_Buffer": Buffer,
                  "slice": slice, "str": str}
         exec(compile(source, "<trnlab.nki.loops builder>", "exec"), scope)
@@ -617,42 +631,245 @@ def _ints(node) -> int:
     return count
 
 
-def _reduce(node, obj, cursor: list, varying: list, positions: list, consts: list, top: bool = False):
-    """`node` with every part that does not vary between iterations made a constant (`obj`'s own,
-    shared); `positions` receives the integers that do vary, `consts` the constants. `varying` holds
-    prefix sums of the integers that vary."""
-    p = cursor[0]
-    n = _ints(node)
-    if not top and varying[p + n] == varying[p]:          # prefix sums: nothing varies in here
-        cursor[0] = p + n
-        consts.append(obj)
-        return "c"
-    if node == "i" or node == "s":
-        cursor[0] = p + 1
-        positions.append(p)
-        if node == "s":
-            consts.append(obj.stop - obj.start)
-            consts.append(obj.step)
-        return node
-    kind = node[0]
-    if kind == "B":
-        cursor[0] = p + n
-        positions.extend(range(p, p + n))
-        _buffer_node(obj, [], consts)
-        return node
-    if kind == "t" or kind == "l":
-        return (kind,) + tuple([_reduce(c, o, cursor, varying, positions, consts) for c, o in zip(node[1:], obj)])
-    if kind == "d":
-        return node[:2] + tuple([_reduce(c, o, cursor, varying, positions, consts)
-                                 for c, o in zip(node[2:], obj.values())])
-    if kind == "A":
-        return ("A", _reduce(node[1], obj.buffer, cursor, varying, positions, consts),
-                _reduce(node[2], obj.index, cursor, varying, positions, consts))
-    if kind == "I":
-        d = obj.__dict__
-        return ("I",) + tuple([_reduce(c, d[f], cursor, varying, positions, consts)
-                               for c, f in zip(node[1:], _INSTRUCTION_FIELDS)])
-    raise ValueError(f"unknown record node {node!r}")
+_CONSTS: dict = {}
+
+
+def _nconsts(node) -> int:
+    """How many constants a record structure holds (in the order `_node` flattens them)."""
+    count = _CONSTS.get(node)
+    if count is None:
+        if node == "i":
+            count = 0
+        elif node == "c":
+            count = 1
+        elif node == "s":
+            count = 2
+        elif node[0] == "d":
+            count = sum(_nconsts(n) for n in node[2:])
+        elif node[0] == "B":
+            count = 10
+        else:
+            count = sum(_nconsts(n) for n in node[1:])
+        _CONSTS[node] = count
+    return count
+
+
+_SHAREABLE: dict = {}
+
+
+def _shareable(node) -> bool:
+    """Only immutable parts are shared: tuples and accesses of integers, slices and constants."""
+    answer = _SHAREABLE.get(node)
+    if answer is None:
+        if node == "i" or node == "s" or node == "c":
+            answer = True
+        elif node[0] in ("t", "A"):
+            answer = all(_shareable(c) for c in node[1:])
+        else:
+            answer = False
+        _SHAREABLE[node] = answer
+    return answer
+
+
+def _strict(x):
+    """A hashable key equal for two values only if they are equal and of the same types all the
+    way down (1, 1.0, True and -0.0, 0.0 differ); any other object stands for itself."""
+    t = type(x)
+    if t is int or t is str or x is None:
+        return x
+    if t is tuple:
+        return ("t",) + tuple([_strict(e) for e in x])
+    if t is slice:
+        return ("s", _strict(x.start), _strict(x.stop), _strict(x.step))
+    if t is Access:
+        return ("A", _strict(x.buffer), _strict(x.index))
+    if t is float:
+        return ("f", x.hex())
+    if t is bool:
+        return ("b", x)
+    return ("o", id(x))
+
+
+class _Template:
+    """How the records of one structure, with one pattern of varying integers, are rebuilt by the
+    outermost stamping loop. A part whose integers do not vary is not rebuilt: the record of
+    iteration 0 lends it (records are never modified, nor are their parts). An access or a tuple
+    nested in a record that does vary may be equal, in every iteration, to one an earlier record
+    of the iteration builds — same structure, same constants, same integers in iteration 0 and
+    same steps: then it is built once per iteration and shared. `shares` lists those candidates in
+    pre-order: (structure, first and end integer, first and end constant, descendants that are
+    candidates too). A variant per set of decisions ("P": built here and published to the list
+    the builders share, "R": read from there, "-": built here only, None: inside an "R") gives the
+    reduced structure, the integers its builder reads and a function making its constants."""
+
+    __slots__ = ("node", "mask", "shares", "variants")
+
+    def __init__(self, node, mask: tuple):
+        self.node, self.mask = node, mask
+        self.shares: list = []
+        self.variants: dict = {}
+        self._walk(node, 0, 0, top=True, nested=False, decisions=None, out=None)
+
+    def _walk(self, node, ip: int, cp: int, top: bool, nested: bool, decisions, out, path: str = "r"):
+        """Pre-order over `node` (integers from ip, constants from cp): candidates to `shares`
+        (decisions None), or the reduced structure with `out` = (positions, constant expressions,
+        decision cursor)."""
+        ni = _ints(node)
+        if not top and not any(self.mask[ip:ip + ni]):
+            if out is not None:
+                out[1].append(f"k[{cp}]" if node == "c" else path)
+            return "c"
+        if node == "i" or node == "s":
+            if out is not None:
+                out[0].append(ip)
+                if node == "s":
+                    out[1].extend((f"k[{cp}]", f"k[{cp + 1}]"))
+            return node
+        kind = node[0]
+        if kind == "B":
+            if out is not None:
+                out[0].extend(range(ip, ip + ni))
+                out[1].extend(f"k[{cp + c}]" for c in range(10))
+            return node
+        decision = None
+        if nested and (kind == "t" or kind == "A") and _shareable(node):
+            if out is None:
+                index = len(self.shares)
+                self.shares.append([node, ip, ip + ni, cp, cp + _nconsts(node), 0])
+            else:
+                index = out[2][0]
+                out[2][0] += 1
+                decision = decisions[index]
+                if decision == "R" or decision == "P":
+                    taken = out[2][1]                              # its slot: taken[] in pre-order
+                    out[2][1] += 1
+                if decision == "R":
+                    out[2][0] += self.shares[index][5]             # its candidates are not visited
+                    out[1].append(f"s[{taken}]")
+                    return ("R",)
+        children = []
+        if kind == "I":
+            for f, child in zip(_INSTRUCTION_FIELDS, node[1:]):
+                children.append(self._walk(child, ip, cp, False, False, decisions, out, f"r.{f}"))
+                ip += _ints(child)
+                cp += _nconsts(child)
+            reduced = ("I",) + tuple(children)
+        else:
+            if kind == "d":
+                parts = [(child, f"{path}[{key!r}]") for key, child in zip(node[1], node[2:])]
+            elif kind == "A":
+                parts = [(node[1], f"{path}.buffer"), (node[2], f"{path}.index")]
+            else:                                                  # "t", "l"
+                parts = [(child, f"{path}[{i}]") for i, child in enumerate(node[1:])]
+            for child, child_path in parts:
+                children.append(self._walk(child, ip, cp, False, True, decisions, out, child_path))
+                ip += _ints(child)
+                cp += _nconsts(child)
+            reduced = (node[:2] if kind == "d" else (kind,)) + tuple(children)
+        if out is None and nested and (kind == "t" or kind == "A") and _shareable(node):
+            self.shares[index][5] = len(self.shares) - index - 1
+        if decision == "P":
+            out[1].append(f"s[{taken}]")
+            return ("P", reduced)
+        return reduced
+
+    def variant(self, decisions: tuple):
+        """(builder, positions of its integers in the record's, constants function) for these
+        decisions; the function takes (record, its flattened constants, slots of its "P"/"R")."""
+        found = self.variants.get(decisions)
+        if found is None:
+            positions, exprs = [], []
+            reduced = self._walk(self.node, 0, 0, top=True, nested=False, decisions=decisions,
+                                 out=(positions, exprs, [0, 0]))
+            source = f"def consts(r, k, s):\n    return ({''.join(e + ', ' for e in exprs)})\n"
+            scope: dict = {}
+            exec(compile(source, "<trnlab.nki.loops constants>", "exec"), scope)
+            found = self.variants[decisions] = (_builder(reduced), tuple(positions), scope["consts"])
+        return found
+
+
+_TEMPLATES: dict = {}
+
+
+def _reduced_plan(plan: list, records: list, v0: np.ndarray, dv: np.ndarray) -> tuple:
+    """The builders of the outermost stamping loop (`_Template`): per record of an iteration
+    (builder, offset of its integers among the varying ones read, constants), the positions of
+    those integers among all of the iteration's, and how many parts an iteration shares."""
+    v0l, dvl = v0.tolist(), dv.tolist()
+    slots: dict = {}          # candidate's key -> slot
+    uses: list = []           # per slot: how many records read it
+    chosen = []
+    for (fn, o, k, node), record in zip(plan, records):
+        steps = dvl[o:o + fn.ints]
+        mask = tuple(map(bool, steps))
+        template = _TEMPLATES.get((node, mask))
+        if template is None:
+            template = _TEMPLATES[(node, mask)] = _Template(node, mask)
+        decisions, taken = [], []
+        skip = 0
+        for index, (sub, a, b, c, d, inside) in enumerate(template.shares):
+            if index < skip:
+                decisions.append(None)
+                continue
+            key = (sub, tuple(v0l[o + a:o + b]), tuple(steps[a:b]), tuple(map(_strict, k[c:d])))
+            slot = slots.get(key)
+            if slot is None:
+                slot = slots[key] = len(uses)
+                uses.append(0)
+                decisions.append("P")
+            else:
+                uses[slot] += 1
+                decisions.append("R")
+                skip = index + 1 + inside
+            taken.append(slot)
+        chosen.append((template, decisions, taken, o, k, record))
+    reduced_plan = []
+    positions: list = []
+    for template, decisions, taken, o, k, record in chosen:
+        if "P" in decisions:           # a part nothing reads is built, not published
+            at = 0
+            kept = []
+            for index, decision in enumerate(decisions):
+                if decision == "P" or decision == "R":
+                    if decision == "P" and not uses[taken[at]]:
+                        decisions[index] = "-"
+                    else:
+                        kept.append(taken[at])
+                    at += 1
+            taken = kept
+        builder, reads, make_consts = template.variant(tuple(decisions))
+        reduced_plan.append((builder, len(positions), make_consts(record, k, taken)))
+        positions.extend(map(o.__add__, reads))
+    return reduced_plan, np.array(positions, dtype=np.int64), len(uses)
+
+
+def _note_stamped_tiles(program, buffer_plan: list, templates: list, v0: np.ndarray, dv: np.ndarray, n: int) -> None:
+    """Give allocation by liveness the rows of the buffers just stamped as arrays (ids, first and
+    last uses from `V0 + j * D`; memory, size and placement from iteration 0's buffers, which
+    their builders copy): `allocate.note_stamped_tiles`."""
+    from trnlab.hardware.allocate import _MEMORY_CODES, StampedTiles, note_stamped_tiles
+    if not buffer_plan:
+        return
+    at = {"id": [], "first": [], "last": []}
+    for fn, o, k, node in buffer_plan:        # a buffer's integers: id, [name counter], first, last
+        at["id"].append(o)
+        at["first"].append(o + fn.ints - 2)
+        at["last"].append(o + fn.ints - 1)
+    iterations = np.arange(2, n - 1, dtype=np.int64)[:, None]
+
+    def column(where: list) -> np.ndarray:      # [iteration, record] -> one row per stamped buffer
+        where = np.array(where, dtype=np.int64)
+        return (v0[where][None, :] + iterations * dv[where][None, :]).ravel()
+    ids = column(at["id"])
+    start = len(program.buffers) - len(ids)
+    if not np.array_equal(ids, np.arange(start, start + len(ids))):
+        return
+    repeat = len(iterations)
+    memories = np.tile([_MEMORY_CODES.get(b.memory, 0) for b in templates], repeat)
+    sizes = np.tile([b.partition_bytes if b.on_chip else 0 for b in templates], repeat)
+    placed = np.tile([bool(b.placement) for b in templates], repeat)
+    note_stamped_tiles(program, StampedTiles(start, start + len(ids), column(at["first"]), column(at["last"]),
+                                             memories, sizes, placed))
 
 
 # -- one loop being traced ---------------------------------------------------------------------
@@ -842,26 +1059,19 @@ class Loop:
                     append_buffer(fn(v, o, k))
         else:
             # the outermost stamping loop: parts that do not change between iterations are shared
-            # with iteration 0's records (records are never modified), only the others rebuilt
-            varying = [0] + np.cumsum(dv != 0).tolist()     # varying[p + n] - varying[p]: how many vary
-            positions: list = []
-            reduced_plan = []
-            instructions_list = program.instructions
-            for index, (fn, o, k, node) in enumerate(plan):
-                record = instructions_list[i0 + index] if index < instructions else buffers[b0 + index - instructions]
-                start = len(positions)
-                reduced_consts: list = []
-                reduced = _reduce(node, record, [o], varying, positions, reduced_consts, top=True)
-                reduced_plan.append((_builder(reduced), start, tuple(reduced_consts)))
-            positions = np.array(positions, dtype=np.int64)
+            # with iteration 0's records (records are never modified), only the others rebuilt,
+            # and equal varying parts of its records are built once per iteration (_Template)
+            records = program.instructions[i0:i1] + buffers[b0:b1]
+            reduced_plan, positions, slots = _reduced_plan(plan, records, v0, dv)
             base, delta = v0[positions], dv[positions]
             inst_plan, buf_plan = reduced_plan[:instructions], reduced_plan[instructions:]
+            shared = [None] * slots
+            extend_instructions, extend_buffers = program.instructions.extend, program.buffers.extend
             for j in range(2, n - 1):
                 v = (base + j * delta).tolist()
-                for fn, o, k in inst_plan:
-                    append_instruction(fn(v, o, k))
-                for fn, o, k in buf_plan:
-                    append_buffer(fn(v, o, k))
+                extend_instructions([fn(v, o, k, shared) for fn, o, k in inst_plan])
+                extend_buffers([fn(v, o, k, shared) for fn, o, k in buf_plan])
+            _note_stamped_tiles(program, plan[instructions:], buffers[b0:b1], v0, dv, n)
         if outside is not None:
             self._touch_outside(outside, first.nodes[:instructions], v0, dv, i0, instructions, buffers)
         names = self.tracer.launch.names
