@@ -92,3 +92,41 @@ def regroup_free_axes(x):
     out = nl.ndarray((P, F * Q), dtype=x.dtype, buffer=nl.shared_hbm)
     nisa.dma_copy(dst=out, src=out_tile)
     return out
+
+
+@nki.jit(target="trn3")
+def bytes_as_packed_fp4(x_bytes):
+    """x_bytes uint8 [P, 2F] (two FP4 values a byte, as AWS's tutorial keeps them on the host) read
+    through .ap(dtype=nl.float4_e2m1fn_x4) as [P, F] 4-packed FP4 words, loaded and stored back."""
+    P, B = x_bytes.shape
+    F = B // 2
+    src = x_bytes.ap(dtype=nl.float4_e2m1fn_x4, pattern=[[F, P], [1, F]], offset=0)
+    tile = nl.ndarray((P, F), dtype=nl.float4_e2m1fn_x4, buffer=nl.sbuf)
+    nisa.dma_copy(dst=tile, src=src)
+    out = nl.ndarray((P, F), dtype=nl.float4_e2m1fn_x4, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=tile)
+    return out
+
+
+@nki.jit(target="trn3")
+def fp4_bytes_matmul(stationary_bytes, stationary_scale, moving, moving_scale):
+    """out[M, N] = MX product of an FP4 stationary given as uint8 bytes [K, 2M] (viewed as
+    float4_e2m1fn_x4 [K, M]) and a moving x4 tile [K, N] (FP4 or FP8), scales in nc_matmul_mx's
+    layout; the result in bf16 PSUM, as AWS's tutorial writes it."""
+    K, B = stationary_bytes.shape
+    M, N = B // 2, moving.shape[1]
+    st = nl.ndarray((K, M), dtype=nl.float4_e2m1fn_x4, buffer=nl.sbuf)
+    nisa.dma_copy(dst=st, src=stationary_bytes.ap(dtype=nl.float4_e2m1fn_x4, pattern=[[M, K], [1, M]], offset=0))
+    tiles = []
+    for hbm in (stationary_scale, moving, moving_scale):
+        t = nl.ndarray(hbm.shape, dtype=hbm.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=hbm)
+        tiles.append(t)
+    st_s, mv, mv_s = tiles
+    acc = nl.ndarray((M, N), dtype=nl.bfloat16, buffer=nl.psum)
+    nisa.nc_matmul_mx(dst=acc, stationary=st, moving=mv, stationary_scale=st_s, moving_scale=mv_s)
+    result = nl.ndarray((M, N), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_copy(dst=result, src=acc)
+    out = nl.ndarray((M, N), dtype=nl.float32, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=result)
+    return out

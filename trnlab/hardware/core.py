@@ -286,8 +286,9 @@ class NeuronCore:
         attributes, so it is remembered per such key (the cost model is pure)."""
         first = reads[0] if reads else writes[0]
         key = (eid, opcode, first.free_size, len(reads), tuple(attrs.items()))
-        if cost.vector_perf_mode_possible(self.spec, _ENGINE_NAMES[eid], opcode):
-            # the performance mode depends on dtypes, memories and layout too [ARCH-v3]
+        if cost.cost_depends_on_operands(self.spec, _ENGINE_NAMES[eid], opcode):
+            # the performance mode [ARCH-v3], tensor_tensor's PSUM rule and memset's bf16 rate
+            # depend on dtypes, memories and layout too
             key += tuple(cost.operand(v) for v in reads + writes)
         ns = self._costs.get(key)
         if ns is None:
@@ -794,7 +795,7 @@ class NeuronCore:
             with np.errstate(all="ignore"):
                 self._store(dst, fn(x, y))
             self._carry_to(dst)
-        dur = self._cost_ns(eid, "tensor_tensor", (a, b), (dst,))
+        dur = self._cost_ns(eid, "tensor_tensor", (a, b), (dst,), op=name)
         return self._issue(eid, "tensor_tensor", dur, (a, b), dst)
 
     def _operand(self, operand, P: int, opcode: str, what: str, carry: bool = False):
@@ -977,7 +978,7 @@ class NeuronCore:
         self._onchip(dst, "dst", "memset", psum_ok=eid != POOL)
         if self.full:
             dst.write(np.full(dst.shape, value).astype(dst.tensor.dtype))
-        dur = self._cost_ns(eid, "memset", (), (dst,), inputs=1)
+        dur = self._cost_ns(eid, "memset", (), (dst,), inputs=1, zero=bool(np.all(np.asarray(value) == 0)))
         return self._issue(eid, "memset", dur, (), dst)
 
     def iota(self, dst, expr) -> int:

@@ -19,6 +19,8 @@ Tensor engine (a systolic array of pe_rows × pe_cols PEs, weights stationary):
   ``busy + (K - 1) + (M - 1)`` cycles after the start (`Cost.latency_cycles`). Back-to-back
   matmuls overlap this fill/drain; a reader of the PSUM tile waits for it. The cycle-level
   systolic model (systolic.py) counts the same cycles PE by PE.
+- nc_transpose is an identity matmul (N = P columns); in fp32 from NeuronCore-v3 on it runs in the
+  engine's transpose mode at half the fp32 matmul factor ("2x speedup in FP32 transpose" [ARCH-v3]).
 - LoadStationary (a new stationary tile) takes ``ceil(M / stationary_load_speedup)`` cycles
   (`Cost.setup_cycles`) and runs in the background into a shadow buffer.
 
@@ -35,7 +37,9 @@ Vector engine two documented refinements (docs/calibration.md):
   operand in PSUM), tensor_tensor 2× with both inputs in SBUF (`vector_perf_mode_factor`). Scalar
 (activation): ``activation_static_cycles + max(activation_min_cycles, N)``, + activation_min_cycles
 when it also reduces into its registers. scalar_tensor_tensor: static + 2N (N for bf16
-subtract-then-multiply). bn_aggr: static + max(MIN_II, 13 N / 3) [ISA]. iota / affine_select
+subtract-then-multiply). tensor_tensor: N, not 2N, with one input in PSUM and the other in SBUF, and
+(NeuronCore-v2) with bf16 add / multiply / subtract in SBUF [TT-COST]; memset of zero into a
+bf16/fp16 tile N/2 [MEMSET-COST] (`tensor_tensor_passes`, `memset_cycles`). bn_aggr: static + max(MIN_II, 13 N / 3) [ISA]. iota / affine_select
 (GpSimd evaluates an affine pattern): affine_static_cycles + N [ISA].
 
 DMA [DMA], [DMA-BW]: a transfer is cut into *descriptors*, one per contiguous chunk (at most one
@@ -55,6 +59,10 @@ whose engine time counts every run as at least `dma_min_burst_bytes` (ASSUMED). 
 into SBUF uses the DMA engines' hardware transpose from NeuronCore-v3 on (`dma_transpose_cost`,
 [ARCH-v3]); without it (NeuronCore-v2) it is the strided DMA it amounts to. Sources and the
 validation on AWS's published kernel latencies: docs/calibration.md.
+
+[TT-COST] AWS Neuron docs, NKI API "nki.isa.tensor_tensor" (NKI beta-1 page, Inf2/Trn1/Trn2),
+"Estimated instruction cost".
+[MEMSET-COST] AWS Neuron docs, NKI API "nki.isa.memset" (NKI beta-1 page), "Estimated instruction cost".
 """
 from __future__ import annotations
 
@@ -167,6 +175,41 @@ def vector_perf_mode_factor(spec: CoreSpec, opcode: str, reads: tuple, writes: t
     if in_psum == 0:
         return 4 if contiguous else 2
     return 2 if contiguous and in_psum == 1 else 1
+
+
+_TT_FAST_OPS = ("add", "multiply", "subtract")
+
+
+def tensor_tensor_passes(spec: CoreSpec, reads: tuple, writes: tuple, op: str | None) -> int:
+    """N cycles per pass of a Vector tensor_tensor: 1 or 2 ([TT-COST], "Estimated instruction cost":
+    "If one input tile is in PSUM and the other is in SBUF, N Vector Engine cycles"; also N when both
+    inputs are in SBUF, every operand bfloat16, the operator add, multiply or subtract, and the data
+    contiguous along the free dimension; "Otherwise, 2N"). From NeuronCore-v3 on, the bf16 case is
+    the performance mode's instead (`vector_perf_mode_factor`, which covers fp16 and any operator
+    too), so the second clause applies to NeuronCore-v2 only."""
+    memories = [o.memory for o in reads]
+    if sorted(memories) == ["psum", "sbuf"]:
+        return 1
+    if (not spec.vector_perf_mode and op in _TT_FAST_OPS and memories == ["sbuf", "sbuf"]
+            and all(o.dtype == "bfloat16" and o.inner_contiguous for o in tuple(reads) + tuple(writes))):
+        return 1
+    return 2
+
+
+def memset_cycles(spec: CoreSpec, free_size: int, dtype: str, zero: bool) -> int:
+    """memset of N elements per partition: static + N, or static + N/2 when it writes zero into a
+    bfloat16/float16 tile ([MEMSET-COST]: "If the initialized value is zero and output data type is
+    bfloat16/float16, max(MIN_II, N/2) Vector Engine cycles; Otherwise, max(MIN_II, N)"; the static
+    part is the Vector engine's, paid or hidden as for every Vector instruction)."""
+    per_partition = -(-free_size // 2) if zero and dtype in _PERF_MODE_DTYPES else free_size
+    return spec.vector_static_cycles + per_partition
+
+
+def cost_depends_on_operands(spec: CoreSpec, engine: str, opcode: str) -> bool:
+    """Do the operands' dtypes, memories or layout change this instruction's cost (not only its
+    shape)? Schedulers that remember costs by shape key on the operands too when it is True."""
+    return vector_perf_mode_possible(spec, engine, opcode) or (
+        engine == "dve" and opcode in ("tensor_tensor", "memset"))
 
 
 def vector_perf_mode_possible(spec: CoreSpec, engine: str, opcode: str) -> bool:
@@ -342,6 +385,16 @@ def cost(instr: Instruction, spec: CoreSpec) -> Cost:
         cycles = activation_cycles(spec, n)
         if a.get("reduce"):
             cycles += spec.activation_min_cycles
+    elif op == "quantize_mx":
+        # "four input elements per partition, per cycle (i.e., 4x Vector performance mode)"
+        # [ARCH-v4], "MX data-type Quantization"; N = source (fp16/bf16) elements per partition
+        cycles = spec.vector_static_cycles + -(-n // 4)
+    elif op == "memset" and engine == "dve":
+        cycles = memset_cycles(spec, n, instr.writes[0].dtype, bool(a.get("zero")))
+    elif op == "tensor_tensor" and engine == "dve":
+        factor = vector_perf_mode_factor(spec, op, instr.reads, instr.writes)
+        passes = tensor_tensor_passes(spec, instr.reads, instr.writes, a.get("op"))
+        cycles = spec.vector_static_cycles + -(-n * passes // factor)
     else:
         inputs = max(a.get("inputs", len(instr.reads) or 1), 1)
         factor = vector_perf_mode_factor(spec, op, instr.reads, instr.writes) if engine == "dve" else 1
@@ -365,6 +418,12 @@ def _tensor_engine(instr: Instruction, spec: CoreSpec, clock: float) -> Cost:
             M, N = M // 2, N // 2
         fp32 = "float32" in (st.dtype, mv.dtype)
     busy, latency = matmul_cycles(spec, K, M, N, _FP32 if fp32 else dtypes.bfloat16)
+    if instr.opcode == "nc_transpose" and fp32 and spec.generation >= "v3":
+        # the Tensor engine's transpose mode (NeuronCore-v3 on): "2x speedup in FP32 transpose, vs.
+        # no transpose mode enabled" [ARCH-v3], "Built-in Transpose Support"
+        busy, latency = matmul_cycles(spec, K, M, N, dtypes.bfloat16)
+        busy *= max(spec.fp32_matmul_factor // 2, 1)
+        latency = busy + (K - 1) + (M - 1)
     return Cost(cycles=busy, clock_hz=clock, latency_cycles=latency,
                 setup_cycles=stationary_load_cycles(spec, K, M))
 

@@ -32,7 +32,8 @@ float8_e8m0fnu = np.dtype(ml_dtypes.float8_e8m0fnu)
 float8_e5m2_x4 = np.dtype([("float8_e5m2_x4", "<u4")])
 float8_e4m3fn_x4 = np.dtype([("float8_e4m3fn_x4", "<u4")])
 PACKED_X4 = {float8_e5m2_x4: float8_e5m2, float8_e4m3fn_x4: float8_e4m3fn}   # x4 type -> element type
-# 4-packed FP4 (16 bits): named so kernels can refer to it; no instruction computes with it here
+# 4-packed FP4 (16 bits, four OCP E2M1 values, value q in bits 4q..4q+3): nc_matmul_mx's MXFP4 data
+# (its values and layout: hardware/mx.py)
 float4_e2m1fn_x4 = np.dtype([("float4_e2m1fn_x4", "<u2")])
 
 SUPPORTED = {

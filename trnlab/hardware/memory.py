@@ -117,17 +117,37 @@ class HBM:
         self.tensors.append(t)
         return t
 
-    def alias(self, tensor: Tensor, shape, name: str | None = None) -> Tensor:
+    def alias(self, tensor: Tensor, shape, name: str | None = None, dtype=None) -> Tensor:
         """Another shape for the same bytes of a whole HBM tensor (row-major). Values and the
-        written-mask are shared: what one writes, the other reads (a kernel's reshaped output)."""
+        written-mask are shared: what one writes, the other reads (a kernel's reshaped output).
+
+        ``dtype``: the bytes read as another type (shape in its elements, the last axis scaled by
+        the size ratio), e.g. uint8 bytes as 16-bit 4-packed FP4 (NKI's ``.ap(dtype=)``). The values
+        stay shared; the written-mask is derived once (an element is written if all its bytes are),
+        so such an alias is for reading what is already there."""
         shape = tuple(int(n) for n in shape)
-        data = None if tensor.data is None else tensor.data.reshape(shape)
+        new_dtype = tensor.dtype if dtype is None else dtypes.as_dtype(dtype)
+        if new_dtype.itemsize * math.prod(shape) != tensor.nbytes:
+            raise ValueError(f"HBM alias: {tensor.name} {tensor.shape} {dtypes.name(tensor.dtype)} "
+                             f"({tensor.nbytes} bytes) cannot be viewed as {shape} {dtypes.name(new_dtype)}")
+        if tensor.data is None:
+            data = None
+        elif new_dtype == tensor.dtype:
+            data = tensor.data.reshape(shape)
+        else:
+            data = np.ascontiguousarray(tensor.data).view(np.uint8).reshape(-1).view(new_dtype).reshape(shape)
         if data is not None and not np.shares_memory(data, tensor.data):
             raise ValueError(f"HBM alias: {tensor.name} {tensor.shape} cannot be viewed as {shape} "
                              "without a copy (not contiguous)")
-        t = Tensor(self, shape, tensor.dtype, name or f"{tensor.name}.reshape", None, 0,
+        t = Tensor(self, shape, new_dtype, name or f"{tensor.name}.reshape", None, 0,
                    data is not None, fill=data)
-        t.written = None if tensor.written is None else tensor.written.reshape(shape)
+        if tensor.written is None:
+            t.written = None
+        elif new_dtype == tensor.dtype:
+            t.written = tensor.written.reshape(shape)
+        else:                                   # per byte, then per element of the new type
+            per_byte = np.repeat(tensor.written.reshape(-1), tensor.dtype.itemsize)
+            t.written = per_byte.reshape(-1, new_dtype.itemsize).all(axis=1).reshape(shape)
         t.alias_of = tensor
         return t
 

@@ -4,7 +4,11 @@ From AWS's NKI API pages nki.isa.quantize_mx and nki.isa.nc_matmul_mx [MX] ("Ava
 NeuronCore-v4 and newer"):
 
 - **Data**: 4-packed FP8 (`float8_e5m2_x4`, `float8_e4m3fn_x4`): one 32-bit element holds four
-  contiguous FP8 values (`hardware.dtypes.PACKED_X4`). A tile [P, F] of x4 elements holds [P, 4F] values.
+  contiguous FP8 values (`hardware.dtypes.PACKED_X4`), value q in byte q; 4-packed FP4
+  (`float4_e2m1fn_x4`, OCP E2M1: values 0, 0.5, 1, 1.5, 2, 3, 4, 6 and their negatives): one 16-bit
+  element holds four values, value q in bits 4q..4q+3 — the order of AWS's tutorial, which stores
+  FP4 data on the host as uint8 bytes of two values, the first in the low nibble [MX-TUT]
+  (`ELEMENT_OF`). A tile [P, F] of x4 elements holds [P, 4F] values.
 - **Scale groups**: 32 values = 8 partitions x 4 values per partition, i.e. one x4 element on each of
   8 consecutive partitions; one E8M0 scale per group (uint8 or float8_e8m0fnu: value 2^(s - 127)).
 - **Scale layout** (as AWS's tutorial lays it out for nc_matmul_mx): for a data tile of P <= 32
@@ -15,18 +19,31 @@ NeuronCore-v4 and newer"):
   times larger, reserving additional range for rounding the largest values ... without
   saturation"): scale exponent = floor(log2(amax)) - emax + 1 (emax 15 for e5m2, 8 for e4m3fn);
   values = x / 2^exponent, rounded to the FP8 type (clipped to its largest finite value).
+  FP8 only: the page lists float8_e5m2_x4 / float8_e4m3fn_x4 as its outputs, and AWS's tutorial
+  asserts "FP4 not supported by Quantize-MX" [MX-TUT]; a kernel gets FP4 data quantized on the host.
+- **Host quantization** (`quantize`, what AWS's tutorial does on the CPU for FP4): the OCP sample
+  conversion [OCP-MX] — shared exponent floor(log2(amax)) - emax (2 for e2m1), values x / 2^exponent
+  rounded to nearest even and saturated to +-6 (`scale_rule="ocp"`); `scale_rule="nki"` is
+  quantize_mx's doubled scale (the default for FP8, where the instruction exists).
 - **nc_matmul_mx**: dst[M, N] (+)= sum over k and the 4 packed values q of
   (stationary[k, m, q] * 2^(s_st(k, m) - 127)) * (moving[k, n, q] * 2^(s_mv(k, n) - 127)): the contraction
-  is 4 x K. Timing: one pass of N columns, as a [K, M] x [K, N] matmul (4x the contraction per pass:
-  315 MXFP8 vs 79 BF16 TFLOPS per NeuronCore-v4 [ARCH-v4], `presets.TRN3_CORE.fp8_peak_factor`).
-- Cost of quantize_mx: not published; the Vector engine's generic static + N over the source's
-  elements per partition (ASSUMED).
+  is 4 x K. Either operand may be MXFP8 or MXFP4 ("Multiplying an MXFP8 matrix with an MXFP4 matrix is
+  also allowed" [ARCH-v4]). Timing: one pass of N columns, as a [K, M] x [K, N] matmul (4x the
+  contraction per pass: 315 MXFP8/MXFP4 vs 79 BF16 TFLOPS per NeuronCore-v4; "An MX matmul with
+  either the MXFP8 or MXFP4 datatype runs at 4x the throughput compared to a BF16/FP16 matmul"
+  [ARCH-v4]; `presets.TRN3_CORE.fp8_peak_factor`). FP4 costs what FP8 costs.
+- Cost of quantize_mx: "four input elements per partition, per cycle (i.e., 4x Vector performance
+  mode)" [ARCH-v4], "MX data-type Quantization": static + N/4 Vector cycles, N the source's elements
+  per partition (`cost.cost`); the static part as for every Vector instruction.
 
-Not simulated (refused by name): FP4 (`float4_e2m1fn_x4`: two values per byte), row tiling
-(`tile_position` / `tile_size`) of nc_matmul_mx.
+Not simulated (refused by name): row tiling (`tile_position` / `tile_size`) of nc_matmul_mx.
 
 [MX] AWS Neuron docs, NKI API "nki.isa.quantize_mx", "nki.isa.nc_matmul_mx" (NKI 0.3+ pages).
-[ARCH-v4] AWS Neuron docs, Trainium3 architecture (NeuronCore-v4 Tensor engine figures).
+[ARCH-v4] AWS Neuron docs, Trainium3 architecture guide for NKI, "Quad-MXFP8/MXFP4 Matmul Performance".
+[MX-TUT] aws-neuron/nki-samples, tutorial mxfp-matmul (mx_kernels.py, mx_cpu_utils.py).
+[OCP-MX] OCP Microscaling Formats (MX) Specification v1.0 (Sept. 2023): E2M1 elements (max normal 6),
+         E8M0 scale, the shared exponent of a block floor(log2(amax)) - emax_elem; AWS's tutorial's
+         CPU quantizer (quantize_mx_golden) computes the same.
 """
 from __future__ import annotations
 
@@ -38,7 +55,11 @@ from .core import DVE, NeuronCore, _view
 from .errors import DtypeError, HardwareError, MatmulShapeError, MemoryPlacementError
 
 SCALE_DTYPES = (dtypes.uint8, dtypes.float8_e8m0fnu)
-EMAX = {dtypes.float8_e5m2: 15, dtypes.float8_e4m3fn: 8}      # largest exponent of the element type
+float4_e2m1fn = np.dtype(ml_dtypes.float4_e2m1fn)            # one FP4 value per byte (for NumPy math)
+#: x4 type -> the type of each of its four values
+ELEMENT_OF = {**dtypes.PACKED_X4, dtypes.float4_e2m1fn_x4: float4_e2m1fn}
+MX_DATA = tuple(ELEMENT_OF)
+EMAX = {dtypes.float8_e5m2: 15, dtypes.float8_e4m3fn: 8, float4_e2m1fn: 2}   # largest exponent of the element type
 
 
 class MXError(HardwareError):
@@ -76,10 +97,10 @@ def _check_data(v, what: str):
     if v.tensor.kind != "sbuf":
         raise MemoryPlacementError(f"operand memory: {what} is in {v.tensor.kind.upper()}; MX data lives in "
                                    f"SBUF", value=v.tensor.kind, limit="sbuf")
-    if v.tensor.dtype not in dtypes.PACKED_X4:
+    if v.tensor.dtype not in MX_DATA:
         raise MXError(f"mx format: {what} is {dtypes.name(v.tensor.dtype) if v.tensor.dtype in dtypes._NAMES else v.tensor.dtype}; "
-                      f"expected 4-packed FP8 (float8_e5m2_x4 / float8_e4m3fn_x4; FP4 x4 is not simulated)",
-                      value=str(v.tensor.dtype), limit="float8_*_x4")
+                      f"expected 4-packed MX data (float8_e5m2_x4 / float8_e4m3fn_x4 / float4_e2m1fn_x4)",
+                      value=str(v.tensor.dtype), limit="*_x4")
     if v.partitions % 32 or v.partitions > 128:
         raise MXError(f"mx format: {what} has {v.partitions} partitions; MX tiles take a multiple of 32, "
                       f"at most 128", value=v.partitions, limit=128)
@@ -92,43 +113,93 @@ def _scale_region(scale, data):
     return scale.tensor[int(rows.min()):int(rows.max()) + 1, 0:data.free_size]
 
 
+def _element(x4_dtype) -> np.dtype:
+    dt = np.dtype(x4_dtype)
+    if dt not in ELEMENT_OF:
+        raise MXError(f"mx format: {dt} is not a 4-packed MX type; expected one of "
+                      f"{', '.join(dtypes.name(t) for t in MX_DATA)}", value=str(dt), limit="*_x4")
+    return ELEMENT_OF[dt]
+
+
 def unpack(values: np.ndarray, x4_dtype) -> np.ndarray:
-    """x4 words [P, F] -> float32 values [P, F, 4] (element 0 in the lowest byte)."""
-    words = np.ascontiguousarray(values).view(np.uint32)
-    fp8 = words.view(np.uint8).reshape(words.shape + (4,)).view(dtypes.PACKED_X4[np.dtype(x4_dtype)])
+    """x4 words [P, F] -> float32 values [P, F, 4] (value 0 in the lowest byte / nibble)."""
+    element = _element(x4_dtype)
+    raw = np.ascontiguousarray(values)
+    if element == float4_e2m1fn:                      # 16-bit words, four 4-bit codes
+        words = raw.view(np.uint16)
+        codes = (words[..., None] >> np.array([0, 4, 8, 12], np.uint16)) & 0xF
+        return codes.astype(np.uint8).view(float4_e2m1fn).astype(np.float32)
+    words = raw.view(np.uint32)
+    fp8 = words.view(np.uint8).reshape(words.shape + (4,)).view(element)
     return fp8.astype(np.float32)
 
 
 def pack(values: np.ndarray, x4_dtype) -> np.ndarray:
-    """float values [P, F, 4] -> x4 words [P, F] (rounded to the element type)."""
-    element = dtypes.PACKED_X4[np.dtype(x4_dtype)]
-    fp8 = np.ascontiguousarray(values.astype(np.float32).astype(element))
-    return fp8.view(np.uint8).reshape(values.shape[:-1] + (4,)).view(np.uint32)[..., 0].view(x4_dtype)
+    """float values [P, F, 4] -> x4 words [P, F] (rounded to the element type, nearest even; FP4
+    saturates at +-6)."""
+    element = _element(x4_dtype)
+    rounded = np.ascontiguousarray(np.asarray(values, np.float32).astype(element))
+    if element == float4_e2m1fn:
+        codes = (rounded.view(np.uint8) & 0xF).astype(np.uint16)
+        words = codes[..., 0] | codes[..., 1] << 4 | codes[..., 2] << 8 | codes[..., 3] << 12
+        return np.ascontiguousarray(words).view(x4_dtype)
+    return rounded.view(np.uint8).reshape(values.shape[:-1] + (4,)).view(np.uint32)[..., 0].view(x4_dtype)
+
+
+def pack_fp4_bytes(words: np.ndarray) -> np.ndarray:
+    """float4_e2m1fn_x4 words [P, F] -> the uint8 bytes [P, 2F] AWS's tutorial keeps FP4 data in on the
+    host (two values a byte, the first in the low nibble); `ap(dtype=nl.float4_e2m1fn_x4)` reads them back."""
+    w = np.ascontiguousarray(words).view(np.uint16)
+    return w.astype("<u2").view(np.uint8).reshape(w.shape[:-1] + (2 * w.shape[-1],))
+
+
+def _factors(s: np.ndarray) -> np.ndarray:
+    """2^(s - 127) of E8M0 scales (uint8 bits or float8_e8m0fnu; 255 is NaN)."""
+    if s.dtype == dtypes.float8_e8m0fnu:
+        return s.astype(np.float32)
+    return np.where(s == 255, np.nan, np.exp2(s.astype(np.float32) - 127.0))
 
 
 def scale_factors(scale_values: np.ndarray, data_partitions: int, free: int) -> np.ndarray:
-    """Per data partition and packed element, 2^(s - 127) of its group: [P, F]."""
+    """Per data partition and packed element, 2^(s - 127) of its group: [P, F] (scales in the layout
+    nc_matmul_mx reads)."""
     rows = scale_partitions(data_partitions)
-    s = np.asarray(scale_values)[rows, :free]
-    if s.dtype == dtypes.float8_e8m0fnu:
-        factors = s.astype(np.float32)
-    else:
-        factors = np.where(s == 255, np.nan, np.exp2(s.astype(np.float32) - 127.0))
-    return np.repeat(factors, 8, axis=0)
+    return np.repeat(_factors(np.asarray(scale_values)[rows, :free]), 8, axis=0)
 
 
-def quantize(x: np.ndarray, x4_dtype) -> tuple[np.ndarray, np.ndarray]:
-    """(x4 words [P, F/4], uint8 scales [P/8, F/4]) of fp values x [P, F] (see the module docstring)."""
-    element = dtypes.PACKED_X4[np.dtype(x4_dtype)]
+def quantize(x: np.ndarray, x4_dtype, scale_rule: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(x4 words [P, F/4], uint8 scales [P/8, F/4]) of fp values x [P, F] (see the module docstring).
+
+    scale_rule: "nki" (quantize_mx's block scale, twice the OCP one) or "ocp" (the OCP sample
+    conversion); default "nki" for FP8, "ocp" for FP4 (no instruction quantizes to FP4)."""
+    element = _element(x4_dtype)
+    rule = scale_rule or ("ocp" if element == float4_e2m1fn else "nki")
+    if rule not in ("nki", "ocp"):
+        raise ValueError(f"scale_rule must be 'nki' or 'ocp', got {scale_rule!r}")
     P, F = x.shape
+    if P % 8 or F % 4:
+        raise MXError(f"mx format: a [{P}, {F}] tile does not split into groups of 8 partitions x 4 values",
+                      value=(P, F), limit="P % 8 == 0, F % 4 == 0")
     groups = np.abs(x.astype(np.float32)).reshape(P // 8, 8, F // 4, 4).max(axis=(1, 3))
     mantissa, exponent = np.frexp(groups)                 # amax = m * 2^e, m in [0.5, 1)
-    shared = np.where(groups > 0, exponent - 1 - EMAX[element] + 1, -127)
+    shared = np.where(groups > 0, exponent - 1 - EMAX[element] + (1 if rule == "nki" else 0), -127)
     shared = np.clip(shared, -127, 127)
     factor = np.exp2(np.repeat(np.repeat(shared, 8, axis=0), 4, axis=1).astype(np.float32))
     largest = float(ml_dtypes.finfo(element).max)
     scaled = np.clip(x.astype(np.float32) / factor, -largest, largest)
     return pack(scaled.reshape(P, F // 4, 4), x4_dtype), (shared + 127).astype(np.uint8)
+
+
+def dequantize(words: np.ndarray, scales: np.ndarray, x4_dtype) -> np.ndarray:
+    """float32 values [P, 4F] of x4 words [P, F] and their scales ([P/8, F] as `quantize` returns
+    them, or a scale tile in quantize_mx's layout with P partitions): each value times 2^(s - 127)."""
+    P, F = words.shape
+    values = unpack(words, x4_dtype)                                       # [P, F, 4]
+    rows = np.asarray(scales)
+    if rows.shape[0] != P // 8:                                            # the on-chip layout
+        rows = rows[scale_partitions(P)]
+    factors = np.repeat(_factors(rows[:, :F]), 8, axis=0)                  # [P, F]
+    return (values * factors[..., None]).reshape(P, 4 * F)
 
 
 def quantize_mx(self, dst, src, dst_scale) -> int:
@@ -142,6 +213,11 @@ def quantize_mx(self, dst, src, dst_scale) -> int:
         raise DtypeError(f"data type: quantize_mx src is {dtypes.name(src.tensor.dtype)}; it takes float16 or "
                          f"bfloat16", value=src.tensor.dtype, limit=("float16", "bfloat16"))
     _check_data(dst, "quantize_mx dst")
+    if dst.tensor.dtype not in dtypes.PACKED_X4:
+        raise MXError("mx format: quantize_mx dst is float4_e2m1fn_x4; quantize_mx produces MXFP8 only "
+                      "(float8_e5m2_x4 / float8_e4m3fn_x4, nki.isa.quantize_mx) — quantize FP4 on the host "
+                      "(trnlab.hardware.mx.quantize), as AWS's mxfp-matmul tutorial does",
+                      value="float4_e2m1fn_x4", limit="float8_*_x4")
     if src.partitions != dst.partitions or src.free_size != 4 * dst.free_size:
         raise MXError(f"mx format: quantize_mx src {src.shape} must be [P, 4F] for dst {dst.shape} [P, F] "
                       f"(four values per packed element)", value=src.shape, limit=(dst.partitions, 4 * dst.free_size))

@@ -64,7 +64,7 @@ def bind_inputs(program: Program, core, args: list, hbm_tensors: dict | None = N
         if b.id in tensors:
             continue
         if b.alias_of is not None:
-            tensors[b.id] = core.hbm.alias(tensors[b.alias_of], b.shape, name=b.name)
+            tensors[b.id] = core.hbm.alias(tensors[b.alias_of], b.shape, name=b.name, dtype=b.dtype)
         elif b.id in inputs:
             value = args[inputs[b.id]]
             if core.full:

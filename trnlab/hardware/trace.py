@@ -81,8 +81,8 @@ class _TraceHBM(HBM):
         self._recorder._add_buffer(t, role)
         return t
 
-    def alias(self, tensor: Tensor, shape, name: str | None = None) -> Tensor:
-        t = super().alias(tensor, shape, name)
+    def alias(self, tensor: Tensor, shape, name: str | None = None, dtype=None) -> Tensor:
+        t = super().alias(tensor, shape, name, dtype)
         bid = self._recorder._add_buffer(t, "alias")
         self._recorder.program.buffers[bid].alias_of = self._recorder.buffer_of(tensor)
         return t

@@ -1,7 +1,9 @@
-"""nki.isa.quantize_mx and nki.isa.nc_matmul_mx: MX (microscaling) FP8 on NeuronCore-v4 (Trn3).
+"""nki.isa.quantize_mx and nki.isa.nc_matmul_mx: MX (microscaling) FP8 / FP4 on NeuronCore-v4 (Trn3).
 
 Destination style only, as AWS's NKI 0.3+ pages define them; the formats, layouts, rules, values and
-cost are in `trnlab.hardware.mx` (the core's instructions). FP4 (`float4_e2m1fn_x4`) is refused.
+cost are in `trnlab.hardware.mx` (the core's instructions). nc_matmul_mx takes MXFP8 and MXFP4
+(`float4_e2m1fn_x4`) operands, mixed or not; quantize_mx produces MXFP8 only, as on the chip (FP4
+data is quantized on the host: `trnlab.hardware.mx.quantize`).
 """
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from trnlab.nki.isa import Tile, instruction
 @instruction(functional=None)
 def quantize_mx(dst: Tile, src: Tile, dst_scale: Tile, name: str = "") -> None:
     """dst (4-packed FP8 [P, F/4]) and dst_scale (E8M0, one per 8 partitions x 4 values) = src
-    (fp16/bf16 [P, F], P a multiple of 32) quantized to MX on the Vector engine."""
+    (fp16/bf16 [P, F], P a multiple of 32) quantized to MX on the Vector engine (MXFP8 only)."""
     dst, src, dst_scale = issue.tile(dst, "dst"), issue.tile(src, "src"), issue.tile(dst_scale, "dst_scale")
     launch = issue.begin()
     launch.core.quantize_mx(dst=dst.hw_view(), src=src.hw_view(), dst_scale=dst_scale.hw_view())
@@ -24,8 +26,9 @@ def quantize_mx(dst: Tile, src: Tile, dst_scale: Tile, name: str = "") -> None:
 def nc_matmul_mx(dst: Tile, stationary: Tile, moving: Tile, stationary_scale: Tile, moving_scale: Tile,
                  tile_position: tuple | None = None, tile_size: tuple | None = None,
                  accumulate: bool | None = None, name: str = "") -> None:
-    """dst[M, N] (+)= MX stationary x4 [K, M] by moving x4 [K, N], each value times its group's scale
-    (a contraction of 4K values per partition column) on the Tensor engine; dst fp32 or bf16 in PSUM."""
+    """dst[M, N] (+)= MX stationary x4 [K, M] by moving x4 [K, N] (MXFP8 or MXFP4 each), each value
+    times its group's scale (a contraction of 4K values per partition column) on the Tensor engine;
+    dst fp32 or bf16 in PSUM."""
     if tile_position or tile_size:
         raise NKIError("nc_matmul_mx(tile_position=, tile_size=): row tiling of the PE array is not simulated")
     tiles = [issue.tile(t, what) for t, what in ((dst, "dst"), (stationary, "stationary"), (moving, "moving"),

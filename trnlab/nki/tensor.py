@@ -373,14 +373,15 @@ class NkiTensor:
     def ap(self, pattern, offset: int = 0, dtype=None) -> "NkiTensor":
         """An access pattern in NKI's [[stride, count], ...] form over this tensor's row-major elements
         (the first pair walks partitions): e.g. pool windows as trailing axes of a [C, H, W] tile.
-        ``dtype=`` reads the elements as another type of the same size (uint32 words as 4-packed
-        MX data, AWS's mxfp-matmul tutorial): the bits move unchanged (`hardware.dtypes.cast`)."""
+        ``dtype=`` reads the elements as another type (uint32 words, or uint8 bytes, as 4-packed MX
+        data: AWS's mxfp-matmul tutorial): the bits move unchanged (`hardware.dtypes.cast`). A type
+        of another size re-reads a whole HBM tensor's bytes, its last axis scaled by the size ratio,
+        and the pattern counts elements of the new type."""
         self._ready()
-        if dtype is not None and _dtypes.as_dtype(dtype).itemsize != np.dtype(self.dtype).itemsize:
-            raise NKIError(f".ap(dtype={_dtypes.name(dtype)}) of a {_dtypes.name(self.dtype)} tensor: reading "
-                           f"elements as a type of another size is not simulated (same-size types only)")
         if self._index is not None or self._ap is not None:
             raise NKIError(".ap() is supported on a whole tensor or tile")
+        if dtype is not None and _dtypes.as_dtype(dtype).itemsize != np.dtype(self.dtype).itemsize:
+            return self._retyped(_dtypes.as_dtype(dtype)).ap(pattern, offset)
         flat = np.asarray(offset, dtype=np.int64)
         for axis, (stride, count) in enumerate(pattern):
             shape = [1] * len(pattern)
@@ -397,6 +398,20 @@ class NkiTensor:
         if box is not None:         # a strided box: slices, so DMAs see its contiguous runs
             view._index = box
         return view
+
+    def _retyped(self, dtype) -> "NkiTensor":
+        """This whole HBM tensor's bytes as `dtype` (another element size): [..., L] -> [..., L * old / new]."""
+        old, new = np.dtype(self.dtype).itemsize, dtype.itemsize
+        last = self.shape[-1] * old
+        if self.buffer not in HBM_KINDS or last % new:
+            where = self.buffer.upper() if self.buffer not in HBM_KINDS else f"a last axis of {last} bytes"
+            raise NKIError(f".ap(dtype={_dtypes.name(dtype)}) of a {_dtypes.name(self.dtype)} tensor in {where}: "
+                           f"reading elements as a type of another size needs a whole HBM tensor whose rows hold "
+                           f"whole {new}-byte elements")
+        hw = self._hw
+        alias = hw.memory.alias(hw, tuple(self.shape[:-1]) + (last // new,), name=f"{hw.name}.as_{_dtypes.name(dtype)}",
+                                dtype=dtype)
+        return NkiTensor.allocation(alias, self.buffer, self._launch)
 
     def broadcast_to(self, shape) -> "NkiTensor":
         return _OPERATIONS.language.broadcast_to(self, shape)
