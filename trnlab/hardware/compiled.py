@@ -48,6 +48,7 @@ duration.
 """
 from __future__ import annotations
 
+import threading
 from heapq import heapify, heapreplace
 
 import numpy as np
@@ -710,6 +711,7 @@ class ValuesCore(NeuronCore):
 
     def __init__(self, spec):
         super().__init__(spec, mode="full", name="values")
+        self.alias_sources = frozenset()     # ids of the HBM tensors loads may view (run_values)
 
     def bind(self, core) -> None:
         self._act_regs = core._act_regs
@@ -742,6 +744,26 @@ class ValuesCore(NeuronCore):
     def dma_copy(self, dst, src, queue=None) -> int:
         src.check_initialized()
         dst.write(np.reshape(src.values(), dst.shape))
+        return -1
+
+    def dma_load_aliasing(self, dst, src, queue=None) -> int:
+        """dma_copy of a whole SBUF tile from an HBM tensor no instruction of the program writes,
+        into a tile only matmuls read (`_aliasing_loads`): the tile holds a view of the HBM values
+        (copy on write, as a deferred matmul's snapshot) instead of a copy, where this run allows."""
+        src.check_initialized()
+        t = dst.tensor
+        values = np.reshape(src.values(), dst.shape)
+        if values.dtype != t.dtype:             # (a resident tensor of another dtype)
+            values = values.astype(t.dtype)
+        if id(src.tensor) in self.alias_sources:
+            t._data = values
+            t._shared = True
+        else:
+            t._data = np.array(values)
+            t._shared = False
+        t.poison = None
+        t.written = None
+        t._unpoisoned = False
         return -1
 
     def tensor_copy(self, dst, src, engine="vector") -> int:
@@ -782,7 +804,9 @@ def values_plan(program) -> list:
     """The program's steps for `run_values`, resolved once (cached on the program): per step the
     opcode, attributes, operands as (name, buffer id, prototype view: the operand's index parsed
     once on a value-less tensor of the buffer's shape), the tiles it allocates (buffer id,
-    prototype tensor, memory) and the tiles it frees."""
+    prototype tensor, memory), the tiles it frees, the instruction's index in the program and
+    whether it is a DMA load that may alias its source (`_aliasing_loads`). The steps come in
+    `values_order` (program order, or program order with PSUM reads moved later)."""
     cached = getattr(program, "_values_plan", None)
     if cached is not None and cached[0] is program:
         return cached[1]
@@ -801,22 +825,234 @@ def values_plan(program) -> list:
                      for name, bid, index in operands)
         steps.append((opcode, attrs, ops_, tuple((bid, protos[bid], buffers[bid].memory) for bid in allocs),
                       tuple(frees)))
+    aliasing = _aliasing_loads(steps, buffers)
+    steps = [step + (k, k in aliasing) for k, step in enumerate(steps)]
+    steps = [steps[k] for k in values_order(steps, buffers, _blas.workers())]
     program._values_plan = (program, steps)
     return steps
+
+
+# Full mode runs the values of a program in program order, with two exceptions that change when
+# work is done, never what is computed (the bits are those of program order, tests/test_values_order.py):
+#
+# 1. **Later PSUM reads.** A matmul's product is computed when its PSUM tile is next read, together
+#    with every other deferred product pending then (in parallel Python threads, BLAS on one thread
+#    each: `memory.flush_pending`). A tiled kernel reads each PSUM tile right after its K loop, so
+#    there is only ever one product pending: one core works, the other waits. `values_order` moves
+#    such a read (and what depends on it) after the next tile's K loop, so `workers` products are
+#    pending at once. It does so only where each product stays the same arithmetic: in a program
+#    where every read finds the products it flushes complete ("clean": no read falls inside another
+#    tile's run of accumulating matmuls, no group reaches GROUP_K_MAX), and only moving plain data
+#    movement / elementwise steps (_MOVABLE) past steps they do not conflict with (by buffer: a
+#    write conflicts with any access; allocation and freeing count as writes).
+# 2. **Loads without a copy** (`_aliasing_loads`): a DMA of a whole SBUF tile from an HBM tensor the
+#    program never writes may hand the tile a view of the HBM array instead of a copy, when that tile
+#    is only ever an nc_matmul operand. NumPy hands such products to BLAS's gemm, which packs its
+#    operands, so a row-strided view gives the bits of a contiguous copy — except in its
+#    matrix-vector paths (M or N of 1), measured to differ, which are excluded.
+_MOVABLE = frozenset({"dma_copy", "tensor_copy", "tensor_tensor", "tensor_scalar"})
+_WINDOW_MAX = 4096          # steps a read may be moved past (bounds the planning work)
+_WRITES = frozenset(("dst", "reduce_res", "dst_scale"))    # program.WRITES
+
+
+def _roots(buffers) -> list:
+    """Buffer id -> the buffer whose bytes it is (HBM aliases share their base's)."""
+    root = list(range(len(buffers)))
+    for b in buffers:
+        r = b
+        while r.alias_of is not None:
+            r = buffers[r.alias_of]
+        root[b.id] = r.id
+    return root
+
+
+def _accesses(steps, buffers) -> tuple[list, list]:
+    """Per step the buffers (roots) it reads and those it writes, allocates or frees."""
+    root = _roots(buffers)
+    reads, writes = [], []
+    for step in steps:
+        r, w = set(), set()
+        for name, bid, _ in step[2]:
+            (w if name in _WRITES else r).add(root[bid])
+        w.update(bid for bid, _, _ in step[3])
+        w.update(step[4])
+        reads.append(r)
+        writes.append(w)
+    return reads, writes
+
+
+def values_order(steps, buffers, workers: int) -> list[int]:
+    """The order `run_values` computes the steps in: program order, with each PSUM read moved after
+    the K loops of up to `workers - 1` later tiles where that keeps every product the same (see
+    above). Returns the step indices in their new order."""
+    n = len(steps)
+    identity = list(range(n))
+    if workers < 2:
+        return identity
+    from bisect import bisect_left, bisect_right
+    from .tensor import GROUP_K_MAX
+    psum_mm = set()                 # PSUM buffers nc_matmul accumulates into
+    for opcode, _, ops_, _, _, *_ in steps:
+        if opcode == "nc_matmul":
+            dst = next(v for name, _, v in ops_ if name == "dst")
+            if not (dst.basic and dst.tensor.dtype in (dtypes.float32, dtypes.bfloat16)):
+                return identity     # computed at once (not deferred): it reads the tile itself
+            psum_mm.add(next(bid for name, bid, _ in ops_ if name == "dst"))
+    if not psum_mm:
+        return identity
+    # runs: per PSUM buffer, its matmuls between two other accesses ("touches") of it
+    runs = []                       # [first step, last step, reader step or None]
+    open_run = {}                   # bid -> [first, last, boxes {box: K}]
+    touches = []
+    for k, (opcode, _, ops_, _, _, *_) in enumerate(steps):
+        if opcode == "nc_matmul":
+            dst = next(v for name, _, v in ops_ if name == "dst")
+            bid = next(b for name, b, _ in ops_ if name == "dst")
+            st = next(v for name, _, v in ops_ if name == "stationary")
+            run = open_run.setdefault(bid, [k, k, {}])
+            run[1] = k
+            boxes = run[2]
+            box = dst.box
+            if box not in boxes and any(b is None or box is None or scheduler.overlap(b, box) for b in boxes):
+                return identity     # an overlapping region flushes every pending group
+            boxes[box] = boxes.get(box, 0) + st.partitions
+            if boxes[box] >= GROUP_K_MAX:
+                return identity     # flushed in the middle of its K loop
+            continue
+        touched = {bid for _, bid, _ in ops_ if bid in psum_mm}
+        if touched:
+            touches.append(k)
+            for bid in touched:
+                run = open_run.pop(bid, None)
+                if run is not None:
+                    runs.append([run[0], run[1], k])
+    runs.extend([r[0], r[1], None] for r in open_run.values())
+    for first, last, _ in runs:     # clean: no touch inside a run
+        if bisect_right(touches, first) < bisect_left(touches, last):
+            return identity
+    runs.sort()
+    firsts = [r[0] for r in runs]
+    lasts_max = []                  # the latest end of the runs starting up to here
+    m = -1
+    for r in runs:
+        m = max(m, r[1])
+        lasts_max.append(m)
+    touch_set = set(touches)
+    run_read_by = {r[2]: index for index, r in enumerate(runs) if r[2] is not None}
+    reads, writes = _accesses(steps, buffers)
+    batched = set()                 # runs whose products an earlier moved read already computes
+    order = []
+    k = 0
+    while k < n:
+        move = None
+        if k in run_read_by and run_read_by[k] not in batched and steps[k][0] in _MOVABLE:
+            move = _move(k, runs, firsts, lasts_max, workers, steps, reads, writes, touch_set)
+        if move is None:
+            order.append(k)
+            k += 1
+            continue
+        j, moved, passed_runs = move
+        order.extend(x for x in range(k, j + 1) if x not in moved)
+        order.extend(sorted(moved))
+        batched.update(passed_runs)
+        k = j + 1
+    return order
+
+
+def _move(i, runs, firsts, lasts_max, workers, steps, reads, writes, touches):
+    """Where the read at step `i` may go: (j, the steps moved after step j, the runs passed), or
+    None. j is the last matmul of the latest of up to `workers - 1` following runs such that no
+    run starting in (i, j] ends after j; the moved steps are the read and every step of (i, j] that
+    conflicts with a moved one — plain steps only, touching no PSUM matmul tile."""
+    from bisect import bisect_right
+    best = None
+    moved = {i}
+    d_reads, d_writes = set(reads[i]), set(writes[i])
+    scanned = i                     # steps up to here are in `moved` or not, for good
+    start = bisect_right(firsts, i)
+    if start and lasts_max[start - 1] > i:
+        return None                 # a run before the read ends after it (not clean)
+    for end in range(start, min(start + workers - 1, len(runs))):
+        j = runs[end][1]
+        if lasts_max[end] > j or j - i > _WINDOW_MAX:
+            break                   # a run in the window would still be open after j
+        ok = True
+        for x in range(scanned + 1, j + 1):
+            if (writes[x] & (d_reads | d_writes)) or (reads[x] & d_writes):
+                if steps[x][0] not in _MOVABLE or x in touches:
+                    ok = False
+                    break
+                moved.add(x)
+                d_reads |= reads[x]
+                d_writes |= writes[x]
+        if not ok:
+            break
+        scanned = j
+        best = (j, set(moved), range(start, end + 1))
+    return best
+
+
+def _aliasing_loads(steps, buffers) -> set:
+    """Steps that are DMA loads of a whole SBUF tile from an HBM tensor the program never writes
+    (nor any alias of it), the tile's only write, when every other use of the tile is as an
+    nc_matmul operand of a product with M >= 2 and N >= 2 (see above). `run_values` checks at
+    each run that the HBM tensor shares no memory with one the program writes."""
+    root = _roots(buffers)
+    aliased_roots = {root[b.id] for b in buffers if b.alias_of is not None}
+    written = set()
+    writers = {}
+    uses = {}
+    for k, (opcode, _, ops_, _, _, *_) in enumerate(steps):
+        for name, bid, _ in ops_:
+            if name in _WRITES:
+                written.add(root[bid])
+                writers.setdefault(bid, []).append(k)
+            uses.setdefault(bid, []).append(k)
+    out = set()
+    for k, (opcode, _, ops_, _, _, *_) in enumerate(steps):
+        if opcode != "dma_copy" or len(ops_) != 2:
+            continue
+        named = {name: (bid, v) for name, bid, v in ops_}
+        if set(named) != {"dst", "src"}:
+            continue
+        (d, dv), (s_, sv) = named["dst"], named["src"]
+        bd, bs = buffers[d], buffers[s_]
+        if bd.memory != "sbuf" or bs.memory != "hbm" or bd.dtype != bs.dtype or dv.shape != dv.tensor.shape:
+            continue
+        if root[s_] in written or root[s_] in aliased_roots or writers.get(d) != [k]:
+            continue
+        if all(x == k or _matmul_operand(steps[x], d) for x in uses[d]):
+            out.add(k)
+    return out
+
+
+def _matmul_operand(step, bid) -> bool:
+    """Is `bid` only an operand (stationary or moving) of this nc_matmul, whose M and N are >= 2?"""
+    opcode, _, ops_, _, _, *_ = step
+    if opcode != "nc_matmul":
+        return False
+    named = {name: (b, v) for name, b, v in ops_}
+    if named["dst"][0] == bid or not ({"stationary", "moving"} <= set(named)):
+        return False
+    return named["stationary"][1].free_size >= 2 and named["moving"][1].free_size >= 2
 
 
 class _Prepared:
     """A program's values plan bound to one values core: a tile (Tensor) per on-chip buffer, made
     once and reset at each allocation, and per step the bound method and the operand views of its
     on-chip operands, built once; only HBM operands (each run's inputs and outputs) are bound per run."""
-    __slots__ = ("program", "steps")
+    __slots__ = ("program", "steps", "alias_sources", "written_hbm")
 
     def __init__(self, program, values, memories):
         from .tensor import fresh_like
         self.program = program
         tiles = {}
         steps = []
-        for opcode, attrs, operands, allocs, frees in values_plan(program):
+        alias_sources = set()
+        for opcode, attrs, operands, allocs, frees, index, aliasing in values_plan(program):
+            if aliasing:
+                alias_sources.update(bid for name, bid, _ in operands if name == "src")
+                opcode = "dma_load_aliasing"
             for bid, proto, memory in allocs:
                 if bid not in tiles:
                     tiles[bid] = fresh_like(proto, memories[memory])
@@ -829,8 +1065,12 @@ class _Prepared:
                 else:
                     per_run.append((name, bid, proto))
             steps.append((getattr(values, opcode), fixed, tuple(per_run), tuple(tiles[bid] for bid, _, _ in allocs),
-                          tuple(tiles[bid] for bid in frees)))
+                          tuple(tiles[bid] for bid in frees), index))
         self.steps = steps
+        self.alias_sources = tuple(sorted(alias_sources))
+        self.written_hbm = tuple(sorted({bid for _, _, operands, _, _, _, _ in values_plan(program)
+                                         for name, bid, _ in operands
+                                         if name in _WRITES and program.buffers[bid].memory == "hbm"}))
 
 
 _PREPARED_PER_CORE = 32       # programs whose bound plans a values core keeps (serving: prefill + decode buckets)
@@ -848,6 +1088,24 @@ def _prepared(values, program, memories) -> _Prepared:
     return entry
 
 
+_values_cores = threading.local()
+
+
+def values_core(spec) -> ValuesCore:
+    """This thread's values core for `spec`: shared by every core of that spec the thread runs, so
+    a program's bound plan (`_Prepared`) outlives the device it first ran on (`nki.run` makes a
+    fresh device per call: rebinding the 1024^3 tiled matmul's plan was 4 ms of its 20 ms)."""
+    cores = getattr(_values_cores, "by_spec", None)
+    if cores is None:
+        cores = _values_cores.by_spec = {}
+    entry = cores.get(id(spec))
+    if entry is None or entry[0] is not spec:
+        if len(cores) >= 8:
+            cores.pop(next(iter(cores)))
+        entry = cores[id(spec)] = (spec, ValuesCore(spec))
+    return entry[1]
+
+
 def run_values(program, core, tensors: dict) -> None:
     """Compute the values of `program` on full-mode `core`: HBM tensors in `tensors` (buffer id ->
     Tensor, from `replay.bind_inputs`); on-chip tiles are the core's values tiles of the program
@@ -855,16 +1113,15 @@ def run_values(program, core, tensors: dict) -> None:
     just before its first use and emptied after its last. The core's memories do not book them (the
     timing replay keeps the memories' state)."""
     from .program import locate_instruction
-    values = getattr(core, "_values_core", None)
-    if values is None or values.spec is not core.spec:
-        values = core._values_core = ValuesCore(core.spec)
+    values = values_core(core.spec)
     values.bind(core)
-    prepared = _prepared(values, program, {"sbuf": core.sbuf, "psum": core.psum})
+    prepared = _prepared(values, program, {"sbuf": values.sbuf, "psum": values.psum})
+    values.alias_sources = _safe_alias_sources(prepared, tensors)
     live = set()
     blas = _blas.single_threaded()              # one switch of BLAS's threads per run, not per PSUM read
     blas.__enter__()
     try:
-        for k, (method, fixed, per_run, allocs, frees) in enumerate(prepared.steps):
+        for method, fixed, per_run, allocs, frees, k in prepared.steps:
             for t in allocs:
                 _reset(t)
                 live.add(t)
@@ -888,11 +1145,27 @@ def run_values(program, core, tensors: dict) -> None:
                 live.discard(t)
     finally:
         blas.__exit__(None, None, None)
+        values.alias_sources = frozenset()
         for t in live:
             _drop(t)
         rng = getattr(values, "_rng", None)
         if rng is not None:
             core._rng = rng
+
+
+def _safe_alias_sources(prepared, tensors: dict) -> frozenset:
+    """The HBM tensors this run's aliasing loads may view (ids): those sharing no memory with a
+    tensor the program writes (e.g. a resident tensor and a reshaped alias of it passed as two
+    arguments); the other loads copy."""
+    if not prepared.alias_sources:
+        return frozenset()
+    written = [tensors[bid]._data for bid in prepared.written_hbm if tensors[bid]._data is not None]
+    safe = set()
+    for bid in prepared.alias_sources:
+        t = tensors[bid]
+        if t._data is not None and t.alias_of is None and not any(np.may_share_memory(t._data, w) for w in written):
+            safe.add(id(t))
+    return frozenset(safe)
 
 
 def _reset(t: Tensor) -> None:

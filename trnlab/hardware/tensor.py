@@ -30,6 +30,8 @@ from .errors import (FreedTensorError, IndexError_, PartitionStrideError,
                      UninitializedReadError)
 from .scheduler import overlap as _overlap
 
+GROUP_K_MAX = 8192      # a deferred PSUM group is computed once its stacked K reaches this (memory bound)
+
 
 class Tensor:
     """One allocation. Create through ``core.hbm/sbuf/psum.allocate(...)`` or ``core.hbm.tensor(...)``."""
@@ -158,7 +160,7 @@ class Tensor:
             group[2].append(stationary)
             group[3].append(moving)
             group[4] += stationary[2]
-            if group[4] >= 8192:
+            if group[4] >= GROUP_K_MAX:
                 self.memory.flush_pending()
 
     def take_pending(self) -> list:
