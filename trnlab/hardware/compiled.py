@@ -738,6 +738,14 @@ class ValuesCore(NeuronCore):
         self._matmul_values(dst, st, mv, st.partitions, st.free_size, mv.free_size, accumulate)
         return -1
 
+    def nc_matmul_starting(self, dst, stationary, moving, accumulate=None) -> int:
+        """nc_matmul ending a run of matmuls into its PSUM tile that nothing adds to before the
+        tile is read (`values_order`): its products start computing in a worker thread now."""
+        self.nc_matmul(dst, stationary, moving, accumulate)
+        t = dst.tensor if type(dst) is View else dst
+        t.memory.start_pending(t)
+        return -1
+
     # The three most frequent instructions of a tiled kernel, reduced to their values (the same
     # statements as NeuronCore's full-mode branch): their rules were checked at trace and do not
     # depend on values, and their operands are the views of a values plan (never freed tiles).
@@ -826,8 +834,9 @@ def values_plan(program) -> list:
         steps.append((opcode, attrs, ops_, tuple((bid, protos[bid], buffers[bid].memory) for bid in allocs),
                       tuple(frees)))
     aliasing = _aliasing_loads(steps, buffers)
-    steps = [step + (k, k in aliasing) for k, step in enumerate(steps)]
-    steps = [steps[k] for k in values_order(steps, buffers, _blas.workers())]
+    order, starts = values_order(steps, buffers, _blas.workers())
+    steps = [step + (k, k in aliasing, k in starts) for k, step in enumerate(steps)]
+    steps = [steps[k] for k in order]
     program._values_plan = (program, steps)
     return steps
 
@@ -881,12 +890,13 @@ def _accesses(steps, buffers) -> tuple[list, list]:
     return reads, writes
 
 
-def values_order(steps, buffers, workers: int) -> list[int]:
+def values_order(steps, buffers, workers: int) -> tuple[list, set]:
     """The order `run_values` computes the steps in: program order, with each PSUM read moved after
     the K loops of up to `workers - 1` later tiles where that keeps every product the same (see
-    above). Returns the step indices in their new order."""
+    above). Returns (the step indices in their new order, the matmul steps that end a run of
+    matmuls a later step reads: there its products may start computing)."""
     n = len(steps)
-    identity = list(range(n))
+    identity = (list(range(n)), set())
     if workers < 2:
         return identity
     from bisect import bisect_left, bisect_right
@@ -940,28 +950,25 @@ def values_order(steps, buffers, workers: int) -> list[int]:
     touch_set = set(touches)
     run_read_by = {r[2]: index for index, r in enumerate(runs) if r[2] is not None}
     reads, writes = _accesses(steps, buffers)
-    batched = set()                 # runs whose products an earlier moved read already computes
     order = []
     k = 0
     while k < n:
         move = None
-        if k in run_read_by and run_read_by[k] not in batched and steps[k][0] in _MOVABLE:
+        if k in run_read_by and steps[k][0] in _MOVABLE:
             move = _move(k, runs, firsts, lasts_max, workers, steps, reads, writes, touch_set)
         if move is None:
             order.append(k)
             k += 1
             continue
-        j, moved, passed_runs = move
+        j, moved = move
         order.extend(x for x in range(k, j + 1) if x not in moved)
         order.extend(sorted(moved))
-        batched.update(passed_runs)
         k = j + 1
-    return order
+    return order, {r[1] for r in runs if r[2] is not None}
 
 
 def _move(i, runs, firsts, lasts_max, workers, steps, reads, writes, touches):
-    """Where the read at step `i` may go: (j, the steps moved after step j, the runs passed), or
-    None. j is the last matmul of the latest of up to `workers - 1` following runs such that no
+    """Where the read at step `i` may go: (j, the steps moved after step j), or None. j is the last matmul of the latest of up to `workers - 1` following runs such that no
     run starting in (i, j] ends after j; the moved steps are the read and every step of (i, j] that
     conflicts with a moved one — plain steps only, touching no PSUM matmul tile."""
     from bisect import bisect_right
@@ -988,7 +995,7 @@ def _move(i, runs, firsts, lasts_max, workers, steps, reads, writes, touches):
         if not ok:
             break
         scanned = j
-        best = (j, set(moved), range(start, end + 1))
+        best = (j, set(moved))
     return best
 
 
@@ -1049,10 +1056,12 @@ class _Prepared:
         tiles = {}
         steps = []
         alias_sources = set()
-        for opcode, attrs, operands, allocs, frees, index, aliasing in values_plan(program):
+        for opcode, attrs, operands, allocs, frees, index, aliasing, starts in values_plan(program):
             if aliasing:
                 alias_sources.update(bid for name, bid, _ in operands if name == "src")
                 opcode = "dma_load_aliasing"
+            elif starts:
+                opcode = "nc_matmul_starting"
             for bid, proto, memory in allocs:
                 if bid not in tiles:
                     tiles[bid] = fresh_like(proto, memories[memory])
@@ -1068,7 +1077,7 @@ class _Prepared:
                           tuple(tiles[bid] for bid in frees), index))
         self.steps = steps
         self.alias_sources = tuple(sorted(alias_sources))
-        self.written_hbm = tuple(sorted({bid for _, _, operands, _, _, _, _ in values_plan(program)
+        self.written_hbm = tuple(sorted({bid for _, _, operands, *_ in values_plan(program)
                                          for name, bid, _ in operands
                                          if name in _WRITES and program.buffers[bid].memory == "hbm"}))
 
@@ -1120,6 +1129,7 @@ def run_values(program, core, tensors: dict) -> None:
     live = set()
     blas = _blas.single_threaded()              # one switch of BLAS's threads per run, not per PSUM read
     blas.__enter__()
+    finished = False
     try:
         for method, fixed, per_run, allocs, frees, k in prepared.steps:
             for t in allocs:
@@ -1143,8 +1153,12 @@ def run_values(program, core, tensors: dict) -> None:
             for t in frees:
                 _drop(t)
                 live.discard(t)
+        values.psum.finish_started()
+        finished = True
     finally:
-        blas.__exit__(None, None, None)
+        if not finished:
+            values.psum.finish_started(raise_errors=False)
+        blas.__exit__(None, None, None)             # after the last product: each ran on one thread
         values.alias_sources = frozenset()
         for t in live:
             _drop(t)
@@ -1170,6 +1184,8 @@ def _safe_alias_sources(prepared, tensors: dict) -> frozenset:
 
 def _reset(t: Tensor) -> None:
     """A values tile placed again: fresh memory, nothing written (as `tensor.fresh_like`)."""
+    if t._pending is not None and type(t._pending) is not dict:
+        t.memory.flush_pending(t)                   # its products still computing (never read)
     t.freed = False
     t.version = 0
     t._shared = False
@@ -1184,6 +1200,8 @@ def _drop(t: Tensor) -> None:
     object stays with the program's bound plan for the next run. (Fresh tile objects per run were
     reference cycles with their `full` views: at batch 64 ~90,000 objects of garbage per run for the
     cyclic collector, 0.1-0.25 s.)"""
+    if t._pending is not None and type(t._pending) is not dict:
+        t.memory.flush_pending(t)                   # its products still computing (never read)
     t.freed = True
     t._pending = None
     t._shared = False

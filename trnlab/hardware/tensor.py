@@ -108,7 +108,7 @@ class Tensor:
     def data(self):
         """The values (NumPy array in the tensor's dtype); None in timing mode."""
         if self._pending is not None:
-            self.memory.flush_pending()
+            self.memory.flush_pending(self)
         if self._unpoisoned:
             self._poison()
         return self._data
@@ -142,6 +142,9 @@ class Tensor:
         turns many small BLAS calls into few large ones, which keeps full mode near NumPy's speed.
         """
         groups = self._pending
+        if groups is not None and type(groups) is not dict:     # products computing (start_pending)
+            self.memory.flush_pending(self)
+            groups = self._pending
         box = view.box
         group = None
         if groups is not None:
@@ -524,7 +527,7 @@ class View:
             t._data = np.empty_like(t._data) if self.index is None else t._data.copy()
             t._shared = False
         if t._pending is not None:
-            t.memory.flush_pending()
+            t.memory.flush_pending(t)
         if t.poison is not None:
             self.set_poison(None, "")
         if self.index is None:
