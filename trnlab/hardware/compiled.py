@@ -758,17 +758,48 @@ class ValuesCore(NeuronCore):
         """dma_copy of a whole SBUF tile from an HBM tensor no instruction of the program writes,
         into a tile only matmuls read (`_aliasing_loads`): the tile holds a view of the HBM values
         (copy on write, as a deferred matmul's snapshot) instead of a copy, where this run allows."""
-        src.check_initialized()
+        source = src.tensor
+        if source.written is not None or source.poison is not None:
+            src.check_initialized()
         t = dst.tensor
-        values = np.reshape(src.values(), dst.shape)
+        values = src.values()
+        if values.shape != t.shape:
+            values = values.reshape(t.shape)
         if values.dtype != t.dtype:             # (a resident tensor of another dtype)
             values = values.astype(t.dtype)
-        if id(src.tensor) in self.alias_sources:
+        if t._pending is not None:
+            _reset(t)                           # (products of an earlier use still computing)
+        # the tile placed (as `_reset`) and written whole (as `View.write`)
+        t.freed = False
+        t.version = 0
+        if id(source) in self.alias_sources:
             t._data = values
-            t._shared = True
+            t._shared = True                    # copy on write: the HBM values stay as they are
         else:
             t._data = np.array(values)
             t._shared = False
+        t.poison = None
+        t.written = None
+        t._unpoisoned = False
+        return -1
+
+    def tensor_copy_moving(self, dst, src, engine="vector") -> int:
+        """tensor_copy of a whole PSUM tile, at its last use, into a whole SBUF tile of the same
+        dtype at its first (`_moving_copies`): the SBUF tile takes the PSUM tile's array (the PSUM
+        tile is dropped right after) — unless some of it is garbage, then as tensor_copy."""
+        t, s = dst.tensor, src.tensor
+        values = s.data                         # (waits for its products)
+        if s.written is not None or s.poison is not None:
+            _reset(t)
+            self._tensor_copy_values(dst, src)
+            return -1
+        if t._pending is not None:
+            _reset(t)
+        t.freed = False
+        t.version = 0
+        t._data = values
+        t._shared = False
+        s._data = None
         t.poison = None
         t.written = None
         t._unpoisoned = False
@@ -812,9 +843,10 @@ def values_plan(program) -> list:
     """The program's steps for `run_values`, resolved once (cached on the program): per step the
     opcode, attributes, operands as (name, buffer id, prototype view: the operand's index parsed
     once on a value-less tensor of the buffer's shape), the tiles it allocates (buffer id,
-    prototype tensor, memory), the tiles it frees, the instruction's index in the program and
-    whether it is a DMA load that may alias its source (`_aliasing_loads`). The steps come in
-    `values_order` (program order, or program order with PSUM reads moved later)."""
+    prototype tensor, memory), the tiles it frees, the instruction's index in the program and the
+    ValuesCore method computing it where not the opcode's (`_aliasing_loads`, `_moving_copies`, the
+    matmuls ending a run in `values_order`). The steps come in `values_order` (program order, or
+    program order with PSUM reads moved later)."""
     cached = getattr(program, "_values_plan", None)
     if cached is not None and cached[0] is program:
         return cached[1]
@@ -833,9 +865,11 @@ def values_plan(program) -> list:
                      for name, bid, index in operands)
         steps.append((opcode, attrs, ops_, tuple((bid, protos[bid], buffers[bid].memory) for bid in allocs),
                       tuple(frees)))
-    aliasing = _aliasing_loads(steps, buffers)
+    variants = dict.fromkeys(_aliasing_loads(steps, buffers), "dma_load_aliasing")
+    variants.update(dict.fromkeys(_moving_copies(steps, buffers), "tensor_copy_moving"))
     order, starts = values_order(steps, buffers, _blas.workers())
-    steps = [step + (k, k in aliasing, k in starts) for k, step in enumerate(steps)]
+    variants.update(dict.fromkeys(starts, "nc_matmul_starting"))
+    steps = [step + (k, variants.get(k)) for k, step in enumerate(steps)]
     steps = [steps[k] for k in order]
     program._values_plan = (program, steps)
     return steps
@@ -1033,6 +1067,26 @@ def _aliasing_loads(steps, buffers) -> set:
     return out
 
 
+def _moving_copies(steps, buffers) -> set:
+    """Steps that are a tensor_copy of a whole PSUM tile into a whole SBUF tile of the same dtype,
+    the PSUM tile's last use and the SBUF tile's first: the SBUF tile may take the PSUM tile's array
+    instead of copying it (`ValuesCore.tensor_copy_moving`)."""
+    out = set()
+    for k, (opcode, _, ops_, allocs, frees, *_) in enumerate(steps):
+        if opcode != "tensor_copy":
+            continue
+        named = {name: (bid, v) for name, bid, v in ops_}
+        if set(named) != {"dst", "src"}:
+            continue
+        (d, dv), (s_, sv) = named["dst"], named["src"]
+        bd, bs = buffers[d], buffers[s_]
+        if (bd.memory == "sbuf" and bs.memory == "psum" and bd.dtype == bs.dtype and s_ in frees
+                and d in {bid for bid, _, _ in allocs} and dv.shape == dv.tensor.shape
+                and sv.shape == sv.tensor.shape and dv.shape == sv.shape and d != s_):
+            out.add(k)
+    return out
+
+
 def _matmul_operand(step, bid) -> bool:
     """Is `bid` only an operand (stationary or moving) of this nc_matmul, whose M and N are >= 2?"""
     opcode, _, ops_, _, _, *_ = step
@@ -1056,12 +1110,14 @@ class _Prepared:
         tiles = {}
         steps = []
         alias_sources = set()
-        for opcode, attrs, operands, allocs, frees, index, aliasing, starts in values_plan(program):
-            if aliasing:
-                alias_sources.update(bid for name, bid, _ in operands if name == "src")
-                opcode = "dma_load_aliasing"
-            elif starts:
-                opcode = "nc_matmul_starting"
+        for opcode, attrs, operands, allocs, frees, index, variant in values_plan(program):
+            loaded = None                   # the tile a load or a moving copy fills: it sets every field itself
+            if variant is not None:
+                opcode = variant
+                if variant != "nc_matmul_starting":
+                    loaded = next(bid for name, bid, _ in operands if name == "dst")
+                if variant == "dma_load_aliasing":
+                    alias_sources.update(bid for name, bid, _ in operands if name == "src")
             for bid, proto, memory in allocs:
                 if bid not in tiles:
                     tiles[bid] = fresh_like(proto, memories[memory])
@@ -1073,7 +1129,8 @@ class _Prepared:
                     fixed[name] = proto.on(tiles[bid])
                 else:
                     per_run.append((name, bid, proto))
-            steps.append((getattr(values, opcode), fixed, tuple(per_run), tuple(tiles[bid] for bid, _, _ in allocs),
+            steps.append((getattr(values, opcode), fixed, tuple(per_run),
+                          tuple((tiles[bid], bid == loaded) for bid, _, _ in allocs),
                           tuple(tiles[bid] for bid in frees), index))
         self.steps = steps
         self.alias_sources = tuple(sorted(alias_sources))
@@ -1132,8 +1189,9 @@ def run_values(program, core, tensors: dict) -> None:
     finished = False
     try:
         for method, fixed, per_run, allocs, frees, k in prepared.steps:
-            for t in allocs:
-                _reset(t)
+            for t, loaded in allocs:
+                if not loaded:
+                    _reset(t)
                 live.add(t)
             if per_run:
                 kwargs = dict(fixed)
