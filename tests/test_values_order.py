@@ -151,7 +151,8 @@ def test_a_source_sharing_memory_with_a_written_tensor_is_copied():
     program = nki.trace(ladder.matmul_tiled, lhsT, rhs)
     core = Device("trn2", cores=1, mode="full").cores[0]
     tensors = replay.bind_inputs(program, core, [lhsT, rhs])
-    prepared = compiled._prepared(compiled.values_core(core.spec), program, {})
+    values = compiled.ValuesCore(core.spec)
+    prepared = compiled._prepared(values, program, {"sbuf": values.sbuf, "psum": values.psum})
     sources = compiled._safe_alias_sources(prepared, tensors)
     assert {id(tensors[b]) for b in prepared.alias_sources} == set(sources)
     out_bid = prepared.written_hbm[0]
@@ -187,10 +188,12 @@ def test_adjacent_row_blocks_stack_as_a_view_with_the_bits_of_a_copy(blocks, row
 def test_started_products_are_waited_for_before_blas_threads_change():
     """Every product started in a worker has finished when run_values returns (BLAS's thread count
     is restored only then), and an error in one is raised by finish_started."""
-    psum = compiled.values_core(Device("trn2").spec).psum
     lhsT, rhs = _inputs(512, 256, 1024, 2, "float32")
     ladder.matmul_tiled(lhsT, rhs)
-    assert psum._started == []
+    spec = Device("trn2").spec
+    idle = compiled._idle_values_cores[id(spec)][1]
+    assert idle and all(v.psum._started == [] for v in idle)
+    psum = idle[-1].psum
     future = memory._executor().submit(lambda: 1 / 0)
     psum._started.append(future)
     with pytest.raises(ZeroDivisionError):

@@ -1154,32 +1154,50 @@ def _prepared(values, program, memories) -> _Prepared:
     return entry
 
 
-_values_cores = threading.local()
+_idle_values_cores: dict = {}       # id(spec) -> (spec, [idle ValuesCore, ...])
+_values_cores_lock = threading.Lock()
+_IDLE_PER_SPEC = 4
 
 
-def values_core(spec) -> ValuesCore:
-    """This thread's values core for `spec`: shared by every core of that spec the thread runs, so
-    a program's bound plan (`_Prepared`) outlives the device it first ran on (`nki.run` makes a
-    fresh device per call: rebinding the 1024^3 tiled matmul's plan was 4 ms of its 20 ms)."""
-    cores = getattr(_values_cores, "by_spec", None)
-    if cores is None:
-        cores = _values_cores.by_spec = {}
-    entry = cores.get(id(spec))
-    if entry is None or entry[0] is not spec:
-        if len(cores) >= 8:
-            cores.pop(next(iter(cores)))
-        entry = cores[id(spec)] = (spec, ValuesCore(spec))
-    return entry[1]
+def _take_values_core(spec) -> ValuesCore:
+    """An idle values core for `spec`, or a new one. Values cores are shared by every core of a spec
+    (one run at a time each: concurrent runs take different ones), so a program's bound plan
+    (`_Prepared`) outlives the device it first ran on: `nki.run` makes a fresh device per call, and
+    rebinding the 1024^3 tiled matmul's plan each time was a fifth of its run."""
+    with _values_cores_lock:
+        entry = _idle_values_cores.get(id(spec))
+        if entry is not None and entry[0] is spec and entry[1]:
+            return entry[1].pop()
+    return ValuesCore(spec)
+
+
+def _give_back_values_core(values: ValuesCore) -> None:
+    spec = values.spec
+    with _values_cores_lock:
+        entry = _idle_values_cores.get(id(spec))
+        if entry is None or entry[0] is not spec:
+            if len(_idle_values_cores) >= 8:
+                _idle_values_cores.pop(next(iter(_idle_values_cores)))
+            entry = _idle_values_cores[id(spec)] = (spec, [])
+        if len(entry[1]) < _IDLE_PER_SPEC:
+            entry[1].append(values)
 
 
 def run_values(program, core, tensors: dict) -> None:
     """Compute the values of `program` on full-mode `core`: HBM tensors in `tensors` (buffer id ->
-    Tensor, from `replay.bind_inputs`); on-chip tiles are the core's values tiles of the program
+    Tensor, from `replay.bind_inputs`); on-chip tiles are a values core's tiles of the program
     (`_Prepared`), each reset to fresh memory (no values written, NaN poison where read unwritten)
     just before its first use and emptied after its last. The core's memories do not book them (the
     timing replay keeps the memories' state)."""
     from .program import locate_instruction
-    values = values_core(core.spec)
+    values = _take_values_core(core.spec)
+    try:
+        _run_values(program, core, tensors, values, locate_instruction)
+    finally:
+        _give_back_values_core(values)
+
+
+def _run_values(program, core, tensors, values, locate_instruction) -> None:
     values.bind(core)
     prepared = _prepared(values, program, {"sbuf": values.sbuf, "psum": values.psum})
     values.alias_sources = _safe_alias_sources(prepared, tensors)
