@@ -199,3 +199,22 @@ def test_started_products_are_waited_for_before_blas_threads_change():
     with pytest.raises(ZeroDivisionError):
         psum.finish_started()
     assert psum._started == []
+
+
+def test_concurrent_runs_of_one_program_take_different_values_cores():
+    """Two threads running the same kernel at once (a server's requests) each get a values core of
+    their own, and the results are those of runs one after another."""
+    import threading
+    inputs = [_inputs(256, 256, 1024, seed, "float32") for seed in (7, 8, 9, 10)]
+    alone = [np.asarray(ladder.matmul_tiled(*x)) for x in inputs]
+    together = [None] * len(inputs)
+
+    def run(i):
+        together[i] = np.asarray(ladder.matmul_tiled(*inputs[i]))
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(inputs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert all(np.array_equal(a, b) for a, b in zip(alone, together))
