@@ -218,3 +218,20 @@ def test_concurrent_runs_of_one_program_take_different_values_cores():
     for t in threads:
         t.join()
     assert all(np.array_equal(a, b) for a, b in zip(alone, together))
+
+
+def test_arguments_the_program_never_writes_are_bound_without_a_copy():
+    """A launch's argument that no instruction writes holds the caller's array itself; one the
+    kernel writes is a copy, so the caller's array keeps its values."""
+    lhsT, rhs = _inputs(128, 128, 512, 11, "float32")
+    scratch = np.random.default_rng(12).standard_normal((128, 128)).astype(np.float32)
+    before = scratch.copy()
+    program = nki.trace(_load_then_overwrite_the_source, lhsT, rhs, scratch)
+    core = Device("trn2", cores=1, mode="full").cores[0]
+    tensors = replay.bind_inputs(program, core, [lhsT, rhs, scratch])
+    ids = dict(program.inputs)
+    assert np.shares_memory(tensors[ids["lhsT"]]._data, lhsT)
+    assert np.shares_memory(tensors[ids["rhs"]]._data, rhs)
+    assert not np.shares_memory(tensors[ids["scratch"]]._data, scratch)
+    _load_then_overwrite_the_source(lhsT, rhs, scratch)
+    assert np.array_equal(scratch, before)
