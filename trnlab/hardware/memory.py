@@ -64,15 +64,32 @@ def _executor() -> ThreadPoolExecutor:
 
 class _Computing:
     """A tensor's `_pending` while a worker computes its deferred products (`start_pending`)."""
-    __slots__ = ("future",)
+    __slots__ = ("future", "compute")
 
-    def __init__(self, future):
-        self.future = future
+    def __init__(self, future, compute):
+        self.future, self.compute = future, compute
 
     def wait(self, t: Tensor) -> None:
-        self.future.result()
+        """Until the products are in: computed here if no worker has started them yet (on a busy
+        machine a worker may wait milliseconds for a core; the caller has one now)."""
+        if self.future.cancel():
+            self.compute()
+        else:
+            self.future.result()
         if t._pending is self:
             t._pending = None
+
+
+def _run_parallel(calls: list) -> None:
+    """Run the callables in the pool's threads and this one: this thread takes the first, and any
+    the pool has not started by the time it gets to them."""
+    futures = [_executor().submit(c) for c in calls[1:]]
+    calls[0]()
+    for future, call in zip(futures, calls[1:]):
+        if future.cancel():
+            call()
+        else:
+            future.result()
 
 
 def _stacker(fp32_buffer):
@@ -340,7 +357,7 @@ class OnChipMemory:
                     for job in jobs:
                         job[0].apply(*job[1:])
                 else:
-                    list(_executor().map(lambda job: job[0].apply(*job[1:]), jobs))
+                    _run_parallel([lambda job=job: job[0].apply(*job[1:]) for job in jobs])
         for buffer in taken:                  # the products are done: the stacks may be reused
             scratch.setdefault(buffer.shape, []).append(buffer)
 
@@ -366,13 +383,15 @@ class OnChipMemory:
             return
         future = _executor().submit(compute)
         self._started.append(future)
-        t._pending = _Computing(future)
+        t._pending = _Computing(future, compute)
 
     def finish_started(self, raise_errors: bool = True) -> None:
         """Wait for every product `start_pending` started (their errors are raised here, unless
         the caller is already raising one)."""
         started, self._started = self._started, []
         for future in started:
+            if future.cancelled():          # computed by the thread that read it (_Computing.wait)
+                continue
             error = future.exception()
             if error is not None and raise_errors:
                 raise error
