@@ -235,3 +235,26 @@ def test_arguments_the_program_never_writes_are_bound_without_a_copy():
     assert not np.shares_memory(tensors[ids["scratch"]]._data, scratch)
     _load_then_overwrite_the_source(lhsT, rhs, scratch)
     assert np.array_equal(scratch, before)
+
+
+def test_a_reader_computes_the_products_no_worker_has_started():
+    """On a busy machine the workers may not have begun a tile's products when the tile is read:
+    the reader computes them itself (it has a core now) — with every worker held up, the kernel
+    still finishes, with the bits of program order."""
+    import threading
+    release = threading.Event()
+    blockers = [memory._executor().submit(release.wait) for _ in range(_blas.workers())]
+    lhsT, rhs = _inputs(256, 256, 1024, 13, "float32")
+    result = []
+    runner = threading.Thread(target=lambda: result.append(ladder.matmul_tiled(lhsT, rhs)))
+    try:
+        runner.start()
+        runner.join(timeout=120)                        # every started product is taken back
+        assert result, "the run waited for products no worker could start"
+        out = result[0]
+    finally:
+        release.set()
+        for b in blockers:
+            b.result()
+        runner.join()
+    assert np.array_equal(np.asarray(out), np.asarray(_checked(ladder.matmul_tiled, lhsT, rhs)))
