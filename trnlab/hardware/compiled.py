@@ -894,7 +894,7 @@ def values_plan(program) -> list:
 #    operands, so a row-strided view gives the bits of a contiguous copy — except in its
 #    matrix-vector paths (M or N of 1), measured to differ, which are excluded.
 _MOVABLE = frozenset({"dma_copy", "tensor_copy", "tensor_tensor", "tensor_scalar"})
-_WINDOW_MAX = 4096          # steps a read may be moved past (bounds the planning work)
+_WINDOW_MAX = 1024          # steps a read may be moved past (bounds the planning work)
 _WRITES = frozenset(("dst", "reduce_res", "dst_scale"))    # program.WRITES
 
 
