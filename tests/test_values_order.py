@@ -47,7 +47,7 @@ def test_tiled_matmul_reads_each_psum_tile_after_the_next_tiles_k_loop():
     tile's matmuls, each tile's last matmul starts its products, and every input load is a view."""
     lhsT, rhs = _inputs(256, 256, 1024, 0, "float32")
     program = nki.trace(ladder.matmul_tiled, lhsT, rhs)
-    order, starts = compiled.values_order(_plain_steps(program), program.buffers, workers=2)
+    order, starts = compiled.values_order(_plain_steps(program), program.buffers, ahead=1)
     opcodes = [program.instructions[k].opcode for k in order]
     reads = [i for i, op in enumerate(opcodes) if op == "tensor_copy"]
     matmuls = [i for i, op in enumerate(opcodes) if op == "nc_matmul"]
@@ -59,7 +59,7 @@ def test_tiled_matmul_reads_each_psum_tile_after_the_next_tiles_k_loop():
     variants = [step[-1] for step in compiled.values_plan(program)]
     assert variants.count("dma_load_aliasing") == 2 * 2 * tiles
     assert variants.count("tensor_copy_moving") == tiles
-    assert compiled.values_order(_plain_steps(program), program.buffers, workers=1) == (
+    assert compiled.values_order(_plain_steps(program), program.buffers, ahead=0) == (
         list(range(len(program.instructions))), set())
 
 
@@ -100,7 +100,7 @@ def test_a_read_inside_another_tiles_accumulation_keeps_program_order():
     and its values are the checked replay's."""
     lhsT, rhs = _inputs(256, 128, 512, 3, "float32")
     program = nki.trace(_read_inside_another_accumulation, lhsT, rhs)
-    assert compiled.values_order(_plain_steps(program), program.buffers, workers=4) == (
+    assert compiled.values_order(_plain_steps(program), program.buffers, ahead=4) == (
         list(range(len(program.instructions))), set())
     fast = _read_inside_another_accumulation(lhsT, rhs)
     program_order = _checked(_read_inside_another_accumulation, lhsT, rhs)

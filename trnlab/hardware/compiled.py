@@ -867,7 +867,7 @@ def values_plan(program) -> list:
                       tuple(frees)))
     variants = dict.fromkeys(_aliasing_loads(steps, buffers), "dma_load_aliasing")
     variants.update(dict.fromkeys(_moving_copies(steps, buffers), "tensor_copy_moving"))
-    order, starts = values_order(steps, buffers, _blas.workers())
+    order, starts = values_order(steps, buffers, _reads_ahead())
     variants.update(dict.fromkeys(starts, "nc_matmul_starting"))
     steps = [step + (k, variants.get(k)) for k, step in enumerate(steps)]
     steps = [steps[k] for k in order]
@@ -882,10 +882,12 @@ def values_plan(program) -> list:
 #    with every other deferred product pending then (in parallel Python threads, BLAS on one thread
 #    each: `memory.flush_pending`). A tiled kernel reads each PSUM tile right after its K loop, so
 #    there is only ever one product pending: one core works, the other waits. `values_order` moves
-#    such a read (and what depends on it) after the next tile's K loop, so `workers` products are
-#    pending at once. It does so only where each product stays the same arithmetic: in a program
-#    where every read finds the products it flushes complete ("clean": no read falls inside another
-#    tile's run of accumulating matmuls, no group reaches GROUP_K_MAX), and only moving plain data
+#    such a read (and what depends on it) after the K loops of the next tiles (as many as there are
+#    worker threads), and each tile's products start in a worker when its K loop ends
+#    (`memory.start_pending`): the workers compute while the reader issues the next tiles. It
+#    does so only where each product stays the same arithmetic: in a program where every read
+#    finds the products it flushes complete ("clean": no read falls inside another tile's run of
+#    accumulating matmuls, no group reaches GROUP_K_MAX), and only moving plain data
 #    movement / elementwise steps (_MOVABLE) past steps they do not conflict with (by buffer: a
 #    write conflicts with any access; allocation and freeing count as writes).
 # 2. **Loads without a copy** (`_aliasing_loads`): a DMA of a whole SBUF tile from an HBM tensor the
@@ -924,14 +926,21 @@ def _accesses(steps, buffers) -> tuple[list, list]:
     return reads, writes
 
 
-def values_order(steps, buffers, workers: int) -> tuple[list, set]:
+def _reads_ahead() -> int:
+    """How many later tiles' K loops a PSUM read is moved past: as many as there are workers (so
+    each worker has a product queued when the reader needs the oldest); none on one core."""
+    workers = _blas.workers()
+    return workers if workers > 1 else 0
+
+
+def values_order(steps, buffers, ahead: int) -> tuple[list, set]:
     """The order `run_values` computes the steps in: program order, with each PSUM read moved after
-    the K loops of up to `workers - 1` later tiles where that keeps every product the same (see
-    above). Returns (the step indices in their new order, the matmul steps that end a run of
-    matmuls a later step reads: there its products may start computing)."""
+    the K loops of up to `ahead` later tiles where that keeps every product the same (see above).
+    Returns (the step indices in their new order, the matmul steps that end a run of matmuls a
+    later step reads: there its products may start computing; none when `ahead` is 0)."""
     n = len(steps)
     identity = (list(range(n)), set())
-    if workers < 2:
+    if ahead < 1:
         return identity
     from bisect import bisect_left, bisect_right
     from .tensor import GROUP_K_MAX
@@ -989,7 +998,7 @@ def values_order(steps, buffers, workers: int) -> tuple[list, set]:
     while k < n:
         move = None
         if k in run_read_by and steps[k][0] in _MOVABLE:
-            move = _move(k, runs, firsts, lasts_max, workers, steps, reads, writes, touch_set)
+            move = _move(k, runs, firsts, lasts_max, ahead, steps, reads, writes, touch_set)
         if move is None:
             order.append(k)
             k += 1
@@ -1001,10 +1010,11 @@ def values_order(steps, buffers, workers: int) -> tuple[list, set]:
     return order, {r[1] for r in runs if r[2] is not None}
 
 
-def _move(i, runs, firsts, lasts_max, workers, steps, reads, writes, touches):
-    """Where the read at step `i` may go: (j, the steps moved after step j), or None. j is the last matmul of the latest of up to `workers - 1` following runs such that no
-    run starting in (i, j] ends after j; the moved steps are the read and every step of (i, j] that
-    conflicts with a moved one — plain steps only, touching no PSUM matmul tile."""
+def _move(i, runs, firsts, lasts_max, ahead, steps, reads, writes, touches):
+    """Where the read at step `i` may go: (j, the steps moved after step j), or None. j is the last
+    matmul of the latest of up to `ahead` following runs such that no run starting in (i, j] ends
+    after j; the moved steps are the read and every step of (i, j] that conflicts with a moved one
+    — plain steps only, touching no PSUM matmul tile."""
     from bisect import bisect_right
     best = None
     moved = {i}
@@ -1013,7 +1023,7 @@ def _move(i, runs, firsts, lasts_max, workers, steps, reads, writes, touches):
     start = bisect_right(firsts, i)
     if start and lasts_max[start - 1] > i:
         return None                 # a run before the read ends after it (not clean)
-    for end in range(start, min(start + workers - 1, len(runs))):
+    for end in range(start, min(start + ahead, len(runs))):
         j = runs[end][1]
         if lasts_max[end] > j or j - i > _WINDOW_MAX:
             break                   # a run in the window would still be open after j
