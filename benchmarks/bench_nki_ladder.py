@@ -7,10 +7,11 @@
    more than Trn2's 224 KiB, so trnlab refuses it (SBUFOverflowError). It runs here on a Trn2 core
    whose SBUF is enlarged to hold it (every other number, and so every time, is Trn2's).
 2. The tiled kernel (step 2) at 1024^3 in full mode (values computed) against NumPy float32 A @ B
-   measured in the same run (target: within 3x).
+   measured in the same run, interleaved (target: the median paired ratio within 3x).
 
     python benchmarks/bench_nki_ladder.py            # everything (about a minute)
     python benchmarks/bench_nki_ladder.py --quick    # one step at the full shape, the 1024^3 run
+    python benchmarks/bench_nki_ladder.py --full-mode-only   # only the 1024^3 full-mode run
 """
 from __future__ import annotations
 
@@ -52,7 +53,10 @@ def ladder_at_aws_shape(steps) -> list:
     return results
 
 
-def full_mode_tiled(n: int = 1024, repeats: int = 3) -> float:
+def full_mode_tiled(n: int = 1024, repeats: int = 9) -> float:
+    """Wall time of the tiled kernel and of NumPy's A @ B, interleaved (a change of the machine's load
+    hits both alike): the target is on the median of the paired ratios; best of each is printed too."""
+    import statistics
     rng = np.random.default_rng(0)
     A = rng.standard_normal((n, n)).astype(np.float32)
     B = rng.standard_normal((n, n)).astype(np.float32)
@@ -60,18 +64,28 @@ def full_mode_tiled(n: int = 1024, repeats: int = 3) -> float:
     expected = A @ B
     out = ladder.matmul_tiled(lhsT, B)                       # warm-up, and the values are right
     np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-2)
-    numpy_s = _best_of(lambda: A @ B, repeats)
-    kernel_s = _best_of(lambda: ladder.matmul_tiled(lhsT, B), repeats)
-    ratio = kernel_s / numpy_s
-    print(f"\nfull mode, tiled kernel at {n}^3 fp32: {kernel_s * 1e3:.1f} ms; NumPy A @ B: {numpy_s * 1e3:.1f} ms; "
-          f"ratio {ratio:.1f}x [{'ok' if ratio <= 3 else 'OVER the 3x target'}]")
+    kernel, numpy_ = [], []
+    for _ in range(repeats):
+        kernel.append(_best_of(lambda: ladder.matmul_tiled(lhsT, B), 1))
+        numpy_.append(_best_of(lambda: A @ B, 1))
+    ratios = [k / m for k, m in zip(kernel, numpy_)]
+    ratio = statistics.median(ratios)
+    print(f"\nfull mode, tiled kernel at {n}^3 fp32 ({repeats} interleaved runs): kernel median "
+          f"{statistics.median(kernel) * 1e3:.1f} ms (best {min(kernel) * 1e3:.1f}); NumPy A @ B median "
+          f"{statistics.median(numpy_) * 1e3:.1f} ms (best {min(numpy_) * 1e3:.1f}); paired ratio median "
+          f"{ratio:.2f}x (range {min(ratios):.2f}-{max(ratios):.2f}), best/best {min(kernel) / min(numpy_):.2f}x "
+          f"[{'ok' if ratio <= 3 else 'OVER the 3x target'}]")
     return ratio
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="only step 5 at the full shape")
+    parser.add_argument("--full-mode-only", action="store_true", help="only the 1024^3 full-mode run")
     args = parser.parse_args()
+    if args.full_mode_only:
+        full_mode_tiled()
+        return
     steps = [ladder.matmul_fully_blocked] if args.quick else ladder.LADDER[1:]
     results = ladder_at_aws_shape(steps)
     print("\nengine active %, ours / AWS (" + ladder.AWS_GUIDE_URL + "):")

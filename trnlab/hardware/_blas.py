@@ -4,7 +4,9 @@ OpenBLAS splits every product over all cores. For the shapes a tiled GEMM produc
 ([128, K] x [K, 512]) on a small, busy machine that costs far more in thread hand-offs than it
 gains (measured: up to 10x slower than one thread). Full mode therefore computes its deferred
 PSUM products with BLAS set to one thread, and runs independent products in parallel Python
-threads instead (NumPy releases the GIL inside BLAS).
+threads instead (NumPy releases the GIL inside BLAS): those pending together at a read
+(`memory.flush_pending`), and in the values replay each tile's products from the end of its K loop,
+beside the next tile's instructions (`memory.start_pending`, `compiled.values_order`).
 
 The switch goes through OpenBLAS's own ``*_set_num_threads`` entry point of the library NumPy
 loaded (found in /proc/self/maps, as threadpoolctl does). Where that is not available (macOS's

@@ -48,6 +48,7 @@ duration.
 """
 from __future__ import annotations
 
+import threading
 from heapq import heapify, heapreplace
 
 import numpy as np
@@ -710,6 +711,7 @@ class ValuesCore(NeuronCore):
 
     def __init__(self, spec):
         super().__init__(spec, mode="full", name="values")
+        self.alias_sources = frozenset()     # ids of the HBM tensors loads may view (run_values)
 
     def bind(self, core) -> None:
         self._act_regs = core._act_regs
@@ -736,12 +738,71 @@ class ValuesCore(NeuronCore):
         self._matmul_values(dst, st, mv, st.partitions, st.free_size, mv.free_size, accumulate)
         return -1
 
+    def nc_matmul_starting(self, dst, stationary, moving, accumulate=None) -> int:
+        """nc_matmul ending a run of matmuls into its PSUM tile that nothing adds to before the
+        tile is read (`values_order`): its products start computing in a worker thread now."""
+        self.nc_matmul(dst, stationary, moving, accumulate)
+        t = dst.tensor if type(dst) is View else dst
+        t.memory.start_pending(t)
+        return -1
+
     # The three most frequent instructions of a tiled kernel, reduced to their values (the same
     # statements as NeuronCore's full-mode branch): their rules were checked at trace and do not
     # depend on values, and their operands are the views of a values plan (never freed tiles).
     def dma_copy(self, dst, src, queue=None) -> int:
         src.check_initialized()
         dst.write(np.reshape(src.values(), dst.shape))
+        return -1
+
+    def dma_load_aliasing(self, dst, src, queue=None) -> int:
+        """dma_copy of a whole SBUF tile from an HBM tensor no instruction of the program writes,
+        into a tile only matmuls read (`_aliasing_loads`): the tile holds a view of the HBM values
+        (copy on write, as a deferred matmul's snapshot) instead of a copy, where this run allows."""
+        source = src.tensor
+        if source.written is not None or source.poison is not None:
+            src.check_initialized()
+        t = dst.tensor
+        values = src.values()
+        if values.shape != t.shape:
+            values = values.reshape(t.shape)
+        if values.dtype != t.dtype:             # (a resident tensor of another dtype)
+            values = values.astype(t.dtype)
+        if t._pending is not None:
+            _reset(t)                           # (products of an earlier use still computing)
+        # the tile placed (as `_reset`) and written whole (as `View.write`)
+        t.freed = False
+        t.version = 0
+        if id(source) in self.alias_sources:
+            t._data = values
+            t._shared = True                    # copy on write: the HBM values stay as they are
+        else:
+            t._data = np.array(values)
+            t._shared = False
+        t.poison = None
+        t.written = None
+        t._unpoisoned = False
+        return -1
+
+    def tensor_copy_moving(self, dst, src, engine="vector") -> int:
+        """tensor_copy of a whole PSUM tile, at its last use, into a whole SBUF tile of the same
+        dtype at its first (`_moving_copies`): the SBUF tile takes the PSUM tile's array (the PSUM
+        tile is dropped right after) — unless some of it is garbage, then as tensor_copy."""
+        t, s = dst.tensor, src.tensor
+        values = s.data                         # (waits for its products)
+        if s.written is not None or s.poison is not None:
+            _reset(t)
+            self._tensor_copy_values(dst, src)
+            return -1
+        if t._pending is not None:
+            _reset(t)
+        t.freed = False
+        t.version = 0
+        t._data = values
+        t._shared = False
+        s._data = None
+        t.poison = None
+        t.written = None
+        t._unpoisoned = False
         return -1
 
     def tensor_copy(self, dst, src, engine="vector") -> int:
@@ -782,7 +843,10 @@ def values_plan(program) -> list:
     """The program's steps for `run_values`, resolved once (cached on the program): per step the
     opcode, attributes, operands as (name, buffer id, prototype view: the operand's index parsed
     once on a value-less tensor of the buffer's shape), the tiles it allocates (buffer id,
-    prototype tensor, memory) and the tiles it frees."""
+    prototype tensor, memory), the tiles it frees, the instruction's index in the program and the
+    ValuesCore method computing it where not the opcode's (`_aliasing_loads`, `_moving_copies`, the
+    matmuls ending a run in `values_order`). The steps come in `values_order` (program order, or
+    program order with PSUM reads moved later)."""
     cached = getattr(program, "_values_plan", None)
     if cached is not None and cached[0] is program:
         return cached[1]
@@ -801,22 +865,269 @@ def values_plan(program) -> list:
                      for name, bid, index in operands)
         steps.append((opcode, attrs, ops_, tuple((bid, protos[bid], buffers[bid].memory) for bid in allocs),
                       tuple(frees)))
+    variants = dict.fromkeys(_aliasing_loads(steps, buffers), "dma_load_aliasing")
+    variants.update(dict.fromkeys(_moving_copies(steps, buffers), "tensor_copy_moving"))
+    order, starts = values_order(steps, buffers, _reads_ahead())
+    variants.update(dict.fromkeys(starts, "nc_matmul_starting"))
+    steps = [step + (k, variants.get(k)) for k, step in enumerate(steps)]
+    steps = [steps[k] for k in order]
     program._values_plan = (program, steps)
     return steps
+
+
+# Full mode runs the values of a program in program order, with two exceptions that change when
+# work is done, never what is computed (the bits are those of program order, tests/test_values_order.py):
+#
+# 1. **Later PSUM reads.** A matmul's product is computed when its PSUM tile is next read, together
+#    with every other deferred product pending then (in parallel Python threads, BLAS on one thread
+#    each: `memory.flush_pending`). A tiled kernel reads each PSUM tile right after its K loop, so
+#    there is only ever one product pending: one core works, the other waits. `values_order` moves
+#    such a read (and what depends on it) after the K loops of the next tiles (as many as there are
+#    worker threads), and each tile's products start in a worker when its K loop ends
+#    (`memory.start_pending`): the workers compute while the reader issues the next tiles. It
+#    does so only where each product stays the same arithmetic: in a program where every read
+#    finds the products it flushes complete ("clean": no read falls inside another tile's run of
+#    accumulating matmuls, no group reaches GROUP_K_MAX), and only moving plain data
+#    movement / elementwise steps (_MOVABLE) past steps they do not conflict with (by buffer: a
+#    write conflicts with any access; allocation and freeing count as writes).
+# 2. **Loads without a copy** (`_aliasing_loads`): a DMA of a whole SBUF tile from an HBM tensor the
+#    program never writes may hand the tile a view of the HBM array instead of a copy, when that tile
+#    is only ever an nc_matmul operand. NumPy hands such products to BLAS's gemm, which packs its
+#    operands, so a row-strided view gives the bits of a contiguous copy — except in its
+#    matrix-vector paths (M or N of 1), measured to differ, which are excluded.
+_MOVABLE = frozenset({"dma_copy", "tensor_copy", "tensor_tensor", "tensor_scalar"})
+_WINDOW_MAX = 1024          # steps a read may be moved past (bounds the planning work)
+_WRITES = frozenset(("dst", "reduce_res", "dst_scale"))    # program.WRITES
+
+
+def _roots(buffers) -> list:
+    """Buffer id -> the buffer whose bytes it is (HBM aliases share their base's)."""
+    root = list(range(len(buffers)))
+    for b in buffers:
+        r = b
+        while r.alias_of is not None:
+            r = buffers[r.alias_of]
+        root[b.id] = r.id
+    return root
+
+
+def _accesses(steps, buffers) -> tuple[list, list]:
+    """Per step the buffers (roots) it reads and those it writes, allocates or frees."""
+    root = _roots(buffers)
+    reads, writes = [], []
+    for step in steps:
+        r, w = set(), set()
+        for name, bid, _ in step[2]:
+            (w if name in _WRITES else r).add(root[bid])
+        w.update(bid for bid, _, _ in step[3])
+        w.update(step[4])
+        reads.append(r)
+        writes.append(w)
+    return reads, writes
+
+
+def _reads_ahead() -> int:
+    """How many later tiles' K loops a PSUM read is moved past: as many as there are workers (so
+    each worker has a product queued when the reader needs the oldest); none on one core."""
+    workers = _blas.workers()
+    return workers if workers > 1 else 0
+
+
+def values_order(steps, buffers, ahead: int) -> tuple[list, set]:
+    """The order `run_values` computes the steps in: program order, with each PSUM read moved after
+    the K loops of up to `ahead` later tiles where that keeps every product the same (see above).
+    Returns (the step indices in their new order, the matmul steps that end a run of matmuls a
+    later step reads: there its products may start computing; none when `ahead` is 0)."""
+    n = len(steps)
+    identity = (list(range(n)), set())
+    if ahead < 1:
+        return identity
+    from bisect import bisect_left, bisect_right
+    from .tensor import GROUP_K_MAX
+    psum_mm = set()                 # PSUM buffers nc_matmul accumulates into
+    for opcode, _, ops_, _, _, *_ in steps:
+        if opcode == "nc_matmul":
+            dst = next(v for name, _, v in ops_ if name == "dst")
+            if not (dst.basic and dst.tensor.dtype in (dtypes.float32, dtypes.bfloat16)):
+                return identity     # computed at once (not deferred): it reads the tile itself
+            psum_mm.add(next(bid for name, bid, _ in ops_ if name == "dst"))
+    if not psum_mm:
+        return identity
+    # runs: per PSUM buffer, its matmuls between two other accesses ("touches") of it
+    runs = []                       # [first step, last step, reader step or None]
+    open_run = {}                   # bid -> [first, last, boxes {box: K}]
+    touches = []
+    for k, (opcode, _, ops_, _, _, *_) in enumerate(steps):
+        if opcode == "nc_matmul":
+            dst = next(v for name, _, v in ops_ if name == "dst")
+            bid = next(b for name, b, _ in ops_ if name == "dst")
+            st = next(v for name, _, v in ops_ if name == "stationary")
+            run = open_run.setdefault(bid, [k, k, {}])
+            run[1] = k
+            boxes = run[2]
+            box = dst.box
+            if box not in boxes and any(b is None or box is None or scheduler.overlap(b, box) for b in boxes):
+                return identity     # an overlapping region flushes every pending group
+            boxes[box] = boxes.get(box, 0) + st.partitions
+            if boxes[box] >= GROUP_K_MAX:
+                return identity     # flushed in the middle of its K loop
+            continue
+        touched = {bid for _, bid, _ in ops_ if bid in psum_mm}
+        if touched:
+            touches.append(k)
+            for bid in touched:
+                run = open_run.pop(bid, None)
+                if run is not None:
+                    runs.append([run[0], run[1], k])
+    runs.extend([r[0], r[1], None] for r in open_run.values())
+    for first, last, _ in runs:     # clean: no touch inside a run
+        if bisect_right(touches, first) < bisect_left(touches, last):
+            return identity
+    runs.sort()
+    firsts = [r[0] for r in runs]
+    lasts_max = []                  # the latest end of the runs starting up to here
+    m = -1
+    for r in runs:
+        m = max(m, r[1])
+        lasts_max.append(m)
+    touch_set = set(touches)
+    run_read_by = {r[2]: index for index, r in enumerate(runs) if r[2] is not None}
+    reads, writes = _accesses(steps, buffers)
+    order = []
+    k = 0
+    while k < n:
+        move = None
+        if k in run_read_by and steps[k][0] in _MOVABLE:
+            move = _move(k, runs, firsts, lasts_max, ahead, steps, reads, writes, touch_set)
+        if move is None:
+            order.append(k)
+            k += 1
+            continue
+        j, moved = move
+        order.extend(x for x in range(k, j + 1) if x not in moved)
+        order.extend(sorted(moved))
+        k = j + 1
+    return order, {r[1] for r in runs if r[2] is not None}
+
+
+def _move(i, runs, firsts, lasts_max, ahead, steps, reads, writes, touches):
+    """Where the read at step `i` may go: (j, the steps moved after step j), or None. j is the last
+    matmul of the latest of up to `ahead` following runs such that no run starting in (i, j] ends
+    after j; the moved steps are the read and every step of (i, j] that conflicts with a moved one
+    — plain steps only, touching no PSUM matmul tile."""
+    from bisect import bisect_right
+    best = None
+    moved = {i}
+    d_reads, d_writes = set(reads[i]), set(writes[i])
+    scanned = i                     # steps up to here are in `moved` or not, for good
+    start = bisect_right(firsts, i)
+    if start and lasts_max[start - 1] > i:
+        return None                 # a run before the read ends after it (not clean)
+    for end in range(start, min(start + ahead, len(runs))):
+        j = runs[end][1]
+        if lasts_max[end] > j or j - i > _WINDOW_MAX:
+            break                   # a run in the window would still be open after j
+        ok = True
+        for x in range(scanned + 1, j + 1):
+            if (writes[x] & (d_reads | d_writes)) or (reads[x] & d_writes):
+                if steps[x][0] not in _MOVABLE or x in touches:
+                    ok = False
+                    break
+                moved.add(x)
+                d_reads |= reads[x]
+                d_writes |= writes[x]
+        if not ok:
+            break
+        scanned = j
+        best = (j, set(moved))
+    return best
+
+
+def _aliasing_loads(steps, buffers) -> set:
+    """Steps that are DMA loads of a whole SBUF tile from an HBM tensor the program never writes
+    (nor any alias of it), the tile's only write, when every other use of the tile is as an
+    nc_matmul operand of a product with M >= 2 and N >= 2 (see above). `run_values` checks at
+    each run that the HBM tensor shares no memory with one the program writes."""
+    root = _roots(buffers)
+    aliased_roots = {root[b.id] for b in buffers if b.alias_of is not None}
+    written = set()
+    writers = {}
+    uses = {}
+    for k, (opcode, _, ops_, _, _, *_) in enumerate(steps):
+        for name, bid, _ in ops_:
+            if name in _WRITES:
+                written.add(root[bid])
+                writers.setdefault(bid, []).append(k)
+            uses.setdefault(bid, []).append(k)
+    out = set()
+    for k, (opcode, _, ops_, _, _, *_) in enumerate(steps):
+        if opcode != "dma_copy" or len(ops_) != 2:
+            continue
+        named = {name: (bid, v) for name, bid, v in ops_}
+        if set(named) != {"dst", "src"}:
+            continue
+        (d, dv), (s_, sv) = named["dst"], named["src"]
+        bd, bs = buffers[d], buffers[s_]
+        if bd.memory != "sbuf" or bs.memory != "hbm" or bd.dtype != bs.dtype or dv.shape != dv.tensor.shape:
+            continue
+        if root[s_] in written or root[s_] in aliased_roots or writers.get(d) != [k]:
+            continue
+        if all(x == k or _matmul_operand(steps[x], d) for x in uses[d]):
+            out.add(k)
+    return out
+
+
+def _moving_copies(steps, buffers) -> set:
+    """Steps that are a tensor_copy of a whole PSUM tile into a whole SBUF tile of the same dtype,
+    the PSUM tile's last use and the SBUF tile's first: the SBUF tile may take the PSUM tile's array
+    instead of copying it (`ValuesCore.tensor_copy_moving`)."""
+    out = set()
+    for k, (opcode, _, ops_, allocs, frees, *_) in enumerate(steps):
+        if opcode != "tensor_copy":
+            continue
+        named = {name: (bid, v) for name, bid, v in ops_}
+        if set(named) != {"dst", "src"}:
+            continue
+        (d, dv), (s_, sv) = named["dst"], named["src"]
+        bd, bs = buffers[d], buffers[s_]
+        if (bd.memory == "sbuf" and bs.memory == "psum" and bd.dtype == bs.dtype and s_ in frees
+                and d in {bid for bid, _, _ in allocs} and dv.shape == dv.tensor.shape
+                and sv.shape == sv.tensor.shape and dv.shape == sv.shape and d != s_):
+            out.add(k)
+    return out
+
+
+def _matmul_operand(step, bid) -> bool:
+    """Is `bid` only an operand (stationary or moving) of this nc_matmul, whose M and N are >= 2?"""
+    opcode, _, ops_, _, _, *_ = step
+    if opcode != "nc_matmul":
+        return False
+    named = {name: (b, v) for name, b, v in ops_}
+    if named["dst"][0] == bid or not ({"stationary", "moving"} <= set(named)):
+        return False
+    return named["stationary"][1].free_size >= 2 and named["moving"][1].free_size >= 2
 
 
 class _Prepared:
     """A program's values plan bound to one values core: a tile (Tensor) per on-chip buffer, made
     once and reset at each allocation, and per step the bound method and the operand views of its
     on-chip operands, built once; only HBM operands (each run's inputs and outputs) are bound per run."""
-    __slots__ = ("program", "steps")
+    __slots__ = ("program", "steps", "alias_sources", "written_hbm")
 
     def __init__(self, program, values, memories):
         from .tensor import fresh_like
         self.program = program
         tiles = {}
         steps = []
-        for opcode, attrs, operands, allocs, frees in values_plan(program):
+        alias_sources = set()
+        for opcode, attrs, operands, allocs, frees, index, variant in values_plan(program):
+            loaded = None                   # the tile a load or a moving copy fills: it sets every field itself
+            if variant is not None:
+                opcode = variant
+                if variant != "nc_matmul_starting":
+                    loaded = next(bid for name, bid, _ in operands if name == "dst")
+                if variant == "dma_load_aliasing":
+                    alias_sources.update(bid for name, bid, _ in operands if name == "src")
             for bid, proto, memory in allocs:
                 if bid not in tiles:
                     tiles[bid] = fresh_like(proto, memories[memory])
@@ -828,9 +1139,14 @@ class _Prepared:
                     fixed[name] = proto.on(tiles[bid])
                 else:
                     per_run.append((name, bid, proto))
-            steps.append((getattr(values, opcode), fixed, tuple(per_run), tuple(tiles[bid] for bid, _, _ in allocs),
-                          tuple(tiles[bid] for bid in frees)))
+            steps.append((getattr(values, opcode), fixed, tuple(per_run),
+                          tuple((tiles[bid], bid == loaded) for bid, _, _ in allocs),
+                          tuple(tiles[bid] for bid in frees), index))
         self.steps = steps
+        self.alias_sources = tuple(sorted(alias_sources))
+        self.written_hbm = tuple(sorted({bid for _, _, operands, *_ in values_plan(program)
+                                         for name, bid, _ in operands
+                                         if name in _WRITES and program.buffers[bid].memory == "hbm"}))
 
 
 _PREPARED_PER_CORE = 32       # programs whose bound plans a values core keeps (serving: prefill + decode buckets)
@@ -848,25 +1164,62 @@ def _prepared(values, program, memories) -> _Prepared:
     return entry
 
 
+_idle_values_cores: dict = {}       # id(spec) -> (spec, [idle ValuesCore, ...])
+_values_cores_lock = threading.Lock()
+_IDLE_PER_SPEC = 4
+
+
+def _take_values_core(spec) -> ValuesCore:
+    """An idle values core for `spec`, or a new one. Values cores are shared by every core of a spec
+    (one run at a time each: concurrent runs take different ones), so a program's bound plan
+    (`_Prepared`) outlives the device it first ran on: `nki.run` makes a fresh device per call, and
+    rebinding the 1024^3 tiled matmul's plan each time was a tenth of its run (cProfile)."""
+    with _values_cores_lock:
+        entry = _idle_values_cores.get(id(spec))
+        if entry is not None and entry[0] is spec and entry[1]:
+            return entry[1].pop()
+    return ValuesCore(spec)
+
+
+def _give_back_values_core(values: ValuesCore) -> None:
+    spec = values.spec
+    with _values_cores_lock:
+        entry = _idle_values_cores.get(id(spec))
+        if entry is None or entry[0] is not spec:
+            if len(_idle_values_cores) >= 8:
+                _idle_values_cores.pop(next(iter(_idle_values_cores)))
+            entry = _idle_values_cores[id(spec)] = (spec, [])
+        if len(entry[1]) < _IDLE_PER_SPEC:
+            entry[1].append(values)
+
+
 def run_values(program, core, tensors: dict) -> None:
     """Compute the values of `program` on full-mode `core`: HBM tensors in `tensors` (buffer id ->
-    Tensor, from `replay.bind_inputs`); on-chip tiles are the core's values tiles of the program
+    Tensor, from `replay.bind_inputs`); on-chip tiles are a values core's tiles of the program
     (`_Prepared`), each reset to fresh memory (no values written, NaN poison where read unwritten)
     just before its first use and emptied after its last. The core's memories do not book them (the
     timing replay keeps the memories' state)."""
     from .program import locate_instruction
-    values = getattr(core, "_values_core", None)
-    if values is None or values.spec is not core.spec:
-        values = core._values_core = ValuesCore(core.spec)
+    values = _take_values_core(core.spec)
+    try:
+        _run_values(program, core, tensors, values, locate_instruction)
+    finally:
+        _give_back_values_core(values)
+
+
+def _run_values(program, core, tensors, values, locate_instruction) -> None:
     values.bind(core)
-    prepared = _prepared(values, program, {"sbuf": core.sbuf, "psum": core.psum})
+    prepared = _prepared(values, program, {"sbuf": values.sbuf, "psum": values.psum})
+    values.alias_sources = _safe_alias_sources(prepared, tensors)
     live = set()
     blas = _blas.single_threaded()              # one switch of BLAS's threads per run, not per PSUM read
     blas.__enter__()
+    finished = False
     try:
-        for k, (method, fixed, per_run, allocs, frees) in enumerate(prepared.steps):
-            for t in allocs:
-                _reset(t)
+        for method, fixed, per_run, allocs, frees, k in prepared.steps:
+            for t, loaded in allocs:
+                if not loaded:
+                    _reset(t)
                 live.add(t)
             if per_run:
                 kwargs = dict(fixed)
@@ -886,8 +1239,13 @@ def run_values(program, core, tensors: dict) -> None:
             for t in frees:
                 _drop(t)
                 live.discard(t)
+        values.psum.finish_started()
+        finished = True
     finally:
-        blas.__exit__(None, None, None)
+        if not finished:
+            values.psum.finish_started(raise_errors=False)
+        blas.__exit__(None, None, None)             # after the last product: each ran on one thread
+        values.alias_sources = frozenset()
         for t in live:
             _drop(t)
         rng = getattr(values, "_rng", None)
@@ -895,8 +1253,25 @@ def run_values(program, core, tensors: dict) -> None:
             core._rng = rng
 
 
+def _safe_alias_sources(prepared, tensors: dict) -> frozenset:
+    """The HBM tensors this run's aliasing loads may view (ids): those sharing no memory with a
+    tensor the program writes (e.g. a resident tensor and a reshaped alias of it passed as two
+    arguments); the other loads copy."""
+    if not prepared.alias_sources:
+        return frozenset()
+    written = [tensors[bid]._data for bid in prepared.written_hbm if tensors[bid]._data is not None]
+    safe = set()
+    for bid in prepared.alias_sources:
+        t = tensors[bid]
+        if t._data is not None and t.alias_of is None and not any(np.may_share_memory(t._data, w) for w in written):
+            safe.add(id(t))
+    return frozenset(safe)
+
+
 def _reset(t: Tensor) -> None:
     """A values tile placed again: fresh memory, nothing written (as `tensor.fresh_like`)."""
+    if t._pending is not None and type(t._pending) is not dict:
+        t._pending.future.cancel() or t._pending.future.exception()   # never read: drop or let end
     t.freed = False
     t.version = 0
     t._shared = False
@@ -911,6 +1286,8 @@ def _drop(t: Tensor) -> None:
     object stays with the program's bound plan for the next run. (Fresh tile objects per run were
     reference cycles with their `full` views: at batch 64 ~90,000 objects of garbage per run for the
     cyclic collector, 0.1-0.25 s.)"""
+    if t._pending is not None and type(t._pending) is not dict:
+        t._pending.future.cancel() or t._pending.future.exception()   # never read: drop or let end
     t.freed = True
     t._pending = None
     t._shared = False

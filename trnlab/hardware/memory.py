@@ -29,6 +29,7 @@ element never written raises UninitializedReadError (full mode).
 from __future__ import annotations
 
 import contextlib
+import time
 from bisect import bisect_right
 
 import math
@@ -60,6 +61,107 @@ def _executor() -> ThreadPoolExecutor:
     if _EXECUTOR is None:
         _EXECUTOR = ThreadPoolExecutor(max_workers=_blas.workers(), thread_name_prefix="trnlab-psum")
     return _EXECUTOR
+
+
+class _Computing:
+    """A tensor's `_pending` while a worker computes its deferred products (`start_pending`)."""
+    __slots__ = ("future", "compute")
+
+    def __init__(self, future, compute):
+        self.future, self.compute = future, compute
+
+    def wait(self, t: Tensor) -> None:
+        """Until the products are in: computed here if no worker has started them yet (on a busy
+        machine a worker may wait milliseconds for a core; the caller has one now)."""
+        if self.future.cancel():
+            self.compute()
+        else:
+            self.future.result()
+        if t._pending is self:
+            t._pending = None
+
+
+def _let_worker_start() -> None:
+    """Yield the GIL once: a worker just handed a product takes it now, reaches BLAS (which releases
+    it) and computes beside this thread — instead of waiting up to the interpreter's switch interval
+    (5 ms) while this thread runs Python (measured: 3 ms median delay without, 0.02-0.07 ms with)."""
+    time.sleep(0)
+
+
+def _run_parallel(calls: list) -> None:
+    """Run the callables in the pool's threads and this one: this thread takes the first, and any
+    the pool has not started by the time it gets to them."""
+    futures = [_executor().submit(c) for c in calls[1:]]
+    _let_worker_start()
+    calls[0]()
+    for future, call in zip(futures, calls[1:]):
+        if future.cancel():
+            call()
+        else:
+            future.result()
+
+
+def _stacker(fp32_buffer):
+    """`stacked(snapshots)`: the fp32 [sum K, F] operand of a deferred group (from its snapshots,
+    `Tensor.snapshot`); stacks are shared between the groups of one call's tensors. `fp32_buffer(shape)`
+    gives the array a cast into fp32 fills."""
+    stacks = {}
+
+    def concatenated(parts):
+        if all(p.dtype == np.float32 for p in parts):
+            # no cast: a plain new array measured faster here than a reused buffer (1024^3 fp32
+            # tiled kernel, 5 runs: 30.0-33.8 ms vs 31.9-34.9 ms)
+            if len(parts) == 1:
+                return parts[0]
+            stacked_view = _adjacent_rows(parts)
+            return np.concatenate(parts) if stacked_view is None else stacked_view
+        rows = sum(p.shape[0] for p in parts)
+        buffer = fp32_buffer((rows,) + parts[0].shape[1:])
+        return np.concatenate(parts, out=buffer, casting="unsafe")
+
+    def stacked(snapshots):
+        """Snapshots of whole 2-D tiles are stacked as whole arrays (shared between the tiles of
+        a block) and sliced afterwards."""
+        first_index = snapshots[0][1]
+        simple = all(s[3] for s in snapshots) and all(
+            s[0].shape == snapshots[0][0].shape and s[1] == first_index for s in snapshots)
+        key = tuple(id(s[0]) for s in snapshots)
+        if not simple:
+            key = key + (id(snapshots),)
+        if key not in stacks:
+            if simple:
+                whole = concatenated([s[0] for s in snapshots])
+            else:
+                whole = concatenated([s[0][s[1]].reshape(s[2], -1) for s in snapshots])
+            stacks[key] = whole
+        whole = stacks[key]
+        if simple and first_index is not None:
+            return whole[:, first_index[1]].reshape(whole.shape[0], -1)
+        return whole
+
+    return stacked
+
+
+def _adjacent_rows(parts):
+    """The row-stacked `parts` as one view, when they are consecutive row blocks of one array
+    (tiles loaded without a copy from a matrix in HBM: `compiled.dma_load_aliasing`), else None.
+    Only for blocks of at least 2 columns, whose products NumPy hands to BLAS's gemm (bit for bit
+    the product of the copy, which np.concatenate would make)."""
+    first = parts[0]
+    base = first.base
+    if base is None or first.ndim != 2 or first.shape[1] < 2 or first.strides[1] != first.itemsize:
+        return None
+    strides = first.strides
+    step = strides[0]
+    address = first.__array_interface__["data"][0] + first.shape[0] * step
+    for p in parts[1:]:
+        if (p.base is not base or p.strides != strides or p.shape[1] != first.shape[1]
+                or p.__array_interface__["data"][0] != address):
+            return None
+        address += p.shape[0] * step
+    rows = sum(p.shape[0] for p in parts)
+    return np.lib.stride_tricks.as_strided(first, shape=(rows, first.shape[1]), strides=strides,
+                                           writeable=False)
 
 
 class HBM:
@@ -239,9 +341,16 @@ class OnChipMemory:
         self._retired_starts: list[int] = []  # their lo, for bisect
         self.pending: list[Tensor] = []       # PSUM tensors with deferred matmul products
         self._scratch: dict[tuple, list] = {}  # shape -> float32 arrays reused by flush_pending
+        self._started: list = []              # futures of the products start_pending started
 
-    def flush_pending(self):
-        """Compute every deferred PSUM product (in parallel threads, BLAS single-threaded)."""
+    def flush_pending(self, touched: Tensor | None = None):
+        """Compute every deferred PSUM product (in parallel threads, BLAS single-threaded). When
+        `touched` (the tensor whose values are wanted) has its products already computing
+        (`start_pending`), wait for those."""
+        if touched is not None and type(touched._pending) is _Computing:
+            touched._pending.wait(touched)
+            if not self.pending:
+                return
         pending = self.pending
         if len(pending) == 1 and self._flush_one(pending[0]):
             return
@@ -250,7 +359,6 @@ class OnChipMemory:
         groups = [(t, g) for t in tensors for g in t.take_pending()]
         if not groups:
             return
-        stacks = {}
         scratch = self._scratch
         taken = []
 
@@ -261,35 +369,7 @@ class OnChipMemory:
             taken.append(buffer)
             return buffer
 
-        def concatenated(parts):
-            if all(p.dtype == np.float32 for p in parts):
-                # no cast: a plain new array measured faster here than a reused buffer (1024^3 fp32
-                # tiled kernel, 5 runs: 30.0-33.8 ms vs 31.9-34.9 ms)
-                return parts[0] if len(parts) == 1 else np.concatenate(parts)
-            rows = sum(p.shape[0] for p in parts)
-            buffer = fp32_buffer((rows,) + parts[0].shape[1:])
-            return np.concatenate(parts, out=buffer, casting="unsafe")
-
-        def stacked(snapshots):
-            """The fp32 [sum K, F] operand of a group. Snapshots of whole 2-D tiles are stacked
-            as whole arrays (shared between the tiles of a block) and sliced afterwards."""
-            first_index = snapshots[0][1]
-            simple = all(s[3] for s in snapshots) and all(
-                s[0].shape == snapshots[0][0].shape and s[1] == first_index for s in snapshots)
-            key = tuple(id(s[0]) for s in snapshots)
-            if not simple:
-                key = key + (id(snapshots),)
-            if key not in stacks:
-                if simple:
-                    whole = concatenated([s[0] for s in snapshots])
-                else:
-                    whole = concatenated([s[0][s[1]].reshape(s[2], -1) for s in snapshots])
-                stacks[key] = whole
-            whole = stacks[key]
-            if simple and first_index is not None:
-                return whole[:, first_index[1]].reshape(whole.shape[0], -1)
-            return whole
-
+        stacked = _stacker(fp32_buffer)
         jobs = [(t, g[0], g[1], stacked(g[2]), stacked(g[3])) for t, g in groups]
         if len(jobs) == 1:
             stationary, moving = jobs[0][3], jobs[0][4]       # [sum K, M], [sum K, N]
@@ -306,9 +386,45 @@ class OnChipMemory:
                     for job in jobs:
                         job[0].apply(*job[1:])
                 else:
-                    list(_executor().map(lambda job: job[0].apply(*job[1:]), jobs))
+                    _run_parallel([lambda job=job: job[0].apply(*job[1:]) for job in jobs])
         for buffer in taken:                  # the products are done: the stacks may be reused
             scratch.setdefault(buffer.shape, []).append(buffer)
+
+    def start_pending(self, t: Tensor) -> None:
+        """Start computing `t`'s deferred products now, in a worker thread, where the caller knows
+        that no matmul adds to them before their next read (full mode's values replay:
+        `compiled.values_order`); that read waits for them (`flush_pending(t)`). The same products
+        as a flush computes — only earlier, beside the caller's next instructions. Call
+        `finish_started` before BLAS's thread count changes."""
+        groups = t._pending
+        if type(groups) is not dict:
+            return
+        self.pending = [p for p in self.pending if p is not t]
+        groups = t.take_pending()
+        stacked = _stacker(lambda shape: np.empty(shape, np.float32))
+
+        def compute():
+            for view, overwrite, stationaries, movings, _ in groups:
+                t.apply(view, overwrite, stacked(stationaries), stacked(movings))
+
+        if sum(2 * g[4] * g[0].size for g in groups) < _SMALL_GROUP_FLOPS:
+            compute()                   # small: handing it to a thread costs more
+            return
+        future = _executor().submit(compute)
+        _let_worker_start()
+        self._started.append(future)
+        t._pending = _Computing(future, compute)
+
+    def finish_started(self, raise_errors: bool = True) -> None:
+        """Wait for every product `start_pending` started (their errors are raised here, unless
+        the caller is already raising one)."""
+        started, self._started = self._started, []
+        for future in started:
+            if future.cancelled():          # computed by the thread that read it (_Computing.wait)
+                continue
+            error = future.exception()
+            if error is not None and raise_errors:
+                raise error
 
     def _flush_one(self, t: Tensor) -> bool:
         """`flush_pending` of its most common case without the bookkeeping: one tensor, one group of one

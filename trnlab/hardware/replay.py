@@ -54,6 +54,26 @@ def _hbm_buffers(program: Program) -> list:
     return cached[1]
 
 
+def _read_only_inputs(program: Program) -> frozenset:
+    """The program's argument buffers that no instruction writes, directly or through an alias
+    (cached on the program)."""
+    cached = getattr(program, "_read_only_inputs", None)
+    if cached is not None and cached[0] is program.instructions:
+        return cached[1]
+    buffers = program.buffers
+
+    def root(bid):
+        while buffers[bid].alias_of is not None:
+            bid = buffers[bid].alias_of
+        return bid
+
+    written = {root(a.buffer) for ins in program.instructions for a in ins.writes()
+               if buffers[a.buffer].memory == "hbm"}
+    result = frozenset(bid for _, bid in program.inputs if root(bid) not in written)
+    program._read_only_inputs = (program.instructions, result)
+    return result
+
+
 def bind_inputs(program: Program, core, args: list, hbm_tensors: dict | None = None) -> dict:
     """HBM tensors of the program on `core`: arguments from `args` (arrays, or None in timing
     mode), constants from the program, outputs and scratch uninitialised. `hbm_tensors` may hold
@@ -68,7 +88,10 @@ def bind_inputs(program: Program, core, args: list, hbm_tensors: dict | None = N
         elif b.id in inputs:
             value = args[inputs[b.id]]
             if core.full:
-                tensors[b.id] = core.hbm.tensor(value, name=b.name, dtype=b.dtype)
+                # an input no instruction writes holds the caller's array itself (when it is one
+                # of the buffer's dtype, C-contiguous): the launch's HBM tensors end with it
+                tensors[b.id] = core.hbm.tensor(value, name=b.name, dtype=b.dtype,
+                                                copy=b.id not in _read_only_inputs(program))
             else:
                 tensors[b.id] = core.hbm.allocate(b.shape, b.dtype, name=b.name)
         elif b.data is not None:

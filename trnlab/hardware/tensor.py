@@ -30,6 +30,8 @@ from .errors import (FreedTensorError, IndexError_, PartitionStrideError,
                      UninitializedReadError)
 from .scheduler import overlap as _overlap
 
+GROUP_K_MAX = 8192      # a deferred PSUM group is computed once its stacked K reaches this (memory bound)
+
 
 class Tensor:
     """One allocation. Create through ``core.hbm/sbuf/psum.allocate(...)`` or ``core.hbm.tensor(...)``."""
@@ -106,7 +108,7 @@ class Tensor:
     def data(self):
         """The values (NumPy array in the tensor's dtype); None in timing mode."""
         if self._pending is not None:
-            self.memory.flush_pending()
+            self.memory.flush_pending(self)
         if self._unpoisoned:
             self._poison()
         return self._data
@@ -140,6 +142,9 @@ class Tensor:
         turns many small BLAS calls into few large ones, which keeps full mode near NumPy's speed.
         """
         groups = self._pending
+        if groups is not None and type(groups) is not dict:     # products computing (start_pending)
+            self.memory.flush_pending(self)
+            groups = self._pending
         box = view.box
         group = None
         if groups is not None:
@@ -158,7 +163,7 @@ class Tensor:
             group[2].append(stationary)
             group[3].append(moving)
             group[4] += stationary[2]
-            if group[4] >= 8192:
+            if group[4] >= GROUP_K_MAX:
                 self.memory.flush_pending()
 
     def take_pending(self) -> list:
@@ -522,7 +527,7 @@ class View:
             t._data = np.empty_like(t._data) if self.index is None else t._data.copy()
             t._shared = False
         if t._pending is not None:
-            t.memory.flush_pending()
+            t.memory.flush_pending(t)
         if t.poison is not None:
             self.set_poison(None, "")
         if self.index is None:
