@@ -218,10 +218,7 @@ def test_running_the_package_in_another_process_is_switched_off():
 
 
 @pytest.mark.parametrize("blocks", [
-    pytest.param((1, 1, 1), marks=pytest.mark.xfail(strict=True, reason=(
-        "since the nki.isa.tensor_tensor page's cost (PSUM + SBUF add: N cycles, docs/calibration.md) "
-        "(1, 1, 1) blocks divide every shape and reach the reference's TensorE %: the exercise needs "
-        "another bar (course owner)"))),
+    (1, 1, 1),
     (2, 1, 2), (3, 1, 3), (4, 1, 4), (16, 2, 8), (2, 1, 16)])
 def test_no_fixed_answer_passes_sbuf_blocks(blocks):
     answer = dict(zip(("TILES_IN_BLOCK_M", "TILES_IN_BLOCK_N", "TILES_IN_BLOCK_K"), blocks))

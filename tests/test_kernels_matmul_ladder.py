@@ -170,11 +170,6 @@ def test_ladder_pictures(mid_ladder):
 
 
 # -- notebook 05's block-size exercise (solutions, mistakes and stubs: tests/test_exercises.py) ---------
-@pytest.mark.xfail(strict=True, reason=(
-    "since the nki.isa.tensor_tensor page's cost (a PSUM + SBUF add streams N cycles, not 2N; "
-    "docs/calibration.md) the fp32 partial-sum adds after every K block keep up with the matmuls, so "
-    "(1, 1, 1) blocks reach the reference's TensorE % (e.g. 92.5 vs 91.6 % at M 2048, N 1024, K 2048): "
-    "the exercise nb05_sbuf_blocks needs another failing example (course owner)"))
 def test_nb05_blocks_that_fit_but_are_too_small_leave_the_tensor_engine_waiting():
     from trnlab.course.exercises import run_check
 

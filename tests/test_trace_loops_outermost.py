@@ -98,9 +98,11 @@ def test_property_outermost_stamped_elementwise_loops_equal_the_concrete_trace(r
     assert_same_program(kernel, *args, replay=rows < 16)
 
 
-def test_a_stamped_iteration_builds_an_equal_access_once_and_its_records_share_it():
+def test_a_stamped_iteration_builds_an_equal_access_once_and_its_records_share_it(monkeypatch):
     """In matmul_tiled the tile a DMA loads is the matmul's operand: one Access object for both in
-    every stamped iteration of m, and the lhsT tile's source region one object for all n."""
+    every stamped iteration of m, and the lhsT tile's source region one object for all n. (Records
+    looked up by position: traced in program order.)"""
+    monkeypatch.setattr(nki, "SCHEDULE", "program")
     from trnlab.kernels import matmul_ladder
     args = (SD((256, 128 * 12), "bfloat16"), SD((256, 1024), "bfloat16"))
     (records, slots), = _outermost_plans(matmul_ladder.matmul_tiled, *args)

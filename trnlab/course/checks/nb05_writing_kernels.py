@@ -131,8 +131,11 @@ BLOCK_KEYS = ("TILES_IN_BLOCK_M", "TILES_IN_BLOCK_N", "TILES_IN_BLOCK_K")
 # The bar is relative: the student's blocks must keep the tensor engine at least this fraction as busy
 # as the best reference blocks, simulated on the same shape in the same run. A change of the cost model
 # moves both sides; a fixed answer cannot pass, because the shapes are drawn when the check runs and
-# their tile counts (powers of two, odd numbers) have no common divisor but 1.
-RELATIVE_BAR = 0.9
+# their tile counts (powers of two, odd numbers) have no common divisor but 1 — and (1, 1, 1), which
+# divides every shape, keeps the tensor engine 90-98.7 % as busy as the reference on the shapes drawn
+# (its partial-sum add after every matmul and a load per tile cost a few points), so the bar sits at 99 %:
+# the reference solution reaches 99.6-100 % (both measured on all 34 shapes the cases can draw).
+RELATIVE_BAR = 0.99
 
 
 def _divisor_up_to(n: int, cap: int) -> int:
