@@ -769,18 +769,10 @@ class ValuesCore(NeuronCore):
             values = values.astype(t.dtype)
         if t._pending is not None:
             _reset(t)                           # (products of an earlier use still computing)
-        # the tile placed (as `_reset`) and written whole (as `View.write`)
-        t.freed = False
-        t.version = 0
         if id(source) in self.alias_sources:
-            t._data = values
-            t._shared = True                    # copy on write: the HBM values stay as they are
+            _written_whole(t, values, shared=True)    # copy on write: the HBM values stay as they are
         else:
-            t._data = np.array(values)
-            t._shared = False
-        t.poison = None
-        t.written = None
-        t._unpoisoned = False
+            _written_whole(t, np.array(values), shared=False)
         return -1
 
     def tensor_copy_moving(self, dst, src, engine="vector") -> int:
@@ -795,14 +787,8 @@ class ValuesCore(NeuronCore):
             return -1
         if t._pending is not None:
             _reset(t)
-        t.freed = False
-        t.version = 0
-        t._data = values
-        t._shared = False
+        _written_whole(t, values, shared=False)
         s._data = None
-        t.poison = None
-        t.written = None
-        t._unpoisoned = False
         return -1
 
     def tensor_copy(self, dst, src, engine="vector") -> int:
@@ -1266,6 +1252,18 @@ def _safe_alias_sources(prepared, tensors: dict) -> frozenset:
         if t._data is not None and t.alias_of is None and not any(np.may_share_memory(t._data, w) for w in written):
             safe.add(id(t))
     return frozenset(safe)
+
+
+def _written_whole(t: Tensor, data: np.ndarray, shared: bool) -> None:
+    """A values tile placed (as `_reset`) and written whole (as `View.write`) with `data`; `shared`:
+    the array is another tensor's (copy on write)."""
+    t.freed = False
+    t.version = 0
+    t._data = data
+    t._shared = shared
+    t.poison = None
+    t.written = None
+    t._unpoisoned = False
 
 
 def _reset(t: Tensor) -> None:
