@@ -10,35 +10,22 @@ from hypothesis import given, settings, strategies as st
 import trnlab.nki as nki
 from trnlab.hardware import allocate as allocation
 from trnlab.hardware import presets
-from trnlab.hardware.program import Buffer, Program
-from test_hardware_allocate_walk import buffer_rows, fast_offsets, reference_offsets
+from test_hardware_allocate_walk import buffer_rows, fast_offsets, reference_offsets, table_program
 
 SD = nki.ShapeDtype
 
 
-def _program(rows, direct_offset_kib: int = 0) -> Program:
-    """A buffer table of float32 tiles [128 partitions, elements] (the rows of the walk's test)."""
-    program = Program(name="random", target=presets.TRN2.core.name)
-    for i, (memory, first, live, elements, direct) in enumerate(rows):
-        placement = None
-        if direct and memory == "psum":
-            placement = {"offset": (direct_offset_kib % 8) * 2048, "kind": "psum"}
-        elif direct:
-            placement = {"offset": direct_offset_kib * 1024 * 12, "kind": "sbuf"}
-        program.buffers.append(Buffer(id=i, name=f"t{i}", memory=memory, shape=(128, elements), dtype="float32",
-                                      partition_axis=0, first=first, last=first + live, placement=placement))
-    return program
 
 
 @settings(max_examples=300, deadline=None)
 @given(buffer_rows, st.integers(0, 15))
 def test_property_bump_runs_of_any_length_place_every_tile_where_the_plain_walk_does(rows, direct_offset_kib):
     spec = presets.TRN2.core
-    expected = reference_offsets(_program(rows, direct_offset_kib), spec)
+    expected = reference_offsets(table_program(rows, direct_offset_kib), spec)
     shortest = allocation._MIN_STRETCH
     allocation._MIN_STRETCH = 1                  # a run from every event where one may start
     try:
-        assert fast_offsets(_program(rows, direct_offset_kib), spec) == expected
+        assert fast_offsets(table_program(rows, direct_offset_kib), spec) == expected
     finally:
         allocation._MIN_STRETCH = shortest
 
@@ -66,7 +53,7 @@ def _assert_plain_walks_offsets(rows) -> int:
         return original(self, buffers, e, end, *args)
     allocation._Bump.place = counting
     try:
-        assert fast_offsets(_program(rows), spec) == reference_offsets(_program(rows), spec)
+        assert fast_offsets(table_program(rows), spec) == reference_offsets(table_program(rows), spec)
     finally:
         allocation._Bump.place = original
     return sum(placed_at_once)
@@ -84,9 +71,9 @@ def test_an_overflow_inside_what_would_be_a_run_names_the_same_tiles_as_the_plai
     # four quarters live together, then a fifth while they are: no room anywhere
     rows = [("sbuf", 0, 40, tile, False)] * 4 + [("sbuf", i, 1, 16, False) for i in range(1, 30)]
     rows += [("sbuf", 31, 2, tile, False)]
-    expected = reference_offsets(_program(rows), spec)
+    expected = reference_offsets(table_program(rows), spec)
     assert expected[0] == "overflow"
-    assert fast_offsets(_program(rows), spec) == expected
+    assert fast_offsets(table_program(rows), spec) == expected
 
 
 def _stamped(kernel, *args):

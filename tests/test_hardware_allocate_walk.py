@@ -88,20 +88,26 @@ buffer_rows = st.lists(st.tuples(st.sampled_from(["sbuf", "sbuf", "psum"]),
                        min_size=1, max_size=60)
 
 
-@settings(max_examples=300, deadline=None)
-@given(buffer_rows, st.integers(0, 15))
-def test_fast_walk_places_every_tile_where_the_plain_next_fit_walk_does(rows, direct_offset_kib):
-    spec = presets.TRN2.core
-    program = Program(name="random", target=spec.name)
+def table_program(rows, direct_offset_kib: int = 0) -> Program:
+    """A buffer table of float32 tiles [128 partitions, elements], one per (memory, first, live,
+    elements, direct) row; direct rows placed at an offset derived from `direct_offset_kib`."""
+    program = Program(name="random", target=presets.TRN2.core.name)
     for i, (memory, first, live, elements, direct) in enumerate(rows):
         placement = None
         if direct and memory == "psum":
             placement = {"offset": (direct_offset_kib % 8) * 2048, "kind": "psum"}
         elif direct:
             placement = {"offset": direct_offset_kib * 1024 * 12, "kind": "sbuf"}
-        # a float32 tile [128 partitions, elements]
         program.buffers.append(Buffer(id=i, name=f"t{i}", memory=memory, shape=(128, elements), dtype="float32",
                                       partition_axis=0, first=first, last=first + live, placement=placement))
+    return program
+
+
+@settings(max_examples=300, deadline=None)
+@given(buffer_rows, st.integers(0, 15))
+def test_fast_walk_places_every_tile_where_the_plain_next_fit_walk_does(rows, direct_offset_kib):
+    spec = presets.TRN2.core
+    program = table_program(rows, direct_offset_kib)
     expected = reference_offsets(program, spec)
     assert fast_offsets(program, spec) == expected
 

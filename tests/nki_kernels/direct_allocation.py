@@ -10,6 +10,7 @@ import trnlab.nki as nki
 import trnlab.nki.compiler as ncc
 import trnlab.nki.isa as nisa
 import trnlab.nki.language as nl
+from tests.nki_kernels.fusion import score_blocks
 
 
 @nki.jit
@@ -91,12 +92,7 @@ def all_products_then_reduce(q_tensor, k_tensor):
     is twice PSUM's 16 KiB, as in AWS's attention tutorial step 3 (it runs with the loops fused)."""
     d, s = q_tensor.shape
     out_tensor = nl.ndarray((s, s // 512), dtype=nl.float32, buffer=nl.shared_hbm)
-    q = nl.load(q_tensor)
-    k = nl.load(k_tensor)
-    qk = nl.ndarray((s // 128, s // 512, nl.par_dim(128), 512), dtype=nl.float32, buffer=nl.psum)
-    for i in nl.affine_range(s // 128):
-        for j in nl.affine_range(s // 512):
-            qk[i, j] = nisa.nc_matmul(stationary=q[:, nl.ds(i * 128, 128)], moving=k[:, nl.ds(j * 512, 512)])
+    qk = score_blocks(q_tensor, k_tensor)                 # the producer loop of tests/nki_kernels/fusion.py
     for i in nl.affine_range(s // 128):
         row_max = nl.ndarray((nl.par_dim(128), s // 512), dtype=nl.float32, buffer=nl.sbuf)
         for j in nl.affine_range(s // 512):

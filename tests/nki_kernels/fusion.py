@@ -3,12 +3,23 @@ written: a producer `affine_range` loop fills every block, the next loops read t
 attention tutorial step 3 does), so they run only if the loops are fused (trnlab.hardware.fusion).
 Each comes with a twin marked `@nki.compiler.skip_middle_end_transformations`, and one kernel's
 consumer needs every block before it can start (a fusion that is not legal)."""
-import numpy as np
-
 import trnlab.nki as nki
 import trnlab.nki.compiler as ncc
 import trnlab.nki.isa as nisa
 import trnlab.nki.language as nl
+
+
+def score_blocks(q_tensor, k_tensor):
+    """The producer loop: every [128, 512] block of q.T @ k (q, k [d, S] in HBM) into one
+    (S/128, S/512, par_dim(128), 512) fp32 PSUM block tensor, all written before any is read."""
+    d, s = q_tensor.shape
+    q = nl.load(q_tensor)                                  # [d partitions, S]
+    k = nl.load(k_tensor)
+    qk = nl.ndarray((s // 128, s // 512, nl.par_dim(128), 512), dtype=nl.float32, buffer=nl.psum)
+    for i in nl.affine_range(s // 128):
+        for j in nl.affine_range(s // 512):
+            qk[i, j] = nisa.nc_matmul(stationary=q[:, nl.ds(i * 128, 128)], moving=k[:, nl.ds(j * 512, 512)])
+    return qk
 
 
 def _scores_minus_row_max(q_tensor, k_tensor):
@@ -18,12 +29,7 @@ def _scores_minus_row_max(q_tensor, k_tensor):
     S = 1024 the block tensor is 32 KiB per partition, twice PSUM."""
     d, s = q_tensor.shape
     out_tensor = nl.ndarray((s, s), dtype=nl.float32, buffer=nl.shared_hbm)
-    q = nl.load(q_tensor)                                  # [d partitions, S]
-    k = nl.load(k_tensor)
-    qk = nl.ndarray((s // 128, s // 512, nl.par_dim(128), 512), dtype=nl.float32, buffer=nl.psum)
-    for i in nl.affine_range(s // 128):
-        for j in nl.affine_range(s // 512):
-            qk[i, j] = nisa.nc_matmul(stationary=q[:, nl.ds(i * 128, 128)], moving=k[:, nl.ds(j * 512, 512)])
+    qk = score_blocks(q_tensor, k_tensor)
     row_max = nl.ndarray((nl.par_dim(128), s // 128, 1), dtype=nl.float32, buffer=nl.sbuf)
     for i in nl.affine_range(s // 128):
         block_max = nl.ndarray((nl.par_dim(128), s // 512), dtype=nl.float32, buffer=nl.sbuf)
@@ -89,12 +95,7 @@ def scores_minus_partition_max(q_tensor, k_tensor):
     producer loop's last — no fusion keeps the (S/128, S/512, par_dim(128), 512) PSUM block tensor small."""
     d, s = q_tensor.shape
     out_tensor = nl.ndarray((s, s), dtype=nl.float32, buffer=nl.shared_hbm)
-    q = nl.load(q_tensor)
-    k = nl.load(k_tensor)
-    qk = nl.ndarray((s // 128, s // 512, nl.par_dim(128), 512), dtype=nl.float32, buffer=nl.psum)
-    for i in nl.affine_range(s // 128):
-        for j in nl.affine_range(s // 512):
-            qk[i, j] = nisa.nc_matmul(stationary=q[:, nl.ds(i * 128, 128)], moving=k[:, nl.ds(j * 512, 512)])
+    qk = score_blocks(q_tensor, k_tensor)
     block_max = nl.ndarray((nl.par_dim(128), s // 128, s // 512), dtype=nl.float32, buffer=nl.sbuf)
     for i in nl.affine_range(s // 128):
         for j in nl.affine_range(s // 512):

@@ -5,6 +5,25 @@ import trnlab.nki.isa as nisa
 import trnlab.nki.language as nl
 
 
+def _in_sbuf(hbm):
+    """An SBUF tile holding the whole HBM tensor `hbm` (one DMA)."""
+    t = nl.ndarray(hbm.shape, dtype=hbm.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=hbm)
+    return t
+
+
+def _mx_product_to_hbm(st, st_s, mv, mv_s, psum_dtype):
+    """nc_matmul_mx of the SBUF tiles into a PSUM tile of `psum_dtype` [M, N], copied out as fp32."""
+    M, N = st.shape[1], mv.shape[1]
+    acc = nl.ndarray((M, N), dtype=psum_dtype, buffer=nl.psum)
+    nisa.nc_matmul_mx(dst=acc, stationary=st, moving=mv, stationary_scale=st_s, moving_scale=mv_s)
+    result = nl.ndarray((M, N), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_copy(dst=result, src=acc)
+    out = nl.ndarray((M, N), dtype=nl.float32, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=result)
+    return out
+
+
 @nki.jit(target="trn3")
 def quantize_to_mx(x, x4_dtype):
     """(packed data [P, F/4], scales) of x [P, F] bf16: the scale tile as quantize_mx lays it out."""
@@ -27,21 +46,8 @@ def quantize_to_mx(x, x4_dtype):
 def mx_matmul(stationary, stationary_scale, moving, moving_scale):
     """out[M, N] = MX product of packed stationary [K, M] and moving [K, N] (x4 FP8, scales in the
     layout nc_matmul_mx reads), accumulated in fp32 PSUM."""
-    K, M = stationary.shape
-    N = moving.shape[1]
-    tiles = []
-    for hbm in (stationary, stationary_scale, moving, moving_scale):
-        t = nl.ndarray(hbm.shape, dtype=hbm.dtype, buffer=nl.sbuf)
-        nisa.dma_copy(dst=t, src=hbm)
-        tiles.append(t)
-    st, st_s, mv, mv_s = tiles
-    acc = nl.ndarray((M, N), dtype=nl.float32, buffer=nl.psum)
-    nisa.nc_matmul_mx(dst=acc, stationary=st, moving=mv, stationary_scale=st_s, moving_scale=mv_s)
-    result = nl.ndarray((M, N), dtype=nl.float32, buffer=nl.sbuf)
-    nisa.tensor_copy(dst=result, src=acc)
-    out = nl.ndarray((M, N), dtype=nl.float32, buffer=nl.shared_hbm)
-    nisa.dma_copy(dst=out, src=result)
-    return out
+    st, st_s, mv, mv_s = (_in_sbuf(t) for t in (stationary, stationary_scale, moving, moving_scale))
+    return _mx_product_to_hbm(st, st_s, mv, mv_s, nl.float32)
 
 
 @nki.jit(target="trn3")
@@ -59,13 +65,7 @@ def quantize_and_multiply(stationary, moving):
         nisa.quantize_mx(dst=data, src=src, dst_scale=scales)
         packed.append((data, scales))
     (st, st_s), (mv, mv_s) = packed
-    acc = nl.ndarray((M4 // 4, N4 // 4), dtype=nl.float32, buffer=nl.psum)
-    nisa.nc_matmul_mx(dst=acc, stationary=st, moving=mv, stationary_scale=st_s, moving_scale=mv_s)
-    result = nl.ndarray(acc.shape, dtype=nl.float32, buffer=nl.sbuf)
-    nisa.tensor_copy(dst=result, src=acc)
-    out = nl.ndarray(acc.shape, dtype=nl.float32, buffer=nl.shared_hbm)
-    nisa.dma_copy(dst=out, src=result)
-    return out
+    return _mx_product_to_hbm(st, st_s, mv, mv_s, nl.float32)
 
 
 @nki.jit(target="trn3")
@@ -114,19 +114,8 @@ def fp4_bytes_matmul(stationary_bytes, stationary_scale, moving, moving_scale):
     float4_e2m1fn_x4 [K, M]) and a moving x4 tile [K, N] (FP4 or FP8), scales in nc_matmul_mx's
     layout; the result in bf16 PSUM, as AWS's tutorial writes it."""
     K, B = stationary_bytes.shape
-    M, N = B // 2, moving.shape[1]
+    M = B // 2
     st = nl.ndarray((K, M), dtype=nl.float4_e2m1fn_x4, buffer=nl.sbuf)
     nisa.dma_copy(dst=st, src=stationary_bytes.ap(dtype=nl.float4_e2m1fn_x4, pattern=[[M, K], [1, M]], offset=0))
-    tiles = []
-    for hbm in (stationary_scale, moving, moving_scale):
-        t = nl.ndarray(hbm.shape, dtype=hbm.dtype, buffer=nl.sbuf)
-        nisa.dma_copy(dst=t, src=hbm)
-        tiles.append(t)
-    st_s, mv, mv_s = tiles
-    acc = nl.ndarray((M, N), dtype=nl.bfloat16, buffer=nl.psum)
-    nisa.nc_matmul_mx(dst=acc, stationary=st, moving=mv, stationary_scale=st_s, moving_scale=mv_s)
-    result = nl.ndarray((M, N), dtype=nl.float32, buffer=nl.sbuf)
-    nisa.tensor_copy(dst=result, src=acc)
-    out = nl.ndarray((M, N), dtype=nl.float32, buffer=nl.shared_hbm)
-    nisa.dma_copy(dst=out, src=result)
-    return out
+    st_s, mv, mv_s = (_in_sbuf(t) for t in (stationary_scale, moving, moving_scale))
+    return _mx_product_to_hbm(st, st_s, mv, mv_s, nl.bfloat16)

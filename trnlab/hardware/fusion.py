@@ -80,11 +80,7 @@ def fuse_loops(program: Program, error: Exception, spec=None) -> tuple[Program |
             reasons.append(why)
             continue
         try:
-            fused = reorder(program, order, "fused")
-            # the trace described each instruction after the one before it in the kernel's order (a
-            # Vector instruction's hidden static overhead): describe the new order again (compiled.py)
-            fused._issue_spec = None
-            return fused, ""
+            return reorder(program, order, "fused"), ""     # (described again in its new order)
         except (SBUFOverflowError, PSUMOverflowError) as still:
             reasons.append(f"with the loops fused per {_groups(depth)} of {name!r} the tiles still do not fit: "
                            f"{still.args[0].splitlines()[0][:300]}")
