@@ -234,7 +234,7 @@ def trace(kernel, *args, target=None, grid=None, points=None, **kwargs):
             _PROGRAMS.move_to_end(key)
             return program
     program = _trace(kernel, args, kwargs, spec, grid, points)
-    if DROP_PSUM_ZEROING and "skip_middle_end_transformations" not in getattr(kernel.func, "nki_directives", {}):
+    if DROP_PSUM_ZEROING and not _directive(kernel, "skip_middle_end_transformations"):
         from trnlab.hardware.schedule import drop_zeroing_memsets
         program = drop_zeroing_memsets(program)
     if not getattr(program, "_no_reorder", False):
@@ -252,14 +252,13 @@ DROP_PSUM_ZEROING = False   # drop the memsets of nl.zeros PSUM tiles a matmul o
                             # schedule.zeroing_memsets; off by default: docs/programs.md, "Scheduling")
 
 
-def schedule_of(kernel) -> str | None:
+def schedule_of(kernel: Kernel) -> str | None:
     """The schedule `kernel`'s programs get: "program" if the kernel asks AWS's compiler to keep
     its order (@nki.compiler.skip_middle_end_transformations), else `SCHEDULE`; None: the default
     for the program's size (`trnlab.hardware.schedule.default_for`). (A kernel with a loop marked
     ``directives=ncc.no_reorder()`` keeps program order as a whole: the trace notes the directive,
     not which instructions it covers.)"""
-    func = kernel.func if isinstance(kernel, Kernel) else kernel
-    if "skip_middle_end_transformations" in getattr(func, "nki_directives", {}):
+    if _directive(kernel, "skip_middle_end_transformations"):
         return "program"
     return SCHEDULE
 
