@@ -73,10 +73,7 @@ class _Computing:
     def wait(self, t: Tensor) -> None:
         """Until the products are in: computed here if no worker has started them yet (on a busy
         machine a worker may wait milliseconds for a core; the caller has one now)."""
-        if self.future.cancel():
-            self.compute()
-        else:
-            self.future.result()
+        _finish(self.future, self.compute)
         if t._pending is self:
             t._pending = None
 
@@ -95,10 +92,15 @@ def _run_parallel(calls: list) -> None:
     _let_worker_start()
     calls[0]()
     for future, call in zip(futures, calls[1:]):
-        if future.cancel():
-            call()
-        else:
-            future.result()
+        _finish(future, call)
+
+
+def _finish(future, call) -> None:
+    """Until `call` (submitted as `future`) has run: here, if no worker has started it yet."""
+    if future.cancel():
+        call()
+    else:
+        future.result()
 
 
 def _stacker(fp32_buffer):
