@@ -260,3 +260,29 @@ def test_a_reader_computes_the_products_no_worker_has_started():
             b.result()
         runner.join()
     assert np.array_equal(np.asarray(out), np.asarray(_checked(ladder.matmul_tiled, lhsT, rhs)))
+
+
+@settings(max_examples=10, deadline=None)
+@given(m_blocks=st.integers(1, 3), n_blocks=st.integers(1, 3), k_tiles=st.integers(1, 4),
+       dtype=st.sampled_from(["float32", "bfloat16"]), seed=st.integers(0, 1000))
+def test_a_moved_psum_read_leaves_later_tiles_groups_whole(m_blocks, n_blocks, k_tiles, dtype, seed):
+    """The reference GEMM interleaves the K loops of a block's four PSUM tiles, so a read moved
+    after later tiles' K loops comes while another block's tiles are half accumulated: waiting for
+    the read tile's products must not compute (and so cut in two) those groups. Full-mode
+    `run_gemm` (the program, values replayed in parallel) gives the bits of the checked replay
+    and of the instructions issued one by one to a core."""
+    from trnlab.hardware import gemm
+    from trnlab.hardware.core import NeuronCore
+    M, N, K = 256 * m_blocks, 1024 * n_blocks, 128 * k_tiles
+    rng = np.random.default_rng(seed)
+    A = rng.standard_normal((M, K)).astype(np.float32)
+    B = rng.standard_normal((K, N)).astype(np.float32)
+    C, _ = gemm.run_gemm(A, B, dtype=dtype)
+    program = gemm.gemm_program(M, N, K, "trn2", dtype)
+    lhsT, rhs = gemm._gemm_inputs(A, B, dtypes.as_dtype(dtype))
+    tensors = replay.execute(program, Device("trn2", cores=1).cores[0], [lhsT, rhs], checked=True)
+    np.testing.assert_array_equal(C, replay.read_outputs(program, tensors, True))
+    core = NeuronCore("trn2", mode="full")
+    out = core.hbm.allocate((M, N), "float32", name="out")
+    gemm.tiled_gemm(core, core.hbm.tensor(lhsT), core.hbm.tensor(rhs), out)
+    np.testing.assert_array_equal(C, out.data)

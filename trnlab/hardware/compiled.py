@@ -1031,8 +1031,9 @@ def _move(i, runs, firsts, lasts_max, ahead, steps, reads, writes, touches):
 
 def _aliasing_loads(steps, buffers) -> set:
     """Steps that are DMA loads of a whole SBUF tile from an HBM tensor the program never writes
-    (nor any alias of it), the tile's only write, when every other use of the tile is as an
-    nc_matmul operand of a product with M >= 2 and N >= 2 (see above). `run_values` checks at
+    (nor any alias of it), when every write of the tile is such a load (one, as a tile allocated in
+    a loop, or several, as a buffer a kernel rotates by hand) and every other use of the tile is as
+    an nc_matmul operand of a product with M >= 2 and N >= 2 (see above). `run_values` checks at
     each run that the HBM tensor shares no memory with one the program writes."""
     root = _roots(buffers)
     aliased_roots = {root[b.id] for b in buffers if b.alias_of is not None}
@@ -1045,7 +1046,7 @@ def _aliasing_loads(steps, buffers) -> set:
                 written.add(root[bid])
                 writers.setdefault(bid, []).append(k)
             uses.setdefault(bid, []).append(k)
-    out = set()
+    loads = {}                                  # candidate step -> the tile it loads
     for k, (opcode, _, ops_, _, _, *_) in enumerate(steps):
         if opcode != "dma_copy" or len(ops_) != 2:
             continue
@@ -1056,11 +1057,12 @@ def _aliasing_loads(steps, buffers) -> set:
         bd, bs = buffers[d], buffers[s_]
         if bd.memory != "sbuf" or bs.memory != "hbm" or bd.dtype != bs.dtype or dv.shape != dv.tensor.shape:
             continue
-        if root[s_] in written or root[s_] in aliased_roots or writers.get(d) != [k]:
-            continue
-        if all(x == k or _matmul_operand(steps[x], d) for x in uses[d]):
-            out.add(k)
-    return out
+        if root[s_] not in written and root[s_] not in aliased_roots:
+            loads[k] = d
+    aliasing = {d for d in set(loads.values())
+                if all(loads.get(x) == d for x in writers[d])
+                and all(x in loads or _matmul_operand(steps[x], d) for x in uses[d])}
+    return {k for k, d in loads.items() if d in aliasing}
 
 
 def _moving_copies(steps, buffers) -> set:
@@ -1197,6 +1199,9 @@ def _run_values(program, core, tensors, values, locate_instruction) -> None:
     values.bind(core)
     prepared = _prepared(values, program, {"sbuf": values.sbuf, "psum": values.psum})
     values.alias_sources = _safe_alias_sources(prepared, tensors)
+    if values.alias_sources:                    # fp32 casts of the read-only inputs' regions
+        arrays = [t._data for t in tensors.values() if id(t) in values.alias_sources]
+        values.psum.widened = {"inputs": {id(a if a.base is None else a.base) for a in arrays}}
     live = set()
     blas = _blas.single_threaded()              # one switch of BLAS's threads per run, not per PSUM read
     blas.__enter__()
@@ -1232,6 +1237,7 @@ def _run_values(program, core, tensors, values, locate_instruction) -> None:
             values.psum.finish_started(raise_errors=False)
         blas.__exit__(None, None, None)             # after the last product: each ran on one thread
         values.alias_sources = frozenset()
+        values.psum.widened = None
         for t in live:
             _drop(t)
         rng = getattr(values, "_rng", None)
