@@ -153,14 +153,30 @@ def _stacker(fp32_buffer, widened: dict | None = None):
 
 
 def _widened(cache: dict, base: np.ndarray, region: np.ndarray) -> np.ndarray:
-    """`region` (a view of a read-only input, e.g. the K-stacked moving tiles loaded from one
+    """`region` (a view of a read-only input `base`, e.g. the K-stacked moving tiles loaded from one
     matrix) as fp32, cast once per run: the tiles of a tiled matmul stack the same input columns
-    again for every output row block (the 2048^3 bf16 tiled kernel cast 84 M elements for 8 M)."""
-    key = (id(base), region.__array_interface__["data"][0], region.shape, region.strides)
+    again for every output row block (the 2048^3 bf16 tiled kernel cast 84 M elements for 8 M).
+    Where the region is a large part of its input (an eighth or more) the whole input is cast once,
+    in one contiguous pass, and the region is a view of that: a product of such a row-strided view
+    has the bits of a contiguous copy's (BLAS packs its operands; regions of one column, whose
+    products take BLAS's matrix-vector path, are copied instead)."""
+    whole = region.ndim == 2 and region.shape[1] >= 2 and 8 * region.size >= base.size \
+        and base.flags.c_contiguous
+    key = (id(base),) if whole else (id(base), region.__array_interface__["data"][0], region.shape,
+                                      region.strides)
     entry = cache.get(key)
     if entry is None or entry[0] is not base:
-        entry = cache[key] = (base, region.astype(np.float32))   # holding the base keeps its id
-    return entry[1]
+        with cache["lock"]:                     # workers stacking from one input cast it once
+            entry = cache.get(key)
+            if entry is None or entry[0] is not base:
+                entry = cache[key] = (base, (base if whole else region).astype(np.float32))  # base: keeps the id
+    if not whole:
+        return entry[1]
+    item = base.itemsize
+    offset = (region.__array_interface__["data"][0] - base.__array_interface__["data"][0]) // item
+    return np.lib.stride_tricks.as_strided(entry[1].reshape(-1)[offset:], shape=region.shape,
+                                           strides=tuple(s // item * 4 for s in region.strides),
+                                           writeable=False)
 
 
 def _adjacent_rows(parts):
