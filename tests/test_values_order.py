@@ -286,3 +286,15 @@ def test_a_moved_psum_read_leaves_later_tiles_groups_whole(m_blocks, n_blocks, k
     out = core.hbm.allocate((M, N), "float32", name="out")
     gemm.tiled_gemm(core, core.hbm.tensor(lhsT), core.hbm.tensor(rhs), out)
     np.testing.assert_array_equal(C, out.data)
+
+
+def test_bf16_inputs_whose_memory_another_dtype_owns_widen_correctly():
+    """An input's array may be a view of memory another array owns in another dtype (a torch
+    bf16 tensor reaches NumPy as raw 16-bit words viewed as bf16): the fp32 widening of a whole
+    input casts the input's own array, not its owner."""
+    lhsT, rhs = _inputs(256, 256, 1024, 7, "bfloat16")
+    words_l, words_r = lhsT.view(np.uint16).copy(), rhs.view(np.uint16).copy()   # owners: uint16
+    lhsT_v, rhs_v = words_l.view(dtypes.bfloat16), words_r.view(dtypes.bfloat16)
+    assert lhsT_v.base is words_l
+    out = ladder.matmul_tiled(lhsT_v, rhs_v)
+    np.testing.assert_array_equal(out, _checked(ladder.matmul_tiled, lhsT, rhs))

@@ -1201,7 +1201,7 @@ def _run_values(program, core, tensors, values, locate_instruction) -> None:
     values.alias_sources = _safe_alias_sources(prepared, tensors)
     if values.alias_sources:                    # fp32 casts of the read-only inputs' regions
         arrays = [t._data for t in tensors.values() if id(t) in values.alias_sources]
-        values.psum.widened = {"inputs": {id(a if a.base is None else a.base) for a in arrays},
+        values.psum.widened = {"inputs": {id(a if a.base is None else a.base): a for a in arrays},
                                "lock": threading.Lock()}
     live = set()
     blas = _blas.single_threaded()              # one switch of BLAS's threads per run, not per PSUM read

@@ -107,8 +107,8 @@ def _stacker(fp32_buffer, widened: dict | None = None):
     """`stacked(snapshots)`: the fp32 [sum K, F] operand of a deferred group (from its snapshots,
     `Tensor.snapshot`); stacks are shared between the groups of one call's tensors. `fp32_buffer(shape)`
     gives the array a cast into fp32 fills. `widened` (a values replay's, see `OnChipMemory.widened`):
-    fp32 copies of regions of the read-only inputs (``widened["inputs"]``: ids of their arrays), by
-    region, kept for the whole run."""
+    fp32 copies of the read-only inputs or their regions (``widened["inputs"]``: the id of the array
+    owning an input's memory -> the input's array), kept for the whole run."""
     stacks = {}
 
     def concatenated(parts):
@@ -120,11 +120,11 @@ def _stacker(fp32_buffer, widened: dict | None = None):
             stacked_view = _adjacent_rows(parts)
             return np.concatenate(parts) if stacked_view is None else stacked_view
         if widened is not None:
-            base = parts[0].base
-            if id(base) in widened["inputs"]:
+            source = widened["inputs"].get(id(parts[0].base))
+            if source is not None:
                 region = parts[0] if len(parts) == 1 else _adjacent_rows(parts)
                 if region is not None:
-                    return _widened(widened, base, region)
+                    return _widened(widened, source, region)
         rows = sum(p.shape[0] for p in parts)
         buffer = fp32_buffer((rows,) + parts[0].shape[1:])
         return np.concatenate(parts, out=buffer, casting="unsafe")
@@ -152,30 +152,32 @@ def _stacker(fp32_buffer, widened: dict | None = None):
     return stacked
 
 
-def _widened(cache: dict, base: np.ndarray, region: np.ndarray) -> np.ndarray:
-    """`region` (a view of a read-only input `base`, e.g. the K-stacked moving tiles loaded from one
-    matrix) as fp32, cast once per run: the tiles of a tiled matmul stack the same input columns
-    again for every output row block (the 2048^3 bf16 tiled kernel cast 84 M elements for 8 M).
-    Where the region is a large part of its input (an eighth or more) the whole input is cast once,
-    in one contiguous pass, and the region is a view of that: a product of such a row-strided view
-    has the bits of a contiguous copy's (BLAS packs its operands; regions of one column, whose
+def _widened(cache: dict, source: np.ndarray, region: np.ndarray) -> np.ndarray:
+    """`region` (a view of the read-only input array `source`, e.g. the K-stacked moving tiles loaded
+    from one matrix) as fp32, cast once per run: the tiles of a tiled matmul stack the same input
+    columns again for every output row block (the 2048^3 bf16 tiled kernel cast 84 M elements for
+    8 M). Where the region is a large part of its input (an eighth or more) the whole input is cast
+    once, in one contiguous pass, and the region is a view of that: a product of such a row-strided
+    view has the bits of a contiguous copy's (BLAS packs its operands; regions of one column, whose
     products take BLAS's matrix-vector path, are copied instead)."""
-    whole = region.ndim == 2 and region.shape[1] >= 2 and 8 * region.size >= base.size \
-        and base.flags.c_contiguous
-    key = (id(base),) if whole else (id(base), region.__array_interface__["data"][0], region.shape,
-                                      region.strides)
+    item = source.itemsize
+    offset = region.__array_interface__["data"][0] - source.__array_interface__["data"][0]
+    last = offset + sum((n - 1) * st for n, st in zip(region.shape, region.strides)) + item
+    whole = (region.ndim == 2 and region.shape[1] >= 2 and 8 * region.size >= source.size
+             and source.flags.c_contiguous and source.dtype == region.dtype
+             and 0 <= offset and last <= source.nbytes and offset % item == 0
+             and all(st > 0 and st % item == 0 for st in region.strides))
+    key = (id(source),) if whole else (id(source), offset, region.shape, region.strides)
     entry = cache.get(key)
-    if entry is None or entry[0] is not base:
+    if entry is None or entry[0] is not source:
         with cache["lock"]:                     # workers stacking from one input cast it once
             entry = cache.get(key)
-            if entry is None or entry[0] is not base:
-                entry = cache[key] = (base, (base if whole else region).astype(np.float32))  # base: keeps the id
+            if entry is None or entry[0] is not source:    # (holding the source keeps its id)
+                entry = cache[key] = (source, (source if whole else region).astype(np.float32))
     if not whole:
         return entry[1]
-    item = base.itemsize
-    offset = (region.__array_interface__["data"][0] - base.__array_interface__["data"][0]) // item
-    return np.lib.stride_tricks.as_strided(entry[1].reshape(-1)[offset:], shape=region.shape,
-                                           strides=tuple(s // item * 4 for s in region.strides),
+    return np.lib.stride_tricks.as_strided(entry[1].reshape(-1)[offset // item:], shape=region.shape,
+                                           strides=tuple(st // item * 4 for st in region.strides),
                                            writeable=False)
 
 
