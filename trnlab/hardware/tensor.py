@@ -175,6 +175,11 @@ class Tensor:
     def apply(self, view: "View", overwrite: bool, stationary: np.ndarray, moving: np.ndarray):
         """Add (or store) one deferred group's product, given its K-stacked fp32 operands."""
         out = self._data if view.index is None else self._data[view.index]
+        if overwrite and out.dtype == np.float32 and out.shape == (stationary.shape[1], moving.shape[1]) \
+                and out.flags.c_contiguous:
+            with np.errstate(invalid="ignore", over="ignore"):
+                np.matmul(stationary.T, moving, out=out)     # the same BLAS call, no temporary
+            return
         with np.errstate(invalid="ignore", over="ignore"):   # garbage (NaN) in padding is allowed
             product = (stationary.T @ moving).reshape(out.shape)
         if out.dtype != np.float32:                 # bf16 PSUM (v4): the group's sum stays fp32
