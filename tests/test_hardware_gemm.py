@@ -72,3 +72,18 @@ def test_tiles_follow_a_derived_core():
     A, B = rng.standard_normal((20, 20)), rng.standard_normal((20, 40))
     C, core = gemm.run_gemm(A, B, spec=tiny, dtype="float32")
     np.testing.assert_allclose(C, A.astype(np.float32) @ B.astype(np.float32), rtol=1e-5, atol=1e-5)
+
+
+def test_run_lhsT_takes_inputs_in_the_hbm_layout_and_gives_run_gemms_bits():
+    """gemm.run_lhsT: the GEMM from bf16 lhsT [K, M] and rhs [K, N] as a kernel receives them —
+    the same program, times and bits as run_gemm from the fp32 A and B they came from."""
+    rng = np.random.default_rng(3)
+    A = rng.standard_normal((300, 200)).astype(np.float32)
+    B = rng.standard_normal((200, 700)).astype(np.float32)
+    C, core = gemm.run_gemm(A, B, dtype="bfloat16")
+    lhsT = dtypes.cast(A, "bfloat16").T.copy()
+    C2, core2 = gemm.run_lhsT(lhsT, dtypes.cast(B, "bfloat16"))
+    np.testing.assert_array_equal(C, C2)
+    assert core.now == core2.now and len(core.timeline) == len(core2.timeline)
+    with pytest.raises(ValueError, match="gemm inputs"):
+        gemm.run_lhsT(lhsT, B)                       # fp32 rhs beside a bf16 lhsT

@@ -279,9 +279,23 @@ def run_gemm(A: np.ndarray | None = None, B: np.ndarray | None = None, *, shape=
         return None, core
     if A is None:
         raise ValueError("full mode needs the arrays A and B")
+    lhsT, rhs = _gemm_inputs(A, B, dt)
+    return run_lhsT(lhsT, rhs, core=core, out_dtype=out_dtype, **tiling)
+
+
+def run_lhsT(lhsT: np.ndarray, rhs: np.ndarray, *, spec: "CoreSpec | str" = TRN2_CORE, core=None,
+             out_dtype="float32", **tiling):
+    """out[M, N] = lhsT[K, M].T @ rhs[K, N] in full mode, from inputs already in the GEMM's HBM
+    layout and dtype (as an NKI kernel receives them; nothing is cast or transposed): the GEMM's
+    program (`gemm_program`) run on `core` (default: a fresh full-mode core of `spec`). The caller
+    hands the arrays over and must not change them while this runs. Returns (out, core)."""
     from . import replay
-    program = gemm_program(M, N, K, core.spec, dt, out_dtype, **tiling)
-    tensors = replay.execute(program, core, list(_gemm_inputs(A, B, dt)))
+    core = NeuronCore(spec, mode="full") if core is None else core
+    (K, M), (_, N) = lhsT.shape, rhs.shape
+    if rhs.shape[0] != K or lhsT.dtype != rhs.dtype:
+        raise ValueError(f"gemm inputs: lhsT {lhsT.shape} {lhsT.dtype}, rhs {rhs.shape} {rhs.dtype}")
+    program = gemm_program(M, N, K, core.spec, lhsT.dtype, out_dtype, **tiling)
+    tensors = replay.execute(program, core, [lhsT, rhs])
     out = tensors[program.outputs["buffer"]]
     out.full.check_initialized()
     return out.data, core                   # the core's HBM buffer itself (no copy)
