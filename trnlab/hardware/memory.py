@@ -29,6 +29,7 @@ element never written raises UninitializedReadError (full mode).
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 from bisect import bisect_right
 
@@ -170,8 +171,10 @@ def _widened(cache: dict, source: np.ndarray, region: np.ndarray) -> np.ndarray:
     key = (id(source),) if whole else (id(source), offset, region.shape, region.strides)
     entry = cache.get(key)
     if entry is None or entry[0] is not source:
-        with cache["lock"]:                     # workers stacking from one input cast it once
-            entry = cache.get(key)
+        with cache["lock"]:
+            lock = cache.setdefault(("lock",) + key, threading.Lock())
+        with lock:                              # workers stacking from one input cast it once
+            entry = cache.get(key)              # (and two inputs in parallel)
             if entry is None or entry[0] is not source:    # (holding the source keeps its id)
                 entry = cache[key] = (source, (source if whole else region).astype(np.float32))
     if not whole:
