@@ -298,3 +298,22 @@ def test_bf16_inputs_whose_memory_another_dtype_owns_widen_correctly():
     assert lhsT_v.base is words_l
     out = ladder.matmul_tiled(lhsT_v, rhs_v)
     np.testing.assert_array_equal(out, _checked(ladder.matmul_tiled, lhsT, rhs))
+
+
+def test_a_gemm_blocks_tiles_sharing_rhs_columns_compute_as_one_product(monkeypatch):
+    """The four PSUM tiles of a reference-GEMM block end their K loops together: their products
+    start together (`nc_matmul_ready` then `nc_matmul_starting`), and the two tiles of each rhs
+    column block merge into one product over both M tiles — with the bits of the checked replay
+    (test_a_moved_psum_read_leaves_later_tiles_groups_whole)."""
+    from trnlab.hardware import gemm
+    monkeypatch.setattr(compiled, "_reads_ahead", lambda: 2)     # as on any machine of 2+ cores
+    monkeypatch.setattr(gemm, "_PROGRAMS", {})
+    program = gemm.gemm_program(512, 2048, 256, "trn2", "bfloat16")
+    variants = [step[-1] for step in compiled.values_plan(program)]
+    assert variants.count("nc_matmul_starting") == 4 and variants.count("nc_matmul_ready") == 12
+    sizes = []
+    batches = memory._batches
+    monkeypatch.setattr(memory, "_batches", lambda jobs: sizes.extend(len(b) for b in batches(jobs)) or batches(jobs))
+    rng = np.random.default_rng(5)
+    gemm.run_gemm(rng.standard_normal((512, 256)), rng.standard_normal((256, 2048)))
+    assert sorted(sizes) == [2] * 8                   # 4 blocks x 2 merged products

@@ -746,6 +746,14 @@ class ValuesCore(NeuronCore):
         t.memory.start_pending(t)
         return -1
 
+    def nc_matmul_ready(self, dst, stationary, moving, accumulate=None) -> int:
+        """nc_matmul ending a run, followed by one ending another tile's run: its products start
+        with that one's, merged with those that share their operands (`memory.start_pending`)."""
+        self.nc_matmul(dst, stationary, moving, accumulate)
+        t = dst.tensor if type(dst) is View else dst
+        t.memory.ready(t)
+        return -1
+
     # The three most frequent instructions of a tiled kernel, reduced to their values (the same
     # statements as NeuronCore's full-mode branch): their rules were checked at trace and do not
     # depend on values, and their operands are the views of a values plan (never freed tiles).
@@ -857,8 +865,35 @@ def values_plan(program) -> list:
     variants.update(dict.fromkeys(starts, "nc_matmul_starting"))
     steps = [step + (k, variants.get(k)) for k, step in enumerate(steps)]
     steps = [steps[k] for k in order]
+    for p in _starting_together(steps):      # their products start with the next run's, merged
+        steps[p] = steps[p][:-1] + ("nc_matmul_ready",)
     program._values_plan = (program, steps)
     return steps
+
+
+_TOGETHER_WINDOW = 32       # steps between two runs' ends that may still start together
+_TOGETHER_MAX = 8           # runs starting together
+
+
+def _starting_together(steps) -> list[int]:
+    """Positions of starting matmuls (`values_order`) whose products may wait for the next one's,
+    to start with it (`memory.start_pending` merges the products of tiles that share operands, as a
+    GEMM block's tiles that share rhs columns): the next run ends within _TOGETHER_WINDOW steps and
+    no step in between touches the waiting tiles. All of a group but its last."""
+    out = []
+    group, waiting = [], set()              # the starts of the group so far; their PSUM buffers
+    for p, step in enumerate(steps):
+        if step[-1] == "nc_matmul_starting":
+            if group and (p - group[-1] > _TOGETHER_WINDOW or len(group) >= _TOGETHER_MAX):
+                group, waiting = [], set()  # too far or too many: the group's last starts as it is
+            if group:
+                out.append(group[-1])       # the previous waits for this one
+            group.append(p)
+            waiting.add(next(bid for name, bid, _ in step[2] if name == "dst"))
+        elif group and (waiting.intersection(bid for _, bid, _ in step[2])
+                        or waiting.intersection(bid for bid, _, _ in step[3]) or waiting.intersection(step[4])):
+            group, waiting = [], set()      # a waiting tile is used here: the group ends before
+    return out
 
 
 # Full mode runs the values of a program in program order, with two exceptions that change when
@@ -1112,7 +1147,7 @@ class _Prepared:
             loaded = None                   # the tile a load or a moving copy fills: it sets every field itself
             if variant is not None:
                 opcode = variant
-                if variant != "nc_matmul_starting":
+                if variant not in ("nc_matmul_starting", "nc_matmul_ready"):
                     loaded = next(bid for name, bid, _ in operands if name == "dst")
                 if variant == "dma_load_aliasing":
                     alias_sources.update(bid for name, bid, _ in operands if name == "src")

@@ -182,6 +182,13 @@ class Tensor:
             return
         with np.errstate(invalid="ignore", over="ignore"):   # garbage (NaN) in padding is allowed
             product = (stationary.T @ moving).reshape(out.shape)
+        self.add_product(view, overwrite, product, out)
+
+    def add_product(self, view: "View", overwrite: bool, product: np.ndarray, out: np.ndarray | None = None):
+        """Add (or store) a deferred group's computed fp32 product into `view`."""
+        if out is None:
+            out = self._data if view.index is None else self._data[view.index]
+            product = product.reshape(out.shape)
         if out.dtype != np.float32:                 # bf16 PSUM (v4): the group's sum stays fp32
             if not overwrite:
                 product += out.astype(np.float32)
