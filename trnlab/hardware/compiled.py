@@ -1236,8 +1236,7 @@ def _run_values(program, core, tensors, values, locate_instruction) -> None:
     values.alias_sources = _safe_alias_sources(prepared, tensors)
     if values.alias_sources:                    # fp32 casts of the read-only inputs' regions
         arrays = [t._data for t in tensors.values() if id(t) in values.alias_sources]
-        values.psum.widened = {"inputs": {id(a if a.base is None else a.base): a for a in arrays},
-                               "lock": threading.Lock()}
+        values.psum.start_widening({id(a if a.base is None else a.base): a for a in arrays})
     live = set()
     blas = _blas.single_threaded()              # one switch of BLAS's threads per run, not per PSUM read
     blas.__enter__()
@@ -1273,7 +1272,7 @@ def _run_values(program, core, tensors, values, locate_instruction) -> None:
             values.psum.finish_started(raise_errors=False)
         blas.__exit__(None, None, None)             # after the last product: each ran on one thread
         values.alias_sources = frozenset()
-        values.psum.widened = None
+        values.psum.end_widening()
         for t in live:
             _drop(t)
         rng = getattr(values, "_rng", None)

@@ -55,6 +55,7 @@ def _fmt_bytes(n: float) -> str:
 
 _EXECUTOR = None
 _SMALL_GROUP_FLOPS = 1 << 24    # below this, deferred products run inline, not in the thread pool
+_WIDEN_KEPT = 64 * 1024 * 1024  # bytes of fp32 input copies a PSUM memory keeps between runs
 
 
 def _executor() -> ThreadPoolExecutor:
@@ -251,7 +252,13 @@ def _widened(cache: dict, source: np.ndarray, region: np.ndarray) -> np.ndarray:
         with lock:                              # workers stacking from one input cast it once
             entry = cache.get(key)              # (and two inputs in parallel)
             if entry is None or entry[0] is not source:    # (holding the source keeps its id)
-                entry = cache[key] = (source, (source if whole else region).astype(np.float32))
+                if whole:
+                    pool = cache["pool"].get(source.shape)
+                    copy = pool.pop() if pool else np.empty(source.shape, np.float32)
+                    np.copyto(copy, source, casting="unsafe")       # exact: bf16/fp8 -> fp32
+                else:
+                    copy = region.astype(np.float32)
+                entry = cache[key] = (source, copy)
     if not whole:
         return entry[1]
     return np.lib.stride_tricks.as_strided(entry[1].reshape(-1)[offset // item:], shape=region.shape,
@@ -462,6 +469,7 @@ class OnChipMemory:
         self._ready: list[Tensor] = []        # tiles whose products start with the next start_pending
         # a values replay's fp32 copies of read-only input regions (`_widened`), for one run
         self.widened: dict | None = None
+        self._widen_pool: dict = {}           # shape -> fp32 arrays of whole inputs, for the next run
 
     def flush_pending(self, touched: Tensor | None = None):
         """Compute every deferred PSUM product (in parallel threads, BLAS single-threaded). When
@@ -510,6 +518,24 @@ class OnChipMemory:
                     run_parallel([lambda job=job: job[0].apply(*job[1:]) for job in jobs])
         for buffer in taken:                  # the products are done: the stacks may be reused
             scratch.setdefault(buffer.shape, []).append(buffer)
+
+    def start_widening(self, inputs: dict) -> None:
+        """A values replay's run begins: `inputs` (owner id -> read-only input array) may be widened
+        to fp32 (`_widened`), into arrays kept from earlier runs where the shape is the same (a
+        fresh 16 MB array costs 4,096 page faults)."""
+        self.widened = {"inputs": inputs, "lock": threading.Lock(), "pool": self._widen_pool}
+
+    def end_widening(self) -> None:
+        """The run is over: its whole-input fp32 arrays go back to the pool (at most _WIDEN_KEPT
+        bytes in all; the products that read them are done)."""
+        if self.widened is None:
+            return
+        kept = sum(a.nbytes for arrays in self._widen_pool.values() for a in arrays)
+        for key, entry in self.widened.items():
+            if type(key) is tuple and len(key) == 1 and kept + entry[1].nbytes <= _WIDEN_KEPT:
+                self._widen_pool.setdefault(entry[1].shape, []).append(entry[1])
+                kept += entry[1].nbytes
+        self.widened = None
 
     def start_pending(self, t: Tensor) -> None:
         """Start computing `t`'s deferred products now, in a worker thread, where the caller knows
