@@ -460,7 +460,10 @@ class View:
         t = self.tensor
         if t.written is not None:
             mask = t.written if self.index is None else t.written[self.index]
-            if not mask.all():
+            if mask.all():
+                if self.index is None:
+                    _all_written(t)             # nothing left to poison or check on later reads
+            else:
                 missing = int(mask.size - np.count_nonzero(mask))
                 first = np.argwhere(~np.asarray(mask))[0].tolist() if mask.ndim else []
                 raise UninitializedReadError(
