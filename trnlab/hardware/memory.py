@@ -112,7 +112,7 @@ def _batches(jobs: list) -> list:
     the tiles of a GEMM block that share rhs columns (a product over 2 or 4 M tiles ran 8-12 %
     faster in BLAS than each alone, with the same bits for each row: BLAS's K order does not
     depend on how many rows it computes)."""
-    batches, mergeable = [], []
+    batches, mergeable = [], []             # all batches; those open to merging
     count = {}
     for x, _ in jobs:
         count[id(x)] = count.get(id(x), 0) + 1
@@ -125,8 +125,8 @@ def _batches(jobs: list) -> list:
             else:
                 mergeable.append([job])
                 batches.append(mergeable[-1])
-        elif batches and batches[-1][0][0] is job[0] and batches[-1] not in mergeable:
-            batches[-1].append(job)
+        elif batches and batches[-1][0][0] is job[0] and count[id(job[0])] > 1:
+            batches[-1].append(job)             # the next group of the same tensor
         else:
             batches.append([job])
     return batches
