@@ -24,9 +24,8 @@ import numpy as np
 
 # After a product OpenBLAS's threads spin for more work (about 0.1 s) before they sleep: timed right
 # after NumPy's A @ B, the simulation shared the cores with them (its CPU time 430-440 ms instead
-# of 270-290 ms, wall 243 ms instead of 174-182 ms with OPENBLAS_THREAD_TIMEOUT=4, 2048^3,
-# 2026-12-01). A pause after each NumPy
-# call lets them sleep first; `--no-settle` measures without it.
+# of 270-290 ms, wall 243 ms instead of 174-182 ms with OPENBLAS_THREAD_TIMEOUT=4; 2048^3,
+# 2026-12-01). A pause after each NumPy call lets them sleep first; `--no-settle` measures without it.
 SETTLE_S = 0.3
 
 
