@@ -10,6 +10,7 @@ import trnlab.nki as nki
 import trnlab.nki.isa as nisa
 import trnlab.nki.language as nl
 from trnlab.hardware import _blas, compiled, dtypes, memory, replay
+from trnlab.hardware.program import ProgramCache
 from trnlab.hardware.device import Device
 from trnlab.kernels import matmul_ladder as ladder
 
@@ -307,7 +308,7 @@ def test_a_gemm_blocks_tiles_sharing_rhs_columns_compute_as_one_product(monkeypa
     (test_a_moved_psum_read_leaves_later_tiles_groups_whole)."""
     from trnlab.hardware import gemm
     monkeypatch.setattr(compiled, "_reads_ahead", lambda: 2)     # as on any machine of 2+ cores
-    monkeypatch.setattr(gemm, "_PROGRAMS", {})
+    monkeypatch.setattr(gemm, "_PROGRAMS", ProgramCache(16))
     program = gemm.gemm_program(512, 2048, 256, "trn2", "bfloat16")
     variants = [step[-1] for step in compiled.values_plan(program)]
     assert variants.count("nc_matmul_starting") == 4 and variants.count("nc_matmul_ready") == 12

@@ -26,6 +26,7 @@ import numpy as np
 from . import dtypes
 from .core import NeuronCore
 from .presets import TRN2_CORE, CoreSpec, core_spec
+from .program import ProgramCache
 
 
 @dataclass(frozen=True)
@@ -219,8 +220,7 @@ def _gemm_inputs(A: np.ndarray, B: np.ndarray, dt) -> tuple[np.ndarray, np.ndarr
     return lhsT, rhs[0]
 
 
-_PROGRAMS: dict = {}                    # (M, N, K, spec, dtypes, tiling) -> the traced GEMM
-_PROGRAMS_MAX = 16
+_PROGRAMS = ProgramCache(16)            # (M, N, K, spec, dtypes, tiling) -> the traced GEMM
 
 
 def gemm_program(M: int, N: int, K: int, spec: "CoreSpec | str" = TRN2_CORE, dtype="bfloat16",
@@ -241,9 +241,7 @@ def gemm_program(M: int, N: int, K: int, spec: "CoreSpec | str" = TRN2_CORE, dty
         out = recorder.hbm.allocate((M, N), odt, name="out")
         tiled_gemm(recorder, lhsT, rhs, out, **tiling)
         program = allocate(recorder.finish({"buffer": recorder.buffer_of(out), "index": None}), spec)
-        if len(_PROGRAMS) >= _PROGRAMS_MAX:
-            _PROGRAMS.pop(next(iter(_PROGRAMS)))
-        _PROGRAMS[key] = program
+        _PROGRAMS.put(key, program)
     return program
 
 

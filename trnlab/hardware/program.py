@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import json
 import math
-from collections import Counter
+import threading
+from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -244,6 +245,36 @@ class Program:
     def load(cls, path) -> "Program":
         with open(path) as f:
             return cls.loads(f.read())
+
+
+class ProgramCache:
+    """Traced programs by key (shapes, dtypes, core, ...), as compiled NEFFs are kept per input
+    shape: the least recently used beyond `size` is dropped. Safe to share between threads."""
+
+    def __init__(self, size: int):
+        self.size = size
+        self._programs: OrderedDict = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key) -> "Program | None":
+        with self._lock:
+            program = self._programs.get(key)
+            if program is not None:
+                self._programs.move_to_end(key)
+            return program
+
+    def put(self, key, program: "Program") -> None:
+        with self._lock:
+            self._programs[key] = program
+            while len(self._programs) > self.size:
+                self._programs.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._programs.clear()
+
+    def __len__(self) -> int:
+        return len(self._programs)
 
 
 def locate_instruction(error: Exception, program: Program, k: int) -> Exception:

@@ -29,17 +29,16 @@ latency, timeline and profile, and `nki.profile` writes a Chrome/Perfetto trace.
 """
 from __future__ import annotations
 
-import collections
 import contextlib
 import functools
 import json
 import os
-import threading
 from dataclasses import dataclass
 
 import numpy as np
 
 from trnlab.hardware import _gc
+from trnlab.hardware.program import ProgramCache
 from trnlab.nki import isa, language, typing  # noqa: F401  (nki.language / nki.isa / nki.typing)
 from trnlab.nki import runtime
 from trnlab.nki.errors import MaskError, NKIError, locate, site_note  # noqa: F401
@@ -208,9 +207,7 @@ def jit(func=None, *, target=None, platform_target=None, timing_only: bool = Fal
 
 
 # -- tracing ------------------------------------------------------------------------------------------
-_PROGRAMS: "collections.OrderedDict" = collections.OrderedDict()   # (func, grid, target, signature) -> Program
-_CACHE_SIZE = 256
-_cache_lock = threading.Lock()
+_PROGRAMS = ProgramCache(256)          # (func, grid, target, signature, ...) -> Program
 
 
 def trace(kernel, *args, target=None, grid=None, points=None, **kwargs):
@@ -228,11 +225,9 @@ def trace(kernel, *args, target=None, grid=None, points=None, **kwargs):
     key = (kernel.func, grid, tuple(getattr(g, "cores", 1) for g in grid), points, spec.name, id(spec), order,
            DROP_PSUM_ZEROING,
            tuple(_signature(a) for a in args), tuple((k, _signature(v)) for k, v in sorted(kwargs.items())))
-    with _cache_lock:
-        program = _PROGRAMS.get(key)
-        if program is not None:
-            _PROGRAMS.move_to_end(key)
-            return program
+    program = _PROGRAMS.get(key)
+    if program is not None:
+        return program
     program = _trace(kernel, args, kwargs, spec, grid, points)
     if DROP_PSUM_ZEROING and not _directive(kernel, "skip_middle_end_transformations"):
         from trnlab.hardware.schedule import drop_zeroing_memsets
@@ -240,10 +235,7 @@ def trace(kernel, *args, target=None, grid=None, points=None, **kwargs):
     if not getattr(program, "_no_reorder", False):
         from trnlab.hardware.schedule import default_for, scheduled
         program = scheduled(program, order or default_for(program))
-    with _cache_lock:
-        _PROGRAMS[key] = program
-        while len(_PROGRAMS) > _CACHE_SIZE:
-            _PROGRAMS.popitem(last=False)
+    _PROGRAMS.put(key, program)
     return program
 
 
