@@ -180,12 +180,11 @@ def _batch_computer(batch: list, stacked):
     return compute
 
 
-def _stacker(fp32_buffer, widened: dict | None = None):
+def _stacker(fp32_buffer, widening: "_Widening | None" = None):
     """`stacked(snapshots)`: the fp32 [sum K, F] operand of a deferred group (from its snapshots,
     `Tensor.snapshot`); stacks are shared between the groups of one call's tensors. `fp32_buffer(shape)`
-    gives the array a cast into fp32 fills. `widened` (a values replay's, see `OnChipMemory.widened`):
-    fp32 copies of the read-only inputs or their regions (``widened["inputs"]``: the id of the array
-    owning an input's memory -> the input's array), kept for the whole run."""
+    gives the array a cast into fp32 fills; `widening`, a values replay's fp32 copies of its
+    read-only inputs (stacks of their tiles come from there)."""
     stacks = {}
 
     def concatenated(parts):
@@ -196,12 +195,12 @@ def _stacker(fp32_buffer, widened: dict | None = None):
                 return parts[0]
             stacked_view = _adjacent_rows(parts)
             return np.concatenate(parts) if stacked_view is None else stacked_view
-        if widened is not None:
-            source = widened["inputs"].get(id(parts[0].base))
+        if widening is not None:
+            source = widening.inputs.get(id(parts[0].base))
             if source is not None:
                 region = parts[0] if len(parts) == 1 else _adjacent_rows(parts)
                 if region is not None:
-                    return _widened(widened, source, region)
+                    return widening.fp32(source, region)
         rows = sum(p.shape[0] for p in parts)
         buffer = fp32_buffer((rows,) + parts[0].shape[1:])
         return np.concatenate(parts, out=buffer, casting="unsafe")
@@ -229,41 +228,55 @@ def _stacker(fp32_buffer, widened: dict | None = None):
     return stacked
 
 
-def _widened(cache: dict, source: np.ndarray, region: np.ndarray) -> np.ndarray:
-    """`region` (a view of the read-only input array `source`, e.g. the K-stacked moving tiles loaded
-    from one matrix) as fp32, cast once per run: the tiles of a tiled matmul stack the same input
-    columns again for every output row block (the 2048^3 bf16 tiled kernel cast 84 M elements for
-    8 M). Where the region is a large part of its input (an eighth or more) the whole input is cast
-    once, in one contiguous pass, and the region is a view of that: a product of such a row-strided
-    view has the bits of a contiguous copy's (BLAS packs its operands; regions of one column, whose
-    products take BLAS's matrix-vector path, are copied instead)."""
-    item = source.itemsize
-    offset = region.__array_interface__["data"][0] - source.__array_interface__["data"][0]
-    last = offset + sum((n - 1) * st for n, st in zip(region.shape, region.strides)) + item
-    whole = (region.ndim == 2 and region.shape[1] >= 2 and 8 * region.size >= source.size
-             and source.flags.c_contiguous and source.dtype == region.dtype
-             and 0 <= offset and last <= source.nbytes and offset % item == 0
-             and all(st > 0 and st % item == 0 for st in region.strides))
-    key = (id(source),) if whole else (id(source), offset, region.shape, region.strides)
-    entry = cache.get(key)
-    if entry is None or entry[0] is not source:
-        with cache["lock"]:
-            lock = cache.setdefault(("lock",) + key, threading.Lock())
-        with lock:                              # workers stacking from one input cast it once
-            entry = cache.get(key)              # (and two inputs in parallel)
-            if entry is None or entry[0] is not source:    # (holding the source keeps its id)
-                if whole:
-                    pool = cache["pool"].get(source.shape)
-                    copy = pool.pop() if pool else np.empty(source.shape, np.float32)
-                    np.copyto(copy, source, casting="unsafe")       # exact: bf16/fp8 -> fp32
-                else:
-                    copy = region.astype(np.float32)
-                entry = cache[key] = (source, copy)
-    if not whole:
-        return entry[1]
-    return np.lib.stride_tricks.as_strided(entry[1].reshape(-1)[offset // item:], shape=region.shape,
-                                           strides=tuple(st // item * 4 for st in region.strides),
-                                           writeable=False)
+class _Widening:
+    """A values replay's fp32 copies of its read-only inputs, for one run (`OnChipMemory.start_widening`).
+
+    A region of an input (e.g. the K-stacked moving tiles loaded from one matrix) is cast once per
+    run: the tiles of a tiled matmul stack the same input columns again for every output row block
+    (the 2048^3 bf16 tiled kernel cast 84 M elements for 8 M). Where the region is a large part of
+    its input (an eighth or more) the whole input is cast once, in one contiguous pass, into an array
+    kept from an earlier run if one has its shape, and the region is a view of that: a product of
+    such a row-strided view has the bits of a contiguous copy's (BLAS packs its operands; regions of
+    one column, whose products take BLAS's matrix-vector path, are copied instead)."""
+
+    def __init__(self, inputs: dict, pool: dict):
+        self.inputs = inputs            # id of the array owning an input's memory -> the input's array
+        self.pool = pool                # shape -> fp32 arrays for whole inputs
+        self.copies: dict = {}          # key -> (input, fp32 copy); the input held keeps its id
+        self.whole: list = []           # the fp32 copies of whole inputs
+        self._locks: dict = {}
+        self._lock = threading.Lock()
+
+    def fp32(self, source: np.ndarray, region: np.ndarray) -> np.ndarray:
+        """`region`, a view of the read-only input array `source`, as fp32."""
+        item = source.itemsize
+        offset = region.__array_interface__["data"][0] - source.__array_interface__["data"][0]
+        last = offset + sum((n - 1) * st for n, st in zip(region.shape, region.strides)) + item
+        whole = (region.ndim == 2 and region.shape[1] >= 2 and 8 * region.size >= source.size
+                 and source.flags.c_contiguous and source.dtype == region.dtype
+                 and 0 <= offset and last <= source.nbytes and offset % item == 0
+                 and all(st > 0 and st % item == 0 for st in region.strides))
+        key = (id(source),) if whole else (id(source), offset, region.shape, region.strides)
+        entry = self.copies.get(key)
+        if entry is None or entry[0] is not source:
+            with self._lock:
+                lock = self._locks.setdefault(key, threading.Lock())
+            with lock:                  # workers stacking from one input cast it once (two, in parallel)
+                entry = self.copies.get(key)
+                if entry is None or entry[0] is not source:
+                    if whole:
+                        free = self.pool.get(source.shape)
+                        copy = free.pop() if free else np.empty(source.shape, np.float32)
+                        np.copyto(copy, source, casting="unsafe")       # exact: bf16/fp8 -> fp32
+                        self.whole.append(copy)
+                    else:
+                        copy = region.astype(np.float32)
+                    entry = self.copies[key] = (source, copy)
+        if not whole:
+            return entry[1]
+        return np.lib.stride_tricks.as_strided(entry[1].reshape(-1)[offset // item:], shape=region.shape,
+                                               strides=tuple(st // item * 4 for st in region.strides),
+                                               writeable=False)
 
 
 def _adjacent_rows(parts):
@@ -467,8 +480,7 @@ class OnChipMemory:
         self._scratch: dict[tuple, list] = {}  # shape -> float32 arrays reused by flush_pending
         self._started: list = []              # futures of the products start_pending started
         self._ready: list[Tensor] = []        # tiles whose products start with the next start_pending
-        # a values replay's fp32 copies of read-only input regions (`_widened`), for one run
-        self.widened: dict | None = None
+        self.widening: _Widening | None = None  # a values replay's fp32 copies of its inputs, for one run
         self._widen_pool: dict = {}           # shape -> fp32 arrays of whole inputs, for the next run
 
     def flush_pending(self, touched: Tensor | None = None):
@@ -498,7 +510,7 @@ class OnChipMemory:
             taken.append(buffer)
             return buffer
 
-        stacked = _stacker(fp32_buffer, self.widened)
+        stacked = _stacker(fp32_buffer, self.widening)
         jobs = [(t, g[0], g[1], stacked(g[2]), stacked(g[3])) for t, g in groups]
         if len(jobs) == 1:
             stationary, moving = jobs[0][3], jobs[0][4]       # [sum K, M], [sum K, N]
@@ -520,22 +532,22 @@ class OnChipMemory:
             scratch.setdefault(buffer.shape, []).append(buffer)
 
     def start_widening(self, inputs: dict) -> None:
-        """A values replay's run begins: `inputs` (owner id -> read-only input array) may be widened
-        to fp32 (`_widened`), into arrays kept from earlier runs where the shape is the same (a
-        fresh 16 MB array costs 4,096 page faults)."""
-        self.widened = {"inputs": inputs, "lock": threading.Lock(), "pool": self._widen_pool}
+        """A values replay's run begins: `inputs` (id of the array owning an input's memory -> the
+        input's array) are read-only, and products stack their tiles from fp32 copies (`_Widening`)."""
+        self.widening = _Widening(inputs, self._widen_pool)
 
     def end_widening(self) -> None:
-        """The run is over: its whole-input fp32 arrays go back to the pool (at most _WIDEN_KEPT
-        bytes in all; the products that read them are done)."""
-        if self.widened is None:
+        """The run is over (its products are done): its whole-input fp32 arrays go back to the pool
+        for the next run of the same shapes, at most _WIDEN_KEPT bytes in all (a fresh 16 MB array
+        costs 4,096 page faults)."""
+        if self.widening is None:
             return
         kept = sum(a.nbytes for arrays in self._widen_pool.values() for a in arrays)
-        for key, entry in self.widened.items():
-            if type(key) is tuple and len(key) == 1 and kept + entry[1].nbytes <= _WIDEN_KEPT:
-                self._widen_pool.setdefault(entry[1].shape, []).append(entry[1])
-                kept += entry[1].nbytes
-        self.widened = None
+        for copy in self.widening.whole:
+            if kept + copy.nbytes <= _WIDEN_KEPT:
+                self._widen_pool.setdefault(copy.shape, []).append(copy)
+                kept += copy.nbytes
+        self.widening = None
 
     def start_pending(self, t: Tensor) -> None:
         """Start computing `t`'s deferred products now, in a worker thread, where the caller knows
@@ -551,7 +563,7 @@ class OnChipMemory:
         ids = {id(x) for x in tensors}
         self.pending = [p for p in self.pending if id(p) not in ids]
         jobs = [(x, g) for x in tensors for g in x.take_pending()]
-        stacked = _stacker(lambda shape: np.empty(shape, np.float32), self.widened)
+        stacked = _stacker(lambda shape: np.empty(shape, np.float32), self.widening)
         for batch in _batches(jobs):
             compute = _batch_computer(batch, stacked)
             if sum(2 * g[4] * g[0].size for _, g in batch) < _SMALL_GROUP_FLOPS:
