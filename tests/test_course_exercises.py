@@ -41,7 +41,7 @@ def stub(x):
     (lambda x: x + 2, "failed", "expected 0, got 2 for input 0"),
     (stub, "not_attempted", "not attempted yet"),
     (lambda x: 1 / 0, "error", "your code raised ZeroDivisionError"),
-])
+], ids=["passed", "failed", "not_attempted", "error"])    # plain ids: no "<lambda>" or spaces to quote
 def test_judging_classifies_each_outcome(double_exercise, answer, status, hint):
     result = run_check("test_double", answer, local=True)
     assert result.status == status and hint in result.message
