@@ -24,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from trnlab.data import load_split
 from trnlab.data.tasks import model_prompt, read_answer, task_of
 from trnlab.model import ask_many, load_checkpoint
-from trnlab.serve import compiled
+from trnlab.serve import steps
 from trnlab.serve.backend import make_backend
 from trnlab.serve.engine import generate
 from trnlab.serve.http import BackgroundServer
@@ -36,15 +36,15 @@ PROMPTS = ["12+5", "407+38", "999-1", "reverse kite", "sort 52819", "35+56", "re
 
 def compile_once(model, cache_dir: str) -> None:
     print("0. compile once, replay many times (trn2, prefill 1x{8,16,32}, decode {1..8}x{8,16,32})")
-    compiled._STEPS.clear()
-    compiled._CAPTURED.clear()
+    steps._STEPS.clear()
+    steps._CAPTURED.clear()
     start = time.perf_counter()
-    steps = compiled.CompiledBackend(model, "trn2", max_batch=8, cache_dir=cache_dir).warm()
+    steps = steps.CompiledBackend(model, "trn2", max_batch=8, cache_dir=cache_dir).warm()
     compile_s = time.perf_counter() - start
-    compiled._STEPS.clear()
-    compiled._CAPTURED.clear()
+    steps._STEPS.clear()
+    steps._CAPTURED.clear()
     start = time.perf_counter()
-    loaded = compiled.CompiledBackend(model, "trn2", max_batch=8, cache_dir=cache_dir).warm()
+    loaded = steps.CompiledBackend(model, "trn2", max_batch=8, cache_dir=cache_dir).warm()
     load_s = time.perf_counter() - start
     assert all(s.source == "artifact" for s in loaded)
     print(f"   {len(steps)} programs compiled in {compile_s:.1f} s ({compile_s / len(steps):.1f} s each); "

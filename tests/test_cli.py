@@ -10,7 +10,7 @@ import torch
 from trnlab import REPO_ROOT
 from trnlab.data import load_split
 from trnlab.model import DEFAULT_CHECKPOINT, accuracy_by_task, ask, load_checkpoint, load_train_log
-from trnlab.model.cli import train_main
+from trnlab.cli import train_main
 
 
 def run_trnlab(*args: str) -> subprocess.CompletedProcess:

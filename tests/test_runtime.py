@@ -6,7 +6,7 @@ import torch
 
 import trnlab.compiler as tc
 from trnlab.model.gpt import GPT, GPTConfig
-from trnlab.runtime import Device
+from trnlab.runtime import Runtime
 
 
 @pytest.fixture(scope="module")
@@ -79,11 +79,11 @@ def test_transposes_advice_fires_without_the_layout_pass():
 
 def test_device_checks_inputs(gpt_run):
     compiled, _, idx = gpt_run
-    loaded = Device("trn2").load(compiled)
+    loaded = Runtime("trn2").load(compiled)
     with pytest.raises(TypeError, match="takes 1 inputs"):
         loaded.run(idx, idx)
     with pytest.raises(ValueError, match="one of"):
-        Device("trn9")
+        Runtime("trn9")
 
 
 def test_the_whole_graph_is_one_program_with_a_region_per_op(gpt_run):
@@ -93,10 +93,10 @@ def test_the_whole_graph_is_one_program_with_a_region_per_op(gpt_run):
     assert [r.split("/")[0] for r in program.regions()] == kernels
     assert [o.region for o in run.profile.ops] == kernels
     # replaying the stored program gives the run's numbers (no Python tracing at run time)
-    from trnlab.hardware.device import Device as Chip
+    from trnlab.hardware.device import Device
     from trnlab.hardware.program import Program
     again = Program.loads(program.dumps())
-    launch = Chip("trn2", cores=1).run(again, *[compiled.constants.get(n, idx.numpy().astype("int32"))
+    launch = Device("trn2", cores=1).run(again, *[compiled.constants.get(n, idx.numpy().astype("int32"))
                                                 for n, _ in again.inputs])
     assert launch.latency_ns == pytest.approx(run.profile.total_ns)
 
@@ -131,10 +131,10 @@ def test_compile_once_replay_many_on_one_device(gpt_run):
     torch.manual_seed(0)
     model = GPT(GPTConfig(vocab_size=20, block_size=16, n_layer=2, n_head=2, n_embd=32)).eval()
     one = tc.compile(model, (idx[:1],))                  # another bucket (batch 1) of the same model
-    device = Device("trn2")
+    device = Runtime("trn2")
     device.MAX_RECORDS = 1000                            # force a fresh hardware device between runs
     big, small = device.load(compiled), device.load(one)
-    assert big.device is small.device is device          # one chip: both models' weights in its HBM
+    assert big.chips is small.chips is device            # one chip: both models' weights in its HBM
     assert device.chip.hbm.used >= big.resident_bytes + small.resident_bytes
     with torch.no_grad():
         expected, _ = model(idx)
@@ -153,7 +153,7 @@ def test_a_loaded_artifact_replays_its_stored_program_without_tracing(gpt_run, t
         raise AssertionError("traced at load or run time")
 
     monkeypatch.setattr(nki, "trace", no_tracing)
-    again = Device("trn2").load(path).run(idx)
+    again = Runtime("trn2").load(path).run(idx)
     torch.testing.assert_close(again.outputs[0], run.outputs[0], rtol=0, atol=0)
     assert again.profile.total_ns == pytest.approx(run.profile.total_ns)
 
@@ -165,21 +165,21 @@ def test_full_mode_values_are_the_checked_replays_and_independent_of_earlier_run
     import numpy as np
 
     from trnlab.hardware import replay
-    from trnlab.hardware.device import Device as Chip
+    from trnlab.hardware.device import Device
     torch.manual_seed(0)
     model = GPT(GPTConfig(vocab_size=20, block_size=32, n_layer=1, n_head=2, n_embd=32)).eval()
     batches = [torch.randint(0, 20, (3, 32), generator=torch.Generator().manual_seed(s)) for s in range(3)]
     packed = tc.compile(model, (batches[0],))                  # B >= 2, T = 32: the packed attention kernel
     single = tc.compile(model, (batches[0][:1],))
     assert any(c.kernel == "causal_attention_qkv_packed" for c in packed.program.calls)
-    loaded_packed, loaded_single = Device("trn2").load(packed), Device("trn2").load(single)
+    loaded_packed, loaded_single = Runtime("trn2").load(packed), Runtime("trn2").load(single)
     for idx in batches:
         for loaded, x in ((loaded_packed, idx), (loaded_single, idx[:1])):
             fast = loaded.run(x).outputs[0]
             program = loaded.programs[0]
             args = [loaded.constants[n] if n in loaded.constants else x.numpy().astype(np.int32)
                     for n, _ in program.inputs]
-            chip = Chip("trn2", cores=1)
+            chip = Device("trn2", cores=1)
             tensors = replay.execute(program, chip.cores[0], args, checked=True)
             checked = replay.read_outputs(program, tensors, True)
             checked = checked[0] if isinstance(checked, (tuple, list)) else checked

@@ -1,4 +1,4 @@
-"""Serving on compiled programs (trnlab.serve.compiled): one prefill program per length bucket and one
+"""Serving on compiled programs (trnlab.serve.steps): one prefill program per length bucket and one
 decode program per (batch, cache) bucket, built by trnlab.compiler, taking the KV cache as an input,
 replayed on the simulated NeuronCore; compiled once per process and stored as artifacts."""
 from __future__ import annotations
@@ -12,8 +12,8 @@ import torch
 from trnlab.data import load_split
 from trnlab.data.tasks import model_prompt, read_answer, task_of
 from trnlab.model import ask_many, load_checkpoint
-from trnlab.serve import compiled
-from trnlab.serve.compiled import CompiledBackend, compile_step, get_step
+from trnlab.serve import steps
+from trnlab.serve.steps import CompiledBackend, compile_step, get_step
 from trnlab.serve.engine import generate
 from trnlab.serve.kv_cache import KVCache
 
@@ -52,7 +52,7 @@ def test_decode_program_matches_the_pytorch_reference_for_ragged_lengths():
     bias[0, 3:] = -1.0e30                                              # sequence 0 has 3 positions, 1 has 8
     ids, positions = np.array([5, 9], np.int32), np.array([3, 8], np.int32)
     (logits, *qkvs), run = step.run(ids, positions, bias, *cache)
-    module = compiled.DecodeStep(MODEL)
+    module = steps.DecodeStep(MODEL)
     with torch.no_grad():
         expected = module(torch.from_numpy(ids.astype(np.int64)), torch.from_numpy(positions.astype(np.int64)),
                           torch.from_numpy(bias), *map(torch.from_numpy, cache))
@@ -95,7 +95,7 @@ def test_steps_are_compiled_once_then_replayed_and_reloaded_from_artifacts(tmp_p
 
 
 def test_a_corrupt_artifact_is_compiled_again(tmp_path, monkeypatch):
-    fingerprint = compiled.model_fingerprint(MODEL)
+    fingerprint = steps.model_fingerprint(MODEL)
     path = tmp_path / fingerprint / "trn3-prefill-1x8.neff"
     path.parent.mkdir(parents=True)
     path.write_bytes(b"not an artifact")
@@ -128,7 +128,7 @@ def test_the_whole_chain_gives_one_answer_at_every_stage():
 
 
 def test_the_runtime_loads_the_decode_artifact_and_agrees_with_the_one_program_replay(tmp_path):
-    from trnlab.runtime import Device
+    from trnlab.runtime import Runtime
     compiled_decode = compile_step(MODEL, "decode", (1, 8), "trn2")
     path = compiled_decode.save(tmp_path / "decode.neff")
     rng = np.random.default_rng(1)
@@ -136,7 +136,7 @@ def test_the_runtime_loads_the_decode_artifact_and_agrees_with_the_one_program_r
     cache = [rng.standard_normal((1, 8, C)).astype(np.float32) for _ in range(2 * n_layer)]
     bias = np.zeros((1, 8), np.float32)
     inputs = (np.array([7], np.int32), np.array([8], np.int32), bias, *cache)
-    by_runtime = Device("trn2").load(path).run(*inputs)                   # kernel by kernel (trnlab.runtime)
+    by_runtime = Runtime("trn2").load(path).run(*inputs)                   # kernel by kernel (trnlab.runtime)
     replayed, _ = get_step(MODEL, "decode", (1, 8), "trn2").run(*inputs)   # one program
     for a, b in zip(by_runtime.outputs, replayed):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)

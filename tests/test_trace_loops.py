@@ -12,21 +12,20 @@ from hypothesis import strategies as st
 import trnlab.nki as nki
 import trnlab.nki.isa as nisa
 import trnlab.nki.language as nl
+from trnlab import config
 from trnlab.hardware.device import Device
 from trnlab.nki import loops
-from trnlab.nki.loops import LoopIndex, Retrace
+from trnlab.nki.loop_index import LoopIndex, Retrace, plain
 
 SD = nki.ShapeDtype
 
 
-def _trace(kernel, *args, stamp: bool, target="trn2", grid=None, **kwargs):
+def _trace(kernel, *args, stamp: bool | None, target="trn2", grid=None, **kwargs):
     nki._PROGRAMS.clear()
-    before = nki.STAMP_LOOPS
-    nki.STAMP_LOOPS = stamp
     try:
-        return nki.trace(kernel, *args, target=target, grid=grid, **kwargs)
+        with config.override(**({} if stamp is None else {"fast": stamp})):    # None: the switches as set
+            return nki.trace(kernel, *args, target=target, grid=grid, **kwargs)
     finally:
-        nki.STAMP_LOOPS = before
         nki._PROGRAMS.clear()
 
 
@@ -35,7 +34,7 @@ def _timeline(program, target="trn2"):
     return [tuple(r) for r in run.core.timeline.records], run.latency_ns
 
 
-def _stamped_loops(kernel, *args, **kwargs) -> int:
+def _stamped_loops(kernel, *args, stamp: bool | None = True, **kwargs) -> int:
     """How many loop executions stamped iterations while tracing (0: everything concrete)."""
     count = [0]
     original = loops.Loop.after_second
@@ -45,7 +44,7 @@ def _stamped_loops(kernel, *args, **kwargs) -> int:
         count[0] += 1
     loops.Loop.after_second = counting
     try:
-        _trace(kernel, *args, stamp=True, **kwargs)
+        _trace(kernel, *args, stamp=stamp, **kwargs)
     finally:
         loops.Loop.after_second = original
     return count[0]
@@ -186,9 +185,9 @@ def test_a_loop_index_stays_a_loop_index_under_affine_arithmetic():
     loop = _FakeLoop()
     k = LoopIndex(3, ((loop, 1),))
     e = (k + 1) * 128 - 64 + 2 * k
-    assert type(e) is LoopIndex and loops.plain(e) == (3 + 1) * 128 - 64 + 6
+    assert type(e) is LoopIndex and plain(e) == (3 + 1) * 128 - 64 + 6
     assert e._terms == ((loop, 130),)
-    assert type((k + 1) - k) is int and loops.plain(-k) == -3
+    assert type((k + 1) - k) is int and plain(-k) == -3
     assert loop.degraded is None                              # nothing above left the affine world
 
 
@@ -293,7 +292,7 @@ def _break_kernel(a):
     out = nl.ndarray((R, C), dtype=a.dtype, buffer=nl.shared_hbm)
     for r in nl.affine_range(R // 128):
         nl.store(out[r * 128:(r + 1) * 128, :], value=nl.load(a[r * 128:(r + 1) * 128, :]))
-        if loops.plain(r) == R // 128 - 1:                   # leaves the last iteration early (unseen by
+        if plain(r) == R // 128 - 1:                   # leaves the last iteration early (unseen by
             break                                             # the iterator: plain() reads its value)
     return out
 
@@ -437,12 +436,31 @@ def test_the_comparison_names_the_first_record_that_differs():
 
 def test_check_mode_traces_both_ways_and_refuses_a_difference(monkeypatch):
     from trnlab.kernels import matmul_ladder
-    monkeypatch.setattr(loops, "CHECK", True)
+    monkeypatch.setenv("TRNLAB_CHECK_LOOPS", "1")                          # read per trace, not at import
     args = (SD((512, 512), "bfloat16"), SD((512, 2048), "bfloat16"))
     _trace(matmul_ladder.matmul_tiled, *args, stamp=True)                   # agrees: no error
     monkeypatch.setattr(loops, "first_difference", lambda a, b: "instruction 3: made up")
     with pytest.raises(AssertionError, match="stamped trace differs"):
         _trace(matmul_ladder.matmul_tiled, *args, stamp=True)
+    monkeypatch.setenv("TRNLAB_CHECK_LOOPS", "0")
+    _trace(matmul_ladder.matmul_tiled, *args, stamp=True)                   # off again: no second trace
+
+
+def test_stamping_is_a_fast_path_the_fast_switch_turns_off():
+    from trnlab.kernels import matmul_ladder
+    args = (SD((512, 512), "bfloat16"), SD((512, 2048), "bfloat16"))
+    assert _stamped_loops(matmul_ladder.matmul_tiled, *args) > 0
+    with config.override(fast=False):
+        assert not loops.stamping_supported()
+        assert _stamped_loops(matmul_ladder.matmul_tiled, *args, stamp=None) == 0   # every iteration traced
+
+
+def test_stamping_runs_only_on_the_python_whose_bytecode_it_reads(monkeypatch):
+    from trnlab.kernels import matmul_ladder
+    args = (SD((512, 512), "bfloat16"), SD((512, 2048), "bfloat16"))
+    monkeypatch.setattr(loops, "STAMPING_PYTHON", (3, 99))
+    assert not loops.stamping_supported()
+    assert _stamped_loops(matmul_ladder.matmul_tiled, *args) == 0
 
 
 # -- kernels that place their own tiles: traced once, every loop concretely ----------------------------

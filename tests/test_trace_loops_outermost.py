@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 import trnlab.nki as nki
 import trnlab.nki.language as nl
 from trnlab.hardware.program import Access
-from trnlab.nki import loops
+from trnlab.nki import loop_records, loops
 from test_trace_loops import SD, assert_same_program
 
 
@@ -147,7 +147,7 @@ def _typed(x):
 @given(_plain, _plain)
 def test_property_parts_are_shared_only_when_equal_in_value_and_type_all_the_way_down(a, b):
     # 1, 1.0 and True, or 0.0 and -0.0, compare equal in Python: a shared part must not swap them
-    assert (loops._strict(a) == loops._strict(b)) == (_typed(a) == _typed(b))
+    assert (loop_records._strict(a) == loop_records._strict(b)) == (_typed(a) == _typed(b))
 
 
 def test_an_outermost_stamped_program_saves_and_loads_like_the_concrete_one(tmp_path):

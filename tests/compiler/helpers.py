@@ -1,6 +1,6 @@
 """Helpers for the pass tests: a captured graph, and running passes up to one of them."""
 from trnlab.compiler import capture
-from trnlab.compiler.compiled import CompileOptions
+from trnlab.compiler.driver import CompileOptions
 from trnlab.compiler.passes import run_pipeline
 
 

@@ -7,7 +7,7 @@ import torch
 
 import trnlab.compiler as tc
 from trnlab.compiler import artifact
-from trnlab.runtime import Device
+from trnlab.runtime import Runtime
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +39,7 @@ def test_save_load_run_gives_the_same_logits(saved, compiled_tiny_gpt, tiny_gpt)
     assert all(len(p["sha256"]) == 64 for p in a.manifest["parts"].values())
     with zipfile.ZipFile(saved) as z:
         assert not [n for n in z.namelist() if n.endswith((".pkl", ".pt", ".bin"))]
-    loaded = Device("trn2").load(saved)
+    loaded = Runtime("trn2").load(saved)
     got, _ = loaded.run(idx).outputs
     expected, _ = compiled_tiny_gpt(idx)
     torch.testing.assert_close(got, expected, rtol=0, atol=0)
@@ -83,7 +83,7 @@ def test_wrong_version_is_refused(saved, tmp_path, monkeypatch):
 
 def test_wrong_target_is_refused(saved):
     with pytest.raises(tc.ArtifactTargetError, match="compiled for target trn2"):
-        Device("trn1").load(saved)
+        Runtime("trn1").load(saved)
 
 
 def test_manifest_is_plain_json(saved):

@@ -5,20 +5,25 @@
     logits, _ = compiled(idx)                     # runs on the simulated Trainium
     print(compiled.explain())                     # passes with their times, memory plan, program listing
     compiled.passes[2].graph                      # the graph after any pass ("fuse"), printable
-    compiled.save("gpt.neff"); trnlab.runtime.Device("trn2").load("gpt.neff").run(idx)
+    compiled.save("gpt.neff"); trnlab.runtime.Runtime("trn2").load("gpt.neff").run(idx)
 
     torch.compile(model, backend="trnlab")        # the same, through Dynamo and AOT Autograd
 
 Modules: `ir` (the graph), `capture` (torch.export / FX -> graph), `passes/` (one module per pass),
-`lower` (ops -> kernel calls), `artifact` (the NEFF-like file), `dynamo` (the torch.compile backend).
+`lower` (ops -> kernel calls: a `LoweredGraph`), `executable` (the calls traced into programs: what the
+compiler produces), `execute` (its replay on a chip), `model_profile` (the profile of a run), `loaded`
+(a compiled model on its chips: `compiled(x)`), `artifact` (the NEFF-like file), `driver` (`compile`:
+all of the above in order), `dynamo` (the torch.compile backend).
 """
-from trnlab.compiler.compiled import TARGETS, CompiledModel, CompileOptions, __version__, compile, dump, explain
+from trnlab.compiler.driver import TARGETS, CompiledModel, CompileOptions, __version__, compile, dump, explain
 from trnlab.compiler.errors import (ArtifactCorruptError, ArtifactError, ArtifactTargetError, ArtifactTruncatedError,
                                     ArtifactVersionError, CompileError, DynamicShapeError)
+from trnlab.compiler.executable import Executable, build_executable
 from trnlab.compiler.ir import Graph, Node, Value
-from trnlab.compiler.lower import SUPPORTED
+from trnlab.compiler.lower import SUPPORTED, LoweredGraph
 
-__all__ = ["compile", "explain", "dump", "CompiledModel", "CompileOptions", "Graph", "Node", "Value", "CompileError",
+__all__ = ["compile", "explain", "dump", "CompiledModel", "CompileOptions", "Executable", "build_executable",
+           "LoweredGraph", "Graph", "Node", "Value", "CompileError",
            "DynamicShapeError", "ArtifactError", "ArtifactCorruptError", "ArtifactTruncatedError",
            "ArtifactVersionError", "ArtifactTargetError", "SUPPORTED", "TARGETS", "__version__"]
 

@@ -32,7 +32,7 @@ import numpy as np
 from trnlab.compiler.errors import (ArtifactCorruptError, ArtifactError, ArtifactTargetError, ArtifactTruncatedError,
                                     ArtifactVersionError)
 from trnlab.compiler.ir import Graph
-from trnlab.compiler.lower import Program
+from trnlab.compiler.lower import LoweredGraph
 
 FORMAT = "trnlab-neff"
 FORMAT_VERSION = 2
@@ -43,9 +43,9 @@ PARTS = ("graph.json", "calls.json", "tensors.json", "weights.safetensors")   # 
 class Artifact:
     manifest: dict
     graph: Graph
-    program: Program                       # the lowered calls
+    program: LoweredGraph                  # the lowered calls
     constants: dict
-    executable: object = None              # runtime.execute.Executable: the stored program(s)
+    executable: object = None              # executable.Executable: the stored program(s)
 
     @property
     def target(self) -> str:
@@ -75,7 +75,7 @@ def _weights_bytes(constants: dict) -> tuple[bytes, dict]:
 
 def save(compiled, path) -> str:
     """Write `compiled` (a CompiledModel) to `path` as one artifact file; returns the path."""
-    from trnlab.compiler.compiled import __version__
+    from trnlab.compiler.driver import __version__
     if compiled.program is None:
         raise ArtifactError("nothing to save: the model was compiled with stop_after, there is no program", "program")
     weights, table = _weights_bytes(compiled.graph.constants)
@@ -185,14 +185,14 @@ def load(path, target: str | None = None) -> Artifact:
                 a = a.view(dtypes.SUPPORTED[entry["dtype"]])
             constants[name] = a.reshape(entry["shape"])
     graph = Graph.from_json(json.loads(parts["graph.json"]), constants)
-    program = Program.from_json(json.loads(parts["calls.json"]))
+    program = LoweredGraph.from_json(json.loads(parts["calls.json"]))
     return Artifact(manifest, graph, program, constants, _executable(manifest, parts, program, path))
 
 
-def _executable(manifest: dict, parts: dict, lowered: Program, path):
+def _executable(manifest: dict, parts: dict, lowered: LoweredGraph, path):
     """The stored programs, by the manifest's partitions of core 0 (replayed as stored, not re-traced)."""
-    from trnlab.hardware.program import Program as DeviceProgram
-    from trnlab.runtime.execute import Executable, partition
+    from trnlab.compiler.executable import Executable, partition
+    from trnlab.hardware.program import Program
     cut = partition(lowered)
     stored = manifest.get("cores", {}).get("0", {}).get("partitions", [])
     if len(stored) != len(cut) or any(s["kind"] != c.kind for s, c in zip(stored, cut)):
@@ -201,7 +201,7 @@ def _executable(manifest: dict, parts: dict, lowered: Program, path):
     for entry, part in zip(stored, cut):
         if part.kind == "device":
             try:
-                part.program = DeviceProgram.loads(parts[entry["program"]].decode())
+                part.program = Program.loads(parts[entry["program"]].decode())
             except (ValueError, KeyError) as e:
                 raise ArtifactVersionError(f"artifact {path}: {entry['program']}: {e}", entry["program"]) from None
             part.inputs, part.outputs = list(entry["inputs"]), list(entry["outputs"])

@@ -7,9 +7,11 @@ graph goes through our passes and lowering like any captured graph. Parameters a
 Dynamo passes as graph inputs, are taken as constants of the compiled graph (inference: as when Neuron
 traces a model; change the weights and you must compile again) — under `torch.no_grad()`. When an input
 needs gradients, AOT Autograd's forward and backward graphs both go through the training lowering
-(trnlab.training.aot): parameters are runtime inputs, the backward takes the forward's saved tensors,
+(trnlab.training.aot, which lends it here when imported: training sits above the compiler):
+parameters are runtime inputs, the backward takes the forward's saved tensors,
 and `loss.backward()` runs the backward program on the simulated device. A whole step with AdamW fused
-in is `trnlab.training.compile_train_step` (notebook 07).
+in is `trnlab.training.compile_train_step` (notebook 07). Running a compiled forward needs the runtime
+(`import trnlab.runtime`), which also sits above the compiler.
 """
 from __future__ import annotations
 
@@ -43,7 +45,7 @@ def backend(gm: torch.fx.GraphModule, example_inputs, **kwargs):
     from torch._decomp import core_aten_decompositions
     from torch._dynamo.backends.common import aot_autograd
     from trnlab.compiler import capture
-    from trnlab.compiler.compiled import CompileOptions, compile_graph
+    from trnlab.compiler.driver import CompileOptions, compile_graph
     options = {**_options, **(kwargs.get("options") or {})}
     names = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
     weights = [_is_weight(n) for n in names]
@@ -87,59 +89,22 @@ def backend(gm: torch.fx.GraphModule, example_inputs, **kwargs):
     return _training_backend(gm, example_inputs, names, options)
 
 
+# The training lowering (trnlab.training, a layer above) lends the backend its forward-and-backward
+# path when it is imported: (gm, example_inputs, names, options) -> AOT Autograd's compiled function.
+_training = None
+
+
+def use_training(backend_for_gradients) -> None:
+    """Called by trnlab.training.aot when it is imported (the compiler never imports training)."""
+    global _training
+    _training = backend_for_gradients
+
+
 def _training_backend(gm, example_inputs, names: list, options: dict):
-    """Forward and backward through the training lowering (trnlab.training.aot): parameters are runtime
-    inputs (the optimizer changes them), buffers constants; the backward graph takes the forward's
-    saved tensors."""
-    from torch._dynamo.backends.common import aot_autograd
-    from torch._subclasses.fake_tensor import unset_fake_temporarily
-    from trnlab.training import aot
-    defaults = {"autocast": "none", "fallback": False}
-    unknown = {k for k, v in options.items() if k != "target" and defaults.get(k, object()) != v}
-    if unknown:
-        raise CompileError(f"training through torch.compile(backend='trnlab'): options {sorted(unknown)} are not "
-                           f"supported (only target=); autocast and fallback are inference-only here", op="options")
-    target = options.get("target", "trn2")
-    buffers = {i: x for i, (n, x) in enumerate(zip(names, example_inputs)) if "_buffers_" in n}
-    shared: dict = {}
-    out = [n for n in gm.graph.nodes if n.op == "output"][0].args[0]
-    user_outputs = len(out) if isinstance(out, (tuple, list)) else 1
-
-    def fw_compiler(fw_gm, fw_inputs):
-        with unset_fake_temporarily():
-            fw_names = [n.name for n in fw_gm.graph.nodes if n.op == "placeholder"]
-            constants = {fw_names[i]: x for i, x in buffers.items()}
-            # AOT's forward returns the model's outputs first (no input is mutated here), then the saved tensors
-            program = aot.compile_phase(fw_gm, "forward", constants, target, name=type(gm).__name__,
-                                        user_outputs=user_outputs)
-        shared["forward"] = program
-        backend.last_training = shared
-        return _boxed(program)
-
-    def bw_compiler(bw_gm, bw_inputs):
-        with unset_fake_temporarily():
-            saved = shared["forward"].saved_constants
-            bw_names = [n.name for n in bw_gm.graph.nodes if n.op == "placeholder"]
-            program = aot.compile_phase(bw_gm, "backward", {n: saved[n] for n in bw_names if n in saved}, target,
-                                        name=type(gm).__name__)
-        shared["backward"] = program
-        return _boxed(program)
-
-    return aot_autograd(fw_compiler=fw_compiler, bw_compiler=bw_compiler,
-                        decompositions=aot.decompositions())(gm, example_inputs)
-
-
-def _boxed(program):
-    from functorch.compile import make_boxed_func
-
-    def run(args):
-        out = program(list(args))
-        args.clear()
-        return out
-
-    run._boxed_call = True
-    run.program = program
-    return run
+    if _training is None:
+        raise CompileError("torch.compile(backend='trnlab') with inputs that need gradients uses the training "
+                           "lowering, which sits above the compiler: import trnlab.training first", op="training")
+    return _training(gm, example_inputs, names, options)
 
 
 backend.last = None

@@ -13,7 +13,7 @@
     matmul      -> matmul.matmul(a [M, K], b [K, N])                 convert -> cast.cast(x [R, C], dtype)
     reshape     -> a view: the same HBM bytes with another shape (no instruction)
 
-Every kernel call is traced later into ONE program (runtime.execute), inside a region named after
+Every kernel call is traced later into ONE program (executable.py), inside a region named after
 the op. Kernels take 2-D operands with the leading axes flattened, so each call records the shape each
 operand is passed as. Each call is a *region* named after its op (`linear.3`) with the user's source
 line, so the profile can say which line of the model every microsecond comes from.
@@ -65,8 +65,8 @@ class Call:
 
 
 @dataclass
-class Program:
-    """The lowered graph: calls in order, plus what the runtime needs to bind inputs and outputs."""
+class LoweredGraph:
+    """A graph lowered to kernel calls: calls in order, plus what the runtime needs to bind inputs and outputs."""
     target: str
     calls: list
     inputs: list                   # [(name, shape, dtype on the device)]
@@ -95,7 +95,7 @@ class Program:
         return d
 
     @classmethod
-    def from_json(cls, d: dict) -> "Program":
+    def from_json(cls, d: dict) -> "LoweredGraph":
         d = dict(d)
         d["calls"] = [Call(**c) for c in d["calls"]]
         d["inputs"] = [tuple(x) for x in d["inputs"]]
@@ -244,7 +244,7 @@ def _lower_node(g: Graph, node: Node, region: str) -> Call:
     return call
 
 
-def lower(g: Graph, target: str = "trn2", fallback: bool = False) -> Program:
+def lower(g: Graph, target: str = "trn2", fallback: bool = False) -> LoweredGraph:
     """The graph's program: one call per node, in order; see the module docstring."""
     calls = []
     counts: dict[str, int] = {}
@@ -286,5 +286,5 @@ def lower(g: Graph, target: str = "trn2", fallback: bool = False) -> Program:
                 boundaries.append((i, f"{src}->{n.device}"))
     inputs = [(n, list(g.values[n].shape), "int32" if g.values[n].dtype == "int64" else g.values[n].dtype)
               for n in g.inputs]
-    return Program(target, calls, inputs, list(g.outputs), list(g.meta.get("output_spec", range(len(g.outputs)))),
+    return LoweredGraph(target, calls, inputs, list(g.outputs), list(g.meta.get("output_spec", range(len(g.outputs)))),
                    list(g.constants), boundaries)

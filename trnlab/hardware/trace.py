@@ -253,7 +253,7 @@ class Recorder:
 def plain(value):
     """An instruction attribute as plain data (names for operators and engines)."""
     if value is None or isinstance(value, (bool, int, float, str)):
-        if type(value).__module__ == "trnlab.nki.loops":   # a loop index (nki/loops.py): its value
+        if type(value).__module__ == "trnlab.nki.loop_index":   # a loop index (nki/loop_index.py): its value
             return int(value)
         return value
     if isinstance(value, np.generic):

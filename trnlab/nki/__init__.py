@@ -40,7 +40,7 @@ import numpy as np
 from trnlab.hardware import _gc
 from trnlab.hardware.program import ProgramCache
 from trnlab.nki import isa, language, typing  # noqa: F401  (nki.language / nki.isa / nki.typing)
-from trnlab.nki import runtime
+from trnlab.nki import launches
 from trnlab.nki.errors import MaskError, NKIError, locate, site_note  # noqa: F401
 from trnlab.nki.errors import _notes as _error_notes
 from trnlab.nki.tensor import NkiTensor
@@ -179,11 +179,11 @@ class Kernel:
         return Kernel(self.func, tuple(grid_entry(g) for g in grid), self.target, self.timing_only)
 
     def __call__(self, *args, **kwargs):
-        if runtime.active() is not None:
+        if launches.active() is not None:
             # a kernel called while tracing (from a kernel, or from a function being traced as one
             # program): inline it, its instructions in a region named after it (noted as an inlined
             # kernel's: the list schedule may interleave it with its caller, as AWS's compiler does)
-            runtime.active().__dict__.setdefault("inlined", set()).add(self.func.__name__)
+            launches.active().__dict__.setdefault("inlined", set()).add(self.func.__name__)
             with region(self.func.__name__):
                 return self.func(*args, **kwargs)
         return run(self, *args, **kwargs).outputs
@@ -255,13 +255,11 @@ def schedule_of(kernel: Kernel) -> str | None:
     return SCHEDULE
 
 
-STAMP_LOOPS = True     # trace affine/sequential loops in a few iterations, stamp the rest (loops.py)
-
-
 def _trace(kernel: Kernel, args, kwargs, spec, grid: tuple, points=None):
     from trnlab.nki import loops
-    return loops.trace(lambda concrete: _trace_once(kernel, args, kwargs, spec, grid, concrete, points),
-                       stamping=STAMP_LOOPS)
+    # affine/sequential loops traced in a few iterations and the rest stamped (loops.py) when
+    # config.fast(), else every iteration traced: the same program either way
+    return loops.trace(lambda concrete: _trace_once(kernel, args, kwargs, spec, grid, concrete, points))
 
 
 def _trace_once(kernel: Kernel, args, kwargs, spec, grid: tuple, concrete, points=None):
@@ -270,7 +268,7 @@ def _trace_once(kernel: Kernel, args, kwargs, spec, grid: tuple, concrete, point
     from trnlab.hardware.trace import Recorder
     from trnlab.nki import loops
     recorder = Recorder(spec, name=kernel.func.__name__)
-    launch = runtime.Launch(core=recorder, grid=grid, timing_only=True)
+    launch = launches.Launch(core=recorder, grid=grid, timing_only=True)
     launch.loop_tracer = tracer = None if concrete is None else loops.LoopTracer(recorder, launch, concrete)
 
     sites = {}
@@ -293,7 +291,7 @@ def _trace_once(kernel: Kernel, args, kwargs, spec, grid: tuple, concrete, point
 
 
 def _run_trace(kernel, args, kwargs, spec, grid, recorder, launch, names, allocate, points=None):
-    runtime.push(launch)
+    launches.push(launch)
     try:
         args = tuple(_trace_argument(a, names[i] if i < len(names) else f"arg{i}", launch)
                      for i, a in enumerate(args))
@@ -308,7 +306,7 @@ def _run_trace(kernel, args, kwargs, spec, grid, recorder, launch, names, alloca
     except Exception as error:
         raise locate(error)
     finally:
-        runtime.pop()
+        launches.pop()
     program = recorder.finish(outputs)
     program._no_reorder = bool(getattr(launch, "no_reorder", False))   # a loop said ncc.no_reorder()
     program._inlined_regions = frozenset(getattr(launch, "inlined", ()))  # regions of inlined kernels
@@ -329,7 +327,7 @@ def _directive(kernel: Kernel, name: str):
 def region(name: str):
     """Tag the instructions issued inside the block (while tracing) with a region name, so the
     profile can be broken down per region; regions nest ("layer0/attention")."""
-    launch = runtime.active()
+    launch = launches.active()
     recorder = getattr(launch, "core", None) if launch is not None else None
     if recorder is None or not hasattr(recorder, "region"):
         yield

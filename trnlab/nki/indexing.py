@@ -19,7 +19,7 @@ import numpy as np
 
 from trnlab.hardware.errors import OutOfBoundsError as IndexOutOfBoundsError
 from trnlab.nki.errors import MaskError
-from trnlab.nki.loops import LoopIndex, plain
+from trnlab.nki.loop_index import LoopIndex, plain
 
 
 class Iterator:

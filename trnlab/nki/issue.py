@@ -1,6 +1,6 @@
 """Where a `nki.isa` / `nki.language` call meets the simulated core: the one seam both modules issue through.
 
-The layering reads one way: ``language -> isa -> issue -> (tensor, runtime, hardware)``. `begin()` is
+The layering reads one way: ``language -> isa -> issue -> (tensor, launches, hardware)``. `begin()` is
 what every instruction does first (issue the pending result, note the kernel line for the timeline);
 `produce()` makes the pending tile of a functional call (``t = nl.exp(x)``: the instruction is issued
 once the program shows where ``t`` goes, see tensor.py); `ranges()` turns a ``mask=`` (or the valid
@@ -12,16 +12,16 @@ from __future__ import annotations
 import numpy as np
 
 from trnlab.hardware import dtypes as hw_dtypes
-from trnlab.nki import indexing, runtime
+from trnlab.nki import indexing, launches
 from trnlab.nki.errors import NKIError, locate, site_note, user_site
 from trnlab.nki.tensor import NkiTensor
 
 Number = (int, float, np.integer, np.floating)
 
 
-def begin() -> runtime.Launch:
+def begin() -> launches.Launch:
     """The running launch, with the pending result issued and the caller's kernel line noted."""
-    launch = runtime.current()
+    launch = launches.current()
     if launch.pending is not None:
         launch.flush()
     launch.site = site = user_site(2)
@@ -95,7 +95,7 @@ def produce(shape, dtype, buffer: str, emit, accumulates: bool = False, ranges: 
     """A pending tile: `emit(dst, accumulate)` issues its instruction once the program says where.
 
     `storage`: the shape in memory when it differs from `shape` (reductions keep size-1 axes)."""
-    launch = runtime.current()
+    launch = launches.current()
     core, note, site = launch.core, launch.core.note, launch.site
 
     def emit_at_call_site(out, accumulate):

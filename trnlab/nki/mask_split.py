@@ -127,9 +127,9 @@ def call_split(impl, bound: dict, name: str = "the instruction"):
         # it (``t[i_p, i_f] = nl.exp(t, mask=...)``) the boxes write that destination directly, so
         # elements outside the predicate keep their values; else a fresh tile. The first box's call
         # (withdrawn before it is issued) tells the result's shape, dtype and memory.
-        from trnlab.nki import issue, runtime
+        from trnlab.nki import issue, launches
         probe = impl(**{**bound, "mask": parts[0] if parts else False})
-        launch = runtime.current()
+        launch = launches.current()
         if probe is None:
             return None
         if launch.pending is probe:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from trnlab.hardware import mx as _hw_mx  # noqa: F401  (installs the instructions on NeuronCore)
 from trnlab.nki import issue
 from trnlab.nki.errors import NKIError
-from trnlab.nki.isa import Tile, instruction
+from trnlab.nki.isa_binder import Tile, instruction
 
 
 @instruction(functional=None)

@@ -7,7 +7,7 @@ shrink it first). `hw_view` turns any of them into the hardware `View` an instru
 
 A tile produced by a functional call (`nl.exp(x)`, `nisa.nc_matmul(a, b)`) starts *pending*: its
 instruction is issued into wherever the program puts it (`out[...] = ...`, `psum += ...`) or, at the
-next instruction, into a fresh tile of its own (see runtime.py).
+next instruction, into a fresh tile of its own (see launches.py).
 
 Kernels are traced (`trnlab.hardware.trace`): an on-chip allocation is a buffer of the program, and
 its memory is given by liveness afterwards (`trnlab.hardware.allocate`) — from the first to the last
@@ -25,7 +25,7 @@ from trnlab.nki import indexing
 from trnlab.nki.errors import NKIError, locate
 from trnlab.nki.indexing import IndexExpr
 from trnlab.nki import loops as _loops
-from trnlab.nki.loops import plain_key
+from trnlab.nki.loop_index import plain_key
 
 ON_CHIP = ("sbuf", "psum")
 HBM_KINDS = ("hbm", "shared_hbm", "private_hbm")
@@ -144,7 +144,7 @@ class NkiTensor:
     def __getitem__(self, key) -> "NkiTensor":
         if self._emit is not None:
             self._ready()
-        key = plain_key(key if type(key) is tuple else (key,))   # loop indices: their values (loops.py)
+        key = plain_key(key if type(key) is tuple else (key,))   # loop indices: their values (loop_index.py)
         if key and isinstance(key[0], NkiTensor):
             return self._indirect(key)
         if self.buffer in HBM_KINDS and any(type(k) is NkiTensor for k in key):

@@ -3,7 +3,7 @@
     kv_cache.py    the KV cache (slots × layers × positions × channels) and the shape buckets
     sampling.py    greedy, temperature, top-k, top-p, seeded per request
     backend.py     the Backend seam (prefill / decode → logits + simulated ns) and the PyTorch backend
-    compiled.py    the backend on the simulated NeuronCore: a compiled prefill program per length bucket
+    steps.py       the backend on the simulated NeuronCore: a compiled prefill program per length bucket
                    and a decode program per (batch, cache) bucket (trnlab.compiler), replayed
     engine.py      continuous batching: requests join and leave the decode batch; TTFT / TPOT / E2E
     latency.py     batch size against latency on Trn1/Trn2/Trn3; prefill and decode on the roofline
@@ -14,7 +14,7 @@
     Service("trn2").ask("407+38")          # Answer: text "445", simulated latency breakdown
 """
 from trnlab.serve.backend import Backend, CpuBackend, StepResult, make_backend
-from trnlab.serve.compiled import CompiledBackend
+from trnlab.serve.steps import CompiledBackend
 from trnlab.serve.engine import Engine, Request, generate
 from trnlab.serve.kv_cache import KVCache, bucket_for, buckets, kv_cache_bytes
 from trnlab.serve.sampling import SamplingParams

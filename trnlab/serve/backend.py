@@ -10,7 +10,7 @@ Both pad their input up to a shape bucket (kv_cache.buckets), as a compiled grap
 and report the bucket, the simulated device time and the kernels it was made of (`StepResult`).
 This module does the padding and the cache bookkeeping once; a backend only supplies the two
 padded forwards `_prefill_forward` and `_decode_forward`. `CpuBackend` writes them in PyTorch with
-the model's own modules; `trnlab.serve.compiled.CompiledBackend` replays a compiled program per bucket
+the model's own modules; `trnlab.serve.steps.CompiledBackend` replays a compiled program per bucket
 on the simulated NeuronCore. `make_backend("cpu" | "trn1" | "trn2" | "trn3", model)` picks one.
 """
 
@@ -159,7 +159,7 @@ def make_backend(device: str, model: GPT, max_batch: int = DEFAULT_MAX_BATCH, ca
     if device == "cpu":
         return CpuBackend(model, max_batch)
     if device in DEVICES:
-        from trnlab.serve.compiled import CompiledBackend, default_cache_dir
+        from trnlab.serve.steps import CompiledBackend, default_cache_dir
         cache_dir = default_cache_dir() if cache_dir == "default" else cache_dir
         return CompiledBackend(model, target=device, max_batch=max_batch, cache_dir=cache_dir)
     raise ValueError(f"unknown device {device!r}: choose one of {', '.join(DEVICES)}")

@@ -6,7 +6,7 @@
 
 Every stage calls the package that owns it: the corpus (`trnlab.data`), the checkpoint and PyTorch's
 greedy answer (`trnlab.model`), the compiled prefill and decode programs of the prompt's buckets
-(`trnlab.serve.compiled`, built by `trnlab.compiler`), one answer replayed on the simulated NeuronCore
+(`trnlab.serve.steps`, built by `trnlab.compiler`), one answer replayed on the simulated NeuronCore
 (`Service.ask`), and the same question sent to the OpenAI-compatible HTTP server on a loopback port
 (`trnlab.serve.http`), as a user of the deployed model would send it.
 """

@@ -3,7 +3,7 @@
 A compiled program's simulated time depends on its shapes, not on the values it reads, so a step's
 time is a function of its bucket alone. `BucketTimedBackend` uses that: values come from one backend
 (the fast PyTorch one) and each step's time from the compiled program of its bucket
-(`trnlab.serve.compiled`), replayed once per (kind, bucket) on that simulated chip and then reused.
+(`trnlab.serve.steps`), replayed once per (kind, bucket) on that simulated chip and then reused.
 That makes sweeps over batch sizes and generations quick in wall time while the times are the
 simulator's. (`Service` and `python -m trnlab ask` replay every step on the simulator.)
 """
@@ -19,7 +19,7 @@ from trnlab.serve.backend import Backend, CpuBackend, StepResult
 from trnlab.serve.engine import Engine, Request
 from trnlab.serve.kv_cache import KVCache
 from trnlab.serve.sampling import SamplingParams
-from trnlab.serve.compiled import CompiledBackend, default_cache_dir
+from trnlab.serve.steps import CompiledBackend, default_cache_dir
 
 
 class BucketTimedBackend(Backend):

@@ -10,6 +10,7 @@ transposes folded into matmuls, bias fused, one kernel call per op), `step` (one
 forward, backward and AdamW, replayed per step), `run` (the same batches through PyTorch and the
 device), `checkpoint` (safetensors + JSON, resume), `report` (time, MFU, FLOPs, cost to train).
 """
+from trnlab.training import aot  # noqa: F401  (lends torch.compile(backend="trnlab") its gradient path)
 from trnlab.training.checkpoint import load_train_state, save_train_state
 from trnlab.training.step import AdamWConfig, StepProfile, StepResult, TrainStep, compile_train_step
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from trnlab.compiler import dynamo
 from trnlab.compiler.errors import CompileError
 from trnlab.compiler.ops import to_numpy, to_torch
 from trnlab.training import capture as capture_mod
@@ -181,3 +182,61 @@ def compile_phase(fx_gm: torch.fx.GraphModule, phase: str, constants: dict, targ
 def decompositions() -> dict:
     """The training step's decomposition table (core ATen minus the ops with kernels of their own)."""
     return capture_mod.decompositions()
+
+
+def dynamo_backend(gm, example_inputs, names: list, options: dict):
+    """`torch.compile(backend="trnlab")` when an input needs gradients (compiler/dynamo.py hands it
+    here): forward and backward through the training lowering: parameters are runtime
+    inputs (the optimizer changes them), buffers constants; the backward graph takes the forward's
+    saved tensors."""
+    from torch._dynamo.backends.common import aot_autograd
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+    defaults = {"autocast": "none", "fallback": False}
+    unknown = {k for k, v in options.items() if k != "target" and defaults.get(k, object()) != v}
+    if unknown:
+        raise CompileError(f"training through torch.compile(backend='trnlab'): options {sorted(unknown)} are not "
+                           f"supported (only target=); autocast and fallback are inference-only here", op="options")
+    target = options.get("target", "trn2")
+    buffers = {i: x for i, (n, x) in enumerate(zip(names, example_inputs)) if "_buffers_" in n}
+    shared: dict = {}
+    out = [n for n in gm.graph.nodes if n.op == "output"][0].args[0]
+    user_outputs = len(out) if isinstance(out, (tuple, list)) else 1
+
+    def fw_compiler(fw_gm, fw_inputs):
+        with unset_fake_temporarily():
+            fw_names = [n.name for n in fw_gm.graph.nodes if n.op == "placeholder"]
+            constants = {fw_names[i]: x for i, x in buffers.items()}
+            # AOT's forward returns the model's outputs first (no input is mutated here), then the saved tensors
+            program = compile_phase(fw_gm, "forward", constants, target, name=type(gm).__name__,
+                                        user_outputs=user_outputs)
+        shared["forward"] = program
+        dynamo.backend.last_training = shared
+        return _boxed(program)
+
+    def bw_compiler(bw_gm, bw_inputs):
+        with unset_fake_temporarily():
+            saved = shared["forward"].saved_constants
+            bw_names = [n.name for n in bw_gm.graph.nodes if n.op == "placeholder"]
+            program = compile_phase(bw_gm, "backward", {n: saved[n] for n in bw_names if n in saved}, target,
+                                        name=type(gm).__name__)
+        shared["backward"] = program
+        return _boxed(program)
+
+    return aot_autograd(fw_compiler=fw_compiler, bw_compiler=bw_compiler,
+                        decompositions=decompositions())(gm, example_inputs)
+
+
+def _boxed(program):
+    from functorch.compile import make_boxed_func
+
+    def run(args):
+        out = program(list(args))
+        args.clear()
+        return out
+
+    run._boxed_call = True
+    run.program = program
+    return run
+
+
+dynamo.use_training(dynamo_backend)

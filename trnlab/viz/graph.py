@@ -96,3 +96,18 @@ def draw_graph(graph, title: str | None = None, ax=None, max_nodes: int = 400, l
     if own_figure:
         fig.tight_layout()                       # keeps the legend (outside the axes) in the saved figure
     return fig
+
+
+def dump_pictures(compiled, directory: str) -> list[str]:
+    """A picture of the graph after every pass of `compiled` (`NN_<pass>.png`) into `directory`, beside
+    the text dumps `trnlab.compiler.dump` writes there; returns the file names."""
+    import os
+    os.makedirs(directory, exist_ok=True)
+    written = []
+    for i, record in enumerate(compiled.passes, start=1):
+        name = f"{i:02d}_{record.name}.png"
+        fig = draw_graph(record.graph, title=f"after {record.name}")
+        fig.savefig(os.path.join(directory, name), dpi=80)
+        plt.close(fig)
+        written.append(name)
+    return written

@@ -17,7 +17,7 @@ is an input of the decode program, and the new keys and values are columns C:3C 
 output, which the caller appends to the cache (so no program writes its inputs).
 
 `CompiledStep.run` replays the lowered program traced as ONE program of the program layer
-(`trnlab.runtime.execute.trace_graph`, a region per compiled op) on a fresh one-core device of the
+(`trnlab.compiler.executable.trace_graph`, a region per compiled op) on a fresh one-core device of the
 target: the step's simulated time is that program's timeline, kernels overlapping where their
 engines and dependencies allow. A step is compiled the first time its bucket is needed, kept for the
 life of the process (`_STEPS`), and, with a cache directory, stored there as an artifact file
@@ -162,7 +162,7 @@ def capture_step(model: GPT, kind: str, bucket: tuple[int, int], fingerprint: st
 
 def compile_step(model: GPT, kind: str, bucket: tuple[int, int], target: str = "trn2", fingerprint: str | None = None):
     """Capture and compile one step (autocast "none": fp32, answers as PyTorch's) -> CompiledModel."""
-    from trnlab.compiler.compiled import CompileOptions, compile_graph
+    from trnlab.compiler.driver import CompileOptions, compile_graph
     graph, times = capture_step(model, kind, bucket, fingerprint)
     return compile_graph(graph, CompileOptions(target=target, autocast="none"), times)   # passes work on a copy
 
@@ -187,7 +187,7 @@ class CompiledStep:
         """The whole step as one program-layer Program (traced once)."""
         with self._lock:
             if self._traced is None:
-                from trnlab.runtime.execute import Executable
+                from trnlab.compiler.executable import Executable
                 env = dict(self.constants)
                 for name, shape, dtype in self.program.inputs:
                     env[name] = np.zeros(shape, dtype)

@@ -1,4 +1,11 @@
-"""`python -m trnlab train ...`, `python -m trnlab ask "PROMPT"` and `python -m trnlab serve`.
+"""The command line, the top of the stack: `python -m trnlab COMMAND ...` (or the `trnlab` script).
+
+    train   train the tiny GPT from scratch (PyTorch, CPU) and write a checkpoint
+    ask     ask the trained model a question (on the simulated Trainium; --device cpu for PyTorch)
+    serve   an OpenAI-compatible HTTP server for the model (POST /v1/completions, /v1/chat/completions)
+    config  the switches and environment variables trnlab reads (trnlab.config), with their values now
+
+Examples:
 
     python -m trnlab ask "407+38"                       # → 445 on the simulated trn2 (latency on stderr)
     python -m trnlab ask "407+38" --device cpu          # the plain PyTorch path, no KV cache
@@ -6,6 +13,7 @@
     python -m trnlab ask "reverse kite" --temperature 0.8 --seed 1
     python -m trnlab train --out data/checkpoint        # the committed recipe: rewrites the checkpoint
     python -m trnlab train --steps 300 --out /tmp/ckpt  # a quick run
+    TRNLAB_FAST=0 python -m trnlab config               # the switch table, the fast paths off
 """
 
 from __future__ import annotations
@@ -85,3 +93,23 @@ def serve_main(argv: list[str]) -> int:
     from trnlab.serve.http import main
 
     return main(argv)
+
+
+def config_main(argv: list[str]) -> int:
+    from trnlab import config
+
+    argparse.ArgumentParser(prog="python -m trnlab config", description=(
+        "Print trnlab's switches: name, environment variable, default, value now, what it does.")).parse_args(argv)
+    print(config.table())
+    return 0
+
+
+COMMANDS = {"train": train_main, "ask": ask_main, "serve": serve_main, "config": config_main}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
+        print(__doc__.strip().split("\n\nExamples:")[0])
+        return 0 if not argv or argv[0] in ("-h", "--help") else 2
+    return int(COMMANDS[argv[0]](argv[1:]) or 0)

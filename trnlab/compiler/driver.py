@@ -1,10 +1,16 @@
-"""`compile(model, example_inputs)` -> a CompiledModel you call like the module, and `explain(...)`.
+"""The compiler driver: `compile(model, example_inputs)` -> a CompiledModel you call like the module,
+and `explain(...)`.
 
     capture (torch.export -> core ATen -> ir.Graph)
       -> passes (legalise, fold, fuse, autocast, layout, memory; the graph kept after each)
-      -> lower (one kernel call per op) -> Program (the calls)
-      -> trace (every kernel call inlined into ONE program of the program layer, a region per op)
-      -> CompiledModel: call it, .graph, .program, .executable, .passes, .save(path), .explain()
+      -> lower (one kernel call per op) -> LoweredGraph (the calls)
+      -> trace (every kernel call inlined into ONE program of the program layer, a region per op:
+         executable.py) -> CompiledModel: call it, .graph, .program, .executable, .passes, .save(path),
+         .explain()
+
+A CompiledModel runs on chips of its own target (`loaded.py`: constants resident, inputs bound, the
+programs replayed, the run profiled); `trnlab.runtime` (a layer above) loads artifact files and
+several models onto one chip with the same pieces.
 
 Options mirror neuronx-cc's where one exists: `autocast` is `--auto-cast` ("none" | "matmult" |
 "all"), `autocast_type` is `--auto-cast-type` ("bf16" by default), `target` is `--target`.
@@ -19,6 +25,8 @@ import torch
 
 from trnlab.compiler import capture, lower
 from trnlab.compiler.errors import DynamicShapeError
+from trnlab.compiler.executable import Executable, build_executable
+from trnlab.compiler.loaded import Chips, LoadedModel
 from trnlab.compiler.passes import NAMES, run_pipeline
 
 __version__ = "0.1.0"
@@ -45,8 +53,8 @@ class CompiledModel:
     passes: list                           # [PassRecord]
     options: CompileOptions
     times: dict = field(default_factory=dict)
-    executable: object = None              # runtime.execute.Executable: the traced program(s)
-    _device: object = None
+    executable: Executable | None = None   # the traced program(s) (executable.py)
+    _chips: object = None
     _loaded: object = None
 
     @property
@@ -66,9 +74,8 @@ class CompiledModel:
     def loaded(self):
         """The model loaded on its own simulated device (once): `loaded().run(*inputs)` replays it."""
         if self._loaded is None:
-            from trnlab.runtime import Device
-            self._device = Device(self.options.target)
-            self._loaded = self._device.load(self)
+            self._chips = Chips(self.options.target)
+            self._loaded = LoadedModel(self._chips, self.graph, self.program, self.constants, self.executable)
         return self._loaded
 
     @property
@@ -121,7 +128,6 @@ def compile_graph(graph, options: CompileOptions, times: dict | None = None) -> 
         program = lower.lower(final, options.target, options.fallback)
         times["lower"] = time.perf_counter() - t0
         t0 = time.perf_counter()
-        from trnlab.runtime import build_executable
         executable = build_executable(program, final.constants)
         times["trace"] = time.perf_counter() - t0
     compiled = CompiledModel(graph, final, program, records, options, times, executable)
@@ -159,8 +165,9 @@ def explain(model: torch.nn.Module, example_inputs, **options) -> str:
 
 
 def dump(compiled: CompiledModel, directory: str) -> list[str]:
-    """Write the graph after capture and after every pass (text and a picture), the pass times and
-    the program listing into `directory`, like TORCH_COMPILE_DEBUG's dumps; returns the file names."""
+    """Write the graph after capture and after every pass (as text), the pass times and the program
+    listing into `directory`, like TORCH_COMPILE_DEBUG's dumps; returns the file names. Pictures of
+    the graphs are `trnlab.viz.graph.dump_pictures(compiled, directory)` (viz sits above the compiler)."""
     os.makedirs(directory, exist_ok=True)
     written = []
 
@@ -172,15 +179,6 @@ def dump(compiled: CompiledModel, directory: str) -> list[str]:
     put("00_captured.txt", compiled.captured.to_text())
     for i, r in enumerate(compiled.passes, start=1):
         put(f"{i:02d}_{r.name}.txt", r.graph.to_text())
-        try:
-            from trnlab.viz.graph import draw_graph
-            import matplotlib.pyplot as plt
-            fig = draw_graph(r.graph, title=f"after {r.name}")
-            fig.savefig(os.path.join(directory, f"{i:02d}_{r.name}.png"), dpi=80)
-            plt.close(fig)
-            written.append(f"{i:02d}_{r.name}.png")
-        except ImportError:
-            pass
     put("passes.txt", "\n".join(f"{r.name:9s} {r.seconds * 1e3:.3f} ms" for r in compiled.passes))
     if compiled.program is not None:
         put("calls.txt", compiled.program.listing())

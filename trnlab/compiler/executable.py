@@ -1,6 +1,6 @@
-"""The one place that turns a lowered graph into programs of the program layer and replays them.
+"""What the compiler produces: a lowered graph as programs of the program layer (`Executable`).
 
-A lowered graph (`lower.Program`: kernel calls, views, host ops) becomes, once:
+A lowered graph (`LoweredGraph`: kernel calls, views, host ops) becomes, once:
 
 - one **partition** per run of consecutive device calls, cut where a host op (the CPU fallback)
   stands; a graph without host ops is ONE partition;
@@ -10,46 +10,19 @@ A lowered graph (`lower.Program`: kernel calls, views, host ops) becomes, once:
   previous op's matmuls run (overlap across op boundaries), and the profile reads each op's share
   off the same timeline by its region.
 
-A run (`execute`) replays the partitions in order on core 0 of a `trnlab.hardware.Device` (no Python
-tracing: a replay costs one method call per instruction), runs the host ops in PyTorch in between
-(they take no simulated device time; their wall time is kept) and gives the run's timeline, shifted
-to start at 0, with one `Region` per op.
+The runtime (`trnlab.runtime`) loads an `Executable` onto a device and replays it; the artifact
+(`artifact.py`) stores it. Both sit beside or above this module: the compiler owns its output.
 
     exe = Executable.build(lowered, specs)          # specs: value name -> array or ShapeDtype
-    result = execute(exe, chip, env)                # chip: trnlab.hardware.Device; env: name -> array or Tensor
+    exe = build_executable(lowered, constants)      # the same, specs from the constants and the inputs
 """
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 
-import numpy as np
-
-from trnlab.compiler.lower import Call, Program
-
-
-@dataclass
-class Region:
-    """One op's share of the run: the op, its source line, its place on the timeline.
-
-    `start_ns`/`end_ns` is the op's own span (first instruction issued to last result ready); spans
-    of neighbouring ops may overlap. `ns` is the time the op *adds* to the run: how far it moves the
-    run's end beyond where the ops before it had brought it. The `ns` of all ops sum to the total."""
-    name: str                      # "linear.3"
-    op: str
-    kind: str                      # "kernel" | "host"
-    source: str
-    start_ns: float
-    end_ns: float
-    records: list                  # indices of its records in the run's timeline
-    ns: float = 0.0
-    wall_s: float = 0.0
-    kernel: str = ""
-    output_bytes: int = 0
-
-    @property
-    def span_ns(self) -> float:
-        return self.end_ns - self.start_ns
+from trnlab.compiler.lower import Call, LoweredGraph
+from trnlab.hardware import dtypes
+from trnlab.nki import ShapeDtype
 
 
 @dataclass
@@ -72,7 +45,7 @@ class Partition:
 @dataclass
 class Executable:
     """A lowered graph as programs: what the runtime loads onto a core and the artifact stores."""
-    lowered: Program
+    lowered: LoweredGraph
     partitions: list
 
     @property
@@ -90,7 +63,7 @@ class Executable:
         return programs[0]
 
     @staticmethod
-    def build(lowered: Program, specs: dict) -> "Executable":
+    def build(lowered: LoweredGraph, specs: dict) -> "Executable":
         """Cut the calls into partitions and trace each device partition (`specs`: value name ->
         array or ShapeDtype for the constants and the inputs; host outputs from the IR shapes)."""
         parts = partition(lowered)
@@ -103,7 +76,6 @@ class Executable:
             name = "graph" if len(parts) == 1 else f"graph.part{i}"
             part.program = trace_partition(part, specs, lowered.target, name)
             for value, bid in zip(part.outputs, _output_ids(part.program)):
-                from trnlab.nki import ShapeDtype
                 b = part.program.buffers[bid]
                 specs[value] = ShapeDtype(tuple(b.shape), b.dtype)
         return Executable(lowered, parts)
@@ -116,7 +88,15 @@ class Executable:
         return "\n".join(lines)
 
 
-def partition(lowered: Program) -> list[Partition]:
+def build_executable(lowered: LoweredGraph, constants: dict) -> Executable:
+    """Trace a lowered graph into its device programs (shapes from the constants and the inputs)."""
+    specs = {k: ShapeDtype(tuple(v.shape), v.dtype) for k, v in constants.items()}
+    for name, shape, dtype in lowered.inputs:
+        specs[name] = ShapeDtype(tuple(shape), dtypes.SUPPORTED[dtype])
+    return Executable.build(lowered, specs)
+
+
+def partition(lowered: LoweredGraph) -> list[Partition]:
     """The calls cut at every change between device and host (views go with the calls around them)."""
     parts: list[Partition] = []
     for call in lowered.calls:
@@ -183,26 +163,15 @@ def _output_ids(program) -> list[int]:
 
 
 def _host_spec(call: Call):
-    from trnlab.hardware import dtypes
-    from trnlab.nki import ShapeDtype
     dtype = "int32" if call.dtype == "int64" else (call.dtype or "float32")
     return ShapeDtype(tuple(call.out_shape), dtypes.SUPPORTED[dtype])
-
-
-@dataclass
-class Execution:
-    env: dict                      # value name -> array (inputs, constants, partition outputs)
-    timeline: object               # the run's timeline (core 0), starting at 0
-    regions: list = field(default_factory=list)
-    wall_s: float = 0.0
-    launches: list = field(default_factory=list)   # the hardware Runs, one per device partition
 
 
 def _kernel(name: str):
     if name == "cast":
         from trnlab.kernels.cast import cast
         return cast
-    if name == "decode_attention":                 # serving's decode step (trnlab.serve.compiled)
+    if name == "decode_attention":                 # serving's decode step (trnlab.serve.steps)
         from trnlab.kernels.decode_attention import decode_attention
         return decode_attention
     if name == "causal_attention_qkv_packed":
@@ -215,98 +184,8 @@ def _kernel(name: str):
     return KERNELS[name][0]
 
 
-def execute(exe: Executable, chip, env: dict, resident: dict | None = None, timing_only: bool = False) -> Execution:
-    """Run `exe` on core 0 of `chip` (a trnlab.hardware.Device). `env`: value name -> array for the
-    inputs; `resident`: value name -> Tensor already in the chip's HBM (the weights, bound at load)."""
-    resident = resident or {}
-    core = chip.cores[0]
-    timeline = core.timeline
-    base = len(timeline.records)
-    origin = core.now
-    t_start = time.perf_counter()
-    launches, host_regions = [], []
-    for i, part in enumerate(exe.partitions):
-        if part.kind == "host":
-            for call in part.calls:
-                t0 = time.perf_counter()
-                if call.kind == "view":
-                    env[call.output] = env[call.inputs[0]].reshape(call.out_shape)
-                    continue
-                env[call.output] = _host(call, env)
-                host_regions.append((len(launches), call, time.perf_counter() - t0))
-            continue
-        args = [resident[n] if n in resident else env[n] for n in part.inputs]
-        run = chip.run(part.program, *args, core=0, region=f"part{i}")
-        launches.append(run)
-        outs = run.outputs if isinstance(run.outputs, (tuple, list)) else (run.outputs,)
-        shapes = {c.output: c.out_shape for c in part.calls}
-        for value, out in zip(part.outputs, outs):
-            env[value] = out if out is None else out.reshape(shapes[value])     # a view's own shape
-    wall = time.perf_counter() - t_start
-    run_timeline, spans = _shifted(timeline, base, origin)
-    regions = _regions(exe, run_timeline, spans, host_regions, launches)
-    run_timeline.regions = [(r.name, min(r.records), max(r.records) + 1) for r in regions if r.records]
-    return Execution(env, run_timeline, regions, wall, launches)
-
-
-def _shifted(timeline, base: int, origin: float):
-    """The records from `base` on as a timeline of their own, times relative to `origin` (the run's
-    start on the core), and its region spans re-based."""
-    from trnlab.hardware import Timeline
-    from trnlab.hardware.timeline import END, NOTE, READY, START, WAITED
-    assert (START, END, READY, WAITED, NOTE) == (2, 3, 4, 9, 10)     # the record layout unpacked below
-    out = Timeline(list(timeline.engines), timeline.name)
-    out.records = [(e, op, s - origin, end - origin, ready - origin, f, h, sb, ps,
-                    (w - base if w >= base else -1) if w >= 0 else w, note)
-                   for e, op, s, end, ready, f, h, sb, ps, w, note in timeline.records[base:]]
-    spans = [(name, first - base, end - base) for name, first, end in timeline.regions if first >= base]
-    return out, spans
-
-
-def _regions(exe: Executable, tl, spans, host_regions, launches) -> list[Region]:
-    """One Region per kernel or host call, in program order, from the replay's region spans."""
-    from trnlab.hardware.timeline import READY, START
-    records: dict[str, list] = {}
-    for name, first, end in spans:
-        parts = name.split("/")
-        if len(parts) >= 2:
-            records.setdefault(parts[1], []).extend(range(first, end))
-    out = []
-    frontier = 0.0
-    host = {id(call): (k, wall) for k, call, wall in host_regions}
-    for part in exe.partitions:
-        for call in part.calls:
-            if call.kind == "view":
-                continue
-            if call.kind == "host":
-                _, wall = host[id(call)]
-                out.append(Region(call.region, call.op, "host", call.source, frontier, frontier, [], 0.0, wall))
-                continue
-            idx = sorted(set(records.get(call.region, [])))
-            start = min((tl.records[i][START] for i in idx), default=frontier)
-            end = max((tl.records[i][READY] for i in idx), default=start)
-            nbytes = int(np.prod(call.out_shape)) * _itemsize(call.dtype)
-            out.append(Region(call.region, call.op, "kernel", call.source, start, end, idx,
-                              max(0.0, end - frontier), 0.0, call.kernel, nbytes))
-            frontier = max(frontier, end)
-    return out
-
-
-def _itemsize(dtype: str) -> int:
-    from trnlab.hardware import dtypes
-    return dtypes.as_dtype({"int64": "int32", "": "float32"}.get(dtype, dtype)).itemsize
-
-
-def _host(call: Call, env: dict):
-    from trnlab.compiler.ops import evaluate, to_numpy, to_torch
-    ins = [env[i] for i in call.inputs]
-    if any(x is None for x in ins):
-        raise ValueError(f"host op {call.region} ({call.op}) cannot run in timing-only mode: it needs values")
-    return to_numpy(evaluate(call.op, call.attrs, [to_torch(np.asarray(x)) for x in ins]))
-
-
-def trace_graph(program: Program, env: dict, target: str | None = None):
-    """The whole lowered graph (device ops only) traced into ONE program: (hardware Program, the
+def trace_graph(program: LoweredGraph, env: dict, target: str | None = None):
+    """The whole lowered graph (device ops only) traced into ONE program: (hardware LoweredGraph, the
     argument arrays in its order, taken from `env`)."""
     if any(c.kind == "host" for c in program.calls):
         raise ValueError("a graph with host ops is several programs (one per device partition): use "
