@@ -32,8 +32,9 @@ from __future__ import annotations
 import sys as _sys
 
 from trnlab.nki.isa_binder import (SIGNATURES, Dtype, Mask, Op, Operand, Shape, Signature, Tile,  # noqa: F401
-                                   dge_mode, engine, get_nc_version, instruction, nc_version, oob_mode, op_name,
-                                   reduce_cmd)
+                                   dge_mode, engine, get_nc_version, gpsimd_engine, instruction, nc_version,
+                                   oob_mode, op_name, reduce_cmd, scalar_engine, tensor_engine, unknown_engine,
+                                   vector_engine)
 from trnlab.nki.isa_dma import dma_copy, dma_transpose, tensor_copy  # noqa: F401
 from trnlab.nki.isa_matmul import nc_matmul, nc_transpose  # noqa: F401
 from trnlab.nki.isa_vector import (activation, activation_reduce, affine_select, bn_aggr, bn_stats,  # noqa: F401
@@ -41,6 +42,7 @@ from trnlab.nki.isa_vector import (activation, activation_reduce, affine_select,
                                    tensor_partition_reduce, tensor_reduce, tensor_scalar, tensor_scalar_reduce,
                                    tensor_tensor, tensor_tensor_scan)
 from trnlab.nki.perf_mode import matmul_perf_mode  # noqa: F401  (nisa.matmul_perf_mode)
+from trnlab.nki.tensor import NkiTensor  # noqa: F401  (the tile type, as before the split)
 from trnlab.nki.tensor import install as _install_tile_operations
 
 _install_tile_operations(isa=_sys.modules[__name__])    # tiles get their copies and fills from nki.isa
