@@ -4,6 +4,8 @@ for record, as tracing every iteration, and the same timeline on replay; a loop 
 iterator in any other way than affinely falls back to the concrete trace and is still right."""
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -18,6 +20,11 @@ from trnlab.nki import loops
 from trnlab.nki.loop_index import LoopIndex, Retrace, plain
 
 SD = nki.ShapeDtype
+
+# loop stamping reads CPython 3.11 bytecode; on any other Python every loop is traced concretely
+needs_stamping = pytest.mark.skipif(sys.version_info[:2] != loops.STAMPING_PYTHON,
+                                    reason="loop stamping runs on CPython 3.11 only (nki/loops.py)")
+
 
 
 def _trace(kernel, *args, stamp: bool | None, target="trn2", grid=None, **kwargs):
@@ -106,6 +113,7 @@ def test_every_library_kernel_traces_to_the_same_program_and_timeline_with_stamp
     assert_same_program(kernel, *args, **kwargs)
 
 
+@needs_stamping
 def test_the_tiled_matmul_stamps_all_three_loops_without_falling_back():
     from trnlab.kernels import matmul_ladder
     args = (SD((512, 512), "bfloat16"), SD((512, 2048), "bfloat16"))
@@ -217,6 +225,7 @@ def _guarded_kernel(a):
     return out
 
 
+@needs_stamping
 def test_a_comparison_with_the_same_answer_in_every_iteration_does_not_stop_stamping():
     _, fallbacks = assert_same_program(_guarded_kernel, SD((128 * 6, 64), "float32"))
     assert fallbacks == [] and _stamped_loops(_guarded_kernel, SD((128 * 6, 64), "float32")) == 1
@@ -244,6 +253,7 @@ def _copy_kernel(select):
     return kernel
 
 
+@needs_stamping
 def test_a_kernel_branching_on_the_iterator_falls_back_and_gives_the_concrete_program():
     kernel = _copy_kernel(lambda r: r)
     program, fallbacks = assert_same_program(kernel, SD((128 * 6, 64), "float32"))
@@ -338,6 +348,7 @@ def _pending_consumed_kernel(a):
     (_break_kernel, "left early"), (_triangular_kernel, "non-affinely"), (_named_tiles_kernel, "__format__"),
 ], ids=["pending result assigned", "table lookup", "carried counter", "tiles kept in a list", "break",
         "triangular loop", "f-string name"])
+@needs_stamping
 def test_kernels_that_loops_cannot_stamp_fall_back_and_give_the_concrete_program(kernel, reason):
     _, fallbacks = assert_same_program(kernel, SD((128 * 6, 64), "float32"))
     assert any(reason in why for _, why in fallbacks), fallbacks
@@ -358,6 +369,7 @@ def _listed_tiles_kernel(order):
     return kernel
 
 
+@needs_stamping
 def test_a_list_of_tiles_in_affine_order_indexed_by_the_iterator_stamps():
     for order in (lambda n: range(n), lambda n: range(n - 1, -1, -1)):
         kernel = _listed_tiles_kernel(order)
@@ -365,12 +377,14 @@ def test_a_list_of_tiles_in_affine_order_indexed_by_the_iterator_stamps():
         assert fallbacks == [] and _stamped_loops(kernel, SD((128 * 8, 64), "float32")) == 1
 
 
+@needs_stamping
 def test_a_list_of_tiles_in_irregular_order_indexed_by_the_iterator_falls_back():
     kernel = _listed_tiles_kernel(lambda n: [0, 1] + list(range(n - 1, 1, -1)))
     _, fallbacks = assert_same_program(kernel, SD((128 * 8, 64), "float32"))
     assert any("__index__" in why for _, why in fallbacks)
 
 
+@needs_stamping
 def test_a_loop_that_stamps_in_a_kernel_with_one_that_cannot_still_stamps():
     from trnlab.kernels import matmul_ladder
     args = (SD((512, 512), "bfloat16"), SD((512, 2048), "bfloat16"))
@@ -434,6 +448,7 @@ def test_the_comparison_names_the_first_record_that_differs():
     assert loops.first_difference(program, other).startswith("buffer 5:")
 
 
+@needs_stamping
 def test_check_mode_traces_both_ways_and_refuses_a_difference(monkeypatch):
     from trnlab.kernels import matmul_ladder
     monkeypatch.setenv("TRNLAB_CHECK_LOOPS", "1")                          # read per trace, not at import
@@ -446,6 +461,7 @@ def test_check_mode_traces_both_ways_and_refuses_a_difference(monkeypatch):
     _trace(matmul_ladder.matmul_tiled, *args, stamp=True)                   # off again: no second trace
 
 
+@needs_stamping
 def test_stamping_is_a_fast_path_the_fast_switch_turns_off():
     from trnlab.kernels import matmul_ladder
     args = (SD((512, 512), "bfloat16"), SD((512, 2048), "bfloat16"))
@@ -495,6 +511,7 @@ def _scaled_rows_with_own_addresses(a):
     return out
 
 
+@needs_stamping
 def test_a_kernel_with_direct_allocations_is_traced_once_with_every_loop_concrete():
     nki._PROGRAMS.clear()
     _ALLOCATOR.offset = _PASSES.offset = 0

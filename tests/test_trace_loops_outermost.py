@@ -7,6 +7,7 @@ short to take this path)."""
 from __future__ import annotations
 
 import math
+import sys
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -17,6 +18,11 @@ import trnlab.nki.language as nl
 from trnlab.hardware.program import Access
 from trnlab.nki import loop_records, loops
 from test_trace_loops import SD, assert_same_program
+
+# loop stamping reads CPython 3.11 bytecode; on any other Python every loop is traced concretely
+needs_stamping = pytest.mark.skipif(sys.version_info[:2] != loops.STAMPING_PYTHON,
+                                    reason="loop stamping runs on CPython 3.11 only (nki/loops.py)")
+
 
 
 def _outermost_plans(kernel, *args, **kwargs) -> list:
@@ -69,12 +75,14 @@ def _cases():
     ]
 
 
+@needs_stamping
 @pytest.mark.parametrize("name, kernel, args", _cases(), ids=[c[0] for c in _cases()])
 def test_an_outermost_loop_of_many_iterations_stamps_the_concrete_program(name, kernel, args):
     assert _outermost_plans(kernel, *args), "the kernel did not take the outermost stamping path"
     assert_same_program(kernel, *args)
 
 
+@needs_stamping
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(m=st.integers(12, 16), n=st.integers(1, 3), k=st.integers(1, 4), dtype=st.sampled_from(["float32", "bfloat16"]))
 def test_property_outermost_stamped_matmul_equals_the_concrete_trace(m, n, k, dtype):
@@ -84,6 +92,7 @@ def test_property_outermost_stamped_matmul_equals_the_concrete_trace(m, n, k, dt
     assert_same_program(matmul_ladder.matmul_tiled, *args, replay=m * n * k < 60)
 
 
+@needs_stamping
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(rows=st.integers(12, 20), width=st.sampled_from([64, 256, 512]), scale=st.floats(0.5, 4.0),
        constants=st.booleans())
@@ -98,6 +107,7 @@ def test_property_outermost_stamped_elementwise_loops_equal_the_concrete_trace(r
     assert_same_program(kernel, *args, replay=rows < 16)
 
 
+@needs_stamping
 def test_a_stamped_iteration_builds_an_equal_access_once_and_its_records_share_it(monkeypatch):
     """In matmul_tiled the tile a DMA loads is the matmul's operand: one Access object for both in
     every stamped iteration of m, and the lhsT tile's source region one object for all n. (Records
