@@ -6,7 +6,7 @@ n x n x n, bf16, timing-only on the Trn2 preset:
 - trace: `nki.trace` — the kernel's Python runs once, every instruction is checked and recorded,
   then tiles are allocated by liveness; its affine loops are traced in iterations 0, 1 and n-1
   and stamped in between (`trnlab/nki/loops.py`);
-- concrete trace: the same with every iteration traced (`nki.STAMP_LOOPS = False`), the baseline;
+- concrete trace: the same with every iteration traced (`config.override(fast=False)`), the baseline;
 - first replay: `Device.run` of the traced program on a fresh core — no Python tracing; it resolves
   the program once into its flat form (`trnlab/hardware/compiled.py`), then runs it;
 - checked replay: every instruction issued to a fresh core again, rules and all (the baseline);
@@ -28,6 +28,7 @@ import statistics
 import time
 
 import trnlab.nki as nki
+from trnlab import config
 from trnlab.hardware.device import Device
 from trnlab.hardware.replay import execute
 from trnlab.kernels import matmul_ladder as ladder
@@ -37,12 +38,11 @@ def measure(n: int, replays: int = 3, concrete: bool = True) -> dict:
     lhsT, rhs = nki.ShapeDtype((n, n), "bfloat16"), nki.ShapeDtype((n, n), "bfloat16")
     concrete_s = None
     if concrete:
-        # the baseline: every loop iteration traced (nki.STAMP_LOOPS off, trnlab/nki/loops.py)
-        nki.STAMP_LOOPS = False
-        cpu = time.process_time()
-        reference = nki.trace(ladder.matmul_tiled, lhsT, rhs, target="trn2")
-        concrete_s = time.process_time() - cpu
-        nki.STAMP_LOOPS = True
+        # the baseline: every loop iteration traced (the fast paths off, trnlab/nki/loops.py)
+        with config.override(fast=False):
+            cpu = time.process_time()
+            reference = nki.trace(ladder.matmul_tiled, lhsT, rhs, target="trn2")
+            concrete_s = time.process_time() - cpu
         nki._PROGRAMS.clear()
         del reference
     cpu = time.process_time()

@@ -64,3 +64,22 @@ def test_train_command_writes_a_loadable_checkpoint(tmp_path, capsys):
     model, _ = load_checkpoint(tmp_path)
     assert model.config.n_embd == 32
     assert "3 steps" in capsys.readouterr().out
+
+
+def test_config_command_prints_every_switch_with_its_value_now(capsys, monkeypatch):
+    from trnlab import config
+    from trnlab.cli import main
+    monkeypatch.setenv("TRNLAB_FAST", "0")
+    assert main(["config"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    for switch in config.SWITCHES.values():
+        assert any(line.split()[:2] == [switch.name, switch.env] for line in lines), switch.name
+    fast = next(line for line in lines if line.startswith("fast "))
+    assert fast.split()[2:4] == ["True", "False"]          # default True, now False (TRNLAB_FAST=0)
+
+
+def test_an_unknown_command_lists_the_commands_and_fails(capsys):
+    from trnlab.cli import main
+    assert main(["frobnicate"]) == 2
+    out = capsys.readouterr().out
+    assert all(command in out for command in ("train", "ask", "serve", "config"))

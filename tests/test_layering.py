@@ -164,3 +164,13 @@ def test_the_checker_finds_a_lazy_upward_import_and_names_its_line(tmp_path):
 def test_the_checker_maps_the_root_and_the_command_line():
     assert package_of("trnlab") == "trnlab" and package_of("trnlab.__main__") == "cli"
     assert package_of("trnlab.compiler.passes.fuse") == "compiler"
+
+
+def test_the_architecture_page_states_these_layers_and_every_switch():
+    from trnlab import config
+    text = (ROOT.parent / "docs" / "architecture.md").read_text()
+    assert " < ".join(LAYERS[1:]) in text, "docs/architecture.md must state LAYERS in this order"
+    drawn = [line.split()[0] for line in text.split("```")[1].splitlines() if line[:2] == "  " and line[2] != " "]
+    assert drawn == list(reversed(LAYERS[1:])), drawn           # the picture, top to bottom
+    for switch in config.SWITCHES.values():
+        assert f"| `{switch.name}` | `{switch.env}` |" in text, switch.name

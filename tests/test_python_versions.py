@@ -92,6 +92,8 @@ def test_requires_python_names_the_versions_tested_here():
     oldest, newest = supported_versions()
     assert oldest <= sys.version_info[:2] <= newest, "the main test run's Python is outside requires-python"
     assert oldest < newest
+    readme = (REPO / "README.md").read_text()
+    assert f"Python {oldest[0]}.{oldest[1]} to {newest[0]}.{newest[1]}." in readme, "README.md names other versions"
 
 
 @pytest.mark.slow

@@ -1,11 +1,14 @@
 """trnlab: follow a tiny language model from training data, through PyTorch and a Neuron-like
 compiler, onto a simulated AWS Trainium, and out again as a deployed model.
 
-One sub-package per stage of the chain; data flows one way, top to bottom:
+One sub-package per stage of the chain. The layers, bottom to top (a package imports only the ones
+below it: docs/architecture.md, tests/test_layering.py):
 
-    data → model → hardware → nki → kernels → compiler → runtime → distributed → serve
+    config < data < model < hardware < nki < kernels < compiler < runtime < economics < training
+           < distributed < serve < viz < course < cli
 
-`viz` draws every picture the notebooks show and `course` checks and grades the exercises.
+`viz` draws every picture the notebooks show, `course` checks and grades the exercises, `cli` is
+the command line (`python -m trnlab`). This module imports nothing of trnlab.
 """
 
 from pathlib import Path
