@@ -26,11 +26,10 @@ import torch
 from trnlab.compiler import capture, lower
 from trnlab.compiler.errors import DynamicShapeError
 from trnlab.compiler.executable import Executable, build_executable
-from trnlab.compiler.loaded import Chips, LoadedModel
+from trnlab.compiler.loaded import TARGETS, Chips, LoadedModel
 from trnlab.compiler.passes import NAMES, run_pipeline
 
 __version__ = "0.1.0"
-TARGETS = ("trn1", "trn2", "trn3")
 
 
 @dataclass

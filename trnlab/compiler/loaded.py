@@ -21,7 +21,7 @@ from trnlab.compiler.errors import DynamicShapeError
 from trnlab.compiler.executable import Executable, build_executable
 from trnlab.compiler.model_profile import RunProfile
 
-TARGETS = ("trn1", "trn2", "trn3")
+TARGETS = ("trn1", "trn2", "trn3")         # neuronx-cc --target
 
 
 @dataclass
