@@ -135,3 +135,11 @@ def test_log_probs_the_model_returns_are_not_replaced_by_logits():
     # the training lowering has no kernel for a materialised log-softmax: refused by name, never the logits
     with pytest.raises(Exception, match="cannot lower training op 'aten._log_softmax.default'"):
         torch.compile(model, backend="trnlab")(*batch)
+
+
+def test_the_compiler_reaches_the_training_lowering_only_through_what_training_lent_it(monkeypatch):
+    from trnlab.training import aot
+    assert dynamo._training is aot.dynamo_backend            # lent when trnlab.training was imported
+    monkeypatch.setattr(dynamo, "_training", None)
+    with pytest.raises(CompileError, match="import trnlab.training"):
+        dynamo._training_backend(None, [], [], {})
