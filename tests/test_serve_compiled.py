@@ -84,9 +84,9 @@ def test_steps_are_compiled_once_then_replayed_and_reloaded_from_artifacts(tmp_p
     assert step.source == "compiled" and backend.step("prefill", first.bucket) is step   # once per process
     files = list(tmp_path.rglob("trn1-prefill-1x16.neff"))
     assert len(files) == 1
-    monkeypatch.setattr(compiled, "_STEPS", {})                         # a new process: read the artifact
-    monkeypatch.setattr(compiled, "_CAPTURED", {})
-    monkeypatch.setattr(compiled, "compile_step", lambda *a, **k: pytest.fail("compiled again"))
+    monkeypatch.setattr(steps, "_STEPS", {})                         # a new process: read the artifact
+    monkeypatch.setattr(steps, "_CAPTURED", {})
+    monkeypatch.setattr(steps, "compile_step", lambda *a, **k: pytest.fail("compiled again"))
     again = CompiledBackend(MODEL, "trn1", max_batch=2, cache_dir=tmp_path)
     second = again.prefill(encode("407+38"), 0, KVCache.empty(MODEL.config, 1))
     assert again.step("prefill", first.bucket).source == "artifact"
@@ -99,7 +99,7 @@ def test_a_corrupt_artifact_is_compiled_again(tmp_path, monkeypatch):
     path = tmp_path / fingerprint / "trn3-prefill-1x8.neff"
     path.parent.mkdir(parents=True)
     path.write_bytes(b"not an artifact")
-    monkeypatch.setattr(compiled, "_STEPS", {})
+    monkeypatch.setattr(steps, "_STEPS", {})
     step = get_step(MODEL, "prefill", (1, 8), "trn3", cache_dir=tmp_path)
     assert step.source == "compiled" and path.read_bytes()[:2] == b"PK"   # rewritten as a zip artifact
 
