@@ -173,12 +173,20 @@ def unavailable_message(name: str) -> str:
 def collect(ex: Exercise, answer: Any, seed: int, extras: tuple = ()) -> str:
     """Run the answer on every case of the public checker and of each extra one; return the plain
     results as JSON text (`plain.encode`). Never raises for anything the answer does."""
+    specs = (ex.spec, *extras)
+    return collect_cases(ex, answer, [(spec, draw_cases(spec, part_seed(seed, index)))
+                                      for index, spec in enumerate(specs)])
+
+
+def collect_cases(ex: Exercise, answer: Any, parts_to_run: list[tuple[Any, list]]) -> str:
+    """`collect` on cases given as data, one (checker with a ``run``, cases) pair per part: what the
+    grader's kernel does with the inputs the grader drew in its own process."""
     parts: list[list[dict]] = []
     answer_in_window = forbid.windowed(answer, ex.asks_for) if callable(answer) else answer
-    for index, spec in enumerate((ex.spec, *extras)):
+    for spec, cases in parts_to_run:
         outcomes: list[dict] = []
         parts.append(outcomes)
-        for case in draw_cases(spec, part_seed(seed, index)):
+        for case in cases:
             del forbid.called[:]
             outcome = _run_one(spec, answer_in_window, case)
             if forbid.called and "unavailable" not in outcome:

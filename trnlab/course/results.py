@@ -24,6 +24,8 @@ class GradeConfig:
     extra_checks: Path | None = None
     max_restarts: int = 2  # new kernels after a crash, per notebook
     startup_timeout: float = 120.0
+    separate_users: bool = False  # each kernel as a user of its own (needs root; sandbox.py)
+    max_processes: int = 256  # processes per kernel user (only with separate_users)
 
 
 @dataclass
