@@ -304,6 +304,9 @@ def install(*, nonce: str, hook: str, exercise_ids: list[tuple[str, str, list[st
             memory_limit_mb: int | None, max_processes: int | None = None) -> None:
     """Prepare this kernel for grading; define the hook `hook` in the notebook's namespace.
     `exercise_ids` holds (exercise id, answer name, asks_for) of each exercise graded."""
+    from trnlab.course.sandbox import drop_capabilities
+
+    drop_capabilities()  # a kernel running as root keeps no power over the grader's process
     if memory_limit_mb:
         _set_memory_limit(memory_limit_mb)
     if max_processes:

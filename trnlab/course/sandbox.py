@@ -52,6 +52,28 @@ def protect_grader() -> None:
         pass
 
 
+_PR_SET_NO_NEW_PRIVS, _PR_CAPBSET_DROP, _PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL = 38, 24, 47, 4
+_CAPABILITY_VERSION_3 = 0x20080522
+
+
+def drop_capabilities() -> bool:
+    """Give up every capability of this process and of whatever it starts (called in the kernel,
+    before any student code). A kernel that runs as root then keeps root's uid but loses its
+    powers over other processes: it can no longer read a non-dumpable grader's memory or ptrace
+    it, and ``execve`` of a setuid program gains nothing. Returns whether it worked."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return False
+    libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+    libc.prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+    for capability in range(64):  # the bounding set first: dropping it needs CAP_SETPCAP
+        libc.prctl(_PR_CAPBSET_DROP, capability, 0, 0, 0)
+    header = (ctypes.c_uint32 * 2)(_CAPABILITY_VERSION_3, 0)
+    data = (ctypes.c_uint32 * 6)()  # effective, permitted, inheritable, twice (64 bits): all zero
+    return libc.capset(header, data) == 0
+
+
 def kill_descendants(rounds: int = 50) -> int:
     """SIGKILL every process below this one (call when no kernel should be left); reap them."""
     me, killed = os.getpid(), 0
