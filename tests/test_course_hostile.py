@@ -110,3 +110,21 @@ def test_the_instructors_private_checks_never_reach_the_kernel(graded):
 
 def test_the_hidden_check_cell_holds_no_seed(graded):
     assert points(graded, "seed_from_cell")["fx_mean"] == 0
+
+
+# What is still possible, and stays so until the answer runs in a process without the package's
+# implementation of what is asked (docs/instructors.md). Strict: each turns into a failure, to be
+# removed with its line in the docs, the day the grader closes it.
+@pytest.mark.xfail(strict=True, reason="the package's code is in the kernel: saved and put back by the answer")
+def test_an_answer_cannot_put_back_the_code_of_a_switched_off_function(graded):
+    assert points(graded, "code_restore")["fx_mean"] == 0
+
+
+@pytest.mark.xfail(strict=True, reason="the inputs are in the kernel before the switch-off starts")
+def test_answers_worked_out_with_the_package_before_the_check_earn_nothing(graded):
+    assert points(graded, "inputs_from_cell")["fx_mean"] == 0
+
+
+@pytest.mark.xfail(strict=True, reason="the grader's hook is a function in the kernel: it can be wrapped")
+def test_a_wrapped_grading_hook_learns_nothing_usable(graded):
+    assert points(graded, "wrapped_hook")["fx_mean"] == 0
