@@ -4,21 +4,24 @@
 
 A submission is a notebook file or a folder of notebooks (one per student). For each notebook:
 
-1. it is read as untrusted JSON (`notebook.read_notebook`) and copied into a temporary folder,
-   which is the kernel's working directory; the submitted file is never written;
+1. it is read, before any kernel starts (`stage`), as untrusted JSON (`notebook.read_notebook`)
+   and copied into the sandbox of its run (`sandbox.py`), whose folder is the kernel's working
+   directory; the submitted file is never written;
 2. its exercises are found by nbgrader metadata (`notebook.find_exercise_cells`), so reordered
    cells are graded where they are; points come from the registry, never from the file;
 3. a fresh kernel runs, in order: the grader's setup cell (`grader_kernel.install`: memory limit,
    checkers, pristine snapshot), then every code cell of the notebook, and after each solution
-   cell a hidden cell that checks the answer and publishes an unforgeable result;
+   cell a hidden cell that runs the answer on inputs the grader drew and publishes the plain results
+   with a nonce (the grader judges them in its own process);
 4. a cell that exceeds its time limit is interrupted (killed if it ignores the interrupt) and
    skipped; if the kernel dies (``os._exit``, a segfault), a new kernel re-runs the notebook
    without the cells that hung or crashed, so later exercises still earn their points;
 5. whatever could not be graded gets zero and a reason.
 
 Results: a CSV (student, one column per exercise, total), a JSON with every detail, and one
-markdown feedback file per student. This module finds the submissions and runs the batch;
-`kernel_run.py` grades one notebook (steps 1, 3-5), `results.py` writes the files.
+markdown feedback file per student, written once every process the notebooks started is dead.
+This module finds the submissions and runs the batch; `kernel_run.py` grades one notebook
+(steps 1, 3-5), `results.py` writes the files.
 """
 
 from __future__ import annotations
@@ -35,7 +38,8 @@ import nbformat
 
 from trnlab.course import exercises as registry
 from trnlab.course.kernel_run import grade_notebook
-from trnlab.course.notebook import MAX_NOTEBOOK_BYTES, NotANotebook, find_exercise_cells, read_notebook, read_notebook_bytes
+from trnlab.course.notebook import (MAX_NOTEBOOK_BYTES, NotANotebook, find_exercise_cells, read_notebook,
+                                   read_notebook_bytes)
 from trnlab.course.results import (
     GradeConfig,
     NotebookRun,

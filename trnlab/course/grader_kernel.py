@@ -1,4 +1,4 @@
-"""The grader's side inside a student's kernel: pristine references, checks, unforgeable results.
+"""The grader's side inside a student's kernel: pristine references, the answer run on the grader's inputs.
 
 The grader (`grade.py`) runs a submission in a fresh kernel. Its first cell, before any student
 code, calls `install`. That sets the kernel's memory limit, caps how much printed text may wait to

@@ -1,7 +1,10 @@
 """Grade one notebook in a fresh kernel: the student's cells, and after each solution cell the
 grader's hidden check (see grader_kernel.py for what runs inside the kernel).
 
-The kernel runs in a temporary folder holding a copy of the notebook. A cell that exceeds its
+The kernel runs in a sandbox (`sandbox.py`: a folder of its own holding a copy of the notebook,
+its own session, /dev/null streams and, as root, its own user), which is killed whole when the
+notebook is done. The grader draws each check's cases here and sends the kernel only the inputs
+(`grader_kernel.check_request`); the seeds stay in this process. A cell that exceeds its
 time limit is interrupted, or, if it ignores the interrupt, its kernel is killed; if a kernel dies
 (``os._exit``, a segfault), a new one re-runs the notebook without the cells that hung or crashed,
 so later exercises still earn their points. Only errors and the grader's own results are kept
@@ -26,7 +29,7 @@ import zmq.asyncio
 from nbclient import NotebookClient
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
 
-from trnlab import NOTEBOOKS_DIR, REPO_ROOT
+from trnlab import NOTEBOOKS_DIR, REPO_ROOT, config
 from trnlab.course import exercises as registry
 from trnlab.course.grader_kernel import GRADE_MIME, check_request
 from trnlab.course.notebook import NotANotebook, cells_defining, find_exercise_cells, nbgrader_meta, read_notebook
@@ -98,7 +101,7 @@ def _kernel_env(config: GradeConfig) -> dict[str, str]:
     for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         env.setdefault(name, threads)
     env["MPLBACKEND"] = "Agg"
-    env["TRNLAB_GRADING"] = "1"  # no instant-check oracle in a graded kernel: the grader judges
+    env[config.SWITCHES["grading"].env] = "1"  # no instant-check oracle in a graded kernel: the grader judges
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
     env["PYDEVD_DISABLE_FILE_VALIDATION"] = "1"
     return env
