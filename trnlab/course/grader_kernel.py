@@ -295,8 +295,9 @@ def _define_run(source: str) -> Any:
     from trnlab.course.errors import CheckFailed
 
     namespace = {"plain": plain, "CheckFailed": CheckFailed, "np": np, "math": math}
+    given = set(namespace) | {"__builtins__"}
     exec(compile(source, "<private checker>", "exec"), namespace)
-    function = next(v for k, v in namespace.items() if isinstance(v, types.FunctionType) and k not in ("plain",))
+    function = next(v for k, v in namespace.items() if k not in given and callable(v))  # a @staticmethod too
     return types.SimpleNamespace(run=function)
 
 
