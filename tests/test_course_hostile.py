@@ -96,6 +96,10 @@ def test_a_kernel_cannot_write_onto_the_graders_output(graded):
     assert "  forged_summary: 6" in graded[1].stdout  # the grader's own line
 
 
+def test_a_kernel_inherits_no_descriptor_of_the_grader(graded):
+    assert (graded[3] / "descriptors").read_text() == "/dev/null /dev/null /dev/null"
+
+
 def test_a_kernel_cannot_read_the_graders_memory(graded):
     assert (graded[3] / "grader_memory").read_text().startswith("refused"), (graded[3] / "grader_memory").read_text()
 
