@@ -116,6 +116,11 @@ def test_the_hidden_check_cell_holds_no_seed(graded):
     assert points(graded, "seed_from_cell")["fx_mean"] == 0
 
 
+def test_calling_the_asked_for_function_plainly_earns_nothing(graded):
+    result = graded[0]["calls_asked_for"]["exercises"]["fx_mean"]
+    assert result["points"] == 0 and "statistics.mean" in result["message"], result
+
+
 # What is still possible, and stays so until the answer runs in a process without the package's
 # implementation of what is asked (docs/instructors.md). Strict: each turns into a failure, to be
 # removed with its line in the docs, the day the grader closes it.

@@ -89,7 +89,8 @@ def test_the_grader_outlives_nothing_it_started_even_through_setsid_and_a_double
         time.sleep(0.2)
         print(kill_descendants())
     """)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[1]), os.environ.get("PYTHONPATH", "")])}
+    path = os.pathsep.join([str(Path(__file__).parents[1]), os.environ.get("PYTHONPATH", "")])
+    env = {**os.environ, "PYTHONPATH": path}
     finished = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, env=env)
     assert finished.returncode == 0, finished.stderr
     pid = int(pid_file.read_text())

@@ -208,11 +208,12 @@ async def _run_notebook(nb: nbformat.NotebookNode, notebook: str, workdir: Path,
     steps = plan_steps(nb, notebook, exercises, results, run.problems)
     nonce, hook = secrets.token_hex(16), f"_trnlab_grade_{secrets.token_hex(6)}"
     graded = [(ex.id, ex.answer, list(ex.asks_for)) for ex in exercises]
+    max_processes = config.max_processes if sandbox.uid is not None else None  # a limit per user
     setup = (
         "import trnlab.course.grader_kernel as _trnlab_grader_kernel\n"
         f"_trnlab_grader_kernel.install(nonce={nonce!r}, hook={hook!r}, exercise_ids={graded!r},\n"
         f"    checker_modules={sorted({ex.module for ex in exercises})!r},\n"
-        f"    memory_limit_mb={config.memory_limit_mb!r}, max_processes={config.max_processes if sandbox.uid else None!r})\n"
+        f"    memory_limit_mb={config.memory_limit_mb!r}, max_processes={max_processes!r})\n"
         "del _trnlab_grader_kernel\n"
     )
     # The seeds never leave this process: the kernel gets the inputs drawn from them, as data.
