@@ -45,6 +45,7 @@ def test_a_sandbox_user_owns_its_folder_and_nothing_else(tmp_path):
         private.chmod(0o600)
         assert _run_as(first, "cat", str(private)).returncode != 0  # nor read a private checks file
         assert _run_as(first, "cat", f"/proc/{os.getpid()}/mem").returncode != 0  # nor the grader's memory
+        assert _run_as(first, "kill", "-0", str(os.getpid())).returncode != 0  # nor signal the grader
     finally:
         first.close()
         second.close()
