@@ -13,9 +13,11 @@ import csv
 import importlib.util
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -39,9 +41,11 @@ ZERO = {"fx_square": 0, "fx_mean": 0, "fx_vowels": 0}
 def graded(tmp_path_factory):
     """Grade the hostile batch; return (results by student, finished process, output folder, evidence)."""
     root = tmp_path_factory.mktemp("hostile")
-    submissions, evidence, out = root / "submissions", root / "evidence", root / "out"
+    submissions, out = root / "submissions", root / "out"
     submissions.mkdir()
-    evidence.mkdir()
+    # Where the attacks leave evidence: writable by a kernel that runs as a user of its own too.
+    evidence = Path(tempfile.mkdtemp(prefix="trnlab-hostile-"))
+    evidence.chmod(0o1777)
     for student, nb in hostile.hostile_notebooks().items():
         nbformat.write(nb, submissions / f"{student}.ipynb")
     command = [sys.executable, "-m", "trnlab.course", "grade", *sorted(map(str, submissions.iterdir())),
@@ -57,6 +61,7 @@ def graded(tmp_path_factory):
             os.kill(int(pid_file.read_text()), signal.SIGKILL)
         except (OSError, ValueError):
             pass
+    shutil.rmtree(evidence, ignore_errors=True)
 
 
 def points(graded, student: str) -> dict[str, int]:
