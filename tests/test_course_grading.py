@@ -299,3 +299,15 @@ def test_solve_command_fails_clearly_when_a_solution_is_missing(tmp_path):
     assert finished.returncode == 1
     assert "missing" in finished.stdout and "fx_square.py" in finished.stdout
     assert not (tmp_path / "out.ipynb").exists()
+
+
+def test_results_replace_a_link_planted_in_the_output_folder_instead_of_following_it(tmp_path):
+    from trnlab.course.results import write_csv
+
+    target = tmp_path / "elsewhere.txt"
+    target.write_text("untouched")
+    (tmp_path / "grades.csv").symlink_to(target)
+    write_csv([], [], tmp_path / "grades.csv")
+    assert target.read_text() == "untouched"
+    assert not (tmp_path / "grades.csv").is_symlink()
+    assert (tmp_path / "grades.csv").read_text().startswith("student,")
