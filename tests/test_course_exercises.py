@@ -194,3 +194,26 @@ def test_the_oracle_holds_nothing_of_the_kernel_and_ends_with_it(tmp_path):
     started = time.monotonic()
     oracle._stop()
     assert process.poll() is not None and time.monotonic() - started < oracle.STOP_WAIT_S
+
+
+def test_a_private_checkers_run_travels_alone_to_the_kernel():
+    """The kernel gets the source of a private checker's `run` (never its cases or judge); a `run`
+    that leans on anything else of the instructor's file is refused when the grader loads it."""
+    from trnlab.course.grader_kernel import _define_run, run_source
+
+    class Standalone:
+        @staticmethod
+        def run(answer, case):
+            return plain.integer(answer(case))
+
+    helper = lambda x: x  # noqa: E731  (something of the instructor's file)
+
+    class Leaning:
+        def run(answer, case):
+            return helper(answer(case))
+
+    source = run_source(Standalone)
+    assert "def run" in source and "cases" not in source
+    assert _define_run(source).run(lambda x: 2 * x, 21) == 42
+    with pytest.raises(ValueError, match="helper"):
+        run_source(Leaning)

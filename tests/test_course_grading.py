@@ -194,8 +194,8 @@ def test_monkeypatched_numpy_and_checkers_are_undone_while_checking(graded):
     assert points(graded, "monkeypatch") == ZERO
     assert set(statuses(graded, "monkeypatch").values()) == {"failed"}
     tampered = result["fx_square"]["tampered"]
-    assert "numpy.allclose" in tampered and "trnlab.course.exercises.collect" in tampered
-    assert any("Square.run (its code)" in t for t in tampered)
+    assert "numpy.allclose" in tampered and "trnlab.course.exercises.collect_cases" in tampered
+    assert any("plain.number (its code)" in t for t in tampered)
 
 
 def test_reading_the_checkers_frames_finds_no_expected_value(graded):
@@ -209,10 +209,12 @@ def test_objects_that_equal_everything_are_rejected_as_answers(graded):
     assert "subclass" in results["fx_square"]["message"] and "subclass" in results["fx_vowels"]["message"]
 
 
-def test_the_checkers_are_switched_off_while_the_answer_runs(graded):
+def test_the_checkers_are_switched_off_or_absent_while_the_answer_runs(graded):
     results = graded[0]["uses_checker"]["exercises"]
     assert points(graded, "uses_checker") == {**ZERO, "fx_vowels": 3}
-    assert "switched off" in results["fx_square"]["message"] and "switched off" in results["fx_mean"]["message"]
+    # the instructor's file is never loaded in the kernel; the public checkers are switched off
+    assert "KeyError: 'trnlab_course_extra_checks'" in results["fx_square"]["message"]
+    assert "switched off" in results["fx_mean"]["message"]
 
 
 def test_feedback_accuses_no_one_of_patching_when_nothing_was_patched(graded):
@@ -297,3 +299,15 @@ def test_solve_command_fails_clearly_when_a_solution_is_missing(tmp_path):
     assert finished.returncode == 1
     assert "missing" in finished.stdout and "fx_square.py" in finished.stdout
     assert not (tmp_path / "out.ipynb").exists()
+
+
+def test_results_replace_a_link_planted_in_the_output_folder_instead_of_following_it(tmp_path):
+    from trnlab.course.results import write_csv
+
+    target = tmp_path / "elsewhere.txt"
+    target.write_text("untouched")
+    (tmp_path / "grades.csv").symlink_to(target)
+    write_csv([], [], tmp_path / "grades.csv")
+    assert target.read_text() == "untouched"
+    assert not (tmp_path / "grades.csv").is_symlink()
+    assert (tmp_path / "grades.csv").read_text().startswith("student,")

@@ -4,21 +4,24 @@
 
 A submission is a notebook file or a folder of notebooks (one per student). For each notebook:
 
-1. it is read as untrusted JSON (`notebook.read_notebook`) and copied into a temporary folder,
-   which is the kernel's working directory; the submitted file is never written;
+1. it is read, before any kernel starts (`stage`), as untrusted JSON (`notebook.read_notebook`)
+   and copied into the sandbox of its run (`sandbox.py`), whose folder is the kernel's working
+   directory; the submitted file is never written;
 2. its exercises are found by nbgrader metadata (`notebook.find_exercise_cells`), so reordered
    cells are graded where they are; points come from the registry, never from the file;
 3. a fresh kernel runs, in order: the grader's setup cell (`grader_kernel.install`: memory limit,
    checkers, pristine snapshot), then every code cell of the notebook, and after each solution
-   cell a hidden cell that checks the answer and publishes an unforgeable result;
+   cell a hidden cell that runs the answer on inputs the grader drew and publishes the plain results
+   with a nonce (the grader judges them in its own process);
 4. a cell that exceeds its time limit is interrupted (killed if it ignores the interrupt) and
    skipped; if the kernel dies (``os._exit``, a segfault), a new kernel re-runs the notebook
    without the cells that hung or crashed, so later exercises still earn their points;
 5. whatever could not be graded gets zero and a reason.
 
 Results: a CSV (student, one column per exercise, total), a JSON with every detail, and one
-markdown feedback file per student. This module finds the submissions and runs the batch;
-`kernel_run.py` grades one notebook (steps 1, 3-5), `results.py` writes the files.
+markdown feedback file per student, written once every process the notebooks started is dead.
+This module finds the submissions and runs the batch; `kernel_run.py` grades one notebook
+(steps 1, 3-5), `results.py` writes the files.
 """
 
 from __future__ import annotations
@@ -35,7 +38,8 @@ import nbformat
 
 from trnlab.course import exercises as registry
 from trnlab.course.kernel_run import grade_notebook
-from trnlab.course.notebook import NotANotebook, find_exercise_cells, read_notebook
+from trnlab.course.notebook import (MAX_NOTEBOOK_BYTES, NotANotebook, find_exercise_cells, read_notebook,
+                                   read_notebook_bytes)
 from trnlab.course.results import (
     GradeConfig,
     NotebookRun,
@@ -45,6 +49,7 @@ from trnlab.course.results import (
     write_feedback,
     write_json,
 )
+from trnlab.course.sandbox import kill_descendants, protect_grader, users_can_be_separated
 
 
 # ----------------------------------------------------------------------------- submissions
@@ -55,6 +60,22 @@ class Submission:
     student: str
     source: Path
     notebooks: list[Path]  # files to grade (a folder's *.ipynb, or the file itself)
+    # The files' bytes, read before any kernel starts (`stage`): a notebook graded earlier cannot
+    # change what is graded later.
+    contents: dict[Path, bytes | OSError] | None = None
+
+
+def stage(submissions: list[Submission]) -> None:
+    """Read every submitted notebook into memory, before the first kernel starts."""
+    for submission in submissions:
+        submission.contents = {}
+        for path in submission.notebooks:
+            try:
+                size = path.stat().st_size
+                submission.contents[path] = (path.read_bytes() if size <= MAX_NOTEBOOK_BYTES else
+                                             OSError(f"file too large: {size / 2**20:.0f} MiB"))
+            except OSError as error:
+                submission.contents[path] = error
 
 
 def collect_submissions(paths: list[Path]) -> list[Submission]:
@@ -105,8 +126,11 @@ def grade_submission(submission: Submission, assignment: list[str], config: Grad
         grade.problems.append(f"{submission.source}: no .ipynb file in the submission")
     files: list[tuple[Path, nbformat.NotebookNode | None, str | None, str | None]] = []  # path, nb, name, error
     for path in submission.notebooks:
+        staged = (submission.contents or {}).get(path)
         try:
-            nb, error = read_notebook(path), None
+            if isinstance(staged, OSError):
+                raise staged
+            nb, error = (read_notebook(path) if staged is None else read_notebook_bytes(staged)), None
         except (NotANotebook, OSError) as problem:
             nb, error = None, str(problem)
         files.append((path, nb, identify_notebook(path, nb, assignment), error))
@@ -131,7 +155,9 @@ def grade_submission(submission: Submission, assignment: list[str], config: Grad
             grade.exercises.update(ungraded([name], "not_graded", f"the file could not be read: {error}"))
             continue
         try:
-            grade.exercises.update(grade_notebook(path, name, config, run))
+            staged = (submission.contents or {}).get(path)
+            grade.exercises.update(grade_notebook(path, name, config, run,
+                                                  staged if isinstance(staged, bytes) else None))
         except Exception as error:  # the grader itself failed on this notebook: say so, keep going
             run.problems.append(f"could not be graded: {type(error).__name__}: {error}")
             grade.exercises.update(ungraded([name], "not_graded", f"could not be graded: {error}"))
@@ -142,12 +168,21 @@ def grade_submission(submission: Submission, assignment: list[str], config: Grad
 
 
 def load_checkers(extra_checks: Path | None) -> None:
-    """Register every exercise, and the instructor's extra checks (failing early if they are broken)."""
+    """Register every exercise, and the instructor's extra checks (failing early if they are broken,
+    or if a private checker's `run` could not run alone in a kernel). The file is loaded here, in
+    the grader, and never in a student's kernel."""
     registry.load_all(strict=False)
     if extra_checks:
-        from trnlab.course.grader_kernel import load_extra_checks
+        from trnlab.course.grader_kernel import kernel_has_checker, load_extra_checks, run_source
 
         load_extra_checks(str(extra_checks))
+        private = [*(ex.spec for ex in registry.REGISTRY.values() if not kernel_has_checker(ex.spec)),
+                   *(spec for specs in registry.EXTRA_CHECKS.values() for spec in specs)]
+        for spec in private:
+            try:
+                run_source(spec)
+            except (ValueError, OSError, TypeError) as error:
+                raise SystemExit(f"--extra-checks {extra_checks}: {error}")
 
 
 def assignment_of(submissions: list[Submission], requested: list[str]) -> list[str]:
@@ -208,6 +243,9 @@ def main(argv: list[str]) -> int:
                         help="seconds for a whole notebook, restarts included (default %(default)s)")
     parser.add_argument("--memory-limit", type=int, default=GradeConfig.memory_limit_mb, metavar="MB",
                         help="address-space limit per kernel in MiB, 0 for none (default %(default)s)")
+    parser.add_argument("--same-user", action="store_true",
+                        help="run kernels as your own user even when the grader runs as root (see "
+                             "docs/instructors.md: what the grader protects against)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     args = parser.parse_args(argv)
 
@@ -216,11 +254,18 @@ def main(argv: list[str]) -> int:
         parser.error(f"no such file or folder: {', '.join(missing)}")
     if args.extra_checks and not args.extra_checks.is_file():
         parser.error(f"--extra-checks: no such file: {args.extra_checks}")
+    protect_grader()
+    why_not = "--same-user was given" if args.same_user else users_can_be_separated()
+    if why_not:
+        print(f"note: kernels run as your user ({why_not}); see docs/instructors.md for what that leaves "
+              "open", file=sys.stderr)
     config = GradeConfig(cell_timeout=args.timeout_cell, notebook_timeout=args.timeout_notebook,
                          memory_limit_mb=args.memory_limit or None, jobs=args.jobs,
-                         extra_checks=args.extra_checks.resolve() if args.extra_checks else None)
+                         extra_checks=args.extra_checks.resolve() if args.extra_checks else None,
+                         separate_users=why_not is None)
     load_checkers(config.extra_checks)
     submissions = collect_submissions(args.submissions)
+    stage(submissions)
     assignment = assignment_of(submissions, args.notebook)
     if not assignment:
         print("no course notebook with exercises was found in the submissions; use --notebook NAME", file=sys.stderr)
@@ -228,6 +273,7 @@ def main(argv: list[str]) -> int:
     start = time.perf_counter()
     grades = grade_all(submissions, assignment, config, progress=not args.quiet)
     elapsed = time.perf_counter() - start
+    kill_descendants()  # nothing a notebook started is alive when the results are written
 
     args.out.parent.mkdir(parents=True, exist_ok=True)
     write_csv(grades, assignment, args.out)

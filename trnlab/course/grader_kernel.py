@@ -1,30 +1,31 @@
-"""The grader's side inside a student's kernel: pristine references, checks, unforgeable results.
+"""The grader's side inside a student's kernel: pristine references, the answer run on the grader's inputs.
 
 The grader (`grade.py`) runs a submission in a fresh kernel. Its first cell, before any student
 code, calls `install`. That sets the kernel's memory limit, caps how much printed text may wait to
-be sent, imports the checkers, snapshots the libraries they rely on, and defines one hook function
-under a random name. After each solution cell the grader runs a hidden cell ``<hook>("nb01_encode")``
-which
+be sent, imports the public checkers, snapshots the libraries they rely on, and defines one hook
+function under a random name. After each solution cell the grader runs a hidden cell
+``<hook>("nb01_encode", "<inputs>")`` which
 
 1. puts the snapshot back for the duration of the check: every attribute of numpy, torch,
    trnlab, builtins, math, ... that the notebook rebound (``np.allclose = lambda *a: True``),
    every function whose code it swapped, every class attribute it patched, ``sys.modules``
    entries, ``sys.stdout``, trace and profile hooks;
-2. runs the answer on cases drawn from a seed the grader chose for this check (``exercises.collect``
-   with the checker captured at install time, not the one in ``REGISTRY``, which the notebook can
-   reach), with the package functions the exercise asks for switched off, and keeps only plain data;
+2. runs the answer on the inputs the grader drew in its own process and sent as plain data
+   (`check_request`): no seed, no expected value, no judge and no private checker ever reaches the
+   kernel. A private checker's ``run`` (the few lines that call the answer) travels as source with
+   its inputs; its ``cases`` and ``judge`` stay in the grader. While the answer runs the package
+   functions the exercise asks for are switched off (`forbid`), and only plain data is kept;
 3. puts the notebook's own state back, so later cells run as the student wrote them;
 4. publishes that data as ``application/vnd.trnlab.grade+json`` with a nonce that only the setup
    cell's source contains (the grader's cells are kept out of IPython's history).
 
-No expected value and no verdict is ever computed here: the grader redraws the cases from the seed
-and judges the data in its own process (``exercises.judge``). Printing "✓", redefining ``check``,
-reading the checker's frames or returning objects that equal everything therefore earns nothing.
+The grader judges the data in its own process (``exercises.judge``). Printing "✓", redefining
+``check``, reading the checker's frames or returning objects that equal everything earns nothing.
 
-Limits (documented in docs/instructors.md): the answer runs in the student's process, so a
-background thread that keeps patching during the check, or a helper process started by an ordinary
-cell and fed the inputs during the check, is not stopped; run the grader in a container for
-hostile submissions.
+Limits (docs/instructors.md, "What the grader protects against and what it does not"): everything
+above runs in the student's process, so code the student wrote can undo it there (a saved code
+object run during the check, a hook that wraps the grader's); the grader's process, the other
+submissions and the results are out of its reach (`sandbox.py`).
 """
 
 from __future__ import annotations
@@ -195,6 +196,17 @@ def _set_memory_limit(limit_mb: int) -> None:
         pass
 
 
+def _set_process_limit(count: int) -> None:
+    """At most `count` processes for this kernel's user (a fork bomb stops there); only meaningful
+    when the kernel has a user of its own (`sandbox.py`), and never raised again by the notebook."""
+    try:
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_NPROC, (count, count))
+    except (ImportError, ValueError, OSError):
+        pass
+
+
 def _cap_output(pending_limit: int = 2**20) -> None:
     """Drop text printed while more than `pending_limit` characters wait to be sent. A cell that
     prints without end would otherwise make ipykernel send messages of hundreds of MB, which the
@@ -234,43 +246,106 @@ def load_extra_checks(path: str) -> None:
         raise
 
 
-def install(*, nonce: str, hook: str, exercise_ids: list[str], checker_modules: list[str],
-            extra_checks: str | None, memory_limit_mb: int | None) -> None:
-    """Prepare this kernel for grading; define the hook `hook` in the notebook's namespace."""
+# What a checker's `run` sent as source may use (besides builtins): it runs in the student's kernel,
+# away from the rest of the instructor's file.
+RUN_NAMES = ("plain", "CheckFailed", "np", "math")
+
+
+def run_source(spec: Any) -> str:
+    """The source of a private checker's `run`, to be defined in the kernel with only `RUN_NAMES`;
+    raises ValueError (when the grader loads the checks) if it uses anything else."""
+    import inspect
+    import textwrap
+
+    function = spec.run
+    if not isinstance(function, types.FunctionType):
+        raise ValueError(f"{spec.__qualname__}.run must be a plain function")
+    names = inspect.getclosurevars(function)
+    used = set(names.globals) | set(names.nonlocals)
+    foreign = sorted(used - set(RUN_NAMES))
+    if foreign:
+        raise ValueError(f"{spec.__qualname__}.run uses {', '.join(foreign)}: a private checker's run is sent "
+                         f"alone to the student's kernel and may use only {', '.join(RUN_NAMES)} and builtins")
+    return textwrap.dedent(inspect.getsource(function))
+
+
+def kernel_has_checker(spec: Any) -> bool:
+    """Whether the kernel imports this checker itself (the public ones in trnlab.course.checks)."""
+    return str(getattr(spec, "__module__", "")).startswith("trnlab.course.checks.")
+
+
+def check_request(ex: Any, seed: int, extras: tuple = ()) -> str:
+    """What the grader sends a kernel for one check: per part, the inputs (drawn here from `seed`)
+    and, for a checker the kernel does not have, the source of its `run`. JSON text."""
+    from trnlab.course import exercises, plain
+
+    parts = []
+    for index, spec in enumerate((ex.spec, *extras)):
+        cases = exercises.draw_cases(spec, exercises.part_seed(seed, index))
+        parts.append({"cases": cases, "run": None if kernel_has_checker(spec) else run_source(spec)})
+    return plain.encode({"parts": parts})
+
+
+def _define_run(source: str) -> Any:
+    import math
+
+    import numpy as np
+
+    from trnlab.course import plain
+    from trnlab.course.errors import CheckFailed
+
+    namespace = {"plain": plain, "CheckFailed": CheckFailed, "np": np, "math": math}
+    given = set(namespace) | {"__builtins__"}
+    exec(compile(source, "<private checker>", "exec"), namespace)
+    function = next(v for k, v in namespace.items() if k not in given and callable(v))  # a @staticmethod too
+    return types.SimpleNamespace(run=function)
+
+
+def install(*, nonce: str, hook: str, exercise_ids: list[tuple[str, str, list[str]]], checker_modules: list[str],
+            memory_limit_mb: int | None, max_processes: int | None = None) -> None:
+    """Prepare this kernel for grading; define the hook `hook` in the notebook's namespace.
+    `exercise_ids` holds (exercise id, answer name, asks_for) of each exercise graded."""
+    from trnlab.course.sandbox import drop_capabilities
+
+    drop_capabilities()  # a kernel running as root keeps no power over the grader's process
     if memory_limit_mb:
         _set_memory_limit(memory_limit_mb)
+    if max_processes:
+        _set_process_limit(max_processes)
     _cap_output()
     from IPython import get_ipython
     from IPython.display import publish_display_data
 
-    from trnlab.course import exercises
+    from trnlab.course import exercises, plain
 
     exercises.GRADING = True  # the notebook's own check() cells only say that the grader checks
-    for name in checker_modules:
-        if name != EXTRA_CHECKS_MODULE:
+    for name in checker_modules:  # the public checkers only: the instructor's file stays in the grader
+        if name.startswith("trnlab.course.checks."):
             importlib.import_module(name)
-    if extra_checks:
-        load_extra_checks(extra_checks)
-    # Captured now, before the notebook can reach REGISTRY or EXTRA_CHECKS.
-    captured = {i: (exercises.REGISTRY[i], tuple(exercises.EXTRA_CHECKS.get(i, ())))
-                for i in exercise_ids if i in exercises.REGISTRY}
-    collect, unset = exercises.collect, exercises._UNSET
+    # Captured now, before the notebook can reach REGISTRY. An exercise registered only by the
+    # instructor's file is known here by its id and answer name; its `run` comes with its inputs.
+    captured = {i: exercises.REGISTRY.get(i) or exercises.Exercise(i, "", 0, answer, "", None, tuple(asks_for))
+                for i, answer, asks_for in exercise_ids}
+    collect, unset, decode = exercises.collect_cases, exercises._UNSET, plain.decode
     namespace = get_ipython().user_ns
     snapshot = _Snapshot()
 
-    def grade(exercise_id: str, seed: int) -> None:
+    def grade(exercise_id: str, request: str) -> None:
         result: dict[str, Any] = {"nonce": nonce, "exercise": exercise_id}
         undo, changed = snapshot.enter()
         try:
             if exercise_id not in captured:
                 result["unknown"] = True
             else:
-                ex, extras = captured[exercise_id]
+                ex = captured[exercise_id]
                 answer = namespace.get(ex.answer, unset)
                 if answer is unset:
                     result["missing"] = f"`{ex.answer}` is not defined after the solution cell"
                 else:  # only the answers' plain data leaves: the grader judges them in its own process
-                    result["payload"] = collect(ex, answer, seed, extras)
+                    parts = [(_define_run(part["run"]) if part["run"] is not None else
+                              (ex.spec if index == 0 else None), part["cases"])
+                             for index, part in enumerate(decode(request)["parts"])]
+                    result["payload"] = collect(ex, answer, parts)
             result["tampered"] = changed[:20]
             publish_display_data({GRADE_MIME: json.dumps(result)})
         finally:

@@ -1,7 +1,10 @@
 """Grade one notebook in a fresh kernel: the student's cells, and after each solution cell the
 grader's hidden check (see grader_kernel.py for what runs inside the kernel).
 
-The kernel runs in a temporary folder holding a copy of the notebook. A cell that exceeds its
+The kernel runs in a sandbox (`sandbox.py`: a folder of its own holding a copy of the notebook,
+its own session, /dev/null streams and, as root, its own user), which is killed whole when the
+notebook is done. The grader draws each check's cases here and sends the kernel only the inputs
+(`grader_kernel.check_request`); the seeds stay in this process. A cell that exceeds its
 time limit is interrupted, or, if it ignores the interrupt, its kernel is killed; if a kernel dies
 (``os._exit``, a segfault), a new one re-runs the notebook without the cells that hung or crashed,
 so later exercises still earn their points. Only errors and the grader's own results are kept
@@ -15,9 +18,6 @@ import functools
 import json
 import os
 import secrets
-import shutil
-import subprocess
-import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -30,11 +30,13 @@ from nbclient import NotebookClient
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
 
 from trnlab import NOTEBOOKS_DIR, REPO_ROOT
+from trnlab.config import SWITCHES
 from trnlab.course import exercises as registry
-from trnlab.course.grader_kernel import GRADE_MIME
+from trnlab.course.grader_kernel import GRADE_MIME, check_request
 from trnlab.course.notebook import NotANotebook, cells_defining, find_exercise_cells, nbgrader_meta, read_notebook
 from trnlab.course.quiet_widgets import QuietOutputWidgets
 from trnlab.course.results import ExerciseGrade, GradeConfig, NotebookRun, exercises_of
+from trnlab.course.sandbox import Sandbox
 
 
 def _snippet(source: str) -> str:
@@ -100,7 +102,7 @@ def _kernel_env(config: GradeConfig) -> dict[str, str]:
     for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         env.setdefault(name, threads)
     env["MPLBACKEND"] = "Agg"
-    env["TRNLAB_GRADING"] = "1"  # no instant-check oracle in a graded kernel: the grader judges
+    env[SWITCHES["grading"].env] = "1"  # no instant-check oracle in a graded kernel: the grader judges
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
     env["PYDEVD_DISABLE_FILE_VALIDATION"] = "1"
     return env
@@ -199,29 +201,33 @@ async def _recovered(client: _Client) -> bool:
 
 
 async def _run_notebook(nb: nbformat.NotebookNode, notebook: str, workdir: Path, config: GradeConfig,
-                        run: NotebookRun) -> dict[str, ExerciseGrade]:
+                        run: NotebookRun, sandbox: Sandbox) -> dict[str, ExerciseGrade]:
     exercises = exercises_of(notebook)
     by_id = {ex.id: ex for ex in exercises}
     results: dict[str, ExerciseGrade] = {}
     steps = plan_steps(nb, notebook, exercises, results, run.problems)
     nonce, hook = secrets.token_hex(16), f"_trnlab_grade_{secrets.token_hex(6)}"
+    graded = [(ex.id, ex.answer, list(ex.asks_for)) for ex in exercises]
+    max_processes = config.max_processes if sandbox.uid is not None else None  # a limit per user
     setup = (
         "import trnlab.course.grader_kernel as _trnlab_grader_kernel\n"
-        f"_trnlab_grader_kernel.install(nonce={nonce!r}, hook={hook!r}, exercise_ids={list(by_id)!r},\n"
+        f"_trnlab_grader_kernel.install(nonce={nonce!r}, hook={hook!r}, exercise_ids={graded!r},\n"
         f"    checker_modules={sorted({ex.module for ex in exercises})!r},\n"
-        f"    extra_checks={str(config.extra_checks) if config.extra_checks else None!r},\n"
-        f"    memory_limit_mb={config.memory_limit_mb!r})\n"
+        f"    memory_limit_mb={config.memory_limit_mb!r}, max_processes={max_processes!r})\n"
         "del _trnlab_grader_kernel\n"
     )
-    seeds = {ex.id: registry.new_seed() for ex in exercises}  # secret until the check cell runs
+    # The seeds never leave this process: the kernel gets the inputs drawn from them, as data.
+    seeds = {ex.id: registry.new_seed() for ex in exercises}
     for step in steps:
         if step.kind == "grade":
-            step.source = f"{hook}({step.exercise!r}, {seeds[step.exercise]})"
+            request = check_request(by_id[step.exercise], seeds[step.exercise],
+                                    tuple(registry.EXTRA_CHECKS.get(step.exercise, ())))
+            step.source = f"{hook}({step.exercise!r}, {request!r})"
     steps.insert(0, _Step("setup", setup))
     exec_nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(s.source) for s in steps])
     skipped: dict[int, str] = {}  # student cell index -> "timeout" | "crashed"
     deadline = time.monotonic() + config.notebook_timeout
-    env = _kernel_env(config)
+    env = sandbox.env(_kernel_env(config))
 
     def fail(exercise_id: str, status: str, message: str) -> None:
         results.setdefault(exercise_id, ExerciseGrade(exercise_id, notebook, 0, by_id[exercise_id].points, status, message))
@@ -234,6 +240,7 @@ async def _run_notebook(nb: nbformat.NotebookNode, notebook: str, workdir: Path,
             grade_cells={i for i, step in enumerate(steps) if step.kind == "grade"},
         )
         client.km = client.create_kernel_manager()
+        _connection_file_in(client.km, sandbox)
         # A short receive queue: when a notebook prints faster than the grader reads, ZeroMQ drops
         # output instead of buffering gigabytes of it in the grader.
         context = zmq.asyncio.Context()
@@ -243,7 +250,8 @@ async def _run_notebook(nb: nbformat.NotebookNode, notebook: str, workdir: Path,
         out_of_time = False
         try:
             run.kernels += 1
-            await client.async_start_new_kernel(env=env, stderr=subprocess.DEVNULL)
+            await client.async_start_new_kernel(env=env, **sandbox.popen_kwargs())
+            sandbox.started(getattr(getattr(client.km, "provisioner", None), "pid", None))
             await client.async_start_new_kernel_client()
             for index, step in enumerate(steps):
                 if step.kind == "grade" and step.exercise in results:
@@ -309,6 +317,7 @@ async def _run_notebook(nb: nbformat.NotebookNode, notebook: str, workdir: Path,
                 await client._async_cleanup_kernel()
             except Exception:  # a kernel that is already gone
                 pass
+            sandbox.kill_all()  # and whatever the notebook started, wherever it went
             context.destroy(linger=0)
         if out_of_time:
             run.problems.append(f"the notebook time limit ({config.notebook_timeout:.0f} s) was reached")
@@ -321,20 +330,37 @@ async def _run_notebook(nb: nbformat.NotebookNode, notebook: str, workdir: Path,
     return results
 
 
-def grade_notebook(path: Path, notebook: str, config: GradeConfig, run: NotebookRun) -> dict[str, ExerciseGrade]:
-    """Grade one notebook file as course notebook `notebook`, on a temporary copy."""
+def _connection_file_in(km, sandbox: Sandbox) -> None:
+    """Write the kernel's connection file into its sandbox, readable by the kernel's user only."""
+    km.connection_file = str(sandbox.home / f"kernel-{secrets.token_hex(6)}.json")
+    write = km.write_connection_file
+
+    def write_and_give(*args, **kwargs):
+        result = write(*args, **kwargs)
+        sandbox.give(Path(km.connection_file))
+        return result
+
+    km.write_connection_file = write_and_give
+
+
+def grade_notebook(path: Path, notebook: str, config: GradeConfig, run: NotebookRun,
+                   content: bytes | None = None) -> dict[str, ExerciseGrade]:
+    """Grade one notebook file as course notebook `notebook`, on a copy in a sandbox of its own.
+    `content`: the file's bytes as read before any kernel started (else the file is read now)."""
     start = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="trnlab-grade-") as tmp:
-        copy = Path(tmp) / "notebooks" / path.name
-        copy.parent.mkdir()
-        shutil.copyfile(path, copy)
-        data = Path(tmp) / "data"  # notebooks may read ../data as they do from notebooks/
+    sandbox = Sandbox(config.separate_users)
+    try:
+        folder = sandbox.folder("notebooks")
+        copy = folder / path.name
+        copy.write_bytes(path.read_bytes() if content is None else content)
+        sandbox.give(copy)
+        data = sandbox.root / "data"  # notebooks may read ../data as they do from notebooks/
         if (REPO_ROOT / "data").is_dir():
             data.symlink_to(REPO_ROOT / "data", target_is_directory=True)
         nb = read_notebook(copy)
-        try:
-            return asyncio.run(_run_notebook(nb, notebook, copy.parent, config, run))
-        finally:
-            run.seconds = time.perf_counter() - start
+        return asyncio.run(_run_notebook(nb, notebook, folder, config, run, sandbox))
+    finally:
+        sandbox.close()
+        run.seconds = time.perf_counter() - start
 
 

@@ -29,7 +29,13 @@ def read_notebook(path: Path) -> nbformat.NotebookNode:
     size = path.stat().st_size
     if size > MAX_NOTEBOOK_BYTES:
         raise NotANotebook(f"file too large: {size / 2**20:.0f} MiB, at most {MAX_NOTEBOOK_BYTES // 2**20} MiB")
-    raw = path.read_bytes()
+    return read_notebook_bytes(path.read_bytes())
+
+
+def read_notebook_bytes(raw: bytes) -> nbformat.NotebookNode:
+    """`read_notebook` of a file's content."""
+    if len(raw) > MAX_NOTEBOOK_BYTES:
+        raise NotANotebook(f"file too large: {len(raw) / 2**20:.0f} MiB, at most {MAX_NOTEBOOK_BYTES // 2**20} MiB")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as error:

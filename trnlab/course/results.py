@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import csv
 import functools
+import io
 import json
+import os
+import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -24,6 +27,8 @@ class GradeConfig:
     extra_checks: Path | None = None
     max_restarts: int = 2  # new kernels after a crash, per notebook
     startup_timeout: float = 120.0
+    separate_users: bool = False  # each kernel as a user of its own (needs root; sandbox.py)
+    max_processes: int = 256  # processes per kernel user (only with separate_users)
 
 
 @dataclass
@@ -94,13 +99,24 @@ def columns(assignment: list[str]) -> list[str]:
     return [ex.id for name in assignment for ex in exercises_of(name)]
 
 
+def _write(path: Path, text: str) -> None:
+    """Write a new file and move it into place: a link planted at `path` is replaced, not followed."""
+    path = Path(path)
+    with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=f".{path.name}.", delete=False,
+                                     encoding="utf-8", newline="") as f:
+        f.write(text)
+    os.chmod(f.name, 0o644)
+    os.replace(f.name, path)
+
+
 def write_csv(grades: list[StudentGrade], assignment: list[str], path: Path) -> None:
     ids = columns(assignment)
-    with open(path, "w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(["student", *ids, "total"])
-        for g in grades:
-            writer.writerow([g.student, *(g.exercises[i].points for i in ids), g.total])
+    table = io.StringIO()
+    writer = csv.writer(table)
+    writer.writerow(["student", *ids, "total"])
+    for g in grades:
+        writer.writerow([g.student, *(g.exercises[i].points for i in ids), g.total])
+    _write(path, table.getvalue())
 
 
 def write_json(grades: list[StudentGrade], assignment: list[str], path: Path, config: GradeConfig) -> None:
@@ -111,7 +127,7 @@ def write_json(grades: list[StudentGrade], assignment: list[str], path: Path, co
         "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(config).items()},
         "students": [{**asdict(g), "total": g.total, "max_total": g.max_total} for g in grades],
     }
-    path.write_text(json.dumps(report, indent=1, ensure_ascii=False) + "\n")
+    _write(path, json.dumps(report, indent=1, ensure_ascii=False) + "\n")
 
 
 _MARKS = {"passed": "✓"}
@@ -155,4 +171,4 @@ def _safe_filename(name: str) -> str:
 def write_feedback(grades: list[StudentGrade], assignment: list[str], folder: Path) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     for g in grades:
-        (folder / f"{_safe_filename(g.student)}.md").write_text(feedback_markdown(g, assignment))
+        _write(folder / f"{_safe_filename(g.student)}.md", feedback_markdown(g, assignment))

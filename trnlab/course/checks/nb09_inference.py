@@ -74,6 +74,11 @@ class LatencyMetrics:
 
     def judge(case, got):
         arrival, tokens = case
+        # The data may not come from `run` (a notebook can publish its own): check its shape here too,
+        # or zip would judge an empty list as correct.
+        if type(got) is not list or len(got) != 3 or any(type(g) is not float for g in got):
+            raise CheckFailed(f"expected a tuple (ttft, tpot, e2e) of three numbers, got {got!r:.80} "
+                              f"for arrival={arrival}, token_times={tokens}")
         n = len(tokens)
         tpot = (tokens[-1] - tokens[0]) / (n - 1) if n > 1 else 0.0
         expected = (tokens[0] - arrival, tpot, tokens[-1] - arrival)
