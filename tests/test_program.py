@@ -603,7 +603,7 @@ def test_the_replays_heap_of_dma_queues_picks_the_queue_the_core_picks():
     included, as transfers end and queues free up in any order."""
     from heapq import heapify, heapreplace
     from hypothesis import given, settings, strategies as st
-    from trnlab.hardware.scheduler import first_free_queue
+    from trnlab.hardware.engines import first_free_queue
 
     @settings(max_examples=100, deadline=None)
     @given(st.integers(1, 16), st.lists(st.sampled_from([0.0, 1.0, 2.5, 2.5, 7.0]), max_size=60))

@@ -299,7 +299,7 @@ def test_a_kernel_called_from_a_kernel_interleaves_with_its_caller():
 
 
 def test_a_program_with_a_collective_keeps_program_order():
-    from trnlab.hardware.compiled import ISSUE
+    from trnlab.hardware.records import ISSUE
     from trnlab.hardware.program import Program
     traced = nki.trace(key_tile_chain, SD((128, 1024), "bfloat16"), SD((128, 1024), "bfloat16"))
     assert list_order(traced) != list(range(len(traced)))

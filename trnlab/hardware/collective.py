@@ -42,6 +42,7 @@ import numpy as np
 from . import scheduler
 from .core import NeuronCore
 from .errors import HardwareError
+from .records import Record
 from .tensor import Tensor, View
 
 CC_ENGINES = ("cc0", "cc1")   # two CC cores per physical NeuronCore [CCO]
@@ -166,9 +167,9 @@ def issue_collective(core: NeuronCore, opcode: str, src, dst, members: tuple, at
         # a describing core (the compiled timing replay's): duration 0 marks the instruction as one the
         # compiled replay cannot time (it depends on the other ranks), so such programs are replayed
         # instruction by instruction, where the fabric times each collective
-        from .compiled import ISSUE
+        from .records import ISSUE, ComputeIssue
         ref = core._ref
-        return describe((ISSUE, eid, opcode, 0.0, (ref(src),), (ref(dst),), 0.0, 0, 0, False, None))
+        return describe(ComputeIssue(ISSUE, eid, opcode, 0.0, (ref(src),), (ref(dst),), 0.0, 0, 0, False, None))
     # the trigger sits in the core's instruction streams: never before the launch's first engine is free
     start = max(core._cc_free[int(stream)], min(core._free))
     start, waited = scheduler.wait_reads(reads, start, -1)
@@ -196,8 +197,8 @@ def issue_collective(core: NeuronCore, opcode: str, src, dst, members: tuple, at
     nbytes = request.nbytes
     hbm = 2 * nbytes if src.tensor.kind == "hbm" else 0
     sbuf = 2 * nbytes if src.tensor.kind == "sbuf" else 0
-    core._records.append((eid, opcode, begin, end, end, 0.0, hbm, sbuf, 0, waited if begin == start else -1,
-                          core.note))
+    core._records.append(Record(eid, opcode, begin, end, end, 0.0, hbm, sbuf, 0,
+                                waited if begin == start else -1, core.note))
     if end > core._now:
         core._now = end
     return idx

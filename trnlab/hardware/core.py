@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import cost, dtypes, ops, scheduler
+from .engines import ACT, DVE, PE, POOL, EngineTimes, port_keys, port_needs
 from .errors import (DtypeError, EngineError, FreedTensorError, FreeSizeError, MatmulShapeError,
                      MemoryPlacementError, PartitionAxisError, PSUMToHBMError, ShapeMismatchError,
                      OutOfBoundsError, StartPartitionError, UnknownOpError)
@@ -26,7 +27,6 @@ from .profile import Profile
 from .tensor import Tensor, View
 from .timeline import COMPUTE_ENGINES, Timeline
 
-PE, ACT, DVE, POOL = 0, 1, 2, 3
 _ENGINE_NAMES = ("pe", "act", "dve", "pool")
 _ENGINE_ALIASES = {
     "pe": PE, "tensor": PE, "act": ACT, "scalar": ACT, "activation": ACT,
@@ -86,52 +86,6 @@ def _bytes_by_memory(views) -> tuple[int, int]:
     return sbuf, psum
 
 
-def port_needs(spec: CoreSpec, eid: int, sbuf: int, psum: int) -> tuple[bool, str | None]:
-    """Which shared memory ports an instruction of engine `eid` touching `sbuf` / `psum` bytes
-    waits for: (the SBUF port?, None | "core" | "bank" for PSUM) [ARCH-v2], [ARCH-v3-PAR] —
-    on NeuronCore-v2 Vector and GpSimd share SBUF's and Vector and Scalar PSUM's; from v3 on only
-    Vector and Scalar on the same PSUM bank collide."""
-    sbuf_port = bool(sbuf and eid != ACT and spec.sbuf_port_shared)      # DVE and POOL (v2)
-    psum_port = spec.psum_port if psum and eid != POOL and spec.psum_port in ("core", "bank") else None
-    return sbuf_port, psum_port
-
-
-class _Port:
-    """A shared memory port: its busy intervals (start, end, instruction), sorted. An instruction
-    takes the earliest gap long enough at or after it is ready (hardware arbitration, not issue
-    order); intervals that ended long ago are dropped."""
-
-    __slots__ = ("busy",)
-
-    def __init__(self):
-        self.busy: list = []
-
-    @staticmethod
-    def slot(ports, ready: float, duration: float, waited: int) -> tuple[float, int]:
-        """(start, waited_for): the earliest time >= ready at which every port is free for
-        `duration` ns, and the instruction whose use of a port delayed it (or `waited`)."""
-        t = ready
-        moved = True
-        while moved:
-            moved = False
-            for port in ports:
-                for s, e, i in port.busy:
-                    if e <= t:
-                        continue
-                    if s >= t + duration:
-                        break
-                    t, waited, moved = e, i, True
-        return t, waited
-
-    def book(self, start: float, end: float, idx: int):
-        busy = self.busy
-        busy.append((start, end, idx))
-        if len(busy) > 1 and busy[-2][0] > start:
-            busy.sort()
-        if len(busy) > 128:
-            del busy[:64]                   # instructions far in the past no longer compete
-
-
 class NeuronCore:
     """One simulated NeuronCore. ``mode="full"`` computes values and time, ``"timing"`` time only."""
 
@@ -147,25 +101,22 @@ class NeuronCore:
         self.full = mode == "full"
         self.name = name
         self.hbm = hbm if hbm is not None else HBM(spec, self.full)
-        self.hbm_bandwidth = hbm_bandwidth or spec.hbm_bandwidth
         self.sbuf = OnChipMemory("sbuf", spec, self.full)
         self.psum = OnChipMemory("psum", spec, self.full)
         self.engines = list(COMPUTE_ENGINES) + [f"dma{i}" for i in range(spec.dma_queues)]
         self.timeline = Timeline(self.engines, name=name)
         self._records = self.timeline.records
-        self._free = [0.0] * len(self.engines)     # when each engine (queue) is free
-        self._hbm = hbm_channel or scheduler.Channel()   # the HBM channel (shared on a device)
-        self._dma = scheduler.Channel()             # the core's DMA engines, shared by all queues
+        # the engines' timing state: queues, DMA engines, the HBM channel (shared on a device),
+        # shared ports, the Tensor engine's loads (engines.py: the one timing model)
+        self.times = EngineTimes(spec, len(self.engines), hbm_channel, hbm_bandwidth)
+        self._free = self.times.free                # when each engine (queue) is free
         self._costs = {}                            # remembered answers of the pure cost model
-        self._port_table = {}                       # shared memory ports: "sbuf", "psum", ("psum", bank)
         self._now = 0.0
-        # tensor engine state: the stationary tile loaded, when its load ended, last matmul start
-        self._stationary = None                     # the view loaded as stationary, and its version
+        # the Tensor engine's stationary tile: the view loaded, and its tensor's version then
+        self._stationary = None
         self._stationary_version = -1
         self._matmul_checked = {}
         self._matmul_dtypes = set()                 # input dtypes of the matmuls issued (for MFU)
-        self._load_end = 0.0
-        self._last_mm_start = 0.0
         # the Scalar engine's reduce registers, one fp32 per partition (nisa.activation reduce_cmd)
         self._act_regs = np.zeros(spec.partitions, np.float32) if self.full else None
         self._dve_prev = None                       # what the Vector engine's last instruction wrote
@@ -178,6 +129,15 @@ class NeuronCore:
         self._max_m = min(spec.stationary_fmax, spec.pe_cols)
 
     # -- time ------------------------------------------------------------------------------------
+    @property
+    def hbm_bandwidth(self) -> float:
+        """Bytes/s of the HBM channel this core's DMAs use."""
+        return self.times.bandwidth
+
+    @hbm_bandwidth.setter
+    def hbm_bandwidth(self, bandwidth: float) -> None:
+        self.times.bandwidth = bandwidth
+
     @property
     def now(self) -> float:
         """ns: when the last result of the run so far is ready."""
@@ -201,7 +161,7 @@ class NeuronCore:
     def barrier(self) -> None:
         """Every engine waits until everything issued so far is done: the next launch on this core
         starts after the previous one, as the runtime runs a core's programs one after another."""
-        self._free = [max(self._now, f) for f in self._free]
+        self.times.barrier(self._now)
         self._dve_prev = None                       # the next launch starts a new instruction stream
 
     def device_print(self, prefix: str, src) -> int:
@@ -221,8 +181,7 @@ class NeuronCore:
     def _append(self, eid, opcode, start, end, ready, flops, hbm, sbuf, psum, waited):
         idx = len(self._records)
         self._records.append((eid, opcode, start, end, ready, flops, hbm, sbuf, psum, waited,
-                              self.note))
-        self._free[eid] = end
+                              self.note))                   # a records.Record (a tuple: cheaper)
         if ready > self._now:
             self._now = ready
         return idx
@@ -311,60 +270,40 @@ class NeuronCore:
 
     def _issue(self, eid, opcode, dur, reads, write, flops=0.0, also_write=None):
         """Schedule a Vector / Scalar / GpSimd instruction that reads `reads`, writes `write`
-        (and `also_write`, e.g. the reduce_res of an activation with reduction).
-
-        Besides its queue and its data it waits for the shared memory ports it needs (`_ports`):
-        on NeuronCore-v2 Vector and GpSimd cannot access SBUF at the same time, and Vector and
-        Scalar cannot access PSUM at the same time [ARCH-v2]; from v3 on only Vector and Scalar
-        on the *same PSUM bank* collide [ARCH-v3-PAR]. A port is arbitrated in time, not in issue
-        order: an instruction takes the earliest gap at or after it is ready (`_Port`)."""
-        start, waited = _wait_reads(reads, self._free[eid], -1)
-        start, waited, _ = _wait_write(write, start, waited)
+        (and `also_write`, e.g. the reduce_res of an activation with reduction): its data is ready
+        after the earlier writes it reads (RAW) and the earlier accesses it overwrites (WAR, WAW);
+        then `EngineTimes.compute` — its queue, the Vector engine's hidden static overhead, the
+        shared SBUF / PSUM ports it needs (`_port_keys`)."""
+        ready, waited = _wait_reads(reads, 0.0, -1)
+        ready, waited, _ = _wait_write(write, ready, waited)
         writes = (write,)
         if also_write is not None:
-            start, waited, _ = _wait_write(also_write, start, waited)
+            ready, waited, _ = _wait_write(also_write, ready, waited)
             writes = (write, also_write)
-        if eid == DVE:          # the static overhead, hidden back to back [ARCH-v2]
-            follows = self._dve_prev is not None
-            dur = cost.issue_busy_ns(dur, self._vector_hidden_ns(reads, writes), start, self._free[eid], follows)
+        hidden = self._vector_hidden_ns(reads, writes) if eid == DVE else 0.0
         sbuf, psum = _bytes_by_memory(reads + writes)
-        ports = self._ports(eid, reads + writes, sbuf, psum)
         idx = len(self._records)
-        if ports:
-            start, waited = _Port.slot(ports, start, dur, waited)
-            for port in ports:
-                port.book(start, start + dur, idx)
-        end = start + dur
+        start, end, waited = self.times.compute(eid, ready, waited, dur, hidden,
+                                                self._port_keys(eid, reads + writes, sbuf, psum), idx)
         _record_reads(reads, end, idx)
         for v in writes:
             _record_write(v, end, idx)
         return self._append(eid, opcode, start, end, end, flops, 0, sbuf, psum, waited)
 
-    def _ports(self, eid, views, sbuf: int, psum: int) -> list:
-        """The shared memory ports an instruction of engine `eid` touching `views` needs."""
-        ports = []
-        spec = self.spec
-        sbuf_port, psum_port = port_needs(spec, eid, sbuf, psum)
-        if sbuf_port:
-            ports.append(self._port("sbuf"))
-        if psum_port:
-            if psum_port == "core":
-                ports.append(self._port("psum"))
-            else:
-                ranges = []
-                for v in views:
-                    if v.tensor.kind == "psum":
-                        lo, hi = _free_byte_range(v)
-                        base = v.tensor.offset or 0
-                        ranges.append((base + lo, base + hi))
-                ports.extend(self._port(("psum", b)) for b in scheduler.psum_banks(spec.psum_bank_bytes, ranges))
-        return ports
-
-    def _port(self, key) -> "_Port":
-        port = self._port_table.get(key)
-        if port is None:
-            port = self._port_table[key] = _Port()
-        return port
+    def _port_keys(self, eid, views, sbuf: int, psum: int) -> tuple:
+        """The shared memory ports an instruction of engine `eid` touching `views` needs
+        (`engines.port_needs`; the PSUM banks from the bytes its PSUM views touch)."""
+        sbuf_port, psum_port = port_needs(self.spec, eid, sbuf, psum)
+        if not (sbuf_port or psum_port):
+            return ()
+        ranges = []
+        if psum_port == "bank":
+            for v in views:
+                if v.tensor.kind == "psum":
+                    lo, hi = _free_byte_range(v)
+                    base = v.tensor.offset or 0
+                    ranges.append((base + lo, base + hi))
+        return port_keys(sbuf_port, psum_port, self.spec.psum_bank_bytes, ranges)
 
     def _inputs(self, *views, carry: bool = False):
         """Float32 values of the operands (full mode), checking they were written — or, with
@@ -438,34 +377,28 @@ class NeuronCore:
             self._matmul_values(dst, st, mv, K, M, N, accumulate)
 
         # --- time: LoadStationary in the background, MultiplyMoving busy, result after drain ---
-        start, waited = _wait_reads((mv,), self._free[PE], -1)     # RAW on the moving tile
+        times = self.times
+        start, waited = _wait_reads((mv,), 0.0, -1)        # RAW on the moving tile
         last = self._stationary
         st_tensor = st.tensor
         version = st_tensor.version
-        if last is not st and (last is None or last.tensor is not st_tensor or last.box != st.box) \
-                or version != self._stationary_version:
-            # a new stationary tile: its load starts once the data is there and the previous
-            # matmul has taken its weights out of the shadow buffer
+        new = last is not st and (last is None or last.tensor is not st_tensor or last.box != st.box) \
+            or version != self._stationary_version
+        if new:
             st_ready, st_waited = _wait_reads((st,), 0.0, -1)
-            start, waited, self._load_end = scheduler.stationary_load(
-                start, waited, st_ready, st_waited, self._last_mm_start, load_ns)
             self._stationary = st
             self._stationary_version = version
-        elif self._load_end > start:
-            start = self._load_end
-        start, waited, group_ready = _wait_write(dst, start, waited, True)
-        end = start + busy_ns
-        ready = start + latency_ns
-        if group_ready > ready:
-            ready = group_ready
-        self._last_mm_start = start
+        else:
+            st_ready, st_waited = 0.0, -1
+        start, waited = times.tensor_start(start, waited, new, st_ready, st_waited, load_ns)
+        start, waited, group_ready = _wait_write(dst, start, waited, True)   # WAR / WAW on dst
+        end, ready = times.tensor(start, busy_ns, latency_ns, group_ready)
         records = self._records
         idx = len(records)
         _record_reads((st, mv), end, idx)
         _record_write(dst, ready, idx, True)
         records.append((PE, "nc_matmul", start, end, ready, flops, 0, sbuf, psum, waited,
-                        self.note))
-        self._free[PE] = end
+                        self.note))                                       # a records.Record
         if ready > self._now:
             self._now = ready
         return idx
@@ -577,19 +510,22 @@ class NeuronCore:
         """Schedule a Tensor-engine instruction other than nc_matmul (nc_transpose): the array
         loads `st` as its stationary tile (in the background), then streams N columns."""
         busy_ns, latency_ns, load_ns = self._pe_cost(opcode, st, reads, dst)
-        start, waited = _wait_reads(reads, self._free[PE], -1)
+        times = self.times
+        start, waited = _wait_reads(reads, 0.0, -1)
         st_ready, st_waited = _wait_reads((st,), 0.0, -1)
-        start, waited, self._load_end = scheduler.stationary_load(
-            start, waited, st_ready, st_waited, self._last_mm_start, load_ns)
+        start, waited = times.tensor_start(start, waited, True, st_ready, st_waited, load_ns)
         self._stationary = None
         start, waited, _ = _wait_write(dst, start, waited)
-        end = start + busy_ns
-        ready = start + latency_ns
-        self._last_mm_start = start
+        end, ready = times.tensor(start, busy_ns, latency_ns, 0.0)
         idx = len(self._records)
         _record_reads((st,) + reads, end, idx)
         _record_write(dst, ready, idx)
         return self._append(PE, opcode, start, end, ready, flops, 0, sbuf, psum, waited)
+
+    def _transpose_values(self, dst: View, src: View) -> None:
+        """Full mode: dst = src.T (nc_transpose on either engine)."""
+        (x,) = self._inputs(src)
+        self._store(dst, x.T)
 
     def _pe_cost(self, opcode, st, reads, dst) -> tuple[float, float, float]:
         """(busy, ready-after, LoadStationary) ns of a Tensor-engine instruction (`cost.cost`)."""
@@ -617,8 +553,7 @@ class NeuronCore:
             raise ShapeMismatchError(f"shape mismatch: nc_transpose dst {dst.shape}, expected "
                                      f"[{F}, {P}]", value=dst.shape, limit=(F, P))
         if self.full:
-            (x,) = self._inputs(src)
-            self._store(dst, x.T)
+            self._transpose_values(dst, src)
         # an identity matmul: src is the stationary [K=P, M=F], the identity streams N=P columns
         return self._pe_issue("nc_transpose", src, (), dst, 2.0 * P * F * P, src.nbytes, dst.nbytes)
 
@@ -653,9 +588,14 @@ class NeuronCore:
                              f"; cast with tensor_copy on an engine", value=src.tensor.dtype,
                              limit=dst.tensor.dtype)
         if self.full:
-            src.check_initialized()
-            dst.write(np.reshape(src.values(), dst.shape))
+            self._dma_copy_values(dst, src)
         return self._schedule_dma(dst, src, (src,), src.nbytes, queue, "dma_copy")
+
+    @staticmethod
+    def _dma_copy_values(dst: View, src: View) -> None:
+        """Full mode: dst = src's values, unchanged (a DMA does not convert)."""
+        src.check_initialized()
+        dst.write(np.reshape(src.values(), dst.shape))
 
     def dma_gather(self, dst, src, indices, queue: int | None = None) -> int:
         """Indirect DMA: dst[r, ...] = src[indices[r], ...] for the R rows of dst (a gather).
@@ -704,20 +644,12 @@ class NeuronCore:
     def _schedule_dma(self, dst, src, reads, nbytes, queue, opcode) -> int:
         """Schedule a DMA of `nbytes` from src to dst (after `reads` are ready) on a queue."""
         sk, dk = src.tensor.kind, dst.tensor.kind
-        free = self._free
-        deps, waited = _wait_reads(reads, 0.0, -1)
-        deps, waited, _ = _wait_write(dst, deps, waited)
-        queue = self._dma_queue(queue)
-        queues = free[4:]
-        q = scheduler.first_free_queue(queues) if queue is None else queue
-        eid = 4 + q
+        ready, waited = _wait_reads(reads, 0.0, -1)
+        ready, waited, _ = _wait_write(dst, ready, waited)
         c = self._dma_cost(dst, src, nbytes, opcode)
-        # all transfers share the core's DMA engines and (if they touch it) its HBM bandwidth;
-        # no later transfer can begin before the first queue is free (+ the fixed latency)
         hbm = c.hbm_bytes
-        start, end, waited = scheduler.dma_transfer(
-            deps, waited, free[eid], c.fixed_ns, c.cycles, c.dma_engine_ns, hbm, self.hbm_bandwidth,
-            self._dma, self._hbm, min(queues) + self.spec.dma_latency_ns)
+        eid, start, end, waited = self.times.dma(self._dma_queue(queue), ready, waited, c.fixed_ns,
+                                                 c.cycles, c.dma_engine_ns, hbm)
         idx = len(self._records)
         _record_reads(reads, end, idx)
         _record_write(dst, end, idx)
@@ -1199,16 +1131,22 @@ class NeuronCore:
             v = _view(seed, "seed")
             self._onchip(v, "seed", "random_seed")
             reads = (v,)
-            if self.full:
-                v.check_initialized()
-                seed = int(np.asarray(v.values()).reshape(-1)[0])
         if self.full:
-            self._rng = np.random.default_rng(int(seed) & 0xFFFFFFFF)
+            self._seed_values(seed)
         dur = self.spec.vector_static_cycles * self._clock_ns[DVE]
         idx = len(self._records)
-        start, waited = _wait_reads(reads, self._free[DVE], -1)
-        _record_reads(reads, start + dur, idx)
-        return self._append(DVE, "random_seed", start, start + dur, start + dur, 0.0, 0, 0, 0, waited)
+        ready, waited = _wait_reads(reads, 0.0, -1)
+        start, end, waited = self.times.queue(DVE, ready, waited, dur)
+        _record_reads(reads, end, idx)
+        return self._append(DVE, "random_seed", start, end, end, 0.0, 0, 0, 0, waited)
+
+    def _seed_values(self, seed) -> None:
+        """Full mode: seed the random stream with an int or the value of a [1, 1] view."""
+        if isinstance(seed, (Tensor, View)):
+            v = _view(seed, "seed")
+            v.check_initialized()
+            seed = int(np.asarray(v.values()).reshape(-1)[0])
+        self._rng = np.random.default_rng(int(seed) & 0xFFFFFFFF)
 
     def dropout(self, dst, data, rate) -> int:
         """dst = data with each element set to 0 with probability `rate` (a number or a [P, 1] view),
@@ -1304,7 +1242,6 @@ class NeuronCore:
             raise ShapeMismatchError(f"shape mismatch: nc_transpose dst {dst.shape}, expected [{F}, {P}]",
                                      value=dst.shape, limit=(F, P))
         if self.full:
-            (x,) = self._inputs(src)
-            self._store(dst, x.T)
+            self._transpose_values(dst, src)
         dur = self._cost_ns(DVE, "vector_transpose", (src,), (dst,))
         return self._issue(DVE, "nc_transpose", dur, (src,), dst)
