@@ -15,7 +15,7 @@ the DMA queues. The collective instructions, named after ``nki.collectives`` [NK
     reduce_scatter(dst, src, replica_group, collective_dim=0, op)  dst = my piece of the reduced srcs
     collective_permute(dst, src, source_target_pairs)              send src to my target, receive dst
 
-are methods of `NeuronCore` (installed by this module, so that tracing records them into programs and
+are methods of `NeuronCore` (`CollectiveInstructions`, composed into it, so that tracing records them into programs and
 replay issues them like any other instruction). Like every instruction they wait for their operands
 (RAW on src, WAR/WAW on dst) and for their engine's queue; unlike the others they also wait for the
 other ranks of their group: a *fabric* (`trnlab.distributed.cluster.Cluster`) holds the ranks, matches
@@ -36,14 +36,17 @@ collective_permute, ReplicaGroup).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from . import scheduler
-from .core import NeuronCore
 from .errors import HardwareError
 from .records import Record
 from .tensor import Tensor, View
+
+if TYPE_CHECKING:
+    from .core import NeuronCore
 
 CC_ENGINES = ("cc0", "cc1")   # two CC cores per physical NeuronCore [CCO]
 OPCODES = ("all_reduce", "all_gather", "reduce_scatter", "collective_permute")
@@ -253,6 +256,9 @@ def collective_permute(self: NeuronCore, dst, src, source_target_pairs, stream: 
                             {"source_target_pairs": pairs}, stream)
 
 
-for _f in (all_reduce, all_gather, reduce_scatter, collective_permute):
-    setattr(NeuronCore, _f.__name__, _f)
-del _f
+class CollectiveInstructions:
+    """NeuronCore's collective instructions (composed into `core.NeuronCore`)."""
+    all_reduce = all_reduce
+    all_gather = all_gather
+    reduce_scatter = reduce_scatter
+    collective_permute = collective_permute

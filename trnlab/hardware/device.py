@@ -26,11 +26,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import collective  # noqa: F401  (installs the collective instructions on NeuronCore)
-from . import double_row  # noqa: F401  (installs nc_matmul_double_row on NeuronCore)
-from . import mx  # noqa: F401  (installs quantize_mx, nc_matmul_mx on NeuronCore)
-from .engines import Channel
 from .core import NeuronCore
+from .engines import Channel
 from .memory import HBM
 from .presets import CHIPS, ChipSpec, CoreSpec
 from .profile import Profile
