@@ -344,6 +344,9 @@ def list_order(program: Program, spec=None, times: list | None = None) -> list[i
     free = engines.free                   # PE, ACT, DVE, POOL, then the DMA queues
     version = [0] * len(program.buffers)  # writes so far per buffer (a rewritten stationary is new)
     stationary = None                     # (buffer id, box, version) the Tensor engine holds
+    stationaries = {d.stationary[0] for d in issues if d.kind == MATMUL}
+    rewrites = [tuple(bid for bid, _ in write_refs(d) if bid in stationaries) for d in issues]
+    deps_of = [op_deps(op) for op in ops]
     predicted = [None] * n
 
     # the queue class of each instruction: 0-3 the compute engines, 4 any DMA queue, 5+q queue q
@@ -405,7 +408,7 @@ def list_order(program: Program, spec=None, times: list | None = None) -> list[i
                 npred[w] -= 1
                 if npred[w] == 0:
                     if w < n:
-                        e = est[w] = latest(op_deps(ops[w]))
+                        e = est[w] = latest(deps_of[w])
                         heappush(pending[cls[w]], (e, w))
                         touched.add(cls[w])
                     else:
@@ -464,7 +467,7 @@ def list_order(program: Program, spec=None, times: list | None = None) -> list[i
             eid = DVE
             start, end, _ = engines.queue(DVE, latest(op.deps), -1, op.duration)
             T[op.node] = done = end
-        for bid, _ in write_refs(d):
+        for bid in rewrites[k]:
             version[bid] += 1
         predicted[k] = (eid, start, end, done)
         order.append(k)

@@ -71,6 +71,15 @@ def _static(program, written: set) -> tuple:
     return starts, ends, extent, unwritten, lines
 
 
+def placed_ports(d, buffers, bank_bytes: int) -> tuple:
+    """The shared ports (`engines.port_keys`) a compute description needs once its tiles are placed
+    (`buffers`' offsets give its PSUM banks)."""
+    psum_port = d[10]
+    ranges = () if psum_port in (None, "core") else [
+        ((buffers[bid].offset or 0) + lo, (buffers[bid].offset or 0) + hi) for bid, lo, hi in psum_port]
+    return port_keys(d[9], psum_port, bank_bytes, ranges)
+
+
 def _resolve(program, issues, spec, layout, static) -> Resolved:
     """Run the scheduler's bookkeeping once on nodes instead of times (module docstring, step 2).
 
@@ -219,9 +228,7 @@ def _resolve(program, issues, spec, layout, static) -> Resolved:
             raw(rrefs, deps)
             for w in wrefs:
                 war_waw(w, deps)
-            ranges = () if psum_port in (None, "core") else [
-                ((buffers[bid].offset or 0) + lo, (buffers[bid].offset or 0) + hi) for bid, lo, hi in psum_port]
-            ports = port_keys(sbuf_port, psum_port, bank_bytes, ranges)
+            ports = placed_ports(d, buffers, bank_bytes)
             node = n_nodes
             n_nodes += 1
             ops.append(EngineOp(ENGINE_OP, eid, dur, dedupe(deps), ports, node, opcode, flops, sbuf,

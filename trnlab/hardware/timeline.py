@@ -130,6 +130,12 @@ class Timeline:
         eid = self.engines.index(engine)
         return [self[i] for i, r in enumerate(self.records) if r[ENGINE] == eid]
 
+    def explain(self, k: int, program) -> str:
+        """Why record k (instruction k of `program`, launched alone) started when it did
+        (`explain.why`: its queue, which dependency, a shared port, LoadStationary)."""
+        from .explain import why
+        return str(why(program, self, k))
+
     def same_schedule(self, other: "Timeline") -> bool:
         """True if both timelines hold the same instructions at the same times (notes ignored)."""
         if len(self) != len(other):
