@@ -160,3 +160,16 @@ def test_values_are_unchanged_by_the_engine_model():
     one = Device("trn2", mode="full", cores=1).run(program, a).outputs
     two = Device("trn2", mode="full", cores=1).run(listed, a).outputs
     np.testing.assert_array_equal(np.asarray(one), np.asarray(two))
+
+
+def test_a_stationary_tile_rewritten_between_two_matmuls_is_loaded_again_in_the_list_schedule():
+    """The list schedule once compared the stationary tile by (buffer, region) only, while the core
+    and the replay also compare its version: a tile rewritten since it was loaded holds other
+    weights, so the Tensor engine must load it again (LoadStationary) — the core's rule. The list
+    schedule's prediction now agrees with the replay."""
+    steps = [("matmul", 0, 1, 0, 0), ("dma", 0, 2, 0, 0), ("matmul", 0, 1, 0, 0)]
+    program = _trace(steps, 2, 1, "trn2", 0)
+    predicted: list = []
+    order = list_order(program, times=predicted)
+    records = _replayed(schedule.reorder(program, order, "list", keep_offsets=True), "trn2")
+    assert [predicted[k] for k in order] == [(r[ENGINE], r[START], r[END], r[READY]) for r in records]
