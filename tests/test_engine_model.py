@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 import trnlab.nki as nki
 import trnlab.nki.isa as nisa
 import trnlab.nki.language as nl
-from trnlab.hardware import schedule
+from trnlab.hardware import instruction_order
 from trnlab.hardware.device import Device
 from trnlab.hardware.list_schedule import list_order
 from trnlab.hardware.records import END, ENGINE, READY, START
@@ -115,7 +115,7 @@ def test_the_list_schedules_predicted_times_are_the_replays_of_its_order(steps, 
     program = _trace(steps, n_sbuf, n_psum, target, named)
     predicted: list = []
     order = list_order(program, times=predicted)
-    listed = schedule.reorder(program, order, "list", keep_offsets=True)
+    listed = instruction_order.reorder(program, order, "list", keep_offsets=True)
     records = _replayed(listed, target)
     assert len(records) == len(order)
     for r, k in zip(records, order):
@@ -136,7 +136,7 @@ def test_the_list_schedule_in_program_order_predicts_the_replay_of_a_tiled_matmu
     program = nki.trace(ladder.matmul_tiled, SD((512, 256), "bfloat16"), SD((512, 512), "bfloat16"))
     predicted: list = []
     order = list_order(program, times=predicted)
-    records = _replayed(schedule.reorder(program, order, "list", keep_offsets=True), "trn2")
+    records = _replayed(instruction_order.reorder(program, order, "list", keep_offsets=True), "trn2")
     assert [predicted[k] for k in order] == [(r[ENGINE], r[START], r[END], r[READY]) for r in records]
 
 
@@ -156,7 +156,7 @@ def test_values_are_unchanged_by_the_engine_model():
     kernel = generated_kernel(steps, 3, 2)
     a = np.random.default_rng(0).standard_normal((128, 8 * F)).astype(np.float32)
     program = nki.trace(kernel, nki.ShapeDtype((128, 8 * F), "float32"))
-    listed = schedule.list_schedule(program)
+    listed = instruction_order.list_schedule(program)
     one = Device("trn2", mode="full", cores=1).run(program, a).outputs
     two = Device("trn2", mode="full", cores=1).run(listed, a).outputs
     np.testing.assert_array_equal(np.asarray(one), np.asarray(two))
@@ -171,5 +171,5 @@ def test_a_stationary_tile_rewritten_between_two_matmuls_is_loaded_again_in_the_
     program = _trace(steps, 2, 1, "trn2", 0)
     predicted: list = []
     order = list_order(program, times=predicted)
-    records = _replayed(schedule.reorder(program, order, "list", keep_offsets=True), "trn2")
+    records = _replayed(instruction_order.reorder(program, order, "list", keep_offsets=True), "trn2")
     assert [predicted[k] for k in order] == [(r[ENGINE], r[START], r[END], r[READY]) for r in records]

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from trnlab.hardware import NeuronCore, cost, gemm, presets
-from trnlab.hardware.scheduler import MAX_RECORDS
+from trnlab.hardware.dependencies import MAX_RECORDS
 
 SPEC = presets.TRN2.core
 PE_NS = 1e9 / SPEC.pe_clock_hz

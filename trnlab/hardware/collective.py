@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from . import scheduler
+from . import dependencies
 from .errors import HardwareError
 from .records import Record
 from .tensor import Tensor, View
@@ -175,8 +175,8 @@ def issue_collective(core: NeuronCore, opcode: str, src, dst, members: tuple, at
         return describe(ComputeIssue(ISSUE, eid, opcode, 0.0, (ref(src),), (ref(dst),), 0.0, 0, 0, False, None))
     # the trigger sits in the core's instruction streams: never before the launch's first engine is free
     start = max(core._cc_free[int(stream)], min(core._free))
-    start, waited = scheduler.wait_reads(reads, start, -1)
-    start, waited, _ = scheduler.wait_write(dst, start, waited)
+    start, waited = dependencies.wait_reads(reads, start, -1)
+    start, waited, _ = dependencies.wait_write(dst, start, waited)
     fabric = getattr(core, "_cc_fabric", None)
     rank = getattr(core, "_cc_rank", members[0] if members else 0)
     request = Request(opcode, rank, tuple(members), src, dst, start, dict(attrs), core)
@@ -194,8 +194,8 @@ def issue_collective(core: NeuronCore, opcode: str, src, dst, members: tuple, at
                               f"cluster; run the program on all ranks with trnlab.distributed.cluster.Cluster",
                               value=len(members), limit=1)
     idx = len(core._records)
-    scheduler.record_reads(reads, end, idx)
-    scheduler.record_write(dst, end, idx)
+    dependencies.record_reads(reads, end, idx)
+    dependencies.record_write(dst, end, idx)
     core._cc_free[int(stream)] = end
     nbytes = request.nbytes
     hbm = 2 * nbytes if src.tensor.kind == "hbm" else 0

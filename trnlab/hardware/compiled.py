@@ -10,7 +10,7 @@ import threading
 
 import numpy as np
 
-from . import _blas, dtypes, scheduler
+from . import _blas, dependencies, dtypes
 from .replay_timing import Compiled, can_run, compiled_for, layout_of, run_timing  # noqa: F401
 from .tensor import Tensor, View
 from .values_core import ValuesCore
@@ -186,7 +186,7 @@ def values_order(steps, buffers, ahead: int) -> tuple[list, set]:
             run[1] = k
             boxes = run[2]
             box = dst.box
-            if box not in boxes and any(b is None or box is None or scheduler.overlap(b, box) for b in boxes):
+            if box not in boxes and any(b is None or box is None or dependencies.overlap(b, box) for b in boxes):
                 return identity     # an overlapping region flushes every pending group
             boxes[box] = boxes.get(box, 0) + st.partitions
             if boxes[box] >= GROUP_K_MAX:

@@ -7,7 +7,7 @@ Every instruction (names as in ``nki.isa``), as the hardware guide describes it:
    dtype with ml_dtypes; matmuls accumulate in fp32 in PSUM;
 3. **cost it** — the pure cost model (`cost.py`);
 4. **issue it** — its data is ready after the earlier accesses it depends on (RAW / WAR / WAW,
-   `scheduler.py`); then the engines' timing model (`engines.EngineTimes`) gives its start and end;
+   `dependencies.py`); then the engines' timing model (`engines.EngineTimes`) gives its start and end;
    a record is appended to the timeline and its index returned.
 
 Timing mode (``mode="timing"``) does 1, 3 and 4 only — no values, the same timeline.
@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import cost, dtypes, scheduler
+from . import cost, dependencies, dtypes
 from .collective import CollectiveInstructions
 from .dma import DmaInstructions
 from .double_row import DoubleRowInstructions
@@ -47,10 +47,10 @@ _ENGINE_ALIASES = {
     "pe": PE, "tensor": PE, "act": ACT, "scalar": ACT, "activation": ACT,
     "dve": DVE, "vector": DVE, "pool": POOL, "gpsimd": POOL, None: DVE, "unknown": DVE,
 }
-_wait_reads = scheduler.wait_reads
-_wait_write = scheduler.wait_write
-_record_reads = scheduler.record_reads
-_record_write = scheduler.record_write
+_wait_reads = dependencies.wait_reads
+_wait_write = dependencies.wait_write
+_record_reads = dependencies.record_reads
+_record_write = dependencies.record_write
 
 
 class NeuronCore(TensorEngineInstructions, VectorInstructions, ReductionInstructions, DmaInstructions,
@@ -231,7 +231,7 @@ class NeuronCore(TensorEngineInstructions, VectorInstructions, ReductionInstruct
         prev = self._dve_prev
         self._dve_prev = writes
         reads_previous = prev is not None and any(
-            r.tensor is w.tensor and scheduler.overlap(r.box, w.box) for r in reads for w in prev)
+            r.tensor is w.tensor and dependencies.overlap(r.box, w.box) for r in reads for w in prev)
         first = reads[0] if reads else writes[0]
         cycles = cost.vector_hidden_static_cycles(self.spec, "dve", first.free_size, reads_previous)
         return cycles * self._clock_ns[DVE]

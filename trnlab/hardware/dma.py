@@ -12,7 +12,7 @@ import numpy as np
 from . import cost, dtypes
 from .errors import DtypeError, EngineError, MemoryPlacementError, OutOfBoundsError, PSUMToHBMError, ShapeMismatchError
 from .operands import _view
-from .scheduler import record_reads as _record_reads, record_write as _record_write, wait_reads as _wait_reads, wait_write as _wait_write
+from .dependencies import record_reads as _record_reads, record_write as _record_write, wait_reads as _wait_reads, wait_write as _wait_write
 from .tensor import View
 
 

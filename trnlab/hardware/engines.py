@@ -4,7 +4,7 @@ One implementation, called by all three drivers of the machine: the directly dri
 (`core.NeuronCore`), the compiled timing replay (`replay_timing.run_timing`) and the list schedule
 (`list_schedule.list_order`). Each driver works out, in its own representation (views and their
 records, or resolved dependency nodes), *when an instruction's data is ready and which earlier
-instruction decided that* (the RAW / WAR / WAW rules of `scheduler.py`); everything after that is
+instruction decided that* (the RAW / WAR / WAW rules of `dependencies.py`); everything after that is
 a step of `EngineTimes`:
 
 - `compute`: a Vector / Scalar / GpSimd instruction — its engine's in-order queue, the Vector

@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from .records import DMA, END, ENGINE, ISSUE, MATMUL, OPCODE, PE_ISSUE, READY, START, WAITED, read_refs, write_refs
-from .scheduler import overlap
+from .dependencies import overlap
 
 
 @dataclass(frozen=True)

@@ -46,7 +46,7 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from heapq import heappop, heappush
 
-from . import cost, scheduler
+from . import cost, dependencies
 from .allocate import target_spec
 from .compiled import _Kind
 from .engines import DVE, FIRST_DMA, EngineTimes
@@ -95,7 +95,7 @@ def _reads_previous(d, previous_writes) -> bool:
     """Does Vector description `d` read what `previous_writes` (the engine's previous Vector
     instruction's written refs) wrote? (`NeuronCore._vector_hidden_ns`)"""
     return previous_writes is not None and any(
-        r[0] == w[0] and scheduler.overlap(r[1], w[1]) for r in d.reads for w in previous_writes)
+        r[0] == w[0] and dependencies.overlap(r[1], w[1]) for r in d.reads for w in previous_writes)
 
 
 def _free_size(program: Program, k: int, ref) -> int:

@@ -12,7 +12,7 @@ So a program is compiled once per spec (`compiled_for`, cached on the Program):
 
 1. **describe** (`describe.py`): each instruction's description (`records.ComputeIssue`, ...),
    recorded by the trace as it goes, or described once here for a program loaded from JSON.
-2. **resolve** (`_resolve`): the scheduler's bookkeeping (`scheduler.py`: RAW / WAR / WAW on
+2. **resolve** (`_resolve`): the scheduler's bookkeeping (`dependencies.py`: RAW / WAR / WAW on
    overlapping boxes, record merging, freed bytes) is run once on *nodes* instead of times: per
    instruction, the ordered list of the earlier results it must wait for — exactly the records
    the core would have examined, in the order it would have (merged records and freed bytes
@@ -38,7 +38,7 @@ from .engines import DVE, PE, port_keys
 from .memory import put_range, take_ranges
 from .records import (DMA, DMA_OP, ENGINE_OP, ISSUE, LATEST_OP, MATMUL, PE_ISSUE, PE_OP, PRINT_OP,
                       SEED, SEED_OP, DmaOp, EngineOp, LatestOp, PeOp, PrintOp, SeedOp, as_description)
-from .scheduler import _union, add_read, add_write, read_waits, write_waits
+from .dependencies import _union, add_read, add_write, read_waits, write_waits
 
 
 # -- the resolved program ------------------------------------------------------------------------
@@ -130,7 +130,7 @@ def _resolve(program, issues, spec, layout, static) -> Resolved:
         """OnChipMemory._inherit on groups: the overlapping freed ranges' nodes, in order."""
         return [n for r in take_ranges(retired[memory], rstarts[memory], lo, hi) for n in r[2]]
 
-    def merged_read(old):           # scheduler.compact's merge, on groups
+    def merged_read(old):           # dependencies.compact's merge, on groups
         return [_union([r[0] for r in old]), latest([n for r in old for n in r[1]])]
 
     def merged_write(old):

@@ -16,7 +16,7 @@ from .engines import PE
 from .errors import DtypeError, MatmulShapeError, MemoryPlacementError, PartitionAxisError, ShapeMismatchError, StartPartitionError
 from .operands import _view, start_partition_ok
 from .tensor import View
-from .scheduler import record_reads as _record_reads, record_write as _record_write, wait_reads as _wait_reads, wait_write as _wait_write
+from .dependencies import record_reads as _record_reads, record_write as _record_write, wait_reads as _wait_reads, wait_write as _wait_write
 
 
 class TensorEngineInstructions:

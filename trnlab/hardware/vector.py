@@ -14,7 +14,7 @@ from . import cost, dtypes, ops
 from .engines import ACT, DVE, POOL
 from .errors import MatmulShapeError, ShapeMismatchError, UnknownOpError
 from .operands import _view
-from .scheduler import record_reads as _record_reads, wait_reads as _wait_reads
+from .dependencies import record_reads as _record_reads, wait_reads as _wait_reads
 from .tensor import Tensor, View
 
 

@@ -1,11 +1,12 @@
-"""Eager scheduling: in-order engine queues plus RAW / WAR / WAW dependencies on overlapping memory.
+"""Dependencies: which earlier instructions an instruction must wait for (RAW / WAR / WAW on
+overlapping memory), and the per-tensor records that answer it.
 
-Each instruction is placed as it is issued. It starts at the latest of
-- the time its engine (queue) is free — every engine runs its instructions in program order;
+An instruction's data is ready at the latest of
 - for every region it *reads*: the ready time of earlier writes to overlapping memory (RAW);
 - for the region it *writes*: the ready time of earlier writes (WAW) and the end of earlier reads
   (WAR) of overlapping memory.
-Two regions overlap when the bounding boxes of their elements intersect on every axis of the same
+(Its engine's in-order queue, the shared ports and DMA channels come after: `engines.py`.) Two
+regions overlap when the bounding boxes of their elements intersect on every axis of the same
 tensor (conservative for gathers).
 
 Exception (PSUM accumulation): a matmul writing a PSUM region that earlier matmuls wrote does not
