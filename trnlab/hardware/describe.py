@@ -89,13 +89,13 @@ class DescribingCore(NeuronCore):
 
 def engine_of(description, engines: list) -> str:
     """The engine a description names ("dma" when the queue is chosen at run time)."""
-    kind = description[0]
+    kind = description.kind
     if kind == ISSUE:
-        return engines[description[1]]
+        return engines[description.engine]
     if kind in (MATMUL, PE_ISSUE):
         return engines[PE]
     if kind == DMA:
-        q = description[5]
+        q = description.queue
         return "dma" if q is None else engines[FIRST_DMA + q]
     if kind == SEED:
         return engines[DVE]

@@ -104,14 +104,16 @@ def as_description(d: tuple):
     return d if type(d) is cls else cls(*d)
 
 
-def written_buffers(d) -> tuple:
-    """The buffer ids a description writes."""
+def duration(d) -> float:
+    """ns the instruction keeps its engine busy (0: timed elsewhere, e.g. a collective)."""
     kind = d[0]
-    if kind == ISSUE:
-        return tuple(bid for bid, _ in d.writes)
-    if kind in (MATMUL, PE_ISSUE, DMA):
-        return (d.dst[0],)
-    return ()
+    if kind == DMA:
+        return d.fixed_ns + d.cycles
+    if kind in (MATMUL, PE_ISSUE):
+        return d.busy
+    if kind in (ISSUE, SEED):
+        return d.duration
+    return 1.0                  # device_print takes no engine time and needs none
 
 
 def read_refs(d) -> tuple:

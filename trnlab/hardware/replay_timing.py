@@ -37,7 +37,8 @@ from .describe import describe
 from .engines import DVE, PE, port_keys
 from .memory import put_range, take_ranges
 from .records import (DMA, DMA_OP, ENGINE_OP, ISSUE, LATEST_OP, MATMUL, PE_ISSUE, PE_OP, PRINT_OP,
-                      SEED, SEED_OP, DmaOp, EngineOp, LatestOp, PeOp, PrintOp, SeedOp, as_description)
+                      SEED, SEED_OP, DmaOp, EngineOp, LatestOp, PeOp, PrintOp, SeedOp, as_description,
+                      duration, write_refs)
 from .dependencies import _union, add_read, add_write, read_waits, write_waits
 
 
@@ -320,25 +321,8 @@ class Compiled:
 
 def _summary(issues) -> tuple[bool, set]:
     """(does every instruction take time?, the buffer ids the program writes) — one pass."""
-    written = set()
-    positive = True
-    for d in issues:
-        kind = d[0]
-        if kind == DMA:
-            written.add(d[2][0])
-            positive = positive and d[6] + d[7] > 0
-        elif kind == MATMUL:
-            written.add(d[1][0])
-            positive = positive and d[4] > 0
-        elif kind == ISSUE:
-            written.update(bid for bid, _ in d[5])
-            positive = positive and d[3] > 0
-        elif kind == PE_ISSUE:
-            written.add(d[4][0])
-            positive = positive and d[5] > 0
-        elif kind == SEED:
-            positive = positive and d[2] > 0
-    return positive, written
+    written = {bid for d in issues for bid, _ in write_refs(d)}
+    return all(duration(d) > 0 for d in issues), written
 
 
 def compiled_for(program, spec) -> Compiled:
