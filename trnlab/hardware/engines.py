@@ -9,8 +9,8 @@ a step of `EngineTimes`:
 
 - `compute`: a Vector / Scalar / GpSimd instruction — its engine's in-order queue, the Vector
   engine's static overhead hidden back to back, the shared SBUF / PSUM ports [ARCH-v2], [ARCH-v3-PAR];
-- `tensor_start`, `tensor`: a Tensor-engine instruction — LoadStationary of a new stationary tile in
-  the background, then the array busy for its columns, the result after the drain;
+- `tensor`: a Tensor-engine instruction — LoadStationary of a new stationary tile in the
+  background, then the array busy for its columns, the result after the drain;
 - `dma`: a DMA — the queue (named, or the one free first), its fixed latency, and its passage
   through the core's shared DMA engines and the HBM channel (`Channel`, earliest free slot);
 - `queue`: an instruction that only waits for its engine (set_rng_seed).
@@ -236,36 +236,36 @@ class EngineTimes:
         free[eid] = end
         return ready, end, waited
 
-    def tensor_start(self, ready: float, waited: int, new: bool, st_ready: float, st_waited: int,
-                     load_ns: float) -> tuple[float, int]:
-        """(start, waited) of a Tensor-engine instruction whose moving data is ready at `ready`,
-        before its result's WAR / WAW waits: after the PE queue; with a `new` stationary tile
-        (ready at `st_ready`), LoadStationary starts once the tile is ready and the previous
-        matmul has taken its weights out of the shadow buffer, and the instruction starts no
-        earlier than the load's end; with the tile already loaded, no earlier than that load's end."""
-        engine_free = self.free[PE]
-        if engine_free >= ready:
-            ready, waited = engine_free, -1
+    def tensor(self, ready: float, waited: int, new: bool, st_ready: float, st_waited: int,
+               load_ns: float, dst_ready: float, dst_waited: int, group_ready: float, busy: float,
+               latency: float) -> tuple[float, float, float, int]:
+        """(start, end, ready, waited) of a Tensor-engine instruction whose moving data is ready at
+        `ready`: after the PE queue; with a `new` stationary tile (ready at `st_ready`),
+        LoadStationary starts once the tile is ready and the previous matmul has taken its weights
+        out of the shadow buffer, and the instruction starts no earlier than the load's end (with
+        the tile already loaded, no earlier than that load's end); then after the earlier accesses
+        its result's region waits for (WAR / WAW: `dst_ready`). The array is busy `busy` ns; the
+        result is in PSUM `latency` ns after the start, and no earlier than the accumulation group
+        it joins (`group_ready`)."""
+        free = self.free
+        if free[PE] >= ready:
+            ready, waited = free[PE], -1
         if new:
             load_start = st_ready if st_ready > self.last_matmul_start else self.last_matmul_start
             load_end = self.load_end = load_start + load_ns
             if load_end > ready:
-                return load_end, st_waited
+                ready, waited = load_end, st_waited
         elif self.load_end > ready:
-            return self.load_end, waited
-        return ready, waited
-
-    def tensor(self, start: float, busy: float, latency: float, group_ready: float) -> tuple[float, float]:
-        """(end, ready) of a Tensor-engine instruction starting at `start`: the array is busy
-        `busy` ns; its result is in PSUM `latency` ns after the start, and no earlier than the
-        accumulation group it joins (`group_ready`)."""
-        end = start + busy
-        ready = start + latency
-        if group_ready > ready:
-            ready = group_ready
-        self.last_matmul_start = start
-        self.free[PE] = end
-        return end, ready
+            ready = self.load_end
+        if dst_ready > ready:
+            ready, waited = dst_ready, dst_waited
+        end = ready + busy
+        result = ready + latency
+        if group_ready > result:
+            result = group_ready
+        self.last_matmul_start = ready
+        free[PE] = end
+        return ready, end, result, waited
 
     def dma(self, queue: int | None, ready: float, waited: int, fixed_ns: float, cycles: float,
             engine_ns: float, hbm_bytes: int) -> tuple[int, float, float, int]:

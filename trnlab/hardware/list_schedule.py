@@ -448,12 +448,9 @@ def list_order(program: Program, spec=None, times: list | None = None) -> list[i
                 new, stationary = held != stationary, held
             else:
                 new, stationary = True, None
-            start, _ = engines.tensor_start(latest(op.pre), -1, new, latest(op.stationary_deps), -1,
-                                            op.load)
-            post = latest(op.post)
-            if post > start:
-                start = post
-            end, done = engines.tensor(start, op.busy, op.latency, latest(op.group))
+            start, end, done, _ = engines.tensor(latest(op.pre), -1, new, latest(op.stationary_deps), -1,
+                                                 op.load, latest(op.post), -1, latest(op.group), op.busy,
+                                                 op.latency)
             T[op.end_node], T[op.ready_node] = end, done
             eid = 0
         elif kind == ENGINE_OP:

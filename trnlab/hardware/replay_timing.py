@@ -385,7 +385,7 @@ def run_timing(compiled: Compiled, core, resident: dict, region: str = "") -> No
     append = records.append
     base = idx = len(records)
     times = core.times
-    compute, tensor_start, tensor, dma, queue = times.compute, times.tensor_start, times.tensor, times.dma, times.queue
+    compute, tensor, dma, queue = times.compute, times.tensor, times.dma, times.queue
     now = core._now
     for op in r.ops:
         kind = op[0]
@@ -418,16 +418,18 @@ def run_timing(compiled: Compiled, core, resident: dict, region: str = "") -> No
                 if T[n] > st_ready:
                     st_ready = T[n]
                     st_w = W[n]
-            start, w = tensor_start(start, w, new, st_ready, st_w, load)
+            dst_ready = 0.0
+            dst_w = -1
             for n in post:
-                if T[n] > start:
-                    start = T[n]
-                    w = W[n]
+                if T[n] > dst_ready:
+                    dst_ready = T[n]
+                    dst_w = W[n]
             group_ready = 0.0
             for n in group:
                 if T[n] > group_ready:
                     group_ready = T[n]
-            end, ready = tensor(start, busy, lat, group_ready)
+            start, end, ready, w = tensor(start, w, new, st_ready, st_w, load, dst_ready, dst_w, group_ready,
+                                          busy, lat)
             T[end_node] = end
             T[ready_node] = ready
             W[end_node] = W[ready_node] = idx

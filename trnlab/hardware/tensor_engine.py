@@ -4,7 +4,7 @@ SBUF and writes PSUM).
 Each instruction checks its rules (`_check_matmul`), computes its values in full mode
 (`_matmul_values`, `_transpose_values`: fp32 products accumulated in PSUM), costs it (`cost.py`)
 and issues it: LoadStationary of a new stationary tile in the background, the array busy for the
-moving columns, the result after the drain (`engines.EngineTimes.tensor_start`, `tensor`).
+moving columns, the result after the drain (`engines.EngineTimes.tensor`).
 Composed into `core.NeuronCore`.
 """
 from __future__ import annotations
@@ -59,9 +59,9 @@ class TensorEngineInstructions:
             self._stationary_version = version
         else:
             st_ready, st_waited = 0.0, -1
-        start, waited = times.tensor_start(start, waited, new, st_ready, st_waited, load_ns)
-        start, waited, group_ready = _wait_write(dst, start, waited, True)   # WAR / WAW on dst
-        end, ready = times.tensor(start, busy_ns, latency_ns, group_ready)
+        dst_ready, dst_waited, group_ready = _wait_write(dst, 0.0, -1, True)   # WAR / WAW on dst
+        start, end, ready, waited = times.tensor(start, waited, new, st_ready, st_waited, load_ns,
+                                                 dst_ready, dst_waited, group_ready, busy_ns, latency_ns)
         records = self._records
         idx = len(records)
         _record_reads((st, mv), end, idx)
@@ -182,10 +182,10 @@ class TensorEngineInstructions:
         times = self.times
         start, waited = _wait_reads(reads, 0.0, -1)
         st_ready, st_waited = _wait_reads((st,), 0.0, -1)
-        start, waited = times.tensor_start(start, waited, True, st_ready, st_waited, load_ns)
         self._stationary = None
-        start, waited, _ = _wait_write(dst, start, waited)
-        end, ready = times.tensor(start, busy_ns, latency_ns, 0.0)
+        dst_ready, dst_waited, _ = _wait_write(dst, 0.0, -1)
+        start, end, ready, waited = times.tensor(start, waited, True, st_ready, st_waited, load_ns,
+                                                 dst_ready, dst_waited, 0.0, busy_ns, latency_ns)
         idx = len(self._records)
         _record_reads((st,) + reads, end, idx)
         _record_write(dst, ready, idx)
