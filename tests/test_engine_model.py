@@ -16,7 +16,9 @@ import trnlab.nki.language as nl
 from trnlab.hardware import instruction_order
 from trnlab.hardware.device import Device
 from trnlab.hardware.list_schedule import list_order
-from trnlab.hardware.records import END, ENGINE, READY, START
+from trnlab.hardware.allocate import target_spec
+from trnlab.hardware.records import END, ENGINE, READY, START, as_op
+from trnlab.hardware.replay_timing import compiled_for
 
 F = 64
 ENGINES = (nisa.engine.vector, nisa.engine.scalar, nisa.engine.gpsimd)
@@ -115,6 +117,8 @@ def test_the_list_schedules_predicted_times_are_the_replays_of_its_order(steps, 
     program = _trace(steps, n_sbuf, n_psum, target, named)
     predicted: list = []
     order = list_order(program, times=predicted)
+    for op in compiled_for(program, target_spec(program)).resolved({"sbuf": (), "psum": ()}).ops:
+        as_op(op)                    # every resolved op has its named class's fields
     listed = instruction_order.reorder(program, order, "list", keep_offsets=True)
     records = _replayed(listed, target)
     assert len(records) == len(order)

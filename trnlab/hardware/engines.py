@@ -282,10 +282,11 @@ class EngineTimes:
         first, q = heap[0]
         if queue is not None:
             q = queue
-        eid = FIRST_DMA + q
+        eid = q + 4                                   # FIRST_DMA (a literal: this runs per transfer)
         free = self.free
-        if free[eid] >= ready:
-            ready, waited = free[eid], -1
+        queue_free = free[eid]
+        if queue_free >= ready:
+            ready, waited = queue_free, -1
         begin = ready + fixed_ns
         end = begin + cycles
         dma, hbm = self.dma_engines, self.hbm_channel

@@ -51,8 +51,8 @@ from .allocate import target_spec
 from .compiled import _Kind
 from .engines import DVE, FIRST_DMA, EngineTimes
 from .program import Program
-from .records import (DMA_OP, ENGINE_OP, ISSUE, LATEST_OP, MATMUL, PE_OP, PRINT_OP, SEED_OP,
-                      op_deps, op_nodes, write_refs)
+from .records import (DMA, DMA_OP, ENGINE_OP, ISSUE, LATEST_OP, MATMUL, PE_ISSUE, PE_OP, PRINT_OP, SEED_OP,
+                      op_deps, op_nodes)
 from .replay_timing import Compiled, compiled_for
 from .tensor import Tensor, View
 
@@ -236,8 +236,8 @@ def build_graph(program: Program, resolved) -> tuple[_Graph, list, list]:
     # a matmul reusing the stationary tile of the previous Tensor-engine instruction stays after it
     previous_pe = -1
     for k, op in enumerate(ins_ops):
-        if op.kind == PE_OP:
-            if not op.new and previous_pe >= 0:
+        if op[0] == PE_OP:
+            if not op[2] and previous_pe >= 0:          # (PeOp.new)
                 g.edge(previous_pe, k)
             previous_pe = k
     # program order among the random-number stream's instructions and among aliased HBM tensors
@@ -324,6 +324,23 @@ def build_graph(program: Program, resolved) -> tuple[_Graph, list, list]:
     return g, ins_ops, vertex_of
 
 
+def _rewrites(issues: list, stationaries: set) -> list[tuple]:
+    """Per description, the buffers it writes that some matmul loads as its stationary tile."""
+    empty = ()
+    if not stationaries:
+        return [empty] * len(issues)
+    out = []
+    for d in issues:
+        kind = d.kind
+        if kind == ISSUE:
+            out.append(tuple(bid for bid, _ in d.writes if bid in stationaries) or empty)
+        elif kind in (MATMUL, PE_ISSUE, DMA):
+            out.append((d.dst[0],) if d.dst[0] in stationaries else empty)
+        else:
+            out.append(empty)
+    return out
+
+
 def list_order(program: Program, spec=None, times: list | None = None) -> list[int]:
     """The list schedule of an allocated `program` as an order of its instruction indices; with
     `times` (a list), also the times it predicts, per instruction in program order:
@@ -345,20 +362,20 @@ def list_order(program: Program, spec=None, times: list | None = None) -> list[i
     version = [0] * len(program.buffers)  # writes so far per buffer (a rewritten stationary is new)
     stationary = None                     # (buffer id, box, version) the Tensor engine holds
     stationaries = {d.stationary[0] for d in issues if d.kind == MATMUL}
-    rewrites = [tuple(bid for bid, _ in write_refs(d) if bid in stationaries) for d in issues]
+    rewrites = _rewrites(issues, stationaries)
     deps_of = [op_deps(op) for op in ops]
-    predicted = [None] * n
+    predicted = [None] * n if times is not None else None
 
     # the queue class of each instruction: 0-3 the compute engines, 4 any DMA queue, 5+q queue q
     cls = [0] * n
     for k, op in enumerate(ops):
-        kind = op.kind
+        kind = op[0]
         if kind == ENGINE_OP:
-            cls[k] = op.engine
+            cls[k] = op[1]                                  # EngineOp.engine
         elif kind in (SEED_OP, PRINT_OP):
             cls[k] = DVE
         elif kind == DMA_OP:
-            cls[k] = 4 if op.queue is None else 5 + op.queue
+            cls[k] = 4 if op[2] is None else 5 + op[2]      # DmaOp.queue
     n_cls = 5 + spec.dma_queues
     pending = [[] for _ in range(n_cls)]  # released, by (inputs ready, program order)
     ready = [[] for _ in range(n_cls)]    # released and ready by the queue's free time, by order
@@ -436,37 +453,40 @@ def list_order(program: Program, spec=None, times: list | None = None) -> list[i
         else:
             _, k = heappop(pending[c])
         op = ops[k]
-        kind = op.kind
-        d = issues[k]
+        kind = op[0]
+        t = est[k]                        # the latest of its dependencies (all done by now)
         if kind == DMA_OP:
-            eid, start, end, _ = engines.dma(op.queue, latest(op.deps), -1, op.fixed_ns, op.cycles,
-                                             op.engine_ns, op.hbm_bytes)
-            T[op.node] = done = end
+            _, _, queue, fixed, cycles, engine_ns, hbm, node = op[:8]
+            eid, start, end, _ = engines.dma(queue, t, -1, fixed, cycles, engine_ns, hbm)
+            T[node] = done = end
         elif kind == PE_OP:
+            _, pre, _, st_deps, post, group, busy, lat, load, end_node, ready_node = op[:11]
+            d = issues[k]
             if d.kind == MATMUL:          # a new stationary tile: another, or rewritten since
                 held = (d.stationary[0], d.stationary[1], version[d.stationary[0]])
                 new, stationary = held != stationary, held
             else:
                 new, stationary = True, None
-            start, end, done, _ = engines.tensor(latest(op.pre), -1, new, latest(op.stationary_deps), -1,
-                                                 op.load, latest(op.post), -1, latest(op.group), op.busy,
-                                                 op.latency)
-            T[op.end_node], T[op.ready_node] = end, done
+            start, end, done, _ = engines.tensor(latest(pre), -1, new, latest(st_deps), -1, load,
+                                                 latest(post), -1, latest(group), busy, lat)
+            T[end_node], T[ready_node] = end, done
             eid = 0
         elif kind == ENGINE_OP:
-            eid, hidden = op.engine, op.hidden
+            _, eid, dur, _, ports, node, _, _, _, _, _, hidden = op
             if eid == DVE:                # its hidden overhead depends on its predecessor here
+                d = issues[k]
                 hidden = 0.0 if _reads_previous(d, dve_previous) else free_hidden[k]
                 dve_previous = d.writes
-            start, end, _ = engines.compute(eid, latest(op.deps), -1, op.duration, hidden, op.ports, k)
-            T[op.node] = done = end
+            start, end, _ = engines.compute(eid, t, -1, dur, hidden, ports, k)
+            T[node] = done = end
         else:                             # SEED_OP
             eid = DVE
-            start, end, _ = engines.queue(DVE, latest(op.deps), -1, op.duration)
-            T[op.node] = done = end
+            start, end, _ = engines.queue(DVE, t, -1, op[2])
+            T[op[3]] = done = end
         for bid in rewrites[k]:
             version[bid] += 1
-        predicted[k] = (eid, start, end, done)
+        if predicted is not None:
+            predicted[k] = (eid, start, end, done)
         order.append(k)
         touched.add(c)
         if kind == DMA_OP:                # every DMA queue class sees the queues' new free times

@@ -6,7 +6,9 @@ Three kinds, each a `NamedTuple` (a tuple: cheap to build, and a hot loop may un
   (`describe.DescribingCore`) writes it: engine, duration, operands as (buffer id, box), bytes,
   ports. One class per kind of issue; the first field (`kind`) says which.
 - **resolved ops** — a description with its dependencies resolved to nodes (`replay_timing._resolve`):
-  what the timing replay and the list schedule run.
+  what the timing replay and the list schedule run. Stored as plain tuples of the class's fields
+  (the replay's loop unpacks one per instruction, and Python unpacks an exact tuple fastest);
+  `as_op` names one.
 - **the timeline record** (`Record`) — one per executed instruction (`timeline.Timeline`).
 
 A description may also arrive as a plain tuple of the same fields (a rewrite that slices one,
@@ -101,7 +103,9 @@ DESCRIPTIONS = (ComputeIssue, MatmulIssue, TensorIssue, DmaIssue, SeedIssue, Pri
 def as_description(d: tuple):
     """`d` as its description class (a plain tuple of the same fields is converted)."""
     cls = DESCRIPTIONS[d[0]]
-    return d if type(d) is cls else cls(*d)
+    if type(d) is cls:
+        return d
+    return cls._make(d) if len(d) == len(cls._fields) else cls(*d)    # (defaults fill the rest)
 
 
 def duration(d) -> float:
@@ -214,23 +218,37 @@ class PrintOp(NamedTuple):
     text: str
 
 
-def op_deps(op) -> tuple:
-    """Every node a resolved instruction waits for."""
+OPS = (LatestOp, EngineOp, PeOp, DmaOp, SeedOp, PrintOp)
+
+
+def as_op(op: tuple):
+    """A resolved op (a plain tuple) as its named class."""
+    return OPS[op[0]]._make(op)
+
+
+def op_deps(op: tuple) -> tuple:
+    """Every node a resolved instruction waits for (by the fields' positions above)."""
     kind = op[0]
     if kind == PE_OP:
-        return op.pre + op.stationary_deps + op.post + op.group
-    if kind in (ENGINE_OP, DMA_OP, SEED_OP):
-        return op.deps
+        return op[1] + op[3] + op[4] + op[5]        # pre, stationary_deps, post, group
+    if kind == ENGINE_OP:
+        return op[3]                                # deps
+    if kind == DMA_OP or kind == SEED_OP:
+        return op[1]                                # deps
     return ()
 
 
-def op_nodes(op) -> tuple:
-    """The nodes a resolved instruction produces (its end; a PE op's end and ready)."""
+def op_nodes(op: tuple) -> tuple:
+    """The nodes a resolved instruction produces: its end (a PE op's end and ready)."""
     kind = op[0]
     if kind == PE_OP:
-        return (op.end_node, op.ready_node)
-    if kind in (ENGINE_OP, DMA_OP, SEED_OP):
-        return (op.node,)
+        return (op[9], op[10])                      # end_node, ready_node
+    if kind == ENGINE_OP:
+        return (op[5],)                             # node
+    if kind == DMA_OP:
+        return (op[7],)
+    if kind == SEED_OP:
+        return (op[3],)
     return ()
 
 

@@ -16,8 +16,9 @@ So a program is compiled once per spec (`compiled_for`, cached on the Program):
    overlapping boxes, record merging, freed bytes) is run once on *nodes* instead of times: per
    instruction, the ordered list of the earlier results it must wait for — exactly the records
    the core would have examined, in the order it would have (merged records and freed bytes
-   becoming groups of nodes). The result is a list of resolved ops (`records.EngineOp`, `PeOp`,
-   `DmaOp`, ...).
+   becoming groups of nodes). The result is a list of resolved ops: tuples of the fields of
+   `records.EngineOp`, `PeOp`, `DmaOp`, ... (plain tuples: the replay's loop unpacks one per
+   instruction, and Python unpacks an exact tuple fastest; `records.as_op` names one).
 3. **replay** (`run_timing`): one loop over the ops computes every time — hence the *same
    timeline*, record for record (tests/test_program.py compares both paths on several kernels,
    launches and cores, and on kernels hypothesis writes). Once an op's data is ready, its times are
@@ -37,8 +38,7 @@ from .describe import describe
 from .engines import DVE, PE, port_keys
 from .memory import put_range, take_ranges
 from .records import (DMA, DMA_OP, ENGINE_OP, ISSUE, LATEST_OP, MATMUL, PE_ISSUE, PE_OP, PRINT_OP,
-                      SEED, SEED_OP, DmaOp, EngineOp, LatestOp, PeOp, PrintOp, SeedOp, as_description,
-                      duration, write_refs)
+                      SEED, SEED_OP, as_description, duration, write_refs)
 from .dependencies import _union, add_read, add_write, read_waits, write_waits
 
 
@@ -123,7 +123,7 @@ def _resolve(program, issues, spec, layout, static) -> Resolved:
         nodes = tuple(dict.fromkeys(nodes))
         if len(nodes) <= GROUP_MAX:
             return nodes
-        ops.append(LatestOp(LATEST_OP, n_nodes, nodes))
+        ops.append((LATEST_OP, n_nodes, nodes))
         n_nodes += 1
         return (n_nodes - 1,)
 
@@ -197,7 +197,7 @@ def _resolve(program, issues, spec, layout, static) -> Resolved:
             war_waw(dref, deps)
             node = n_nodes
             n_nodes += 1
-            ops.append(DmaOp(DMA_OP, dedupe(deps), queue, fixed, cycles, engine_ns, hbm, node, opcode,
+            ops.append((DMA_OP, dedupe(deps), queue, fixed, cycles, engine_ns, hbm, node, opcode,
                              sbuf, note))
             group = (node,)
             note_reads(rrefs, group)
@@ -219,7 +219,7 @@ def _resolve(program, issues, spec, layout, static) -> Resolved:
             war_waw(dref, post, group_deps)
             end_node, ready_node = n_nodes, n_nodes + 1
             n_nodes += 2
-            ops.append(PeOp(PE_OP, dedupe(pre), new, dedupe(st_deps), dedupe(post), dedupe(group_deps),
+            ops.append((PE_OP, dedupe(pre), new, dedupe(st_deps), dedupe(post), dedupe(group_deps),
                             busy, lat, load, end_node, ready_node, "nc_matmul", flops, sbuf, psum, note))
             note_reads((sref, mref), (end_node,))
             note_write(dref, (ready_node,), True)
@@ -232,7 +232,7 @@ def _resolve(program, issues, spec, layout, static) -> Resolved:
             ports = placed_ports(d, buffers, bank_bytes)
             node = n_nodes
             n_nodes += 1
-            ops.append(EngineOp(ENGINE_OP, eid, dur, dedupe(deps), ports, node, opcode, flops, sbuf,
+            ops.append((ENGINE_OP, eid, dur, dedupe(deps), ports, node, opcode, flops, sbuf,
                                 psum, note, hidden))
             group = (node,)
             note_reads(rrefs, group)
@@ -251,7 +251,7 @@ def _resolve(program, issues, spec, layout, static) -> Resolved:
             end_node, ready_node = n_nodes, n_nodes + 1
             n_nodes += 2
             # (as a matmul that always loads its stationary tile and joins no accumulation group)
-            ops.append(PeOp(PE_OP, dedupe(pre), True, dedupe(st_deps), dedupe(post), (), busy, lat, load,
+            ops.append((PE_OP, dedupe(pre), True, dedupe(st_deps), dedupe(post), (), busy, lat, load,
                             end_node, ready_node, opcode, flops, sbuf, psum, note))
             note_reads((sref,) + rrefs, (end_node,))
             note_write(dref, (ready_node,))
@@ -261,10 +261,10 @@ def _resolve(program, issues, spec, layout, static) -> Resolved:
             raw(rrefs, deps)
             node = n_nodes
             n_nodes += 1
-            ops.append(SeedOp(SEED_OP, dedupe(deps), dur, node, note))
+            ops.append((SEED_OP, dedupe(deps), dur, node, note))
             note_reads(rrefs, (node,))
         else:
-            ops.append(PrintOp(PRINT_OP, d[1], d[2]))
+            ops.append((PRINT_OP, d[1], d[2]))
             rec -= 1
         rec += 1
         freed = ends.get(k)
@@ -284,7 +284,7 @@ def _resolve(program, issues, spec, layout, static) -> Resolved:
         for r in retired[memory]:
             group = r[2]
             if len(group) > 1:
-                ops.append(LatestOp(LATEST_OP, n_nodes, group))
+                ops.append((LATEST_OP, n_nodes, group))
                 r[2] = (n_nodes,)
                 n_nodes += 1
             r[2] = r[2][0]
