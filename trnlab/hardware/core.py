@@ -76,8 +76,8 @@ class NeuronCore(TensorEngineInstructions, VectorInstructions, ReductionInstruct
         self._records = self.timeline.records
         # the engines' timing state: queues, DMA engines, the HBM channel (shared on a device),
         # shared ports, the Tensor engine's loads (engines.py: the one timing model)
-        self.times = EngineTimes(spec, len(self.engines), hbm_channel, hbm_bandwidth)
-        self._free = self.times.free                # when each engine (queue) is free
+        self.engine_times = EngineTimes(spec, len(self.engines), hbm_channel, hbm_bandwidth)
+        self._free = self.engine_times.free         # when each engine (queue) is free
         self._costs = {}                            # remembered answers of the pure cost model
         self._now = 0.0
         # the Tensor engine's stationary tile: the view loaded, and its tensor's version then
@@ -100,11 +100,11 @@ class NeuronCore(TensorEngineInstructions, VectorInstructions, ReductionInstruct
     @property
     def hbm_bandwidth(self) -> float:
         """Bytes/s of the HBM channel this core's DMAs use."""
-        return self.times.bandwidth
+        return self.engine_times.bandwidth
 
     @hbm_bandwidth.setter
     def hbm_bandwidth(self, bandwidth: float) -> None:
-        self.times.bandwidth = bandwidth
+        self.engine_times.bandwidth = bandwidth
 
     @property
     def now(self) -> float:
@@ -129,7 +129,7 @@ class NeuronCore(TensorEngineInstructions, VectorInstructions, ReductionInstruct
     def barrier(self) -> None:
         """Every engine waits until everything issued so far is done: the next launch on this core
         starts after the previous one, as the runtime runs a core's programs one after another."""
-        self.times.barrier(self._now)
+        self.engine_times.barrier(self._now)
         self._dve_prev = None                       # the next launch starts a new instruction stream
 
     def device_print(self, prefix: str, src) -> int:
@@ -251,7 +251,7 @@ class NeuronCore(TensorEngineInstructions, VectorInstructions, ReductionInstruct
         hidden = self._vector_hidden_ns(reads, writes) if eid == DVE else 0.0
         sbuf, psum = _bytes_by_memory(reads + writes)
         idx = len(self._records)
-        start, end, waited = self.times.compute(eid, ready, waited, dur, hidden,
+        start, end, waited = self.engine_times.compute(eid, ready, waited, dur, hidden,
                                                 self._port_keys(eid, reads + writes, sbuf, psum), idx)
         _record_reads(reads, end, idx)
         for v in writes:

@@ -163,7 +163,7 @@ class DmaInstructions:
         ready, waited, _ = _wait_write(dst, ready, waited)
         c = self._dma_cost(dst, src, nbytes, opcode)
         hbm = c.hbm_bytes
-        eid, start, end, waited = self.times.dma(self._dma_queue(queue), ready, waited, c.fixed_ns,
+        eid, start, end, waited = self.engine_times.dma(self._dma_queue(queue), ready, waited, c.fixed_ns,
                                                  c.cycles, c.dma_engine_ns, hbm)
         idx = len(self._records)
         _record_reads(reads, end, idx)

@@ -384,7 +384,7 @@ def run_timing(compiled: Compiled, core, resident: dict, region: str = "") -> No
     records = timeline.records
     append = records.append
     base = idx = len(records)
-    times = core.times
+    times = core.engine_times
     compute, tensor, dma, queue = times.compute, times.tensor, times.dma, times.queue
     now = core._now
     for op in r.ops:

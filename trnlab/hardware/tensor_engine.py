@@ -46,7 +46,7 @@ class TensorEngineInstructions:
             self._matmul_values(dst, st, mv, K, M, N, accumulate)
 
         # --- time: LoadStationary in the background, MultiplyMoving busy, result after drain ---
-        times = self.times
+        times = self.engine_times
         start, waited = _wait_reads((mv,), 0.0, -1)        # RAW on the moving tile
         last = self._stationary
         st_tensor = st.tensor
@@ -179,7 +179,7 @@ class TensorEngineInstructions:
         """Schedule a Tensor-engine instruction other than nc_matmul (nc_transpose): the array
         loads `st` as its stationary tile (in the background), then streams N columns."""
         busy_ns, latency_ns, load_ns = self._pe_cost(opcode, st, reads, dst)
-        times = self.times
+        times = self.engine_times
         start, waited = _wait_reads(reads, 0.0, -1)
         st_ready, st_waited = _wait_reads((st,), 0.0, -1)
         self._stationary = None

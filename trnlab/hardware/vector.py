@@ -318,7 +318,7 @@ class VectorInstructions:
         dur = self.spec.vector_static_cycles * self._clock_ns[DVE]
         idx = len(self._records)
         ready, waited = _wait_reads(reads, 0.0, -1)
-        start, end, waited = self.times.queue(DVE, ready, waited, dur)
+        start, end, waited = self.engine_times.queue(DVE, ready, waited, dur)
         _record_reads(reads, end, idx)
         return self._append(DVE, "random_seed", start, end, end, 0.0, 0, 0, 0, waited)
 
