@@ -122,6 +122,7 @@ def test_the_list_schedules_predicted_times_are_the_replays_of_its_order(steps, 
     listed = instruction_order.reorder(program, order, "list", keep_offsets=True)
     records = _replayed(listed, target)
     assert len(records) == len(order)
+    assert _replayed(listed, target, checked=True) == records      # the core, driven directly, agrees
     for r, k in zip(records, order):
         assert predicted[k] == (r[ENGINE], r[START], r[END], r[READY]), \
             f"instruction {k} ({program.instructions[k].opcode}) at {order.index(k)} of the list order"
