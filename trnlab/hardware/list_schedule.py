@@ -467,8 +467,21 @@ def list_order(program: Program, spec=None, times: list | None = None) -> list[i
                 new, stationary = held != stationary, held
             else:
                 new, stationary = True, None
-            start, end, done, _ = engines.tensor(latest(pre), -1, new, latest(st_deps), -1, load,
-                                                 latest(post), -1, latest(group), busy, lat)
+            ready_at = st_ready = dst_ready = group_ready = 0.0     # the latest of each node list
+            for node in pre:
+                if T[node] > ready_at:
+                    ready_at = T[node]
+            for node in st_deps:
+                if T[node] > st_ready:
+                    st_ready = T[node]
+            for node in post:
+                if T[node] > dst_ready:
+                    dst_ready = T[node]
+            for node in group:
+                if T[node] > group_ready:
+                    group_ready = T[node]
+            start, end, done, _ = engines.tensor(ready_at, -1, new, st_ready, -1, load, dst_ready, -1,
+                                                 group_ready, busy, lat)
             T[end_node], T[ready_node] = end, done
             eid = 0
         elif kind == ENGINE_OP:
