@@ -69,7 +69,7 @@ def compare_schedules(M: int = 4096, N: int = 2048, K: int = 4096) -> None:
     """Ladder steps 2-5 (fp32) under both schedules, next to AWS's engine-active profile (Trn2)."""
     from trnlab.hardware import presets
     from trnlab.hardware.errors import HardwareError
-    from trnlab.hardware.schedule import SCHEDULES, scheduled
+    from trnlab.hardware.instruction_order import SCHEDULES, scheduled
     print(f"ladder at M={M} N={N} K={K} fp32, Trn2, timing-only; AWS's profile is at M=4096 N=8192 K=8192")
     for kernel in ladder.LADDER[1:]:
         spec = presets.TRN2.core

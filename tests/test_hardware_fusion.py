@@ -102,7 +102,7 @@ def test_a_block_tensor_accessed_block_by_block_splits_into_tiles_that_fit():
 def test_the_traces_descriptions_carried_onto_the_tiles_are_what_describing_them_gives():
     # split_block_tensors renames the trace's per-instruction descriptions (compiled.py) instead of
     # describing the program again: the same tuples, PSUM bank ranges included
-    from trnlab.hardware.compiled import describe
+    from trnlab.hardware.describe import describe
     q, k, _ = _qk(128, 512)
     x = RNG.standard_normal((8 * 128, 512)).astype(np.float32)
     w = RNG.standard_normal((128, 512)).astype(np.float32)

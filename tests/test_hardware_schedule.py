@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from trnlab.hardware import NeuronCore, cost, gemm, presets
-from trnlab.hardware.scheduler import MAX_RECORDS
+from trnlab.hardware.dependencies import MAX_RECORDS
 
 SPEC = presets.TRN2.core
 PE_NS = 1e9 / SPEC.pe_clock_hz
@@ -204,7 +204,7 @@ def test_hbm_channel_gives_a_ready_load_the_gap_before_a_waiting_store():
 
 def test_hbm_channel_still_shares_bandwidth_when_transfers_overlap():
     # filling a gap never lets two transfers use the channel at the same time
-    from trnlab.hardware.scheduler import Channel
+    from trnlab.hardware.engines import Channel
     channel = Channel()
     assert channel.reserve(100.0, 50.0) == 100.0        # [100, 150)
     assert channel.reserve(0.0, 40.0) == 0.0            # fits before it: [0, 40)
@@ -220,7 +220,7 @@ from hypothesis import strategies as st  # noqa: E402
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 200), st.integers(1, 40)), min_size=1, max_size=25))
 def test_channel_books_the_earliest_gap_and_never_overlaps(requests):
-    from trnlab.hardware.scheduler import Channel
+    from trnlab.hardware.engines import Channel
     channel = Channel()
     booked = []
     for ready, duration in requests:

@@ -205,11 +205,11 @@ def test_plus_equals_through_an_arange_access_pattern_accumulates_in_psum_withou
 
 
 def test_the_list_schedule_does_not_prefetch_into_a_direct_allocation_still_holding_a_value():
-    from trnlab.hardware import schedule
+    from trnlab.hardware import instruction_order
     # each iteration loads into the kernel's own address: hoisting the next load over the previous
     # iteration's reads would overwrite a live value
     program = nki.trace(kernels.scale_with_an_address_counter, nki.ShapeDtype((4 * 128, 1024), "float32"), 2.0)
-    listed = schedule.list_schedule(program)
+    listed = instruction_order.list_schedule(program)
     assert [i.opcode for i in listed.instructions] == [i.opcode for i in program.instructions]
 
 

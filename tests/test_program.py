@@ -232,7 +232,7 @@ def test_device_print_prints_at_every_run_not_at_tracing(capsys):
 
 
 def test_the_hoist_schedule_hoists_loads_keeps_every_instruction_and_the_numbers(monkeypatch):
-    from trnlab.hardware.schedule import hoist_loads
+    from trnlab.hardware.instruction_order import hoist_loads
     monkeypatch.setattr(nki, "SCHEDULE", "program")
     lhsT = RNG.standard_normal((512, 128)).astype(np.float32)
     rhs = RNG.standard_normal((512, 1024)).astype(np.float32)
@@ -246,7 +246,7 @@ def test_the_hoist_schedule_hoists_loads_keeps_every_instruction_and_the_numbers
 
 
 def test_a_hoist_schedule_that_does_not_fit_is_refused_with_the_overflow():
-    from trnlab.hardware.schedule import hoist_loads
+    from trnlab.hardware.instruction_order import hoist_loads
     program = nki.trace(blocked_in_python_lists, nki.ShapeDtype((128, 64 * 4096), "float32"), target="trn1")
     with pytest.raises(errors.SBUFOverflowError):
         hoist_loads(program, window=200)
@@ -424,7 +424,7 @@ def test_resident_inputs_read_only_replay_compiled_and_record_their_reads():
 
 
 def test_a_list_scheduled_copy_compiles_its_own_order():
-    from trnlab.hardware.schedule import list_schedule
+    from trnlab.hardware.instruction_order import list_schedule
     kernel, args = COMPILED_CASES["ladder tiled"]
     program = nki.trace(kernel, *args, target="trn2")
     _timelines(program, False, launches=1)                       # the original compiled first
@@ -603,7 +603,7 @@ def test_the_replays_heap_of_dma_queues_picks_the_queue_the_core_picks():
     included, as transfers end and queues free up in any order."""
     from heapq import heapify, heapreplace
     from hypothesis import given, settings, strategies as st
-    from trnlab.hardware.scheduler import first_free_queue
+    from trnlab.hardware.engines import first_free_queue
 
     @settings(max_examples=100, deadline=None)
     @given(st.integers(1, 16), st.lists(st.sampled_from([0.0, 1.0, 2.5, 2.5, 7.0]), max_size=60))

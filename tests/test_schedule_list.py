@@ -9,7 +9,7 @@ import trnlab.nki as nki
 import trnlab.nki.compiler as ncc
 import trnlab.nki.isa as nisa
 import trnlab.nki.language as nl
-from trnlab.hardware import presets, schedule
+from trnlab.hardware import instruction_order, presets
 from trnlab.hardware.device import Device
 from trnlab.hardware.list_schedule import list_order
 from trnlab.hardware.program import WRITES
@@ -59,7 +59,7 @@ def assert_keeps_every_dependency(program, scheduled):
                                          f"{program.format_instruction(i)}\n{program.format_instruction(j)}")
     for a in scheduled.buffers:                                  # same address, and apart in time
         assert a.offset == program.buffers[a.id].offset
-    schedule.check_disjoint(scheduled)
+    instruction_order.check_disjoint(scheduled)
 
 
 # -- random small kernels -----------------------------------------------------------------------------
@@ -126,7 +126,7 @@ def test_a_list_schedule_keeps_every_dependency_and_the_values(steps, n_sbuf, n_
     a = np.random.default_rng(len(steps)).integers(-2, 3, (128, columns * F)).astype(np.float32)
     kernel = random_kernel(steps, n_sbuf, n_psum, columns)
     program = nki.trace(kernel, a, target=target)
-    listed = schedule.list_schedule(program)
+    listed = instruction_order.list_schedule(program)
     assert listed.schedule == "list"
     assert_keeps_every_dependency(program, listed)
     ordered = Device(target, cores=1).run(program, a)
@@ -158,7 +158,7 @@ def key_tile_chain(q, k):
 def test_a_list_schedule_overlaps_independent_iterations_and_finishes_sooner():
     q, k = SD((128, 4096), "bfloat16"), SD((128, 4096), "bfloat16")
     program = nki.trace(key_tile_chain, q, k)
-    listed = schedule.list_schedule(program)
+    listed = instruction_order.list_schedule(program)
     ordered = Device("trn2", mode="timing", cores=1).run(program, None, None)
     reordered = Device("trn2", mode="timing", cores=1).run(listed, None, None)
     assert reordered.latency_us < 0.8 * ordered.latency_us
@@ -172,7 +172,7 @@ def test_the_list_schedule_gives_the_same_values_as_program_order_on_a_chain_of_
     rng = np.random.default_rng(0)
     q, k = (rng.standard_normal((128, 1024)).astype(np.float32) for _ in range(2))
     program = nki.trace(key_tile_chain, q, k)
-    listed = schedule.list_schedule(program)
+    listed = instruction_order.list_schedule(program)
     a = Device("trn2", cores=1).run(program, q, k).outputs
     b = Device("trn2", cores=1).run(listed, q, k).outputs
     np.testing.assert_array_equal(a, b)
@@ -186,7 +186,7 @@ def test_the_list_schedule_finishes_no_later_than_program_order_on_the_matmul_la
     if kernel is ladder.matmul_block_free:
         spec = ladder.roomy_trn2(max(spec.sbuf_partition_bytes, ladder.block_free_sbuf_bytes(K)))
     program = nki.trace(kernel, SD((K, M), "float32"), SD((K, N), "float32"), target=spec)
-    listed = schedule.list_schedule(program)
+    listed = instruction_order.list_schedule(program)
     ordered = Device(spec, mode="timing", cores=1).run(program, None, None).latency_us
     reordered = Device(spec, mode="timing", cores=1).run(listed, None, None).latency_us
     assert reordered <= ordered * (1 + 1e-9)
@@ -199,10 +199,10 @@ def test_the_list_schedule_keeps_the_allocation_where_hoisting_loads_overflows()
     K, M, N = 4096, 4096, 2048
     program = nki.trace(ladder.matmul_fully_blocked, SD((K, M), "float32"), SD((K, N), "float32"))
     with pytest.raises(Exception, match="SBUF overflow"):
-        schedule.hoist_loads(program)
-    listed = schedule.list_schedule(program)
+        instruction_order.hoist_loads(program)
+    listed = instruction_order.list_schedule(program)
     assert listed.allocated and listed.peak_bytes("sbuf") == program.peak_bytes("sbuf")
-    schedule.check_disjoint(listed)
+    instruction_order.check_disjoint(listed)
 
 
 def test_keeping_offsets_refuses_an_order_where_tiles_sharing_bytes_are_live_together():
@@ -218,10 +218,10 @@ def test_keeping_offsets_refuses_an_order_where_tiles_sharing_bytes_are_live_tog
     assert [i.opcode for i in program.instructions] == ["dma_copy"] * 4
     # both loads before both stores: the second load overwrites the first tile's bytes while live
     with pytest.raises(ValueError, match="share bytes while both are live"):
-        schedule.reorder(program, [0, 2, 1, 3], "bad", keep_offsets=True)
+        instruction_order.reorder(program, [0, 2, 1, 3], "bad", keep_offsets=True)
     assert list_order(program) == [0, 1, 2, 3]           # the list schedule keeps them apart
     with pytest.raises(ValueError, match="every instruction exactly once"):
-        schedule.reorder(program, [0, 1, 1, 3], "bad")
+        instruction_order.reorder(program, [0, 1, 1, 3], "bad")
 
 
 # -- which kernels keep program order -----------------------------------------------------------------
@@ -248,17 +248,17 @@ def test_a_kernel_with_a_no_reorder_loop_keeps_program_order(monkeypatch):
 
 def test_scheduled_names_the_schedules_it_knows():
     program = nki.trace(key_tile_chain, SD((128, 256), "bfloat16"), SD((128, 256), "bfloat16"))
-    assert schedule.scheduled(program, "program") is program
-    assert schedule.scheduled(program, "list").schedule == "list"
+    assert instruction_order.scheduled(program, "program") is program
+    assert instruction_order.scheduled(program, "list").schedule == "list"
     with pytest.raises(ValueError, match="unknown schedule 'fastest'"):
-        schedule.scheduled(program, "fastest")
+        instruction_order.scheduled(program, "fastest")
 
 
 def test_the_default_is_the_list_schedule_up_to_a_size_then_program_order(monkeypatch):
     monkeypatch.setattr(nki, "SCHEDULE", None)
     args = SD((128, 1024), "bfloat16"), SD((128, 1024), "bfloat16")
-    assert nki.trace(key_tile_chain, *args).schedule == schedule.DEFAULT == "list"
-    monkeypatch.setattr(schedule, "LIST_LIMIT", 10)          # a program above the limit keeps its order
+    assert nki.trace(key_tile_chain, *args).schedule == instruction_order.DEFAULT == "list"
+    monkeypatch.setattr(instruction_order, "LIST_LIMIT", 10)          # a program above the limit keeps its order
     small = nki.jit(lambda q, k: key_tile_chain.func(q, k))
     assert nki.trace(small, *args).schedule == "program"
     monkeypatch.setattr(nki, "SCHEDULE", "list")             # unless the list schedule is asked for
@@ -275,7 +275,7 @@ def test_regions_keep_their_order_and_reorder_within():
                 nisa.dma_copy(dst=out[:, 2 * r:2 * r + 2], src=part)
         return out
     program = nki.trace(two_regions, SD((128, 1024), "bfloat16"), SD((128, 1024), "bfloat16"))
-    listed = schedule.list_schedule(program)
+    listed = instruction_order.list_schedule(program)
     regions = [ins.region.split("/")[0] for ins in listed.instructions]
     assert regions == sorted(regions) and len(set(regions)) == 2           # part0 entirely first
     assert [i.opcode for i in listed.instructions] != [i.opcode for i in program.instructions]
@@ -291,7 +291,7 @@ def test_a_kernel_called_from_a_kernel_interleaves_with_its_caller():
         return out
     program = nki.trace(caller, SD((128, 1024), "bfloat16"), SD((128, 1024), "bfloat16"))
     assert {ins.region for ins in program.instructions} == {"", "key_tile_chain"}
-    listed = schedule.list_schedule(program)
+    listed = instruction_order.list_schedule(program)
     # the second call's memsets run ahead of the first call's store: no barrier between the calls
     store = next(k for k, ins in enumerate(listed.instructions) if ins.region == "" and ins.opcode == "dma_copy")
     memsets = [k for k, ins in enumerate(listed.instructions) if ins.opcode == "memset"]
@@ -299,7 +299,7 @@ def test_a_kernel_called_from_a_kernel_interleaves_with_its_caller():
 
 
 def test_a_program_with_a_collective_keeps_program_order():
-    from trnlab.hardware.compiled import ISSUE
+    from trnlab.hardware.records import ISSUE
     from trnlab.hardware.program import Program
     traced = nki.trace(key_tile_chain, SD((128, 1024), "bfloat16"), SD((128, 1024), "bfloat16"))
     assert list_order(traced) != list(range(len(traced)))
@@ -326,7 +326,7 @@ def test_the_random_stream_keeps_its_order_and_the_values():
         return out
     a = np.random.default_rng(0).standard_normal((128, 1024)).astype(np.float32)
     program = nki.trace(seeded_dropouts, a)
-    listed = schedule.list_schedule(program)
+    listed = instruction_order.list_schedule(program)
     stream = [ins for ins in program.instructions if ins.opcode in ("set_rng_seed", "dropout")]
     assert len(stream) == 5
     assert [ins for ins in listed.instructions if ins.opcode in ("set_rng_seed", "dropout")] == stream
@@ -349,8 +349,8 @@ def test_zeroing_memsets_of_psum_tiles_a_matmul_overwrites_can_be_dropped(monkey
     q, k = (rng.standard_normal((128, 1024)).astype(np.float32) for _ in range(2))
     program = nki.trace(key_tile_chain, q, k)
     memsets = [j for j, ins in enumerate(program.instructions) if ins.opcode == "memset"]
-    assert schedule.zeroing_memsets(program) == memsets                   # each nl.zeros PSUM tile
-    lean = schedule.drop_zeroing_memsets(program)
+    assert instruction_order.zeroing_memsets(program) == memsets                   # each nl.zeros PSUM tile
+    lean = instruction_order.drop_zeroing_memsets(program)
     assert len(lean) == len(program) - 2 and lean.opcode_counts()["memset"] == 0
     np.testing.assert_array_equal(Device("trn2", cores=1).run(lean, q, k).outputs,
                                   Device("trn2", cores=1).run(program, q, k).outputs)
@@ -369,4 +369,4 @@ def test_a_memset_whose_zeros_are_read_is_kept():
         nl.store(out, nl.copy(acc))
         return out
     program = nki.trace(reads_the_zeros, SD((128, 512), "float32"))
-    assert program.opcode_counts()["memset"] == 1 and schedule.zeroing_memsets(program) == []
+    assert program.opcode_counts()["memset"] == 1 and instruction_order.zeroing_memsets(program) == []

@@ -88,13 +88,7 @@ def execute(exe: Executable, chip, env: dict, resident: dict | None = None, timi
 def _shifted(timeline, base: int, origin: float):
     """The records from `base` on as a timeline of their own, times relative to `origin` (the run's
     start on the core), and its region spans re-based."""
-    from trnlab.hardware import Timeline
-    from trnlab.hardware.timeline import END, NOTE, READY, START, WAITED
-    assert (START, END, READY, WAITED, NOTE) == (2, 3, 4, 9, 10)     # the record layout unpacked below
-    out = Timeline(list(timeline.engines), timeline.name)
-    out.records = [(e, op, s - origin, end - origin, ready - origin, f, h, sb, ps,
-                    (w - base if w >= base else -1) if w >= 0 else w, note)
-                   for e, op, s, end, ready, f, h, sb, ps, w, note in timeline.records[base:]]
+    out = timeline.shifted(base, origin)
     spans = [(name, first - base, end - base) for name, first, end in timeline.regions if first >= base]
     return out, spans
 

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from trnlab.distributed.topology import Topology, is_power_of_two, log2_ceil
+from trnlab.hardware.records import Record
 from trnlab.hardware.timeline import Timeline
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "send_recv")
@@ -422,6 +423,6 @@ def issue(timeline: Timeline, track: str, opcode: str, start_ns: float, duration
         raise ValueError(f"an instruction cannot take negative time: {duration_ns} ns for {opcode}")
     eid = timeline.engines.index(track)
     end = start_ns + duration_ns
-    timeline.records.append((eid, opcode, float(start_ns), float(end), float(end), float(flops), int(nbytes),
-                             0, 0, int(waited_for), note))
+    timeline.records.append(Record(eid, opcode, float(start_ns), float(end), float(end), float(flops), int(nbytes),
+                                   0, 0, int(waited_for), note))
     return len(timeline.records) - 1

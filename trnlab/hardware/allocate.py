@@ -148,7 +148,7 @@ def _issue_on_tiles(issue: tuple, buffers: list, split: dict, changed: dict):
     bank ranges as (buffer id, first byte, end byte)) with a block tensor's operands named as the
     logical tiles `split_block_tensors` made — what describing the rewritten instruction would give;
     None (describe it again) where that cannot be told from the description alone."""
-    from .compiled import DMA, ISSUE, MATMUL, PE_ISSUE, PRINT, SEED
+    from .records import DMA, ISSUE, MATMUL, PE_ISSUE, PRINT, SEED
     advanced = {a.buffer for a in changed.values()
                 if isinstance(a.index, tuple) and any(isinstance(e, np.ndarray) for e in a.index)}
 

@@ -15,7 +15,7 @@ the DMA queues. The collective instructions, named after ``nki.collectives`` [NK
     reduce_scatter(dst, src, replica_group, collective_dim=0, op)  dst = my piece of the reduced srcs
     collective_permute(dst, src, source_target_pairs)              send src to my target, receive dst
 
-are methods of `NeuronCore` (installed by this module, so that tracing records them into programs and
+are methods of `NeuronCore` (`CollectiveInstructions`, composed into it, so that tracing records them into programs and
 replay issues them like any other instruction). Like every instruction they wait for their operands
 (RAW on src, WAR/WAW on dst) and for their engine's queue; unlike the others they also wait for the
 other ranks of their group: a *fabric* (`trnlab.distributed.cluster.Cluster`) holds the ranks, matches
@@ -36,13 +36,17 @@ collective_permute, ReplicaGroup).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from . import scheduler
-from .core import NeuronCore
+from . import dependencies
 from .errors import HardwareError
+from .records import Record
 from .tensor import Tensor, View
+
+if TYPE_CHECKING:
+    from .core import NeuronCore
 
 CC_ENGINES = ("cc0", "cc1")   # two CC cores per physical NeuronCore [CCO]
 OPCODES = ("all_reduce", "all_gather", "reduce_scatter", "collective_permute")
@@ -166,13 +170,13 @@ def issue_collective(core: NeuronCore, opcode: str, src, dst, members: tuple, at
         # a describing core (the compiled timing replay's): duration 0 marks the instruction as one the
         # compiled replay cannot time (it depends on the other ranks), so such programs are replayed
         # instruction by instruction, where the fabric times each collective
-        from .compiled import ISSUE
+        from .records import ISSUE, ComputeIssue
         ref = core._ref
-        return describe((ISSUE, eid, opcode, 0.0, (ref(src),), (ref(dst),), 0.0, 0, 0, False, None))
+        return describe(ComputeIssue(ISSUE, eid, opcode, 0.0, (ref(src),), (ref(dst),), 0.0, 0, 0, False, None))
     # the trigger sits in the core's instruction streams: never before the launch's first engine is free
     start = max(core._cc_free[int(stream)], min(core._free))
-    start, waited = scheduler.wait_reads(reads, start, -1)
-    start, waited, _ = scheduler.wait_write(dst, start, waited)
+    start, waited = dependencies.wait_reads(reads, start, -1)
+    start, waited, _ = dependencies.wait_write(dst, start, waited)
     fabric = getattr(core, "_cc_fabric", None)
     rank = getattr(core, "_cc_rank", members[0] if members else 0)
     request = Request(opcode, rank, tuple(members), src, dst, start, dict(attrs), core)
@@ -190,14 +194,14 @@ def issue_collective(core: NeuronCore, opcode: str, src, dst, members: tuple, at
                               f"cluster; run the program on all ranks with trnlab.distributed.cluster.Cluster",
                               value=len(members), limit=1)
     idx = len(core._records)
-    scheduler.record_reads(reads, end, idx)
-    scheduler.record_write(dst, end, idx)
+    dependencies.record_reads(reads, end, idx)
+    dependencies.record_write(dst, end, idx)
     core._cc_free[int(stream)] = end
     nbytes = request.nbytes
     hbm = 2 * nbytes if src.tensor.kind == "hbm" else 0
     sbuf = 2 * nbytes if src.tensor.kind == "sbuf" else 0
-    core._records.append((eid, opcode, begin, end, end, 0.0, hbm, sbuf, 0, waited if begin == start else -1,
-                          core.note))
+    core._records.append(Record(eid, opcode, begin, end, end, 0.0, hbm, sbuf, 0,
+                                waited if begin == start else -1, core.note))
     if end > core._now:
         core._now = end
     return idx
@@ -252,6 +256,9 @@ def collective_permute(self: NeuronCore, dst, src, source_target_pairs, stream: 
                             {"source_target_pairs": pairs}, stream)
 
 
-for _f in (all_reduce, all_gather, reduce_scatter, collective_permute):
-    setattr(NeuronCore, _f.__name__, _f)
-del _f
+class CollectiveInstructions:
+    """NeuronCore's collective instructions (composed into `core.NeuronCore`)."""
+    all_reduce = all_reduce
+    all_gather = all_gather
+    reduce_scatter = reduce_scatter
+    collective_permute = collective_permute

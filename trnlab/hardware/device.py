@@ -26,11 +26,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import collective  # noqa: F401  (installs the collective instructions on NeuronCore)
-from . import double_row  # noqa: F401  (installs nc_matmul_double_row on NeuronCore)
-from . import mx  # noqa: F401  (installs quantize_mx, nc_matmul_mx on NeuronCore)
-from . import scheduler
 from .core import NeuronCore
+from .engines import Channel
 from .memory import HBM
 from .presets import CHIPS, ChipSpec, CoreSpec
 from .profile import Profile
@@ -157,7 +154,7 @@ class Device:
         self.hbm = HBM(chip.core, mode == "full")
         self.hbm.capacity = int(chip.hbm_bytes * share)
         self.hbm_bandwidth = chip.hbm_bandwidth * share
-        self._hbm_channel = scheduler.Channel()
+        self._hbm_channel = Channel()
         self.cores = [NeuronCore(chip.core, mode=mode, name=f"{name}/core{i}", hbm=self.hbm,
                                  hbm_channel=self._hbm_channel, hbm_bandwidth=self.hbm_bandwidth)
                       for i in range(n)]

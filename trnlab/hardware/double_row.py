@@ -15,7 +15,7 @@ Rules: NeuronCore-v3 and v4 only ("On NeuronCore-v2, performance mode is not sup
 FP8 inputs, both operands (float8_e4m3 / e4m3fn / e5m2: "Double FP8 mode" [PERF-MODE]); the pair axis
 is the first free axis and has size 2; K <= 128, M <= 128, N <= 512 per half; SBUF in, PSUM out.
 
-Installed as `NeuronCore.nc_matmul_double_row` (importing this module), so that tracing records it
+A method of `NeuronCore` (`DoubleRowInstructions`, composed into it), so that tracing records it
 and replay (checked or compiled) issues it like any Tensor-engine instruction (`_pe_issue`).
 
 [PERF-MODE] AWS Neuron docs, NKI API "nki.isa.matmul_perf_mode" (double_row).
@@ -26,7 +26,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import dtypes
-from .core import NeuronCore, _view
+from .operands import _view
 from .errors import DtypeError, MatmulShapeError, MemoryPlacementError
 
 OPCODE = "nc_matmul_double_row"
@@ -108,4 +108,6 @@ def nc_matmul_double_row(self, dst, stationary, moving, accumulate=None) -> int:
     return self._pe_issue(OPCODE, st, (mv,), dst, 2.0 * (2 * K) * M * N, st.nbytes + mv.nbytes, dst.nbytes)
 
 
-NeuronCore.nc_matmul_double_row = nc_matmul_double_row
+class DoubleRowInstructions:
+    """NeuronCore's double-row matmul (composed into `core.NeuronCore`)."""
+    nc_matmul_double_row = nc_matmul_double_row

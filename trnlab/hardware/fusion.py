@@ -21,7 +21,7 @@ that on the traced program, by reordering whole iterations:
    touching two groups' tiles, or a dependence against the group order, refuses it — the
    dependence-distance rule of loop fusion); then the span is sorted by group, program order
    kept within each group — the consumer loop's iteration ``i`` moves up to just after the producer
-   loop's iteration ``i`` — and allocated again (`schedule.reorder`).
+   loop's iteration ``i`` — and allocated again (`instruction_order.reorder`).
 
 It runs only when the program in its own order does not fit (a program that fits keeps the order
 its author wrote, as the migration guide's two-loop SBUF example keeps all blocks live), never for a
@@ -39,7 +39,7 @@ from .allocate import _box
 from .allocate import allocate as allocate_in_order
 from .errors import PSUMOverflowError, SBUFOverflowError
 from .program import WRITES, Program
-from .schedule import reorder
+from .instruction_order import reorder
 
 SKIP = "skip_middle_end_transformations"
 # instructions with state beyond their operands: a span holding one is not reordered

@@ -10,15 +10,16 @@ issue, gives it the ready instruction with the highest priority —
 2. then program order (the oldest first; so a program whose instructions are already in a good
    order keeps it).
 
-The simulation uses the compiled replay's own pieces (`compiled.py`): the same descriptions and
+The simulation uses the timing replay's own pieces (`replay_timing.py`): the same descriptions and
 costs (the pure cost model), the same dependency nodes of every instruction (RAW, WAR, WAW on
 overlapping bytes, PSUM accumulation groups, the bytes a tile inherits from a freed one), and the
-same timing functions for the engines, the DMA queues and channels and the shared ports. The order
-it returns is then replayed like any program: its times are the replay's, not the estimate.
+one engine model (`engines.EngineTimes`: the queues, the DMA queues and channels, the shared ports,
+LoadStationary). The order it returns is then replayed like any program; the times it predicted
+(`list_order(..., times=[])`) are the replay's of that order (tests/test_engine_model.py).
 
 What may not move (each a constraint of the graph, not a priority):
 
-- every dependency the replay waits for (the resolved nodes of `compiled._resolve`);
+- every dependency the replay waits for (the resolved nodes of `replay_timing._resolve`);
 - the matmuls of one PSUM accumulation group stay in order (they are dependencies of each other:
   values are summed in the same order, bit for bit);
 - a matmul that reuses the stationary tile the previous Tensor-engine instruction loaded stays
@@ -45,11 +46,14 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from heapq import heappop, heappush
 
-from . import cost, scheduler
+from . import cost, dependencies
 from .allocate import target_spec
-from .compiled import _DMA, _ISSUE, _MM, _PRINT, _SEED, _V, ISSUE, MATMUL, Compiled, _Kind, compiled_for
-from .core import DVE, PE, NeuronCore, _Port
+from .compiled import _Kind
+from .engines import DVE, FIRST_DMA, EngineTimes
 from .program import Program
+from .records import (DMA, DMA_OP, ENGINE_OP, ISSUE, LATEST_OP, MATMUL, PE_ISSUE, PE_OP, PRINT_OP, SEED_OP,
+                      op_deps, op_nodes)
+from .replay_timing import Compiled, compiled_for
 from .tensor import Tensor, View
 
 _FRESH = {"sbuf": (), "psum": ()}     # the on-chip layout of a fresh core (nothing freed yet)
@@ -82,34 +86,8 @@ def _instruction_ops(resolved) -> tuple[list, list]:
     """(the op of each instruction in program order, the "latest of" ops)."""
     ins_ops, v_ops = [], []
     for op in resolved.ops:
-        (v_ops if op[0] == _V else ins_ops).append(op)
+        (v_ops if op[0] == LATEST_OP else ins_ops).append(op)
     return ins_ops, v_ops
-
-
-def _dep_nodes(op) -> tuple:
-    kind = op[0]
-    if kind == _DMA:
-        return op[1]
-    if kind == _MM:
-        return op[1] + op[3] + op[4] + op[5]
-    if kind == _ISSUE:
-        return op[3]
-    if kind == _SEED:
-        return op[1]
-    return ()
-
-
-def _produced(op) -> tuple:
-    kind = op[0]
-    if kind == _DMA:
-        return (op[7],)
-    if kind == _MM:
-        return (op[9], op[10])
-    if kind == _ISSUE:
-        return (op[5],)
-    if kind == _SEED:
-        return (op[3],)
-    return ()
 
 
 # -- the one order-dependent fact of a description: a Vector instruction's hidden overhead ----------
@@ -117,7 +95,7 @@ def _reads_previous(d, previous_writes) -> bool:
     """Does Vector description `d` read what `previous_writes` (the engine's previous Vector
     instruction's written refs) wrote? (`NeuronCore._vector_hidden_ns`)"""
     return previous_writes is not None and any(
-        r[0] == w[0] and scheduler.overlap(r[1], w[1]) for r in d[4] for w in previous_writes)
+        r[0] == w[0] and dependencies.overlap(r[1], w[1]) for r in d.reads for w in previous_writes)
 
 
 def _free_size(program: Program, k: int, ref) -> int:
@@ -137,15 +115,15 @@ def independent_hidden(program: Program, issues: list, spec) -> dict[int, float]
     clock_ns = 1e9 / spec.dve_clock_hz
     out, previous = {}, None
     for k, d in enumerate(issues):
-        if d[0] != ISSUE or d[1] != DVE:
+        if d.kind != ISSUE or d.engine != DVE:
             continue
-        hidden = d[11]
+        hidden = d.hidden
         if hidden or not _reads_previous(d, previous):
             out[k] = hidden
         else:
-            first = d[4][0] if d[4] else d[5][0]
+            first = d.reads[0] if d.reads else d.writes[0]
             out[k] = cost.vector_hidden_static_cycles(spec, "dve", _free_size(program, k, first), False) * clock_ns
-        previous = d[5]
+        previous = d.writes
     return out
 
 
@@ -157,11 +135,11 @@ def issues_in_order(program: Program, order: list[int], spec) -> list:
     out, previous = [], None
     for k in order:
         d = issues[k]
-        if d[0] == ISSUE and d[1] == DVE:
+        if d.kind == ISSUE and d.engine == DVE:
             hidden = 0.0 if _reads_previous(d, previous) else free[k]
-            if hidden != d[11]:
-                d = d[:11] + (hidden,)
-            previous = d[5]
+            if hidden != d.hidden:
+                d = d._replace(hidden=hidden)
+            previous = d.writes
         out.append(d)
     return out
 
@@ -235,7 +213,7 @@ def build_graph(program: Program, resolved) -> tuple[_Graph, list, list]:
     succ, npred = g.succ, g.npred
     vertex_of = [-1] * resolved.nodes
     for k, op in enumerate(ins_ops):
-        for node in _produced(op):
+        for node in op_nodes(op):
             vertex_of[node] = k
     for op in v_ops:
         v = g.vertex()
@@ -250,7 +228,7 @@ def build_graph(program: Program, resolved) -> tuple[_Graph, list, list]:
                 succ[u].append(v)
                 npred[v] += 1
     for k, op in enumerate(ins_ops):     # every node an instruction waits for
-        nodes = _dep_nodes(op)
+        nodes = op_deps(op)
         for u in {vertex_of[node] for node in nodes} if len(nodes) > 1 else [vertex_of[node] for node in nodes]:
             if u >= 0:
                 succ[u].append(k)
@@ -258,8 +236,8 @@ def build_graph(program: Program, resolved) -> tuple[_Graph, list, list]:
     # a matmul reusing the stationary tile of the previous Tensor-engine instruction stays after it
     previous_pe = -1
     for k, op in enumerate(ins_ops):
-        if op[0] == _MM:
-            if not op[2] and previous_pe >= 0:
+        if op[0] == PE_OP:
+            if not op[2] and previous_pe >= 0:          # (PeOp.new)
                 g.edge(previous_pe, k)
             previous_pe = k
     # program order among the random-number stream's instructions and among aliased HBM tensors
@@ -346,8 +324,27 @@ def build_graph(program: Program, resolved) -> tuple[_Graph, list, list]:
     return g, ins_ops, vertex_of
 
 
-def list_order(program: Program, spec=None) -> list[int]:
-    """The list schedule of an allocated `program` as an order of its instruction indices."""
+def _rewrites(issues: list, stationaries: set) -> list[tuple]:
+    """Per description, the buffers it writes that some matmul loads as its stationary tile."""
+    empty = ()
+    if not stationaries:
+        return [empty] * len(issues)
+    out = []
+    for d in issues:
+        kind = d.kind
+        if kind == ISSUE:
+            out.append(tuple(bid for bid, _ in d.writes if bid in stationaries) or empty)
+        elif kind in (MATMUL, PE_ISSUE, DMA):
+            out.append((d.dst[0],) if d.dst[0] in stationaries else empty)
+        else:
+            out.append(empty)
+    return out
+
+
+def list_order(program: Program, spec=None, times: list | None = None) -> list[int]:
+    """The list schedule of an allocated `program` as an order of its instruction indices; with
+    `times` (a list), also the times it predicts, per instruction in program order:
+    (engine id, start, end, ready) — those of a fresh core replaying the order."""
     spec = target_spec(program, spec)
     n = len(program.instructions)
     if n == 0 or any(i.opcode == "device_print" for i in program.instructions):
@@ -360,31 +357,29 @@ def list_order(program: Program, spec=None) -> list[int]:
     issues = compiled.issues
     free_hidden = independent_hidden(program, issues, spec)
     dve_previous = None                   # the writes of the last Vector issue in the schedule
-    core = NeuronCore(spec, mode="timing", name="list-schedule")
-    queues = spec.dma_queues
-    free = core._free                     # PE, ACT, DVE, POOL, then the DMA queues
-    qfree = free[4:]
-    dma_channel, hbm_channel = core._dma, core._hbm
-    bandwidth, dma_latency = core.hbm_bandwidth, spec.dma_latency_ns
-    dma_transfer, stationary_load = scheduler.dma_transfer, scheduler.stationary_load
-    port, slot = core._port, _Port.slot
+    engines = EngineTimes(spec, FIRST_DMA + spec.dma_queues)    # a fresh core's engines
+    free = engines.free                   # PE, ACT, DVE, POOL, then the DMA queues
+    version = [0] * len(program.buffers)  # writes so far per buffer (a rewritten stationary is new)
+    stationary = None                     # (buffer id, box, version) the Tensor engine holds
+    stationaries = {d.stationary[0] for d in issues if d.kind == MATMUL}
+    rewrites = _rewrites(issues, stationaries)
+    deps_of = [op_deps(op) for op in ops]
+    predicted = [None] * n if times is not None else None
 
     # the queue class of each instruction: 0-3 the compute engines, 4 any DMA queue, 5+q queue q
     cls = [0] * n
     for k, op in enumerate(ops):
         kind = op[0]
-        if kind == _ISSUE:
-            cls[k] = op[1]
-        elif kind == _SEED:
+        if kind == ENGINE_OP:
+            cls[k] = op[1]                                  # EngineOp.engine
+        elif kind in (SEED_OP, PRINT_OP):
             cls[k] = DVE
-        elif kind == _DMA:
-            cls[k] = 4 if op[2] is None else 5 + op[2]
-        elif kind == _PRINT:
-            cls[k] = DVE
-    n_cls = 5 + queues
+        elif kind == DMA_OP:
+            cls[k] = 4 if op[2] is None else 5 + op[2]      # DmaOp.queue
+    n_cls = 5 + spec.dma_queues
     pending = [[] for _ in range(n_cls)]  # released, by (inputs ready, program order)
     ready = [[] for _ in range(n_cls)]    # released and ready by the queue's free time, by order
-    version = [0] * n_cls
+    class_version = [0] * n_cls
     events: list = []                     # (start estimate, program order, class, version)
     T = [0.0] * resolved.nodes
     est = [0.0] * n
@@ -397,8 +392,8 @@ def list_order(program: Program, spec=None) -> list[int]:
         if c < 4:
             return free[c]
         if c == 4:
-            return min(qfree)
-        return qfree[c - 5]
+            return min(free[FIRST_DMA:])
+        return free[FIRST_DMA + c - 5]
 
     def push_candidate(c: int) -> None:
         f = class_free(c)
@@ -406,15 +401,15 @@ def list_order(program: Program, spec=None) -> list[int]:
         while p and p[0][0] <= f:
             _, k = heappop(p)
             heappush(r, k)
-        version[c] += 1
+        class_version[c] += 1
         if r:
-            heappush(events, (f, r[0], c, version[c]))
+            heappush(events, (f, r[0], c, class_version[c]))
         elif p:
-            heappush(events, (p[0][0], p[0][1], c, version[c]))
+            heappush(events, (p[0][0], p[0][1], c, class_version[c]))
 
-    def estimate(k: int) -> float:
+    def latest(nodes) -> float:
         t = 0.0
-        for node in _dep_nodes(ops[k]):
+        for node in nodes:
             if T[node] > t:
                 t = T[node]
         return t
@@ -430,17 +425,13 @@ def list_order(program: Program, spec=None) -> list[int]:
                 npred[w] -= 1
                 if npred[w] == 0:
                     if w < n:
-                        e = est[w] = estimate(w)
+                        e = est[w] = latest(deps_of[w])
                         heappush(pending[cls[w]], (e, w))
                         touched.add(cls[w])
                     else:
                         nodes = inputs.get(w)
                         if nodes is not None:      # a "latest of" node: its time is theirs
-                            t = 0.0
-                            for node in nodes:
-                                if T[node] > t:
-                                    t = T[node]
-                            T[defines[w]] = t
+                            T[defines[w]] = latest(nodes)
                         stack.append(w)
 
     order: list[int] = []
@@ -452,13 +443,9 @@ def list_order(program: Program, spec=None) -> list[int]:
                 complete(v)
     for c in range(n_cls):
         push_candidate(c)
-    dve_follows = False
-    last_mm_start = 0.0
-    load_end = 0.0
-    stationary = None
     while events:
         _, _, c, ver = heappop(events)
-        if ver != version[c]:
+        if ver != class_version[c]:
             continue
         r = ready[c]
         if r:
@@ -467,68 +454,55 @@ def list_order(program: Program, spec=None) -> list[int]:
             _, k = heappop(pending[c])
         op = ops[k]
         kind = op[0]
-        t = est[k]
-        if kind == _DMA:
-            _, deps, queue, fixed, cycles, engine_ns, hbm, node = op[:8]
-            q = qfree.index(min(qfree)) if queue is None else queue
-            _, end, _ = dma_transfer(t, -1, qfree[q], fixed, cycles, engine_ns, hbm, bandwidth,
-                                     dma_channel, hbm_channel, min(qfree) + dma_latency)
-            T[node] = end
-            qfree[q] = end
-        elif kind == _MM:
-            (_, pre, new, st_deps, post, group, busy, lat, load, end_node, ready_node) = op[:11]
-            start = free[PE]
-            for node in pre + post:
-                if T[node] > start:
-                    start = T[node]
+        t = est[k]                        # the latest of its dependencies (all done by now)
+        if kind == DMA_OP:
+            _, _, queue, fixed, cycles, engine_ns, hbm, node = op[:8]
+            eid, start, end, _ = engines.dma(queue, t, -1, fixed, cycles, engine_ns, hbm)
+            T[node] = done = end
+        elif kind == PE_OP:
+            _, pre, _, st_deps, post, group, busy, lat, load, end_node, ready_node = op[:11]
             d = issues[k]
-            sref = (d[2][0], d[2][1]) if d[0] == MATMUL else None
-            if sref is None or sref != stationary:        # a new stationary tile: LoadStationary
-                st_ready = 0.0
-                for node in st_deps:
-                    if T[node] > st_ready:
-                        st_ready = T[node]
-                start, _, load_end = stationary_load(start, -1, st_ready, -1, last_mm_start, load)
-            elif load_end > start:
-                start = load_end
-            stationary = sref
-            group_ready = 0.0
+            if d.kind == MATMUL:          # a new stationary tile: another, or rewritten since
+                held = (d.stationary[0], d.stationary[1], version[d.stationary[0]])
+                new, stationary = held != stationary, held
+            else:
+                new, stationary = True, None
+            ready_at = st_ready = dst_ready = group_ready = 0.0     # the latest of each node list
+            for node in pre:
+                if T[node] > ready_at:
+                    ready_at = T[node]
+            for node in st_deps:
+                if T[node] > st_ready:
+                    st_ready = T[node]
+            for node in post:
+                if T[node] > dst_ready:
+                    dst_ready = T[node]
             for node in group:
                 if T[node] > group_ready:
                     group_ready = T[node]
-            end = start + busy
-            rdy = start + lat
-            T[end_node] = end
-            T[ready_node] = rdy if rdy > group_ready else group_ready
-            last_mm_start = start
-            free[PE] = end
-        elif kind == _ISSUE:
-            _, eid, dur, deps, ports, node, rec, hidden = op
-            if free[eid] > t:
-                t = free[eid]
-            if eid == DVE:
+            start, end, done, _ = engines.tensor(ready_at, -1, new, st_ready, -1, load, dst_ready, -1,
+                                                 group_ready, busy, lat)
+            T[end_node], T[ready_node] = end, done
+            eid = 0
+        elif kind == ENGINE_OP:
+            _, eid, dur, _, ports, node, _, _, _, _, _, hidden = op
+            if eid == DVE:                # its hidden overhead depends on its predecessor here
                 d = issues[k]
                 hidden = 0.0 if _reads_previous(d, dve_previous) else free_hidden[k]
-                dve_previous = d[5]
-                if hidden:
-                    dur = cost.issue_busy_ns(dur, hidden, t, free[eid], dve_follows)
-                dve_follows = True
-            if ports:
-                objs = [port(p) for p in ports]
-                t, _ = slot(objs, t, dur, -1)
-                for p in objs:
-                    p.book(t, t + dur, k)
-            T[node] = t + dur
-            free[eid] = t + dur
-        elif kind == _SEED:
-            _, deps, dur, node, _ = op
-            if free[DVE] > t:
-                t = free[DVE]
-            T[node] = t + dur
-            free[DVE] = t + dur
+                dve_previous = d.writes
+            start, end, _ = engines.compute(eid, t, -1, dur, hidden, ports, k)
+            T[node] = done = end
+        else:                             # SEED_OP
+            eid = DVE
+            start, end, _ = engines.queue(DVE, t, -1, op[2])
+            T[op[3]] = done = end
+        for bid in rewrites[k]:
+            version[bid] += 1
+        if predicted is not None:
+            predicted[k] = (eid, start, end, done)
         order.append(k)
         touched.add(c)
-        if kind == _DMA:                  # every DMA queue class sees the queues' new free times
+        if kind == DMA_OP:                # every DMA queue class sees the queues' new free times
             touched.add(4)
             touched.update(named)
         complete(k)
@@ -537,5 +511,6 @@ def list_order(program: Program, spec=None) -> list[int]:
         touched.clear()
     if len(order) != n:
         raise AssertionError(f"list schedule: {n - len(order)} instructions never became ready (a cycle)")
+    if times is not None:
+        times[:] = predicted
     return order
-

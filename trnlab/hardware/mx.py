@@ -51,7 +51,8 @@ import ml_dtypes
 import numpy as np
 
 from . import dtypes
-from .core import DVE, NeuronCore, _view
+from .engines import DVE
+from .operands import _view
 from .errors import DtypeError, HardwareError, MatmulShapeError, MemoryPlacementError
 
 SCALE_DTYPES = (dtypes.uint8, dtypes.float8_e8m0fnu)
@@ -288,5 +289,7 @@ def nc_matmul_mx(self, dst, stationary, moving, stationary_scale, moving_scale, 
                           st.nbytes + mv.nbytes + st_s.nbytes + mv_s.nbytes, dst.nbytes)
 
 
-NeuronCore.quantize_mx = quantize_mx
-NeuronCore.nc_matmul_mx = nc_matmul_mx
+class MxInstructions:
+    """NeuronCore's MX instructions (composed into `core.NeuronCore`)."""
+    quantize_mx = quantize_mx
+    nc_matmul_mx = nc_matmul_mx

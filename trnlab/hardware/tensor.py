@@ -28,7 +28,7 @@ import numpy as np
 from . import dtypes
 from .errors import (FreedTensorError, IndexError_, PartitionStrideError,
                      UninitializedReadError)
-from .scheduler import overlap as _overlap
+from .dependencies import overlap as _overlap
 
 GROUP_K_MAX = 8192      # a deferred PSUM group is computed once its stacked K reaches this (memory bound)
 

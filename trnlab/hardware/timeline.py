@@ -1,9 +1,10 @@
 """The timeline: one record per instruction — engine, opcode, start, end, bytes, FLOPs, and what it
 waited for. Everything the profile reports is computed from it.
 
-Records are stored as plain tuples (cheap to append: the timing-only mode issues hundreds of
-thousands); ``timeline[i]`` builds an `Instruction` on demand and ``timeline.columns()`` gives
-NumPy arrays. Times are nanoseconds from the start of the run.
+Records are `records.Record`s — tuples of named fields; the hot loops append plain tuples of the
+same fields (cheaper: the timing-only mode issues hundreds of thousands). ``timeline[i]`` builds an
+`Instruction` on demand and ``timeline.columns()`` gives NumPy arrays. Times are nanoseconds from
+the start of the run.
 
 - ``start_ns``: the instruction starts on its engine;
 - ``end_ns``: the engine is free again (the engine is *active* in [start, end));
@@ -19,13 +20,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .records import END, ENGINE, FLOPS, HBM, NOTE, OPCODE, PSUM, READY, SBUF, START, WAITED  # noqa: F401
+
 # Short names as in Neuron's profiler, long names for display.
 ENGINE_LONG_NAMES = {"pe": "Tensor (PE)", "act": "Scalar (ACT)", "dve": "Vector (DVE)",
                      "pool": "GpSimd (POOL)"}
 COMPUTE_ENGINES = ("pe", "act", "dve", "pool")
-
-# record layout
-ENGINE, OPCODE, START, END, READY, FLOPS, HBM, SBUF, PSUM, WAITED, NOTE = range(11)
 
 
 def engine_long_name(engine: str) -> str:
@@ -83,6 +83,15 @@ class Timeline:
         t.records = [self.records[i] for i in indices]
         return t
 
+    def shifted(self, base: int, origin: float) -> "Timeline":
+        """The records from `base` on as a timeline of their own: times relative to `origin`,
+        `waited` indices relative to `base` (-1 for an instruction before it)."""
+        out = Timeline(list(self.engines), self.name)
+        out.records = [(e, op, s - origin, end - origin, ready - origin, f, h, sb, ps,
+                        (w - base if w >= base else -1) if w >= 0 else w, note)      # records.Record's fields
+                       for e, op, s, end, ready, f, h, sb, ps, w, note in self.records[base:]]
+        return out
+
     def __len__(self) -> int:
         return len(self.records)
 
@@ -129,6 +138,12 @@ class Timeline:
     def for_engine(self, engine: str) -> list[Instruction]:
         eid = self.engines.index(engine)
         return [self[i] for i, r in enumerate(self.records) if r[ENGINE] == eid]
+
+    def explain(self, k: int, program) -> str:
+        """Why record k (instruction k of `program`, launched alone) started when it did
+        (`explain.why`: its queue, which dependency, a shared port, LoadStationary)."""
+        from .explain import why
+        return str(why(program, self, k))
 
     def same_schedule(self, other: "Timeline") -> bool:
         """True if both timelines hold the same instructions at the same times (notes ignored)."""

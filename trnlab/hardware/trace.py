@@ -4,7 +4,7 @@ A `Recorder` stands in for a `NeuronCore` while a kernel's Python runs (``launch
 the core's instruction methods (``nc_matmul``, ``dma_copy``, ... — any public method of the core,
 found by name) and its memories. Each instruction call
 
-1. is checked against the hardware rules and costed by a `compiled.DescribingCore` behind the
+1. is checked against the hardware rules and costed by a `describe.DescribingCore` behind the
    recorder (so a kernel that breaks a rule fails at its own line), which describes how the
    instruction is to be scheduled instead of timing it, and
 2. is appended to the program: opcode, engine, operands as ``Access(buffer, index)``, the other
@@ -24,7 +24,7 @@ from contextlib import contextmanager
 import numpy as np
 
 from . import dtypes, ops
-from .compiled import DescribingCore, engine_of
+from .describe import DescribingCore, engine_of
 from .memory import HBM, OnChipMemory
 from .presets import core_spec
 from .program import Access, Buffer, Instruction, Program
@@ -201,7 +201,7 @@ class Recorder:
         orders: dict = {}                       # kwargs names as called -> in the signature's order
 
         def record(*args, **kwargs):
-            # the rule checks and the cost; the description of how to schedule it (compiled.py)
+            # the rule checks and the cost; the description of how to schedule it (describe.py)
             i = method(*args, **kwargs)
             issue = issued[i]
             arguments = dict(zip(names, args))
@@ -232,8 +232,10 @@ class Recorder:
                 if buf.first < 0:
                     buf.first = k
                 buf.last = k
+            # the description kept as a plain tuple of its fields (loop stamping rebuilds plain
+            # tuples; `records.as_description` gives it its class back)
             instructions.append(Instruction(opcode, engine_of(issue, engines), operands, attrs,
-                                            self.note, self.current_region, self.where(), issue))
+                                            self.note, self.current_region, self.where(), tuple(issue)))
             return -1 if silent else k
 
         record.__name__ = opcode

@@ -230,16 +230,16 @@ def trace(kernel, *args, target=None, grid=None, points=None, **kwargs):
         return program
     program = _trace(kernel, args, kwargs, spec, grid, points)
     if DROP_PSUM_ZEROING and not _directive(kernel, "skip_middle_end_transformations"):
-        from trnlab.hardware.schedule import drop_zeroing_memsets
+        from trnlab.hardware.instruction_order import drop_zeroing_memsets
         program = drop_zeroing_memsets(program)
     if not getattr(program, "_no_reorder", False):
-        from trnlab.hardware.schedule import default_for, scheduled
+        from trnlab.hardware.instruction_order import default_for, scheduled
         program = scheduled(program, order or default_for(program))
     _PROGRAMS.put(key, program)
     return program
 
 
-SCHEDULE = None        # the instruction order traced programs get (None: schedule.default_for(program))
+SCHEDULE = None        # the instruction order traced programs get (None: instruction_order.default_for(program))
 DROP_PSUM_ZEROING = False   # drop the memsets of nl.zeros PSUM tiles a matmul overwrites (ASSUMED rule,
                             # schedule.zeroing_memsets; off by default: docs/programs.md, "Scheduling")
 
@@ -247,7 +247,7 @@ DROP_PSUM_ZEROING = False   # drop the memsets of nl.zeros PSUM tiles a matmul o
 def schedule_of(kernel: Kernel) -> str | None:
     """The schedule `kernel`'s programs get: "program" if the kernel asks AWS's compiler to keep
     its order (@nki.compiler.skip_middle_end_transformations), else `SCHEDULE`; None: the default
-    for the program's size (`trnlab.hardware.schedule.default_for`). (A kernel with a loop marked
+    for the program's size (`trnlab.hardware.instruction_order.default_for`). (A kernel with a loop marked
     ``directives=ncc.no_reorder()`` keeps program order as a whole: the trace notes the directive,
     not which instructions it covers.)"""
     if _directive(kernel, "skip_middle_end_transformations"):

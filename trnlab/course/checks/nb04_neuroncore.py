@@ -20,7 +20,7 @@ NOTEBOOK = "04_the_neuroncore"
 SPEC = presets.TRN2.core
 DTYPE_OF_BYTES = {1: dtypes.float8_e4m3, 2: dtypes.bfloat16, 4: dtypes.float32}
 SIMULATOR = ("trnlab.hardware.core.NeuronCore", "trnlab.hardware.memory", "trnlab.hardware.cost",
-             "trnlab.hardware.scheduler")
+             "trnlab.hardware.dependencies", "trnlab.hardware.engines")
 
 
 def sbuf_bytes_of_blocking(K: int, block_m: int, block_n: int, dtype_bytes: int) -> int:

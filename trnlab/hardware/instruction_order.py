@@ -1,4 +1,4 @@
-"""Scheduling: the order of a program's instructions within each engine's queue.
+"""Instruction order: the order of a program's instructions within each engine's queue.
 
 Every engine runs its own queue in order and waits on the others only through dependencies (the
 semaphores the compiler inserts); which order each queue gets is the compiler's choice. Three

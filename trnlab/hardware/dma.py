@@ -1,0 +1,197 @@
+"""The DMA instructions: dma_copy, dma_gather, dma_copy_cast, dma_transpose.
+
+Each checks its rules (PSUM is not reachable by DMA; no conversion on NeuronCore-v2), copies the
+values in full mode, costs the transfer (`cost.py`: descriptors, fixed latency, DMA engines, HBM)
+and issues it on a DMA queue (`engines.EngineTimes.dma`: the queue named or the one free first,
+the shared DMA engines and HBM channel). Composed into `core.NeuronCore`.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import cost, dtypes
+from .errors import DtypeError, EngineError, MemoryPlacementError, OutOfBoundsError, PSUMToHBMError, ShapeMismatchError
+from .operands import _view
+from .dependencies import record_reads as _record_reads, record_write as _record_write, wait_reads as _wait_reads, wait_write as _wait_write
+from .tensor import View
+
+
+class DmaInstructions:
+    """NeuronCore's DMA instructions (the core's machinery: `core.NeuronCore`)."""
+
+    def dma_copy(self, dst, src, queue: int | None = None) -> int:
+        """Copy src to dst with a DMA queue (HBM <-> SBUF, SBUF <-> SBUF, HBM <-> HBM).
+
+        PSUM is not reachable by DMA: results go PSUM -> SBUF (tensor_copy) -> HBM [MM].
+        No dtype conversion (cast on an engine first). ``queue``: a DMA queue number, or None for
+        the queue that can start the transfer earliest (the one free first; ties: lowest number).
+        Each queue runs its transfers in order; the shared DMA engines and HBM channel give each
+        transfer the earliest free slot at or after its start (not the issue order).
+        """
+        dst = _view(dst, "dst")
+        src = _view(src, "src")
+        sk, dk = src.tensor.kind, dst.tensor.kind
+        if sk == "psum" or dk == "psum":
+            cls = PSUMToHBMError if "hbm" in (sk, dk) else MemoryPlacementError
+            raise cls(f"PSUM to HBM: dma_copy {sk.upper()} -> {dk.upper()} is refused; DMA does "
+                      f"not reach PSUM. Copy PSUM -> SBUF with tensor_copy, then SBUF -> HBM",
+                      value=(sk, dk), limit="SBUF/HBM endpoints")
+        if src.size != dst.size or (src.shape != dst.shape and
+                                    tuple(s for s in src.shape if s != 1)
+                                    != tuple(s for s in dst.shape if s != 1)):
+            raise ShapeMismatchError(f"shape mismatch: dma_copy src {src.shape} -> dst {dst.shape}",
+                                     value=src.shape, limit=dst.shape)
+        if src.tensor.dtype != dst.tensor.dtype:
+            raise DtypeError(f"data type: dma_copy does not convert: src "
+                             f"{dtypes.name(src.tensor.dtype)}, dst {dtypes.name(dst.tensor.dtype)}"
+                             f"; cast with tensor_copy on an engine", value=src.tensor.dtype,
+                             limit=dst.tensor.dtype)
+        if self.full:
+            self._dma_copy_values(dst, src)
+        return self._schedule_dma(dst, src, (src,), src.nbytes, queue, "dma_copy")
+
+    @staticmethod
+    def _dma_copy_values(dst: View, src: View) -> None:
+        """Full mode: dst = src's values, unchanged (a DMA does not convert)."""
+        src.check_initialized()
+        dst.write(np.reshape(src.values(), dst.shape))
+
+    def dma_gather(self, dst, src, indices, queue: int | None = None) -> int:
+        """Indirect DMA: dst[r, ...] = src[indices[r], ...] for the R rows of dst (a gather).
+
+        `indices` is an integer [R, 1] view in SBUF, read at run time (NKI's ``nl.load(table[ids_tile,
+        i_f])``; the DMA needs the index values on chip first). An index outside src's rows raises
+        `OutOfBoundsError` (NKI's default oob_mode.error). Each row is one DMA descriptor of one
+        row's bytes; the R rows are spread over the DMA engines like a dense transfer of R rows,
+        and the transfer waits for the whole of src (its rows are known only at run time)."""
+        dst = _view(dst, "dst")
+        src = _view(src, "src")
+        idx = _view(indices, "indices")
+        if src.tensor.kind != "hbm" or dst.tensor.kind != "sbuf":
+            raise MemoryPlacementError(
+                f"operand memory: dma_gather reads rows of an HBM tensor into SBUF, got "
+                f"{src.tensor.kind.upper()} -> {dst.tensor.kind.upper()}",
+                value=(src.tensor.kind, dst.tensor.kind), limit=("hbm", "sbuf"))
+        self._onchip(idx, "indices", "dma_gather", psum_ok=False)
+        if dtypes.is_float(idx.tensor.dtype):
+            raise DtypeError(f"data type: dma_gather indices must be integers, got "
+                             f"{dtypes.name(idx.tensor.dtype)}", value=idx.tensor.dtype, limit="int32")
+        R = dst.shape[0] if dst.shape else 1
+        if idx.size != R or tuple(dst.shape[1:]) != tuple(src.shape[1:]):
+            raise ShapeMismatchError(
+                f"shape mismatch: dma_gather of {idx.size} indices from src {src.shape} into dst "
+                f"{dst.shape}; dst must be [{idx.size}, {', '.join(map(str, src.shape[1:]))}]",
+                value=dst.shape, limit=(idx.size,) + tuple(src.shape[1:]))
+        if dst.tensor.dtype != src.tensor.dtype:
+            raise DtypeError(f"data type: dma_gather does not convert: src "
+                             f"{dtypes.name(src.tensor.dtype)}, dst {dtypes.name(dst.tensor.dtype)}",
+                             value=src.tensor.dtype, limit=dst.tensor.dtype)
+        if self.full:
+            idx.check_initialized()
+            rows = np.asarray(idx.values()).reshape(-1).astype(np.int64)
+            n = src.shape[0]
+            bad = rows[(rows < 0) | (rows >= n)]
+            if bad.size:
+                raise OutOfBoundsError(f"out-of-bounds index: dma_gather row {int(bad[0])} of a source "
+                                       f"with {n} rows", value=int(bad[0]), limit=n)
+            src.check_initialized()
+            dst.write(np.asarray(src.values())[rows].reshape(dst.shape))
+        whole = src.tensor.full                    # which rows is known only at run time
+        nbytes = dst.nbytes
+        return self._schedule_dma(dst, whole, (whole, idx), nbytes, queue, "dma_gather")
+
+    def dma_copy_cast(self, dst, src, queue: int | None = None) -> int:
+        """dma_copy that converts src's dtype to dst's on the way, which NeuronCore-v3/-v4 DMA engines
+        can do (Trn2/Trn3: nisa.dma_copy with dst and src of different dtypes; ⚠ stated in AWS's
+        Trainium2 architecture guide's DMA section, not on the dma_copy page). NeuronCore-v2 (Trn1)
+        refuses it: cast on an engine there. Costed as a copy of the larger of the two byte counts."""
+        dst = _view(dst, "dst")
+        src = _view(src, "src")
+        if str(self.spec.generation).lower().lstrip("v") == "2":
+            raise DtypeError(f"data type: dma_copy does not convert on NeuronCore-v2 ({self.spec.name}): src "
+                             f"{dtypes.name(src.tensor.dtype)}, dst {dtypes.name(dst.tensor.dtype)}; cast with "
+                             f"tensor_copy on an engine (DMA casts from NeuronCore-v3 / Trn2 on)",
+                             value=src.tensor.dtype, limit=dst.tensor.dtype)
+        sk, dk = src.tensor.kind, dst.tensor.kind
+        if sk == "psum" or dk == "psum":
+            cls = PSUMToHBMError if "hbm" in (sk, dk) else MemoryPlacementError
+            raise cls(f"PSUM to HBM: dma_copy {sk.upper()} -> {dk.upper()} is refused; DMA does "
+                      f"not reach PSUM. Copy PSUM -> SBUF with tensor_copy, then SBUF -> HBM",
+                      value=(sk, dk), limit="SBUF/HBM endpoints")
+        if src.size != dst.size:
+            raise ShapeMismatchError(f"shape mismatch: dma_copy src {src.shape} -> dst {dst.shape}",
+                                     value=src.shape, limit=dst.shape)
+        if self.full:
+            src.check_initialized()
+            values = np.asarray(src.values(), dtype=np.float32) if dtypes.is_float(src.tensor.dtype) \
+                else np.asarray(src.values())
+            dst.write(np.reshape(values, dst.shape).astype(dst.tensor.dtype))
+        return self._schedule_dma(dst, src, (src,), max(src.nbytes, dst.nbytes), queue, "dma_copy")
+
+    def dma_transpose(self, dst, src, queue: int | None = None) -> int:
+        """dst[B, A] = src[A, B].T moved by a DMA (nisa.dma_transpose, nl.load_transpose2d): src in
+        HBM or SBUF, dst in SBUF (or HBM). From NeuronCore-v3 on the DMA engines transpose in
+        hardware into SBUF and may convert the dtype on the way; on NeuronCore-v2 it is a strided
+        DMA of the same dtype (`cost.dma_transpose_cost`)."""
+        dst = _view(dst, "dst")
+        src = _view(src, "src")
+        sk, dk = src.tensor.kind, dst.tensor.kind
+        if sk == "psum" or dk == "psum":
+            raise MemoryPlacementError(f"operand memory: dma_transpose {sk.upper()} -> {dk.upper()} is "
+                                       f"refused; DMA does not reach PSUM", value=(sk, dk),
+                                       limit="SBUF/HBM endpoints")
+        if len(src.shape) != 2 or tuple(dst.shape) != tuple(src.shape[::-1]):
+            raise ShapeMismatchError(f"shape mismatch: dma_transpose of src {src.shape} into dst "
+                                     f"{dst.shape}; dst must be the 2-D src reversed",
+                                     value=dst.shape, limit=tuple(src.shape[::-1]))
+        if src.tensor.dtype != dst.tensor.dtype and str(self.spec.generation).lower().lstrip("v") == "2":
+            raise DtypeError(f"data type: dma_transpose does not convert on NeuronCore-v2 ({self.spec.name}): "
+                             f"src {dtypes.name(src.tensor.dtype)}, dst {dtypes.name(dst.tensor.dtype)}",
+                             value=src.tensor.dtype, limit=dst.tensor.dtype)
+        if self.full:
+            src.check_initialized()
+            values = np.asarray(src.values())
+            if src.tensor.dtype != dst.tensor.dtype and dtypes.is_float(src.tensor.dtype):
+                values = values.astype(np.float32)
+            dst.write(np.ascontiguousarray(values.reshape(src.shape).T).astype(dst.tensor.dtype))
+        return self._schedule_dma(dst, src, (src,), max(src.nbytes, dst.nbytes), queue, "dma_transpose")
+
+    def _schedule_dma(self, dst, src, reads, nbytes, queue, opcode) -> int:
+        """Schedule a DMA of `nbytes` from src to dst (after `reads` are ready) on a queue."""
+        sk, dk = src.tensor.kind, dst.tensor.kind
+        ready, waited = _wait_reads(reads, 0.0, -1)
+        ready, waited, _ = _wait_write(dst, ready, waited)
+        c = self._dma_cost(dst, src, nbytes, opcode)
+        hbm = c.hbm_bytes
+        eid, start, end, waited = self.engine_times.dma(self._dma_queue(queue), ready, waited, c.fixed_ns,
+                                                 c.cycles, c.dma_engine_ns, hbm)
+        idx = len(self._records)
+        _record_reads(reads, end, idx)
+        _record_write(dst, end, idx)
+        sbuf = (nbytes if sk == "sbuf" else 0) + (nbytes if dk == "sbuf" else 0)
+        return self._append(eid, opcode, start, end, end, 0.0, hbm, sbuf, 0, waited)
+
+    def _dma_queue(self, queue) -> int | None:
+        """The DMA queue a kernel named (checked), or None: the queue free first."""
+        if queue is None:
+            return None
+        nq = self.spec.dma_queues
+        if not 0 <= int(queue) < nq:
+            raise EngineError(f"engine: DMA queue {queue} does not exist; the core has {nq}",
+                              value=queue, limit=nq)
+        return int(queue)
+
+    def _dma_cost(self, dst: View, src: View, nbytes: int, opcode: str) -> "cost.Cost":
+        """The pure cost model's answer for a DMA; it depends on these numbers only, so it is
+        remembered per (opcode, bytes, rows, contiguous chunk, touches HBM, dst free size, itemsize)."""
+        sk, dk = src.tensor.kind, dst.tensor.kind
+        chunk = nbytes // max(dst.shape[0] if dst.shape else 1, 1) if opcode == "dma_gather" else \
+            min(cost.contiguous_bytes(src), cost.contiguous_bytes(dst))
+        rows = dst.partitions if dk == "sbuf" else (src.partitions if sk == "sbuf" else
+                                                    (dst.shape[0] if dst.shape else 1))
+        key = (opcode, nbytes, rows, chunk, "hbm" in (sk, dk), dst.free_size, dst.tensor.itemsize)
+        c = self._costs.get(key)
+        if c is None:
+            c = self._costs[key] = cost.cost(cost.Instruction(
+                opcode, "dma", (cost.operand(src, True),), (cost.operand(dst, True),)), self.spec)
+        return c

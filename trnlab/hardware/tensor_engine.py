@@ -1,0 +1,227 @@
+"""The Tensor engine's instructions: nc_matmul and nc_transpose (a 128 x 128 systolic array that reads
+SBUF and writes PSUM).
+
+Each instruction checks its rules (`_check_matmul`), computes its values in full mode
+(`_matmul_values`, `_transpose_values`: fp32 products accumulated in PSUM), costs it (`cost.py`)
+and issues it: LoadStationary of a new stationary tile in the background, the array busy for the
+moving columns, the result after the drain (`engines.EngineTimes.tensor`).
+Composed into `core.NeuronCore`.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import cost, dtypes
+from .engines import PE
+from .errors import DtypeError, MatmulShapeError, MemoryPlacementError, PartitionAxisError, ShapeMismatchError, StartPartitionError
+from .operands import _view, start_partition_ok
+from .tensor import View
+from .dependencies import record_reads as _record_reads, record_write as _record_write, wait_reads as _wait_reads, wait_write as _wait_write
+
+
+class TensorEngineInstructions:
+    """NeuronCore's Tensor-engine instructions (the core's machinery: `core.NeuronCore`)."""
+
+    def nc_matmul(self, dst, stationary, moving, accumulate=None) -> int:
+        """dst[M, N] (+)= stationary[K, M].T @ moving[K, N] on the Tensor engine.
+
+        Inputs in SBUF, output in PSUM (fp32; bf16 also on NeuronCore-v4), K <= 128 (partitions),
+        M <= 128, N <= 512. ``accumulate``: True adds to dst, False overwrites it, None (default)
+        adds if dst was already written and overwrites a fresh tile (NKI's PSUM accumulation).
+        """
+        # The rules depend only on the operands' shapes and places: check each triple of operand
+        # objects once (tiled loops reuse the same views) — the hot path of every GEMM.
+        key = (dst, stationary, moving)
+        checked = self._matmul_checked.get(key)
+        if checked is None:
+            checked = self._check_matmul(dst, stationary, moving)
+            if len(self._matmul_checked) > 1024:
+                self._matmul_checked.clear()
+            self._matmul_checked[key] = checked
+        dst, st, mv, K, M, N, busy_ns, latency_ns, load_ns, flops, sbuf, psum = checked
+        if st.tensor.freed or mv.tensor.freed or dst.tensor.freed:
+            for v, what in ((st, "stationary"), (mv, "moving"), (dst, "dst")):
+                _view(v, what)
+        if self.full:
+            self._matmul_values(dst, st, mv, K, M, N, accumulate)
+
+        # --- time: LoadStationary in the background, MultiplyMoving busy, result after drain ---
+        times = self.engine_times
+        start, waited = _wait_reads((mv,), 0.0, -1)        # RAW on the moving tile
+        last = self._stationary
+        st_tensor = st.tensor
+        version = st_tensor.version
+        new = last is not st and (last is None or last.tensor is not st_tensor or last.box != st.box) \
+            or version != self._stationary_version
+        if new:
+            st_ready, st_waited = _wait_reads((st,), 0.0, -1)
+            self._stationary = st
+            self._stationary_version = version
+        else:
+            st_ready, st_waited = 0.0, -1
+        dst_ready, dst_waited, group_ready = _wait_write(dst, 0.0, -1, True)   # WAR / WAW on dst
+        start, end, ready, waited = times.tensor(start, waited, new, st_ready, st_waited, load_ns,
+                                                 dst_ready, dst_waited, group_ready, busy_ns, latency_ns)
+        records = self._records
+        idx = len(records)
+        _record_reads((st, mv), end, idx)
+        _record_write(dst, ready, idx, True)
+        records.append((PE, "nc_matmul", start, end, ready, flops, 0, sbuf, psum, waited,
+                        self.note))                                       # a records.Record
+        if ready > self._now:
+            self._now = ready
+        return idx
+
+    def _check_matmul(self, dst, stationary, moving):
+        dst = _view(dst, "dst")
+        st = _view(stationary, "stationary")
+        mv = _view(moving, "moving")
+        for v, what in ((st, "stationary"), (mv, "moving")):
+            if v.tensor.kind != "sbuf":
+                raise MemoryPlacementError(
+                    f"operand memory: nc_matmul {what} {v.tensor.name!r} is in "
+                    f"{v.tensor.kind.upper()}; the Tensor engine reads SBUF only",
+                    value=v.tensor.kind, limit="sbuf")
+        if dst.tensor.kind != "psum":
+            raise MemoryPlacementError(
+                f"operand memory: nc_matmul dst {dst.tensor.name!r} is in "
+                f"{dst.tensor.kind.upper()}; the Tensor engine writes PSUM only",
+                value=dst.tensor.kind, limit="psum")
+        K, M, N = st.partitions, st.free_size, mv.free_size
+        if mv.partitions != K:
+            raise MatmulShapeError(
+                f"matmul tile shape: contraction (partition) sizes differ: stationary {st.shape} "
+                f"has K={K}, moving {mv.shape} has K={mv.partitions}", value=mv.partitions,
+                limit=K)
+        if K > self._max_k:
+            raise MatmulShapeError(f"matmul tile shape: K={K} partitions, the limit is "
+                                   f"{self._max_k} (PE rows)", value=K, limit=self._max_k)
+        if M > self._max_m:
+            raise MatmulShapeError(f"matmul tile shape: stationary free size M={M}, the limit is "
+                                   f"{self._max_m} (gemm_stationary_fmax)", value=M,
+                                   limit=self._max_m)
+        if N > self.spec.moving_fmax:
+            raise MatmulShapeError(f"matmul tile shape: moving free size N={N}, the limit is "
+                                   f"{self.spec.moving_fmax} (gemm_moving_fmax)", value=N,
+                                   limit=self.spec.moving_fmax)
+        if dst.partitions != M or dst.free_size != N:
+            raise ShapeMismatchError(
+                f"shape mismatch: nc_matmul dst {dst.shape} should be [M={M}, N={N}] "
+                f"(stationary {st.shape}, moving {mv.shape})", value=dst.shape, limit=(M, N))
+        sdt, mdt = st.tensor.dtype, mv.tensor.dtype
+        if sdt not in dtypes.MATMUL_INPUTS or mdt not in dtypes.MATMUL_INPUTS:
+            raise DtypeError(f"data type: nc_matmul inputs {dtypes.name(sdt)} x {dtypes.name(mdt)}; "
+                             f"the Tensor engine takes fp32, bf16, fp16 and fp8",
+                             value=(sdt, mdt), limit=dtypes.MATMUL_INPUTS)
+        ddt = dst.tensor.dtype
+        if ddt != dtypes.float32 and not (ddt == dtypes.bfloat16 and self.spec.generation >= "v4"):
+            raise DtypeError(f"data type: nc_matmul writes fp32 to PSUM, dst is {dtypes.name(ddt)}",
+                             value=ddt, limit="float32")
+        parts = self.spec.partitions
+        for v, what in ((st, "stationary"), (mv, "moving"), (dst, "dst")):
+            if not v.part_first:
+                raise PartitionAxisError(
+                    f"partition axis first: nc_matmul {what} {v!r} does not have the partition "
+                    f"axis first", value=v.shape, limit="partition axis first")
+            if v.part_start and not start_partition_ok(v.part_start, v.partitions, parts):
+                raise StartPartitionError(
+                    f"start partition: nc_matmul {what} starts at partition {v.part_start} with "
+                    f"{v.partitions} partitions; allowed starts: 0 for >64 partitions, 0/64 for "
+                    f"33-64, 0/32/64/96 for <=32", value=v.part_start, limit=(0, 32, 64, 96))
+        matmul_dtype = dtypes.float32 if dtypes.float32 in (sdt, mdt) else sdt
+        self._matmul_dtypes.add(matmul_dtype)
+        c = cost.cost(cost.Instruction("nc_matmul", "pe", (cost.operand(st), cost.operand(mv)),
+                                       (cost.operand(dst),)), self.spec)
+        pe_ns = self._pe_ns
+        return (dst, st, mv, K, M, N, c.cycles * pe_ns, c.latency_cycles * pe_ns,
+                c.setup_cycles * pe_ns, 2.0 * K * M * N, st.nbytes + mv.nbytes, dst.nbytes)
+
+    def _matmul_values(self, dst, st, mv, K, M, N, accumulate):
+        """Full mode: fp32 products of the (exactly widened) inputs, accumulated in PSUM."""
+        t = dst.tensor
+        if accumulate is None:
+            accumulate = t.written is None or bool(
+                (t.written if dst.index is None else t.written[dst.index]).all())
+        # garbage in (memory never written) lands where it goes, as on the chip: result row m
+        # depends on stationary column m, result column n on moving column n (all of K)
+        garbage = None
+        bad_st, bad_mv = st.undefined(), mv.undefined()
+        if bad_st is not None or bad_mv is not None:
+            rows = np.zeros(M, bool) if bad_st is None else bad_st.reshape(K, M).any(axis=0)
+            cols = np.zeros(N, bool) if bad_mv is None else bad_mv.reshape(K, N).any(axis=0)
+            garbage = (rows[:, None] | cols[None, :]).reshape(dst.shape)
+            source = st if bad_st is not None else mv
+            origin = (f"nc_matmul read never-written {source.tensor.name!r}[{source._index_str()}]"
+                      + (f" at {self.note}" if self.note else ""))
+        if accumulate:                           # adding onto garbage keeps it garbage
+            before = dst.undefined()
+            if before is not None:
+                garbage = before if garbage is None else garbage | before
+                origin = dst.tensor.poison_origin or "accumulated onto garbage"
+        if dst.basic and (t.dtype == dtypes.float32 or t.dtype == dtypes.bfloat16):
+            # computed when the PSUM tile is next read, together with the rest of its group
+            t.defer_matmul(dst, st.tensor.snapshot(st), mv.tensor.snapshot(mv), accumulate)
+            dst.mark_written()
+            if garbage is not None:
+                dst.set_poison(garbage, origin)
+            return
+        product = (np.asarray(st.values(), np.float32).reshape(K, M).T
+                   @ np.asarray(mv.values(), np.float32).reshape(K, N))
+        if accumulate:
+            dst.write((dst.values().astype(np.float32) + product.reshape(dst.shape))
+                      .astype(t.dtype))
+        else:
+            self._store(dst, product)
+        if garbage is not None:
+            dst.set_poison(garbage, origin)
+
+    def _pe_issue(self, opcode, st, reads, dst, flops, sbuf, psum):
+        """Schedule a Tensor-engine instruction other than nc_matmul (nc_transpose): the array
+        loads `st` as its stationary tile (in the background), then streams N columns."""
+        busy_ns, latency_ns, load_ns = self._pe_cost(opcode, st, reads, dst)
+        times = self.engine_times
+        start, waited = _wait_reads(reads, 0.0, -1)
+        st_ready, st_waited = _wait_reads((st,), 0.0, -1)
+        self._stationary = None
+        dst_ready, dst_waited, _ = _wait_write(dst, 0.0, -1)
+        start, end, ready, waited = times.tensor(start, waited, True, st_ready, st_waited, load_ns,
+                                                 dst_ready, dst_waited, 0.0, busy_ns, latency_ns)
+        idx = len(self._records)
+        _record_reads((st,) + reads, end, idx)
+        _record_write(dst, ready, idx)
+        return self._append(PE, opcode, start, end, ready, flops, 0, sbuf, psum, waited)
+
+    def _pe_cost(self, opcode, st, reads, dst) -> tuple[float, float, float]:
+        """(busy, ready-after, LoadStationary) ns of a Tensor-engine instruction (`cost.cost`)."""
+        c = cost.cost(cost.Instruction(opcode, "pe", (cost.operand(st),) + tuple(
+            cost.operand(v) for v in reads), (cost.operand(dst),)), self.spec)
+        pe_ns = self._pe_ns
+        return c.cycles * pe_ns, c.latency_cycles * pe_ns, c.setup_cycles * pe_ns
+
+    def _transpose_values(self, dst: View, src: View) -> None:
+        """Full mode: dst = src.T (nc_transpose on either engine)."""
+        (x,) = self._inputs(src)
+        self._store(dst, x.T)
+
+    def nc_transpose(self, dst, src) -> int:
+        """dst[F, P] = src[P, F].T through the Tensor engine (a matmul by the identity): SBUF → PSUM."""
+        dst = _view(dst, "dst")
+        src = _view(src, "src")
+        if src.tensor.kind != "sbuf" or dst.tensor.kind != "psum":
+            raise MemoryPlacementError(
+                f"operand memory: nc_transpose on the Tensor engine reads SBUF and writes PSUM, "
+                f"got {src.tensor.kind.upper()} -> {dst.tensor.kind.upper()}",
+                value=(src.tensor.kind, dst.tensor.kind), limit=("sbuf", "psum"))
+        self._onchip(src, "src", "nc_transpose")
+        self._onchip(dst, "dst", "nc_transpose")
+        P, F = src.partitions, src.free_size
+        if P > self._max_k or F > self._max_m:
+            raise MatmulShapeError(f"matmul tile shape: nc_transpose of [{P}, {F}]; both sides "
+                                   f"must be <= {self._max_m}", value=(P, F), limit=self._max_m)
+        if dst.partitions != F or dst.free_size != P:
+            raise ShapeMismatchError(f"shape mismatch: nc_transpose dst {dst.shape}, expected "
+                                     f"[{F}, {P}]", value=dst.shape, limit=(F, P))
+        if self.full:
+            self._transpose_values(dst, src)
+        # an identity matmul: src is the stationary [K=P, M=F], the identity streams N=P columns
+        return self._pe_issue("nc_transpose", src, (), dst, 2.0 * P * F * P, src.nbytes, dst.nbytes)

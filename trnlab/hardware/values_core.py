@@ -1,0 +1,123 @@
+"""The values core: a full-mode NeuronCore that computes values only, beside the timing replay.
+
+A traced program's full-mode replay computes its times with `replay_timing.run_timing` and its
+values by issuing each instruction to a `ValuesCore`: the instruction methods run (NeuronCore's
+own full-mode steps), but their scheduling step is dropped. The fast-path planner (`compiled.py`:
+values plans, `values_order`) calls the specialisations below.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .core import NeuronCore, _view
+from .tensor import View
+
+
+class ValuesCore(NeuronCore):
+    """A full-mode core that only computes values: the instruction methods run (the same NumPy
+    code as a checked replay), but their scheduling step is dropped — `run_timing` computes the
+    times. Matmuls skip their rule checks and cost (done at trace) and go straight to the values.
+    The Scalar engine's reduce registers and the random stream are the real core's (`bind`)."""
+
+    def __init__(self, spec):
+        super().__init__(spec, mode="full", name="values")
+        self.alias_sources = frozenset()     # ids of the HBM tensors loads may view (run_values)
+
+    def bind(self, core) -> None:
+        self._act_regs = core._act_regs
+        rng = getattr(core, "_rng", None)
+        if rng is not None:
+            self._rng = rng
+        elif hasattr(self, "_rng"):
+            del self._rng
+
+    def _issue(self, eid, opcode, dur, reads, write, flops=0.0, also_write=None):
+        return -1
+
+    def _pe_issue(self, opcode, st, reads, dst, flops, sbuf, psum):
+        return -1
+
+    def _schedule_dma(self, dst, src, reads, nbytes, queue, opcode) -> int:
+        return -1
+
+    def _cost_ns(self, eid, opcode, reads, writes, **attrs) -> float:
+        return 0.0
+
+    def nc_matmul(self, dst, stationary, moving, accumulate=None) -> int:
+        dst, st, mv = _view(dst, "dst"), _view(stationary, "stationary"), _view(moving, "moving")
+        self._matmul_values(dst, st, mv, st.partitions, st.free_size, mv.free_size, accumulate)
+        return -1
+
+    def nc_matmul_starting(self, dst, stationary, moving, accumulate=None) -> int:
+        """nc_matmul ending a run of matmuls into its PSUM tile that nothing adds to before the
+        tile is read (`values_order`): its products start computing in a worker thread now."""
+        self.nc_matmul(dst, stationary, moving, accumulate)
+        t = dst.tensor if type(dst) is View else dst
+        t.memory.start_pending(t)
+        return -1
+
+    def nc_matmul_ready(self, dst, stationary, moving, accumulate=None) -> int:
+        """nc_matmul ending a run, followed by one ending another tile's run: its products start
+        with that one's, merged with those that share their operands (`memory.start_pending`)."""
+        self.nc_matmul(dst, stationary, moving, accumulate)
+        t = dst.tensor if type(dst) is View else dst
+        t.memory.ready(t)
+        return -1
+
+    # The most frequent instructions of a tiled kernel, reduced to their values (NeuronCore's own
+    # full-mode steps): their rules were checked at trace and do not depend on values, and their
+    # operands are the views of a values plan (never freed tiles).
+    def dma_copy(self, dst, src, queue=None) -> int:
+        self._dma_copy_values(dst, src)
+        return -1
+
+    def dma_load_aliasing(self, dst, src, queue=None) -> int:
+        """dma_copy of a whole SBUF tile from an HBM tensor no instruction of the program writes,
+        into a tile only matmuls read (`_aliasing_loads`): the tile holds a view of the HBM values
+        (copy on write, as a deferred matmul's snapshot) instead of a copy, where this run allows."""
+        source = src.tensor
+        if source.written is not None or source.poison is not None:
+            src.check_initialized()
+        t = dst.tensor
+        values = src.values()
+        if values.shape != t.shape:
+            values = values.reshape(t.shape)
+        if values.dtype != t.dtype:             # (a resident tensor of another dtype)
+            values = values.astype(t.dtype)
+        from .compiled import _reset, _written_whole
+        if t._pending is not None:
+            _reset(t)                           # (products of an earlier use still computing)
+        if id(source) in self.alias_sources:
+            _written_whole(t, values, shared=True)    # copy on write: the HBM values stay as they are
+        else:
+            _written_whole(t, np.array(values), shared=False)
+        return -1
+
+    def tensor_copy_moving(self, dst, src, engine="vector") -> int:
+        """tensor_copy of a whole PSUM tile, at its last use, into a whole SBUF tile of the same
+        dtype at its first (`_moving_copies`): the SBUF tile takes the PSUM tile's array (the PSUM
+        tile is dropped right after) — unless some of it is garbage, then as tensor_copy."""
+        from .compiled import _reset, _written_whole
+        t, s = dst.tensor, src.tensor
+        values = s.data                         # (waits for its products)
+        if s.written is not None or s.poison is not None:
+            _reset(t)
+            self._tensor_copy_values(dst, src)
+            return -1
+        if t._pending is not None:
+            _reset(t)
+        _written_whole(t, values, shared=False)
+        s._data = None
+        return -1
+
+    def tensor_copy(self, dst, src, engine="vector") -> int:
+        self._tensor_copy_values(dst, src)
+        return -1
+
+    def nc_transpose(self, dst, src) -> int:
+        self._transpose_values(dst, src)
+        return -1
+
+    def set_rng_seed(self, seed) -> int:
+        self._seed_values(seed)
+        return -1
