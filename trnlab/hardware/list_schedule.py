@@ -170,8 +170,8 @@ def compiled_in_order(new: Program, program: Program, order: list[int], spec) ->
     """Give `new` (program's instructions in `order`) its compiled form for `spec` from program's
     descriptions, without describing every instruction again."""
     issues = issues_in_order(program, order, spec)
-    new._compiled = (new, {spec: Compiled(new, spec, issues, getattr(program, "_matmul_dtypes", ()))})
-    new._issue_spec = None             # (the instructions' own descriptions are program order's)
+    new.derived.put("compiled", {spec: Compiled(new, spec, issues, program.matmul_dtypes)})
+    new.issue_spec = None              # (the instructions' own descriptions are program order's)
 
 
 def tile_bytes(program: Program) -> list[int]:
@@ -295,7 +295,7 @@ def build_graph(program: Program, resolved) -> tuple[_Graph, list, list]:
     # comes after all of the run before it, so a per-region profile stays the region's (the
     # schedule reorders within each). The region of a kernel inlined into another (noted at trace)
     # is its caller's: AWS's compiler compiles a kernel and the kernels it calls as one
-    inlined = getattr(program, "_inlined_regions", frozenset())
+    inlined = program.inlined_regions
     keys = {}
     for ins in program.instructions:
         if ins.region not in keys:
