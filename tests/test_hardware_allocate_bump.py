@@ -104,7 +104,7 @@ def test_the_stamper_notes_its_tiles_and_allocation_reads_the_same_rows_from_the
     finally:
         allocation._stamped_notes = original
     assert len(noted) == 1 and noted[0].end - noted[0].start > len(program.buffers) // 2
-    assert "_stamped_tiles" not in program.__dict__                  # used once, by the first allocation
+    assert "stamped_tiles" not in program.derived                     # used once, by the first allocation
     # the rows from the notes are the rows read from the buffer objects
     from_notes, from_objects = allocation._tile_rows(program.buffers, noted), allocation._tile_rows(program.buffers)
     assert from_notes[0] == from_objects[0]

@@ -78,7 +78,7 @@ def test_program_json_round_trip_replays_to_the_same_numbers_and_times(tmp_path)
     path = tmp_path / "add.json"
     program.save(path)
     doc = json.loads(path.read_text())
-    assert doc["format"] == "trnlab.program" and doc["version"] == 1
+    assert doc["format"] == "trnlab.program" and doc["version"] == 2
     loaded = Program.load(path)
     a, b = Device("trn2", cores=1), Device("trn2", cores=1)
     run_a, run_b = a.run(program, X, Y), b.run(loaded, X, Y)
@@ -270,7 +270,7 @@ def test_a_direct_allocation_keeps_the_address_the_kernel_gave():
 
 
 # -- the compiled timing replay: checked once (at trace), then a tight loop — the same timeline ------
-from trnlab.hardware import compiled as compiled_replay          # noqa: E402
+from trnlab.hardware.fast import values_replay                    # noqa: E402
 from trnlab.kernels import attention, norms                       # noqa: E402
 
 SD = nki.ShapeDtype
@@ -327,18 +327,18 @@ def test_compiled_replay_is_used_in_timing_and_in_full_mode():
     program = nki.trace(norms.layer_norm, *args, target="trn2")
     timing = Device("trn2", mode="timing", cores=1)
     timing.run(program, None, None, None)
-    owner, cache = program._compiled
-    assert owner is program and len(cache) == 1                # compiled once, for Trn2
+    cache = program.derived.get("compiled")
+    assert len(cache) == 1                                      # compiled once, for Trn2
     resolved = next(iter(cache.values()))
     x = RNG.standard_normal((256, 320)).astype(np.float32)
     g, b = np.ones(320, np.float32), np.zeros(320, np.float32)
     calls = []
-    original = compiled_replay.run_values
-    compiled_replay.run_values = lambda *a: calls.append(1) or original(*a)
+    original = values_replay.run_values
+    values_replay.run_values = lambda *a: calls.append(1) or original(*a)
     try:
         full = Device("trn2", mode="full", cores=1).run(program, x, g, b)
     finally:
-        compiled_replay.run_values = original
+        values_replay.run_values = original
     assert full.outputs is not None and calls == [1]            # values beside the compiled timing
     assert len(cache) == 1 and len(resolved._resolved) == 1     # the same compiled program
 
@@ -589,8 +589,7 @@ def test_compiled_replay_equals_the_checked_core_with_dma_queues_named():
     program.instructions = [
         replace(ins, attrs={**ins.attrs, "queue": k % 5}, issue=None)
         if ins.opcode == "dma_copy" and k % 3 == 0 else ins for k, ins in enumerate(traced.instructions)]
-    for name in ("_plan", "_compiled", "_issue_spec", "_values_plan"):
-        program.__dict__.pop(name, None)
+    program.issue_spec = None            # (a new instruction list: program.derived is empty already)
     fast = _timelines(program, False, launches=3)
     assert fast == _timelines(program, True, launches=3)
     engines = {r[0] for r in fast[0][0] if r[1] == "dma_copy"}
