@@ -8,11 +8,19 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import trnlab.nki as nki
+from trnlab import config
 from trnlab.hardware import allocate as allocation
 from trnlab.hardware import presets
 from test_hardware_allocate_walk import buffer_rows, fast_offsets, reference_offsets, table_program
 
 SD = nki.ShapeDtype
+
+
+@pytest.fixture(autouse=True)
+def _fast_paths_on():
+    """The shortcuts are fast paths: on here, even in CI's run with TRNLAB_FAST=0."""
+    with config.override(fast=True):
+        yield
 
 
 

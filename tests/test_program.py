@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import trnlab.nki as nki
+from trnlab import config
 import trnlab.nki.isa as nisa
 import trnlab.nki.language as nl
 from trnlab.hardware import dtypes, errors, presets
@@ -322,6 +323,7 @@ def test_compiled_replay_on_several_cores_sharing_hbm_gives_the_same_timelines()
     assert len(fast[2][0]) == 2 * len(program)
 
 
+@config.override(fast=True)          # a fast path's own behaviour
 def test_compiled_replay_is_used_in_timing_and_in_full_mode():
     args = (SD((256, 320), "float32"), SD((320,), "float32"), SD((320,), "float32"))   # traced here only
     program = nki.trace(norms.layer_norm, *args, target="trn2")
@@ -372,6 +374,7 @@ def test_full_mode_compiled_replay_gives_the_same_values_and_timeline_as_the_che
         np.testing.assert_array_equal(np.asarray(a, np.float32), np.asarray(b, np.float32))
 
 
+@config.override(fast=True)          # a fast path's own behaviour
 def test_full_mode_compiled_replay_keeps_the_uninitialized_read_check():
     @nki.jit
     def reads_garbage(a):
@@ -432,6 +435,7 @@ def test_a_list_scheduled_copy_compiles_its_own_order():
     assert _timelines(hoisted, False) == _timelines(hoisted, True)
 
 
+@config.override(fast=True)          # a fast path's own behaviour
 def test_the_cyclic_gc_is_paused_while_tracing_and_restored_after():
     import gc
     from trnlab.hardware import _gc

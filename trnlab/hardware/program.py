@@ -378,7 +378,7 @@ def _encode_spec(spec, target: str):
     if spec is None:
         return None
     from .presets import CORES
-    if CORES.get(target) == spec:
+    if any(preset == spec and preset.name == target for preset in CORES.values()):
         return None
     return {k: _encode(v) for k, v in dataclasses.asdict(spec).items()}
 
