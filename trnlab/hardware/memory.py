@@ -143,9 +143,7 @@ class HBM:
             data = arr
         else:
             data = dtypes.cast(arr, dt)
-        t = Tensor(self, arr.shape, dt, name, None, 0, self.with_data, fill=data)
-        if not self.with_data:
-            t.written = None
+        t = Tensor(self, arr.shape, dt, name, None, 0, self.with_data, fill=data)   # (written: all)
         self.tensors.append(t)
         return t
 
@@ -174,21 +172,21 @@ class HBM:
         t = Tensor(self, shape, new_dtype, name or f"{tensor.name}.reshape", None, 0,
                    data is not None, fill=data)
         if tensor.written is None:
-            t.written = None
+            written = None
         elif new_dtype == tensor.dtype:
-            t.written = tensor.written.reshape(shape)
+            written = tensor.written.reshape(shape)
         else:                                   # per byte, then per element of the new type
             per_byte = np.repeat(tensor.written.reshape(-1), tensor.dtype.itemsize)
-            t.written = per_byte.reshape(-1, new_dtype.itemsize).all(axis=1).reshape(shape)
-        t.alias_of = tensor
+            written = per_byte.reshape(-1, new_dtype.itemsize).all(axis=1).reshape(shape)
+        t.share_bytes_of(tensor, written)
         return t
 
     def free(self, tensor: Tensor):
         if getattr(tensor, "alias_of", None) is not None:
-            tensor.freed = True                  # an alias owns no bytes of its own
+            tensor.mark_freed()                  # an alias owns no bytes of its own
             return
         if not tensor.freed:
-            tensor.freed = True
+            tensor.mark_freed()
             self.used -= tensor.nbytes
             self.tensors.remove(tensor)
 

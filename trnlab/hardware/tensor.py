@@ -202,7 +202,24 @@ class Tensor:
         """The whole tensor as float32 (bf16 -> fp32 is exact)."""
         return np.asarray(self.data, dtype=np.float32)
 
-    # -- a tile's life: the only code that sets its values' private fields from outside a write ----
+    # -- a tensor's life: the only code that sets its values' fields outside a write ---------------
+    def fill_partly(self, values: np.ndarray, written: np.ndarray) -> None:
+        """Hold `values`, of which only the `written` elements were written (the rest reads as
+        poison, or raises when checked)."""
+        self._data = values
+        self.written = written
+        self._unpoisoned = True
+
+    def share_bytes_of(self, tensor: "Tensor", written) -> None:
+        """This HBM tensor is another shape of `tensor`'s bytes (`HBM.alias`), with `written` its
+        written-mask (None: every element written)."""
+        self.alias_of = tensor
+        self.written = written
+
+    def mark_freed(self) -> None:
+        """Freed from HBM (whose values stay readable: a launch's outputs)."""
+        self.freed = True
+
     def release(self) -> None:
         """Freed by its memory (`OnChipMemory.free`): the values go now (caches elsewhere may still
         hold the Tensor object)."""
