@@ -19,7 +19,7 @@ import pytest
 import trnlab.nki as nki
 import trnlab.nki.language as nl
 from trnlab import config
-from trnlab.hardware import _blas, _gc, dtypes, gemm, presets, replay
+from trnlab.hardware import _blas, gemm, presets, replay
 from trnlab.hardware.program import Program
 from trnlab.kernels import KERNELS
 from trnlab.kernels.workload import gpt_arguments

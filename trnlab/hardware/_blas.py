@@ -78,27 +78,29 @@ def single_threaded():
     restores the thread count. Setting it costs ~50 us (OpenBLAS wakes its threads), so full mode
     enters one block per run (`fast.values_replay.run_values`) rather than one per PSUM read."""
     global _depth
-    if config.get("blas_threads") == "default" or not config.fast():
-        yield
-        return
-    api = _find()
-    if not api:
-        yield
-        return
-    setter, getter = api
     with _lock:
-        if _depth == 0:
-            _saved[0] = getter()
-            if _saved[0] != 1:
-                setter(1)
-        _depth += 1
+        nested = _depth > 0             # inside a block that switched already: no settings to read
+        if nested:
+            _depth += 1
+    if not nested:
+        api = _find() if config.get("blas_threads") != "default" and config.fast() else None
+        if not api:
+            yield
+            return
+        setter, getter = api
+        with _lock:
+            if _depth == 0:
+                _saved[0] = getter()
+                if _saved[0] != 1:
+                    setter(1)
+            _depth += 1
     try:
         yield
     finally:
         with _lock:
             _depth -= 1
             if _depth == 0 and _saved[0] != 1:
-                setter(_saved[0])
+                _find()[0](_saved[0])
 
 
 def workers() -> int:
