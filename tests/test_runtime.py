@@ -160,7 +160,7 @@ def test_a_loaded_artifact_replays_its_stored_program_without_tracing(gpt_run, t
 
 
 def test_full_mode_values_are_the_checked_replays_and_independent_of_earlier_runs():
-    """The full-mode values path (compiled.run_values: tiles and operand views kept per program and core,
+    """The full-mode values path (fast.values_replay.run_values: tiles and operand views kept per program and core,
     reset at each allocation) gives bit for bit the values of the checked replay, which issues every
     instruction to the core, for each of several different inputs in a row and between two programs."""
     import numpy as np

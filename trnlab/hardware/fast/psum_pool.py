@@ -156,7 +156,7 @@ def _batch_computer(batch: list, stacked):
 
 
 class _Widening:
-    """A values replay's fp32 copies of its read-only inputs, for one run (`OnChipMemory.start_widening`).
+    """A values replay's fp32 copies of its read-only inputs, for one run (`Products.start_widening`).
 
     A region of an input (e.g. the K-stacked moving tiles loaded from one matrix) is cast once per
     run: the tiles of a tiled matmul stack the same input columns again for every output row block
@@ -208,7 +208,7 @@ class _Widening:
 
 def _adjacent_rows(parts):
     """The row-stacked `parts` as one view, when they are consecutive row blocks of one array
-    (tiles loaded without a copy from a matrix in HBM: `compiled.dma_load_aliasing`), else None.
+    (tiles loaded without a copy from a matrix in HBM: `ValuesCore.dma_load_aliasing`), else None.
     Only for blocks of at least 2 columns, whose products NumPy hands to BLAS's gemm (bit for bit
     the product of the copy, which np.concatenate would make)."""
     first = parts[0]

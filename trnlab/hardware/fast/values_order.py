@@ -21,7 +21,7 @@ _TOGETHER_MAX = 8           # runs starting together
 
 def starting_together(steps) -> list[int]:
     """Positions of starting matmuls (`values_order`) whose products may wait for the next one's,
-    to start with it (`memory.start_pending` merges the products of tiles that share operands, as a
+    to start with it (`psum_pool.Products.start` merges the products of tiles that share operands, as a
     GEMM block's tiles that share rhs columns): the next run ends within _TOGETHER_WINDOW steps and
     no step in between touches the waiting tiles. All of a group but its last."""
     out = []
@@ -44,12 +44,12 @@ def starting_together(steps) -> list[int]:
 # work is done, never what is computed (the bits are those of program order, tests/test_values_order.py):
 #
 # 1. **Later PSUM reads.** A matmul's product is computed when its PSUM tile is next read, together
-#    with every other deferred product pending then (in parallel Python threads, BLAS on one thread
-#    each: `memory.flush_pending`). A tiled kernel reads each PSUM tile right after its K loop, so
+#    with every other deferred product pending then (`memory.flush_pending`; on this path in
+#    parallel Python threads, BLAS on one thread each: `psum_pool.Products.flush`). A tiled kernel reads each PSUM tile right after its K loop, so
 #    there is only ever one product pending: one core works, the other waits. `values_order` moves
 #    such a read (and what depends on it) after the K loops of the next tiles (as many as there are
 #    worker threads), and each tile's products start in a worker when its K loop ends
-#    (`memory.start_pending`): the workers compute while the reader issues the next tiles. It
+#    (`psum_pool.Products.start`): the workers compute while the reader issues the next tiles. It
 #    does so only where each product stays the same arithmetic: in a program where every read
 #    finds the products it flushes complete ("clean": no read falls inside another tile's run of
 #    accumulating matmuls, no group reaches GROUP_K_MAX), and only moving plain data
