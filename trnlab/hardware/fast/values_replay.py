@@ -12,6 +12,7 @@ library kernels against the reference; tests/test_values_order.py the ordering r
 from __future__ import annotations
 
 import threading
+import weakref
 
 import numpy as np
 
@@ -117,9 +118,15 @@ class _Prepared:
 _PREPARED_PER_CORE = 32       # programs whose bound plans a values core keeps (serving: prefill + decode buckets)
 
 
+_bound_plans: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()   # ValuesCore -> {id(program): _Prepared}
+_bound_plans_lock = threading.Lock()
+
+
 def _prepared(values, program, memories) -> _Prepared:
-    """The program's bound plan on this values core (least recently used ones dropped beyond the limit)."""
-    cache = values.__dict__.setdefault("_prepared", {})
+    """The program's bound plan on this values core (least recently used ones dropped beyond the limit;
+    a values core runs one program at a time)."""
+    with _bound_plans_lock:
+        cache = _bound_plans.setdefault(values, {})
     entry = cache.pop(id(program), None)
     if entry is None or entry.program is not program or entry.plan is not values_plan(program):
         if len(cache) >= _PREPARED_PER_CORE:
