@@ -8,7 +8,7 @@ n x n x n, bf16, timing-only on the Trn2 preset:
   and stamped in between (`trnlab/nki/loops.py`);
 - concrete trace: the same with every iteration traced (`config.override(fast=False)`), the baseline;
 - first replay: `Device.run` of the traced program on a fresh core — no Python tracing; it resolves
-  the program once into its flat form (`trnlab/hardware/compiled.py`), then runs it;
+  the program once into its flat form (`trnlab/hardware/replay_timing.py`), then runs it;
 - checked replay: every instruction issued to a fresh core again, rules and all (the baseline);
 - replay: further launches on the same core (the second resolves once more for the bytes the first
   left freed; from the third on nothing is resolved): the median of `--replays` launches after two.

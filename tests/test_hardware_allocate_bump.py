@@ -8,11 +8,19 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import trnlab.nki as nki
+from trnlab import config
 from trnlab.hardware import allocate as allocation
 from trnlab.hardware import presets
 from test_hardware_allocate_walk import buffer_rows, fast_offsets, reference_offsets, table_program
 
 SD = nki.ShapeDtype
+
+
+@pytest.fixture(autouse=True)
+def _fast_paths_on():
+    """The shortcuts are fast paths: on here, even in CI's run with TRNLAB_FAST=0."""
+    with config.override(fast=True):
+        yield
 
 
 
@@ -104,7 +112,7 @@ def test_the_stamper_notes_its_tiles_and_allocation_reads_the_same_rows_from_the
     finally:
         allocation._stamped_notes = original
     assert len(noted) == 1 and noted[0].end - noted[0].start > len(program.buffers) // 2
-    assert "_stamped_tiles" not in program.__dict__                  # used once, by the first allocation
+    assert "stamped_tiles" not in program.derived                     # used once, by the first allocation
     # the rows from the notes are the rows read from the buffer objects
     from_notes, from_objects = allocation._tile_rows(program.buffers, noted), allocation._tile_rows(program.buffers)
     assert from_notes[0] == from_objects[0]

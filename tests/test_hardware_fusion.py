@@ -108,10 +108,10 @@ def test_the_traces_descriptions_carried_onto_the_tiles_are_what_describing_them
     w = RNG.standard_normal((128, 512)).astype(np.float32)
     for program in (nki.trace(kernels.scores_minus_row_max, q, k), nki.trace(kernels.exp_per_block, x),
                     nki.trace(kernels.one_block_product, q[:, :128], w)):
-        assert program.schedule == "program" and getattr(program, "_blocks", None)
+        assert program.schedule == "program" and program.blocks
         carried = [ins.issue for ins in program.instructions]
         assert None not in carried
-        assert carried == describe(program, program._spec)
+        assert carried == describe(program, program.spec)
 
 
 # -- fusion ------------------------------------------------------------------------------------------

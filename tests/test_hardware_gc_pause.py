@@ -5,7 +5,18 @@ from __future__ import annotations
 import gc
 import weakref
 
+import pytest
+
+from trnlab import config
 from trnlab.hardware import _gc
+
+
+@pytest.fixture(autouse=True)
+def _fast_paths_on():
+    """The pause is a fast path: on here, even with TRNLAB_FAST=0 (tests/test_fast_paths.py checks
+    that the reference never pauses)."""
+    with config.override(fast=True):
+        yield
 
 
 class _Node:

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import trnlab.nki as nki
+from trnlab import config
 import trnlab.nki.isa as nisa
 import trnlab.nki.language as nl
 from trnlab.hardware import dtypes, errors, presets
@@ -78,7 +79,7 @@ def test_program_json_round_trip_replays_to_the_same_numbers_and_times(tmp_path)
     path = tmp_path / "add.json"
     program.save(path)
     doc = json.loads(path.read_text())
-    assert doc["format"] == "trnlab.program" and doc["version"] == 1
+    assert doc["format"] == "trnlab.program" and doc["version"] == 2
     loaded = Program.load(path)
     a, b = Device("trn2", cores=1), Device("trn2", cores=1)
     run_a, run_b = a.run(program, X, Y), b.run(loaded, X, Y)
@@ -270,7 +271,7 @@ def test_a_direct_allocation_keeps_the_address_the_kernel_gave():
 
 
 # -- the compiled timing replay: checked once (at trace), then a tight loop — the same timeline ------
-from trnlab.hardware import compiled as compiled_replay          # noqa: E402
+from trnlab.hardware.fast import values_replay                    # noqa: E402
 from trnlab.kernels import attention, norms                       # noqa: E402
 
 SD = nki.ShapeDtype
@@ -322,23 +323,24 @@ def test_compiled_replay_on_several_cores_sharing_hbm_gives_the_same_timelines()
     assert len(fast[2][0]) == 2 * len(program)
 
 
+@config.override(fast=True)          # a fast path's own behaviour
 def test_compiled_replay_is_used_in_timing_and_in_full_mode():
     args = (SD((256, 320), "float32"), SD((320,), "float32"), SD((320,), "float32"))   # traced here only
     program = nki.trace(norms.layer_norm, *args, target="trn2")
     timing = Device("trn2", mode="timing", cores=1)
     timing.run(program, None, None, None)
-    owner, cache = program._compiled
-    assert owner is program and len(cache) == 1                # compiled once, for Trn2
+    cache = program.derived.get("compiled")
+    assert len(cache) == 1                                      # compiled once, for Trn2
     resolved = next(iter(cache.values()))
     x = RNG.standard_normal((256, 320)).astype(np.float32)
     g, b = np.ones(320, np.float32), np.zeros(320, np.float32)
     calls = []
-    original = compiled_replay.run_values
-    compiled_replay.run_values = lambda *a: calls.append(1) or original(*a)
+    original = values_replay.run_values
+    values_replay.run_values = lambda *a: calls.append(1) or original(*a)
     try:
         full = Device("trn2", mode="full", cores=1).run(program, x, g, b)
     finally:
-        compiled_replay.run_values = original
+        values_replay.run_values = original
     assert full.outputs is not None and calls == [1]            # values beside the compiled timing
     assert len(cache) == 1 and len(resolved._resolved) == 1     # the same compiled program
 
@@ -372,6 +374,7 @@ def test_full_mode_compiled_replay_gives_the_same_values_and_timeline_as_the_che
         np.testing.assert_array_equal(np.asarray(a, np.float32), np.asarray(b, np.float32))
 
 
+@config.override(fast=True)          # a fast path's own behaviour
 def test_full_mode_compiled_replay_keeps_the_uninitialized_read_check():
     @nki.jit
     def reads_garbage(a):
@@ -432,6 +435,7 @@ def test_a_list_scheduled_copy_compiles_its_own_order():
     assert _timelines(hoisted, False) == _timelines(hoisted, True)
 
 
+@config.override(fast=True)          # a fast path's own behaviour
 def test_the_cyclic_gc_is_paused_while_tracing_and_restored_after():
     import gc
     from trnlab.hardware import _gc
@@ -589,8 +593,7 @@ def test_compiled_replay_equals_the_checked_core_with_dma_queues_named():
     program.instructions = [
         replace(ins, attrs={**ins.attrs, "queue": k % 5}, issue=None)
         if ins.opcode == "dma_copy" and k % 3 == 0 else ins for k, ins in enumerate(traced.instructions)]
-    for name in ("_plan", "_compiled", "_issue_spec", "_values_plan"):
-        program.__dict__.pop(name, None)
+    program.issue_spec = None            # (a new instruction list: program.derived is empty already)
     fast = _timelines(program, False, launches=3)
     assert fast == _timelines(program, True, launches=3)
     engines = {r[0] for r in fast[0][0] if r[1] == "dma_copy"}
@@ -599,7 +602,7 @@ def test_compiled_replay_equals_the_checked_core_with_dma_queues_named():
 
 def test_the_replays_heap_of_dma_queues_picks_the_queue_the_core_picks():
     """The compiled replay keeps the DMA queues in a heap of (free time, queue); its top must be
-    scheduler.first_free_queue's answer (the lowest-numbered of the queues free first), ties
+    engines.first_free_queue's answer (the lowest-numbered of the queues free first), ties
     included, as transfers end and queues free up in any order."""
     from heapq import heapify, heapreplace
     from hypothesis import given, settings, strategies as st

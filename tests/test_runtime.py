@@ -5,6 +5,7 @@ import pytest
 import torch
 
 import trnlab.compiler as tc
+from trnlab import config
 from trnlab.model.gpt import GPT, GPTConfig
 from trnlab.runtime import Runtime
 
@@ -159,7 +160,7 @@ def test_a_loaded_artifact_replays_its_stored_program_without_tracing(gpt_run, t
 
 
 def test_full_mode_values_are_the_checked_replays_and_independent_of_earlier_runs():
-    """The full-mode values path (compiled.run_values: tiles and operand views kept per program and core,
+    """The full-mode values path (fast.values_replay.run_values: tiles and operand views kept per program and core,
     reset at each allocation) gives bit for bit the values of the checked replay, which issues every
     instruction to the core, for each of several different inputs in a row and between two programs."""
     import numpy as np
@@ -188,6 +189,7 @@ def test_full_mode_values_are_the_checked_replays_and_independent_of_earlier_run
                 torch.testing.assert_close(fast, model(x)[0], rtol=1e-4, atol=1e-5)
 
 
+@config.override(fast=True)                      # the switch is a fast path (off: BLAS left alone)
 def test_blas_single_threaded_blocks_nest_and_restore_the_thread_count_once():
     """Full mode runs BLAS on one thread for a whole run (one switch), with the PSUM reads' own blocks
     nested inside it: only the outermost block sets and restores the thread count."""

@@ -304,7 +304,7 @@ def test_a_program_with_a_collective_keeps_program_order():
     traced = nki.trace(key_tile_chain, SD((128, 1024), "bfloat16"), SD((128, 1024), "bfloat16"))
     assert list_order(traced) != list(range(len(traced)))
     program = Program.loads(traced.dumps())                  # a copy with instructions of its own
-    program._issue_spec = program._spec = traced._issue_spec
+    program.issue_spec = program.spec = traced.issue_spec
     for mine, theirs in zip(program.instructions, traced.instructions):
         mine.issue = theirs.issue
     # an instruction the cluster times (no duration of its own), as a collective's description is

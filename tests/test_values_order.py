@@ -1,5 +1,5 @@
 """Full mode's values replay computes a program's values with less copying and with its PSUM
-products in parallel (trnlab.hardware.compiled: later PSUM reads, products started when their K
+products in parallel (trnlab.hardware.fast: later PSUM reads, products started when their K
 loop ends, loads without a copy, moving PSUM -> SBUF copies) — and gets the bits of program order:
 the checked replay, which issues every instruction to the core in order, is the reference."""
 import numpy as np
@@ -9,10 +9,21 @@ from hypothesis import given, settings, strategies as st
 import trnlab.nki as nki
 import trnlab.nki.isa as nisa
 import trnlab.nki.language as nl
-from trnlab.hardware import _blas, compiled, dtypes, memory, replay
+from trnlab import config
+from trnlab.hardware import _blas, dtypes, replay
+from trnlab.hardware.fast.values_core import ValuesCore
+from trnlab.hardware.fast import psum_pool, values_replay
+from trnlab.hardware.fast import values_order as ordering
 from trnlab.hardware.program import ProgramCache
 from trnlab.hardware.device import Device
 from trnlab.kernels import matmul_ladder as ladder
+
+
+@pytest.fixture(autouse=True)
+def _fast_paths_on():
+    """These tests check the fast paths themselves: on, even in CI's run with TRNLAB_FAST=0."""
+    with config.override(fast=True):
+        yield
 
 
 def _checked(kernel, *args):
@@ -48,7 +59,7 @@ def test_tiled_matmul_reads_each_psum_tile_after_the_next_tiles_k_loop():
     tile's matmuls, each tile's last matmul starts its products, and every input load is a view."""
     lhsT, rhs = _inputs(256, 256, 1024, 0, "float32")
     program = nki.trace(ladder.matmul_tiled, lhsT, rhs)
-    order, starts = compiled.values_order(_plain_steps(program), program.buffers, ahead=1)
+    order, starts = ordering.values_order(_plain_steps(program), program.buffers, ahead=1)
     opcodes = [program.instructions[k].opcode for k in order]
     reads = [i for i, op in enumerate(opcodes) if op == "tensor_copy"]
     matmuls = [i for i, op in enumerate(opcodes) if op == "nc_matmul"]
@@ -57,16 +68,16 @@ def test_tiled_matmul_reads_each_psum_tile_after_the_next_tiles_k_loop():
     for r, read in enumerate(reads[:-1]):       # read r comes after the matmuls of tile r + 1
         assert read > matmuls[2 * (r + 1) + 1]
     assert sorted(order) == list(range(len(program.instructions)))
-    variants = [step[-1] for step in compiled.values_plan(program)]
+    variants = [step[-1] for step in values_replay.values_plan(program)]
     assert variants.count("dma_load_aliasing") == 2 * 2 * tiles
     assert variants.count("tensor_copy_moving") == tiles
-    assert compiled.values_order(_plain_steps(program), program.buffers, ahead=0) == (
+    assert ordering.values_order(_plain_steps(program), program.buffers, ahead=0) == (
         list(range(len(program.instructions))), set())
 
 
 def _plain_steps(program):
     """values_plan's steps without the fields values_order adds (index, variant)."""
-    return [step[:5] for step in sorted(compiled.values_plan(program), key=lambda s: s[5])]
+    return [step[:5] for step in sorted(values_replay.values_plan(program), key=lambda s: s[5])]
 
 
 @nki.jit
@@ -103,7 +114,7 @@ def test_a_read_inside_another_tiles_accumulation_keeps_program_order(monkeypatc
     monkeypatch.setattr(nki, "SCHEDULE", "program")
     lhsT, rhs = _inputs(256, 128, 512, 3, "float32")
     program = nki.trace(_read_inside_another_accumulation, lhsT, rhs)
-    assert compiled.values_order(_plain_steps(program), program.buffers, ahead=4) == (
+    assert ordering.values_order(_plain_steps(program), program.buffers, ahead=4) == (
         list(range(len(program.instructions))), set())
     fast = _read_inside_another_accumulation(lhsT, rhs)
     program_order = _checked(_read_inside_another_accumulation, lhsT, rhs)
@@ -137,7 +148,7 @@ def test_a_load_from_hbm_the_program_writes_is_a_copy():
     scratch = np.random.default_rng(6).standard_normal((128, 128)).astype(np.float32)
     program = nki.trace(_load_then_overwrite_the_source, lhsT, rhs, scratch)
     variants = {program.instructions[s[5]].operands["src"].buffer: s[-1]
-                for s in compiled.values_plan(program) if s[0] == "dma_copy" and s[-1]}
+                for s in values_replay.values_plan(program) if s[0] == "dma_copy" and s[-1]}
     scratch_id = dict(program.inputs)["scratch"]
     rhs_id = dict(program.inputs)["rhs"]
     assert scratch_id not in variants and variants.get(rhs_id) == "dma_load_aliasing"
@@ -154,14 +165,14 @@ def test_a_source_sharing_memory_with_a_written_tensor_is_copied():
     program = nki.trace(ladder.matmul_tiled, lhsT, rhs)
     core = Device("trn2", cores=1, mode="full").cores[0]
     tensors = replay.bind_inputs(program, core, [lhsT, rhs])
-    values = compiled.ValuesCore(core.spec)
-    prepared = compiled._prepared(values, program, {"sbuf": values.sbuf, "psum": values.psum})
-    sources = compiled._safe_alias_sources(prepared, tensors)
+    values = ValuesCore(core.spec)
+    prepared = values_replay._prepared(values, program, {"sbuf": values.sbuf, "psum": values.psum})
+    sources = values_replay._safe_alias_sources(prepared, tensors)
     assert {id(tensors[b]) for b in prepared.alias_sources} == set(sources)
     out_bid = prepared.written_hbm[0]
     rhs_bid = dict(program.inputs)["rhs"]
     tensors[out_bid]._data = tensors[rhs_bid]._data[:128].reshape(tensors[out_bid].shape)
-    assert id(tensors[rhs_bid]) not in compiled._safe_alias_sources(prepared, tensors)
+    assert id(tensors[rhs_bid]) not in values_replay._safe_alias_sources(prepared, tensors)
 
 
 @settings(max_examples=60, deadline=None)
@@ -176,7 +187,7 @@ def test_adjacent_row_blocks_stack_as_a_view_with_the_bits_of_a_copy(blocks, row
     rng = np.random.default_rng(seed)
     base = rng.standard_normal((blocks * rows + 3, offset + cols + width_extra)).astype(np.float32)
     parts = [base[1 + b * rows:1 + (b + 1) * rows, offset:offset + cols] for b in range(blocks)]
-    view = memory._adjacent_rows(parts)
+    view = psum_pool._adjacent_rows(parts)
     assert view is not None and np.shares_memory(view, base)
     copy = np.concatenate(parts)
     assert np.array_equal(view, copy)
@@ -184,8 +195,8 @@ def test_adjacent_row_blocks_stack_as_a_view_with_the_bits_of_a_copy(blocks, row
     with _blas.single_threaded():
         assert np.array_equal(view.T @ moving, copy.T @ moving)
     gapped = parts[:1] + [base[2 + rows:2 + 2 * rows, offset:offset + cols]]
-    assert memory._adjacent_rows(gapped) is None            # not consecutive: concatenated as before
-    assert memory._adjacent_rows([p[:, :1] for p in parts]) is None   # one column: matrix-vector
+    assert psum_pool._adjacent_rows(gapped) is None            # not consecutive: concatenated as before
+    assert psum_pool._adjacent_rows([p[:, :1] for p in parts]) is None   # one column: matrix-vector
 
 
 def test_started_products_are_waited_for_before_blas_threads_change():
@@ -194,14 +205,14 @@ def test_started_products_are_waited_for_before_blas_threads_change():
     lhsT, rhs = _inputs(512, 256, 1024, 2, "float32")
     ladder.matmul_tiled(lhsT, rhs)
     spec = Device("trn2").spec
-    idle = compiled._idle_values_cores[id(spec)][1]
-    assert idle and all(v.psum._started == [] for v in idle)
-    psum = idle[-1].psum
-    future = memory._executor().submit(lambda: 1 / 0)
-    psum._started.append(future)
+    idle = values_replay._idle_values_cores[id(spec)][1]
+    assert idle and all(psum_pool.products(v.psum).started == [] for v in idle)
+    psum = psum_pool.products(idle[-1].psum)
+    future = psum_pool._executor().submit(lambda: 1 / 0)
+    psum.started.append(future)
     with pytest.raises(ZeroDivisionError):
         psum.finish_started()
-    assert psum._started == []
+    assert psum.started == []
 
 
 def test_concurrent_runs_of_one_program_take_different_values_cores():
@@ -246,7 +257,7 @@ def test_a_reader_computes_the_products_no_worker_has_started():
     still finishes, with the bits of program order."""
     import threading
     release = threading.Event()
-    blockers = [memory._executor().submit(release.wait) for _ in range(_blas.workers())]
+    blockers = [psum_pool._executor().submit(release.wait) for _ in range(_blas.workers())]
     lhsT, rhs = _inputs(256, 256, 1024, 13, "float32")
     result = []
     runner = threading.Thread(target=lambda: result.append(ladder.matmul_tiled(lhsT, rhs)))
@@ -307,14 +318,14 @@ def test_a_gemm_blocks_tiles_sharing_rhs_columns_compute_as_one_product(monkeypa
     column block merge into one product over both M tiles — with the bits of the checked replay
     (test_a_moved_psum_read_leaves_later_tiles_groups_whole)."""
     from trnlab.hardware import gemm
-    monkeypatch.setattr(compiled, "_reads_ahead", lambda: 2)     # as on any machine of 2+ cores
+    monkeypatch.setattr(values_replay, "reads_ahead", lambda: 2)     # as on any machine of 2+ cores
     monkeypatch.setattr(gemm, "_PROGRAMS", ProgramCache(16))
     program = gemm.gemm_program(512, 2048, 256, "trn2", "bfloat16")
-    variants = [step[-1] for step in compiled.values_plan(program)]
+    variants = [step[-1] for step in values_replay.values_plan(program)]
     assert variants.count("nc_matmul_starting") == 4 and variants.count("nc_matmul_ready") == 12
     sizes = []
-    batches = memory._batches
-    monkeypatch.setattr(memory, "_batches", lambda jobs: sizes.extend(len(b) for b in batches(jobs)) or batches(jobs))
+    batches = psum_pool._batches
+    monkeypatch.setattr(psum_pool, "_batches", lambda jobs: sizes.extend(len(b) for b in batches(jobs)) or batches(jobs))
     rng = np.random.default_rng(5)
     gemm.run_gemm(rng.standard_normal((512, 256)), rng.standard_normal((256, 2048)))
     assert sorted(sizes) == [2] * 8                   # 4 blocks x 2 merged products

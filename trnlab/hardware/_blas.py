@@ -5,8 +5,15 @@ OpenBLAS splits every product over all cores. For the shapes a tiled GEMM produc
 gains (measured: up to 10x slower than one thread). Full mode therefore computes its deferred
 PSUM products with BLAS set to one thread, and runs independent products in parallel Python
 threads instead (NumPy releases the GIL inside BLAS): those pending together at a read
-(`memory.flush_pending`), and in the values replay each tile's products from the end of its K loop,
-beside the next tile's instructions (`memory.start_pending`, `compiled.values_order`).
+(`fast/psum_pool.py`), and in the values replay each tile's products from the end of its K loop,
+beside the next tile's instructions (`psum_pool.Products.start`, `fast/values_order.py`).
+
+Fast path (`trnlab.config.fast()`, and ``config.get("blas_threads") == "single"``, the default;
+``TRNLAB_BLAS_THREADS=default`` leaves BLAS alone): with either off, `single_threaded()` does
+nothing and the reference computes each product with BLAS as the process set it — the same bits
+(BLAS splits a product's rows and columns over its threads, never its K sum). It changes the user's
+process only for the block: the thread count found at its start is set again when the outermost
+block ends, by an exception too (tests/test_fast_paths.py).
 
 The switch goes through OpenBLAS's own ``*_set_num_threads`` entry point of the library NumPy
 loaded (found in /proc/self/maps, as threadpoolctl does). Where that is not available (macOS's
@@ -18,6 +25,8 @@ import contextlib
 import ctypes
 import os
 import threading
+
+from .. import config
 
 _NAMES = (("scipy_openblas_set_num_threads64_", "scipy_openblas_get_num_threads64_"),
           ("scipy_openblas_set_num_threads", "scipy_openblas_get_num_threads"),
@@ -67,29 +76,31 @@ def single_threaded():
 
     Re-entrant and cheap when nested: only the outermost block (over all Python threads) sets and
     restores the thread count. Setting it costs ~50 us (OpenBLAS wakes its threads), so full mode
-    enters one block per run (`compiled.run_values`) rather than one per PSUM read."""
+    enters one block per run (`fast.values_replay.run_values`) rather than one per PSUM read."""
     global _depth
-    if os.environ.get("TRNLAB_BLAS_THREADS") == "default":
-        yield
-        return
-    api = _find()
-    if not api:
-        yield
-        return
-    setter, getter = api
     with _lock:
-        if _depth == 0:
-            _saved[0] = getter()
-            if _saved[0] != 1:
-                setter(1)
-        _depth += 1
+        nested = _depth > 0             # inside a block that switched already: no settings to read
+        if nested:
+            _depth += 1
+    if not nested:
+        api = _find() if config.get("blas_threads") != "default" and config.fast() else None
+        if not api:
+            yield
+            return
+        setter, getter = api
+        with _lock:
+            if _depth == 0:
+                _saved[0] = getter()
+                if _saved[0] != 1:
+                    setter(1)
+            _depth += 1
     try:
         yield
     finally:
         with _lock:
             _depth -= 1
             if _depth == 0 and _saved[0] != 1:
-                setter(_saved[0])
+                _find()[0](_saved[0])
 
 
 def workers() -> int:

@@ -1,5 +1,9 @@
 """Pause Python's cyclic garbage collector while a program is traced, resolved or replayed.
 
+Fast path (`trnlab.config.fast()`; with it off `paused()` does nothing). It changes the user's
+process only for the block: the collector is enabled again when the outermost block ends, by an
+exception too (tests/test_fast_paths.py), and collects everything as before.
+
 Tracing and replaying create hundreds of thousands of small objects (instructions, records) that
 all stay alive until the program or timeline is done, so a collection frees nothing — but CPython
 triggers one every few hundred allocations and its older generations rescan the whole growing
@@ -23,6 +27,8 @@ import contextlib
 import gc
 import threading
 
+from .. import config
+
 _lock = threading.Lock()
 _depth = 0
 _was_enabled = False
@@ -31,8 +37,11 @@ _was_enabled = False
 @contextlib.contextmanager
 def paused():
     """No cyclic collection inside the block (nested and concurrent blocks are fine); its objects
-    join the oldest generation afterwards without being scanned."""
+    join the oldest generation afterwards without being scanned. Only on the fast path."""
     global _depth, _was_enabled
+    if not config.fast():
+        yield
+        return
     with _lock:
         if _depth == 0:
             _was_enabled = gc.isenabled()

@@ -24,7 +24,6 @@ gives each logical tile a buffer of its own, live from its own first to its own 
 from __future__ import annotations
 
 import math
-import os
 from bisect import bisect_left, bisect_right
 from collections import defaultdict, deque
 from itertools import repeat
@@ -33,6 +32,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from .. import config
 from .errors import (DirectAllocationOverlapError, PSUMBlockTensorOverflowError, PSUMOverflowError,
                      SBUFBlockTensorOverflowError, SBUFOverflowError)
 from .memory import OnChipMemory, _fmt_bytes
@@ -55,7 +55,7 @@ def target_spec(program: Program, spec=None) -> CoreSpec:
     preset its target names."""
     if spec is not None:
         return core_spec(spec)
-    traced = getattr(program, "_spec", None)
+    traced = program.spec
     if traced is not None:
         return traced
     for preset in CORES.values():
@@ -93,7 +93,7 @@ def split_block_tensors(program: Program) -> bool:
     place; True if anything changed. A block dimension is a list of (P, F) tiles to AWS's compiler
     ("the physical tiles may not be alive in the memory simultaneously": NKI Block Dimension Migration
     Guide), so each tile lives from its own first to its own last instruction.
-    ``program._blocks`` records {tile buffer id: (block tensor id, block index)}."""
+    ``program.blocks`` records {tile buffer id: (block tensor id, block index)}."""
     buffers = program.buffers
     candidates = {b.id for b in buffers if b.partition_axis and b.first >= 0 and b.on_chip and not b.placement}
     if not candidates:
@@ -103,7 +103,7 @@ def split_block_tensors(program: Program) -> bool:
         for name, a in ins.operands.items():
             if a.buffer in candidates:
                 accesses[a.buffer].append((k, name, a.index))
-    blocks_of = getattr(program, "_blocks", None) or {}
+    blocks_of = program.blocks
     rewrites = defaultdict(dict)               # instruction index -> {operand: Access on a tile}
     split = {}                                 # block tensor id -> {block: tile}
     for bid, uses in accesses.items():
@@ -136,10 +136,8 @@ def split_block_tensors(program: Program) -> bool:
         ins.operands = {**ins.operands, **changed}
         if ins.issue is not None:              # the trace's description, on the tiles (else: described again)
             ins.issue = _issue_on_tiles(ins.issue, buffers, split, changed)
-    program._blocks = blocks_of
-    for cache in ("_plan", "_compiled", "_values_plan", "_values_ok"):
-        if hasattr(program, cache):
-            delattr(program, cache)
+    program.blocks = blocks_of
+    program.changed()
     return True
 
 
@@ -212,7 +210,7 @@ def _issue_on_tiles(issue: tuple, buffers: list, split: dict, changed: dict):
 
 def _split_block_tensor(program: Program, b: Buffer, capacity: int):
     """The block tensor larger than `capacity` that tile `b` is a logical tile of, or None."""
-    whole = getattr(program, "_blocks", {}).get(b.id)
+    whole = program.blocks.get(b.id)
     if whole is None:
         return None
     tensor = program.buffers[whole[0]]
@@ -350,9 +348,7 @@ def split_direct_allocations(program: Program) -> bool:
     _live_range_from_scratch(program)
     for k in changed:
         instructions[k].issue = None         # described again on the first replay (buffer ids changed)
-    for cache in ("_plan", "_compiled", "_values_plan", "_values_ok"):
-        if hasattr(program, cache):
-            delattr(program, cache)
+    program.changed()
     return True
 
 
@@ -404,15 +400,16 @@ def allocate(program: Program, spec: "CoreSpec | str | None" = None) -> Program:
     (buffer-table order); a placed tile goes to the first gap at or after the end of the last
     placement (next fit), wrapping to offset 0 only when nothing fits further on. SBUF and PSUM do
     not interact, so each is walked on its own; an error is the one the joint walk meets first.
-    Two shortcuts give the same offsets: runs of events between wrap-arounds placed at once
-    (`_Bump`), and the rows of stamped buffers read from the loop stamper's notes
-    (`note_stamped_tiles`) rather than from the buffer objects."""
+    Two shortcuts give the same offsets, on the fast path only (`trnlab.config.fast()`; tested
+    against the event-by-event walk in tests/test_hardware_allocate_bump.py): runs of events between
+    wrap-arounds placed at once (`_Bump`), and the rows of stamped buffers read from the loop
+    stamper's notes (`note_stamped_tiles`) rather than from the buffer objects."""
     spec = target_spec(program, spec)
-    notes = program.__dict__.pop("_stamped_tiles", None)
+    notes = program.derived.pop("stamped_tiles")
     changed = split_direct_allocations(program)
     changed = split_block_tensors(program) or changed
     if notes and not changed:              # a rewritten buffer table no longer matches the notes
-        program._stamped_tiles = notes
+        program.derived.put("stamped_tiles", notes)
     buffers = program.buffers
     count = len(buffers)
     sizes, rows, direct = _tile_rows(buffers, _stamped_notes(program, buffers))
@@ -458,13 +455,20 @@ def note_stamped_tiles(program: Program, rows: StampedTiles) -> None:
     dropped by that call (a later one reads every row), and only holds because nothing changes a
     stamped buffer's first or last use after it is made: no Python object of the kernel refers
     to the tiles of a stamped iteration, so no later instruction can use them."""
-    program.__dict__.setdefault("_stamped_tiles", []).append(rows)
+    derived = program.derived
+    notes = derived.get("stamped_tiles")
+    if notes is None:
+        notes = derived.put("stamped_tiles", [])
+    notes.append(rows)
 
 
 def _stamped_notes(program: Program, buffers: list) -> list:
     """The notes of `note_stamped_tiles`, taken off the program; [] if they do not match the
-    table (checked at both ends of each run of rows; in full under TRNLAB_CHECK_LOOPS=1)."""
-    notes = program.__dict__.pop("_stamped_tiles", None) or []
+    table (checked at both ends of each run of rows; in full under TRNLAB_CHECK_LOOPS=1) or the
+    fast paths are off (the reference reads every row from the buffer objects)."""
+    notes = program.derived.pop("stamped_tiles") or []
+    if not config.fast():
+        return []
     at = 0
     for rows in notes:
         if not at <= rows.start < rows.end <= len(buffers):
@@ -476,7 +480,7 @@ def _stamped_notes(program: Program, buffers: list) -> list:
                     or _MEMORY_CODES.get(b.memory, 0) != rows.memories[k] or bool(b.placement) != rows.placed[k]):
                 return []
         at = rows.end
-    if notes and os.environ.get("TRNLAB_CHECK_LOOPS", "") not in ("", "0"):
+    if notes and config.get("check_loops"):
         noted, rows_noted, direct_noted = _tile_rows(buffers, notes)
         read, rows_read, direct_read = _tile_rows(buffers)
         assert noted == read and direct_noted == direct_read and all(
@@ -554,7 +558,8 @@ def _walk(program: Program, memory: OnChipMemory, keys: np.ndarray, sizes: list,
     occupied: list = []          # [(offset, bytes per partition)] of the live tiles, by offset
     owners: list = []            # their buffer ids
     cursor = used = 0
-    bump = None if bank is not None or fixed else _Bump(keys, sizes, count)
+    # fast path: runs of bump placements at once (the reference: each event walked on its own)
+    bump = None if bank is not None or fixed or not config.fast() else _Bump(keys, sizes, count)
     retry = 0                    # the next event at which a bump run is worth trying
     e = 0
     while e < stop:

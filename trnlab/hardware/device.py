@@ -288,7 +288,7 @@ class Device:
         if written.all():
             out.full.write(values)
         else:                                   # the unwritten rest reads as NaN poison / raises
-            out.data, out.written, out._unpoisoned = values, written, True
+            out.fill_partly(values, written)
         return out
 
     @property

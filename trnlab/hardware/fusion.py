@@ -90,7 +90,7 @@ def fuse_loops(program: Program, error: Exception, spec=None) -> tuple[Program |
 def fused_order(program: Program, tensor: int, depth: int = 1) -> tuple[list[int] | None, str]:
     """The program's instruction order with the loops over block tensor `tensor` fused (groups: its
     tiles' first `depth` block indices), or (None, why it is not legal)."""
-    blocks_of = getattr(program, "_blocks", {})
+    blocks_of = program.blocks
     group_key = {tid: block[:depth] for tid, (parent, block) in blocks_of.items() if parent == tensor}
     if len({key for key in group_key.values()}) < 2:
         return None, f"{program.buffers[tensor].name!r} has a single group of tiles: nothing to fuse"
@@ -224,7 +224,7 @@ def _previous_group(group: dict, k: int, lo: int) -> int:
 def _block_tensor_live(program: Program, error: Exception) -> int | None:
     """The block tensor with the most bytes of its tiles live where `error` (an overflow of the
     allocation) arose, or None."""
-    blocks_of = getattr(program, "_blocks", None)
+    blocks_of = program.blocks
     k = getattr(error, "instruction", None)
     if not blocks_of or k is None:
         return None

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .. import config
 from . import dtypes
 from .core import NeuronCore
 from .presets import TRN2_CORE, CoreSpec, core_spec
@@ -206,8 +207,7 @@ def _cast_transposed(A: np.ndarray, dt, out: np.ndarray | None = None) -> np.nda
 def _gemm_inputs(A: np.ndarray, B: np.ndarray, dt) -> tuple[np.ndarray, np.ndarray]:
     """(lhsT [K, M], rhs [K, N]): A transposed and both cast to `dt`, in three parallel parts (half
     of A each, and B: NumPy's casts and copies release the GIL), so a large GEMM's inputs are ready
-    in about half the time."""
-    from .memory import run_parallel
+    in about half the time (fast path; the reference makes them one after another)."""
     A, B = np.asarray(A), np.asarray(B)
     (M, K), h = A.shape, A.shape[0] // 2 // 256 * 256 or A.shape[0]
     lhsT = np.empty((K, M), dt)
@@ -216,7 +216,12 @@ def _gemm_inputs(A: np.ndarray, B: np.ndarray, dt) -> tuple[np.ndarray, np.ndarr
              lambda: rhs.append(np.ascontiguousarray(dtypes.cast(B, dt)))]
     if h < M:
         calls.append(lambda: _cast_transposed(A[h:], dt, lhsT[:, h:]))
-    run_parallel(calls)
+    if config.fast():
+        from .fast.psum_pool import run_parallel
+        run_parallel(calls)
+    else:
+        for call in calls:
+            call()
     return lhsT, rhs[0]
 
 
@@ -255,7 +260,7 @@ def run_gemm(A: np.ndarray | None = None, B: np.ndarray | None = None, *, shape=
     instructions are issued to the core as `tiled_gemm` calls them. Full mode runs them as a
     program (`gemm_program`, traced once per shape): the same instructions, times and values, but
     each tile's products compute in a worker thread while the next tiles' instructions run
-    (`compiled.run_values`), and a second call with the same shape traces nothing.
+    (the values replay, `fast/values_replay.py`), and a second call with the same shape traces nothing.
     """
     core = NeuronCore(spec, mode=mode)
     dt = dtypes.as_dtype(dtype)

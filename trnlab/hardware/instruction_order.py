@@ -110,10 +110,7 @@ def reorder(program: Program, order: list[int], name: str, keep_offsets: bool = 
             b.last = k
     # steps compose: a fused program list-scheduled is "fused+list"
     new.schedule = name if program.schedule in (None, "program", name) else f"{program.schedule}+{name}"
-    for cache in ("_plan", "_hbm"):
-        if hasattr(new, cache):
-            delattr(new, cache)
-    traced = getattr(program, "_issue_spec", None)
+    traced = program.issue_spec           # (new.derived is its own: a copy shares no cache)
     if traced is not None and all(i.issue is not None for i in program.instructions):
         from .list_schedule import compiled_in_order
         compiled_in_order(new, program, order, traced)     # the trace's descriptions, in this order
@@ -124,7 +121,7 @@ def reorder(program: Program, order: list[int], name: str, keep_offsets: bool = 
         new.allocated = True
         return new
     new.allocated = False
-    return allocate(new, getattr(program, "_spec", None))
+    return allocate(new, program.spec)
 
 
 def _whole(program: Program, access) -> bool:

@@ -48,13 +48,12 @@ from heapq import heappop, heappush
 
 from . import cost, dependencies
 from .allocate import target_spec
-from .compiled import _Kind
 from .engines import DVE, FIRST_DMA, EngineTimes
 from .program import Program
 from .records import (DMA, DMA_OP, ENGINE_OP, ISSUE, LATEST_OP, MATMUL, PE_ISSUE, PE_OP, PRINT_OP, SEED_OP,
                       op_deps, op_nodes)
 from .replay_timing import Compiled, compiled_for
-from .tensor import Tensor, View
+from .tensor import PrototypeMemory, Tensor, View
 
 _FRESH = {"sbuf": (), "psum": ()}     # the on-chip layout of a fresh core (nothing freed yet)
 _RNG_OPCODES = ("set_rng_seed", "dropout")
@@ -101,7 +100,7 @@ def _reads_previous(d, previous_writes) -> bool:
 def _free_size(program: Program, k: int, ref) -> int:
     """The free size of the operand of instruction k that `ref` (buffer id, box) describes."""
     b = program.buffers[ref[0]]
-    proto = Tensor(_Kind(b.memory), b.shape, b.dtype, b.name, b.partition_axis if b.on_chip else None,
+    proto = Tensor(PrototypeMemory(b.memory), b.shape, b.dtype, b.name, b.partition_axis if b.on_chip else None,
                    b.offset or 0, False)
     views = [proto.full if a.index is None else View(proto, a.index)
              for a in program.instructions[k].operands.values() if a.buffer == ref[0]]
@@ -148,8 +147,8 @@ def compiled_in_order(new: Program, program: Program, order: list[int], spec) ->
     """Give `new` (program's instructions in `order`) its compiled form for `spec` from program's
     descriptions, without describing every instruction again."""
     issues = issues_in_order(program, order, spec)
-    new._compiled = (new, {spec: Compiled(new, spec, issues, getattr(program, "_matmul_dtypes", ()))})
-    new._issue_spec = None             # (the instructions' own descriptions are program order's)
+    new.derived.put("compiled", {spec: Compiled(new, spec, issues, program.matmul_dtypes)})
+    new.issue_spec = None              # (the instructions' own descriptions are program order's)
 
 
 def tile_bytes(program: Program) -> list[int]:
@@ -273,7 +272,7 @@ def build_graph(program: Program, resolved) -> tuple[_Graph, list, list]:
     # comes after all of the run before it, so a per-region profile stays the region's (the
     # schedule reorders within each). The region of a kernel inlined into another (noted at trace)
     # is its caller's: AWS's compiler compiles a kernel and the kernels it calls as one
-    inlined = getattr(program, "_inlined_regions", frozenset())
+    inlined = program.inlined_regions
     keys = {}
     for ins in program.instructions:
         if ins.region not in keys:

@@ -16,15 +16,24 @@ A program prints as a listing per engine (like the instruction streams of a NEFF
 as versioned JSON (never pickle), and runs on any core of a `Device` again and again without Python
 tracing (`replay.py`).
 
+Everything that changes how a program is scheduled, allocated or run is a declared field and is
+saved (the directives: ``no_reorder``, ``inlined_regions``, ``blocks``, ``spec``,
+``matmul_dtypes``). What is only computed from the program — its compiled timing form, replay plans,
+values plan, read-only inputs — lives in one place, ``program.derived`` (`Derived`), under one rule:
+it is valid while the program object, its instruction list, its buffer list and its revision are
+the ones it was computed for; whoever changes a program in place calls ``program.changed()``.
+
     program = nki.trace(kernel, a, b)        # Program
     print(program)                           # the listing
     program.save("kernel.json"); Program.load("kernel.json")
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import threading
+import weakref
 from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 
@@ -33,7 +42,8 @@ import numpy as np
 from . import dtypes
 
 FORMAT = "trnlab.program"
-VERSION = 1
+VERSION = 2          # 2: the directives (no_reorder, inlined_regions, blocks, spec, matmul_dtypes)
+READABLE = (1, 2)    # versions this trnlab loads (a version 1 program has the default directives)
 
 # operands an instruction writes; every other operand is read (nc_matmul may also read its dst)
 WRITES = ("dst", "reduce_res", "dst_scale")   # dst_scale: quantize_mx (hardware/mx.py)
@@ -89,7 +99,7 @@ class Instruction:
     line: str = ""                   # the kernel source line that issued it ("file.py:12 (kernel)")
     region: str = ""                 # the region (compiled op, kernel call) it belongs to
     source: tuple | None = None      # (path, line number, function) of that line
-    # how the checked instruction asks to be scheduled (compiled.py; not saved: re-derived on load)
+    # how the checked instruction asks to be scheduled (describe.py; not saved: re-derived on load)
     issue: tuple | None = field(default=None, repr=False, compare=False)
 
     def reads(self) -> list[Access]:
@@ -110,6 +120,36 @@ class Program:
     outputs: object = None                       # buffer ids in the kernel's return structure
     allocated: bool = False
     schedule: str = "program"                    # the instruction order chosen ("program" | "list")
+    # directives: they change how the program is scheduled, allocated or costed (all saved)
+    no_reorder: bool = False                     # a loop said ncc.no_reorder(): keep the traced order
+    inlined_regions: frozenset = frozenset()     # regions of kernels inlined into a caller (nki.jit)
+    blocks: dict = field(default_factory=dict)   # tile buffer id -> (block tensor id, block index)
+                                                 # (allocate.split_block_tensors)
+    spec: object = None                          # the CoreSpec traced for (None: the preset `target` names)
+    matmul_dtypes: set = field(default_factory=set)   # input dtypes of its matmuls (MFU's peak)
+    # the CoreSpec the instructions' `issue` descriptions were made for (like them, not saved:
+    # described again on the first run of a loaded program)
+    issue_spec: object = field(default=None, repr=False, compare=False)
+    revision: int = field(default=0, repr=False, compare=False)   # bumped by `changed`
+
+    # -- derived caches ------------------------------------------------------------------------
+    @property
+    def derived(self) -> "Derived":
+        """What is computed from this program (see `Derived`): a fresh, empty cache when the
+        instructions, buffers or revision are not those it was computed for, or it belongs to
+        another program (a `copy.copy` shares the attribute, not the cache)."""
+        d = self.__dict__.get("_derived")
+        if (d is None or d.owner() is not self or d.instructions is not self.instructions
+                or d.buffers is not self.buffers or d.revision != self.revision):
+            d = Derived(self)
+            self.__dict__["_derived"] = d
+        return d
+
+    def changed(self) -> None:
+        """Say that the program changed in place (instructions, operands, buffers, directives):
+        every derived cache is dropped."""
+        self.revision += 1
+        self.__dict__.pop("_derived", None)
 
     # -- summaries ---------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -195,6 +235,10 @@ class Program:
         return {
             "format": FORMAT, "version": VERSION, "name": self.name, "target": self.target,
             "allocated": self.allocated, "schedule": self.schedule,
+            "no_reorder": self.no_reorder, "inlined_regions": sorted(self.inlined_regions),
+            "blocks": [[t, b, list(block)] for t, (b, block) in sorted(self.blocks.items())],
+            "spec": _encode_spec(self.spec, self.target),
+            "matmul_dtypes": sorted(dtypes.name(d) for d in self.matmul_dtypes),
             "inputs": [[n, b] for n, b in self.inputs], "outputs": _encode(self.outputs),
             "buffers": [{"id": b.id, "name": b.name, "memory": b.memory, "shape": list(b.shape),
                          "dtype": b.dtype, "partition_axis": b.partition_axis, "role": b.role,
@@ -212,9 +256,9 @@ class Program:
     def from_json(cls, doc: dict) -> "Program":
         if doc.get("format") != FORMAT:
             raise ValueError(f"not a trnlab program: format {doc.get('format')!r}, expected {FORMAT!r}")
-        if doc.get("version") != VERSION:
+        if doc.get("version") not in READABLE:
             raise ValueError(f"program format version {doc.get('version')!r}; this trnlab reads "
-                             f"version {VERSION}")
+                             f"versions {', '.join(map(str, READABLE))}")
         buffers = [Buffer(id=b["id"], name=b["name"], memory=b["memory"], shape=tuple(b["shape"]),
                           dtype=b["dtype"], partition_axis=b["partition_axis"], role=b["role"],
                           first=b["first"], last=b["last"], offset=b["offset"],
@@ -228,7 +272,12 @@ class Program:
                         for i in doc["instructions"]]
         return cls(name=doc["name"], target=doc["target"], buffers=buffers, instructions=instructions,
                    inputs=[(n, b) for n, b in doc["inputs"]], outputs=_decode(doc["outputs"]),
-                   allocated=doc["allocated"], schedule=doc.get("schedule", "program"))
+                   allocated=doc["allocated"], schedule=doc.get("schedule", "program"),
+                   no_reorder=doc.get("no_reorder", False),
+                   inlined_regions=frozenset(doc.get("inlined_regions", ())),
+                   blocks={t: (b, tuple(block)) for t, b, block in doc.get("blocks", ())},
+                   spec=_decode_spec(doc.get("spec"), doc["target"]),
+                   matmul_dtypes={dtypes.as_dtype(d) for d in doc.get("matmul_dtypes", ())})
 
     def dumps(self) -> str:
         return json.dumps(self.to_json(), separators=(",", ":"))
@@ -245,6 +294,34 @@ class Program:
     def load(cls, path) -> "Program":
         with open(path) as f:
             return cls.loads(f.read())
+
+
+class Derived:
+    """A program's derived caches, by name: what `replay_timing.compiled_for` ("compiled": CoreSpec ->
+    Compiled), `replay.plan` ("plan"), `replay` ("hbm", "read_only_inputs"), the values replay
+    ("values_ok", "values_plan") and the loop stamper's notes to the allocator ("stamped_tiles")
+    computed from it. One invalidation rule (`Program.derived`): the cache belongs to one program
+    object, instruction list, buffer list and revision; any other is an empty cache."""
+    __slots__ = ("owner", "instructions", "buffers", "revision", "items")
+
+    def __init__(self, program: "Program"):
+        self.owner = weakref.ref(program)
+        self.instructions, self.buffers = program.instructions, program.buffers
+        self.revision = program.revision
+        self.items: dict = {}
+
+    def get(self, name: str, default=None):
+        return self.items.get(name, default)
+
+    def put(self, name: str, value):
+        self.items[name] = value
+        return value
+
+    def pop(self, name: str, default=None):
+        return self.items.pop(name, default)
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.items
 
 
 class ProgramCache:
@@ -296,6 +373,23 @@ def locate_instruction(error: Exception, program: Program, k: int) -> Exception:
 
 
 # -- helpers ------------------------------------------------------------------------------------
+def _encode_spec(spec, target: str):
+    """The traced CoreSpec as JSON: None when it is the preset `target` names (the usual case)."""
+    if spec is None:
+        return None
+    from .presets import CORES
+    if any(preset == spec and preset.name == target for preset in CORES.values()):
+        return None
+    return {k: _encode(v) for k, v in dataclasses.asdict(spec).items()}
+
+
+def _decode_spec(doc, target: str):
+    from .presets import CoreSpec
+    if doc is None:
+        return None
+    return CoreSpec(**{k: _decode(v) for k, v in doc.items()})
+
+
 def _engine_group(engine: str) -> str:
     return "dma" if engine.startswith("dma") else engine
 

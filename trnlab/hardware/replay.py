@@ -7,7 +7,7 @@ and released just after their last, so that the core's hazard tracking sees the 
 bytes the allocation planned. Each instruction keeps its kernel line (the timeline's note) and its
 region; the core's timeline records one span per region.
 
-A `Plan` (built once per program, cached on it) turns the program into flat lists, so that a
+A `Plan` (built once per program, in its derived caches) turns the program into flat lists, so that a
 replay costs one method call per instruction.
 """
 from __future__ import annotations
@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .. import config
 from . import _gc, dtypes
 from .allocate import allocate, live_ranges
 from .program import Program, locate_instruction
@@ -29,7 +30,7 @@ class Plan:
 
 
 def plan(program: Program) -> Plan:
-    cached = getattr(program, "_plan", None)
+    cached = program.derived.get("plan")
     if cached is not None:
         return cached
     if not program.allocated:
@@ -41,25 +42,25 @@ def plan(program: Program) -> Plan:
         steps.append((ins.opcode, dict(ins.attrs), operands, ins.line, ins.region,
                       [b.id for b in starts.get(k, ())], [b.id for b in ends.get(k, ())]))
     result = Plan(steps=steps, hbm=[b.id for b in program.buffers if b.memory == "hbm"])
-    program._plan = result
-    return result
+    return program.derived.put("plan", result)
 
 
 def _hbm_buffers(program: Program) -> list:
     """The program's HBM buffers (cached: a program of 8192³ matmul tiles has 130,000 buffers,
     a few of them in HBM; a copy with a buffer table of its own finds its own)."""
-    cached = getattr(program, "_hbm", None)
-    if cached is None or cached[0] is not program.buffers:
-        cached = program._hbm = (program.buffers, [b for b in program.buffers if b.memory == "hbm"])
-    return cached[1]
+    derived = program.derived
+    cached = derived.get("hbm")
+    if cached is None:
+        cached = derived.put("hbm", [b for b in program.buffers if b.memory == "hbm"])
+    return cached
 
 
 def _read_only_inputs(program: Program) -> frozenset:
     """The program's argument buffers that no instruction writes, directly or through an alias
     (cached on the program)."""
-    cached = getattr(program, "_read_only_inputs", None)
-    if cached is not None and cached[0] is program.instructions:
-        return cached[1]
+    cached = program.derived.get("read_only_inputs")
+    if cached is not None:
+        return cached
     buffers = program.buffers
 
     def root(bid):
@@ -70,8 +71,7 @@ def _read_only_inputs(program: Program) -> frozenset:
     written = {root(a.buffer) for ins in program.instructions for a in ins.writes()
                if buffers[a.buffer].memory == "hbm"}
     result = frozenset(bid for _, bid in program.inputs if root(bid) not in written)
-    program._read_only_inputs = (program.instructions, result)
-    return result
+    return program.derived.put("read_only_inputs", result)
 
 
 def bind_inputs(program: Program, core, args: list, hbm_tensors: dict | None = None) -> dict:
@@ -105,12 +105,17 @@ def execute(program: Program, core, args: list, region: str = "", hbm_tensors: d
             checked: bool = False) -> dict:
     """Run `program` on `core`; returns buffer id -> HBM Tensor.
 
-    Wherever that is exact, the times come from the compiled program (`compiled.py`: the same
-    timeline, without the rule checks the trace already made) and, in full mode, the values from
-    `compiled.run_values` (the core's NumPy code, without the scheduling); elsewhere, or with
-    ``checked=True``, every instruction is issued to the core (checks, values, time)."""
-    if not checked:
-        from .compiled import can_run, compiled_for, run_timing, run_values, values_ok
+    The reference: every instruction is issued to the core in program order (its rules checked,
+    its values computed, its cost and issue time found), its tiles placed at their allocated
+    offsets just before their first instruction and freed after their last.
+
+    Fast path (`trnlab.config.fast()`, unless ``checked=True``): wherever that is exact, the times
+    come from the compiled program (`compiled.py`: the same timeline, without the rule checks the
+    trace already made) and, in full mode, the values from the values replay
+    (`fast/values_replay.py`: the core's NumPy code, without the scheduling)."""
+    if not checked and config.fast():
+        from .replay_timing import can_run, compiled_for, run_timing
+        from .fast.values_replay import run_values, values_ok
         if not program.allocated:
             allocate(program)
         with _gc.paused():

@@ -114,9 +114,9 @@ class Recorder:
         self.sbuf = _TraceOnChip("sbuf", self)
         self.psum = _TraceOnChip("psum", self)
         self.program = Program(name=name, target=spec.name)
-        self.program._spec = spec
-        self.program._issue_spec = spec
-        self.program._matmul_dtypes = self._checker._matmul_dtypes
+        self.program.spec = spec
+        self.program.issue_spec = spec
+        self.program.matmul_dtypes = self._checker._matmul_dtypes
         self._tensors: list[Tensor] = []      # kept alive so that ids stay unique
         self._regions: list[str] = []
         self._methods: dict[str, object] = {}

@@ -232,7 +232,7 @@ def trace(kernel, *args, target=None, grid=None, points=None, **kwargs):
     if DROP_PSUM_ZEROING and not _directive(kernel, "skip_middle_end_transformations"):
         from trnlab.hardware.instruction_order import drop_zeroing_memsets
         program = drop_zeroing_memsets(program)
-    if not getattr(program, "_no_reorder", False):
+    if not program.no_reorder:
         from trnlab.hardware.instruction_order import default_for, scheduled
         program = scheduled(program, order or default_for(program))
     _PROGRAMS.put(key, program)
@@ -308,8 +308,8 @@ def _run_trace(kernel, args, kwargs, spec, grid, recorder, launch, names, alloca
     finally:
         launches.pop()
     program = recorder.finish(outputs)
-    program._no_reorder = bool(getattr(launch, "no_reorder", False))   # a loop said ncc.no_reorder()
-    program._inlined_regions = frozenset(getattr(launch, "inlined", ()))  # regions of inlined kernels
+    program.no_reorder = bool(getattr(launch, "no_reorder", False))   # a loop said ncc.no_reorder()
+    program.inlined_regions = frozenset(getattr(launch, "inlined", ()))  # regions of inlined kernels
     try:
         program = allocate(program, spec, fuse=not _directive(kernel, "skip_middle_end_transformations"))
     except Exception as error:

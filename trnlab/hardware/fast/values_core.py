@@ -2,15 +2,15 @@
 
 A traced program's full-mode replay computes its times with `replay_timing.run_timing` and its
 values by issuing each instruction to a `ValuesCore`: the instruction methods run (NeuronCore's
-own full-mode steps), but their scheduling step is dropped. The fast-path planner (`compiled.py`:
-values plans, `values_order`) calls the specialisations below.
+own full-mode steps), but their scheduling step is dropped. The fast-path planner
+(`values_replay.py`, `values_order.py`) calls the specialisations below.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from .core import NeuronCore, _view
-from .tensor import View
+from ..core import NeuronCore, _view
+from ..tensor import View
 
 
 class ValuesCore(NeuronCore):
@@ -84,30 +84,28 @@ class ValuesCore(NeuronCore):
             values = values.reshape(t.shape)
         if values.dtype != t.dtype:             # (a resident tensor of another dtype)
             values = values.astype(t.dtype)
-        from .compiled import _reset, _written_whole
         if t._pending is not None:
-            _reset(t)                           # (products of an earlier use still computing)
+            t.reset()                           # (products of an earlier use still computing)
         if id(source) in self.alias_sources:
-            _written_whole(t, values, shared=True)    # copy on write: the HBM values stay as they are
+            t.written_whole(values, shared=True)    # copy on write: the HBM values stay as they are
         else:
-            _written_whole(t, np.array(values), shared=False)
+            t.written_whole(np.array(values), shared=False)
         return -1
 
     def tensor_copy_moving(self, dst, src, engine="vector") -> int:
         """tensor_copy of a whole PSUM tile, at its last use, into a whole SBUF tile of the same
         dtype at its first (`_moving_copies`): the SBUF tile takes the PSUM tile's array (the PSUM
         tile is dropped right after) — unless some of it is garbage, then as tensor_copy."""
-        from .compiled import _reset, _written_whole
         t, s = dst.tensor, src.tensor
         values = s.data                         # (waits for its products)
         if s.written is not None or s.poison is not None:
-            _reset(t)
+            t.reset()
             self._tensor_copy_values(dst, src)
             return -1
         if t._pending is not None:
-            _reset(t)
-        _written_whole(t, values, shared=False)
-        s._data = None
+            t.reset()
+        t.written_whole(values, shared=False)
+        s.hand_over()
         return -1
 
     def tensor_copy(self, dst, src, engine="vector") -> int:

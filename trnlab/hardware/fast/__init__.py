@@ -1,0 +1,13 @@
+"""The fast paths: code beside the reference simulator that makes it faster, never different.
+
+Each module here speeds up one part of the reference and is used only while `trnlab.config.fast()`
+(the ``fast`` switch: on unless ``TRNLAB_FAST=0``, or ``config.override(fast=False)`` for a block);
+with it off, the reference runs alone and gives the same timelines and the same output bits, slower.
+docs/programs.md ("Fast paths") lists every fast path with the reference it mirrors and its test.
+
+- `values_replay` (with `values_order`): full mode's values of a replayed program without the
+  core's scheduling, beside the compiled timing replay (`replay_timing.run_timing`) — the reference is
+  `replay.execute` issuing each instruction to the core;
+- `psum_pool`: deferred PSUM products in worker threads — the reference is
+  `memory.OnChipMemory.flush_pending`, one product after another.
+"""
