@@ -133,5 +133,5 @@ def describe(program, spec) -> list:
         out.append(core.issued[i])
         for bid in frees:
             memories[buffers[bid].memory].free(tensors.pop(bid))
-    program._matmul_dtypes = set(core._matmul_dtypes)
+    program.matmul_dtypes = set(core._matmul_dtypes)
     return out

@@ -328,15 +328,12 @@ def _summary(issues) -> tuple[bool, set]:
 def compiled_for(program, spec) -> Compiled:
     """The program compiled for `spec` (cached on the program; described at trace time if the trace
     used the same spec)."""
-    owner, cache = getattr(program, "_compiled", (None, None))
-    if owner is not program:           # (a copy of a program, e.g. rescheduled, compiles anew)
-        cache = {}
-        program._compiled = (program, cache)
-    for s, c in cache.items():
-        if s is spec or s == spec:
-            return c
+    derived = program.derived          # (a copy of a program, e.g. rescheduled, compiles anew)
+    cache = derived.get("compiled")
+    if cache is None:
+        cache = derived.put("compiled", {})
     issues = None
-    traced = getattr(program, "_issue_spec", None)
+    traced = program.issue_spec
     if traced is not None and (traced is spec or traced == spec):
         issues = [i.issue for i in program.instructions]
         if any(i is None for i in issues):
@@ -345,7 +342,7 @@ def compiled_for(program, spec) -> Compiled:
         issues = describe(program, spec)
     else:
         issues = [as_description(d) for d in issues]     # (a rewrite may give plain tuples)
-    c = cache[spec] = Compiled(program, spec, issues, getattr(program, "_matmul_dtypes", ()))
+    c = cache[spec] = Compiled(program, spec, issues, program.matmul_dtypes)
     return c
 
 
