@@ -59,13 +59,20 @@ def save_checkpoint(model: GPT, tokenizer: CharTokenizer, directory: Path, train
     return directory
 
 
+def _open_regular(path: Path, what: str, error=CheckpointError) -> int:
+    """A file descriptor of `path` if it is a regular file (a FIFO does not block the open)."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise error(f"{path}: {what} must be a regular file, not a device, pipe or directory")
+    return fd
+
+
 def read_regular_file(path: Path, limit: int, what: str, error=CheckpointError) -> bytes:
     """The bytes of `path` if it is a regular file of at most `limit` bytes (checked on the open file)."""
-    fd = os.open(path, os.O_RDONLY)
+    fd = _open_regular(path, what, error)
     with os.fdopen(fd, "rb") as f:
         info = os.fstat(f.fileno())
-        if not stat.S_ISREG(info.st_mode):
-            raise error(f"{path}: {what} must be a regular file, not a device, pipe or directory")
         if info.st_size > limit:
             raise error(f"{path}: {what} of {info.st_size:,} bytes, at most {limit:,}")
         return f.read(info.st_size)
@@ -118,11 +125,9 @@ def _read_config(directory: Path) -> tuple[GPTConfig, CharTokenizer]:
 
 def _check_weights_file(path: Path, config: GPTConfig) -> None:
     """The safetensors header describes exactly this config's parameters, inside the file's length."""
-    fd = os.open(path, os.O_RDONLY)
+    fd = _open_regular(path, "the weights file")
     with os.fdopen(fd, "rb") as f:
         info = os.fstat(f.fileno())
-        if not stat.S_ISREG(info.st_mode):
-            raise CheckpointError(f"{path}: the weights must be a regular file, not a device, pipe or directory")
         size = info.st_size
         head = f.read(8)
         if len(head) < 8:
