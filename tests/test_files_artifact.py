@@ -135,3 +135,45 @@ def test_non_finite_constants_load_with_a_warning(compiled_prefill, tmp_path):
         compiled_prefill.graph.constants[name] = original
     with pytest.warns(NonFiniteConstantsWarning, match="NaN or infinite"):
         artifact.load(path)
+
+
+# -- the serving cache: an artifact is used only for the checkpoint and the step it was compiled for ----------
+@pytest.fixture
+def fresh_steps(monkeypatch):
+    from trnlab.serve import compiled
+    monkeypatch.setattr(compiled, "_STEPS", {})                       # as in a new process
+    return compiled
+
+
+def cached_path(cache_dir, bucket) -> "os.PathLike":
+    from trnlab.serve.compiled import model_fingerprint
+    return cache_dir / model_fingerprint(MODEL) / f"trn2-prefill-{bucket[0]}x{bucket[1]}.neff"
+
+
+def test_a_valid_artifact_of_another_bucket_is_compiled_again(tmp_path, fresh_steps):
+    fresh_steps.get_step(MODEL, "prefill", (1, 8), "trn2", cache_dir=tmp_path)
+    wrong = cached_path(tmp_path, (1, 16))
+    wrong.write_bytes(cached_path(tmp_path, (1, 8)).read_bytes())     # the 8-position program, named for 16
+    step = fresh_steps.get_step(MODEL, "prefill", (1, 16), "trn2", cache_dir=tmp_path)
+    assert step.source == "compiled"
+    (logits, *_), _ = step.run(np.zeros((1, 16), np.int32))           # the bucket works
+    assert logits.shape == (1, 16, MODEL.config.vocab_size)
+    fresh_steps._STEPS.clear()                                        # and the file was replaced by the right one
+    assert fresh_steps.get_step(MODEL, "prefill", (1, 16), "trn2", cache_dir=tmp_path).source == "artifact"
+
+
+def test_a_cached_artifact_with_altered_and_rehashed_weights_is_not_served(tmp_path, fresh_steps):
+    fresh_steps.get_step(MODEL, "prefill", (1, 8), "trn2", cache_dir=tmp_path)
+    path = cached_path(tmp_path, (1, 8))
+    parts = parts_of(path)
+    table = json.loads(parts["tensors.json"])["constants"]
+    assert table, "the step has weights"
+    weights = bytearray(parts["weights.safetensors"])
+    weights[-64:] = bytes(64)
+    parts["weights.safetensors"] = bytes(weights)
+    rewrite(path, parts)
+    fresh_steps._STEPS.clear()
+    step = fresh_steps.get_step(MODEL, "prefill", (1, 8), "trn2", cache_dir=tmp_path)
+    assert step.source == "compiled"                                  # not the altered file
+    genuine = compile_step(MODEL, "prefill", (1, 8), "trn2").constants
+    assert all(np.array_equal(step.constants[n], genuine[n]) for n in genuine)

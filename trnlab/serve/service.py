@@ -7,10 +7,18 @@ this module, so they speak the same prompts, errors and latency breakdown.
 
 The prompt is what a student types ("407+38", "reverse kite"); it is rewritten into the model's
 template (trnlab.data.tasks.model_prompt) and the answer back into the usual form (read_answer).
+
+One request cannot break the others: a request whose prompt or sampling fails gets its own error and
+the step goes on (trnlab.serve.engine); only a step that fails as a whole fails its batch, and then
+`health()` says so until a step succeeds again. Memory stays bounded under sustained load: the
+simulator pauses Python's cyclic collector while it replays a program (trnlab.hardware._gc), so the
+engine thread runs a full collection itself every `GC_EVERY_STEPS` steps and whenever it goes idle
+(`benchmarks/bench_serve.py --soak` measures the resident memory).
 """
 
 from __future__ import annotations
 
+import gc
 import queue
 import threading
 import time
@@ -23,6 +31,8 @@ from trnlab.model.generate import check_prompt_fits
 from trnlab.serve.backend import make_backend
 from trnlab.serve.engine import Engine, Request, TokenEvent
 from trnlab.serve.sampling import SamplingParams
+
+GC_EVERY_STEPS = 64        # engine steps between full collections under sustained load (see the docstring)
 
 
 @dataclass
@@ -63,6 +73,8 @@ class Service:
         self._listeners: dict[Request, queue.Queue] = {}
         self._worker: threading.Thread | None = None
         self._stop = threading.Event()
+        self.last_step_error: str | None = None    # the last failed step's error, until a step succeeds
+        self.steps_since_gc = 0
 
     @property
     def context(self) -> int:
@@ -71,7 +83,11 @@ class Service:
     # -- prompts ---------------------------------------------------------------------------------
     def encode(self, prompt: str) -> list[int]:
         """<bos> prompt <sep> in the model's template; raises UnknownCharacterError / PromptTooLongError."""
-        ids = self.tokenizer.encode_prompt(model_prompt(task_of(prompt), prompt))
+        try:
+            text = model_prompt(task_of(prompt), prompt)
+        except ValueError:            # not an operand int() can read ("²+1", 5,000 digits): tokenize as typed
+            text = prompt
+        ids = self.tokenizer.encode_prompt(text)
         check_prompt_fits(self.model, ids, prompt)
         return ids
 
@@ -86,6 +102,23 @@ class Service:
         if task_of(prompt) in NUMBER_TASKS and not finished:
             return ""
         return self.text_of(prompt, output_ids)
+
+    def health(self) -> dict:
+        """Whether the service can answer now: its engine thread runs and its last step succeeded."""
+        engine = self.engine
+        problems = []
+        if self._worker is None or not self._worker.is_alive():
+            problems.append("the engine thread is not running")
+        if self.last_step_error is not None:
+            problems.append(f"the last engine step failed: {self.last_step_error}")
+        health = {"status": "error" if problems else "ok", "model": self.model_name, "device": self.device,
+                  "running": len(engine.running), "waiting": len(engine.waiting)}
+        if problems:
+            health["problems"] = problems
+        warnings = getattr(self.backend, "warnings", None)
+        if warnings:
+            health["warnings"] = list(warnings)
+        return health
 
     # -- the engine thread -----------------------------------------------------------------------
     def start(self) -> "Service":
@@ -138,21 +171,33 @@ class Service:
                 except queue.Empty:
                     message = False
             if engine.idle:
+                self._collect()
                 continue
             try:
                 produced = engine.step()
             except Exception as error:   # a failing step must not strand anyone: every listener hears it
+                self.last_step_error = f"{type(error).__name__}: {error}"
                 for events in self._listeners.values():
                     events.put(error)
                 self._listeners.clear()
                 self.engine = Engine(self.backend, self.tokenizer.eos_id, engine.max_batch)   # a clean start
                 continue
+            self.last_step_error = None
             for event in produced:
                 listener = self._listeners.get(event.request)
                 if listener is not None:
-                    listener.put(event)
+                    listener.put(event.error if event.error is not None else event)
                     if event.finish_reason is not None:
                         del self._listeners[event.request]
+            self.steps_since_gc += 1
+            if self.steps_since_gc >= GC_EVERY_STEPS:
+                self._collect()
+
+    def _collect(self) -> None:
+        """A full collection of the cycles the paused collector left (nothing to do if none were made)."""
+        if self.steps_since_gc:
+            gc.collect()
+            self.steps_since_gc = 0
 
     # -- one prompt, waiting for the answer ------------------------------------------------------
     def ask(self, prompt: str, params: SamplingParams = SamplingParams()) -> Answer:
