@@ -294,8 +294,8 @@ def test_health_reports_an_engine_that_cannot_answer():
 
 # -- arguments ----------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("argv, says", [
-    (["--max-batch", "0"], "--max-batch 0: the running batch holds 1..64"),
-    (["--max-batch", "1000"], "--max-batch 1000"),
+    (["--max-batch", "0"], "--max-batch 0: the running batch holds 1..1024"),
+    (["--max-batch", "1000000000"], "--max-batch 1000000000"),
     (["--port", "70000"], "--port 70000: a TCP port is in 0..65535"),
     (["--timeout", "0"], "--timeout 0.0"),
     (["--timeout", "nan"], "--timeout nan"),

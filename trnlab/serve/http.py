@@ -45,11 +45,11 @@ from pathlib import Path
 from trnlab.data.tokenizer import UnknownCharacterError
 from trnlab.model.checkpoint import DEFAULT_CHECKPOINT
 from trnlab.model.generate import PromptTooLongError
-from trnlab.serve.backend import DEFAULT_MAX_BATCH
 from trnlab.serve.sampling import SamplingParams
 from trnlab.serve.service import Service
 
 MAX_BODY_BYTES = 64 * 1024       # the model reads 32 tokens; anything near this size is not a real request
+MAX_BATCH = 1024                 # sequences in the running batch (the KV cache is allocated for all of them)
 TIMEOUT_S = 30.0                 # a socket read or write that waits longer ends the connection
 MAX_CONNECTIONS = 512            # open connections (300 concurrent requests must all be answered)
 DRAIN_BYTES = 1 << 20            # after a 413, read at most this much of the unwanted body ...
@@ -252,6 +252,7 @@ class Handler(BaseHTTPRequestHandler):
         except _Answered:
             return
         except APIError as error:
+            self.close_connection = True          # the body may be unread: it must not be taken for a request
             return self._error(error)
         self._answer(prompt, ids, params, chat, stream, model)
 
@@ -501,8 +502,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:                                   # every argument checked before the model is loaded
         check_server_options(args.port, args.timeout, args.max_connections)
-        if not 1 <= args.max_batch <= DEFAULT_MAX_BATCH:
-            raise ValueError(f"--max-batch {args.max_batch}: the running batch holds 1..{DEFAULT_MAX_BATCH} sequences")
+        if not 1 <= args.max_batch <= MAX_BATCH:
+            raise ValueError(f"--max-batch {args.max_batch}: the running batch holds 1..{MAX_BATCH} sequences")
         service = Service(args.device, args.checkpoint, max_batch=args.max_batch)
         server = make_server(service, args.host, args.port, args.timeout, args.max_connections)
     except (ValueError, OSError) as error:   # a bad value, a missing checkpoint, a port in use

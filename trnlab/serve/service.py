@@ -12,8 +12,8 @@ One request cannot break the others: a request whose prompt or sampling fails ge
 the step goes on (trnlab.serve.engine); only a step that fails as a whole fails its batch, and then
 `health()` says so until a step succeeds again. Memory stays bounded under sustained load: the
 simulator pauses Python's cyclic collector while it replays a program (trnlab.hardware._gc), so the
-engine thread runs a full collection itself every `GC_EVERY_STEPS` steps and whenever it goes idle
-(`benchmarks/bench_serve.py --soak` measures the resident memory).
+engine thread runs a full collection itself every `GC_EVERY_STEPS` steps (`benchmarks/bench_serve.py
+--soak` measures the resident memory).
 """
 
 from __future__ import annotations
@@ -61,7 +61,8 @@ class Service:
     """One model on one device, answering requests from many threads through one engine."""
 
     def __init__(self, device: str = "trn2", checkpoint: Path = DEFAULT_CHECKPOINT, max_batch: int = 8,
-                 model=None, tokenizer=None, model_name: str = "trnlab-tiny-gpt"):
+                 model=None, tokenizer=None, model_name: str = "trnlab-tiny-gpt",
+                 gc_every_steps: int | None = GC_EVERY_STEPS):
         if model is None:
             model, tokenizer = load_checkpoint(checkpoint)
         self.model, self.tokenizer = model, tokenizer
@@ -74,6 +75,7 @@ class Service:
         self._worker: threading.Thread | None = None
         self._stop = threading.Event()
         self.last_step_error: str | None = None    # the last failed step's error, until a step succeeds
+        self.gc_every_steps = gc_every_steps       # None: no collections of our own (the soak's "before")
         self.steps_since_gc = 0
 
     @property
@@ -171,7 +173,6 @@ class Service:
                 except queue.Empty:
                     message = False
             if engine.idle:
-                self._collect()
                 continue
             try:
                 produced = engine.step()
@@ -190,14 +191,13 @@ class Service:
                     if event.finish_reason is not None:
                         del self._listeners[event.request]
             self.steps_since_gc += 1
-            if self.steps_since_gc >= GC_EVERY_STEPS:
+            if self.gc_every_steps is not None and self.steps_since_gc >= self.gc_every_steps:
                 self._collect()
 
     def _collect(self) -> None:
-        """A full collection of the cycles the paused collector left (nothing to do if none were made)."""
-        if self.steps_since_gc:
-            gc.collect()
-            self.steps_since_gc = 0
+        """A full collection of the cycles the paused collector left behind."""
+        gc.collect()
+        self.steps_since_gc = 0
 
     # -- one prompt, waiting for the answer ------------------------------------------------------
     def ask(self, prompt: str, params: SamplingParams = SamplingParams()) -> Answer:
