@@ -133,20 +133,27 @@ def soak(model, tokenizer, device: str, requests: int, seconds: float, collect: 
                 samples.append((done, rss_mb()))
         wall = time.perf_counter() - start
     first, last = samples[0][1], samples[-1][1]
-    return {"device": device, "collect": collect, "requests": done, "wall_s": wall, "rss_start_mb": first,
+    return {"device": device, "collect": collect, "requests": done, "wall_s": wall, "gc_runs": service.gc_runs,
+            "gc_s": service.gc_s, "rss_start_mb": first,
             "rss_end_mb": last, "rss_max_mb": max(m for _, m in samples), "per_request_kb": (last - first) * 1024 / done,
             "samples": samples}
 
 
-def soak_report(model, tokenizer, requests: int, seconds: float) -> None:
-    print(f"5. soak: {requests} requests at concurrency 8 (at most {seconds:.0f} s each), RSS of this process "
-          f"(server and clients)")
+def soak_report(requests: int, seconds: float) -> None:
+    """Each soak in a fresh process (one run's garbage must not be the next one's baseline)."""
+    import subprocess
+    import sys
+    print(f"5. soak: {requests} requests at concurrency 8 (at most {seconds:.0f} s each), RSS of a fresh process "
+          f"(server and clients) after warm-up")
     for device, collect in (("trn2", False), ("trn2", True), ("cpu", True)):
-        r = soak(model, tokenizer, device, requests, seconds, collect)
+        command = [sys.executable, __file__, "--soak-one", device, "--soak-requests", str(requests),
+                   "--soak-seconds", str(seconds)] + ([] if collect else ["--soak-no-collect"])
+        r = json.loads(subprocess.run(command, capture_output=True, text=True, check=True).stdout.splitlines()[-1])
         label = f"{device} {'with' if collect else 'without'} the service's full collections"
         print(f"   {label:45s} {r['requests']} requests in {r['wall_s']:.0f} s: RSS {r['rss_start_mb']:.0f} -> "
-              f"{r['rss_end_mb']:.0f} MB (max {r['rss_max_mb']:.0f}), {r['per_request_kb']:+.0f} kB per request")
-        print("      " + " ".join(f"{n}:{m:.0f}" for n, m in r["samples"]))
+              f"{r['rss_end_mb']:.0f} MB (max {r['rss_max_mb']:.0f}), {r['per_request_kb']:+.0f} kB per request; "
+              f"{r['gc_runs']} collections, {r['gc_s']:.2f} s")
+        print("      RSS MB after n requests: " + " ".join(f"{n}:{m:.0f}" for n, m in r["samples"]))
 
 
 def full_split(model, tokenizer) -> None:
@@ -176,13 +183,19 @@ def main() -> None:
     parser.add_argument("--soak", action="store_true", help="run part 5 only: sustained requests, RSS sampled")
     parser.add_argument("--soak-requests", type=int, default=600, help="requests per soak run")
     parser.add_argument("--soak-seconds", type=float, default=900.0, help="a soak run stops after this long")
+    parser.add_argument("--soak-one", choices=("cpu", "trn1", "trn2", "trn3"), help=argparse.SUPPRESS)
+    parser.add_argument("--soak-no-collect", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.soak:
+        soak_report(args.soak_requests, args.soak_seconds)
+        return
     model, tokenizer = load_checkpoint()
     if args.only_full_split:
         full_split(model, tokenizer)
         return
-    if args.soak:
-        soak_report(model, tokenizer, args.soak_requests, args.soak_seconds)
+    if args.soak_one:
+        print(json.dumps(soak(model, tokenizer, args.soak_one, args.soak_requests, args.soak_seconds,
+                              collect=not args.soak_no_collect)))
         return
     import tempfile
     if "0" in args.parts:

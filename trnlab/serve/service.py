@@ -77,6 +77,7 @@ class Service:
         self.last_step_error: str | None = None    # the last failed step's error, until a step succeeds
         self.gc_every_steps = gc_every_steps       # None: no collections of our own (the soak's "before")
         self.steps_since_gc = 0
+        self.gc_runs, self.gc_s = 0, 0.0           # the collections run, and their wall time
 
     @property
     def context(self) -> int:
@@ -196,7 +197,9 @@ class Service:
 
     def _collect(self) -> None:
         """A full collection of the cycles the paused collector left behind."""
+        start = time.perf_counter()
         gc.collect()
+        self.gc_runs, self.gc_s = self.gc_runs + 1, self.gc_s + time.perf_counter() - start
         self.steps_since_gc = 0
 
     # -- one prompt, waiting for the answer ------------------------------------------------------
