@@ -11,9 +11,10 @@ template (trnlab.data.tasks.model_prompt) and the answer back into the usual for
 One request cannot break the others: a request whose prompt or sampling fails gets its own error and
 the step goes on (trnlab.serve.engine); only a step that fails as a whole fails its batch, and then
 `health()` says so until a step succeeds again. Memory stays bounded under sustained load: the
-simulator pauses Python's cyclic collector while it replays a program (trnlab.hardware._gc), so the
-engine thread runs a full collection itself every `GC_EVERY_STEPS` steps (`benchmarks/bench_serve.py
---soak` measures the resident memory).
+simulator pauses Python's cyclic collector while it replays a program (trnlab.hardware._gc), and then
+CPython's own full collections rarely or never come; so every `GC_EVERY_STEPS` steps the engine
+thread runs one itself, unless CPython ran one in the meantime (the PyTorch backend: nothing paused).
+`benchmarks/bench_serve.py --soak` measures the resident memory.
 """
 
 from __future__ import annotations
@@ -78,6 +79,7 @@ class Service:
         self.gc_every_steps = gc_every_steps       # None: no collections of our own (the soak's "before")
         self.steps_since_gc = 0
         self.gc_runs, self.gc_s = 0, 0.0           # the collections run, and their wall time
+        self._full_collections = gc.get_stats()[2]["collections"]   # CPython's own, at the last check
 
     @property
     def context(self) -> int:
@@ -196,11 +198,13 @@ class Service:
                 self._collect()
 
     def _collect(self) -> None:
-        """A full collection of the cycles the paused collector left behind."""
-        start = time.perf_counter()
-        gc.collect()
-        self.gc_runs, self.gc_s = self.gc_runs + 1, self.gc_s + time.perf_counter() - start
+        """A full collection of the cycles the paused collector left behind, if CPython ran none itself."""
         self.steps_since_gc = 0
+        if gc.get_stats()[2]["collections"] == self._full_collections:
+            start = time.perf_counter()
+            gc.collect()
+            self.gc_runs, self.gc_s = self.gc_runs + 1, self.gc_s + time.perf_counter() - start
+        self._full_collections = gc.get_stats()[2]["collections"]
 
     # -- one prompt, waiting for the answer ------------------------------------------------------
     def ask(self, prompt: str, params: SamplingParams = SamplingParams()) -> Answer:
