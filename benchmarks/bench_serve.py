@@ -13,8 +13,9 @@
 3. Wall-clock overhead of the simulator per generated token: one short answer through the engine on
    trn2 against the PyTorch backend (baseline). Target: a short answer within 1 s of wall time.
 5. Soak (`--soak`): sustained requests against a server on 127.0.0.1 (bounded: `--soak-requests`,
-   `--soak-seconds`), resident memory (RSS) sampled every 50 requests, on trn2 with and without the
-   service's periodic full collection (trnlab.serve.service.GC_EVERY_STEPS) and on the PyTorch backend.
+   `--soak-seconds`), resident memory (RSS) sampled every 50 requests, each run in a fresh process:
+   trn2 as shipped (a full collection every GC_EVERY_STEPS engine steps, trnlab.serve.service), trn2
+   without those collections (the memory growth they stop), and the PyTorch backend as shipped.
 """
 from __future__ import annotations
 
@@ -109,10 +110,8 @@ def rss_mb() -> float:
 def soak(model, tokenizer, device: str, requests: int, seconds: float, collect: bool, concurrency: int = 8) -> dict:
     """Sustained requests (at most `requests`, stopped after `seconds`); RSS sampled every 50 requests."""
     import gc
-    from trnlab.serve import service as service_module
     gc.collect()
-    service = Service(device, max_batch=8, model=model, tokenizer=tokenizer,
-                      gc_every_steps=service_module.GC_EVERY_STEPS if collect else None)
+    service = Service(device, max_batch=8, model=model, tokenizer=tokenizer, gc_every_steps="auto" if collect else None)
     if hasattr(service.backend, "warm"):
         service.backend.warm(max_batch=8)
     with BackgroundServer(service) as url:
@@ -149,7 +148,7 @@ def soak_report(requests: int, seconds: float) -> None:
         command = [sys.executable, __file__, "--soak-one", device, "--soak-requests", str(requests),
                    "--soak-seconds", str(seconds)] + ([] if collect else ["--soak-no-collect"])
         r = json.loads(subprocess.run(command, capture_output=True, text=True, check=True).stdout.splitlines()[-1])
-        label = f"{device} {'with' if collect else 'without'} the service's full collections"
+        label = f"{device}, {'the service as shipped' if collect else 'no collections of the service'}"
         print(f"   {label:45s} {r['requests']} requests in {r['wall_s']:.0f} s: RSS {r['rss_start_mb']:.0f} -> "
               f"{r['rss_end_mb']:.0f} MB (max {r['rss_max_mb']:.0f}), {r['per_request_kb']:+.0f} kB per request; "
               f"{r['gc_runs']} collections, {r['gc_s']:.2f} s")

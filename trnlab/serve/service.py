@@ -12,8 +12,9 @@ One request cannot break the others: a request whose prompt or sampling fails ge
 the step goes on (trnlab.serve.engine); only a step that fails as a whole fails its batch, and then
 `health()` says so until a step succeeds again. Memory stays bounded under sustained load: the
 simulator pauses Python's cyclic collector while it replays a program (trnlab.hardware._gc), and then
-CPython's own full collections rarely or never come; so every `GC_EVERY_STEPS` steps the engine
-thread runs one itself, unless CPython ran one in the meantime (the PyTorch backend: nothing paused).
+CPython's own full collections rarely or never come; so on the simulated devices the engine thread
+runs one itself every `GC_EVERY_STEPS` steps, unless CPython ran one in the meantime (the PyTorch
+backend pauses nothing and keeps CPython's own schedule).
 `benchmarks/bench_serve.py --soak` measures the resident memory.
 """
 
@@ -63,7 +64,7 @@ class Service:
 
     def __init__(self, device: str = "trn2", checkpoint: Path = DEFAULT_CHECKPOINT, max_batch: int = 8,
                  model=None, tokenizer=None, model_name: str = "trnlab-tiny-gpt",
-                 gc_every_steps: int | None = GC_EVERY_STEPS):
+                 gc_every_steps: int | None | str = "auto"):
         if model is None:
             model, tokenizer = load_checkpoint(checkpoint)
         self.model, self.tokenizer = model, tokenizer
@@ -76,7 +77,9 @@ class Service:
         self._worker: threading.Thread | None = None
         self._stop = threading.Event()
         self.last_step_error: str | None = None    # the last failed step's error, until a step succeeds
-        self.gc_every_steps = gc_every_steps       # None: no collections of our own (the soak's "before")
+        if gc_every_steps == "auto":               # the PyTorch backend pauses nothing: CPython's schedule is enough
+            gc_every_steps = None if device == "cpu" else GC_EVERY_STEPS
+        self.gc_every_steps = gc_every_steps       # None: no collections of our own
         self.steps_since_gc = 0
         self.gc_runs, self.gc_s = 0, 0.0           # the collections run, and their wall time
         self._full_collections = gc.get_stats()[2]["collections"]   # CPython's own, at the last check
