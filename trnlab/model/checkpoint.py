@@ -59,22 +59,22 @@ def save_checkpoint(model: GPT, tokenizer: CharTokenizer, directory: Path, train
     return directory
 
 
-def _open_regular(path: Path, what: str, error=CheckpointError) -> int:
+def _open_regular(path: Path, what: str) -> int:
     """A file descriptor of `path` if it is a regular file (a FIFO does not block the open)."""
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
-        raise error(f"{path}: {what} must be a regular file, not a device, pipe or directory")
+        raise CheckpointError(f"{path}: {what} must be a regular file, not a device, pipe or directory")
     return fd
 
 
-def read_regular_file(path: Path, limit: int, what: str, error=CheckpointError) -> bytes:
+def _read_regular_file(path: Path, limit: int, what: str) -> bytes:
     """The bytes of `path` if it is a regular file of at most `limit` bytes (checked on the open file)."""
-    fd = _open_regular(path, what, error)
+    fd = _open_regular(path, what)
     with os.fdopen(fd, "rb") as f:
         info = os.fstat(f.fileno())
         if info.st_size > limit:
-            raise error(f"{path}: {what} of {info.st_size:,} bytes, at most {limit:,}")
+            raise CheckpointError(f"{path}: {what} of {info.st_size:,} bytes, at most {limit:,}")
         return f.read(info.st_size)
 
 
@@ -104,7 +104,7 @@ def _model_config(raw: object, path: Path) -> GPTConfig:
 def _read_config(directory: Path) -> tuple[GPTConfig, CharTokenizer]:
     path = directory / "config.json"
     try:
-        config = json.loads(read_regular_file(path, MAX_CONFIG_BYTES, "config.json"))
+        config = json.loads(_read_regular_file(path, MAX_CONFIG_BYTES, "config.json"))
     except (ValueError, RecursionError) as e:
         if isinstance(e, CheckpointError):
             raise
@@ -194,4 +194,10 @@ def load_checkpoint(directory: Path = DEFAULT_CHECKPOINT) -> tuple[GPT, CharToke
 
 
 def load_train_log(directory: Path = DEFAULT_CHECKPOINT) -> dict:
-    return json.loads((Path(directory) / "train_log.json").read_text())
+    path = Path(directory) / "train_log.json"
+    try:
+        return json.loads(_read_regular_file(path, 64 << 20, "train_log.json"))
+    except (ValueError, RecursionError) as e:
+        if isinstance(e, CheckpointError):
+            raise
+        raise CheckpointError(f"{path}: not JSON ({type(e).__name__}: {str(e)[:200]})") from None
