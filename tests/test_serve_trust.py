@@ -73,8 +73,10 @@ def json_answer(received: bytes) -> tuple[int, dict]:
 
 
 def completion(server, **fields) -> tuple[int, dict]:
-    host, port = server.server.server_address[:2]
-    connection = http.client.HTTPConnection(host, port, timeout=120)
+    """POST /v1/completions to `server` (a BackgroundServer or its URL) -> (status, JSON body)."""
+    url = server if isinstance(server, str) else server.url
+    host, port = url.removeprefix("http://").split(":")
+    connection = http.client.HTTPConnection(host, int(port), timeout=120)
     connection.request("POST", "/v1/completions", json.dumps({"model": MODEL_NAME, **fields}),
                        {"Content-Type": "application/json"})
     response = connection.getresponse()
@@ -254,15 +256,10 @@ def test_an_unwritable_cache_still_answers_and_health_says_so(tmp_path, monkeypa
     service = Service("trn2", max_batch=1, model=MODEL, tokenizer=TOKENIZER)
     with pytest.warns(RuntimeWarning, match="cannot be written"):
         with BackgroundServer(service, timeout=5.0) as url:
-            status, body = completion(type("S", (), {"server": service_server(url)})(), prompt="12+5")
+            status, body = completion(url, prompt="12+5")
             assert status == 200 and body["choices"][0]["text"] == "17"
             health = json.loads(http_get(url + "/health"))
     assert health["status"] == "ok" and "cannot be written" in health["warnings"][0]
-
-
-def service_server(url: str):
-    host, port = url.removeprefix("http://").split(":")
-    return type("Address", (), {"server_address": (host, int(port))})()
 
 
 def http_get(url: str) -> bytes:
@@ -286,7 +283,7 @@ def test_health_reports_an_engine_that_cannot_answer():
     service.engine = Engine(service.backend, TOKENIZER.eos_id, max_batch=2)
     with BackgroundServer(service, timeout=5.0) as url:
         assert json.loads(http_get(url + "/health"))["status"] == "ok"
-        status, body = completion(type("S", (), {"server": service_server(url)})(), prompt="12+5")
+        status, body = completion(url, prompt="12+5")
         assert status == 500 and "the device is gone" in body["error"]["message"]
         health = json.loads(http_get(url + "/health"))
     assert health["status"] == "error" and "the device is gone" in health["problems"][0]
