@@ -12,6 +12,10 @@
    the simulated trn2), against the same server on the PyTorch backend (baseline, same run).
 3. Wall-clock overhead of the simulator per generated token: one short answer through the engine on
    trn2 against the PyTorch backend (baseline). Target: a short answer within 1 s of wall time.
+5. Soak (`--soak`): sustained requests against a server on 127.0.0.1 (bounded: `--soak-requests`,
+   `--soak-seconds`), resident memory (RSS) sampled every 50 requests, each run in a fresh process:
+   trn2 as shipped (a full collection every GC_EVERY_STEPS engine steps, trnlab.serve.service), trn2
+   without those collections (the memory growth they stop), and the PyTorch backend as shipped.
 """
 from __future__ import annotations
 
@@ -94,6 +98,63 @@ def wall_per_token(model, tokenizer, device: str) -> tuple[float, float, int, fl
     return wall_s, wall_s / n, n, replay_s / n
 
 
+def rss_mb() -> float:
+    """This process's resident memory in MB (Linux: /proc/self/status)."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmRSS in /proc/self/status")
+
+
+def soak(model, tokenizer, device: str, requests: int, seconds: float, collect: bool, concurrency: int = 8) -> dict:
+    """Sustained requests (at most `requests`, stopped after `seconds`); RSS sampled every 50 requests."""
+    import gc
+    gc.collect()
+    service = Service(device, max_batch=8, model=model, tokenizer=tokenizer, gc_every_steps="auto" if collect else None)
+    if hasattr(service.backend, "warm"):
+        service.backend.warm(max_batch=8)
+    with BackgroundServer(service) as url:
+        def one(i):
+            body = json.dumps({"model": service.model_name, "prompt": PROMPTS[i % len(PROMPTS)]}).encode()
+            request = urllib.request.Request(url + "/v1/completions", data=body,
+                                             headers={"Content-Type": "application/json"})
+            with urllib.request.urlopen(request, timeout=120) as response:
+                return json.loads(response.read())["choices"][0]["text"]
+        for i in range(2 * concurrency):                         # warm up: every bucket used once
+            one(i)
+        samples, done, start = [(0, rss_mb())], 0, time.perf_counter()
+        with ThreadPoolExecutor(concurrency) as pool:
+            while done < requests and time.perf_counter() - start < seconds:
+                batch = min(50, requests - done)
+                list(pool.map(one, range(done, done + batch)))
+                done += batch
+                samples.append((done, rss_mb()))
+        wall = time.perf_counter() - start
+    first, last = samples[0][1], samples[-1][1]
+    return {"device": device, "collect": collect, "requests": done, "wall_s": wall, "gc_runs": service.gc_runs,
+            "gc_s": service.gc_s, "rss_start_mb": first,
+            "rss_end_mb": last, "rss_max_mb": max(m for _, m in samples), "per_request_kb": (last - first) * 1024 / done,
+            "samples": samples}
+
+
+def soak_report(requests: int, seconds: float) -> None:
+    """Each soak in a fresh process (one run's garbage must not be the next one's baseline)."""
+    import subprocess
+    import sys
+    print(f"5. soak: {requests} requests at concurrency 8 (at most {seconds:.0f} s each), RSS of a fresh process "
+          f"(server and clients) after warm-up")
+    for device, collect in (("trn2", False), ("trn2", True), ("cpu", True)):
+        command = [sys.executable, __file__, "--soak-one", device, "--soak-requests", str(requests),
+                   "--soak-seconds", str(seconds)] + ([] if collect else ["--soak-no-collect"])
+        r = json.loads(subprocess.run(command, capture_output=True, text=True, check=True).stdout.splitlines()[-1])
+        label = f"{device}, {'the service as shipped' if collect else 'no collections of the service'}"
+        print(f"   {label:45s} {r['requests']} requests in {r['wall_s']:.0f} s: RSS {r['rss_start_mb']:.0f} -> "
+              f"{r['rss_end_mb']:.0f} MB (max {r['rss_max_mb']:.0f}), {r['per_request_kb']:+.0f} kB per request; "
+              f"{r['gc_runs']} collections, {r['gc_s']:.2f} s")
+        print("      RSS MB after n requests: " + " ".join(f"{n}:{m:.0f}" for n, m in r["samples"]))
+
+
 def full_split(model, tokenizer) -> None:
     prompts = [e.prompt for e in load_split("test")]
     start = time.perf_counter()
@@ -118,10 +179,22 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=32, help="requests per throughput measurement")
     parser.add_argument("--only-full-split", action="store_true", help="run part 4 only")
     parser.add_argument("--parts", default="0123", help="which of parts 0-3 to run, e.g. --parts 3")
+    parser.add_argument("--soak", action="store_true", help="run part 5 only: sustained requests, RSS sampled")
+    parser.add_argument("--soak-requests", type=int, default=600, help="requests per soak run")
+    parser.add_argument("--soak-seconds", type=float, default=900.0, help="a soak run stops after this long")
+    parser.add_argument("--soak-one", choices=("cpu", "trn1", "trn2", "trn3"), help=argparse.SUPPRESS)
+    parser.add_argument("--soak-no-collect", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.soak:
+        soak_report(args.soak_requests, args.soak_seconds)
+        return
     model, tokenizer = load_checkpoint()
     if args.only_full_split:
         full_split(model, tokenizer)
+        return
+    if args.soak_one:
+        print(json.dumps(soak(model, tokenizer, args.soak_one, args.soak_requests, args.soak_seconds,
+                              collect=not args.soak_no_collect)))
         return
     import tempfile
     if "0" in args.parts:

@@ -73,3 +73,72 @@ def test_a_rank_that_stops_answering_is_caught_by_the_time_out(tmp_path):
     assert done.returncode != 0
     assert "rank 0: all-reduce of the token count at step 1 failed" in done.stderr
     assert "within the 4 s time-out" in done.stderr
+
+
+def _children(pid: int) -> list[int]:
+    """The pids whose parent is `pid` (from /proc)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid:
+                found.append(int(entry))
+    return found
+
+
+def _running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")   # a zombie has ended
+    except OSError:
+        return False
+
+
+def test_killing_the_launcher_ends_its_workers(tmp_path):
+    import signal
+    import time
+
+    launcher = train.launch(2, [*SMALL[:1], "100000", *SMALL[2:], "--out", str(tmp_path)])   # would run for hours
+    workers = []
+    try:
+        deadline = time.monotonic() + 60
+        while len(workers) < 2 and time.monotonic() < deadline:
+            workers = [p for p in _children(launcher.pid) if "trnlab.distributed.train" in
+                       open(f"/proc/{p}/cmdline").read().replace("\0", " ")]
+            time.sleep(0.2)
+        assert len(workers) == 2, launcher.stderr.read() if launcher.poll() is not None else "no workers started"
+        time.sleep(3)                                                   # they are importing or training now
+        os.kill(launcher.pid, signal.SIGKILL)                           # the launcher dies without cleaning up
+        launcher.wait(timeout=30)
+        deadline = time.monotonic() + 20
+        while any(map(_running, workers)) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not any(map(_running, workers)), "workers outlived their launcher"
+    finally:
+        for pid in [launcher.pid, *workers]:                            # never leave orphans behind
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        launcher.communicate(timeout=30)
+
+
+@pytest.mark.parametrize("change, says", [
+    (["--steps", "0"], "--steps 0: must be at least 1"),
+    (["--global-batch", "0"], "--global-batch 0: must be at least 1"),
+    (["--n-embd", "30", "--n-head", "4"], "--n-embd 30 is not a multiple of --n-head 4"),
+    (["--timeout", "nan"], "--timeout nan"),
+    (["--out", "{file}/out"], "cannot be written"),
+], ids=["steps", "global-batch", "heads", "timeout", "unwritable-out"])
+def test_bad_arguments_are_found_before_any_work_starts(tmp_path, capsys, monkeypatch, change, says):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    argv = [*SMALL, "--out", str(tmp_path / "out"), *[a.format(file=blocker) for a in change]]
+    monkeypatch.setattr(train, "run", lambda args: pytest.fail("the job started"))
+    assert train.main(argv) == 2
+    err = capsys.readouterr().err
+    assert says in err and "Traceback" not in err

@@ -18,12 +18,29 @@ The zip comment holds the SHA-256 of manifest.json, so the manifest itself is ch
 refuses, with a named error saying which part failed: a file that is not an artifact or ends early
 (`ArtifactTruncatedError`), a part whose bytes do not match its hash (`ArtifactCorruptError`: corrupted
 or tampered), another format version (`ArtifactVersionError`), another target (`ArtifactTargetError`).
+
+A file someone else wrote cannot blow up the loader: only a regular file of at most
+`MAX_ARTIFACT_BYTES` is read (`ArtifactFileError`: not a device a path is linked to), every part must
+be stored uncompressed with its size inside the file's length before a byte is inflated (so a small
+zip cannot expand to gigabytes), and a part that hashes right but does not parse is an
+`ArtifactCorruptError` naming it. Constants that are NaN or infinite load with a
+`NonFiniteConstantsWarning`.
+
+Hashes catch damage, not intent: whoever rewrites a part can rewrite its hash. `save(..., bind_key=)`
+therefore adds a binding — an HMAC-SHA-256, keyed by `bind_key`, over the parts' hashes, the target
+and `meta` — and `load(..., bind_key=)` refuses a file whose binding does not verify with that key
+(`ArtifactBindingError`). Serving keys it with the SHA-256 of the checkpoint's weights
+(trnlab.serve.steps), so a cached artifact is served only with the checkpoint it was compiled from.
 """
 from __future__ import annotations
 
 import hashlib
+import hmac
 import io
 import json
+import os
+import stat
+import warnings
 import zipfile
 from dataclasses import dataclass
 
@@ -37,6 +54,20 @@ from trnlab.compiler.lower import LoweredGraph
 FORMAT = "trnlab-neff"
 FORMAT_VERSION = 2
 PARTS = ("graph.json", "calls.json", "tensors.json", "weights.safetensors")   # + the program parts
+MAX_ARTIFACT_BYTES = 2 << 30           # the file; its parts together hold at most as many bytes
+MAX_PARTS = 1024
+
+
+class ArtifactFileError(ArtifactError):
+    """The path is not a regular file of a readable size (a device, a pipe, a directory, too large)."""
+
+
+class ArtifactBindingError(ArtifactError):
+    """The artifact is not bound to the key it is loaded with (compiled from another checkpoint, or altered)."""
+
+
+class NonFiniteConstantsWarning(UserWarning):
+    """An artifact's constants (its weights) contain NaN or infinite values."""
 
 
 @dataclass
@@ -73,8 +104,16 @@ def _weights_bytes(constants: dict) -> tuple[bytes, dict]:
     return save(arrays) if arrays else b"", table
 
 
-def save(compiled, path) -> str:
-    """Write `compiled` (a CompiledModel) to `path` as one artifact file; returns the path."""
+def _binding(key: bytes, manifest: dict) -> str:
+    """HMAC-SHA-256 (keyed by `key`) of what the manifest vouches for: every part's hash, the target, `meta`."""
+    signed = {"parts": {name: entry["sha256"] for name, entry in manifest["parts"].items()},
+              "target": manifest["target"], "meta": manifest.get("meta")}
+    return hmac.new(key, json.dumps(signed, sort_keys=True).encode(), hashlib.sha256).hexdigest()
+
+
+def save(compiled, path, meta: dict | None = None, bind_key: bytes | None = None) -> str:
+    """Write `compiled` (a CompiledModel) to `path` as one artifact file; returns the path. `meta` (plain
+    JSON) is stored in the manifest; with `bind_key` the artifact is bound to that key (module docstring)."""
     from trnlab.compiler.driver import __version__
     if compiled.program is None:
         raise ArtifactError("nothing to save: the model was compiled with stop_after, there is no program", "program")
@@ -103,6 +142,10 @@ def save(compiled, path) -> str:
         "cores": {"0": {"partitions": partitions}},
         "parts": {name: {"sha256": _sha(data), "bytes": len(data)} for name, data in parts.items()},
     }
+    if meta is not None:
+        manifest["meta"] = meta
+    if bind_key is not None:
+        manifest["binding"] = _binding(bind_key, manifest)
     manifest_bytes = _json(manifest)
     path = str(path)
     with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_STORED) as z:
@@ -113,12 +156,35 @@ def save(compiled, path) -> str:
     return path
 
 
+def _read_file(path) -> bytes:
+    """The bytes of a regular file of at most MAX_ARTIFACT_BYTES (checked on the open file, then read)."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))     # a FIFO must not block the open
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise ArtifactFileError(f"not an artifact: {path} is not a regular file (a device, pipe or directory)", "file")
+    with os.fdopen(fd, "rb") as f:
+        info = os.fstat(f.fileno())
+        if info.st_size > MAX_ARTIFACT_BYTES:
+            raise ArtifactFileError(f"artifact {path}: {info.st_size:,} bytes, at most {MAX_ARTIFACT_BYTES:,}", "file")
+        return f.read(info.st_size)
+
+
+def _check_members(z: zipfile.ZipFile, path, size: int) -> None:
+    """Every member stored as is (no compression) and all of them inside the file: nothing inflates."""
+    members = z.infolist()
+    if len(members) > MAX_PARTS:
+        raise ArtifactCorruptError(f"artifact {path}: {len(members):,} parts, at most {MAX_PARTS}", "file")
+    for info in members:
+        if info.compress_type != zipfile.ZIP_STORED or info.file_size != info.compress_size:
+            raise ArtifactCorruptError(f"artifact {path}: part {info.filename[:80]} is compressed "
+                                       f"({info.compress_size:,} bytes stored, {info.file_size:,} inflated); "
+                                       f"artifacts store every part as is", info.filename)
+    if sum(info.file_size for info in members) > size:
+        raise ArtifactCorruptError(f"artifact {path}: its parts claim more bytes than the file's {size:,}", "file")
+
+
 def _read(path) -> tuple[dict, dict]:
-    try:
-        with open(path, "rb") as f:
-            raw = f.read()
-    except FileNotFoundError:
-        raise
+    raw = _read_file(path)
     if not raw.startswith(b"PK"):
         raise ArtifactTruncatedError(f"not an artifact: {path} does not start like one ({len(raw)} bytes)", "file")
     try:
@@ -126,6 +192,7 @@ def _read(path) -> tuple[dict, dict]:
     except zipfile.BadZipFile as e:
         raise ArtifactTruncatedError(f"truncated or damaged artifact {path}: {e} ({len(raw)} bytes)", "file") from None
     with z:
+        _check_members(z, path, len(raw))
         names = set(z.namelist())
         parts = {}
         wanted = ("manifest.json",) + PARTS + tuple(sorted(n for n in names if n.startswith("program.")))
@@ -143,14 +210,34 @@ def _read(path) -> tuple[dict, dict]:
                                    "manifest.json")
     try:
         manifest = json.loads(manifest_bytes)
-    except json.JSONDecodeError as e:
-        raise ArtifactCorruptError(f"artifact {path}: manifest.json is not JSON ({e})", "manifest.json") from None
+    except (ValueError, RecursionError) as e:
+        raise ArtifactCorruptError(f"artifact {path}: manifest.json is not JSON ({str(e)[:200]})",
+                                   "manifest.json") from None
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("parts", {}), dict):
+        raise ArtifactCorruptError(f"artifact {path}: manifest.json is not a manifest", "manifest.json")
     return manifest, parts
 
 
-def load(path, target: str | None = None) -> Artifact:
-    """Read and verify an artifact file; `target` (if given) must be the one it was compiled for."""
+def load(path, target: str | None = None, bind_key: bytes | None = None) -> Artifact:
+    """Read and verify an artifact file; `target` (if given) must be the one it was compiled for, and
+    with `bind_key` the artifact must be bound to that key."""
     manifest, parts = _read(path)
+    try:
+        return _load(path, manifest, parts, target, bind_key)
+    except ArtifactError:
+        raise
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError, RecursionError) as e:
+        # every part hashed right but one does not parse: a crafted file
+        raise ArtifactCorruptError(f"artifact {path}: a part does not parse ({type(e).__name__}: "
+                                   f"{str(e)[:200]})", "parts") from None
+    except Exception as e:            # safetensors' own error class, and whatever else a crafted part raises
+        if type(e).__name__ != "SafetensorError":
+            raise
+        raise ArtifactCorruptError(f"artifact {path}: weights.safetensors does not parse ({str(e)[:200]})",
+                                   "weights.safetensors") from None
+
+
+def _load(path, manifest: dict, parts: dict, target: str | None, bind_key: bytes | None) -> Artifact:
     if manifest.get("format") != FORMAT:
         raise ArtifactVersionError(f"artifact {path}: format {manifest.get('format')!r}, this runtime reads {FORMAT!r}",
                                    "manifest.format")
@@ -173,6 +260,10 @@ def load(path, target: str | None = None) -> Artifact:
     if target is not None and manifest["target"] != target:
         raise ArtifactTargetError(f"artifact {path}: compiled for target {manifest['target']}, the device is {target}; "
                                   f"recompile with target={target!r}", "manifest.target")
+    if bind_key is not None and not hmac.compare_digest(str(manifest.get("binding", "")),
+                                                        _binding(bind_key, manifest)):
+        raise ArtifactBindingError(f"artifact {path}: not bound to this checkpoint (compiled from another one, or "
+                                   f"altered after it was written)", "manifest.binding")
     table = json.loads(parts["tensors.json"])["constants"]
     constants = {}
     if parts["weights.safetensors"]:
@@ -184,6 +275,10 @@ def load(path, target: str | None = None) -> Artifact:
             if entry["dtype"] != entry["stored_as"]:
                 a = a.view(dtypes.SUPPORTED[entry["dtype"]])
             constants[name] = a.reshape(entry["shape"])
+    bad = [name for name, a in constants.items() if a.dtype.kind not in "iub" and not np.isfinite(a.astype(np.float32)).all()]
+    if bad:
+        warnings.warn(f"artifact {path}: {len(bad)} constants hold NaN or infinite values, e.g. {bad[:3]}",
+                      NonFiniteConstantsWarning, stacklevel=3)
     graph = Graph.from_json(json.loads(parts["graph.json"]), constants)
     program = LoweredGraph.from_json(json.loads(parts["calls.json"]))
     return Artifact(manifest, graph, program, constants, _executable(manifest, parts, program, path))

@@ -16,17 +16,29 @@ whose collective fails says which step and which collective and exits with code 
 then stops the other ranks and reports the failed one. ``--fail-rank R --fail-at-step K`` makes
 rank R die (or, with ``--fail-mode hang``, stop answering) at step K, to test exactly that.
 Everything listens on 127.0.0.1 only.
+
+Workers never outlive their launcher: each rank asks Linux to send it SIGKILL when its parent (the
+torchrun agent) dies (``prctl(PR_SET_PDEATHSIG)``), and elsewhere a thread watches the parent's pid.
+Every argument is checked before any work starts (`check_args`): a bad value, a global batch that
+does not split over the ranks, an ``--out`` that cannot be written are one-line errors (exit code 2).
 """
 
 from __future__ import annotations
 
-import argparse
+import os
+
+_PARENT_AT_START = os.getppid()   # read before the slow imports: the launcher may die while they run
+
+import argparse  # noqa: E402
+import ctypes
 import datetime
 import json
-import os
+import math
+import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -86,6 +98,24 @@ class Group:
             dist.destroy_process_group()
 
 
+def die_with_parent() -> None:
+    """End this process when the process that started it ends (a killed torchrun must not leave orphans)."""
+    parent = _PARENT_AT_START
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        PR_SET_PDEATHSIG = 1
+        if libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "prctl")
+    except (OSError, AttributeError):                 # not Linux: watch the parent instead
+        def watch() -> None:
+            while os.getppid() == parent:
+                time.sleep(0.5)
+            os._exit(RANK_LOST_EXIT)
+        threading.Thread(target=watch, name="trnlab-parent-watch", daemon=True).start()
+    if os.getppid() != parent:                        # the parent died before the request was made
+        os._exit(RANK_LOST_EXIT)
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m trnlab.distributed.train", description=__doc__.split("\n")[0])
     parser.add_argument("--steps", type=int, required=True)
@@ -105,6 +135,35 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--train-examples", type=int, default=None,
                         help="use only the first N training examples (a quicker start; default all)")
     return parser.parse_args(argv)
+
+
+def check_args(args: argparse.Namespace, world: int = 1) -> None:
+    """Every argument sane before any work starts; a ValueError names the option, the value and the rule."""
+    at_least_one = {"--steps": args.steps, "--global-batch": args.global_batch, "--n-layer": args.n_layer,
+                    "--n-head": args.n_head, "--n-embd": args.n_embd}
+    for option, value in at_least_one.items():
+        if value < 1:
+            raise ValueError(f"{option} {value}: must be at least 1")
+    if args.global_batch % world:
+        raise ValueError(f"--global-batch {args.global_batch} does not split evenly over {world} processes")
+    if args.n_embd % args.n_head:
+        raise ValueError(f"--n-embd {args.n_embd} is not a multiple of --n-head {args.n_head}")
+    for option, value in {"--learning-rate": args.learning_rate, "--timeout": args.timeout}.items():
+        if not (math.isfinite(value) and value > 0):
+            raise ValueError(f"{option} {value}: must be a number > 0")
+    if args.warmup_steps < 0 or args.seed < 0:
+        raise ValueError(f"--warmup-steps {args.warmup_steps} and --seed {args.seed} must be >= 0")
+    if args.train_examples is not None and args.train_examples < 1:
+        raise ValueError(f"--train-examples {args.train_examples}: must be at least 1")
+    if not args.corpus.is_dir():
+        raise ValueError(f"--corpus {args.corpus}: no such folder")
+    try:                                        # --out must take losses.json: find out now, not after training
+        args.out.mkdir(parents=True, exist_ok=True)
+        probe = args.out / f".write-test-{os.getpid()}"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as error:
+        raise ValueError(f"--out {args.out} cannot be written: {error.strerror or error}") from None
 
 
 def run(args: argparse.Namespace) -> dict:
@@ -180,10 +239,14 @@ def launch(nproc: int, args: list[str], timeout_s: float = 300.0) -> subprocess.
 
 
 def main(argv: list[str] | None = None) -> int:
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world > 1:
+        die_with_parent()
     args = parse_args(argv)
-    if args.global_batch % int(os.environ.get("WORLD_SIZE", "1")):
-        print(f"error: --global-batch {args.global_batch} does not split evenly over "
-              f"{os.environ.get('WORLD_SIZE')} processes", file=sys.stderr)
+    try:
+        check_args(args, world)
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr, flush=True)
         return 2
     try:
         result = run(args)

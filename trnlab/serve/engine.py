@@ -19,6 +19,9 @@ metrics (NxD Inference, "LLM Inference benchmarking guide"):
 AWS's guide writes end-to-end = TTFT + TPOT × (number of output tokens); with TPOT excluding the
 first token, as it is measured here and by LLMPerf, the exact identity has (output tokens − 1).
 Output tokens include the <eos> that ends an answer (producing it costs a decode step).
+
+A request fails alone: if its prefill or its sampling raises, it leaves with finish_reason "error"
+(the exception on `Request.error` and on its last event) and the other requests of the step go on.
 """
 
 from __future__ import annotations
@@ -42,7 +45,8 @@ class Request:
     id: str = ""
     output_ids: list[int] = field(default_factory=list)
     token_ns: list[float] = field(default_factory=list)   # simulated moment each output token was produced
-    finish_reason: str | None = None          # "stop" (<eos>) | "length" (max_tokens, context) | "cancelled"
+    finish_reason: str | None = None          # "stop" (<eos>) | "length" (max_tokens, context) | "cancelled" | "error"
+    error: Exception | None = None            # why it failed (finish_reason "error")
     slot: int | None = None
     rng: np.random.Generator | None = field(default=None, repr=False)
 
@@ -86,16 +90,18 @@ class StepRecord:
 class TokenEvent:
     """A token produced for a request; `finish_reason` is set on the request's last event."""
     request: Request
-    token_id: int
+    token_id: int                             # -1 on a failed request's last event
     finish_reason: str | None
+    error: Exception | None = None            # set when finish_reason is "error"
 
 
 class Engine:
     """The scheduler: a waiting queue, a running batch of at most `max_batch`, one KV-cache slot each."""
 
     def __init__(self, backend: Backend, eos_id: int, max_batch: int = 8):
-        if max_batch > backend.max_batch:
-            raise ValueError(f"max_batch={max_batch} exceeds the backend's largest batch bucket {backend.max_batch}")
+        if not 1 <= max_batch <= backend.max_batch:
+            raise ValueError(f"max_batch={max_batch}: the running batch holds 1..{backend.max_batch} sequences "
+                             f"(the backend's largest batch bucket)")
         self.backend = backend
         self.config = backend.config
         self.eos_id = eos_id
@@ -150,7 +156,11 @@ class Engine:
         for request in self._arrived():
             request.slot = self.free_slots.pop(0)
             self.running.append(request)
-            result = self.backend.prefill(request.prompt_ids, request.slot, self.cache)
+            try:
+                result = self.backend.prefill(request.prompt_ids, request.slot, self.cache)
+            except Exception as error:                                   # this request's prompt alone
+                events.append(self._fail(request, error))
+                continue
             self._record("prefill", result, [request])
             events.append(self._emit(request, result.logits[0]))
         decoding = [r for r in self.running if not r.finished]
@@ -179,8 +189,15 @@ class Engine:
         self.clock_ns += result.simulated_ns
         self.steps.append(StepRecord(kind, start, self.clock_ns, tuple(r.id for r in requests), result.bucket))
 
+    def _fail(self, request: Request, error: Exception) -> TokenEvent:
+        request.finish_reason, request.error = "error", error
+        return TokenEvent(request, -1, "error", error)
+
     def _emit(self, request: Request, logits: np.ndarray) -> TokenEvent:
-        token = next_token(logits, request.params, request.rng)
+        try:
+            token = next_token(logits, request.params, request.rng)
+        except Exception as error:                   # fails this request only; it leaves at the end of the step
+            return self._fail(request, error)
         request.output_ids.append(token)
         request.token_ns.append(self.clock_ns)
         limit = request.params.max_tokens

@@ -11,6 +11,11 @@ The same four knobs as NxD Inference's on-device sampling and OpenAI's API (gree
 Sampling runs on the host in NumPy, one `numpy.random.Generator` per request seeded from the
 request's `seed`, so the same request with the same seed gets the same answer whatever else is in
 its decode batch.
+
+Every temperature in [0, 2] the HTTP API accepts can be sampled: a temperature so small that
+logits / T overflows (5e-324) is computed as (logits − max) / T instead, which is the same
+distribution (the most likely token gets all of it). A row that still gives no distribution (the
+model produced NaN) raises `SamplingError` for that request only.
 """
 
 from __future__ import annotations
@@ -18,6 +23,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+
+
+class SamplingError(ValueError):
+    """The logits of one request give no probability distribution (non-finite values)."""
 
 
 @dataclass(frozen=True)
@@ -35,6 +44,8 @@ class SamplingParams:
             raise ValueError(f"top_k must be >= 0 (0 or None: no limit), got {self.top_k!r}")
         if not 0.0 < self.top_p <= 1.0:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p!r}")
+        if self.seed is not None and self.seed < 0:
+            raise ValueError(f"seed must be >= 0, got {self.seed!r}")
         if self.max_tokens is not None and self.max_tokens < 1:
             raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens!r}")
 
@@ -46,9 +57,17 @@ class SamplingParams:
 def filtered_probabilities(logits: np.ndarray, params: SamplingParams) -> np.ndarray:
     """The distribution a sampled token is drawn from: softmax(logits / T), then top-k, then top-p,
     renormalised. logits (V,) → probabilities (V,) summing to 1."""
-    scaled = np.asarray(logits, dtype=np.float64) / params.temperature       # float64: no overflow in exp
+    logits = np.asarray(logits, dtype=np.float64)
+    with np.errstate(over="ignore"):
+        scaled = logits / params.temperature                                   # float64: no overflow in exp
+        if not np.isfinite(scaled).all():          # a tiny temperature overflowed: shift first (same distribution)
+            scaled = (logits - logits.max()) / params.temperature
     probabilities = np.exp(scaled - scaled.max())
-    probabilities /= probabilities.sum()
+    total = probabilities.sum()
+    if not (np.isfinite(total) and total > 0):
+        raise SamplingError(f"the logits give no distribution to sample from (non-finite values: "
+                            f"{int((~np.isfinite(logits)).sum())} of {len(logits)})")
+    probabilities /= total
     order = np.argsort(-probabilities, kind="stable")                         # most likely first
     keep = np.ones(len(order), dtype=bool)
     if params.top_k:

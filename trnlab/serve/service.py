@@ -7,10 +7,20 @@ this module, so they speak the same prompts, errors and latency breakdown.
 
 The prompt is what a student types ("407+38", "reverse kite"); it is rewritten into the model's
 template (trnlab.data.tasks.model_prompt) and the answer back into the usual form (read_answer).
+
+One request cannot break the others: a request whose prompt or sampling fails gets its own error and
+the step goes on (trnlab.serve.engine); only a step that fails as a whole fails its batch, and then
+`health()` says so until a step succeeds again. Memory stays bounded under sustained load: the
+simulator pauses Python's cyclic collector while it replays a program (trnlab.hardware._gc), and then
+CPython's own full collections rarely or never come; so on the simulated devices the engine thread
+runs one itself every `GC_EVERY_STEPS` steps, unless CPython ran one in the meantime (the PyTorch
+backend pauses nothing and keeps CPython's own schedule).
+`benchmarks/bench_serve.py --soak` measures the resident memory.
 """
 
 from __future__ import annotations
 
+import gc
 import queue
 import threading
 import time
@@ -23,6 +33,8 @@ from trnlab.model.generate import check_prompt_fits
 from trnlab.serve.backend import make_backend
 from trnlab.serve.engine import Engine, Request, TokenEvent
 from trnlab.serve.sampling import SamplingParams
+
+GC_EVERY_STEPS = 64        # engine steps between full collections under sustained load (see the docstring)
 
 
 @dataclass
@@ -51,7 +63,8 @@ class Service:
     """One model on one device, answering requests from many threads through one engine."""
 
     def __init__(self, device: str = "trn2", checkpoint: Path = DEFAULT_CHECKPOINT, max_batch: int = 8,
-                 model=None, tokenizer=None, model_name: str = "trnlab-tiny-gpt"):
+                 model=None, tokenizer=None, model_name: str = "trnlab-tiny-gpt",
+                 gc_every_steps: int | None | str = "auto"):
         if model is None:
             model, tokenizer = load_checkpoint(checkpoint)
         self.model, self.tokenizer = model, tokenizer
@@ -63,6 +76,13 @@ class Service:
         self._listeners: dict[Request, queue.Queue] = {}
         self._worker: threading.Thread | None = None
         self._stop = threading.Event()
+        self.last_step_error: str | None = None    # the last failed step's error, until a step succeeds
+        if gc_every_steps == "auto":               # the PyTorch backend pauses nothing: CPython's schedule is enough
+            gc_every_steps = None if device == "cpu" else GC_EVERY_STEPS
+        self.gc_every_steps = gc_every_steps       # None: no collections of our own
+        self.steps_since_gc = 0
+        self.gc_runs, self.gc_s = 0, 0.0           # the collections run, and their wall time
+        self._full_collections = gc.get_stats()[2]["collections"]   # CPython's own, at the last check
 
     @property
     def context(self) -> int:
@@ -71,7 +91,11 @@ class Service:
     # -- prompts ---------------------------------------------------------------------------------
     def encode(self, prompt: str) -> list[int]:
         """<bos> prompt <sep> in the model's template; raises UnknownCharacterError / PromptTooLongError."""
-        ids = self.tokenizer.encode_prompt(model_prompt(task_of(prompt), prompt))
+        try:
+            text = model_prompt(task_of(prompt), prompt)
+        except ValueError:            # not an operand int() can read ("²+1", 5,000 digits): tokenize as typed
+            text = prompt
+        ids = self.tokenizer.encode_prompt(text)
         check_prompt_fits(self.model, ids, prompt)
         return ids
 
@@ -86,6 +110,23 @@ class Service:
         if task_of(prompt) in NUMBER_TASKS and not finished:
             return ""
         return self.text_of(prompt, output_ids)
+
+    def health(self) -> dict:
+        """Whether the service can answer now: its engine thread runs and its last step succeeded."""
+        engine = self.engine
+        problems = []
+        if self._worker is None or not self._worker.is_alive():
+            problems.append("the engine thread is not running")
+        if self.last_step_error is not None:
+            problems.append(f"the last engine step failed: {self.last_step_error}")
+        health = {"status": "error" if problems else "ok", "model": self.model_name, "device": self.device,
+                  "running": len(engine.running), "waiting": len(engine.waiting)}
+        if problems:
+            health["problems"] = problems
+        warnings = getattr(self.backend, "warnings", None)
+        if warnings:
+            health["warnings"] = list(warnings)
+        return health
 
     # -- the engine thread -----------------------------------------------------------------------
     def start(self) -> "Service":
@@ -142,17 +183,31 @@ class Service:
             try:
                 produced = engine.step()
             except Exception as error:   # a failing step must not strand anyone: every listener hears it
+                self.last_step_error = f"{type(error).__name__}: {error}"
                 for events in self._listeners.values():
                     events.put(error)
                 self._listeners.clear()
                 self.engine = Engine(self.backend, self.tokenizer.eos_id, engine.max_batch)   # a clean start
                 continue
+            self.last_step_error = None
             for event in produced:
                 listener = self._listeners.get(event.request)
                 if listener is not None:
-                    listener.put(event)
+                    listener.put(event.error if event.error is not None else event)
                     if event.finish_reason is not None:
                         del self._listeners[event.request]
+            self.steps_since_gc += 1
+            if self.gc_every_steps is not None and self.steps_since_gc >= self.gc_every_steps:
+                self._collect()
+
+    def _collect(self) -> None:
+        """A full collection of the cycles the paused collector left behind, if CPython ran none itself."""
+        self.steps_since_gc = 0
+        if gc.get_stats()[2]["collections"] == self._full_collections:
+            start = time.perf_counter()
+            gc.collect()
+            self.gc_runs, self.gc_s = self.gc_runs + 1, self.gc_s + time.perf_counter() - start
+        self._full_collections = gc.get_stats()[2]["collections"]
 
     # -- one prompt, waiting for the answer ------------------------------------------------------
     def ask(self, prompt: str, params: SamplingParams = SamplingParams()) -> Answer:

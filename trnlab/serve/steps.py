@@ -23,6 +23,14 @@ engines and dependencies allow. A step is compiled the first time its bucket is 
 life of the process (`_STEPS`), and, with a cache directory, stored there as an artifact file
 (`<target>-<kind>-<batch>x<positions>.neff`, keyed by the weights' SHA-256), so the next process
 only loads it.
+
+The cache is a convenience, never a way to break serving. An artifact is used only if it is bound to
+this checkpoint (an HMAC keyed by the SHA-256 of the config and every weight: `model_digest`, see
+trnlab.compiler.artifact) and was compiled for this step's kind, bucket and target (its manifest's
+`meta`, and its inputs' shapes); anything else — a damaged file, one for another bucket, weights
+altered and re-hashed — is compiled again and overwritten. A cache that cannot be written (read-only,
+full) leaves the step in memory only: the request is answered and the problem is kept in
+`CompiledBackend.warnings` (shown by /health).
 """
 
 from __future__ import annotations
@@ -32,6 +40,7 @@ import json
 import os
 import threading
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -118,6 +127,11 @@ def example_inputs(model: GPT, kind: str, bucket: tuple[int, int]) -> tuple:
 
 # -- compiling and caching ---------------------------------------------------------------------------------------
 def model_fingerprint(model: GPT) -> str:
+    """The first 16 hex digits of `model_digest`: the cache folder of this model's artifacts."""
+    return model_digest(model)[:16]
+
+
+def model_digest(model: GPT) -> str:
     """SHA-256 of the config, every weight and the compiler's version: which artifacts belong to this model."""
     from trnlab.compiler import __version__
     from trnlab.compiler.artifact import FORMAT_VERSION
@@ -126,12 +140,13 @@ def model_fingerprint(model: GPT) -> str:
     for name, tensor in sorted(model.state_dict().items()):
         h.update(name.encode())
         h.update(tensor.detach().contiguous().numpy().tobytes())
-    return h.hexdigest()[:16]
+    return h.hexdigest()
 
 
 def default_cache_dir() -> Path:
     """$TRNLAB_CACHE/serve, else ~/.cache/trnlab/serve."""
-    root = os.environ.get("TRNLAB_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "trnlab")
+    from trnlab import config
+    root = config.get("cache") or os.path.join(os.path.expanduser("~"), ".cache", "trnlab")
     return Path(root) / "serve"
 
 
@@ -178,6 +193,7 @@ class CompiledStep:
     constants: dict                          # name -> array (the weights, resident in HBM)
     compile_s: float = 0.0                   # wall time to compile (or load) it
     source: str = "compiled"                 # "compiled" | "artifact"
+    store_error: str | None = None           # why the artifact could not be written (the step still runs)
     _traced: object = field(default=None, repr=False)
     _arg_names: list = field(default_factory=list, repr=False)   # the traced program's arguments, in order
     _out_names: list = field(default_factory=list, repr=False)   # the values it returns, in order
@@ -221,35 +237,63 @@ _STEPS_LOCK = threading.Lock()
 
 
 def get_step(model: GPT, kind: str, bucket: tuple[int, int], target: str, cache_dir: Path | None = None,
-             fingerprint: str | None = None) -> CompiledStep:
+             fingerprint: str | None = None, digest: str | None = None) -> CompiledStep:
     """The compiled step for this bucket: from this process's cache, the artifact on disk, or compiled now."""
-    from trnlab.compiler import artifact
-    fingerprint = fingerprint or model_fingerprint(model)
+    digest = digest or model_digest(model)
+    fingerprint = fingerprint or digest[:16]
     key = (fingerprint, target, kind, tuple(bucket))
     with _STEPS_LOCK:
         step = _STEPS.get(key)
     if step is not None:
         return step
     t0 = time.perf_counter()
+    meta = {"step_format": STEP_FORMAT, "kind": kind, "bucket": list(bucket)}
     path = None if cache_dir is None else Path(cache_dir) / fingerprint / f"{target}-{kind}-{bucket[0]}x{bucket[1]}.neff"
-    if path is not None and path.exists():
-        try:
-            art = artifact.load(path, target=target)
-            step = CompiledStep(kind, tuple(bucket), target, art.program, art.constants,
-                                time.perf_counter() - t0, "artifact")
-        except Exception:                     # a broken or outdated file: compile again and overwrite it
-            step = None
+    step = None if path is None else _load_step(path, model, kind, bucket, target, meta, digest, t0)
     if step is None:
         compiled = compile_step(model, kind, bucket, target, fingerprint)
-        if path is not None:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(f".tmp{os.getpid()}")
-            compiled.save(tmp)
-            os.replace(tmp, path)             # atomic: another process never reads half a file
         step = CompiledStep(kind, tuple(bucket), target, compiled.program, compiled.constants,
                             time.perf_counter() - t0, "compiled")
+        if path is not None:
+            step.store_error = _store(compiled, path, meta, digest)
     with _STEPS_LOCK:
         return _STEPS.setdefault(key, step)
+
+
+def _load_step(path: Path, model: GPT, kind: str, bucket, target: str, meta: dict, digest: str,
+               t0: float) -> CompiledStep | None:
+    """The artifact at `path` as a step, if it is bound to this model and made for this step; else None."""
+    from trnlab.compiler import artifact
+    try:
+        if not path.is_file():
+            return None
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", artifact.NonFiniteConstantsWarning)   # a NaN weight fails the binding
+            art = artifact.load(path, target=target, bind_key=bytes.fromhex(digest))
+    except Exception:          # broken, outdated, tampered, another checkpoint's, unreadable: compile again
+        return None
+    expected = [tuple(x.shape) for x in example_inputs(model, kind, bucket)]
+    if art.manifest.get("meta") != meta or [tuple(shape) for _, shape, _ in art.program.inputs] != expected:
+        return None            # a valid artifact of another step (renamed or copied): compile this one
+    return CompiledStep(kind, tuple(bucket), target, art.program, art.constants, time.perf_counter() - t0, "artifact")
+
+
+def _store(compiled, path: Path, meta: dict, digest: str) -> str | None:
+    """Write the artifact atomically; the error as text if the cache cannot take it (serving goes on)."""
+    from trnlab.compiler import artifact
+    tmp = path.with_suffix(f".tmp{os.getpid()}.{threading.get_ident()}")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        artifact.save(compiled, tmp, meta=meta, bind_key=bytes.fromhex(digest))
+        os.replace(tmp, path)             # atomic: another process never reads half a file
+        return None
+    except OSError as error:
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass
+        return f"the compiled-step cache {path.parent} cannot be written ({type(error).__name__}: {error}); " \
+               f"steps are kept in memory only"
 
 
 # -- the backend -----------------------------------------------------------------------------------------------
@@ -281,14 +325,20 @@ class CompiledBackend(Backend):
             raise ValueError(f"unknown Trainium target {target!r}: choose one of {', '.join(TARGETS)}")
         self.target = self.device = target
         self.cache_dir = None if cache_dir is None else Path(cache_dir)
-        self.fingerprint = model_fingerprint(model)
+        self.digest = model_digest(model)
+        self.fingerprint = self.digest[:16]
+        self.warnings: list[str] = []         # problems that do not stop serving (an unwritable cache)
         self.keep_runs = keep_runs            # keep the last step's hardware Run (timeline, profile)
         self.last_run = None
         self.replay_s = 0.0                   # wall time spent replaying programs (the simulator's overhead)
         self.replays = 0
 
     def step(self, kind: str, bucket: tuple[int, int]) -> CompiledStep:
-        return get_step(self.model, kind, bucket, self.target, self.cache_dir, self.fingerprint)
+        step = get_step(self.model, kind, bucket, self.target, self.cache_dir, self.fingerprint, self.digest)
+        if step.store_error and step.store_error not in self.warnings:
+            self.warnings.append(step.store_error)
+            warnings.warn(step.store_error, RuntimeWarning, stacklevel=2)
+        return step
 
     def warm(self, kinds=("prefill", "decode"), max_batch: int | None = None) -> list[CompiledStep]:
         """Compile (or load) every bucket ahead of the first request; returns the steps."""
