@@ -1,0 +1,116 @@
+"""Element-wise kernels for the ops students' models are made of: activations, arithmetic with a
+number or a tensor (broadcast along rows or columns), reductions along the last axis.
+
+Layout: x [R, C] (the caller flattens leading axes); 128 rows per tile on the partitions, C along the
+free axis in pieces of at most 2048. Math is fp32 on chip, the result rounded once to the output dtype.
+
+    unary(x, op, scale)            op(x * scale) on the Scalar engine: relu, sigmoid, tanh, silu, gelu,
+                                   gelu_apprx_tanh, exp, log, sqrt, rsqrt, square, abs, negative, copy
+    scalar(x, op, value, reverse)  x <op> value (value <op> x if reverse) on the Vector engine:
+                                   add, subtract, multiply, divide, power, maximum, minimum
+    binary(a, b, op)               a <op> b with b [R, C] (same shape), [R, 1] (one number per row: a
+                                   per-partition scalar, no copy) or [1, C] (one row for every row: spread
+                                   over the partitions once by a ones-vector matmul)
+    reduce_rows(x, op, scale)      [R, C] -> [R, 1]: add (times scale, so a mean is one kernel) or maximum
+"""
+from __future__ import annotations
+
+import trnlab.nki as nki
+import trnlab.nki.isa as nisa
+import trnlab.nki.language as nl
+from trnlab.kernels.common import broadcast_rows, row_tiles
+
+FREE_TILE = 2048                       # elements per partition per instruction
+UNARY = ("relu", "sigmoid", "tanh", "silu", "gelu", "gelu_apprx_tanh", "exp", "log", "sqrt", "rsqrt", "square",
+         "abs", "negative", "copy")
+BINARY = ("add", "subtract", "multiply", "divide", "power", "maximum", "minimum")
+
+
+def _tiles(R: int, C: int) -> list:
+    return [(rows, cols) for rows in row_tiles(R) for cols in row_tiles(C, FREE_TILE)]
+
+
+def _check(op: str, known: tuple, kernel: str) -> None:
+    if op not in known:
+        raise ValueError(f"{kernel}: op {op!r} is not one of {known}")
+
+
+@nki.jit
+def unary(x, op="relu", scale=1.0):
+    """op(x * scale) for x [R, C] -> [R, C] in x's dtype: one Scalar-engine activation per tile."""
+    _check(op, UNARY, "unary")
+    R, C = x.shape
+    out = nl.ndarray((R, C), dtype=x.dtype, buffer=nl.shared_hbm)
+    fn, factor = (nl.copy, -float(scale)) if op == "negative" else (getattr(nl, op), float(scale))
+    for (r0, rows), (c0, cols) in _tiles(R, C):
+        tile = nl.load(x[r0:r0 + rows, c0:c0 + cols])
+        y = nl.ndarray((rows, cols), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.activation(dst=y, op=fn, data=tile, scale=factor)
+        nl.store(out[r0:r0 + rows, c0:c0 + cols], value=y)
+    return out
+
+
+@nki.jit
+def scalar(x, op="add", value=0.0, reverse=False):
+    """x <op> value (or value <op> x) for x [R, C] and a number -> [R, C] in x's dtype."""
+    _check(op, BINARY, "scalar")
+    R, C = x.shape
+    out = nl.ndarray((R, C), dtype=x.dtype, buffer=nl.shared_hbm)
+    for (r0, rows), (c0, cols) in _tiles(R, C):
+        tile = nl.load(x[r0:r0 + rows, c0:c0 + cols])
+        y = nl.ndarray((rows, cols), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.tensor_scalar(dst=y, data=tile, op0=getattr(nl, op), operand0=float(value), reverse0=bool(reverse))
+        nl.store(out[r0:r0 + rows, c0:c0 + cols], value=y)
+    return out
+
+
+@nki.jit
+def binary(a, b, op="add"):
+    """a <op> b for a [R, C] and b [R, C], [R, 1] or [1, C] -> [R, C] in a's dtype."""
+    _check(op, BINARY, "binary")
+    R, C = a.shape
+    Rb, Cb = b.shape
+    if (Rb, Cb) not in ((R, C), (R, 1), (1, C)):
+        raise ValueError(f"binary: b {tuple(b.shape)} does not broadcast to a {tuple(a.shape)} "
+                         f"(b must be [R, C], [R, 1] or [1, C])")
+    out = nl.ndarray((R, C), dtype=a.dtype, buffer=nl.shared_hbm)
+    fn = getattr(nl, op)
+    spread = None
+    if (Rb, Cb) == (1, C) and R > 1:                   # one row for every row: spread it once
+        row = nl.ndarray((1, C), dtype=b.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=row, src=b)
+        spread = broadcast_rows(row, min(nl.tile_size.pmax, R))          # [<=128, C] fp32
+    for (r0, rows), (c0, cols) in _tiles(R, C):
+        tile = nl.load(a[r0:r0 + rows, c0:c0 + cols])
+        if spread is not None:
+            other = spread[:rows, c0:c0 + cols]
+        elif Cb == 1 and C > 1:                         # one number per row: a per-partition scalar
+            other = nl.load(b[r0:r0 + rows, :])
+        else:
+            other = nl.load(b[r0:r0 + rows, c0:c0 + cols])
+        y = nl.ndarray((rows, cols), dtype=a.dtype, buffer=nl.sbuf)
+        nisa.tensor_tensor(dst=y, data1=tile, data2=other, op=fn)
+        nl.store(out[r0:r0 + rows, c0:c0 + cols], value=y)
+    return out
+
+
+@nki.jit
+def reduce_rows(x, op="add", scale=1.0):
+    """x [R, C] reduced along each row -> [R, 1] in x's dtype (op: add, times scale; or maximum)."""
+    _check(op, ("add", "maximum"), "reduce_rows")
+    R, C = x.shape
+    out = nl.ndarray((R, 1), dtype=x.dtype, buffer=nl.shared_hbm)
+    for r0, rows in row_tiles(R):
+        partial = None
+        for c0, cols in row_tiles(C, FREE_TILE):
+            part = nl.ndarray((rows, 1), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.tensor_reduce(dst=part, op=getattr(nl, op), data=nl.load(x[r0:r0 + rows, c0:c0 + cols]), axis=1,
+                               keepdims=True)
+            partial = part if partial is None else getattr(nl, op)(partial, part, dtype=nl.float32)
+        y = nl.ndarray((rows, 1), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.activation(dst=y, op=nl.copy, data=partial, scale=float(scale) if op == "add" else 1.0)
+        nl.store(out[r0:r0 + rows, :], value=y)
+    return out
+
+
+__all__ = ["unary", "scalar", "binary", "reduce_rows", "UNARY", "BINARY"]
