@@ -83,7 +83,7 @@ def backend(gm: torch.fx.GraphModule, example_inputs, **kwargs):
     training = torch.is_grad_enabled() and any(isinstance(x, torch.Tensor) and x.requires_grad
                                                for x in example_inputs)
     if not training:
-        return aot_autograd(fw_compiler=fw_compiler, decompositions=core_aten_decompositions())(gm, example_inputs)
+        return aot_autograd(fw_compiler=fw_compiler, decompositions=capture.decompositions(dict(core_aten_decompositions())))(gm, example_inputs)
     return _training_backend(gm, example_inputs, names, options)
 
 

@@ -29,8 +29,12 @@ from dataclasses import asdict, dataclass, field
 from trnlab.compiler.errors import CompileError
 from trnlab.compiler.ir import Graph, Node
 
+from trnlab.compiler.lower_nn import OPS as NN_OPS  # noqa: E402  (the ops of students' models)
+
 SUPPORTED = ("embedding", "add", "linear", "matmul", "layer_norm", "rms_norm", "gelu", "softmax", "attention",
-             "decode_attention", "convert", "reshape", "copy")
+             "decode_attention", "convert", "reshape", "copy") + tuple(o for o in NN_OPS if o != "add")
+FALLBACK_ADVICE = ("To run it on the host CPU instead: trnlab.compiler.compile(..., fallback=True), or "
+                   "torch.compile(model, backend=\"trnlab\", options={\"fallback\": True}).")
 KERNEL_OF = {"embedding": "embedding", "add": "add", "linear": "linear", "matmul": "matmul",
              "layer_norm": "layer_norm", "rms_norm": "rms_norm", "gelu": "gelu", "softmax": "softmax",
              "attention": "causal_attention_qkv", "decode_attention": "decode_attention", "convert": "cast"}
@@ -118,7 +122,7 @@ def _unsupported(node: Node, why: str = "") -> CompileError:
     where = f" at {node.source}" if node.source else ""
     return CompileError(
         f"cannot lower op {node.op!r} (%{node.name}){where}: {why or 'no kernel implements it'}. "
-        f"Supported ops: {', '.join(SUPPORTED)}. Pass fallback=True to run it on the host CPU.",
+        f"Supported ops: {', '.join(SUPPORTED)}. {FALLBACK_ADVICE}",
         op=node.op, source=node.source, supported=SUPPORTED)
 
 
@@ -193,9 +197,9 @@ def _lower_node(g: Graph, node: Node, region: str) -> Call:
             raise _unsupported(node, f"embedding table of rank {len(table.shape)}")
         call.inputs = call.inputs[::-1]          # the kernel takes (ids [N] int32, table [V, C])
         call.views = [[int(_rows(ids.shape)[0] * _rows(ids.shape)[1])], None]
+    elif op == "add" and ("scalar" in node.attrs or ins[0].shape != ins[1].shape):
+        raise _Delegate()
     elif op == "add":
-        if "scalar" in node.attrs or ins[0].shape != ins[1].shape:
-            raise _unsupported(node, "the add kernel adds two tensors of one shape")
         if ins[0].dtype != v.dtype:              # the kernel returns a's dtype: put the wider one first
             call.inputs = call.inputs[::-1]
         call.views = [_rows(v.shape), _rows(v.shape)]
@@ -240,8 +244,21 @@ def _lower_node(g: Graph, node: Node, region: str) -> Call:
         call.views = [_rows(v.shape)]
         call.kwargs = {"dtype": node.attrs["dtype"]}
     else:
-        raise _unsupported(node)
+        raise _Delegate()
     return call
+
+
+class _Delegate(Exception):
+    """Not one of the GPT's ops: `lower_nn` lowers it."""
+
+
+def lower_calls(g: Graph, node: Node, region: str) -> list:
+    """The calls of one op: `_lower_node`'s one call, or `lower_nn`'s (a kernel and the views around it)."""
+    try:
+        return [_lower_node(g, node, region)]
+    except _Delegate:
+        from trnlab.compiler import lower_nn
+        return lower_nn.lower_node(g, node, region, Call, _unsupported)
 
 
 def lower(g: Graph, target: str = "trn2", fallback: bool = False) -> Program:
@@ -269,7 +286,7 @@ def lower(g: Graph, target: str = "trn2", fallback: bool = False) -> Program:
         i += 1
         region = region_of(node)
         try:
-            calls.append(_lower_node(g, node, region))
+            calls.extend(lower_calls(g, node, region))
             node.device = "neuron"
         except CompileError:
             if not fallback:

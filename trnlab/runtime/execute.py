@@ -211,6 +211,10 @@ def _kernel(name: str):
     if name == "layer_norm_linear":
         from trnlab.kernels.fused import layer_norm_linear
         return layer_norm_linear
+    if "." in name:                                # "module.function" of trnlab.kernels (compiler.lower_nn)
+        import importlib
+        module, function = name.rsplit(".", 1)
+        return getattr(importlib.import_module(f"trnlab.kernels.{module}"), function)
     from trnlab.kernels import KERNELS
     return KERNELS[name][0]
 
