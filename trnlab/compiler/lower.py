@@ -110,6 +110,8 @@ class Program:
 def _rows(shape) -> list:
     """[R, C] view of a tensor: leading axes flattened."""
     shape = list(shape)
+    if not shape:                                # a number (a full reduction)
+        return [1, 1]
     if len(shape) == 1:
         return [1, shape[0]]
     r = 1

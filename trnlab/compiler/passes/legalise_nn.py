@@ -160,7 +160,7 @@ def _rule(g: Graph, node: Node) -> bool:
         k = _pair(args[1])
         stride = _pair(args[2]) if len(args) > 2 and args[2] else k
         padding = _pair(args[3]) if len(args) > 3 else [0, 0]
-        ceil, include_pad = (args + [False, False, True])[4:6]
+        ceil, include_pad = (list(args) + [None, None, None, None, False, True][len(args):])[4:6]
         if ceil or (not include_pad and padding != [0, 0]) or (len(args) > 6 and args[6] is not None):
             return False
         _set(node, "avg_pool2d", [x], {"kernel_size": k, "stride": stride, "padding": padding})
@@ -193,14 +193,15 @@ def _rule(g: Graph, node: Node) -> bool:
         return _arith(node, "maximum", args)
     elif op in UNARY:
         _set(node, UNARY[op], [x])
-    elif op in ("aten.mean.dim", "aten.sum.dim_IntList", "aten.amax.default"):
+    elif op in ("aten.mean.dim", "aten.sum.dim_IntList", "aten.amax.default", "aten.mean.default",
+                "aten.sum.default"):
         if kw.get("dtype") is not None:
             return False
         rank = len(g.values[x].shape)
-        dims = args[1] if len(args) > 1 and args[1] is not None else list(range(rank))
-        dims = dims if isinstance(dims, list) else [dims]
+        dims = args[1] if len(args) > 1 and isinstance(args[1], (list, int)) else list(range(rank))
+        dims = (dims if isinstance(dims, list) else [dims]) or list(range(rank))      # [] means every axis
         keepdim = bool(args[2]) if len(args) > 2 else bool(kw.get("keepdim", False))
-        name = {"aten.mean.dim": "mean", "aten.sum.dim_IntList": "sum", "aten.amax.default": "amax"}[op]
+        name = op.split(".")[1]
         _set(node, name, [x], {"dims": sorted(int(d) % rank for d in dims), "keepdim": keepdim})
     elif op == "aten.cat.default":
         dim = args[1] if len(args) > 1 else 0
