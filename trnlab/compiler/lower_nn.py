@@ -16,6 +16,9 @@
     batch_matmul                                    -> shape_ops.batch_matmul
     im2col / pool2d                                 -> conv.im2col / conv.pool2d (NHWC)
     sdpa (causal, no mask)                          -> attention.causal_attention(q, k, v [B, H, T, d], scale)
+    relu_backward / pool2d_backward / col2im        -> pointwise.relu_backward / conv.pool2d_backward / conv.col2im
+
+The training lowering (trnlab.training.lower) asks here too, with its own call type (`step_call`).
 
 A kernel whose output shape differs from the op's (a reduction's [R, 1], a transpose's 3-D view) is
 followed by a free view to the op's shape.
@@ -33,7 +36,8 @@ BINARY_KERNEL = {"add": "add", "sub": "subtract", "mul": "multiply", "div": "div
                  "maximum": "maximum"}
 COMMUTATIVE = ("add", "mul", "maximum")
 OPS = tuple(UNARY_KERNEL) + tuple(BINARY_KERNEL) + ("sum", "mean", "amax", "transpose", "broadcast", "slice",
-                                                    "concat", "batch_matmul", "im2col", "pool2d", "sdpa")
+                                                    "concat", "batch_matmul", "im2col", "pool2d", "sdpa",
+                                                    "relu_backward", "pool2d_backward", "col2im")
 
 
 def binary_views(out: tuple, a: tuple, b: tuple) -> tuple[list, list] | None:
@@ -196,6 +200,15 @@ def lower_node(g: Graph, node: Node, region: str, Call, unsupported) -> list:
         kernel("conv.pool2d", node.inputs, [None],
                {"kernel_size": a["kernel_size"], "stride": a["stride"], "padding": a["padding"],
                 "op": a["mode"]}, out_shape=v.shape)
+    elif op == "relu_backward":
+        kernel("pointwise.relu_backward", node.inputs, [_rows(v.shape)] * 2)
+    elif op == "pool2d_backward":
+        kernel("conv.pool2d_backward", node.inputs, [None, None],
+               {"kernel_size": a["kernel_size"], "stride": a["stride"], "padding": a["padding"], "op": a["mode"]},
+               out_shape=v.shape)
+    elif op == "col2im":
+        kernel("conv.col2im", node.inputs, [None],
+               {k: a[k] for k in ("image_shape", "kernel_size", "stride", "padding", "dilation")}, out_shape=v.shape)
     elif op == "sdpa":
         if not a.get("causal") or len(ins) != 3 or ins[0].shape != ins[1].shape or ins[0].shape[-1] > 128:
             raise unsupported(node, "attention that is not causal, has a mask or a head size over 128 "
@@ -204,3 +217,13 @@ def lower_node(g: Graph, node: Node, region: str, Call, unsupported) -> list:
     else:
         raise unsupported(node, "no kernel implements it")
     return calls
+
+
+def step_call(phase: str):
+    """A `Call`-like factory that makes the training lowering's StepCalls, so `lower_node` serves both."""
+    from trnlab.training.lower import StepCall
+
+    def make(kind, op, region, inputs, output, out_shape, kernel="", views=None, kwargs=None, source="", dtype=""):
+        return StepCall(kind, op, region, kernel, list(inputs), list(views or [None]), [output], [list(out_shape)],
+                        dict(kwargs or {}), source, phase)
+    return make

@@ -12,6 +12,7 @@ free axis in pieces of at most 2048. Math is fp32 on chip, the result rounded on
                                    per-partition scalar, no copy) or [1, C] (one row for every row: spread
                                    over the partitions once by a ones-vector matmul)
     reduce_rows(x, op, scale)      [R, C] -> [R, 1]: add (times scale, so a mean is one kernel) or maximum
+    relu_backward(y, dy)           dy where y > 0 (y: ReLU's output), else 0
 """
 from __future__ import annotations
 
@@ -113,4 +114,18 @@ def reduce_rows(x, op="add", scale=1.0):
     return out
 
 
-__all__ = ["unary", "scalar", "binary", "reduce_rows", "UNARY", "BINARY"]
+@nki.jit
+def relu_backward(y, grad_y):
+    """dx = dy where y > 0, else 0, for y (ReLU's output), dy [R, C] -> [R, C] in dy's dtype."""
+    R, C = y.shape
+    out = nl.ndarray((R, C), dtype=grad_y.dtype, buffer=nl.shared_hbm)
+    for (r0, rows), (c0, cols) in _tiles(R, C):
+        positive = nl.ndarray((rows, cols), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_scalar(dst=positive, data=nl.load(y[r0:r0 + rows, c0:c0 + cols]), op0=nl.greater, operand0=0.0)
+        dx = nl.ndarray((rows, cols), dtype=grad_y.dtype, buffer=nl.sbuf)
+        nisa.tensor_tensor(dst=dx, data1=positive, data2=nl.load(grad_y[r0:r0 + rows, c0:c0 + cols]), op=nl.multiply)
+        nl.store(out[r0:r0 + rows, c0:c0 + cols], value=dx)
+    return out
+
+
+__all__ = ["unary", "scalar", "binary", "reduce_rows", "relu_backward", "UNARY", "BINARY"]

@@ -15,7 +15,8 @@ Two things differ from the joint graph, both because the forward hands the backw
   kernel does not materialise it, so the forward saves the logits z instead (legalise_training's rule
   for a backward graph alone takes either: softmax(log_softmax(z)) = softmax(z)), and NLL's
   `total_weight`, which `cross_entropy_backward` does not read (it counts the targets itself), is a
-  host zero; so are layer norm's saved mean and rstd (`layer_norm_backward` recomputes them from x).
+  host zero; so are layer norm's saved mean and rstd (`layer_norm_backward` recomputes them from x), and
+  max pooling's indices (`pool2d_backward` finds each window's maximum again from x).
 """
 from __future__ import annotations
 
@@ -59,8 +60,9 @@ def save_logits_not_log_probs(fx_gm: torch.fx.GraphModule, user_outputs: int = 0
             outs[i] = src.args[0]
         elif isinstance(o, torch.fx.Node) and o.op == "call_function" and o.target is operator.getitem and (
                 (_aten(o.args[0], "nll_loss_forward") and o.args[1] == 1)
-                or (_aten(o.args[0], "native_layer_norm") and o.args[1] in (1, 2))):
-            host[i] = o.meta["val"]
+                or (_aten(o.args[0], "native_layer_norm") and o.args[1] in (1, 2))
+                or (_aten(o.args[0], "max_pool2d_with_indices") and o.args[1] == 1)):   # pool2d_backward
+            host[i] = o.meta["val"]                                                       # finds the max again
     out.args = (tuple(outs),)
     fx_gm.graph.eliminate_dead_code()
     fx_gm.recompile()

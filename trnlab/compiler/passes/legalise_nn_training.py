@@ -1,0 +1,123 @@
+"""Legalise the backward ATen ops of students' models into ops with kernels (training graphs only).
+
+Runs in the training pipeline after `legalise`, `legalise_training` and `legalise_nn`. Each gradient
+is written as ops the forward already has, in the convolution pass's channels-last layout:
+
+    convolution_backward(dy, x, w, ...)[0] -> dx = col2im(dy_rows @ W_matrix.T)    (the windows' adjoint)
+                                      [1] -> dw = im2col(x).T @ dy_rows, back to [O, C, kh, kw]
+                                      [2] -> db = sum(dy, dims=[0, 2, 3])
+        (dy_rows = dy in NHWC as [N*Ho*Wo, O]; the training lowering reads both transposes of the
+         matmuls in place, nothing is copied; groups = 1)
+    max_pool2d_with_indices_backward / avg_pool2d_backward -> pool2d_backward (NHWC): the maximum
+        is found again from x (PyTorch's first index in the window), so the indices are not needed
+    where(le(y, 0), 0, dy)                 -> relu_backward(y, dy)     (ReLU's gradient from its output)
+"""
+from __future__ import annotations
+
+from trnlab.compiler.ir import Graph, Node
+from trnlab.compiler.passes.convolution import NCHW, NHWC
+from trnlab.compiler.passes.legalise import _args, _set
+
+NAME = "legalise_nn_training"
+
+
+def _conv_backward(g: Graph, node: Node, args: list, shared: dict) -> bool:
+    dy, x, w = args[:3]
+    stride, padding, dilation, transposed, _, groups = args[4:10]
+    item = node.attrs.get("item")
+    if transposed or groups != 1 or item not in (0, 1, 2):
+        return False
+    out = g.values[node.name]
+    dtype = out.dtype
+    N, C, H, W = g.values[x].shape
+    O, _, kh, kw = g.values[w].shape
+    _, _, Ho, Wo = g.values[dy].shape
+    K, M = kh * kw * C, N * Ho * Wo
+    window = {"kernel_size": [kh, kw], "stride": list(stride), "padding": list(padding), "dilation": list(dilation)}
+    pointwise = (kh, kw) == (1, 1) and list(stride) == [1, 1] and list(padding) == [0, 0]
+
+    def add(op, inputs, shape, attrs=None, name="g"):
+        key = (op, tuple(inputs), repr(attrs))
+        if key not in shared:
+            shared[key] = g.add_node(op, inputs, shape, dtype, attrs or {}, node.source, name=f"{node.name}_{name}",
+                                     before=node).name
+        return shared[key]
+
+    if item == 2:
+        _set(node, "sum", [dy], {"dims": [0, 2, 3], "keepdim": False})
+        return True
+    rows = add("reshape", [add("transpose", [dy], (N, Ho, Wo, O), {"perm": NHWC}, "dy_nhwc")], (M, O),
+               {"shape": [M, O]}, "dy_rows")
+    if item == 1:
+        xt = add("transpose", [x], (N, H, W, C), {"perm": NHWC}, "x_nhwc")
+        cols = add("reshape", [xt], (M, K), {"shape": [M, K]}, "x_rows") if pointwise else \
+            add("im2col", [xt], (M, K), dict(window, layout="NHWC"), "x_cols")
+        colsT = add("transpose", [cols], (K, M), {"perm": [1, 0]}, "x_colsT")
+        dw = add("matmul", [colsT, rows], (K, O), name="dw_matrix")
+        dw = add("reshape", [dw], (kh, kw, C, O), {"shape": [kh, kw, C, O]}, "dw_hwio")
+        _set(node, "transpose", [dw], {"perm": [3, 2, 0, 1]})
+        return True
+    wt = add("transpose", [w], (kh, kw, C, O), {"perm": [2, 3, 1, 0]}, "w_hwio")
+    wm = add("reshape", [wt], (K, O), {"shape": [K, O]}, "w_matrix")
+    wmT = add("transpose", [wm], (O, K), {"perm": [1, 0]}, "w_matrixT")
+    dcols = add("matmul", [rows, wmT], (M, K), name="dx_cols")
+    if pointwise:
+        dx = add("reshape", [dcols], (N, H, W, C), {"shape": [N, H, W, C]}, "dx_nhwc")
+    else:
+        dx = add("col2im", [dcols], (N, H, W, C), dict(window, image_shape=[N, H, W, C]), "dx_nhwc")
+    _set(node, "transpose", [dx], {"perm": NCHW})
+    return True
+
+
+def _pool_backward(g: Graph, node: Node, args: list, mode: str) -> bool:
+    dy, x, k, stride, padding = args[:5]
+    k = list(k) if isinstance(k, (list, tuple)) else [k, k]
+    stride = (list(stride) or k) if isinstance(stride, (list, tuple)) else [stride, stride]
+    padding = list(padding) if isinstance(padding, (list, tuple)) else [padding, padding]
+    if mode == "max" and (list(args[5]) not in ([1, 1], [1]) or args[6]):
+        return False
+    if mode == "avg" and (args[5] or (not args[6] and padding != [0, 0]) or args[7] is not None):
+        return False
+    N, C, H, W = g.values[x].shape
+    _, _, Ho, Wo = g.values[dy].shape
+    dtype = g.values[node.name].dtype
+    xt = g.add_node("transpose", [x], (N, H, W, C), dtype, {"perm": NHWC}, node.source, name=f"{node.name}_x",
+                    before=node).name
+    dyt = g.add_node("transpose", [dy], (N, Ho, Wo, C), dtype, {"perm": NHWC}, node.source, name=f"{node.name}_dy",
+                     before=node).name
+    dx = g.add_node("pool2d_backward", [xt, dyt], (N, H, W, C), dtype,
+                    {"kernel_size": k, "stride": stride, "padding": padding, "mode": mode}, node.source,
+                    name=f"{node.name}_nhwc", before=node).name
+    _set(node, "transpose", [dx], {"perm": NCHW})
+    return True
+
+
+def _relu_backward(g: Graph, node: Node) -> bool:
+    cond, zero, dy = node.inputs
+    producers = g.producers()
+    le = producers.get(cond)
+    if le is None or le.op != "aten.le.Scalar" or _args(le)[1] != 0 or zero not in g.constants:
+        return False
+    if float(g.constants[zero]) != 0.0 or g.values[zero].shape != ():
+        return False
+    y = le.inputs[0]
+    while producers.get(y) is not None and producers[y].op == "copy":
+        y = producers[y].inputs[0]
+    _set(node, "relu_backward", [y, dy])
+    return True
+
+
+def run(g: Graph, options=None) -> Graph:
+    shared: dict = {}
+    for node in list(g.nodes):
+        args = _args(node) if node.op.startswith("aten.") else None
+        if node.op == "aten.convolution_backward.default":
+            _conv_backward(g, node, args, shared)
+        elif node.op == "aten.max_pool2d_with_indices_backward.default":
+            _pool_backward(g, node, args, "max")
+        elif node.op == "aten.avg_pool2d_backward.default":
+            _pool_backward(g, node, args, "avg")
+        elif node.op == "where" and len(node.inputs) == 3:
+            _relu_backward(g, node)
+    g.remove_unused()
+    return g
