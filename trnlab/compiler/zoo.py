@@ -10,6 +10,7 @@ benchmark times them, notebook 06 compiles the CNN. Sizes are small so a full-mo
     llama         RMSNorm, rotary embeddings, causal scaled_dot_product_attention, SwiGLU
     encoder       nn.TransformerEncoderLayer (batch_first, eval)
     vit           patch embedding (a strided conv), a pre-norm block with SDPA (not causal), a class head
+    small_cnn     conv, ReLU, max and average pooling, linear: the CNN trained on the simulated chip
 """
 from __future__ import annotations
 
@@ -157,6 +158,22 @@ class ViTBlock(nn.Module):
         return self.head(x.mean(dim=1))
 
 
+class SmallCNN(nn.Module):
+    """The CNN the training tests and `trnlab.data.images` train: conv, ReLU, max and average pooling
+    (no batch norm: its training form is not compiled yet), a linear classifier. Images [N, 1, 12, 12]."""
+
+    def __init__(self, classes: int = 4, channels: int = 8):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, channels, 3, padding=1)
+        self.conv2 = nn.Conv2d(channels, channels, 3, stride=2, padding=1)
+        self.fc = nn.Linear(channels * 3 * 3, classes)
+
+    def forward(self, x):
+        x = F.max_pool2d(F.relu(self.conv1(x)), 2)            # [N, C, 6, 6]
+        x = F.avg_pool2d(F.relu(self.conv2(x)), 1)            # [N, C, 3, 3]
+        return self.fc(x.flatten(1))
+
+
 def encoder_layer(dim: int = 32, n_head: int = 4) -> nn.Module:
     return nn.TransformerEncoderLayer(dim, n_head, dim_feedforward=64, dropout=0.1, batch_first=True)
 
@@ -173,6 +190,7 @@ def zoo(seed: int = 0) -> dict:
         "llama_nn_rmsnorm": (LlamaBlock(builtin_norm=True), torch.randn(2, 16, 32)),
         "encoder": (encoder_layer(), torch.randn(2, 16, 32)),
         "vit": (ViTBlock(), torch.randn(2, 3, 16, 16)),
+        "small_cnn": (SmallCNN(), torch.randn(4, 1, 12, 12)),
     }
     for model, _ in models.values():                  # batch norm statistics that are not the identity
         for m in model.modules():
@@ -184,4 +202,5 @@ def zoo(seed: int = 0) -> dict:
     return models
 
 
-NAMES = ("mlp_gelu", "mlp_dropout", "lenet", "resnet", "llama", "llama_nn_rmsnorm", "encoder", "vit")
+NAMES = ("mlp_gelu", "mlp_dropout", "lenet", "resnet", "llama", "llama_nn_rmsnorm", "encoder", "vit", "small_cnn")
+TRAINABLE = ("mlp_gelu", "small_cnn")      # a torch.compile training step compiles (forward and backward)

@@ -29,6 +29,16 @@ def _conv_backward(g: Graph, node: Node, args: list, shared: dict) -> bool:
         return False
     out = g.values[node.name]
     dtype = out.dtype
+    if len(g.values[x].shape) == 3:                   # 1-D: the 2-D gradient of height 1, reshapes around it
+        def as_2d(name):
+            shape = g.values[name].shape
+            return g.add_node("reshape", [name], (*shape[:2], 1, shape[2]), g.values[name].dtype,
+                              {"shape": [*shape[:2], 1, shape[2]]}, node.source, name=f"{name}_2d", before=node).name
+        key = ("2d", dy, x, w)
+        if key not in shared:
+            shared[key] = tuple(as_2d(v) for v in (dy, x, w))
+        dy, x, w = shared[key]
+        stride, padding, dilation = [1, stride[0]], [0, padding[0]], [1, dilation[0]]
     N, C, H, W = g.values[x].shape
     O, _, kh, kw = g.values[w].shape
     _, _, Ho, Wo = g.values[dy].shape
@@ -44,8 +54,9 @@ def _conv_backward(g: Graph, node: Node, args: list, shared: dict) -> bool:
         return shared[key]
 
     if item == 2:
-        _set(node, "sum", [dy], {"dims": [0, 2, 3], "keepdim": False})
+        _set(node, "sum", [dy], {"dims": [0, 2, 3] if len(g.values[dy].shape) == 4 else [0, 2], "keepdim": False})
         return True
+    final = out.shape
     rows = add("reshape", [add("transpose", [dy], (N, Ho, Wo, O), {"perm": NHWC}, "dy_nhwc")], (M, O),
                {"shape": [M, O]}, "dy_rows")
     if item == 1:
@@ -55,7 +66,8 @@ def _conv_backward(g: Graph, node: Node, args: list, shared: dict) -> bool:
         colsT = add("transpose", [cols], (K, M), {"perm": [1, 0]}, "x_colsT")
         dw = add("matmul", [colsT, rows], (K, O), name="dw_matrix")
         dw = add("reshape", [dw], (kh, kw, C, O), {"shape": [kh, kw, C, O]}, "dw_hwio")
-        _set(node, "transpose", [dw], {"perm": [3, 2, 0, 1]})
+        dw = add("transpose", [dw], (O, C, kh, kw), {"perm": [3, 2, 0, 1]}, "dw")
+        _set(node, "reshape", [dw], {"shape": list(final)})
         return True
     wt = add("transpose", [w], (kh, kw, C, O), {"perm": [2, 3, 1, 0]}, "w_hwio")
     wm = add("reshape", [wt], (K, O), {"shape": [K, O]}, "w_matrix")
@@ -65,7 +77,8 @@ def _conv_backward(g: Graph, node: Node, args: list, shared: dict) -> bool:
         dx = add("reshape", [dcols], (N, H, W, C), {"shape": [N, H, W, C]}, "dx_nhwc")
     else:
         dx = add("col2im", [dcols], (N, H, W, C), dict(window, image_shape=[N, H, W, C]), "dx_nhwc")
-    _set(node, "transpose", [dx], {"perm": NCHW})
+    dx = add("transpose", [dx], (N, C, H, W), {"perm": NCHW}, "dx")
+    _set(node, "reshape", [dx], {"shape": list(final)})
     return True
 
 
