@@ -1,5 +1,6 @@
 """A small CNN trained on the simulated chip (every step's forward and backward compiled by
 torch.compile(backend="trnlab")) on the generated stroke images reaches the stated accuracy."""
+import pytest
 import torch
 
 import trnlab.compiler as tc
@@ -16,6 +17,7 @@ def test_strokes_are_deterministic_and_balanced():
     assert torch.bincount(y).tolist() == [16] * 4
 
 
+@pytest.mark.slow
 def test_small_cnn_trained_on_the_simulated_chip_reaches_the_stated_accuracy():
     dynamo.register()
     torch._dynamo.reset()

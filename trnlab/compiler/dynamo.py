@@ -44,6 +44,8 @@ def backend(gm: torch.fx.GraphModule, example_inputs, **kwargs):
     from torch._dynamo.backends.common import aot_autograd
     from trnlab.compiler import capture
     from trnlab.compiler.compiled import CompileOptions, compile_graph
+    from trnlab.compiler import graph_breaks
+    graph_breaks.graph_received()
     options = {**_options, **(kwargs.get("options") or {})}
     names = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
     weights = [_is_weight(n) for n in names]
@@ -150,3 +152,5 @@ def register() -> None:
     from torch._dynamo import list_backends, register_backend
     if NAME not in list_backends(exclude_tags=()):
         register_backend(name=NAME)(backend)
+    from trnlab.compiler import graph_breaks
+    graph_breaks.install()                       # warn when Dynamo hands us no graph or several
