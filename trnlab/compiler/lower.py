@@ -20,13 +20,15 @@ line, so the profile can say which line of the model every microsecond comes fro
 
 An op with no kernel raises `CompileError` naming the op, its source line and the supported ops —
 or, with `fallback=True`, runs on the host CPU (PyTorch): the graph marks those nodes `[host]` and
-the program records each partition boundary (a tensor crossing between the device and the host).
+the program records each partition boundary (a tensor crossing between the device and the host);
+`compiler.fallback` has the rules and each host call's cost (transfers and compute).
 """
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
 from trnlab.compiler.errors import CompileError
+from trnlab.compiler.fallback import host_cost, on_device
 from trnlab.compiler.ir import Graph, Node
 
 from trnlab.compiler.lower_nn import OPS as NN_OPS  # noqa: E402  (the ops of students' models)
@@ -55,12 +57,15 @@ class Call:
     attrs: dict = field(default_factory=dict)   # host ops: the IR attrs to evaluate them
     source: str = ""
     dtype: str = ""                # the IR dtype of the output
+    cost: dict = field(default_factory=dict)    # host ops: transfer and compute ns (compiler.fallback)
 
     def describe(self) -> str:
         if self.kind == "view":
             return f"view   %{self.output} = %{self.inputs[0]} as {self.out_shape}"
         if self.kind == "host":
-            return f"host   %{self.output} = {self.op}({', '.join('%' + i for i in self.inputs)})  [CPU]"
+            cost = (f" {self.cost['total_ns'] / 1e3:.1f} us: transfers {self.cost['transfer_ns'] / 1e3:.1f} us"
+                    if self.cost else "")
+            return f"host   %{self.output} = {self.op}({', '.join('%' + i for i in self.inputs)})  [CPU{cost}]"
         args = []
         for name, shape in zip(self.inputs, self.views):
             args.append(f"%{name}" + (f"{list(shape)}" if shape else ""))
@@ -263,6 +268,22 @@ def lower_calls(g: Graph, node: Node, region: str) -> list:
         return lower_nn.lower_node(g, node, region, Call, _unsupported)
 
 
+def _cost_host_calls(g: Graph, calls: list) -> None:
+    """Each host call's cost: what it reads from the device, its compute, its output sent back."""
+    host = {c.output for c in calls if c.kind == "host"}
+    readers: dict = {}
+    for c in calls:
+        for x in c.inputs:
+            if x is not None:
+                readers.setdefault(x, []).append(c)
+    for c in calls:
+        if c.kind != "host":
+            continue
+        from_device = [g.values[x].nbytes for x in dict.fromkeys(c.inputs) if x not in host]   # weights too: in HBM
+        back = any(r.kind != "host" for r in readers.get(c.output, [])) or c.output in g.outputs
+        c.cost = host_cost(from_device, sum(g.values[x].nbytes for x in c.inputs), g.values[c.output].nbytes, back)
+
+
 def lower(g: Graph, target: str = "trn2", fallback: bool = False) -> Program:
     """The graph's program: one call per node, in order; see the module docstring."""
     calls = []
@@ -288,6 +309,10 @@ def lower(g: Graph, target: str = "trn2", fallback: bool = False) -> Program:
         i += 1
         region = region_of(node)
         try:
+            dtypes = [g.values[x].dtype for x in node.inputs] + [g.values[node.name].dtype]
+            if not all(on_device(d) for d in dtypes):
+                raise _unsupported(node, f"a tensor of dtype {[d for d in dtypes if not on_device(d)][0]}, which "
+                                         f"the device does not hold")
             calls.extend(lower_calls(g, node, region))
             node.device = "neuron"
         except CompileError:
@@ -296,6 +321,7 @@ def lower(g: Graph, target: str = "trn2", fallback: bool = False) -> Program:
             node.device = "host"
             calls.append(Call("host", node.op, region, list(node.inputs), node.name, list(g.values[node.name].shape),
                               attrs=node.attrs, source=node.source, dtype=g.values[node.name].dtype))
+    _cost_host_calls(g, calls)
     boundaries = []
     device_of = {n.name: n.device for n in g.nodes}
     for n in g.nodes:

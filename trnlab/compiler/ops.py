@@ -42,7 +42,8 @@ SHAPE_OPS = ("reshape", "copy", "transpose", "broadcast", "slice")
 
 _TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16,
                  "int64": torch.int64, "int32": torch.int32, "bool": torch.bool, "float64": torch.float64,
-                 "int8": torch.int8, "uint8": torch.uint8, "int16": torch.int16}
+                 "int8": torch.int8, "uint8": torch.uint8, "int16": torch.int16, "complex64": torch.complex64,
+                 "complex128": torch.complex128}
 
 
 def dtype_name(dtype) -> str:
