@@ -105,7 +105,9 @@ def test_nn_rmsnorm_and_its_decomposition_agree_compiled():
     for norm in (nn.RMSNorm(32, eps=1e-6), zoo.RMSNorm(32)):
         with torch.no_grad():
             norm.weight.uniform_(0.5, 1.5)
-        assert _rel(tc.compile(norm, (x,))(x), norm(x)) <= FP32_REL
+        compiled = tc.compile(norm, (x,))
+        assert _rel(compiled(x), norm(x)) <= FP32_REL
+        assert compiled.graph.ops() == {"rms_norm": 1}                        # one kernel (fuse_rms_norm)
 
 
 def test_binary_views_pick_row_or_column_broadcast():
