@@ -2,6 +2,8 @@
 backward graphs both run on the simulated chip; the loss and every gradient match eager PyTorch."""
 import copy
 
+import numpy as np
+
 import pytest
 import torch
 import torch.nn as nn
@@ -69,3 +71,39 @@ def test_convolution_gradients_match_eager(conv):
 def test_mlp_relu_training_step_matches_eager():
     torch.manual_seed(3)
     _step_matches_eager(zoo.MLP(activation="relu"), torch.randn(8, 32), 10)
+
+
+def _dropout_step(seed: int):
+    torch.manual_seed(seed)
+    model = zoo.MLP(activation="relu", dropout=0.25).train()
+    x, y = torch.randn(8, 32), torch.randint(0, 10, (8,))
+    compiled = torch.compile(WithLoss(model), backend="trnlab")
+    losses = []
+    for _ in range(2):
+        model.zero_grad()
+        loss = compiled(x, y)
+        loss.backward()
+        losses.append(float(loss.detach()))
+    forward = dynamo.backend.last_training["forward"]
+    device = [forward.graph.outputs[k] for kind, k in forward.outputs if kind == "device"]   # the run's outputs
+    keep = [o for o in device if o.endswith("_keep")][0]
+    mask = torch.as_tensor(np.asarray(forward.last_run.outputs[device.index(keep)]))
+    return model, x, y, losses, mask
+
+
+def test_dropout_mask_comes_from_the_chip_rng_reproducibly_and_gradients_follow_it():
+    model, x, y, losses, mask = _dropout_step(0)
+    assert set(mask.unique().tolist()) <= {0.0, 1.0} and 0.5 < float(mask.mean()) < 0.95     # p = 0.25
+    torch._dynamo.reset()
+    dynamo.register()
+    _, _, _, again, mask_again = _dropout_step(0)
+    assert again == losses and torch.equal(mask, mask_again)          # the same seed, the same masks
+    assert losses[0] != losses[1]                                      # a new mask every step
+    eager = copy.deepcopy(model)                                       # the last step, eager, with the same mask
+    eager.zero_grad()
+    h = F.relu(eager.fc1(x)) * mask / 0.75
+    loss = F.cross_entropy(eager.fc2(h), y)
+    loss.backward()
+    assert abs(float(loss.detach()) - losses[1]) <= LOSS_REL * float(loss.detach())
+    for (name, p), (_, q) in zip(model.named_parameters(), eager.named_parameters()):
+        assert float((p.grad - q.grad).abs().max()) <= GRAD_REL * float(q.grad.abs().max()), name

@@ -37,7 +37,7 @@ BINARY_KERNEL = {"add": "add", "sub": "subtract", "mul": "multiply", "div": "div
 COMMUTATIVE = ("add", "mul", "maximum")
 OPS = tuple(UNARY_KERNEL) + tuple(BINARY_KERNEL) + ("sum", "mean", "amax", "transpose", "broadcast", "slice",
                                                     "concat", "batch_matmul", "im2col", "pool2d", "sdpa",
-                                                    "relu_backward", "pool2d_backward", "col2im")
+                                                    "relu_backward", "pool2d_backward", "col2im", "dropout_mask")
 
 
 def binary_views(out: tuple, a: tuple, b: tuple) -> tuple[list, list] | None:
@@ -200,6 +200,8 @@ def lower_node(g: Graph, node: Node, region: str, Call, unsupported) -> list:
         kernel("conv.pool2d", node.inputs, [None],
                {"kernel_size": a["kernel_size"], "stride": a["stride"], "padding": a["padding"],
                 "op": a["mode"]}, out_shape=v.shape)
+    elif op == "dropout_mask":
+        kernel("pointwise.dropout_mask", node.inputs, [_rows(v.shape), [1, 1]], {"p": a["p"]})
     elif op == "relu_backward":
         kernel("pointwise.relu_backward", node.inputs, [_rows(v.shape)] * 2)
     elif op == "pool2d_backward":

@@ -246,6 +246,8 @@ def evaluate(op: str, attrs: dict, inputs: list) -> torch.Tensor:
         mask = inputs[3] if len(inputs) > 3 else None
         return F.scaled_dot_product_attention(inputs[0], inputs[1], inputs[2], attn_mask=mask,
                                               is_causal=a.get("causal", False), scale=a.get("scale"))
+    if op == "dropout_mask":
+        raise ValueError("dropout_mask draws from the chip's random number generator: it has no host reference")
     if op == "constant":
         raise ValueError("constants are values, not nodes")
     raise KeyError(f"no reference for op {op!r}")

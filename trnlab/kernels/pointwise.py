@@ -13,6 +13,7 @@ free axis in pieces of at most 2048. Math is fp32 on chip, the result rounded on
                                    over the partitions once by a ones-vector matmul)
     reduce_rows(x, op, scale)      [R, C] -> [R, 1]: add (times scale, so a mean is one kernel) or maximum
     relu_backward(y, dy)           dy where y > 0 (y: ReLU's output), else 0
+    dropout_mask(like, seed, p)    a 0/1 keep mask from the chip's random number generator (nl.random_seed)
 """
 from __future__ import annotations
 
@@ -128,4 +129,20 @@ def relu_backward(y, grad_y):
     return out
 
 
-__all__ = ["unary", "scalar", "binary", "reduce_rows", "relu_backward", "UNARY", "BINARY"]
+@nki.jit
+def dropout_mask(like, seed, p=0.5):
+    """A 0/1 keep mask [R, C] (fp32) shaped like `like` [R, C]: each element 0 with probability p, drawn by
+    the chip's random number generator (nisa.dropout on a tile of ones) seeded from seed [1, 1] int32."""
+    R, C = like.shape
+    out = nl.ndarray((R, C), dtype=nl.float32, buffer=nl.shared_hbm)
+    nl.random_seed(nl.load(seed))
+    for (r0, rows), (c0, cols) in _tiles(R, C):
+        ones = nl.ndarray((rows, cols), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.memset(dst=ones, value=1.0)
+        keep = nl.ndarray((rows, cols), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dropout(dst=keep, data=ones, prob=float(p))
+        nl.store(out[r0:r0 + rows, c0:c0 + cols], value=keep)
+    return out
+
+
+__all__ = ["unary", "scalar", "binary", "reduce_rows", "relu_backward", "dropout_mask", "UNARY", "BINARY"]

@@ -85,6 +85,7 @@ class PhaseProgram:
     output_meta: list = field(default_factory=list)       # each FX output's fake tensor (shape, dtype) or None
     saved_constants: dict = field(default_factory=dict)   # forward: saved tensor name -> constant for the backward
     _user_positions: list = field(default_factory=list)   # which of AOT's arguments are the program's inputs
+    steps: int = 0                      # calls so far (the dropout seed advances by one per step)
 
     def listing(self) -> str:
         lines = [f"{self.phase} graph for {self.target}: {sum(c.kind == 'kernel' for c in self.calls)} kernel calls"]
@@ -106,6 +107,9 @@ class PhaseProgram:
         args = args[0] if len(args) == 1 and isinstance(args[0], list) else args
         user = [_as_int32(to_numpy(a.detach() if isinstance(a, torch.Tensor) else torch.as_tensor(a)))
                 for a in args]
+        if "dropout_seed" in self.constants:         # a new dropout mask every step, reproducible from the first
+            self.constants["dropout_seed"] = self.constants["dropout_seed"] + np.int32(self.steps > 0)
+        self.steps += 1
         arrays = list(self.constants.values()) + [user[i] for i in self._user_positions]
         device_outputs = [self.graph.outputs[k] for kind, k in self.outputs if kind == "device"]
         if self.program is None:

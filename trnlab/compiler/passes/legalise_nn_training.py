@@ -11,6 +11,9 @@ is written as ops the forward already has, in the convolution pass's channels-la
     max_pool2d_with_indices_backward / avg_pool2d_backward -> pool2d_backward (NHWC): the maximum
         is found again from x (PyTorch's first index in the window), so the indices are not needed
     where(le(y, 0), 0, dy)                 -> relu_backward(y, dy)     (ReLU's gradient from its output)
+    native_dropout(x, p, True)             -> mask = dropout_mask(x, seed, p) (the chip's RNG, seeded by the
+        `dropout_seed` constant, which trnlab.training.aot advances every step), out = x * mask / (1 - p);
+        the backward multiplies by the saved mask as PyTorch's graph says
 """
 from __future__ import annotations
 
@@ -120,6 +123,35 @@ def _relu_backward(g: Graph, node: Node) -> bool:
     return True
 
 
+SEED = "dropout_seed"          # a [1, 1] int32 constant; trnlab.training.aot changes it every step
+
+
+def _dropout(g: Graph, node: Node, args: list, shared: dict) -> bool:
+    """native_dropout(x, p, train)[1] -> dropout_mask(x, seed, p=) (the chip's RNG), [0] -> x * mask / (1 - p)."""
+    import numpy as np
+    import torch
+    x, p = args[0], float(args[1])
+    item = node.attrs.get("item")
+    if item not in (0, 1) or not args[2]:
+        return False
+    if SEED not in g.constants:                     # drawn from torch's generator: torch.manual_seed reproduces it
+        g.add_constant(SEED, np.array([[int(torch.randint(0, 2 ** 31 - 1, (1,)))]], np.int32))
+    shape = g.values[x].shape
+    key = ("dropout", x, p)
+    if key not in shared:
+        shared[key] = g.add_node("dropout_mask", [x, SEED], shape, "float32", {"p": p}, node.source,
+                                 name=f"{x}_keep", before=node).name
+    mask = shared[key]
+    if item == 1:
+        g.values[node.name].dtype = "float32"       # 0/1 in fp32 on the chip (bool when it leaves the device)
+        _set(node, "copy", [mask])
+        return True
+    kept = g.add_node("mul", [x, mask], shape, g.values[node.name].dtype, {}, node.source, name=f"{node.name}_kept",
+                      before=node).name
+    _set(node, "mul", [kept], {"scalar": 1.0 / (1.0 - p)})
+    return True
+
+
 def run(g: Graph, options=None) -> Graph:
     shared: dict = {}
     for node in list(g.nodes):
@@ -130,6 +162,8 @@ def run(g: Graph, options=None) -> Graph:
             _pool_backward(g, node, args, "max")
         elif node.op == "aten.avg_pool2d_backward.default":
             _pool_backward(g, node, args, "avg")
+        elif node.op == "aten.native_dropout.default":
+            _dropout(g, node, args, shared)
         elif node.op == "where" and len(node.inputs) == 3:
             _relu_backward(g, node)
     g.remove_unused()
