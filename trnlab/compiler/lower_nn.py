@@ -11,7 +11,8 @@
                                                        last by a transpose first if they are not)
     transpose(perm)                                 -> shape_ops.batch_transpose [A, B, C] -> [A, C, B], or
                                                        shape_ops.swap_middle_axes [A, B, C, D] -> [A, C, B, D]
-    broadcast over leading axes                     -> shape_ops.repeat_rows
+    broadcast                                       -> pointwise.expand ([a, b, c] -> [A, B, C], each axis
+                                                       group repeated or not)
     slice (step 1) / concat                         -> shape_ops.slice_columns / concat_columns
     batch_matmul                                    -> shape_ops.batch_matmul
     im2col / pool2d                                 -> conv.im2col / conv.pool2d (NHWC)
@@ -88,6 +89,26 @@ def permute_views(shape, perm) -> tuple[str, list] | None:
     if D == 1:
         return "shape_ops.batch_transpose", [A, B, C]
     return "shape_ops.swap_middle_axes", [A, B, C, D]
+
+
+def expand_groups(src, out) -> tuple[list, list] | None:
+    """(x viewed as [a, b, c], the output as [A, B, C]) for a broadcast of `src` to `out`: consecutive axes
+    that are all repeated (or all kept) merged, at most three groups; None if there are more."""
+    src = [1] * (len(out) - len(src)) + list(src)
+    groups: list = []                              # [repeated?, src size, out size]
+    for s, o in zip(src, out):
+        if o == 1:
+            continue
+        repeated = s == 1
+        if groups and groups[-1][0] == repeated:
+            groups[-1][1] *= s
+            groups[-1][2] *= o
+        else:
+            groups.append([repeated, s, o])
+    if len(groups) > 3:
+        return None
+    groups = [[False, 1, 1]] * (3 - len(groups)) + groups
+    return [g[1] for g in groups], [g[2] for g in groups]
 
 
 def permute_steps(shape, perm) -> list:
@@ -168,16 +189,12 @@ def lower_node(g: Graph, node: Node, region: str, Call, unsupported) -> list:
             if not last:
                 calls[-1].views = [view]
     elif op == "broadcast":
-        src = list(ins[0].shape)
-        src = [1] * (len(v.shape) - len(src)) + src
-        lead = 0
-        while lead < len(src) and src[lead] == 1:
-            lead += 1
-        if src[lead:] != list(v.shape)[lead:]:
-            raise unsupported(node, f"broadcast of {list(ins[0].shape)} to {list(v.shape)} over inner axes")
-        block = math.prod(src)
-        kernel("shape_ops.repeat_rows", node.inputs, [_rows(src[lead:]) if lead < len(src) else [1, 1]],
-               {"times": math.prod(v.shape) // block}, out_shape=[math.prod(v.shape) // block] + _rows(src[lead:]))
+        groups = expand_groups(ins[0].shape, v.shape)
+        if groups is None:
+            raise unsupported(node, f"broadcast of {list(ins[0].shape)} to {list(v.shape)} (more than three groups "
+                                    f"of axes alternate between repeated and not)")
+        src, out = groups
+        kernel("pointwise.expand", node.inputs, [src], {"shape": out}, out_shape=out)
     elif op == "slice":
         dim, start, end = a["dim"], a["start"], a["end"]
         if a.get("step", 1) != 1:

@@ -13,6 +13,7 @@ free axis in pieces of at most 2048. Math is fp32 on chip, the result rounded on
                                    over the partitions once by a ones-vector matmul)
     reduce_rows(x, op, scale)      [R, C] -> [R, 1]: add (times scale, so a mean is one kernel) or maximum
     relu_backward(y, dy)           dy where y > 0 (y: ReLU's output), else 0
+    expand(x [a, b, c], shape)     any broadcast, grouped into three axes (each repeated or not)
     dropout_mask(like, seed, p)    a 0/1 keep mask from the chip's random number generator (nl.random_seed)
 """
 from __future__ import annotations
@@ -130,6 +131,34 @@ def relu_backward(y, grad_y):
 
 
 @nki.jit
+def expand(x, shape=(1, 1, 1)):
+    """x [a, b, c] -> [A, B, C] with each of a, b, c equal to A, B, C or 1 (repeated): any broadcast,
+    its axes grouped into three by the caller. B goes on the partitions, C along the free axis; a row
+    repeated over B is spread by a ones-vector matmul, a column over C by a per-partition add."""
+    A, B, C = (int(s) for s in shape)
+    a, b, c = x.shape
+    out = nl.ndarray((A, B, C), dtype=x.dtype, buffer=nl.shared_hbm)
+    for i in range(A):
+        src = x[i if a == A else 0]                                                      # [b, c]
+        for r0, rows in row_tiles(B):
+            for c0, cols in row_tiles(C, FREE_TILE):
+                if b == 1 and B > 1:
+                    row = nl.ndarray((1, c), dtype=x.dtype, buffer=nl.sbuf)
+                    nisa.dma_copy(dst=row, src=src[0:1, 0:c] if c == 1 else src[0:1, c0:c0 + cols])
+                    tile = broadcast_rows(row, rows)                                    # [rows, c or cols]
+                else:
+                    tile = nl.load(src[r0:r0 + rows, :] if c == 1 else src[r0:r0 + rows, c0:c0 + cols])
+                y = nl.ndarray((rows, cols), dtype=x.dtype, buffer=nl.sbuf)
+                if c == 1 and C > 1:                                                    # a number per row
+                    nisa.memset(dst=y, value=0.0)
+                    nisa.tensor_scalar(dst=y, data=y, op0=nl.add, operand0=tile)
+                else:
+                    nisa.tensor_copy(dst=y, src=tile)
+                nl.store(out[i, r0:r0 + rows, c0:c0 + cols], value=y)
+    return out
+
+
+@nki.jit
 def dropout_mask(like, seed, p=0.5):
     """A 0/1 keep mask [R, C] (fp32) shaped like `like` [R, C]: each element 0 with probability p, drawn by
     the chip's random number generator (nisa.dropout on a tile of ones) seeded from seed [1, 1] int32."""
@@ -145,4 +174,4 @@ def dropout_mask(like, seed, p=0.5):
     return out
 
 
-__all__ = ["unary", "scalar", "binary", "reduce_rows", "relu_backward", "dropout_mask", "UNARY", "BINARY"]
+__all__ = ["unary", "scalar", "binary", "reduce_rows", "relu_backward", "expand", "dropout_mask", "UNARY", "BINARY"]

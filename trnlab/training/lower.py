@@ -189,13 +189,17 @@ def prepare(g: Graph) -> Graph:
     candidates). Used by `compile_train_step` and by the `torch.compile` path (aot.py)."""
     from trnlab.compiler.passes import (convolution, fold, legalise, legalise_nn, legalise_nn_training,
                                         legalise_training)
-    for p in (legalise, legalise_training, legalise_nn, legalise_nn_training, fold, convolution):
+    # legalise_nn_training twice: its attention-guard rule reads the mask once `fold` made it a constant
+    for p in (legalise, legalise_training, legalise_nn, legalise_nn_training, fold, legalise_nn_training, fold,
+              convolution):
         g = p.run(g)
     compose_transposes(g)
     fold_matmul_transposes(g)
     transposed_products(g)
     fold_matmul_transposes(g)
     fuse_bias(g)
+    from trnlab.compiler.passes import broadcasts
+    broadcasts.run(g, inner_only=True)        # RMSNorm's one number per row, read in place
     return g
 
 

@@ -16,7 +16,19 @@ from trnlab.compiler.lower_nn import BINARY_KERNEL, COMMUTATIVE, binary_views
 NAME = "broadcasts"
 
 
-def run(g: Graph, options=None) -> Graph:
+def _leading(g: Graph, node) -> bool:
+    """A broadcast over leading axes only (the training lowering repeats rows for those)."""
+    src = list(g.values[node.inputs[0]].shape)
+    out = list(g.values[node.name].shape)
+    src = [1] * (len(out) - len(src)) + src
+    k = 0
+    while k < len(src) and src[k] == 1:
+        k += 1
+    return src[k:] == out[k:]
+
+
+def run(g: Graph, options=None, inner_only: bool = False) -> Graph:
+    """`inner_only`: leave broadcasts over leading axes (the training lowering's `repeat_rows` reads them)."""
     producers = g.producers()
     count = 0
     for node in g.nodes:
@@ -25,7 +37,7 @@ def run(g: Graph, options=None) -> Graph:
         out = g.values[node.name].shape
         for i in (1, 0):
             p = producers.get(node.inputs[i])
-            if p is None or p.op != "broadcast":
+            if p is None or p.op != "broadcast" or (inner_only and _leading(g, p)):
                 continue
             inputs = list(node.inputs)
             inputs[i] = p.inputs[0]

@@ -11,6 +11,10 @@ is written as ops the forward already has, in the convolution pass's channels-la
     max_pool2d_with_indices_backward / avg_pool2d_backward -> pool2d_backward (NHWC): the maximum
         is found again from x (PyTorch's first index in the window), so the indices are not needed
     where(le(y, 0), 0, dy)                 -> relu_backward(y, dy)     (ReLU's gradient from its output)
+    _scaled_dot_product_flash_attention_for_cpu_backward(dO, q, k, v, O, lse, ...)[i] -> batched matmuls
+        with the probabilities recomputed (no dropout, no mask but the causal one)
+    where(all(s == -inf), 0, softmax(s))   -> softmax(s) when no row of the scores can be all masked
+                                              (SDPA's decomposition; a constant mask is checked)
     native_dropout(x, p, True)             -> mask = dropout_mask(x, seed, p) (the chip's RNG, seeded by the
         `dropout_seed` constant, which trnlab.training.aot advances every step), out = x * mask / (1 - p);
         the backward multiplies by the saved mask as PyTorch's graph says
@@ -152,6 +156,98 @@ def _dropout(g: Graph, node: Node, args: list, shared: dict) -> bool:
     return True
 
 
+def _attention_guard(g: Graph, node: Node) -> bool:
+    """where(all(s == -inf, -1), 0, softmax(s)) -> softmax(s): SDPA's decomposition zeroes the rows whose
+    scores are all masked. With no mask, or a constant mask that leaves every row a finite score (causal),
+    no row is, and the guard is the identity (checked here on the mask's values)."""
+    import numpy as np
+    producers = g.producers()
+
+    def through(name, *ops):
+        n = producers.get(name)
+        for op in ops:
+            if n is None or n.op != op:
+                return None
+            n = producers.get(n.inputs[0]) if op != ops[-1] else n
+        return n
+
+    cond, zero, y = node.inputs
+    eq = through(cond, "logical_not", "aten.any.dim", "logical_not", "aten.eq.Scalar")
+    sm = producers.get(y)
+    if eq is None or sm is None or sm.op != "softmax" or eq.inputs[0] != sm.inputs[0] or zero not in g.constants:
+        return False
+    if np.any(np.asarray(g.constants[zero]) != 0):
+        return False
+    scores = producers.get(sm.inputs[0])
+    if scores is not None and scores.op == "add":                   # an additive mask: constant, a finite per row
+        masks = [producers.get(i) for i in scores.inputs]
+        consts = [m.inputs[0] if m is not None and m.op == "broadcast" else i for m, i in zip(masks, scores.inputs)]
+        known = [c for c in consts if c in g.constants]
+        if not known or not np.all(np.isfinite(np.asarray(g.constants[known[0]])).any(axis=-1)):
+            return False
+    g.replace_uses(node.name, y)
+    return True
+
+
+def _sdpa_backward(g: Graph, node: Node, args: list, shared: dict) -> bool:
+    """_scaled_dot_product_flash_attention_for_cpu_backward(dO, q, k, v, O, lse, p, causal, mask, scale)[i] as
+    batched matmuls, the probabilities recomputed (P = softmax(scale q k.T + causal mask)):
+    dV = P.T dO, dP = dO V.T, dS = P (dP - rowsum(dO O)), dQ = scale dS K, dK = scale dS.T Q."""
+    import numpy as np
+    d_out, q, k, v, o = args[:5]
+    item = node.attrs.get("item")
+    rest = dict(zip(("dropout_p", "is_causal", "attn_mask"), args[6:9]), **{
+        k_: v_ for k_, v_ in ((node.attrs.get("kwargs") or {}).items())})
+    if item not in (0, 1, 2) or rest.get("dropout_p") or rest.get("attn_mask") is not None:
+        return False
+    *lead, T, d = g.values[q].shape
+    S, dv = g.values[k].shape[-2], g.values[v].shape[-1]
+    G = int(np.prod(lead))
+    dtype = g.values[node.name].dtype
+    scale = rest.get("scale")
+    scale = 1.0 / np.sqrt(d) if scale is None else float(scale)
+
+    def add(op, inputs, shape, attrs=None, name="g"):
+        key = (op, tuple(inputs), repr(attrs))
+        if key not in shared:
+            shared[key] = g.add_node(op, inputs, shape, dtype, attrs or {}, node.source, name=f"{node.name}_{name}",
+                                     before=node).name
+        return shared[key]
+
+    def three(x, rows, cols, name):
+        return add("reshape", [x], (G, rows, cols), {"shape": [G, rows, cols]}, name)
+
+    q3, k3, v3, o3, do3 = (three(q, T, d, "q"), three(k, S, d, "k"), three(v, S, dv, "v"), three(o, T, dv, "o"),
+                           three(d_out, T, dv, "do"))
+    scores = add("mul", [add("batch_matmul", [q3, add("transpose", [k3], (G, d, S), {"perm": [0, 2, 1]}, "kT")],
+                             (G, T, S), name="qk")], (G, T, S), {"scalar": scale}, "scores")
+    if rest.get("is_causal"):
+        key = ("causal", T, S)
+        if key not in shared:
+            mask = np.where(np.tril(np.ones((T, S), bool)), 0.0, -np.inf).astype(np.float32)
+            shared[key] = g.add_constant(g.fresh(f"{node.name}_causal"), mask).name
+        full = add("broadcast", [shared[key]], (G, T, S), {"shape": [G, T, S]}, "mask")
+        scores = add("add", [scores, full], (G, T, S), name="masked")
+    probs = add("softmax", [scores], (G, T, S), {"dim": -1}, "probs")
+    if item == 2:
+        result = add("batch_matmul", [add("transpose", [probs], (G, S, T), {"perm": [0, 2, 1]}, "pT"), do3],
+                     (G, S, dv), name="dv")
+    else:
+        dp = add("batch_matmul", [do3, add("transpose", [v3], (G, dv, S), {"perm": [0, 2, 1]}, "vT")], (G, T, S),
+                 name="dp")
+        row = add("sum", [add("mul", [do3, o3], (G, T, dv), name="do_o")], (G, T, 1), {"dims": [2], "keepdim": True},
+                  "D")
+        ds = add("mul", [probs, add("sub", [dp, row], (G, T, S), name="dp_D")], (G, T, S), name="dS")
+        ds = add("mul", [ds], (G, T, S), {"scalar": scale}, "dS_scaled")
+        if item == 0:
+            result = add("batch_matmul", [ds, k3], (G, T, d), name="dq")
+        else:
+            result = add("batch_matmul", [add("transpose", [ds], (G, S, T), {"perm": [0, 2, 1]}, "dST"), q3],
+                         (G, S, d), name="dk")
+    _set(node, "reshape", [result], {"shape": list(g.values[node.name].shape)})
+    return True
+
+
 def run(g: Graph, options=None) -> Graph:
     shared: dict = {}
     for node in list(g.nodes):
@@ -162,9 +258,11 @@ def run(g: Graph, options=None) -> Graph:
             _pool_backward(g, node, args, "max")
         elif node.op == "aten.avg_pool2d_backward.default":
             _pool_backward(g, node, args, "avg")
+        elif node.op == "aten._scaled_dot_product_flash_attention_for_cpu_backward.default":
+            _sdpa_backward(g, node, args, shared)
         elif node.op == "aten.native_dropout.default":
             _dropout(g, node, args, shared)
         elif node.op == "where" and len(node.inputs) == 3:
-            _relu_backward(g, node)
+            _relu_backward(g, node) or _attention_guard(g, node)
     g.remove_unused()
     return g
