@@ -107,3 +107,27 @@ def test_dropout_mask_comes_from_the_chip_rng_reproducibly_and_gradients_follow_
     assert abs(float(loss.detach()) - losses[1]) <= LOSS_REL * float(loss.detach())
     for (name, p), (_, q) in zip(model.named_parameters(), eager.named_parameters()):
         assert float((p.grad - q.grad).abs().max()) <= GRAD_REL * float(q.grad.abs().max()), name
+
+
+class SquareLoss(nn.Module):
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, x):
+        return self.model(x).pow(2).mean()
+
+
+@pytest.mark.parametrize("name", ["llama", "llama_nn_rmsnorm", "vit"])
+def test_transformer_blocks_train_rmsnorm_rotary_sdpa_swiglu(name):
+    """RMSNorm (written out and nn.RMSNorm), rotary embeddings, causal and non-causal SDPA (its backward as
+    batched matmuls), SwiGLU, a patch convolution: loss and gradients as eager PyTorch."""
+    model, x = zoo.zoo()[name]
+    compiled_model, eager = SquareLoss(model.train()), SquareLoss(copy.deepcopy(model))
+    loss = torch.compile(compiled_model, backend="trnlab")(x)
+    loss.backward()
+    ref = eager(x)
+    ref.backward()
+    assert abs(float(loss.detach()) - float(ref.detach())) <= LOSS_REL * abs(float(ref.detach()))
+    for (name_, p), (_, q) in zip(compiled_model.named_parameters(), eager.named_parameters()):
+        assert float((p.grad - q.grad).abs().max()) <= GRAD_REL * float(q.grad.abs().max()), name_

@@ -15,6 +15,7 @@ is written as ops the forward already has, in the convolution pass's channels-la
         with the probabilities recomputed (no dropout, no mask but the causal one)
     where(all(s == -inf), 0, softmax(s))   -> softmax(s) when no row of the scores can be all masked
                                               (SDPA's decomposition; a constant mask is checked)
+    where(c, x, 0) with c a constant       -> x * c                   (select's and split's gradients)
     native_dropout(x, p, True)             -> mask = dropout_mask(x, seed, p) (the chip's RNG, seeded by the
         `dropout_seed` constant, which trnlab.training.aot advances every step), out = x * mask / (1 - p);
         the backward multiplies by the saved mask as PyTorch's graph says
@@ -248,6 +249,28 @@ def _sdpa_backward(g: Graph, node: Node, args: list, shared: dict) -> bool:
     return True
 
 
+def _select_zero(g: Graph, node: Node) -> bool:
+    """where(c, x, 0) with a constant condition -> x * c (and where(c, 0, x) -> x * !c): `select`'s and
+    `split`'s gradients put each part back in place this way."""
+    import numpy as np
+    cond, a, b = node.inputs
+    if cond not in g.constants:
+        return False
+    zero = [i for i in (a, b) if i in g.constants and not np.any(np.asarray(g.constants[i]))]
+    if len(zero) != 1:
+        return False
+    keep = np.asarray(g.constants[cond]).astype(bool)
+    x = b if zero[0] == a else a
+    keep = ~keep if zero[0] == a else keep
+    dtype = g.values[node.name].dtype
+    factor = g.add_constant(g.fresh(f"{node.name}_keep"), keep.astype(np.float32 if dtype == "float32" else np.dtype(
+        g.constants[zero[0]].dtype))).name
+    if g.values[x].shape != g.values[node.name].shape:
+        return False
+    _set(node, "mul", [x, factor])
+    return True
+
+
 def run(g: Graph, options=None) -> Graph:
     shared: dict = {}
     for node in list(g.nodes):
@@ -263,6 +286,6 @@ def run(g: Graph, options=None) -> Graph:
         elif node.op == "aten.native_dropout.default":
             _dropout(g, node, args, shared)
         elif node.op == "where" and len(node.inputs) == 3:
-            _relu_backward(g, node) or _attention_guard(g, node)
+            _relu_backward(g, node) or _attention_guard(g, node) or _select_zero(g, node)
     g.remove_unused()
     return g
