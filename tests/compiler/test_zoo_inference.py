@@ -30,6 +30,19 @@ def test_zoo_model_matches_eager_pytorch_fp32(name):
     assert len(compiled.programs) == 1                                           # one program, no host op
 
 
+BF16_REL = 2e-2          # autocast="matmult": bf16 operands (8 significant bits), fp32 accumulation (measured <= 6e-3)
+
+
+@pytest.mark.parametrize("name", ["lenet", "llama", "encoder", "vit"])
+def test_zoo_model_under_bf16_autocast_is_within_the_stated_tolerance(name):
+    model, x = zoo.zoo()[name]
+    model.eval()
+    compiled = tc.compile(model, (x,), autocast="matmult")
+    with torch.no_grad():
+        ref = model(x)
+    assert _rel(torch.as_tensor(np.asarray(compiled(x))).float(), ref) <= BF16_REL
+
+
 def test_convolution_pass_shows_the_im2col_layout_in_the_graph():
     model, x = zoo.zoo()["lenet"]
     compiled = tc.compile(model.eval(), (x,))

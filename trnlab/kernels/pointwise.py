@@ -143,9 +143,10 @@ def expand(x, shape=(1, 1, 1)):
         for r0, rows in row_tiles(B):
             for c0, cols in row_tiles(C, FREE_TILE):
                 if b == 1 and B > 1:
-                    row = nl.ndarray((1, c), dtype=x.dtype, buffer=nl.sbuf)
-                    nisa.dma_copy(dst=row, src=src[0:1, 0:c] if c == 1 else src[0:1, c0:c0 + cols])
-                    tile = broadcast_rows(row, rows)                                    # [rows, c or cols]
+                    width = 1 if c == 1 else cols
+                    row = nl.ndarray((1, width), dtype=x.dtype, buffer=nl.sbuf)
+                    nisa.dma_copy(dst=row, src=src[0:1, 0:1] if c == 1 else src[0:1, c0:c0 + cols])
+                    tile = broadcast_rows(row, rows)                                    # [rows, 1 or cols]
                 else:
                     tile = nl.load(src[r0:r0 + rows, :] if c == 1 else src[r0:r0 + rows, c0:c0 + cols])
                 y = nl.ndarray((rows, cols), dtype=x.dtype, buffer=nl.sbuf)
