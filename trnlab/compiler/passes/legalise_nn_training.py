@@ -257,8 +257,8 @@ def _select_zero(g: Graph, node: Node) -> bool:
     if cond not in g.constants:
         return False
     zero = [i for i in (a, b) if i in g.constants and not np.any(np.asarray(g.constants[i]))]
-    if len(zero) != 1:
-        return False
+    if len(zero) != 1 or g.values[zero[0]].shape == ():
+        return False                       # a number on one side: the training lowering's masked_fill
     keep = np.asarray(g.constants[cond]).astype(bool)
     x = b if zero[0] == a else a
     keep = ~keep if zero[0] == a else keep
