@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from trnlab.compiler import dynamo, zoo
 
 LOSS_REL, GRAD_REL = 1e-5, 1e-4          # fp32
+ZERO_GRAD_REL = 1e-3                     # a gradient that is zero in exact arithmetic, against the model's largest
 
 
 @pytest.fixture(autouse=True)
@@ -39,16 +40,32 @@ def _step_matches_eager(model, x, classes):
     ref = eager(x, y)
     ref.backward()
     assert abs(float(loss.detach()) - float(ref.detach())) <= LOSS_REL * abs(float(ref.detach()))
-    for (name, p), (_, q) in zip(compiled_model.named_parameters(), eager.named_parameters()):
-        assert p.grad is not None, name
-        assert float((p.grad - q.grad).abs().max()) <= GRAD_REL * float(q.grad.abs().max()), name
+    _same_gradients(compiled_model, eager)
+    for a, b in zip(compiled_model.buffers(), eager.buffers()):          # batch norm's running statistics
+        assert torch.allclose(a.float(), b.float(), rtol=1e-5, atol=1e-6)
     return dynamo.backend.last_training
+
+
+def _same_gradients(model, eager):
+    """Each gradient within GRAD_REL of its largest element — or, for a gradient that is zero in exact
+    arithmetic (a convolution's bias before a batch norm: eager's is below 1e-3 of the model's largest,
+    fp32 rounding of a cancellation), within ZERO_GRAD_REL of the model's largest gradient."""
+    largest = max(float(q.grad.abs().max()) for q in eager.parameters())
+    for (name, p), (_, q) in zip(model.named_parameters(), eager.named_parameters()):
+        assert p.grad is not None, name
+        own = float(q.grad.abs().max())
+        tolerance = GRAD_REL * own if own >= 1e-3 * largest else ZERO_GRAD_REL * largest
+        assert float((p.grad - q.grad).abs().max()) <= tolerance, name
 
 
 @pytest.mark.parametrize("name", zoo.TRAINABLE)
 def test_zoo_training_step_matches_eager_loss_and_gradients(name):
+    """Includes batch norm in training mode (LeNet, ResNet): the batch's statistics on the chip, the
+    running statistics updated as PyTorch does."""
     model, x = zoo.zoo()[name]
-    programs = _step_matches_eager(model.train(), x, 10 if name.startswith("mlp") else 4)
+    with torch.no_grad():
+        classes = model(x).shape[-1]
+    programs = _step_matches_eager(model.train(), x, classes)
     assert programs["backward"].last_run.latency_ns > 0                    # the backward ran on the chip
 
 
@@ -129,5 +146,4 @@ def test_transformer_blocks_train_rmsnorm_rotary_sdpa_swiglu(name):
     ref = eager(x)
     ref.backward()
     assert abs(float(loss.detach()) - float(ref.detach())) <= LOSS_REL * abs(float(ref.detach()))
-    for (name_, p), (_, q) in zip(compiled_model.named_parameters(), eager.named_parameters()):
-        assert float((p.grad - q.grad).abs().max()) <= GRAD_REL * float(q.grad.abs().max()), name_
+    _same_gradients(compiled_model, eager)

@@ -56,6 +56,11 @@ def binary_views(out: tuple, a: tuple, b: tuple) -> tuple[list, list] | None:
             return [R, C], [1, C]
         if b[:k] == out[:k] and all(s == 1 for s in b[k:]):
             return [R, C], [R, 1]
+    for k1 in range(1, len(out)):                      # a middle axis: [A, R, C] against [1, R, 1]
+        for k2 in range(k1 + 1, len(out)):
+            if all(s == 1 for s in b[:k1]) and b[k1:k2] == out[k1:k2] and all(s == 1 for s in b[k2:]):
+                A, R, C = math.prod(out[:k1]), math.prod(out[k1:k2]), math.prod(out[k2:])
+                return [A, R, C], [1, R, 1]
     return None
 
 

@@ -67,17 +67,13 @@ def scalar(x, op="add", value=0.0, reverse=False):
     return out
 
 
-@nki.jit
-def binary(a, b, op="add"):
-    """a <op> b for a [R, C] and b [R, C], [R, 1] or [1, C] -> [R, C] in a's dtype."""
-    _check(op, BINARY, "binary")
+def _binary_into(out, a, b, fn) -> None:
+    """out [R, C] = a [R, C] <fn> b, b [R, C], [R, 1] or [1, C]."""
     R, C = a.shape
     Rb, Cb = b.shape
     if (Rb, Cb) not in ((R, C), (R, 1), (1, C)):
         raise ValueError(f"binary: b {tuple(b.shape)} does not broadcast to a {tuple(a.shape)} "
                          f"(b must be [R, C], [R, 1] or [1, C])")
-    out = nl.ndarray((R, C), dtype=a.dtype, buffer=nl.shared_hbm)
-    fn = getattr(nl, op)
     spread = None
     if (Rb, Cb) == (1, C) and R > 1:                   # one row for every row: spread it once
         row = nl.ndarray((1, C), dtype=b.dtype, buffer=nl.sbuf)
@@ -91,9 +87,24 @@ def binary(a, b, op="add"):
             other = nl.load(b[r0:r0 + rows, :])
         else:
             other = nl.load(b[r0:r0 + rows, c0:c0 + cols])
-        y = nl.ndarray((rows, cols), dtype=a.dtype, buffer=nl.sbuf)
+        y = nl.ndarray((rows, cols), dtype=out.dtype, buffer=nl.sbuf)
         nisa.tensor_tensor(dst=y, data1=tile, data2=other, op=fn)
         nl.store(out[r0:r0 + rows, c0:c0 + cols], value=y)
+
+
+@nki.jit
+def binary(a, b, op="add"):
+    """a <op> b for a [R, C] and b [R, C], [R, 1] or [1, C] -> [R, C] in a's dtype; or, for a broadcast
+    over a middle axis (a per-channel scale of [N, C, H, W]), a [A, R, C] and b [1 or A, R or 1, C or 1],
+    one [R, C] slab of a at a time."""
+    _check(op, BINARY, "binary")
+    out = nl.ndarray(tuple(a.shape), dtype=a.dtype, buffer=nl.shared_hbm)
+    fn = getattr(nl, op)
+    if len(a.shape) == 2:
+        _binary_into(out, a, b, fn)
+        return out
+    for i in range(a.shape[0]):
+        _binary_into(out[i], a[i], b[i if b.shape[0] == a.shape[0] else 0], fn)
     return out
 
 

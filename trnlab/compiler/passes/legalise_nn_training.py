@@ -16,6 +16,7 @@ is written as ops the forward already has, in the convolution pass's channels-la
     where(all(s == -inf), 0, softmax(s))   -> softmax(s) when no row of the scores can be all masked
                                               (SDPA's decomposition; a constant mask is checked)
     where(c, x, 0) with c a constant       -> x * c                   (select's and split's gradients)
+    _native_batch_norm_legit_functional    -> the batch's mean, rstd and (x - mean) * rstd * w + b (training)
     native_dropout(x, p, True)             -> mask = dropout_mask(x, seed, p) (the chip's RNG, seeded by the
         `dropout_seed` constant, which trnlab.training.aot advances every step), out = x * mask / (1 - p);
         the backward multiplies by the saved mask as PyTorch's graph says
@@ -271,6 +272,47 @@ def _select_zero(g: Graph, node: Node) -> bool:
     return True
 
 
+def _batch_norm_training(g: Graph, node: Node, args: list, shared: dict) -> bool:
+    """_native_batch_norm_legit_functional(x, w, b, running_mean, running_var, True, momentum, eps)[i]:
+    [0] y = (x - mean) * rstd * w + b with the batch's statistics over every axis but the channels',
+    [1] the mean, [2] rstd = 1 / sqrt(var + eps) (saved for the backward). [3], [4] (the new running
+    statistics) are made on the host after the step (trnlab.training.aot), from [1], [2] and the buffers."""
+    x, w, b = args[:3]
+    training, eps = args[5], float(args[7])
+    item = node.attrs.get("item")
+    if not training or item not in (0, 1, 2):
+        return False
+    shape = list(g.values[x].shape)
+    C, dims = shape[1], [0] + list(range(2, len(shape)))
+    per = [1, C] + [1] * (len(shape) - 2)
+    dtype = g.values[x].dtype
+
+    def add(op, inputs, out_shape, attrs=None, name="bn"):
+        key = (op, tuple(inputs), repr(attrs))
+        if key not in shared:
+            shared[key] = g.add_node(op, inputs, out_shape, dtype, attrs or {}, node.source,
+                                     name=f"{x}_{name}", before=node).name
+        return shared[key]
+
+    mean = add("mean", [x], (C,), {"dims": dims, "keepdim": False}, "mean")
+    xc = add("sub", [x, add("reshape", [mean], per, {"shape": per}, "mean_c")], shape, name="centred")
+    var = add("mean", [add("mul", [xc, xc], shape, name="sq")], (C,), {"dims": dims, "keepdim": False}, "var")
+    rstd = add("rsqrt", [add("add", [var], (C,), {"scalar": eps}, "var_eps")], (C,), name="rstd")
+    if item == 1:
+        _set(node, "copy", [mean])
+        return True
+    if item == 2:
+        _set(node, "copy", [rstd])
+        return True
+    y = add("mul", [xc, add("reshape", [rstd], per, {"shape": per}, "rstd_c")], shape, name="normed")
+    if w is not None:
+        y = add("mul", [y, add("reshape", [w], per, {"shape": per}, "w_c")], shape, name="scaled")
+    if b is not None:
+        y = add("add", [y, add("reshape", [b], per, {"shape": per}, "b_c")], shape, name="shifted")
+    _set(node, "copy", [y])
+    return True
+
+
 def run(g: Graph, options=None) -> Graph:
     shared: dict = {}
     for node in list(g.nodes):
@@ -283,6 +325,8 @@ def run(g: Graph, options=None) -> Graph:
             _pool_backward(g, node, args, "avg")
         elif node.op == "aten._scaled_dot_product_flash_attention_for_cpu_backward.default":
             _sdpa_backward(g, node, args, shared)
+        elif node.op == "aten._native_batch_norm_legit_functional.default":
+            _batch_norm_training(g, node, args, shared)
         elif node.op == "aten.native_dropout.default":
             _dropout(g, node, args, shared)
         elif node.op == "where" and len(node.inputs) == 3:
