@@ -43,6 +43,22 @@ def test_zoo_model_under_bf16_autocast_is_within_the_stated_tolerance(name):
     assert _rel(torch.as_tensor(np.asarray(compiled(x))).float(), ref) <= BF16_REL
 
 
+@pytest.mark.parametrize("name", ["lenet", "llama", "encoder"])
+def test_zoo_model_through_torch_compile_matches_eager(name):
+    """The Dynamo entry point too; nn.TransformerEncoderLayer in eval takes PyTorch's fast path there
+    (`_transformer_encoder_layer_fwd`, one op), which legalise_nn writes out."""
+    from trnlab.compiler import dynamo
+    torch._dynamo.reset()
+    dynamo.register()
+    model, x = zoo.zoo()[name]
+    model.eval()
+    with torch.no_grad():
+        y = torch.compile(model, backend="trnlab")(x)
+        assert _rel(y, model(x)) <= FP32_REL
+    assert dynamo.backend.last is not None and len(dynamo.backend.last.programs) == 1
+    torch._dynamo.reset()
+
+
 def test_convolution_pass_shows_the_im2col_layout_in_the_graph():
     model, x = zoo.zoo()["lenet"]
     compiled = tc.compile(model.eval(), (x,))

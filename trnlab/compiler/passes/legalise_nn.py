@@ -16,6 +16,8 @@ broadcast mode), numbers stay attributes:
     cat                                     -> concat          select.int -> slice + reshape
     scaled_dot_product_attention(q, k, v, mask, 0.0, is_causal, scale=) -> sdpa(q, k, v[, mask], causal=)
     native_layer_norm(x, [C], None, None)[0] -> layer_norm with a weight of ones and a bias of zeros
+    _transformer_encoder_layer_fwd(...)     -> the layer written out (nn.TransformerEncoderLayer's fast path
+                                               in eval under torch.compile; no mask)
 
 The training pipeline does not run it (its own `legalise_training` reads some of these ATen ops).
 """
@@ -139,6 +141,62 @@ def _attention_ops(g: Graph, node: Node, q: str, k: str, v: str, mask, scale) ->
     return True
 
 
+def _encoder_layer(g: Graph, node: Node, args: list) -> bool:
+    """_transformer_encoder_layer_fwd (nn.TransformerEncoderLayer's fast path in eval, no mask) written out:
+    x + out_proj(attention(qkv(x))), a layer norm, x + linear2(act(linear1(x))), a layer norm (norm_first:
+    the norms before instead). The linears are matmul + bias for `fuse`; the attention as `_attention_ops`."""
+    (x, E, H, qkv_w, qkv_b, proj_w, proj_b, use_gelu, norm_first, eps, n1_w, n1_b, n2_w, n2_b,
+     w1, b1, w2, b2) = args[:18]
+    if len(args) > 18 and args[18] is not None:
+        return False
+    B, T, _ = g.values[x].shape
+    H, d, rows = int(H), int(E) // int(H), B * T
+    dtype = g.values[node.name].dtype
+    count = [0]
+
+    def add(op, inputs, shape, attrs=None, name="enc"):
+        count[0] += 1
+        return g.add_node(op, inputs, shape, dtype, attrs or {}, node.source, name=f"{node.name}_{name}{count[0]}",
+                          before=node).name
+
+    def linear(h, w, b):                                         # h [rows, K] -> [rows, N]
+        N, K = g.values[w].shape
+        wt = add("transpose", [w], (K, N), {"perm": [1, 0]}, "wT")
+        y = add("matmul", [h, wt], (rows, N), name="mm")
+        return add("add", [y, add("broadcast", [b], (rows, N), {"shape": [rows, N]}, "bias")], (rows, N), name="lin")
+
+    def norm(h, w, b):
+        return add("layer_norm", [h, w, b], (rows, E), {"eps": float(eps)}, "ln")
+
+    def attention(h):
+        qkv = linear(h, qkv_w, qkv_b)                                                      # [rows, 3E]
+        heads = []
+        for i in range(3):
+            part = add("slice", [qkv], (rows, E), {"dim": 1, "start": i * E, "end": (i + 1) * E}, "qkv")
+            part = add("reshape", [part], (B, T, H, d), {"shape": [B, T, H, d]}, "heads")
+            heads.append(add("transpose", [part], (B, H, T, d), {"perm": [0, 2, 1, 3]}, "bhtd"))
+        y = add("sdpa", heads, (B, H, T, d), {"causal": False}, "sdpa")
+        _attention_ops(g, g.node(y), *heads, None, None)
+        y = add("transpose", [y], (B, T, H, d), {"perm": [0, 2, 1, 3]}, "bthd")
+        return linear(add("reshape", [y], (rows, E), {"shape": [rows, E]}, "rows"), proj_w, proj_b)
+
+    def feed_forward(h):
+        hidden = linear(h, w1, b1)
+        hidden = add("gelu" if use_gelu else "relu", [hidden], g.values[hidden].shape,
+                     {"approximate": "none"} if use_gelu else {}, "act")
+        return linear(hidden, w2, b2)
+
+    h = add("reshape", [x], (rows, E), {"shape": [rows, E]}, "rows")
+    if norm_first:
+        h = add("add", [h, attention(norm(h, n1_w, n1_b))], (rows, E), name="res")
+        h = add("add", [h, feed_forward(norm(h, n2_w, n2_b))], (rows, E), name="res")
+    else:
+        h = norm(add("add", [h, attention(h)], (rows, E), name="res"), n1_w, n1_b)
+        h = norm(add("add", [h, feed_forward(h)], (rows, E), name="res"), n2_w, n2_b)
+    _set(node, "reshape", [h], {"shape": [B, T, int(E)]})
+    return True
+
+
 def _rule(g: Graph, node: Node) -> bool:
     op = node.op
     args = _args(node)
@@ -214,6 +272,8 @@ def _rule(g: Graph, node: Node) -> bool:
         part = g.add_node("slice", [x], sliced, out.dtype, {"dim": dim, "start": index, "end": index + 1},
                           node.source, name=f"{node.name}_slice", before=node)
         _set(node, "reshape", [part.name], {"shape": list(out.shape)})
+    elif op == "aten._transformer_encoder_layer_fwd.default":
+        return _encoder_layer(g, node, args)
     elif op in SDPA:
         if op == SDPA[1] and node.attrs.get("item") != 0:
             return False
