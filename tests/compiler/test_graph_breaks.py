@@ -1,5 +1,6 @@
 """Graph breaks are visible: a model Dynamo cannot hand to the backend whole warns once, naming the
 reason and the line, instead of silently running in eager PyTorch."""
+import inspect
 import warnings
 
 import torch
@@ -48,7 +49,8 @@ def test_rnn_model_warns_once_that_it_runs_in_eager():
 
 def test_data_dependent_control_flow_names_the_graph_break():
     found = _warnings(DataDependent(), torch.randn(3))
-    assert len(found) == 1 and "item()" in found[0] and "forward" in found[0]
+    line = inspect.getsourcelines(DataDependent.forward)[1] + 1                # the `if x.sum().item() > 0:`
+    assert len(found) == 1 and "item()" in found[0] and f"test_graph_breaks.py:{line} (in forward)" in found[0]
 
 
 def test_a_whole_graph_gives_no_warning():

@@ -6,10 +6,14 @@ flow (`if x.sum() > 0:`, `.item()`: the model is cut into several graphs, the pa
 the host CPU). Both mean that part of the model is not on the simulated chip. Dynamo's start/end
 compile callbacks bracket each frame it compiles; at the end of a frame compiled for "trnlab" this
 module compares Dynamo's counters of unsupported constructs and graph breaks with those at the start,
-and the graphs the backend received, and warns once per reason with the frame's file and line.
+and the graphs the backend received, and warns once per reason with the line Dynamo stopped at (read from Dynamo's own graph-break log
+records while the frame compiles), or the frame's first line if it logged none.
 """
 from __future__ import annotations
 
+import logging
+import os
+import re
 import sys
 import warnings
 
@@ -43,17 +47,48 @@ def graph_received() -> None:
     _state["graphs"] += 1
 
 
+class _Lines(logging.Handler):
+    """Collects the user's `File "...", line N` from Dynamo's own graph-break log records."""
+
+    def __init__(self):
+        super().__init__(logging.DEBUG)
+        self.lines: list = []
+
+    def emit(self, record) -> None:
+        try:
+            text = record.getMessage()
+        except Exception:                    # a record we cannot format is not ours to explain
+            return
+        for path, line in re.findall(r'File "([^"]+)", line (\d+)', text):
+            if f"{os.sep}torch{os.sep}" not in path and "site-packages" not in path:
+                self.lines.append(f"{os.path.basename(path)}:{line}")
+
+
 def _start(*args, **kwargs) -> None:
     _state["graphs"], _state["before"] = 0, _counts()
+    _stop_listening()
+    _state["lines"] = _Lines()
+    logging.getLogger("torch._dynamo").addHandler(_state["lines"])
+
+
+def _stop_listening() -> list:
+    handler = _state.pop("lines", None)
+    if handler is None:
+        return []
+    logging.getLogger("torch._dynamo").removeHandler(handler)
+    return handler.lines
 
 
 def _end(*args, **kwargs) -> None:
+    lines = _stop_listening()
     backend, code = _compiling_frame()
     if backend != NAME or _state["before"] is None:
         return
     before, after = _state["before"], _counts()
     reasons = [(kind, text) for (kind, text), n in after.items() if n > before.get((kind, text), 0)]
     where = f"{code.co_filename.split('/')[-1]}:{code.co_firstlineno} ({code.co_name})" if code else "?"
+    if lines:                                  # the line Dynamo stopped at, from its own log
+        where = f"{lines[-1]} (in {code.co_name if code else '?'})"
     graphs = _state["graphs"]
     for kind, text in reasons:
         reason = text.strip().splitlines()[0]
