@@ -1,6 +1,7 @@
 """Compile and run the trained tiny GPT (data/checkpoint) with trnlab.compiler; print the figures.
 
     python benchmarks/bench_compile.py                  # compile time, forward at batch 1 and 64, per-op on Trn1/2/3
+    python benchmarks/bench_compile.py --zoo            # only the model zoo (compile time, wall vs eager)
     python benchmarks/bench_compile.py --all-prompts    # also: logits and greedy answers vs PyTorch, all 2,000 test prompts
 
 - compile time, warm (the second compile in this process): capture (torch.export + core ATen
@@ -13,6 +14,9 @@
 - HBM traffic and simulated time with and without the residual fusion and the SBUF-kept intermediates
   (before/after, batch 64).
 - the per-op breakdown (time per op kind, share) on Trn1, Trn2 and Trn3 at batch 64 (timing-only).
+- the model zoo (trnlab.compiler.zoo: MLPs, LeNet, ResNet block, Llama block, TransformerEncoderLayer,
+  ViT block, the small CNN): compile time (capture and ours), simulated time, and full-mode wall time of
+  one forward against PyTorch eager in the same run (medians of interleaved runs). `--zoo` runs only this.
 """
 from __future__ import annotations
 
@@ -124,16 +128,51 @@ def all_prompts(model, tokenizer) -> None:
               f"answer positions ({time.perf_counter() - t0:.0f} s)")
 
 
+def zoo_models(repeats: int = 3) -> None:
+    import statistics
+
+    from trnlab.compiler import zoo
+    print("\nmodel zoo (Trn2, one forward): compile time, simulated time, full-mode wall vs PyTorch eager "
+          f"(medians of {repeats} interleaved runs after one warm-up run)")
+    for name, (model, x) in zoo.zoo().items():
+        model.eval()
+        tc.compile(model, (x,))                                 # warm: first traces of the kernels
+        compiled = tc.compile(model, (x,))
+        t = compiled.times
+        capture = t["torch.export"] + t["decompose"]
+        ours = t["to IR"] + t["passes"] + t["lower"] + t["trace"]
+        compiled.run(x)
+        full, eager = [], []
+        with torch.no_grad():
+            for _ in range(repeats):
+                t0 = time.perf_counter()
+                run = compiled.run(x)
+                full.append(time.perf_counter() - t0)
+                t0 = time.perf_counter()
+                model(x)
+                eager.append(time.perf_counter() - t0)
+        f, e = statistics.median(full), statistics.median(eager)
+        kernels = sum(c.kind == "kernel" for c in compiled.program.calls)
+        print(f"  {name:17s} compile: capture {capture * 1e3:7.1f} ms, ours {ours * 1e3:7.1f} ms   {kernels:3d} kernels"
+              f"   simulated {run.profile.total_us:8.1f} us   wall full {f * 1e3:8.1f} ms = {f / e:7.1f}x eager "
+              f"({e * 1e3:.2f} ms)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--all-prompts", action="store_true", help="compare on all 2,000 test prompts (minutes)")
+    parser.add_argument("--zoo", action="store_true", help="only the model zoo")
     args = parser.parse_args()
     torch.set_num_threads(1)
+    if args.zoo:
+        zoo_models()
+        return
     model, tokenizer = load_checkpoint()
     compile_time(model)
     forward(model)
     fusion_effect(model)
     per_op(model)
+    zoo_models()
     if args.all_prompts:
         all_prompts(model, tokenizer)
 

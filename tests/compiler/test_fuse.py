@@ -16,7 +16,8 @@ def test_gpt_attention_and_linears_are_fused(tiny_gpt):
     assert not {"softmax", "batch_matmul", "matmul", "where", "slice"} & set(ops)
     fc = [n for n in g.nodes if n.op == "linear" and n.attrs["activation"] == "gelu"]
     assert len(fc) == 2                                           # gelu rides on the PSUM exit
-    assert g.meta["pass_stats"]["fuse"] == {"fuse_attention": 2, "fuse_linear": 9, "fuse_residual": 4}
+    assert g.meta["pass_stats"]["fuse"] == {"fuse_attention": 2, "fuse_linear": 9, "fuse_residual": 4,
+                                            "fuse_rms_norm": 0}
     assert ops["add"] == 1                                        # wte + wpe; both residual adds per block fused
     with torch.no_grad():
         expected, _ = model(idx)

@@ -4,7 +4,7 @@
     compiled = tc.compile(model, (idx,), target="trn2", autocast="none")   # neuronx-cc's --auto-cast names
     logits, _ = compiled(idx)                     # runs on the simulated Trainium
     print(compiled.explain())                     # passes with their times, memory plan, program listing
-    compiled.passes[2].graph                      # the graph after any pass ("fuse"), printable
+    compiled.passes[NAMES.index("fuse")].graph    # the graph after a pass (NAMES: trnlab.compiler.passes.NAMES)
     compiled.save("gpt.neff"); trnlab.runtime.Runtime("trn2").load("gpt.neff").run(idx)
 
     torch.compile(model, backend="trnlab")        # the same, through Dynamo and AOT Autograd

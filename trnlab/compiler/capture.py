@@ -141,6 +141,19 @@ def _add_aten(g: Graph, env: dict, target_node, node, val, source: str, item: in
     env[node.name] = n.name
 
 
+KEPT_WHOLE = ("scaled_dot_product_attention", "_scaled_dot_product_flash_attention_for_cpu",
+              "_scaled_dot_product_attention_math")
+
+
+def decompositions(table: dict | None = None) -> dict:
+    """Core ATen decompositions minus attention: F.scaled_dot_product_attention stays one op, so that
+    `legalise_nn` can put it on the attention kernel instead of a dozen ops around a softmax."""
+    if table is None:
+        table = dict(torch.export.default_decompositions())
+    return {op: fn for op, fn in table.items()
+            if not any(str(op).startswith(f"aten.{name}.") for name in KEPT_WHOLE)}
+
+
 def capture_export(model: torch.nn.Module, example_inputs: tuple, name: str | None = None) -> tuple[Graph, dict]:
     """torch.export + core ATen decompositions -> ir.Graph; also returns the time of each step (s)."""
     import warnings
@@ -151,7 +164,7 @@ def capture_export(model: torch.nn.Module, example_inputs: tuple, name: str | No
         exported = torch.export.export(model, tuple(example_inputs))
         times["torch.export"] = time.perf_counter() - t0
         t0 = time.perf_counter()
-        exported = exported.run_decompositions()    # to core ATen
+        exported = exported.run_decompositions(decompositions())    # to core ATen, attention kept whole
         times["decompose"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     from torch.export.graph_signature import InputKind

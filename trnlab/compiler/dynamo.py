@@ -46,6 +46,8 @@ def backend(gm: torch.fx.GraphModule, example_inputs, **kwargs):
     from torch._dynamo.backends.common import aot_autograd
     from trnlab.compiler import capture
     from trnlab.compiler.driver import CompileOptions, compile_graph
+    from trnlab.compiler import graph_breaks
+    graph_breaks.graph_received()
     options = {**_options, **(kwargs.get("options") or {})}
     names = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
     weights = [_is_weight(n) for n in names]
@@ -85,7 +87,7 @@ def backend(gm: torch.fx.GraphModule, example_inputs, **kwargs):
     training = torch.is_grad_enabled() and any(isinstance(x, torch.Tensor) and x.requires_grad
                                                for x in example_inputs)
     if not training:
-        return aot_autograd(fw_compiler=fw_compiler, decompositions=core_aten_decompositions())(gm, example_inputs)
+        return aot_autograd(fw_compiler=fw_compiler, decompositions=capture.decompositions(dict(core_aten_decompositions())))(gm, example_inputs)
     return _training_backend(gm, example_inputs, names, options)
 
 
@@ -115,3 +117,5 @@ def register() -> None:
     from torch._dynamo import list_backends, register_backend
     if NAME not in list_backends(exclude_tags=()):
         register_backend(name=NAME)(backend)
+    from trnlab.compiler import graph_breaks
+    graph_breaks.install()                       # warn when Dynamo hands us no graph or several

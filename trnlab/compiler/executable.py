@@ -164,6 +164,8 @@ def _output_ids(program) -> list[int]:
 
 def _host_spec(call: Call):
     dtype = "int32" if call.dtype == "int64" else (call.dtype or "float32")
+    if dtype not in dtypes.SUPPORTED:              # complex: only host ops read it (compiler.fallback)
+        return None
     return ShapeDtype(tuple(call.out_shape), dtypes.SUPPORTED[dtype])
 
 
@@ -180,6 +182,10 @@ def _kernel(name: str):
     if name == "layer_norm_linear":
         from trnlab.kernels.fused import layer_norm_linear
         return layer_norm_linear
+    if "." in name:                                # "module.function" of trnlab.kernels (compiler.lower_nn)
+        import importlib
+        module, function = name.rsplit(".", 1)
+        return getattr(importlib.import_module(f"trnlab.kernels.{module}"), function)
     from trnlab.kernels import KERNELS
     return KERNELS[name][0]
 

@@ -68,7 +68,7 @@ def execute(exe: Executable, chip, env: dict, resident: dict | None = None, timi
                 if call.kind == "view":
                     env[call.output] = env[call.inputs[0]].reshape(call.out_shape)
                     continue
-                env[call.output] = _host(call, env)
+                env[call.output] = _host(call, env, resident)
                 host_regions.append((len(launches), call, time.perf_counter() - t0))
             continue
         args = [resident[n] if n in resident else env[n] for n in part.inputs]
@@ -110,7 +110,9 @@ def _regions(exe: Executable, tl, spans, host_regions, launches) -> list[Region]
                 continue
             if call.kind == "host":
                 _, wall = host[id(call)]
-                out.append(Region(call.region, call.op, "host", call.source, frontier, frontier, [], 0.0, wall))
+                ns = call.cost.get("total_ns", 0.0)          # transfers and host compute (compiler.fallback)
+                out.append(Region(call.region, call.op, "host", call.source, frontier, frontier + ns, [], ns, wall))
+                frontier += ns
                 continue
             idx = sorted(set(records.get(call.region, [])))
             start = min((tl.records[i][START] for i in idx), default=frontier)
@@ -127,9 +129,9 @@ def _itemsize(dtype: str) -> int:
     return dtypes.as_dtype({"int64": "int32", "": "float32"}.get(dtype, dtype)).itemsize
 
 
-def _host(call: Call, env: dict):
+def _host(call: Call, env: dict, resident: dict):
     from trnlab.compiler.ops import evaluate, to_numpy, to_torch
-    ins = [env[i] for i in call.inputs]
+    ins = [env[i] if i in env else resident[i].numpy() for i in call.inputs]      # weights: from HBM
     if any(x is None for x in ins):
         raise ValueError(f"host op {call.region} ({call.op}) cannot run in timing-only mode: it needs values")
     return to_numpy(evaluate(call.op, call.attrs, [to_torch(np.asarray(x)) for x in ins]))

@@ -27,9 +27,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 SHORT = {"float32": "f32", "bfloat16": "bf16", "float16": "f16", "int64": "i64", "int32": "i32", "bool": "pred",
-         "float64": "f64", "int8": "i8", "uint8": "u8", "int16": "i16"}
+         "float64": "f64", "int8": "i8", "uint8": "u8", "int16": "i16", "complex64": "c64", "complex128": "c128"}
 ITEMSIZE = {"float32": 4, "bfloat16": 2, "float16": 2, "int64": 8, "int32": 4, "bool": 1, "float64": 8, "int8": 1,
-            "uint8": 1, "int16": 2}
+            "uint8": 1, "int16": 2, "complex64": 8, "complex128": 16}
 
 
 @dataclass

@@ -45,6 +45,7 @@ class LoadedModel:
             executable = build_executable(program, self.constants)
         self.executable = executable
         used = {n for p in executable.partitions for n in p.inputs}
+        used |= {i for p in executable.partitions if p.kind == "host" for c in p.calls for i in c.inputs}  # host reads
         self._resident_names = [n for n in self.constants if n in used]
         self.resident_bytes = sum(self.constants[n].nbytes for n in self._resident_names)
         self._resident: dict = {}                  # id(hardware device) -> {name: Tensor in its HBM}

@@ -20,17 +20,23 @@ line, so the profile can say which line of the model every microsecond comes fro
 
 An op with no kernel raises `CompileError` naming the op, its source line and the supported ops —
 or, with `fallback=True`, runs on the host CPU (PyTorch): the graph marks those nodes `[host]` and
-the program records each partition boundary (a tensor crossing between the device and the host).
+the program records each partition boundary (a tensor crossing between the device and the host);
+`compiler.fallback` has the rules and each host call's cost (transfers and compute).
 """
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
 from trnlab.compiler.errors import CompileError
+from trnlab.compiler.fallback import host_cost, on_device
 from trnlab.compiler.ir import Graph, Node
 
+from trnlab.compiler.lower_nn import OPS as NN_OPS  # noqa: E402  (the ops of students' models)
+
 SUPPORTED = ("embedding", "add", "linear", "matmul", "layer_norm", "rms_norm", "gelu", "softmax", "attention",
-             "decode_attention", "convert", "reshape", "copy")
+             "decode_attention", "convert", "reshape", "copy") + tuple(o for o in NN_OPS if o != "add")
+FALLBACK_ADVICE = ("To run it on the host CPU instead: trnlab.compiler.compile(..., fallback=True), or "
+                   "torch.compile(model, backend=\"trnlab\", options={\"fallback\": True}).")
 KERNEL_OF = {"embedding": "embedding", "add": "add", "linear": "linear", "matmul": "matmul",
              "layer_norm": "layer_norm", "rms_norm": "rms_norm", "gelu": "gelu", "softmax": "softmax",
              "attention": "causal_attention_qkv", "decode_attention": "decode_attention", "convert": "cast"}
@@ -51,12 +57,15 @@ class Call:
     attrs: dict = field(default_factory=dict)   # host ops: the IR attrs to evaluate them
     source: str = ""
     dtype: str = ""                # the IR dtype of the output
+    cost: dict = field(default_factory=dict)    # host ops: transfer and compute ns (compiler.fallback)
 
     def describe(self) -> str:
         if self.kind == "view":
             return f"view   %{self.output} = %{self.inputs[0]} as {self.out_shape}"
         if self.kind == "host":
-            return f"host   %{self.output} = {self.op}({', '.join('%' + i for i in self.inputs)})  [CPU]"
+            cost = (f" {self.cost['total_ns'] / 1e3:.1f} us: transfers {self.cost['transfer_ns'] / 1e3:.1f} us"
+                    if self.cost else "")
+            return f"host   %{self.output} = {self.op}({', '.join('%' + i for i in self.inputs)})  [CPU{cost}]"
         args = []
         for name, shape in zip(self.inputs, self.views):
             args.append(f"%{name}" + (f"{list(shape)}" if shape else ""))
@@ -106,6 +115,8 @@ class LoweredGraph:
 def _rows(shape) -> list:
     """[R, C] view of a tensor: leading axes flattened."""
     shape = list(shape)
+    if not shape:                                # a number (a full reduction)
+        return [1, 1]
     if len(shape) == 1:
         return [1, shape[0]]
     r = 1
@@ -118,7 +129,7 @@ def _unsupported(node: Node, why: str = "") -> CompileError:
     where = f" at {node.source}" if node.source else ""
     return CompileError(
         f"cannot lower op {node.op!r} (%{node.name}){where}: {why or 'no kernel implements it'}. "
-        f"Supported ops: {', '.join(SUPPORTED)}. Pass fallback=True to run it on the host CPU.",
+        f"Supported ops: {', '.join(SUPPORTED)}. {FALLBACK_ADVICE}",
         op=node.op, source=node.source, supported=SUPPORTED)
 
 
@@ -193,9 +204,9 @@ def _lower_node(g: Graph, node: Node, region: str) -> Call:
             raise _unsupported(node, f"embedding table of rank {len(table.shape)}")
         call.inputs = call.inputs[::-1]          # the kernel takes (ids [N] int32, table [V, C])
         call.views = [[int(_rows(ids.shape)[0] * _rows(ids.shape)[1])], None]
+    elif op == "add" and ("scalar" in node.attrs or ins[0].shape != ins[1].shape):
+        raise _Delegate()
     elif op == "add":
-        if "scalar" in node.attrs or ins[0].shape != ins[1].shape:
-            raise _unsupported(node, "the add kernel adds two tensors of one shape")
         if ins[0].dtype != v.dtype:              # the kernel returns a's dtype: put the wider one first
             call.inputs = call.inputs[::-1]
         call.views = [_rows(v.shape), _rows(v.shape)]
@@ -240,8 +251,37 @@ def _lower_node(g: Graph, node: Node, region: str) -> Call:
         call.views = [_rows(v.shape)]
         call.kwargs = {"dtype": node.attrs["dtype"]}
     else:
-        raise _unsupported(node)
+        raise _Delegate()
     return call
+
+
+class _Delegate(Exception):
+    """Not one of the GPT's ops: `lower_nn` lowers it."""
+
+
+def lower_calls(g: Graph, node: Node, region: str) -> list:
+    """The calls of one op: `_lower_node`'s one call, or `lower_nn`'s (a kernel and the views around it)."""
+    try:
+        return [_lower_node(g, node, region)]
+    except _Delegate:
+        from trnlab.compiler import lower_nn
+        return lower_nn.lower_node(g, node, region, Call, _unsupported)
+
+
+def _cost_host_calls(g: Graph, calls: list) -> None:
+    """Each host call's cost: what it reads from the device, its compute, its output sent back."""
+    host = {c.output for c in calls if c.kind == "host"}
+    readers: dict = {}
+    for c in calls:
+        for x in c.inputs:
+            if x is not None:
+                readers.setdefault(x, []).append(c)
+    for c in calls:
+        if c.kind != "host":
+            continue
+        from_device = [g.values[x].nbytes for x in dict.fromkeys(c.inputs) if x not in host]   # weights too: in HBM
+        back = any(r.kind != "host" for r in readers.get(c.output, [])) or c.output in g.outputs
+        c.cost = host_cost(from_device, sum(g.values[x].nbytes for x in c.inputs), g.values[c.output].nbytes, back)
 
 
 def lower(g: Graph, target: str = "trn2", fallback: bool = False) -> LoweredGraph:
@@ -269,7 +309,11 @@ def lower(g: Graph, target: str = "trn2", fallback: bool = False) -> LoweredGrap
         i += 1
         region = region_of(node)
         try:
-            calls.append(_lower_node(g, node, region))
+            dtypes = [g.values[x].dtype for x in node.inputs] + [g.values[node.name].dtype]
+            if not all(on_device(d) for d in dtypes):
+                raise _unsupported(node, f"a tensor of dtype {[d for d in dtypes if not on_device(d)][0]}, which "
+                                         f"the device does not hold")
+            calls.extend(lower_calls(g, node, region))
             node.device = "neuron"
         except CompileError:
             if not fallback:
@@ -277,6 +321,7 @@ def lower(g: Graph, target: str = "trn2", fallback: bool = False) -> LoweredGrap
             node.device = "host"
             calls.append(Call("host", node.op, region, list(node.inputs), node.name, list(g.values[node.name].shape),
                               attrs=node.attrs, source=node.source, dtype=g.values[node.name].dtype))
+    _cost_host_calls(g, calls)
     boundaries = []
     device_of = {n.name: n.device for n in g.nodes}
     for n in g.nodes:

@@ -151,8 +151,8 @@ def build(execution, program, graph, target: str, dtype: str) -> RunProfile:
     ops = []
     for r in execution.regions:
         if r.kind != "kernel":
-            ops.append(OpProfile(r.name, r.op, "host (CPU)", r.source, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0, 0, 0.0, "host",
-                                 r.start_ns, r.end_ns))
+            ops.append(OpProfile(r.name, r.op, "host (CPU)", r.source, r.ns, r.ns / total, 0.0, 0.0, 0.0, 0.0, 0, 0,
+                                 0.0, "host", r.start_ns, r.end_ns))      # ns: transfers + host compute
             continue
         sl = np.asarray(r.records, dtype=np.int64)
         eng = cols["engine"][sl]

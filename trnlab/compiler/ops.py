@@ -9,6 +9,14 @@ Three families live in one graph:
     broadcast(x, shape=)  reshape(x, shape=)  transpose(x, perm=)  copy(x)  slice(x, dim=, start=, end=)
     matmul(a, b)  batch_matmul(a, b)  layer_norm(x, w, b, eps=)  rms_norm(x, w, eps=)  softmax(x, dim=)
     gelu(x, approximate=)  relu  tanh  sigmoid  silu  convert(x, dtype=)  logical_not(x)
+- the ops of students' models (`legalise_nn`, `convolution`; shapes broadcast as in PyTorch):
+    sub(a, b | scalar=, reverse=)  div(a, b | scalar=, reverse=)  pow(x, scalar=)  maximum(a, b)
+    rsqrt sqrt exp log neg abs  sum(x, dims=, keepdim=)  mean(x, ...)  amax(x, ...)  concat(*xs, dim=)
+    conv2d(x, w[, b], stride=, padding=, dilation=, groups=)   NCHW, as nn.Conv2d
+    max_pool2d(x, kernel_size=, stride=, padding=)  avg_pool2d(...)   NCHW
+    sdpa(q, k, v[, mask], causal=, scale=)   F.scaled_dot_product_attention on [B, H, T, d]
+    im2col(x, kernel_size=, stride=, padding=, dilation=)   NHWC -> the windows [N*Ho*Wo, kh*kw*C]
+    pool2d(x, kernel_size=, stride=, padding=, mode=)       NHWC pooling (the convolution pass's layout)
 - fused ops, made by `fuse` (one kernel each):
     linear(x, w[, bias][, residual], activation=, weight_layout=, residual=)   act(x @ W + bias) [+ residual]
     attention(qkv, n_head=, scale=)                        causal multi-head attention from packed qkv
@@ -27,12 +35,15 @@ import torch
 import torch.nn.functional as F
 
 ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "tanh", "sigmoid", "silu")
+UNARY = ("rsqrt", "sqrt", "exp", "log", "neg", "abs")
+REDUCTIONS = ("sum", "mean", "amax")
 VIEW_OPS = ("reshape", "copy")                      # free on the device: same bytes, new shape
 SHAPE_OPS = ("reshape", "copy", "transpose", "broadcast", "slice")
 
 _TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16,
                  "int64": torch.int64, "int32": torch.int32, "bool": torch.bool, "float64": torch.float64,
-                 "int8": torch.int8, "uint8": torch.uint8, "int16": torch.int16}
+                 "int8": torch.int8, "uint8": torch.uint8, "int16": torch.int16, "complex64": torch.complex64,
+                 "complex128": torch.complex128}
 
 
 def dtype_name(dtype) -> str:
@@ -151,7 +162,7 @@ def evaluate(op: str, attrs: dict, inputs: list) -> torch.Tensor:
     if op == "embedding":
         return F.embedding(inputs[1], inputs[0])
     if op == "add":
-        return inputs[0] + inputs[1]
+        return x + a["scalar"] if "scalar" in a else inputs[0] + inputs[1]
     if op == "mul":
         return x * a["scalar"] if "scalar" in a else inputs[0] * inputs[1]
     if op == "where":
@@ -210,6 +221,56 @@ def evaluate(op: str, attrs: dict, inputs: list) -> torch.Tensor:
         return causal_attention_reference(x, a["n_head"], a.get("scale"))
     if op == "decode_attention":
         return decode_attention_reference(*inputs[:4], a["n_head"])
+    if op in ("sub", "div", "pow", "maximum", "add", "mul") and ("scalar" in a or len(inputs) == 2):
+        return _arithmetic(op, a, inputs)
+    if op in UNARY:
+        return {"rsqrt": torch.rsqrt, "sqrt": torch.sqrt, "exp": torch.exp, "log": torch.log, "neg": torch.neg,
+                "abs": torch.abs}[op](x)
+    if op in REDUCTIONS:
+        fn = {"sum": torch.sum, "mean": torch.mean, "amax": torch.amax}[op]
+        return fn(x, dim=list(a["dims"]), keepdim=a.get("keepdim", False))
+    if op == "concat":
+        return torch.cat(list(inputs), dim=a["dim"])
+    if op == "conv2d":
+        return F.conv2d(x, inputs[1], inputs[2] if len(inputs) > 2 else None, a["stride"], a["padding"],
+                        a["dilation"], a.get("groups", 1))
+    if op in ("max_pool2d", "avg_pool2d"):
+        pool = F.max_pool2d if op == "max_pool2d" else F.avg_pool2d
+        return pool(x, a["kernel_size"], a["stride"], a["padding"])
+    if op == "pool2d":                               # NHWC
+        pool = F.max_pool2d if a["mode"] == "max" else F.avg_pool2d
+        return pool(x.permute(0, 3, 1, 2), a["kernel_size"], a["stride"], a["padding"]).permute(0, 2, 3, 1)
+    if op == "im2col":
+        return im2col_reference(x, a["kernel_size"], a["stride"], a["padding"], a["dilation"])
+    if op == "sdpa":
+        mask = inputs[3] if len(inputs) > 3 else None
+        return F.scaled_dot_product_attention(inputs[0], inputs[1], inputs[2], attn_mask=mask,
+                                              is_causal=a.get("causal", False), scale=a.get("scale"))
+    if op == "dropout_mask":
+        raise ValueError("dropout_mask draws from the chip's random number generator: it has no host reference")
     if op == "constant":
         raise ValueError("constants are values, not nodes")
     raise KeyError(f"no reference for op {op!r}")
+
+
+def _arithmetic(op: str, a: dict, inputs: list) -> torch.Tensor:
+    """add/sub/mul/div/pow/maximum of two tensors (broadcast) or of a tensor and a number (`scalar`,
+    `reverse`: the number on the left)."""
+    x = inputs[0]
+    other = a["scalar"] if "scalar" in a else inputs[1]
+    left, right = (other, x) if a.get("reverse") else (x, other)
+    if op == "maximum":
+        return torch.maximum(left, right if isinstance(right, torch.Tensor) else torch.tensor(right, dtype=x.dtype))
+    fn = {"add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": torch.div, "pow": torch.pow}[op]
+    if not isinstance(left, torch.Tensor):
+        left = torch.tensor(left, dtype=x.dtype)
+    return fn(left, right)
+
+
+def im2col_reference(x: torch.Tensor, kernel_size, stride, padding, dilation) -> torch.Tensor:
+    """x [N, H, W, C] -> [N*Ho*Wo, kh*kw*C], columns in (i, j, c) order (what kernels.conv.im2col makes)."""
+    N, H, W, C = x.shape
+    kh, kw = kernel_size
+    cols = F.unfold(x.permute(0, 3, 1, 2), (kh, kw), dilation=dilation, padding=padding, stride=stride)  # [N, C*kh*kw, L]
+    L = cols.shape[-1]
+    return cols.reshape(N, C, kh * kw, L).permute(0, 3, 2, 1).reshape(N * L, kh * kw * C)

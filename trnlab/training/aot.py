@@ -15,7 +15,8 @@ Two things differ from the joint graph, both because the forward hands the backw
   kernel does not materialise it, so the forward saves the logits z instead (legalise_training's rule
   for a backward graph alone takes either: softmax(log_softmax(z)) = softmax(z)), and NLL's
   `total_weight`, which `cross_entropy_backward` does not read (it counts the targets itself), is a
-  host zero; so are layer norm's saved mean and rstd (`layer_norm_backward` recomputes them from x).
+  host zero; so are layer norm's saved mean and rstd (`layer_norm_backward` recomputes them from x), and
+  max pooling's indices (`pool2d_backward` finds each window's maximum again from x).
 """
 from __future__ import annotations
 
@@ -60,12 +61,48 @@ def save_logits_not_log_probs(fx_gm: torch.fx.GraphModule, user_outputs: int = 0
             outs[i] = src.args[0]
         elif isinstance(o, torch.fx.Node) and o.op == "call_function" and o.target is operator.getitem and (
                 (_aten(o.args[0], "nll_loss_forward") and o.args[1] == 1)
-                or (_aten(o.args[0], "native_layer_norm") and o.args[1] in (1, 2))):
-            host[i] = o.meta["val"]
+                or (_aten(o.args[0], "native_layer_norm") and o.args[1] in (1, 2))
+                or (_aten(o.args[0], "max_pool2d_with_indices") and o.args[1] == 1)):   # pool2d_backward
+            host[i] = o.meta["val"]                                                       # finds the max again
+        elif isinstance(o, torch.fx.Node) and o.op == "call_function" and o.target is operator.getitem and (
+                _aten(o.args[0], "_native_batch_norm_legit_functional") and o.args[1] in (3, 4)):
+            host[i] = running_statistic(o, outs)          # the new running mean / var, made after the step
     out.args = (tuple(outs),)
     fx_gm.graph.eliminate_dead_code()
     fx_gm.recompile()
     return host
+
+
+@dataclass
+class RunningStatistic:
+    """A batch norm's new running mean or variance (an AOT forward output that updates a buffer): made on
+    the host after the step from the buffer's current value and the batch's saved mean and rstd, as
+    PyTorch does: (1 - momentum) * running + momentum * batch (the variance unbiased, n / (n - 1))."""
+    buffer: str                          # the FX placeholder of the running buffer
+    mean_output: int                     # FX output positions of the batch's mean and rstd
+    rstd_output: int
+    momentum: float
+    eps: float
+    count: int                           # values per channel in the batch
+    variance: bool
+    shape: tuple = ()
+    dtype: object = None
+
+
+def running_statistic(o: torch.fx.Node, outs: list) -> RunningStatistic:
+    bn = o.args[0]
+    x, _, _, running_mean, running_var, _, momentum, eps = bn.args[:8]
+    position = {(n.args[0], n.args[1]): i for i, n in enumerate(outs)
+                if isinstance(n, torch.fx.Node) and n.op == "call_function" and len(n.args) == 2}
+    if (bn, 1) not in position or (bn, 2) not in position:
+        raise CompileError("batch norm in training: the forward does not save the batch's mean and rstd, "
+                           "which its running statistics are made from", op="batch_norm")
+    shape = x.meta["val"].shape
+    count = int(shape[0]) * int(torch.tensor(shape[2:]).prod()) if len(shape) > 2 else int(shape[0])
+    val = o.meta["val"]
+    return RunningStatistic((running_mean if o.args[1] == 3 else running_var).name, position[(bn, 1)],
+                            position[(bn, 2)], float(momentum), float(eps), count, o.args[1] == 4,
+                            tuple(val.shape), val.dtype)
 
 
 @dataclass
@@ -84,6 +121,8 @@ class PhaseProgram:
     output_meta: list = field(default_factory=list)       # each FX output's fake tensor (shape, dtype) or None
     saved_constants: dict = field(default_factory=dict)   # forward: saved tensor name -> constant for the backward
     _user_positions: list = field(default_factory=list)   # which of AOT's arguments are the program's inputs
+    steps: int = 0                      # calls so far (the dropout seed advances by one per step)
+    _placeholders: list = field(default_factory=list)     # the FX graph's placeholder names, in order
 
     def listing(self) -> str:
         lines = [f"{self.phase} graph for {self.target}: {sum(c.kind == 'kernel' for c in self.calls)} kernel calls"]
@@ -105,6 +144,9 @@ class PhaseProgram:
         args = args[0] if len(args) == 1 and isinstance(args[0], list) else args
         user = [_as_int32(to_numpy(a.detach() if isinstance(a, torch.Tensor) else torch.as_tensor(a)))
                 for a in args]
+        if "dropout_seed" in self.constants:         # a new dropout mask every step, reproducible from the first
+            self.constants["dropout_seed"] = self.constants["dropout_seed"] + np.int32(self.steps > 0)
+        self.steps += 1
         arrays = list(self.constants.values()) + [user[i] for i in self._user_positions]
         device_outputs = [self.graph.outputs[k] for kind, k in self.outputs if kind == "device"]
         if self.program is None:
@@ -120,12 +162,21 @@ class PhaseProgram:
                 out.append(to_torch(np.asarray(next(results))).reshape(meta.shape).to(meta.dtype))
             elif kind == "input":
                 out.append(args[k])
-            elif kind == "const":
-                out.append(to_torch(np.array(self.graph.constants[k])))
+            elif kind == "const":                 # in the FX output's shape and dtype too (a counter is [])
+                value = to_torch(np.array(self.graph.constants[k]))
+                out.append(value.reshape(meta.shape).to(meta.dtype) if meta is not None else value)
             elif kind == "none":
                 out.append(None)
+            elif isinstance(k, RunningStatistic):
+                out.append(None)                     # filled below, once the batch's statistics are known
             else:
                 out.append(torch.zeros(k.shape, dtype=k.dtype))
+        for i, ((kind, k), o) in enumerate(zip(self.outputs, list(out))):
+            if kind == "host" and isinstance(k, RunningStatistic):
+                current = args[self._placeholders.index(k.buffer)]
+                batch = out[k.mean_output] if not k.variance else \
+                    (1.0 / out[k.rstd_output] ** 2 - k.eps) * k.count / max(k.count - 1, 1)
+                out[i] = ((1 - k.momentum) * current + k.momentum * batch).to(k.dtype).reshape(k.shape)
         return out
 
 
@@ -172,6 +223,7 @@ def compile_phase(fx_gm: torch.fx.GraphModule, phase: str, constants: dict, targ
     prog = PhaseProgram(phase, g, calls, list(consts) + inputs, consts, outputs, target)
     prog.output_meta = [o.meta["val"] if isinstance(o, torch.fx.Node) else None for o in fx_outputs]
     prog._user_positions = [placeholders.index(i) for i in inputs]
+    prog._placeholders = placeholders
     # what the backward graph takes as constants: the saved tensors the forward made of constants alone
     prog.saved_constants = {fx_outputs[i].name: to_torch(np.array(g.constants[k]))
                             for i, (kind, k) in enumerate(outputs) if kind == "const"}

@@ -187,14 +187,19 @@ def prepare(g: Graph) -> Graph:
     """The training graph's passes, in order: legalise, legalise_training and fold, then the
     transpose and bias rewrites above (fold_matmul_transposes twice: transposed_products makes new
     candidates). Used by `compile_train_step` and by the `torch.compile` path (aot.py)."""
-    from trnlab.compiler.passes import fold, legalise, legalise_training
-    for p in (legalise, legalise_training, fold):
+    from trnlab.compiler.passes import (convolution, fold, legalise, legalise_nn, legalise_nn_training,
+                                        legalise_training)
+    # legalise_nn_training twice: its attention-guard rule reads the mask once `fold` made it a constant
+    for p in (legalise, legalise_training, legalise_nn, legalise_nn_training, fold, legalise_nn_training, fold,
+              convolution):
         g = p.run(g)
     compose_transposes(g)
     fold_matmul_transposes(g)
     transposed_products(g)
     fold_matmul_transposes(g)
     fuse_bias(g)
+    from trnlab.compiler.passes import broadcasts
+    broadcasts.run(g, inner_only=True)        # RMSNorm's one number per row, read in place
     return g
 
 
@@ -406,7 +411,14 @@ def lower_step(g: Graph, loss: str | None, phase: str | None = None) -> tuple[li
                          {"eps": node.attrs.get("eps", 1e-5)}, node.source, phase)
             grouped[key] = c
         else:
-            c = _lower(g, node, region, phase, new_constants)
+            try:
+                c = _lower(g, node, region, phase, new_constants)
+            except CompileError:                                  # the ops of students' models
+                from trnlab.compiler import lower_nn
+                more = lower_nn.lower_node(g, node, region, lower_nn.step_call(phase), _unsupported)
+                counts[(phase, label)] = counts.get((phase, label), 0) + 1
+                calls.extend(more)
+                continue
         counts[(phase, label)] = counts.get((phase, label), 0) + 1
         calls.append(c)
     return calls, new_constants

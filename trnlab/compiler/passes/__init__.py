@@ -1,10 +1,13 @@
 """The compiler's passes, in the order they run; each module has NAME and run(graph, options) -> graph.
 
     legalise   core ATen -> our ops
+    legalise_nn  the ATen ops of students' models (convolution, pooling, batch norm, SDPA, ...) -> our ops
     fold       identities, constant folding, dead code
+    convolution  conv2d -> NHWC transpose, im2col, matmul (the layout choice, visible); pooling NHWC
     fuse       attention, matmul + bias + activation -> one op each
     autocast   none | matmult | all (neuronx-cc's --auto-cast)
     layout     weights pre-transposed to [in, out], constant broadcasts stored, int64 -> int32
+    broadcasts element-wise ops read a row or column broadcast in place (the kernel's broadcast modes)
     tiling     tile sizes per op (linear: N in balanced tiles of <= 512), recorded in node.attrs["tiles"]
     schedule   the order the ops run in (a producer's consumer right after it where dependencies allow)
     memory     weights resident, activations placed by liveness, intermediates kept in SBUF where a kernel can
@@ -18,9 +21,10 @@ import time
 from dataclasses import dataclass
 
 from trnlab.compiler.ir import Graph
-from trnlab.compiler.passes import autocast, fold, fuse, layout, legalise, memory, schedule, tiling
+from trnlab.compiler.passes import (autocast, broadcasts, convolution, fold, fuse, layout, legalise, legalise_nn, memory,
+                                   schedule, tiling)
 
-PIPELINE = [legalise, fold, fuse, autocast, layout, tiling, schedule, memory]
+PIPELINE = [legalise, legalise_nn, fold, convolution, fuse, autocast, layout, broadcasts, tiling, schedule, memory]
 NAMES = [p.NAME for p in PIPELINE]
 
 

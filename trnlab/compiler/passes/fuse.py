@@ -19,12 +19,16 @@ Rules (each a function `rule(graph) -> number of rewrites`, tried in order until
   broadcast) -> the linear with a residual input: a transformer's `x + proj(y)` is added on the PSUM
   evacuation instead of in an `add` kernel that reads both tensors back from HBM.
 
+- `fuse_rms_norm`: x * rsqrt(mean(x², -1) + eps) [* w] (a Llama port's RMSNorm, `nn.RMSNorm` after
+  decomposition) -> `rms_norm(x, w, eps)`, one kernel.
+
 `compile(..., fusions=[...])` replaces this list, e.g. with a rule of your own (notebook 06).
 """
 from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 
 from trnlab.compiler.ir import Graph, Node
@@ -229,7 +233,49 @@ def fuse_residual(g: Graph) -> int:
     return 0
 
 
-FUSIONS = [fuse_attention, fuse_linear, fuse_residual]
+def fuse_rms_norm(g: Graph) -> int:
+    """RMSNorm written out — x * rsqrt(mean(x ** 2, -1, keepdim) + eps) [* w], as Llama ports write it and
+    as `nn.RMSNorm` decomposes — -> `rms_norm(x, w, eps)`: one kernel instead of six element-wise passes."""
+    producers, users = g.producers(), g.users()
+    for mean in g.nodes:
+        if mean.op != "mean" or not mean.attrs.get("keepdim"):
+            continue
+        p = producers.get(mean.inputs[0])
+        x = p.inputs[0] if p is not None and p.op == "pow" and p.attrs.get("scalar") == 2.0 else None
+        rank = len(g.values[mean.inputs[0]].shape)
+        if x is None or mean.attrs["dims"] != [rank - 1] or single_user(g, p.name, users) is not mean:
+            continue
+        chain, ok = [mean], True
+        for op in ("add", "rsqrt", "broadcast", "mul"):
+            nxt = single_user(g, chain[-1].name, users)
+            if op == "broadcast" and nxt is not None and nxt.op == "mul":
+                chain.append(nxt)                         # read in place (no broadcast node)
+                break
+            if nxt is None or nxt.op != op or (op == "add" and "scalar" not in nxt.attrs):
+                ok = False
+                break
+            chain.append(nxt)
+        if not ok or chain[-1].op != "mul" or set(chain[-1].inputs) != {x, chain[-2].name}:
+            continue
+        eps, out = chain[1].attrs["scalar"], chain[-1]
+        C = g.values[x].shape[-1]
+        scaled = single_user(g, out.name, users)
+        weight = None
+        if scaled is not None and scaled.op == "mul":
+            other = [i for i in scaled.inputs if i != out.name]
+            w = producers.get(other[0]) if len(other) == 1 else None
+            src = w.inputs[0] if w is not None and w.op == "broadcast" else (other[0] if other else None)
+            if src is not None and tuple(g.values[src].shape) == (C,):
+                weight, out = src, scaled
+        if weight is None:
+            weight = g.add_constant(g.fresh(f"{mean.name}_ones"), np.ones(C, np.float32)).name
+        out.op, out.inputs, out.attrs = "rms_norm", [x, weight], {"eps": float(eps)}
+        g.remove_unused()
+        return 1
+    return 0
+
+
+FUSIONS = [fuse_attention, fuse_linear, fuse_residual, fuse_rms_norm]
 
 
 def run(g: Graph, options=None) -> Graph:
