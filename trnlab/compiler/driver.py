@@ -48,7 +48,7 @@ class CompileOptions:
 class CompiledModel:
     captured: object                       # ir.Graph straight from capture
     graph: object                          # ir.Graph after the passes
-    program: object                        # lower.Program (None if stopped before lowering)
+    program: object                        # lower.LoweredGraph (None if stopped before lowering)
     passes: list                           # [PassRecord]
     options: CompileOptions
     times: dict = field(default_factory=dict)
