@@ -19,7 +19,7 @@
     sdpa (causal, no mask)                          -> attention.causal_attention(q, k, v [B, H, T, d], scale)
     relu_backward / pool2d_backward / col2im        -> pointwise.relu_backward / conv.pool2d_backward / conv.col2im
 
-The training lowering (trnlab.training.lower) asks here too, with its own call type (`step_call`).
+The training lowering (trnlab.training.lower) asks here too, with its own call type (its `step_call`).
 
 A kernel whose output shape differs from the op's (a reduction's [R, 1], a transpose's 3-D view) is
 followed by a free view to the op's shape.
@@ -241,13 +241,3 @@ def lower_node(g: Graph, node: Node, region: str, Call, unsupported) -> list:
     else:
         raise unsupported(node, "no kernel implements it")
     return calls
-
-
-def step_call(phase: str):
-    """A `Call`-like factory that makes the training lowering's StepCalls, so `lower_node` serves both."""
-    from trnlab.training.lower import StepCall
-
-    def make(kind, op, region, inputs, output, out_shape, kernel="", views=None, kwargs=None, source="", dtype=""):
-        return StepCall(kind, op, region, kernel, list(inputs), list(views or [None]), [output], [list(out_shape)],
-                        dict(kwargs or {}), source, phase)
-    return make

@@ -415,10 +415,18 @@ def lower_step(g: Graph, loss: str | None, phase: str | None = None) -> tuple[li
                 c = _lower(g, node, region, phase, new_constants)
             except CompileError:                                  # the ops of students' models
                 from trnlab.compiler import lower_nn
-                more = lower_nn.lower_node(g, node, region, lower_nn.step_call(phase), _unsupported)
+                more = lower_nn.lower_node(g, node, region, step_call(phase), _unsupported)
                 counts[(phase, label)] = counts.get((phase, label), 0) + 1
                 calls.extend(more)
                 continue
         counts[(phase, label)] = counts.get((phase, label), 0) + 1
         calls.append(c)
     return calls, new_constants
+
+
+def step_call(phase: str):
+    """A `Call`-like factory that makes the training lowering's StepCalls, so `lower_node` serves both."""
+    def make(kind, op, region, inputs, output, out_shape, kernel="", views=None, kwargs=None, source="", dtype=""):
+        return StepCall(kind, op, region, kernel, list(inputs), list(views or [None]), [output], [list(out_shape)],
+                        dict(kwargs or {}), source, phase)
+    return make
