@@ -384,12 +384,15 @@ def list_order(program: Program, spec=None, times: list | None = None) -> list[i
     inputs, defines = g.inputs, g.defines
     named = sorted({cls[k] for k in range(n) if cls[k] > 4})     # DMA queues the program names
 
+    queue_heap = engines.queue_heap       # its top: the DMA queue free first (EngineTimes keeps it)
+    named_at = FIRST_DMA - 5              # class 5 + q is DMA queue q: engine FIRST_DMA + q
+
     def class_free(c: int) -> float:
         if c < 4:
             return free[c]
         if c == 4:
-            return min(free[FIRST_DMA:])
-        return free[FIRST_DMA + c - 5]
+            return queue_heap[0][0]
+        return free[named_at + c]
 
     def push_candidate(c: int) -> None:
         f = class_free(c)
