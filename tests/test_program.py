@@ -599,7 +599,7 @@ def test_compiled_replay_equals_the_checked_core_with_dma_queues_named():
 
 def test_the_replays_heap_of_dma_queues_picks_the_queue_the_core_picks():
     """The compiled replay keeps the DMA queues in a heap of (free time, queue); its top must be
-    scheduler.first_free_queue's answer (the lowest-numbered of the queues free first), ties
+    engines.first_free_queue's answer (the lowest-numbered of the queues free first), ties
     included, as transfers end and queues free up in any order."""
     from heapq import heapify, heapreplace
     from hypothesis import given, settings, strategies as st
