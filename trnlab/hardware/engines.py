@@ -189,12 +189,14 @@ class EngineTimes:
         self.load_end = 0.0
         self.last_matmul_start = 0.0
         self.vector_follows = False
+        self.queue_heap: list = []
         self._heap_queues()
 
     def _heap_queues(self) -> None:
         """The DMA queues as a heap of (free time, queue): its top is `first_free_queue`'s answer.
         (`free` changes only through the steps below and `barrier`, which keep it.)"""
-        heap = self.queue_heap = [(f, q) for q, f in enumerate(self.free[FIRST_DMA:])]
+        heap = self.queue_heap
+        heap[:] = [(f, q) for q, f in enumerate(self.free[FIRST_DMA:])]      # (in place: kept by callers)
         heapify(heap)
 
     def port(self, key) -> Port:

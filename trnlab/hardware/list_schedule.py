@@ -50,8 +50,8 @@ from . import cost, dependencies
 from .allocate import target_spec
 from .engines import DVE, FIRST_DMA, EngineTimes
 from .program import Program
-from .records import (DMA, DMA_OP, ENGINE_OP, ISSUE, LATEST_OP, MATMUL, PE_ISSUE, PE_OP, PRINT_OP, SEED_OP,
-                      op_deps, op_nodes)
+from .records import (DMA_OP, ENGINE_OP, ISSUE, LATEST_OP, MATMUL, PE_OP, PRINT_OP, SEED_OP,
+                      as_description, op_deps, op_nodes, write_refs)
 from .replay_timing import Compiled, compiled_for
 from .tensor import PrototypeMemory, Tensor, View
 
@@ -114,8 +114,9 @@ def independent_hidden(program: Program, issues: list, spec) -> dict[int, float]
     clock_ns = 1e9 / spec.dve_clock_hz
     out, previous = {}, None
     for k, d in enumerate(issues):
-        if d.kind != ISSUE or d.engine != DVE:
+        if d[0] != ISSUE or d[1] != DVE:
             continue
+        d = as_description(d)
         hidden = d.hidden
         if hidden or not _reads_previous(d, previous):
             out[k] = hidden
@@ -134,7 +135,8 @@ def issues_in_order(program: Program, order: list[int], spec) -> list:
     out, previous = [], None
     for k in order:
         d = issues[k]
-        if d.kind == ISSUE and d.engine == DVE:
+        if d[0] == ISSUE and d[1] == DVE:
+            d = as_description(d)
             hidden = 0.0 if _reads_previous(d, previous) else free[k]
             if hidden != d.hidden:
                 d = d._replace(hidden=hidden)
@@ -330,13 +332,7 @@ def _rewrites(issues: list, stationaries: set) -> list[tuple]:
         return [empty] * len(issues)
     out = []
     for d in issues:
-        kind = d.kind
-        if kind == ISSUE:
-            out.append(tuple(bid for bid, _ in d.writes if bid in stationaries) or empty)
-        elif kind in (MATMUL, PE_ISSUE, DMA):
-            out.append((d.dst[0],) if d.dst[0] in stationaries else empty)
-        else:
-            out.append(empty)
+        out.append(tuple(bid for bid, _ in write_refs(d) if bid in stationaries) or empty)
     return out
 
 
@@ -360,7 +356,7 @@ def list_order(program: Program, spec=None, times: list | None = None) -> list[i
     free = engines.free                   # PE, ACT, DVE, POOL, then the DMA queues
     version = [0] * len(program.buffers)  # writes so far per buffer (a rewritten stationary is new)
     stationary = None                     # (buffer id, box, version) the Tensor engine holds
-    stationaries = {d.stationary[0] for d in issues if d.kind == MATMUL}
+    stationaries = {d[2][0] for d in issues if d[0] == MATMUL}       # MatmulIssue.stationary
     rewrites = _rewrites(issues, stationaries)
     deps_of = [op_deps(op) for op in ops]
     predicted = [None] * n if times is not None else None
@@ -387,12 +383,15 @@ def list_order(program: Program, spec=None, times: list | None = None) -> list[i
     inputs, defines = g.inputs, g.defines
     named = sorted({cls[k] for k in range(n) if cls[k] > 4})     # DMA queues the program names
 
+    queue_heap = engines.queue_heap       # its top: the DMA queue free first (EngineTimes keeps it)
+    named_at = FIRST_DMA - 5              # class 5 + q is DMA queue q: engine FIRST_DMA + q
+
     def class_free(c: int) -> float:
         if c < 4:
             return free[c]
         if c == 4:
-            return min(free[FIRST_DMA:])
-        return free[FIRST_DMA + c - 5]
+            return queue_heap[0][0]
+        return free[named_at + c]
 
     def push_candidate(c: int) -> None:
         f = class_free(c)
@@ -461,8 +460,9 @@ def list_order(program: Program, spec=None, times: list | None = None) -> list[i
         elif kind == PE_OP:
             _, pre, _, st_deps, post, group, busy, lat, load, end_node, ready_node = op[:11]
             d = issues[k]
-            if d.kind == MATMUL:          # a new stationary tile: another, or rewritten since
-                held = (d.stationary[0], d.stationary[1], version[d.stationary[0]])
+            if d[0] == MATMUL:            # a new stationary tile: another, or rewritten since
+                st = d[2]                 # MatmulIssue.stationary
+                held = (st[0], st[1], version[st[0]])
                 new, stationary = held != stationary, held
             else:
                 new, stationary = True, None
@@ -486,7 +486,7 @@ def list_order(program: Program, spec=None, times: list | None = None) -> list[i
         elif kind == ENGINE_OP:
             _, eid, dur, _, ports, node, _, _, _, _, _, hidden = op
             if eid == DVE:                # its hidden overhead depends on its predecessor here
-                d = issues[k]
+                d = as_description(issues[k])
                 hidden = 0.0 if _reads_previous(d, dve_previous) else free_hidden[k]
                 dve_previous = d.writes
             start, end, _ = engines.compute(eid, t, -1, dur, hidden, ports, k)

@@ -11,8 +11,9 @@ Three kinds, each a `NamedTuple` (a tuple: cheap to build, and a hot loop may un
   `as_op` names one.
 - **the timeline record** (`Record`) — one per executed instruction (`timeline.Timeline`).
 
-A description may also arrive as a plain tuple of the same fields (a rewrite that slices one,
-`allocate._issue_on_tiles`); `as_description` gives it its class back.
+A program keeps its descriptions as plain tuples of the same fields (loop stamping rebuilds plain
+tuples; a rewrite slices one, `allocate._issue_on_tiles`); `as_description` gives one its class
+back, and `read_refs` / `write_refs` read either.
 """
 from __future__ import annotations
 
@@ -98,6 +99,7 @@ class PrintIssue(NamedTuple):
 
 
 DESCRIPTIONS = (ComputeIssue, MatmulIssue, TensorIssue, DmaIssue, SeedIssue, PrintIssue)
+_new_tuple = tuple.__new__
 
 
 def as_description(d: tuple):
@@ -105,40 +107,36 @@ def as_description(d: tuple):
     cls = DESCRIPTIONS[d[0]]
     if type(d) is cls:
         return d
-    return cls._make(d) if len(d) == len(cls._fields) else cls(*d)    # (defaults fill the rest)
+    if len(d) == len(cls._fields):
+        return _new_tuple(cls, d)                   # (NamedTuple._make without its checks)
+    return cls(*d)                                  # (defaults fill the rest)
 
 
-def duration(d) -> float:
-    """ns the instruction keeps its engine busy (0: timed elsewhere, e.g. a collective)."""
-    kind = d[0]
-    if kind == DMA:
-        return d.fixed_ns + d.cycles
-    if kind in (MATMUL, PE_ISSUE):
-        return d.busy
-    if kind in (ISSUE, SEED):
-        return d.duration
-    return 1.0                  # device_print takes no engine time and needs none
-
-
-def read_refs(d) -> tuple:
-    """The (buffer id, box) operands a description reads."""
+def read_refs(d: tuple) -> tuple:
+    """The (buffer id, box) operands a description (or a plain tuple of its fields) reads."""
     kind = d[0]
     if kind == MATMUL:
-        return (d.stationary, d.moving)
+        return (d[2], d[3])                         # stationary, moving
     if kind == PE_ISSUE:
-        return (d.stationary,) + d.reads
-    if kind in (ISSUE, DMA, SEED):
-        return d.reads
+        return (d[2],) + d[3]                       # stationary + reads
+    if kind == ISSUE or kind == DMA:
+        return d[4] if kind == ISSUE else d[3]      # reads
+    if kind == SEED:
+        return d[1]
     return ()
 
 
-def write_refs(d) -> tuple:
-    """The (buffer id, box) operands a description writes."""
+def write_refs(d: tuple) -> tuple:
+    """The (buffer id, box) operands a description (or a plain tuple of its fields) writes."""
     kind = d[0]
     if kind == ISSUE:
-        return d.writes
-    if kind in (MATMUL, PE_ISSUE, DMA):
-        return (d.dst,)
+        return d[5]                                 # writes
+    if kind == MATMUL:
+        return (d[1],)                              # dst
+    if kind == PE_ISSUE:
+        return (d[4],)
+    if kind == DMA:
+        return (d[2],)
     return ()
 
 

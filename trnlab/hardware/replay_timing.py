@@ -38,7 +38,7 @@ from .describe import describe
 from .engines import DVE, PE, port_keys
 from .memory import put_range, take_ranges
 from .records import (DMA, DMA_OP, ENGINE_OP, ISSUE, LATEST_OP, MATMUL, PE_ISSUE, PE_OP, PRINT_OP,
-                      SEED, SEED_OP, as_description, duration, write_refs)
+                      SEED, SEED_OP)
 from .dependencies import _union, add_read, add_write, read_waits, write_waits
 
 
@@ -321,8 +321,25 @@ class Compiled:
 
 def _summary(issues) -> tuple[bool, set]:
     """(does every instruction take time?, the buffer ids the program writes) — one pass."""
-    written = {bid for d in issues for bid, _ in write_refs(d)}
-    return all(duration(d) > 0 for d in issues), written
+    written = set()
+    positive = True
+    for d in issues:                    # (positions: a pass over every instruction at each compile)
+        kind = d[0]
+        if kind == DMA:
+            written.add(d[2][0])                            # DmaIssue.dst
+            positive = positive and d[6] + d[7] > 0         # fixed_ns + cycles
+        elif kind == MATMUL:
+            written.add(d[1][0])                            # MatmulIssue.dst
+            positive = positive and d[4] > 0                # busy
+        elif kind == ISSUE:
+            written.update(bid for bid, _ in d[5])          # ComputeIssue.writes
+            positive = positive and d[3] > 0                # duration
+        elif kind == PE_ISSUE:
+            written.add(d[4][0])                            # TensorIssue.dst
+            positive = positive and d[5] > 0                # busy
+        elif kind == SEED:
+            positive = positive and d[2] > 0                # SeedIssue.duration
+    return positive, written
 
 
 def compiled_for(program, spec) -> Compiled:
@@ -339,9 +356,7 @@ def compiled_for(program, spec) -> Compiled:
         if any(i is None for i in issues):
             issues = None
     if issues is None:
-        issues = describe(program, spec)
-    else:
-        issues = [as_description(d) for d in issues]     # (a rewrite may give plain tuples)
+        issues = describe(program, spec)      # (the trace's are plain tuples of the same fields)
     c = cache[spec] = Compiled(program, spec, issues, program.matmul_dtypes)
     return c
 
