@@ -2,8 +2,12 @@
 
 A run (`execute`) replays the partitions in order on core 0 of a `trnlab.hardware.Device` (no Python
 tracing: a replay costs one method call per instruction), runs the host ops in PyTorch in between
-(they take no simulated device time; their wall time is kept) and gives the run's timeline, shifted
-to start at 0, with one `Region` per op.
+and gives the run's timeline, shifted to start at 0, with one `Region` per op.
+
+A host op takes the time its cost gives (`compiler.fallback.host_cost`): it starts when the device's
+last result is ready, its transfer device -> host and back are records on a "host_link" track and
+its compute a record on a "host" track, and the core waits until its result is back
+(`NeuronCore.wait_until`) before the next device partition starts. Its wall time is kept too.
 
     result = execute(exe, chip, env)                # chip: trnlab.hardware.Device; env: name -> array or Tensor
 """
@@ -69,7 +73,8 @@ def execute(exe: Executable, chip, env: dict, resident: dict | None = None, timi
                     env[call.output] = env[call.inputs[0]].reshape(call.out_shape)
                     continue
                 env[call.output] = _host(call, env, resident)
-                host_regions.append((len(launches), call, time.perf_counter() - t0))
+                host_regions.append((call, time.perf_counter() - t0, _host_times(call, core.now)))
+                core.wait_until(host_regions[-1][2][-1])     # the next partition waits for the result
             continue
         args = [resident[n] if n in resident else env[n] for n in part.inputs]
         run = chip.run(part.program, *args, core=0, region=f"part{i}")
@@ -80,7 +85,8 @@ def execute(exe: Executable, chip, env: dict, resident: dict | None = None, timi
             env[value] = out if out is None else out.reshape(shapes[value])     # a view's own shape
     wall = time.perf_counter() - t_start
     run_timeline, spans = _shifted(timeline, base, origin)
-    regions = _regions(exe, run_timeline, spans, host_regions, launches)
+    host_records = _add_host_records(run_timeline, host_regions, origin)
+    regions = _regions(exe, run_timeline, spans, host_regions, host_records)
     run_timeline.regions = [(r.name, min(r.records), max(r.records) + 1) for r in regions if r.records]
     return Execution(env, run_timeline, regions, wall, launches)
 
@@ -93,7 +99,44 @@ def _shifted(timeline, base: int, origin: float):
     return out, spans
 
 
-def _regions(exe: Executable, tl, spans, host_regions, launches) -> list[Region]:
+def _host_times(call: Call, start: float) -> tuple:
+    """(start, back on the host, computed, back on the device) in ns, from the call's cost."""
+    cost = call.cost or {}
+    to_host = cost.get("to_host_ns", 0.0)
+    compute = cost.get("compute_ns", cost.get("total_ns", 0.0) if "to_host_ns" not in cost else 0.0)
+    t1 = start + to_host
+    t2 = t1 + compute
+    return start, t1, t2, t2 + cost.get("to_device_ns", 0.0)
+
+
+def _add_host_records(tl, host_regions, origin: float) -> dict:
+    """Append each host op's records to the run's timeline (after the device's; times relative to
+    the run's start): its transfer to the host and back on "host_link", its compute on "host".
+    Returns id(call) -> its record indices."""
+    from trnlab.hardware.records import Record
+    if not host_regions:
+        return {}
+    for engine in ("host_link", "host"):
+        if engine not in tl.engines:
+            tl.engines.append(engine)
+    link, host = tl.engines.index("host_link"), tl.engines.index("host")
+    out = {}
+    for call, _, (t0, t1, t2, t3) in host_regions:
+        t0, t1, t2, t3 = (t - origin for t in (t0, t1, t2, t3))
+        cost = call.cost or {}
+        first = len(tl.records)
+        waited = -1
+        for eid, opcode, s, e, note in ((link, "to_host", t0, t1, f"{cost.get('bytes_to_host', 0)} B device->host"),
+                                        (host, f"host:{call.op}", t1, t2, call.region),
+                                        (link, "to_device", t2, t3, f"{cost.get('bytes_to_device', 0)} B host->device")):
+            if e > s or eid == host:         # a transfer that moves nothing is not drawn
+                tl.records.append(Record(eid, opcode, s, e, e, 0.0, 0, 0, 0, waited, note))
+                waited = len(tl.records) - 1
+        out[id(call)] = list(range(first, len(tl.records)))
+    return out
+
+
+def _regions(exe: Executable, tl, spans, host_regions, host_records) -> list[Region]:
     """One Region per kernel or host call, in program order, from the replay's region spans."""
     from trnlab.hardware.timeline import READY, START
     records: dict[str, list] = {}
@@ -103,16 +146,18 @@ def _regions(exe: Executable, tl, spans, host_regions, launches) -> list[Region]
             records.setdefault(parts[1], []).extend(range(first, end))
     out = []
     frontier = 0.0
-    host = {id(call): (k, wall) for k, call, wall in host_regions}
+    host = {id(call): (wall, times) for call, wall, times in host_regions}
     for part in exe.partitions:
         for call in part.calls:
             if call.kind == "view":
                 continue
             if call.kind == "host":
-                _, wall = host[id(call)]
-                ns = call.cost.get("total_ns", 0.0)          # transfers and host compute (compiler.fallback)
-                out.append(Region(call.region, call.op, "host", call.source, frontier, frontier + ns, [], ns, wall))
-                frontier += ns
+                wall, _ = host[id(call)]
+                idx = host_records[id(call)]                 # transfers and host compute (compiler.fallback)
+                start, end = tl.records[idx[0]][START], tl.records[idx[-1]][READY]
+                out.append(Region(call.region, call.op, "host", call.source, start, end, idx,
+                                  max(0.0, end - frontier), wall))
+                frontier = max(frontier, end)
                 continue
             idx = sorted(set(records.get(call.region, [])))
             start = min((tl.records[i][START] for i in idx), default=frontier)

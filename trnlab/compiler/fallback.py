@@ -11,16 +11,21 @@ Rules (`compile(..., fallback=True)` or `torch.compile(..., options={"fallback":
   graph (`[host]` nodes) and in the program listing; a graph with host ops is one device program per
   run of device ops.
 
-Cost of each host op (in the profile, as the op's share of the run): the transfers of the tensors it
-reads from the device and of its output back, at the host link's bandwidth plus a fixed latency per
-transfer, and its compute at the host's memory bandwidth (bytes read + written).
+Cost of each host op, on the run's timeline (`compiler.execute`) and in the profile: the transfer of the
+tensors it reads from the device (device -> host), its compute, and the transfer of its output back
+(host -> device, if a device op or the caller reads it). A transfer takes its bytes at the compiled
+target's host-link bandwidth (`ChipSpec.host_link_bandwidth`, ASSUMED PCIe Gen5 x16 ~ 63 GB/s per
+direction) plus a fixed latency; the compute streams the bytes it reads and writes at the host's
+memory bandwidth. The three are records on the run's timeline (engines "host_link" and "host") and
+the next device partition starts after them.
 """
 from __future__ import annotations
 
-# Assumed: PCIe Gen5 x16 between the host and the device, 32 GT/s per lane x 16 lanes, 128b/130b
-# encoding ~ 63 GB/s per direction (PCI-SIG, PCI Express Base Specification 5.0). No preset field holds
-# the host link yet (trnlab/hardware/presets.py): the lead is asked for one.
-HOST_LINK_BYTES_PER_S = 63.0e9
+from trnlab.hardware import presets
+
+# The host link of the default target; each compiled target's own is its ChipSpec.host_link_bandwidth
+# (ASSUMED there: PCIe Gen5 x16, see trnlab/hardware/presets.py).
+HOST_LINK_BYTES_PER_S = presets.TRN2.host_link_bandwidth
 HOST_LINK_SOURCE = "assumed: PCIe Gen5 x16, ~63 GB/s per direction (PCI-SIG PCIe 5.0 base spec)"
 TRANSFER_LATENCY_NS = 5_000.0          # assumed: per transfer, DMA descriptor setup and a synchronisation
 HOST_BYTES_PER_S = 20.0e9              # assumed: one CPU core streaming through DRAM
@@ -33,13 +38,22 @@ def on_device(dtype: str) -> bool:
     return dtype in DEVICE_DTYPES
 
 
-def host_cost(read_from_device: list, nbytes_in: int, nbytes_out: int, out_to_device: bool) -> dict:
-    """The cost (ns) of one host op: transfers in (the tensors it reads from the device), its compute,
-    and the transfer of its output back (if a device op reads it)."""
+def host_link_bandwidth(target) -> float:
+    """Bytes/s per direction between the host and a chip of `target` (a name or a spec)."""
+    from trnlab.hardware.device import chip_spec
+    return chip_spec(target).host_link_bandwidth
+
+
+def host_cost(read_from_device: list, nbytes_in: int, nbytes_out: int, out_to_device: bool,
+              link_bytes_per_s: float = HOST_LINK_BYTES_PER_S) -> dict:
+    """The cost (ns) of one host op: the transfer of the tensors it reads from the device (one per
+    tensor), its compute, and the transfer of its output back (if a device op reads it)."""
     to_host = sum(read_from_device)
     back = nbytes_out if out_to_device else 0
-    transfers = len(read_from_device) + (1 if out_to_device else 0)
-    transfer_ns = (to_host + back) / HOST_LINK_BYTES_PER_S * 1e9 + transfers * TRANSFER_LATENCY_NS
+    to_host_ns = to_host / link_bytes_per_s * 1e9 + len(read_from_device) * TRANSFER_LATENCY_NS
+    to_device_ns = back / link_bytes_per_s * 1e9 + (TRANSFER_LATENCY_NS if out_to_device else 0.0)
     compute_ns = (nbytes_in + nbytes_out) / HOST_BYTES_PER_S * 1e9
-    return {"transfer_ns": transfer_ns, "compute_ns": compute_ns, "total_ns": transfer_ns + compute_ns,
-            "bytes_to_host": int(to_host), "bytes_to_device": int(back), "link": HOST_LINK_SOURCE}
+    return {"to_host_ns": to_host_ns, "compute_ns": compute_ns, "to_device_ns": to_device_ns,
+            "transfer_ns": to_host_ns + to_device_ns, "total_ns": to_host_ns + compute_ns + to_device_ns,
+            "bytes_to_host": int(to_host), "bytes_to_device": int(back),
+            "link_bytes_per_s": link_bytes_per_s, "link": HOST_LINK_SOURCE}

@@ -28,7 +28,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from trnlab.compiler.errors import CompileError
-from trnlab.compiler.fallback import host_cost, on_device
+from trnlab.compiler.fallback import host_cost, host_link_bandwidth, on_device
 from trnlab.compiler.ir import Graph, Node
 
 from trnlab.compiler.lower_nn import OPS as NN_OPS  # noqa: E402  (the ops of students' models)
@@ -268,8 +268,10 @@ def lower_calls(g: Graph, node: Node, region: str) -> list:
         return lower_nn.lower_node(g, node, region, Call, _unsupported)
 
 
-def _cost_host_calls(g: Graph, calls: list) -> None:
-    """Each host call's cost: what it reads from the device, its compute, its output sent back."""
+def _cost_host_calls(g: Graph, calls: list, target) -> None:
+    """Each host call's cost: what it reads from the device, its compute, its output sent back, over
+    the target's host link (compiler.fallback)."""
+    link = host_link_bandwidth(target) if any(c.kind == "host" for c in calls) else 0.0
     host = {c.output for c in calls if c.kind == "host"}
     readers: dict = {}
     for c in calls:
@@ -281,7 +283,8 @@ def _cost_host_calls(g: Graph, calls: list) -> None:
             continue
         from_device = [g.values[x].nbytes for x in dict.fromkeys(c.inputs) if x not in host]   # weights too: in HBM
         back = any(r.kind != "host" for r in readers.get(c.output, [])) or c.output in g.outputs
-        c.cost = host_cost(from_device, sum(g.values[x].nbytes for x in c.inputs), g.values[c.output].nbytes, back)
+        c.cost = host_cost(from_device, sum(g.values[x].nbytes for x in c.inputs), g.values[c.output].nbytes, back,
+                           link)
 
 
 def lower(g: Graph, target: str = "trn2", fallback: bool = False) -> LoweredGraph:
@@ -321,7 +324,7 @@ def lower(g: Graph, target: str = "trn2", fallback: bool = False) -> LoweredGrap
             node.device = "host"
             calls.append(Call("host", node.op, region, list(node.inputs), node.name, list(g.values[node.name].shape),
                               attrs=node.attrs, source=node.source, dtype=g.values[node.name].dtype))
-    _cost_host_calls(g, calls)
+    _cost_host_calls(g, calls, target)
     boundaries = []
     device_of = {n.name: n.device for n in g.nodes}
     for n in g.nodes:

@@ -132,6 +132,13 @@ class NeuronCore(TensorEngineInstructions, VectorInstructions, ReductionInstruct
         self.engine_times.barrier(self._now)
         self._dve_prev = None                       # the next launch starts a new instruction stream
 
+    def wait_until(self, t_ns: float) -> None:
+        """Nothing issued from now on starts before `t_ns`: the core waits for work off the device,
+        e.g. a host op whose result comes back at `t_ns` (a barrier at max(now, t_ns))."""
+        if t_ns > self._now:
+            self._now = t_ns
+        self.barrier()
+
     def device_print(self, prefix: str, src) -> int:
         """Print src's values (full mode; its shape in timing mode). Takes no engine time."""
         src = _view(src, "src")

@@ -214,6 +214,11 @@ class ChipSpec:
     link_bandwidth: float           # bytes/s per chip
     dma_engines: int
     quoted_tflops: dict = field(default_factory=dict)   # chip peaks as published, by dtype
+    # bytes/s per direction between the host CPU and the chip. ASSUMED (no AWS page gives the host
+    # interface of a Trainium chip): PCIe Gen5 x16, 32 GT/s x 16 lanes with 128b/130b encoding
+    # ~ 63 GB/s per direction (PCI-SIG, PCI Express Base Specification 5.0). Used by the compiler's
+    # host fallback (trnlab/compiler/fallback.py) to cost the transfers around a host op.
+    host_link_bandwidth: float = 63.0e9
 
     def derive(self, name: str | None = None, **core_changes) -> "ChipSpec":
         """The same chip built from a derived core."""

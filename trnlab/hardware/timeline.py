@@ -24,7 +24,7 @@ from .records import END, ENGINE, FLOPS, HBM, NOTE, OPCODE, PSUM, READY, SBUF, S
 
 # Short names as in Neuron's profiler, long names for display.
 ENGINE_LONG_NAMES = {"pe": "Tensor (PE)", "act": "Scalar (ACT)", "dve": "Vector (DVE)",
-                     "pool": "GpSimd (POOL)"}
+                     "pool": "GpSimd (POOL)", "host": "Host CPU", "host_link": "Host link (PCIe)"}
 COMPUTE_ENGINES = ("pe", "act", "dve", "pool")
 
 
