@@ -86,3 +86,25 @@ def test_outputs_still_match_eager_pytorch(run):
     y = torch.as_tensor(np.asarray(result.outputs if not isinstance(result.outputs, (list, tuple))
                                    else result.outputs[0]))
     assert torch.allclose(y, model(x), rtol=1e-4, atol=1e-5)
+
+
+def test_host_tracks_are_named_in_the_chrome_trace_and_grey_in_the_picture(run):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.colors import to_hex
+
+    from trnlab.viz import timeline as viz
+    _, _, _, result = run
+    trace = result.profile.to_chrome_trace()
+    threads = {e["args"]["name"] for e in trace["traceEvents"] if e["name"] == "thread_name"}
+    assert {"Host link (PCIe)", "Host CPU"} <= threads
+    fig = viz.plot_timeline(result.profile.timeline)
+    box = fig.axes[0].get_legend()
+    legend = {t.get_text(): to_hex(h.get_facecolor()) for t, h in zip(box.get_texts(), box.legend_handles)
+              if hasattr(h, "get_facecolor")}                   # bars (not the PSUM tail's line)
+    assert legend["to_host"] == legend["to_device"] == viz.HOST_LINK_COLOUR
+    assert [c for op, c in legend.items() if op.startswith("host:")] == [viz.HOST_COLOUR]
+    plt.close(fig)
+    assert viz.HOST_LINK_COLOUR not in {c for op, c in legend.items() if op not in ("to_host", "to_device")}
+

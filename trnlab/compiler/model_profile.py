@@ -121,7 +121,8 @@ class RunProfile:
         ops = sorted(self.ops, key=lambda o: -o.ns)[:top] if top else self.ops
         for o in ops:
             lines.append(f"{o.region:22s} {o.kernel:20s} {o.ns / 1e3:9.2f} {o.share:6.1%} {o.mfu:6.1%} "
-                         f"{min(o.intensity, 9999):7.1f} {o.bound:7s} {o.source[:60]}")
+                         + (f"{'-':>7s}" if o.bound == "host" else f"{min(o.intensity, 9999):7.1f}")
+                         + f" {o.bound:7s} {o.source[:60]}")
         return "\n".join(lines)
 
     def summary(self) -> str:

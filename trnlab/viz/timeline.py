@@ -22,6 +22,7 @@ from matplotlib.patches import Patch
 from trnlab.hardware.timeline import engine_long_name
 
 ENGINE_ORDER = ("pe", "dve", "act", "pool")
+HOST_LINK_COLOUR, HOST_COLOUR = "#bab0ac", "#79706e"     # host fallback: transfers, compute
 OPCODE_COLOURS = ["#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#9c755f"]
 
 
@@ -31,6 +32,13 @@ def _engine_rank(engine: str) -> tuple[int, int]:
     if engine.startswith("dma") and engine[3:].isdigit():
         return (len(ENGINE_ORDER), int(engine[3:]))
     return (len(ENGINE_ORDER) + 1, 0)
+
+
+def _host_colour(opcode: str) -> str | None:
+    """Greys for a host op's records (compiler.execute): its transfers and its compute."""
+    if opcode in ("to_host", "to_device"):
+        return HOST_LINK_COLOUR
+    return HOST_COLOUR if opcode.startswith("host:") else None
 
 
 def engine_label(engine: str) -> str:
@@ -48,7 +56,9 @@ def plot_timeline(timeline: Any, ax: plt.Axes | None = None, title: str | None =
     engine_ids = sorted(set(columns["engine"].tolist()), key=lambda e: _engine_rank(timeline.engines[e]))
     row_of = {eid: row for row, eid in enumerate(engine_ids)}
     opcodes = list(dict.fromkeys(columns["opcode"]))  # in order of first appearance
-    colour_of = {op: OPCODE_COLOURS[i % len(OPCODE_COLOURS)] for i, op in enumerate(opcodes)}
+    device_ops = [op for op in opcodes if _host_colour(op) is None]
+    colour_of = {op: OPCODE_COLOURS[i % len(OPCODE_COLOURS)] for i, op in enumerate(device_ops)}
+    colour_of.update({op: _host_colour(op) for op in opcodes if op not in colour_of})
 
     if ax is None:
         _, ax = plt.subplots(figsize=(9, 0.45 * len(engine_ids) + 1.6))
