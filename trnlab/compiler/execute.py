@@ -102,10 +102,8 @@ def _shifted(timeline, base: int, origin: float):
 def _host_times(call: Call, start: float) -> tuple:
     """(start, back on the host, computed, back on the device) in ns, from the call's cost."""
     cost = call.cost or {}
-    to_host = cost.get("to_host_ns", 0.0)
-    compute = cost.get("compute_ns", cost.get("total_ns", 0.0) if "to_host_ns" not in cost else 0.0)
-    t1 = start + to_host
-    t2 = t1 + compute
+    t1 = start + cost.get("to_host_ns", cost.get("transfer_ns", 0.0))   # an older artifact: one transfer
+    t2 = t1 + cost.get("compute_ns", 0.0)
     return start, t1, t2, t2 + cost.get("to_device_ns", 0.0)
 
 
@@ -126,9 +124,10 @@ def _add_host_records(tl, host_regions, origin: float) -> dict:
         cost = call.cost or {}
         first = len(tl.records)
         waited = -1
-        for eid, opcode, s, e, note in ((link, "to_host", t0, t1, f"{cost.get('bytes_to_host', 0)} B device->host"),
-                                        (host, f"host:{call.op}", t1, t2, call.region),
-                                        (link, "to_device", t2, t3, f"{cost.get('bytes_to_device', 0)} B host->device")):
+        steps = ((link, "to_host", t0, t1, f"{cost.get('bytes_to_host', 0)} B device->host"),
+                 (host, f"host:{call.op}", t1, t2, call.region),
+                 (link, "to_device", t2, t3, f"{cost.get('bytes_to_device', 0)} B host->device"))
+        for eid, opcode, s, e, note in steps:
             if e > s or eid == host:         # a transfer that moves nothing is not drawn
                 tl.records.append(Record(eid, opcode, s, e, e, 0.0, 0, 0, 0, waited, note))
                 waited = len(tl.records) - 1
