@@ -653,3 +653,18 @@ def test_compiled_replay_follows_a_changed_cost_model_like_the_checked_core():
                                                                                  launches=launches)
 
     check()
+
+
+@config.override(fast=True)          # a fast path's own behaviour
+def test_a_program_is_compiled_and_resolved_once_for_every_later_launch():
+    from trnlab.hardware import replay_timing
+    program = nki.trace(ladder.matmul_tiled, SD((256, 128), "bfloat16"), SD((256, 1024), "bfloat16"),
+                        target="trn2")
+    device = Device("trn2", mode="timing", cores=1)
+    device.run(program, None, None)
+    compiled = replay_timing.compiled_for(program, device.cores[0].spec)
+    resolved = dict(compiled._resolved)
+    for _ in range(3):
+        device.run(program, None, None)
+    assert replay_timing.compiled_for(program, device.cores[0].spec) is compiled     # described once
+    assert all(compiled._resolved.get(k) is r for k, r in resolved.items())         # resolved once per layout

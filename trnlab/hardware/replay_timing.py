@@ -349,6 +349,9 @@ def compiled_for(program, spec) -> Compiled:
     cache = derived.get("compiled")
     if cache is None:
         cache = derived.put("compiled", {})
+    for s, c in cache.items():
+        if s is spec or s == spec:
+            return c
     issues = None
     traced = program.issue_spec
     if traced is not None and (traced is spec or traced == spec):
