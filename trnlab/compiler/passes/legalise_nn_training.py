@@ -7,7 +7,8 @@ is written as ops the forward already has, in the convolution pass's channels-la
                                       [1] -> dw = im2col(x).T @ dy_rows, back to [O, C, kh, kw]
                                       [2] -> db = sum(dy, dims=[0, 2, 3])
         (dy_rows = dy in NHWC as [N*Ho*Wo, O]; the training lowering reads both transposes of the
-         matmuls in place, nothing is copied; groups = 1)
+         matmuls in place, nothing is copied; groups = 1: training/aot.py splits a grouped convolution into
+         one convolution per group before this pass)
     max_pool2d_with_indices_backward / avg_pool2d_backward -> pool2d_backward (NHWC): the maximum
         is found again from x (PyTorch's first index in the window), so the indices are not needed
     where(le(y, 0), 0, dy)                 -> relu_backward(y, dy)     (ReLU's gradient from its output)
