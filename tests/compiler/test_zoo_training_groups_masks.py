@@ -59,9 +59,10 @@ class MaskedAttention(nn.Module):
 T = 5
 BOOL_MASK = (torch.rand(T, T, generator=torch.Generator().manual_seed(5)) > 0.4) | torch.eye(T, dtype=torch.bool)
 FLOAT_MASK = torch.randn(T, T, generator=torch.Generator().manual_seed(6))
+PER_BATCH_MASK = torch.randn(2, 1, T, T, generator=torch.Generator().manual_seed(8))   # broadcast over heads
 
 
-@pytest.mark.parametrize("mask", [BOOL_MASK, FLOAT_MASK], ids=["bool", "float"])
+@pytest.mark.parametrize("mask", [BOOL_MASK, FLOAT_MASK, PER_BATCH_MASK], ids=["bool", "float", "float_per_batch"])
 def test_masked_attention_gradients_match_eager(mask):
     torch.manual_seed(7)
     x = torch.randn(2, T, 8)
