@@ -200,9 +200,9 @@ def _sdpa_backward(g: Graph, node: Node, args: list, shared: dict) -> bool:
     d_out, q, k, v, o = args[:5]
     item = node.attrs.get("item")
     rest = dict(zip(("dropout_p", "is_causal", "attn_mask"), args[6:9]), **_kwargs(node))
-    mask = rest.get("attn_mask")
-    if item not in (0, 1, 2) or rest.get("dropout_p") or (mask is not None and (
-            not isinstance(mask, str) or g.values[mask].dtype == "bool")):
+    attn_mask = rest.get("attn_mask")
+    if item not in (0, 1, 2) or rest.get("dropout_p") or (attn_mask is not None and (
+            not isinstance(attn_mask, str) or g.values[attn_mask].dtype == "bool")):
         return False
     *lead, T, d = g.values[q].shape
     S, dv = g.values[k].shape[-2], g.values[v].shape[-1]
@@ -232,8 +232,8 @@ def _sdpa_backward(g: Graph, node: Node, args: list, shared: dict) -> bool:
             shared[key] = g.add_constant(g.fresh(f"{node.name}_causal"), mask).name
         full = add("broadcast", [shared[key]], (G, T, S), {"shape": [G, T, S]}, "mask")
         scores = add("add", [scores, full], (G, T, S), name="masked")
-    if mask is not None:             # additive (SDPA made a boolean mask 0 / -inf before the fused op)
-        full = add("broadcast", [mask], (*lead, T, S), {"shape": [*lead, T, S]}, "attn_mask")
+    if attn_mask is not None:        # additive (SDPA made a boolean mask 0 / -inf before the fused op)
+        full = add("broadcast", [attn_mask], (*lead, T, S), {"shape": [*lead, T, S]}, "attn_mask")
         scores = add("add", [scores, three(full, T, S, "attn_mask_3d")], (G, T, S), name="attn_masked")
     probs = add("softmax", [scores], (G, T, S), {"dim": -1}, "probs")
     if item == 2:
