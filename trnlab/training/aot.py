@@ -231,9 +231,44 @@ def compile_phase(fx_gm: torch.fx.GraphModule, phase: str, constants: dict, targ
     return prog
 
 
+def _per_group(x: torch.Tensor, groups: int) -> list:
+    """x's channels (dim 1 of an activation, dim 0 of a weight: pass x.transpose) in `groups` equal slices."""
+    return list(torch.chunk(x, groups, dim=1))
+
+
+def _grouped_convolution(x, w, bias, stride, padding, dilation, transposed, output_padding, groups):
+    """convolution(groups=G) -> G convolutions of groups=1 on the channel slices, joined by cat (dim 1):
+    each is then the im2col matmul of the training lowering (forward) and its adjoints (backward)."""
+    if groups == 1 or transposed:
+        return NotImplemented
+    biases = list(torch.chunk(bias, groups)) if bias is not None else [None] * groups
+    parts = [torch.ops.aten.convolution.default(xg, wg, bg, stride, padding, dilation, False, output_padding, 1)
+             for xg, wg, bg in zip(_per_group(x, groups), torch.chunk(w, groups), biases)]
+    return torch.cat(parts, dim=1)
+
+
+def _grouped_convolution_backward(dy, x, w, bias_sizes, stride, padding, dilation, transposed, output_padding,
+                                  groups, output_mask):
+    """convolution_backward(groups=G) -> G backward convolutions of groups=1 (group g's dx and dw read only
+    its slices of dy, x and w), dx joined on the channels (dim 1), dw on the output channels (dim 0)."""
+    if groups == 1 or transposed:
+        return NotImplemented
+    parts = [torch.ops.aten.convolution_backward.default(
+        dyg, xg, wg, None, stride, padding, dilation, False, output_padding, 1, [output_mask[0], output_mask[1], False])
+        for dyg, xg, wg in zip(_per_group(dy, groups), _per_group(x, groups), torch.chunk(w, groups))]
+    dx = torch.cat([p[0] for p in parts], dim=1) if output_mask[0] else None
+    dw = torch.cat([p[1] for p in parts], dim=0) if output_mask[1] else None
+    db = dy.sum(dim=[0, *range(2, dy.dim())]) if output_mask[2] else None
+    return dx, dw, db
+
+
 def decompositions() -> dict:
-    """The training step's decomposition table (core ATen minus the ops with kernels of their own)."""
-    return capture_mod.decompositions()
+    """The training step's decomposition table (core ATen minus the ops with kernels of their own), and a
+    grouped convolution (depthwise included) as one ordinary convolution per group, forward and backward."""
+    table = capture_mod.decompositions()
+    table[torch.ops.aten.convolution.default] = _grouped_convolution
+    table[torch.ops.aten.convolution_backward.default] = _grouped_convolution_backward
+    return table
 
 
 def dynamo_backend(gm, example_inputs, names: list, options: dict):

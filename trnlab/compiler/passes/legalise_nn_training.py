@@ -7,12 +7,13 @@ is written as ops the forward already has, in the convolution pass's channels-la
                                       [1] -> dw = im2col(x).T @ dy_rows, back to [O, C, kh, kw]
                                       [2] -> db = sum(dy, dims=[0, 2, 3])
         (dy_rows = dy in NHWC as [N*Ho*Wo, O]; the training lowering reads both transposes of the
-         matmuls in place, nothing is copied; groups = 1)
+         matmuls in place, nothing is copied; groups = 1: training/aot.py splits a grouped convolution into
+         one convolution per group before this pass)
     max_pool2d_with_indices_backward / avg_pool2d_backward -> pool2d_backward (NHWC): the maximum
         is found again from x (PyTorch's first index in the window), so the indices are not needed
     where(le(y, 0), 0, dy)                 -> relu_backward(y, dy)     (ReLU's gradient from its output)
     _scaled_dot_product_flash_attention_for_cpu_backward(dO, q, k, v, O, lse, ...)[i] -> batched matmuls
-        with the probabilities recomputed (no dropout, no mask but the causal one)
+        with the probabilities recomputed (no dropout; the causal mask and/or an additive attn_mask)
     where(all(s == -inf), 0, softmax(s))   -> softmax(s) when no row of the scores can be all masked
                                               (SDPA's decomposition; a constant mask is checked)
     where(c, x, 0) with c a constant       -> x * c                   (select's and split's gradients)
@@ -25,7 +26,7 @@ from __future__ import annotations
 
 from trnlab.compiler.ir import Graph, Node
 from trnlab.compiler.passes.convolution import NCHW, NHWC
-from trnlab.compiler.passes.legalise import _args, _set
+from trnlab.compiler.passes.legalise import _args, _kwargs, _set
 
 NAME = "legalise_nn_training"
 
@@ -193,14 +194,15 @@ def _attention_guard(g: Graph, node: Node) -> bool:
 
 def _sdpa_backward(g: Graph, node: Node, args: list, shared: dict) -> bool:
     """_scaled_dot_product_flash_attention_for_cpu_backward(dO, q, k, v, O, lse, p, causal, mask, scale)[i] as
-    batched matmuls, the probabilities recomputed (P = softmax(scale q k.T + causal mask)):
+    batched matmuls, the probabilities recomputed (P = softmax(scale q k.T + causal mask + attn_mask)):
     dV = P.T dO, dP = dO V.T, dS = P (dP - rowsum(dO O)), dQ = scale dS K, dK = scale dS.T Q."""
     import numpy as np
     d_out, q, k, v, o = args[:5]
     item = node.attrs.get("item")
-    rest = dict(zip(("dropout_p", "is_causal", "attn_mask"), args[6:9]), **{
-        k_: v_ for k_, v_ in ((node.attrs.get("kwargs") or {}).items())})
-    if item not in (0, 1, 2) or rest.get("dropout_p") or rest.get("attn_mask") is not None:
+    rest = dict(zip(("dropout_p", "is_causal", "attn_mask"), args[6:9]), **_kwargs(node))
+    attn_mask = rest.get("attn_mask")
+    if item not in (0, 1, 2) or rest.get("dropout_p") or (attn_mask is not None and (
+            not isinstance(attn_mask, str) or g.values[attn_mask].dtype == "bool")):
         return False
     *lead, T, d = g.values[q].shape
     S, dv = g.values[k].shape[-2], g.values[v].shape[-1]
@@ -230,6 +232,9 @@ def _sdpa_backward(g: Graph, node: Node, args: list, shared: dict) -> bool:
             shared[key] = g.add_constant(g.fresh(f"{node.name}_causal"), mask).name
         full = add("broadcast", [shared[key]], (G, T, S), {"shape": [G, T, S]}, "mask")
         scores = add("add", [scores, full], (G, T, S), name="masked")
+    if attn_mask is not None:        # additive (SDPA made a boolean mask 0 / -inf before the fused op)
+        full = add("broadcast", [attn_mask], (*lead, T, S), {"shape": [*lead, T, S]}, "attn_mask")
+        scores = add("add", [scores, three(full, T, S, "attn_mask_3d")], (G, T, S), name="attn_masked")
     probs = add("softmax", [scores], (G, T, S), {"dim": -1}, "probs")
     if item == 2:
         result = add("batch_matmul", [add("transpose", [probs], (G, S, T), {"perm": [0, 2, 1]}, "pT"), do3],
