@@ -141,5 +141,25 @@ def test_the_compiler_reaches_the_training_lowering_only_through_what_training_l
     from trnlab.training import aot
     assert dynamo._training is aot.dynamo_backend            # lent when trnlab.training was imported
     monkeypatch.setattr(dynamo, "_training", None)
+    monkeypatch.setattr(dynamo, "_lend_training_from_the_package", lambda: None)     # no entry point
     with pytest.raises(CompileError, match="import trnlab.training"):
         dynamo._training_backend(None, [], [], {})
+
+
+def test_torch_compile_trains_without_importing_trnlab_training_first(tmp_path):
+    # a student's script: only torch and trnlab.compiler; the package's entry point lends the gradient path
+    import subprocess
+    import sys
+    script = tmp_path / "student.py"
+    script.write_text(
+        "import sys, torch\n"
+        "import trnlab.compiler\n"
+        "model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 4))\n"
+        "x, y = torch.randn(4, 8), torch.randn(4, 4)\n"
+        "loss = torch.nn.functional.mse_loss(torch.compile(model, backend='trnlab')(x), y)\n"
+        "loss.backward()\n"
+        "print('trained' if model[0].weight.grad is not None else 'no grad',\n"
+        "      'trnlab.training' in sys.modules)\n")
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["trained", "True"]

@@ -102,10 +102,24 @@ def use_training(backend_for_gradients) -> None:
     _training = backend_for_gradients
 
 
+def _lend_training_from_the_package() -> None:
+    """The training layer lends its gradient path through the package's entry point (pyproject.toml,
+    group "trnlab.gradient_path"): loading it imports `trnlab.training.aot`, which calls `use_training`.
+    So `torch.compile(backend="trnlab")` trains without the student importing trnlab.training, and the
+    compiler still imports nothing above it."""
+    from importlib.metadata import entry_points
+    for entry in entry_points(group="trnlab.gradient_path"):
+        entry.load()
+
+
 def _training_backend(gm, example_inputs, names: list, options: dict):
     if _training is None:
+        _lend_training_from_the_package()
+    if _training is None:
         raise CompileError("torch.compile(backend='trnlab') with inputs that need gradients uses the training "
-                           "lowering, which sits above the compiler: import trnlab.training first", op="training")
+                           "lowering (trnlab.training, a layer above the compiler), which the installed package lends through "
+                           "its entry point: none was found — install the package (pip install -e .) or "
+                           "import trnlab.training first", op="training")
     return _training(gm, example_inputs, names, options)
 
 
