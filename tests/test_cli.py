@@ -83,3 +83,13 @@ def test_an_unknown_command_lists_the_commands_and_fails(capsys):
     assert main(["frobnicate"]) == 2
     out = capsys.readouterr().out
     assert all(command in out for command in ("train", "ask", "serve", "config"))
+
+
+def test_course_execute_help_prints_usage_and_a_missing_notebook_is_a_message():
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-m", "trnlab.course", "execute", "--help"], capture_output=True, text=True)
+    assert out.returncode == 0 and "usage: python -m trnlab.course execute" in out.stdout
+    out = subprocess.run([sys.executable, "-m", "trnlab.course", "execute", "no_such.ipynb"], capture_output=True,
+                         text=True)
+    assert out.returncode == 2 and "no notebook at no_such.ipynb" in out.stderr and "Traceback" not in out.stderr

@@ -77,7 +77,16 @@ def execute_notebook(path: Path, timeout: int = 600) -> float:
 
 
 def main(paths: list[str]) -> int:
-    notebooks = [Path(p) for p in paths] or sorted(NOTEBOOKS_DIR.glob("[0-9][0-9]_*.ipynb"))
+    import argparse
+    parser = argparse.ArgumentParser(prog="python -m trnlab.course execute",
+                                     description="Re-execute notebooks in place so that their stored outputs "
+                                                 "match the code (every notebook in notebooks/ by default).")
+    parser.add_argument("notebooks", nargs="*", metavar="NOTEBOOK", help="the .ipynb files to execute")
+    args = parser.parse_args(paths)
+    for p in args.notebooks:
+        if not Path(p).is_file():
+            parser.error(f"no notebook at {p}")
+    notebooks = [Path(p) for p in args.notebooks] or sorted(NOTEBOOKS_DIR.glob("[0-9][0-9]_*.ipynb"))
     for path in notebooks:
         seconds = execute_notebook(path)
         size = path.stat().st_size / 1e6
