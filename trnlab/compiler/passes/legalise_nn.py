@@ -14,6 +14,7 @@ broadcast mode), numbers stay attributes:
     rsqrt sqrt exp log neg abs              -> the same names
     mean.dim  sum.dim_IntList  amax         -> mean, sum, amax (dims=, keepdim=)
     cat                                     -> concat          select.int -> slice + reshape
+    _log_softmax(x, -1)                     -> z = x - amax(x), z - log(sum(exp(z))) (last axis, keepdim)
     scaled_dot_product_attention(q, k, v, mask, 0.0, is_causal, scale=) -> sdpa(q, k, v[, mask], causal=)
     native_layer_norm(x, [C], None, None)[0] -> layer_norm with a weight of ones and a bias of zeros
     _transformer_encoder_layer_fwd(...)     -> the layer written out (nn.TransformerEncoderLayer's fast path
@@ -138,6 +139,25 @@ def _attention_ops(g: Graph, node: Node, q: str, k: str, v: str, mask, scale) ->
     v3 = add("reshape", [v], (G, S, dv), {"shape": [G, S, dv]}, "v")
     y = add("batch_matmul", [probs, v3], (G, T, dv), name="y")
     _set(node, "reshape", [y], {"shape": list(out.shape)})
+    return True
+
+
+def _log_softmax(g: Graph, node: Node, x: str) -> bool:
+    """log_softmax over the last axis, written out as the softmax kernel does it (the row's maximum taken
+    first, so no exp overflows): z = x - max(x), then z - log(sum(exp(z)))."""
+    out = g.values[node.name]
+    shape, dtype = tuple(out.shape), out.dtype
+    rank = len(shape)
+    row = shape[:-1] + (1,)
+
+    def add(op, inputs, shape, attrs=None, name="lsm"):
+        return g.add_node(op, inputs, shape, dtype, attrs or {}, node.source, name=f"{node.name}_{name}",
+                          before=node).name
+
+    peak = add("amax", [x], row, {"dims": [rank - 1], "keepdim": True}, "max")
+    z = add("sub", [x, peak], shape, name="shifted")
+    total = add("sum", [add("exp", [z], shape, name="exp")], row, {"dims": [rank - 1], "keepdim": True}, "sum")
+    _set(node, "sub", [z, add("log", [total], row, name="log")])
     return True
 
 
@@ -272,6 +292,11 @@ def _rule(g: Graph, node: Node) -> bool:
         part = g.add_node("slice", [x], sliced, out.dtype, {"dim": dim, "start": index, "end": index + 1},
                           node.source, name=f"{node.name}_slice", before=node)
         _set(node, "reshape", [part.name], {"shape": list(out.shape)})
+    elif op == "aten._log_softmax.default":
+        rank = len(g.values[x].shape)
+        if int(args[1]) % rank != rank - 1 or (len(args) > 2 and args[2]):
+            return False                                  # another axis, or half_to_float
+        return _log_softmax(g, node, x)
     elif op == "aten._transformer_encoder_layer_fwd.default":
         return _encoder_layer(g, node, args)
     elif op in SDPA:
