@@ -46,3 +46,14 @@ def compiled_tiny_gpt(tiny_gpt):
     import trnlab.compiler as tc
     model, idx = tiny_gpt
     return tc.compile(model, (idx,))
+
+
+@pytest.fixture
+def fresh_dynamo():
+    """Dynamo with no compiled frames of an earlier test, and the trnlab backend registered (after the
+    reset: Dynamo's reset also clears the compile callbacks that report graph breaks)."""
+    from trnlab.compiler import dynamo
+    torch._dynamo.reset()
+    dynamo.register()
+    yield
+    torch._dynamo.reset()

@@ -23,12 +23,7 @@ class GeluMLP(torch.nn.Module):
         return logits, torch.nn.functional.cross_entropy(logits, y)
 
 
-@pytest.fixture(autouse=True)
-def fresh_dynamo():
-    dynamo.register()
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
+pytestmark = pytest.mark.usefixtures("fresh_dynamo")      # tests/compiler/conftest.py
 
 
 def _compare_grads(model, batch):

@@ -15,12 +15,7 @@ LOSS_REL, GRAD_REL = 1e-5, 1e-4          # fp32
 ZERO_GRAD_REL = 1e-3                     # a gradient that is zero in exact arithmetic, against the model's largest
 
 
-@pytest.fixture(autouse=True)
-def fresh_dynamo():
-    dynamo.register()
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
+pytestmark = pytest.mark.usefixtures("fresh_dynamo")      # tests/compiler/conftest.py
 
 
 class WithLoss(nn.Module):

@@ -6,18 +6,10 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-import trnlab.runtime  # noqa: F401  (runs compiled programs)
-import trnlab.training  # noqa: F401  (lends torch.compile its training lowering)
-from trnlab.compiler import dynamo
 from tests.compiler.test_zoo_training import _step_matches_eager
 
 
-@pytest.fixture(autouse=True)
-def fresh_dynamo():
-    dynamo.register()
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
+pytestmark = pytest.mark.usefixtures("fresh_dynamo")      # tests/compiler/conftest.py
 
 
 def _grouped_cnn(dims: int) -> nn.Module:

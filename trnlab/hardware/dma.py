@@ -12,9 +12,20 @@ import numpy as np
 from . import cost, dtypes
 from .errors import DtypeError, EngineError, MemoryPlacementError, OutOfBoundsError, PSUMToHBMError, ShapeMismatchError
 from .operands import _view
-from .dependencies import record_reads as _record_reads, record_write as _record_write, wait_reads as _wait_reads, wait_write as _wait_write
+from .dependencies import (record_reads as _record_reads, record_write as _record_write,
+                           wait_reads as _wait_reads, wait_write as _wait_write)
 from .tensor import View
 
+
+
+def _check_dma_endpoints(src, dst) -> None:
+    """DMA moves data between HBM and SBUF; it does not reach PSUM (results go PSUM -> SBUF first)."""
+    sk, dk = src.tensor.kind, dst.tensor.kind
+    if sk == "psum" or dk == "psum":
+        cls = PSUMToHBMError if "hbm" in (sk, dk) else MemoryPlacementError
+        raise cls(f"PSUM to HBM: dma_copy {sk.upper()} -> {dk.upper()} is refused; DMA does "
+                  f"not reach PSUM. Copy PSUM -> SBUF with tensor_copy, then SBUF -> HBM",
+                  value=(sk, dk), limit="SBUF/HBM endpoints")
 
 class DmaInstructions:
     """NeuronCore's DMA instructions (the core's machinery: `core.NeuronCore`)."""
@@ -30,12 +41,7 @@ class DmaInstructions:
         """
         dst = _view(dst, "dst")
         src = _view(src, "src")
-        sk, dk = src.tensor.kind, dst.tensor.kind
-        if sk == "psum" or dk == "psum":
-            cls = PSUMToHBMError if "hbm" in (sk, dk) else MemoryPlacementError
-            raise cls(f"PSUM to HBM: dma_copy {sk.upper()} -> {dk.upper()} is refused; DMA does "
-                      f"not reach PSUM. Copy PSUM -> SBUF with tensor_copy, then SBUF -> HBM",
-                      value=(sk, dk), limit="SBUF/HBM endpoints")
+        _check_dma_endpoints(src, dst)
         if src.size != dst.size or (src.shape != dst.shape and
                                     tuple(s for s in src.shape if s != 1)
                                     != tuple(s for s in dst.shape if s != 1)):
@@ -112,12 +118,7 @@ class DmaInstructions:
                              f"{dtypes.name(src.tensor.dtype)}, dst {dtypes.name(dst.tensor.dtype)}; cast with "
                              f"tensor_copy on an engine (DMA casts from NeuronCore-v3 / Trn2 on)",
                              value=src.tensor.dtype, limit=dst.tensor.dtype)
-        sk, dk = src.tensor.kind, dst.tensor.kind
-        if sk == "psum" or dk == "psum":
-            cls = PSUMToHBMError if "hbm" in (sk, dk) else MemoryPlacementError
-            raise cls(f"PSUM to HBM: dma_copy {sk.upper()} -> {dk.upper()} is refused; DMA does "
-                      f"not reach PSUM. Copy PSUM -> SBUF with tensor_copy, then SBUF -> HBM",
-                      value=(sk, dk), limit="SBUF/HBM endpoints")
+        _check_dma_endpoints(src, dst)
         if src.size != dst.size:
             raise ShapeMismatchError(f"shape mismatch: dma_copy src {src.shape} -> dst {dst.shape}",
                                      value=src.shape, limit=dst.shape)

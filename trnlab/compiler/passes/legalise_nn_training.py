@@ -31,6 +31,19 @@ from trnlab.compiler.passes.legalise import _args, _kwargs, _set
 NAME = "legalise_nn_training"
 
 
+def _shared_adder(g: Graph, node: Node, dtype, shared: dict, prefix: str, default: str):
+    """`add(op, inputs, shape, attrs, name)` inserting a node before `node`, made once per (op, inputs,
+    attrs) over the whole pass (`shared`): the several outputs of one backward op, and the backward ops of
+    one forward op, reuse what another already added."""
+    def add(op, inputs, shape, attrs=None, name=default):
+        key = (op, tuple(inputs), repr(attrs))
+        if key not in shared:
+            shared[key] = g.add_node(op, inputs, shape, dtype, attrs or {}, node.source, name=f"{prefix}_{name}",
+                                     before=node).name
+        return shared[key]
+    return add
+
+
 def _conv_backward(g: Graph, node: Node, args: list, shared: dict) -> bool:
     dy, x, w = args[:3]
     stride, padding, dilation, transposed, _, groups = args[4:10]
@@ -56,12 +69,7 @@ def _conv_backward(g: Graph, node: Node, args: list, shared: dict) -> bool:
     window = {"kernel_size": [kh, kw], "stride": list(stride), "padding": list(padding), "dilation": list(dilation)}
     pointwise = (kh, kw) == (1, 1) and list(stride) == [1, 1] and list(padding) == [0, 0]
 
-    def add(op, inputs, shape, attrs=None, name="g"):
-        key = (op, tuple(inputs), repr(attrs))
-        if key not in shared:
-            shared[key] = g.add_node(op, inputs, shape, dtype, attrs or {}, node.source, name=f"{node.name}_{name}",
-                                     before=node).name
-        return shared[key]
+    add = _shared_adder(g, node, dtype, shared, node.name, "g")
 
     if item == 2:
         _set(node, "sum", [dy], {"dims": [0, 2, 3] if len(g.values[dy].shape) == 4 else [0, 2], "keepdim": False})
@@ -211,12 +219,7 @@ def _sdpa_backward(g: Graph, node: Node, args: list, shared: dict) -> bool:
     scale = rest.get("scale")
     scale = 1.0 / np.sqrt(d) if scale is None else float(scale)
 
-    def add(op, inputs, shape, attrs=None, name="g"):
-        key = (op, tuple(inputs), repr(attrs))
-        if key not in shared:
-            shared[key] = g.add_node(op, inputs, shape, dtype, attrs or {}, node.source, name=f"{node.name}_{name}",
-                                     before=node).name
-        return shared[key]
+    add = _shared_adder(g, node, dtype, shared, node.name, "g")
 
     def three(x, rows, cols, name):
         return add("reshape", [x], (G, rows, cols), {"shape": [G, rows, cols]}, name)
@@ -292,12 +295,7 @@ def _batch_norm_training(g: Graph, node: Node, args: list, shared: dict) -> bool
     per = [1, C] + [1] * (len(shape) - 2)
     dtype = g.values[x].dtype
 
-    def add(op, inputs, out_shape, attrs=None, name="bn"):
-        key = (op, tuple(inputs), repr(attrs))
-        if key not in shared:
-            shared[key] = g.add_node(op, inputs, out_shape, dtype, attrs or {}, node.source,
-                                     name=f"{x}_{name}", before=node).name
-        return shared[key]
+    add = _shared_adder(g, node, dtype, shared, x, "bn")
 
     mean = add("mean", [x], (C,), {"dims": dims, "keepdim": False}, "mean")
     xc = add("sub", [x, add("reshape", [mean], per, {"shape": per}, "mean_c")], shape, name="centred")
