@@ -51,8 +51,6 @@ SWITCHES: dict[str, Switch] = {s.name: s for s in (
            "threads; 'default': leave BLAS's own threading alone"),
     Switch("cache", "TRNLAB_CACHE", "", _text,
            "the folder of compiled serving artifacts (default ~/.cache/trnlab)"),
-    Switch("grading", "TRNLAB_GRADING", False, _flag,
-           "set by the grader in a graded kernel: no instant-check oracle, the grader judges"),
 )}
 
 # Overrides are process-wide, not per thread: a run's worker threads must see the switches of the

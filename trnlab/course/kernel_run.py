@@ -30,7 +30,6 @@ from nbclient import NotebookClient
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
 
 from trnlab import NOTEBOOKS_DIR, REPO_ROOT
-from trnlab.config import SWITCHES
 from trnlab.course import exercises as registry
 from trnlab.course.grader_kernel import GRADE_MIME, check_request
 from trnlab.course.notebook import NotANotebook, cells_defining, find_exercise_cells, nbgrader_meta, read_notebook
@@ -102,7 +101,6 @@ def _kernel_env(config: GradeConfig) -> dict[str, str]:
     for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         env.setdefault(name, threads)
     env["MPLBACKEND"] = "Agg"
-    env[SWITCHES["grading"].env] = "1"  # no instant-check oracle in a graded kernel: the grader judges
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
     env["PYDEVD_DISABLE_FILE_VALIDATION"] = "1"
     return env
