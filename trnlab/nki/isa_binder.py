@@ -50,6 +50,7 @@ class reduce_cmd(enum.Enum):
     reset = 1
     reduce = 2
     reset_reduce = 3
+    load_reduce = 4      # the Vector engine's registers start from a given value (NKI 0.7)
 
 
 class dge_mode(enum.Enum):
