@@ -69,17 +69,13 @@ def test_nc_n_gather_reads_sbuf_only():
 
 # -- local_gather: within the 16 partitions of a GpSimd core ----------------------------------------------
 def _local_gather_reference(src, index, per_index, valid):
-    P, E = src.shape
-    out = np.zeros((P, -(-valid * per_index // 16)), src.dtype)
-    for core in range(P // 16):
+    out = []
+    for core in range(src.shape[0] // 16):
         rows = slice(core * 16, core * 16 + 16)
-        flat = src[rows].reshape(-1)
-        starts = index[rows].reshape(-1, order="F")[:valid]
-        gathered = np.concatenate([flat[s:s + per_index] for s in starts])
-        block = out[rows].reshape(-1, order="F")
-        block[:gathered.size] = gathered
-        out[rows] = block.reshape(16, -1, order="F")
-    return out
+        starts = index[rows].reshape(-1, order="F")[:valid]          # partition first
+        picks = (starts[:, None] + np.arange(per_index)[None, :]).reshape(-1)
+        out.append(src[rows][:, picks])                               # each partition from its own row
+    return np.concatenate(out)
 
 
 @pytest.mark.parametrize("style", ["destination", "functional"])
@@ -87,15 +83,13 @@ def _local_gather_reference(src, index, per_index, valid):
 def test_local_gather_gathers_within_each_gpsimd_cores_partitions(style, per_index, valid):
     rng = np.random.default_rng(5)
     src = rng.normal(size=(128, 32)).astype(np.float32)
-    index = rng.integers(0, 16 * 32 - per_index, size=(128, 4)).astype(np.uint16)
-    free = -(-valid * per_index // 16)
+    index = rng.integers(0, 32 - per_index + 1, size=(128, 4)).astype(np.uint16)
 
     @nki.jit
     def kernel(src_buffer, idx):
-        out = nl.ndarray((128, free), dtype=src_buffer.dtype, buffer=nl.shared_hbm)
+        out = nl.ndarray((128, valid * per_index), dtype=src_buffer.dtype, buffer=nl.shared_hbm)
         if style == "destination":
-            gathered = nl.ndarray((128, free), dtype=src_buffer.dtype, buffer=nl.sbuf)
-            nisa.memset(dst=gathered, value=0.0)
+            gathered = nl.ndarray((128, valid * per_index), dtype=src_buffer.dtype, buffer=nl.sbuf)
             nisa.local_gather(dst=gathered, src_buffer=nl.load(src_buffer), index=nl.load(idx),
                               num_elem_per_idx=per_index, num_valid_indices=valid)
         else:
@@ -103,11 +97,32 @@ def test_local_gather_gathers_within_each_gpsimd_cores_partitions(style, per_ind
         nl.store(out, value=gathered)
         return out
 
-    if style == "functional" and valid * per_index % 16:
-        pytest.skip("a functional result is only written where the gather writes")
     run = run_both(kernel, src, index)
     np.testing.assert_array_equal(run.outputs, _local_gather_reference(src, index, per_index, valid))
     assert compute_records(run)[-1][:2] == ("pool", "local_gather")
+
+
+def test_local_gather_of_expert_affinities_puts_each_tokens_picks_on_its_partition():
+    """As AWS's MoE token-generation kernel uses it: index[k, t] = expert k of token t (16 tokens), so
+    index i = 16 t + k, and token t's row of affinities lands on its own partition at [t, k]."""
+    rng = np.random.default_rng(11)
+    affinities = rng.random((128, 8)).astype(np.float32)          # [tokens, experts]
+    experts = rng.integers(0, 8, size=(16, 16)).astype(np.uint16)  # [token, k]
+    index = np.zeros((128, 16), np.uint16)
+    index[:16, :16] = experts.T
+
+    @nki.jit
+    def kernel(src_buffer, idx):
+        out = nl.ndarray((128, 256), dtype=src_buffer.dtype, buffer=nl.shared_hbm)
+        gathered = nl.ndarray((128, 256), dtype=src_buffer.dtype, buffer=nl.sbuf)
+        nisa.local_gather(dst=gathered, src_buffer=nl.load(src_buffer), index=nl.load(idx), num_elem_per_idx=1,
+                          num_valid_indices=256)
+        nl.store(out, value=gathered)
+        return out
+
+    gathered = run_both(kernel, affinities, index).outputs.reshape(128, 16, 16)
+    for t in range(16):
+        np.testing.assert_array_equal(gathered[t, t], affinities[t, experts[t]])
 
 
 def test_local_gather_works_on_whole_gpsimd_cores():

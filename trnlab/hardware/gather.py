@@ -71,13 +71,13 @@ class GatherInstructions:
         return self._issue(POOL, "nc_n_gather", dur, (x, idx), dst)
 
     def local_gather(self, dst, src_buffer, index, num_elem_per_idx=1, num_valid_indices=None) -> int:
-        """Each GpSimd core (16 partitions) gathers from its own 16 partitions of src_buffer [P, E]:
-        its slice of index is flattened partition first into `indices`, the first num_valid_indices
-        of them are valid, and index i picks src row (core, indices[i] // E), elements from
-        indices[i] % E, num_elem_per_idx of them (GpSimd engine, SBUF only) [nki.isa.local_gather].
-        The gathered elements, k-th index by k-th index, fill the core's 16 dst partitions partition
-        first, as the indices were read. ASSUMED where AWS's page was not available in full: the
-        index addresses the core's 16-partition slice flattened partition by partition (row-major)."""
+        """Each GpSimd core (16 partitions) reads its 16 partitions of index, flattened partition first,
+        and keeps the first num_valid_indices of them; then every one of its partitions gathers, from
+        its own row of src_buffer (free axes flattened), num_elem_per_idx elements at each of those
+        offsets: dst[q] = concat(src[q, i : i + num_elem_per_idx] for i in indices) (GpSimd engine, SBUF
+        only) [nki.isa.local_gather] — the layout AWS's MoE token-generation kernel relies on (token t's
+        expert affinities land on partition t). ASSUMED: an index counts elements (it is a "partition
+        offset", the place within a partition); out of bounds, undefined on the chip, is an error here."""
         dst, src, idx = _view(dst, "dst"), _view(src_buffer, "src_buffer"), _view(index, "index")
         for view, what in ((src, "src_buffer"), (idx, "index"), (dst, "dst")):
             self._onchip(view, what, "local_gather", psum_ok=False)
@@ -95,39 +95,26 @@ class GatherInstructions:
                                      f"{per_core}] (the indices of a 16-partition slice) [nki.isa.local_gather]",
                                      value=valid, limit=per_core)
         count = valid * int(num_elem_per_idx)
-        if dst.free_size * GPSIMD_CORE_PARTITIONS < count:
-            raise ShapeMismatchError(f"shape mismatch: local_gather gathers {count} elements per core; dst holds "
-                                     f"{dst.free_size * GPSIMD_CORE_PARTITIONS} (16 partitions x "
-                                     f"{dst.free_size})", value=dst.free_size, limit=-(-count // 16))
+        if dst.free_size != count:
+            raise ShapeMismatchError(f"shape mismatch: local_gather gathers {valid} indices x {num_elem_per_idx} "
+                                     f"elements = {count} per partition; dst has {dst.free_size}",
+                                     value=dst.free_size, limit=count)
         if self.full:
             src.check_initialized()
             idx.check_initialized()
             rows = np.asarray(src.values()).reshape(src.partitions, -1)
             where = np.asarray(idx.values()).reshape(idx.partitions, -1).astype(np.int64)
-            out = np.asarray(dst.values()).reshape(dst.partitions, -1).copy()
-            span = GPSIMD_CORE_PARTITIONS * rows.shape[1]
+            out = np.empty((dst.partitions, count), dtype=dst.tensor.dtype)
             for core in range(src.partitions // GPSIMD_CORE_PARTITIONS):
                 part = slice(core * GPSIMD_CORE_PARTITIONS, (core + 1) * GPSIMD_CORE_PARTITIONS)
-                flat = rows[part].reshape(-1)                              # the core's 16 partitions
                 starts = where[part].reshape(-1, order="F")[:valid]        # partition first
-                picks = starts[:, None] + np.arange(int(num_elem_per_idx))[None, :]
-                if picks.size and (picks.min() < 0 or picks.max() >= span):
+                picks = (starts[:, None] + np.arange(int(num_elem_per_idx))[None, :]).reshape(-1)
+                if picks.size and (picks.min() < 0 or picks.max() >= rows.shape[1]):
                     raise IndexError_(f"index out of range: local_gather reads element {int(picks.max())} of a "
-                                      f"core's {span} [nki.isa.local_gather: out of bounds is undefined]",
-                                      value=int(picks.max()), limit=span)
-                gathered = flat[picks.reshape(-1)]
-                block = out[part].reshape(-1, order="F")
-                block[:count] = gathered
-                out[part] = block.reshape(GPSIMD_CORE_PARTITIONS, -1, order="F")
-            garbage = dst.undefined()
-            dst.write(out.reshape(dst.shape))
-            if garbage is not None:                 # what the gather did not fill stays as it was
-                filled = np.zeros(GPSIMD_CORE_PARTITIONS * dst.free_size, bool)
-                filled[:count] = True
-                filled = np.tile(filled.reshape(GPSIMD_CORE_PARTITIONS, -1, order="F"),
-                                 (dst.partitions // GPSIMD_CORE_PARTITIONS, 1))
-                dst.set_poison(garbage.reshape(filled.shape) & ~filled,
-                               f"local_gather wrote {count} of {dst.tensor.name!r}'s elements per core")
+                                      f"partition of {rows.shape[1]} [nki.isa.local_gather: out of bounds is "
+                                      f"undefined]", value=int(picks.max()), limit=rows.shape[1])
+                out[part] = rows[part][:, picks]
+            self._store(dst, out)
         dur = self._cost_ns(POOL, "local_gather", (idx, src), (dst,), elements=count)
         return self._issue(POOL, "local_gather", dur, (src, idx), dst)
 

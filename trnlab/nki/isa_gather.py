@@ -29,10 +29,10 @@ def nc_n_gather(dst: Tile | None, data: Tile, indices: Tile, name: str = "") -> 
 @instruction(functional=("src_buffer", "index", "num_elem_per_idx", "num_valid_indices"))
 def local_gather(dst: Tile | None, src_buffer: Tile, index: Tile, num_elem_per_idx: int = 1,
                  num_valid_indices: int | None = None, name: str = "") -> Tile | None:
-    """Each GpSimd core gathers, from its own 16 partitions of src_buffer, num_elem_per_idx elements at
-    each of the (first num_valid_indices) indices of its 16 partitions of index, read partition first
-    (GpSimd engine, SBUF only) [nki.isa.local_gather]. Functional style (beta 1) returns a
-    [P, ceil(indices x elements / 16)] tile of src_buffer's dtype."""
+    """Each GpSimd core reads its 16 partitions of index partition first (the first num_valid_indices),
+    and each of its partitions gathers num_elem_per_idx elements of its own src_buffer row at each of
+    those offsets (GpSimd engine, SBUF only) [nki.isa.local_gather]. Functional style (beta 1) returns a
+    [P, indices x elements] tile of src_buffer's dtype."""
     src, index_tile = issue.tile(src_buffer, "src_buffer"), issue.tile(index, "index")
     if int(num_elem_per_idx) < 1:
         raise NKIError(f"local_gather: num_elem_per_idx must be >= 1, got {num_elem_per_idx}")
@@ -47,7 +47,7 @@ def local_gather(dst: Tile | None, src_buffer: Tile, index: Tile, num_elem_per_i
     for extent in index_tile.shape[1:]:
         free *= extent
     per_core = 16 * free if num_valid_indices is None else int(num_valid_indices)
-    return _finish(dst, emit, (src.shape[0], -(-per_core * int(num_elem_per_idx) // 16)), src.dtype, "sbuf")
+    return _finish(dst, emit, (src.shape[0], per_core * int(num_elem_per_idx)), src.dtype, "sbuf")
 
 
 @instruction(functional=None)
