@@ -336,3 +336,45 @@ def test_sequence_bounds_takes_one_partition():
 
     with pytest.raises(PartitionLimitError):
         nki.run(kernel, np.ones((2, 8), np.int32))
+
+
+# -- topk: eight 16-partition problems in one GpSimd instruction ------------------------------------------
+def _topk_kernel(k, n, keep_positions):
+    @nki.jit
+    def kernel(x):
+        P, F = x.shape
+        values = nl.ndarray((P, keep_positions), dtype=nl.bfloat16, buffer=nl.shared_hbm)
+        indices = nl.ndarray((P, keep_positions), dtype=nl.uint32, buffer=nl.shared_hbm)
+        top = nl.ndarray((P, k), dtype=nl.bfloat16, buffer=nl.sbuf)
+        where = nl.ndarray((P, k), dtype=nl.uint32, buffer=nl.sbuf)
+        nisa.topk(top, where, nl.load(x), n)                         # AWS's order: (val_dst, idx_dst, src, n)
+        nl.store(values, value=top[:, 0:keep_positions])
+        nl.store(indices, value=where[:, 0:keep_positions])
+        return values, indices
+
+    return kernel
+
+
+@pytest.mark.parametrize("k, n", [(32, 300), (16, 16), (64, 512)])
+def test_topk_solves_each_16_partition_group_in_its_snake_layout(k, n):
+    import ml_dtypes
+    rng = np.random.default_rng(12)
+    x = rng.permutation(128 * 32).reshape(128, 32).astype(ml_dtypes.bfloat16)   # distinct bf16 values
+    positions = k // 16
+    values, indices = run_both(_topk_kernel(k, n, positions), x).outputs
+    for group in range(8):
+        snake = x[group * 16:(group + 1) * 16].astype(np.float32).reshape(-1, order="F")[:n]
+        order = np.argsort(-snake, kind="stable")[:k]
+        got_index = indices[group * 16:(group + 1) * 16].reshape(-1, order="F")     # result j: (j % 16, j // 16)
+        got_value = values[group * 16:(group + 1) * 16].astype(np.float32).reshape(-1, order="F")
+        np.testing.assert_array_equal(got_index, order)
+        np.testing.assert_array_equal(got_value, snake[order])
+
+
+def test_topk_rules():
+    import ml_dtypes
+    x = np.zeros((128, 4), ml_dtypes.bfloat16)
+    with pytest.raises(ShapeMismatchError):                  # n beyond a group's 16 x 4 slots
+        nki.run(_topk_kernel(16, 65, 1), x)
+    with pytest.raises(DtypeError):                          # BF16 values
+        nki.run(_topk_kernel(16, 16, 1), x.astype(np.float32))

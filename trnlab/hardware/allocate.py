@@ -333,7 +333,7 @@ def split_direct_allocations(program: Program) -> bool:
             box = _box(ins.operands[name].index, t.shape)
             reads_it = any(a.buffer in (t.id, current.id) and (n not in WRITES or (
                 n == "dst" and ins.opcode == "nc_matmul" and ins.attrs.get("accumulate") is not False)
-                or (n == "dst" and ins.opcode in READS_DST))
+                or (n in WRITES and ins.opcode in READS_DST))
                 for n, a in ins.operands.items())
             if (name in WRITES and hull is not None and not reads_it and _covers(box, hull)
                     and events[i - 1][0] != k):

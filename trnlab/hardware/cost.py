@@ -367,7 +367,7 @@ def dropout_cycles(spec: CoreSpec, free_size: int) -> int:
 SELECTION_OPCODES = frozenset(("max8", "nc_find_index8", "nc_match_replace8", "tensor_copy_predicated",
                                "range_select", "exponential", "tensor_scalar_cumulative", "nc_stream_shuffle",
                                "activate2", "nonzero_with_count", "sequence_bounds", "nc_n_gather",
-                               "local_gather"))
+                               "local_gather", "topk"))
 GATHER_GROUP = 512          # nc_n_gather is ceil(elements per partition / 512) ISA instructions [nki.isa.nc_n_gather]
 
 
@@ -385,7 +385,8 @@ def selection_cycles(spec: CoreSpec, opcode: str, free_size: int, attrs: dict) -
     the registers (tensor_scalar_reduce's published shape); nc_stream_shuffle max(MIN_II, N);
     activate2 on GpSimd N; nonzero_with_count N (each GpSimd core scans its partition); sequence_bounds
     2N (a forward and a backward pass); nc_n_gather N plus the static overhead per ISA instruction of
-    512 elements; local_gather N = the elements each GpSimd core gathers (attr ``elements``)."""
+    512 elements; local_gather N = the elements each GpSimd core gathers (attr ``elements``); topk n =
+    the active elements of a 16-partition group's snake (attr ``elements``)."""
     static, min_ii = spec.vector_static_cycles, spec.activation_min_cycles
     n = free_size
     if opcode in ("max8", "nc_find_index8", "nc_match_replace8", "activate2", "nonzero_with_count"):
@@ -398,7 +399,7 @@ def selection_cycles(spec: CoreSpec, opcode: str, free_size: int, attrs: dict) -
         return static + 2 * n
     if opcode == "nc_n_gather":
         return static * max(1, -(-n // GATHER_GROUP)) + n
-    if opcode == "local_gather":
+    if opcode in ("local_gather", "topk"):
         return static + int(attrs.get("elements", n))
     raise KeyError(opcode)
 

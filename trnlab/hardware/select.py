@@ -290,6 +290,65 @@ class SelectInstructions:
         dur = self._cost_ns(POOL, "sequence_bounds", (ids,), (dst,))
         return self._issue(POOL, "sequence_bounds", dur, (ids,), dst)
 
+    def topk(self, dst, dst_idx, src, n, sorted=False) -> int:
+        """nisa.topk(val_dst, idx_dst, src, n): each group of 16 partitions holds one problem, read in a
+        snake layout (element e at partition e % 16, free position e // 16; the first n elements are
+        active); dst (val_dst, bfloat16) gets the k largest, k = dst's elements per partition, and
+        dst_idx (idx_dst, uint32) their indices in the snake, both written in the same snake layout
+        (result j at partition j % 16, position j // 16) (GpSimd engine) [nki.isa.topk]. ASSUMED where
+        AWS's page was not readable in full: results in descending order (also with sorted=False, whose
+        order AWS leaves open), equal values by lower index first, and the slots of the last position
+        past k left as garbage (the hardware writes whole positions); later positions keep their values."""
+        dst, idx, x = _view(dst, "val_dst"), _view(dst_idx, "idx_dst"), _view(src, "src")
+        for view, what in ((x, "src"), (dst, "val_dst"), (idx, "idx_dst")):
+            self._onchip(view, what, "topk", psum_ok=False)
+            if view.partitions % GPSIMD_CORE_PARTITIONS:
+                raise PartitionLimitError(f"partition limit: topk {what} has {view.partitions} partitions; a "
+                                          f"problem is a group of 16 [nki.isa.topk]", value=view.partitions,
+                                          limit="multiple of 16")
+        same_partitions(dst, x, "topk", "val_dst vs src")
+        same_partitions(idx, x, "topk", "idx_dst vs src")
+        need_dtype(x, ("bfloat16",), "topk", "src")
+        need_dtype(dst, ("bfloat16",), "topk", "val_dst")
+        need_dtype(idx, ("uint32",), "topk", "idx_dst")
+        k, n = dst.free_size, int(n)
+        slots = GPSIMD_CORE_PARTITIONS * x.free_size
+        if not 0 < n <= slots:
+            raise ShapeMismatchError(f"shape mismatch: topk n={n} active elements; a 16-partition group of src "
+                                     f"holds {slots} [nki.isa.topk]", value=n, limit=slots)
+        if not 0 < k <= n or idx.free_size != k:
+            raise ShapeMismatchError(f"shape mismatch: topk k = val_dst's {k} elements per partition (idx_dst "
+                                     f"{idx.free_size}) must match and be in [1, n={n}] [nki.isa.topk]",
+                                     value=(k, idx.free_size), limit=n)
+        if self.full:
+            x.check_initialized()
+            vals = np.asarray(x.values(), np.float32).reshape(x.partitions, -1)
+            G = GPSIMD_CORE_PARTITIONS
+            positions = -(-k // G)
+            result = np.zeros((x.partitions, k), bool)     # the slots results go to, in snake order
+            tail = np.zeros((x.partitions, k), bool)       # the rest of the last position: written, unknown
+            results = {dst: np.zeros((x.partitions, k), np.float64), idx: np.zeros((x.partitions, k), np.float64)}
+            for group in range(x.partitions // G):
+                base = group * G
+                snake = vals[base:base + G].reshape(-1, order="F")[:n]      # element e: (e % 16, e // 16)
+                order = np.argsort(-snake, kind="stable")[:k]
+                for j in range(positions * G):
+                    p, f = base + j % G, j // G
+                    if j < k:
+                        result[p, f] = True
+                        results[dst][p, f], results[idx][p, f] = snake[order[j]], order[j]
+                    else:
+                        tail[p, f] = True
+            for view, values in results.items():
+                old = np.asarray(view.values()).reshape(values.shape)
+                garbage = view.undefined()
+                garbage = np.zeros(values.shape, bool) if garbage is None else garbage.reshape(values.shape)
+                view.write(np.where(result, values.astype(view.tensor.dtype), old).reshape(view.shape))
+                view.set_poison(((garbage & ~result) | tail).reshape(view.shape),
+                                f"topk left {view.tensor.name!r} slots it does not define")
+        dur = self._cost_ns(POOL, "topk", (x,), (dst,), elements=n)
+        return self._issue(POOL, "topk", dur, (x, dst, idx), dst, also_write=idx)
+
     # -- the Vector engine's reduce registers (range_select, exponential, tensor_scalar_cumulative) ----
     def _reduce_target(self, reduce_cmd, reduce_op, reduce_res, like: View, opcode: str):
         """(command, reduce operator name, reduce_res view or None), checked."""

@@ -43,7 +43,7 @@ from trnlab.nki.isa_vector import (activation, activation_reduce, affine_select,
                                    tensor_partition_reduce, tensor_reduce, tensor_scalar, tensor_scalar_reduce,
                                    tensor_tensor, tensor_tensor_scan)
 from trnlab.nki.isa_select import (max8, nc_find_index8, nc_match_replace8, nonzero_with_count,  # noqa: F401
-                                   range_select, sequence_bounds, tensor_copy_predicated)
+                                   range_select, sequence_bounds, tensor_copy_predicated, topk)
 from trnlab.nki.isa_gather import local_gather, nc_n_gather, nc_stream_shuffle  # noqa: F401
 from trnlab.nki.isa_accumulate import activate2, exponential, tensor_scalar_cumulative  # noqa: F401
 from trnlab.nki.perf_mode import matmul_perf_mode  # noqa: F401  (nisa.matmul_perf_mode)

@@ -142,3 +142,17 @@ def sequence_bounds(dst: Tile | None, segment_ids: Tile, name: str = "", *,
     for extent in ids.shape[1:]:
         n *= extent
     return _finish(dst, emit, (1, 2, n), dtype or ids.dtype, "sbuf")
+
+
+@instruction(functional=None)
+def topk(val_dst: Tile, idx_dst: Tile, src: Tile, n: int, sorted: bool = False, name: str = "") -> None:
+    """Per group of 16 partitions, read in a snake layout (element e at partition e % 16, position
+    e // 16; the first n active): the k largest (k = val_dst's elements per partition, bfloat16) into
+    val_dst and their snake indices (uint32) into idx_dst, in the same snake layout (GpSimd engine)
+    [nki.isa.topk]. Eight independent problems in one 128-partition instruction."""
+    values = _needs_dst(val_dst, "topk")
+    indices = issue.tile(idx_dst, "idx_dst")
+    src = issue.tile(src, "src")
+    launch = issue.begin()
+    launch.core.topk(dst=values.hw_view(), dst_idx=indices.hw_view(), src=src.hw_view(), n=int(n),
+                     sorted=bool(sorted))
