@@ -9,7 +9,7 @@ import trnlab.nki as nki
 import trnlab.nki.isa as nisa
 import trnlab.nki.language as nl
 from trnlab.hardware.errors import (DtypeError, IndexError_, MemoryPlacementError, PartitionLimitError,
-                                    ShapeMismatchError)
+                                    ShapeMismatchError, StartPartitionError)
 
 from nki_isa_helpers import compute_records, run_both
 
@@ -178,7 +178,8 @@ def test_nc_stream_shuffle_moves_partitions_within_each_quadrant_and_255_keeps(m
 
 
 @pytest.mark.parametrize("case, error", [("short mask", ShapeMismatchError), ("dtype", DtypeError),
-                                         ("free size", ShapeMismatchError), ("outside src", IndexError_)])
+                                         ("free size", ShapeMismatchError), ("outside src", IndexError_),
+                                         ("start", StartPartitionError)])
 def test_nc_stream_shuffle_rules(case, error):
     @nki.jit
     def kernel(x):
@@ -187,7 +188,8 @@ def test_nc_stream_shuffle_rules(case, error):
                          dtype=nl.bfloat16 if case == "dtype" else x.dtype, buffer=nl.sbuf)
         src = nl.load(x)
         mask = [0] * 16 if case == "short mask" else ([5] * 32 if case == "outside src" else list(range(32)))
-        nisa.nc_stream_shuffle(dst=dst, src=src[0:4 if case == "outside src" else 32, :], shuffle_mask=mask)
+        rows = slice(0, 4) if case == "outside src" else (slice(8, 24) if case == "start" else slice(0, 32))
+        nisa.nc_stream_shuffle(dst=dst, src=src[rows, :], shuffle_mask=mask)
         nl.store(out, value=dst)
         return out
 
