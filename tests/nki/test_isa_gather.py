@@ -195,3 +195,30 @@ def test_nc_stream_shuffle_rules(case, error):
 
     with pytest.raises(error):
         nki.run(kernel, np.zeros((32, 8), np.float32))
+
+
+def test_instructions_in_an_affine_loop_are_stamped_to_the_same_program_as_traced_one_by_one():
+    """With the fast paths on, iterations 2 .. n-2 of an affine_range loop are stamped from the first
+    two (nki/loops.py); the run must equal the reference's, which traces every iteration."""
+    @nki.jit
+    def kernel(x, low, high):
+        out = nl.ndarray((128, 6 * 64), dtype=x.dtype, buffer=nl.shared_hbm)
+        bounds_lo, bounds_hi = nl.load(low), nl.load(high)
+        for i in nl.affine_range(6):
+            tile = nl.load(x[:, i * 64:(i + 1) * 64])
+            masked = nisa.range_select(tile, nl.greater_equal, nl.less, bounds_lo, bounds_hi,
+                                       range_start=i * 64, on_false_value=0.0)
+            shuffled = nl.ndarray((128, 64), dtype=x.dtype, buffer=nl.sbuf)
+            nisa.nc_stream_shuffle(dst=shuffled, src=masked, shuffle_mask=[31 - p for p in range(32)])
+            nl.store(out[:, i * 64:(i + 1) * 64], value=shuffled)
+        return out
+
+    rng = np.random.default_rng(14)
+    x = rng.normal(size=(128, 384)).astype(np.float32)
+    low = rng.integers(0, 200, size=(128, 1)).astype(np.float32)
+    high = low + 100
+    out = run_both(kernel, x, low, high).outputs
+    position = np.arange(384)[None, :]
+    masked = np.where((position >= low) & (position < high), x, 0.0)
+    reversed_in_quadrants = np.concatenate([masked[q * 32:(q + 1) * 32][::-1] for q in range(4)])
+    np.testing.assert_array_equal(out, reversed_in_quadrants)
