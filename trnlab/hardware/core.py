@@ -16,7 +16,8 @@ This module holds the machinery (the memories, the engines' state, the shared ch
 the instructions are grouped by engine in modules of their own, composed into `NeuronCore` below:
 `tensor_engine.py` (nc_matmul, nc_transpose), `vector.py` (element-wise Vector / Scalar / GpSimd),
 `reductions.py` (reductions, statistics, scans), `dma.py`, `mx.py` (MX on NeuronCore-v4),
-`double_row.py` (FP8 double-row matmul), `collective.py` (the collectives).
+`double_row.py` (FP8 double-row matmul), `collective.py` (the collectives), `system.py` (random
+numbers, registers).
 
 Engines (short names as in Neuron's profiler): ``pe`` Tensor, ``act`` Scalar, ``dve`` Vector,
 ``pool`` GpSimd, ``dma0..dma{Q-1}`` DMA queues.
@@ -37,6 +38,7 @@ from .operands import _bytes_by_memory, _free_byte_range, _view, start_partition
 from .presets import CoreSpec, core_spec
 from .profile import Profile
 from .reductions import ReductionInstructions
+from .system import SystemInstructions
 from .tensor import View
 from .tensor_engine import TensorEngineInstructions
 from .timeline import COMPUTE_ENGINES, Timeline
@@ -54,7 +56,7 @@ _record_write = dependencies.record_write
 
 
 class NeuronCore(TensorEngineInstructions, VectorInstructions, ReductionInstructions, DmaInstructions,
-                 MxInstructions, DoubleRowInstructions, CollectiveInstructions):
+                 MxInstructions, DoubleRowInstructions, CollectiveInstructions, SystemInstructions):
     """One simulated NeuronCore. ``mode="full"`` computes values and time, ``"timing"`` time only."""
 
     def __init__(self, spec: "CoreSpec | str" = "trn2", mode: str = "full", name: str = "core0",

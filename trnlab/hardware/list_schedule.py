@@ -53,10 +53,11 @@ from .program import Program
 from .records import (DMA_OP, ENGINE_OP, ISSUE, LATEST_OP, MATMUL, PE_OP, PRINT_OP, SEED_OP,
                       as_description, op_deps, op_nodes, write_refs)
 from .replay_timing import Compiled, compiled_for
+from .system import STATEFUL_OPCODES
 from .tensor import PrototypeMemory, Tensor, View
 
 _FRESH = {"sbuf": (), "psum": ()}     # the on-chip layout of a fresh core (nothing freed yet)
-_RNG_OPCODES = ("set_rng_seed", "dropout")
+_RNG_OPCODES = ("set_rng_seed", "dropout") + STATEFUL_OPCODES
 
 
 class _Graph:
