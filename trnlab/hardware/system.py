@@ -10,6 +10,7 @@ generated/nki.isa.<name>.html), as methods of `NeuronCore` (`SystemInstructions`
     register_move(register, value, source)   register = value (or register `source`)      GpSimd (ASSUMED)
     register_load(register, src)  register = src's one 32-bit value (HBM or SBUF)           GpSimd (ASSUMED)
     register_store(dst, register) dst's one element = register                              GpSimd (ASSUMED)
+    core_barrier(data, engine)    wait for this core's writes to data (the peer: isa_sync.py)   GpSimd (default)
 
 (`set_rng_seed` — nl.random_seed, nisa.set_rng_seed — is the Vector engine's, in `vector.py`; it seeds
 this module's Vector generators too.) The generators are `prng.py`'s XORWOW, one state per lane and
@@ -38,7 +39,7 @@ _RAND2_DTYPES = ("float8_e4m3", "float8_e5m2", "float16", "bfloat16", "float32",
 _ENGINE_NAMES = {None: None, "unknown": None, "vector": "dve", "dve": "dve", "gpsimd": "pool", "pool": "pool"}
 # instructions with state beyond their operands (the generators, the registers): kept in program order
 STATEFUL_OPCODES = ("rng", "rand2", "rand_set_state", "rand_get_state", "register_move", "register_load",
-                    "register_store")
+                    "register_store", "core_barrier")
 
 
 class GenerationError(HardwareError):
@@ -258,5 +259,14 @@ class SystemInstructions:
         return self._issue_system(POOL, "register_store", self._register_ns(), (), (dst,))
 
 
+    # -- synchronisation --------------------------------------------------------------------------
+    def core_barrier(self, data, engine="pool") -> int:
+        """One barrier instruction reading `data` (HBM) on `engine` [nki.isa.core_barrier]: it waits for this
+        core's earlier writes to data; ASSUMED cost: the engine's static overhead."""
+        data = _view(data, "data")
+        eid = self._engine(engine, "core_barrier")
+        return self._issue_system(eid, "core_barrier", self.spec.vector_static_cycles * self._clock_ns[eid], (data,), ())
+
 def _engine_key(eid: int) -> str:
     return "dve" if eid == DVE else "pool"
+

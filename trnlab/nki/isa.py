@@ -54,3 +54,4 @@ from trnlab.nki.mx import nc_matmul_mx, quantize_mx  # noqa: E402,F401
 from trnlab.nki.isa_random import rand2, rand_get_state, rand_set_state, rng, set_rng_seed  # noqa: E402,F401
 from trnlab.nki.isa_registers import (VirtualRegister, register_alloc, register_load, register_move,  # noqa: E402,F401
                                       register_store)
+from trnlab.nki.isa_sync import core_barrier, dma_compute, dma_engine, sendrecv  # noqa: E402,F401
