@@ -258,7 +258,6 @@ class SystemInstructions:
             self._store(dst, value.astype(dst.tensor.dtype))
         return self._issue_system(POOL, "register_store", self._register_ns(), (), (dst,))
 
-
     # -- synchronisation --------------------------------------------------------------------------
     def core_barrier(self, data, engine="pool") -> int:
         """One barrier instruction reading `data` (HBM) on `engine` [nki.isa.core_barrier]: it waits for this
@@ -266,6 +265,7 @@ class SystemInstructions:
         data = _view(data, "data")
         eid = self._engine(engine, "core_barrier")
         return self._issue_system(eid, "core_barrier", self.spec.vector_static_cycles * self._clock_ns[eid], (data,), ())
+
 
 def _engine_key(eid: int) -> str:
     return "dve" if eid == DVE else "pool"
