@@ -11,6 +11,7 @@ generated/nki.isa.<name>.html), as methods of `NeuronCore` (`SystemInstructions`
     register_load(register, src)  register = src's one 32-bit value (HBM or SBUF)           GpSimd (ASSUMED)
     register_store(dst, register) dst's one element = register                              GpSimd (ASSUMED)
     core_barrier(data, engine)    wait for this core's writes to data (the peer: isa_sync.py)   GpSimd (default)
+    dma_compute(dst, src0, ...)   dst = src0 + src1 + ... in fp32, cast to dst (v3+)             a DMA queue
 
 (`set_rng_seed` — nl.random_seed, nisa.set_rng_seed — is the Vector engine's, in `vector.py`; it seeds
 this module's Vector generators too.) The generators are `prng.py`'s XORWOW, one state per lane and
@@ -20,7 +21,9 @@ value. The values core of the fast path shares the real core's state (`fast/valu
 
 Costs: AWS publishes no cycle figure for any of these. ASSUMED: rng and rand2 are one pass over the
 elements, like a one-input Vector instruction (static + N cycles, `cost.vector_cycles`); the state
-moves are one pass over the state words; a register instruction is an engine's static overhead.
+moves are one pass over the state words; a register instruction is an engine's static overhead;
+dma_compute is one DMA of dst's bytes (the sources stream through the engines' compute pipeline
+together: "cast to the output data type in a pipelined fashion", nki.isa.dma_compute).
 """
 from __future__ import annotations
 
@@ -265,6 +268,30 @@ class SystemInstructions:
         data = _view(data, "data")
         eid = self._engine(engine, "core_barrier")
         return self._issue_system(eid, "core_barrier", self.spec.vector_static_cycles * self._clock_ns[eid], (data,), ())
+
+
+    def dma_compute(self, dst, src0, src1=None, src2=None, src3=None, queue: int | None = None) -> int:
+        """dst = src0 + src1 + ... (up to four sources), each converted to fp32, the sum converted to dst's
+        dtype, computed inside a DMA engine [nki.isa.dma_compute: reduce_op nl.add, scales 1.0]; sources and
+        dst in HBM or SBUF, the same number of elements; NeuronCore-v3 and newer (the page is for Trn2, Trn3)."""
+        dst = _view(dst, "dst")
+        srcs = tuple(_view(s, f"src{i}") for i, s in enumerate((src0, src1, src2, src3)) if s is not None)
+        _needs_generation(self, "dma_compute", 3)
+        for name, v in (("dst", dst),) + tuple((f"src{i}", s) for i, s in enumerate(srcs)):
+            if v.tensor.kind == "psum":
+                raise MemoryPlacementError(f"operand memory: dma_compute {name} is in PSUM; the DMA engines read "
+                                           f"and write HBM or SBUF", value="psum", limit=("hbm", "sbuf"))
+        for i, s in enumerate(srcs):
+            if s.size != dst.size:
+                raise ShapeMismatchError(f"shape mismatch: dma_compute src{i} {s.shape} and dst {dst.shape} hold "
+                                         f"different numbers of elements", value=s.shape, limit=dst.shape)
+        if self.full:
+            total = np.zeros(dst.size, np.float32)
+            for s in srcs:
+                s.check_initialized()
+                total += np.asarray(s.values(), np.float32).reshape(-1)
+            dst.write(total.reshape(dst.shape).astype(dst.tensor.dtype))
+        return self._schedule_dma(dst, srcs[0], srcs, dst.nbytes, queue, "dma_compute")
 
 
 def _engine_key(eid: int) -> str:

@@ -12,9 +12,10 @@ nki.isa.core_barrier.html, .sendrecv.html, .dma_compute.html, .dma_engine.html).
   program runs on its core alone (an `nl.nc(2)` launch replays one program per core, independently),
   so the barrier does not wait for the peer (ASSUMED: the peer is not slower). Cost ASSUMED: the
   engine's static overhead (AWS publishes no figure).
-- `sendrecv` and `dma_compute` are refused by name (`NotSimulatedError`): sendrecv exchanges tiles
-  between the two programs of an LNC=2 launch while they run, which trnlab's per-core replay cannot
-  pair; dma_compute's DMA-engine arithmetic is not modelled (use `nisa.tensor_tensor` to add).
+- `dma_compute(dst, srcs, reduce_op, scales)`: dst = the fp32 sum of the sources converted to dst's
+  dtype, one DMA instruction (`hardware/system.py`; ASSUMED cost: one DMA of dst's bytes).
+- `sendrecv` is refused by name (`NotSimulatedError`): it exchanges tiles between the two programs of
+  an LNC=2 launch while they run, which trnlab's per-core replay cannot pair.
 """
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ import enum
 
 from trnlab.nki import issue
 from trnlab.nki.errors import NKIError
-from trnlab.nki.isa_binder import _engine, engine
+from trnlab.nki.isa_binder import _engine, engine, op_name
 from trnlab.nki.tensor import NkiTensor
 
 
@@ -53,7 +54,34 @@ def sendrecv(src: NkiTensor, dst: NkiTensor, send_to_rank, recv_from_rank, pipe_
                             "run the exchange as a collective (nki.collectives.collective_permute on a Cluster)")
 
 
-def dma_compute(dst: NkiTensor, srcs, scales=None, reduce_op=None, name: str | None = None, **kwargs) -> None:
-    """dst = reduce_op(srcs[0] * scales[0], ...) computed in the DMA engines [nki.isa.dma_compute]: not simulated."""
-    raise NotSimulatedError("nisa.dma_compute is not simulated: the DMA engines' arithmetic is not modelled; add the "
-                            "tiles with nisa.tensor_tensor(op=nl.add) and move the result with nisa.dma_copy")
+def dma_compute(dst: NkiTensor, srcs, reduce_op=None, scales=None, unique_indices: bool = True,
+                oob_mode=None, name: str | None = None) -> None:
+    """dst = reduce_op(srcs[0] * scales[0], srcs[1] * scales[1], ...) computed in fp32 inside a DMA engine,
+    converted to dst's dtype [nki.isa.dma_compute]. As AWS's page: only nl.add, every scale 1.0 (or None);
+    srcs and dst in HBM or SBUF. Both orders of AWS's pages are read: ``(dst, srcs, reduce_op, scales)``
+    and ``(dst, srcs, scales, reduce_op)``. Up to four sources (trnlab's limit: one DMA instruction);
+    indirect (vector_offset) read-modify-write is refused."""
+    if isinstance(reduce_op, (list, tuple)) and (scales is None or callable(scales) or isinstance(scales, str)):
+        reduce_op, scales = scales, reduce_op          # the (dst, srcs, scales, reduce_op) order
+    dst = issue.tile(dst, "dst")
+    srcs = [issue.tile(s, "srcs") for s in (srcs if isinstance(srcs, (list, tuple)) else [srcs])]
+    if not 1 <= len(srcs) <= 4:
+        raise NKIError(f"dma_compute: trnlab issues 1 to 4 sources as one DMA, got {len(srcs)}")
+    if _op_name(reduce_op) not in ("add", None):
+        raise NKIError(f"dma_compute: reduce_op must be nl.add (the only operator nki.isa.dma_compute supports), "
+                       f"got {reduce_op!r}")
+    if scales is not None and (len(scales) != len(srcs) or any(float(s) != 1.0 for s in scales)):
+        raise NKIError(f"dma_compute: every scale must be 1.0 (nki.isa.dma_compute), got {list(scales)}")
+    if dst._gather is not None or any(s._gather is not None for s in srcs):
+        raise NotSimulatedError("dma_compute with an indirect (vector_offset) operand: the read-modify-write "
+                                "scatter / gather is not simulated")
+    launch = issue.begin()
+    views = [s.hw_view() for s in srcs] + [None] * (4 - len(srcs))
+    launch.core.dma_compute(dst=dst.hw_view(), src0=views[0], src1=views[1], src2=views[2], src3=views[3])
+
+
+def _op_name(op):
+    if op is None:
+        return None
+    name = op_name(op)
+    return name if isinstance(name, str) else getattr(name, "__name__", name)
