@@ -252,6 +252,8 @@ def build_graph(program: Program, resolved) -> tuple[_Graph, list, list]:
     aliased = {root(b.id) for b in buffers if b.alias_of is not None}
     on_chip = [b.on_chip for b in buffers]
     last_rng, last_alias = -1, {}
+    for producer, consumer in getattr(program, "schedule_edges", ()):   # kernel.with_schedule (nki/schedule.py)
+        g.edge(producer, consumer)
     touches: dict[int, list[int]] = {}   # on-chip tile id -> the instructions touching it
     for k, ins in enumerate(program.instructions):
         if ins.opcode in _RNG_OPCODES:
