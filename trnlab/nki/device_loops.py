@@ -27,7 +27,8 @@ def _static(value, what: str, call: str) -> int:
         return value.known(f"{call}: {what}")
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise NKIError(f"{call}: {what} = {value!r} ({type(value).__name__}) is not known at trace time; "
-                       f"pass a Python int or a VirtualRegister")
+                       f"pass a Python int, or a VirtualRegister for run-time bounds (nisa.register_alloc / "
+                       f"register_load)")
     return int(value)
 
 
