@@ -5,6 +5,7 @@ generated/nki.isa.<name>.html), as methods of `NeuronCore` (`SystemInstructions`
 
     rng(dst, engine)              dst = 32 random bits per element, the low bits kept     Vector | GpSimd
     rand2(dst, low, high)         dst = uniform in [low, high] (NeuronCore-v4+)             Vector
+    rand(dst)                     dst = uniform in [0, 1) (nl.rand; any generation)        Vector
     rand_set_state(src, engine)   every lane's generator state = src's row (v3+)           GpSimd | Vector (v4+)
     rand_get_state(dst, engine)   dst's rows = every lane's generator state (v3+)          GpSimd | Vector (v4+)
     register_move(register, value, source)   register = value (or register `source`)      GpSimd (ASSUMED)
@@ -41,7 +42,7 @@ _RNG_DTYPES = ("int8", "int16", "int32", "uint8", "uint16", "uint32")
 _RAND2_DTYPES = ("float8_e4m3", "float8_e5m2", "float16", "bfloat16", "float32", "tfloat32") + _RNG_DTYPES
 _ENGINE_NAMES = {None: None, "unknown": None, "vector": "dve", "dve": "dve", "gpsimd": "pool", "pool": "pool"}
 # instructions with state beyond their operands (the generators, the registers): kept in program order
-STATEFUL_OPCODES = ("rng", "rand2", "rand_set_state", "rand_get_state", "register_move", "register_load",
+STATEFUL_OPCODES = ("rng", "rand2", "rand", "rand_set_state", "rand_get_state", "register_move", "register_load",
                     "register_store", "core_barrier")
 
 
@@ -175,6 +176,17 @@ class SystemInstructions:
             raise ShapeMismatchError(f"rand2 range: min must be below max, got min={lo}, max={hi}",
                                      value=(lo, hi), limit="min < max")
         return self._issue_system(DVE, "rand2", self._pass_ns(DVE, dst.free_size), reads, (dst,))
+
+    def rand(self, dst) -> int:
+        """dst = uniform random values in [0, 1), fp32 converted to dst's dtype [nki.language.rand], from the
+        Vector engine's generators (those nl.random_seed seeds). ASSUMED: one Vector instruction, rand2's
+        conversion with min 0, max 1, on every generation (AWS does not say how nl.rand is lowered)."""
+        dst = _view(dst, "dst")
+        self._rng_operand(dst, "dst", "rand", DVE, _RAND2_DTYPES)
+        if self.full:
+            bits = prng.draw(self._prng_state("dve"), dst.free_size)[:dst.partitions]
+            self._store(dst, prng.uniform(bits, 0.0, 1.0))
+        return self._issue_system(DVE, "rand", self._pass_ns(DVE, dst.free_size), (), (dst,))
 
     def _state_view(self, v, what: str, opcode: str, eid: int, sbuf_only: bool) -> View:
         v = _view(v, what)
