@@ -17,6 +17,7 @@ TRNLAB = {"nki": "trnlab.nki", "nki.isa": "trnlab.nki.isa", "nki.language": "trn
 TABLE_TITLE = "## NKI 0.7 names and their status"
 NOT_SUPPORTED = "not supported"
 REFUSED = "present, refused by name"
+STATUS_HEADER = "| name | status | reason |"
 ROW = re.compile(r"^\| `(nki(?:\.[A-Za-z_][\w]*)*)` \| ([^|]+?) \| (.*?) \|$")
 
 
@@ -25,8 +26,11 @@ def _status_table() -> dict:
     text = (ROOT / "docs" / "nki_compat.md").read_text()
     assert TABLE_TITLE in text, f"docs/nki_compat.md has no section {TABLE_TITLE!r}"
     section = text.split(TABLE_TITLE, 1)[1].split("\n## ", 1)[0]
+    assert STATUS_HEADER in section, f"the section has no table headed {STATUS_HEADER!r}"
+    table = section.split(STATUS_HEADER, 1)[1].strip().split("\n\n", 1)[0]
     rows = {}
-    for line in section.splitlines():
+    for line in table.splitlines()[1:]:          # (after the |---| line)
+        assert ROW.match(line.strip()), f"not a row of the status table: {line!r}"
         match = ROW.match(line.strip())
         if match:
             name, status, reason = match.groups()
