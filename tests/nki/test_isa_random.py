@@ -9,7 +9,7 @@ import trnlab.nki.isa as nisa
 import trnlab.nki.language as nl
 from trnlab import config
 from trnlab.hardware.errors import DtypeError, EngineError, ShapeMismatchError
-from trnlab.hardware.system import GenerationError
+from trnlab.hardware.system import GenerationError, RandomRangeError
 
 P = 4
 
@@ -188,7 +188,7 @@ def test_rand2_needs_neuroncore_v4():
 
 
 def test_rand2_refuses_min_not_below_max():
-    with pytest.raises(ShapeMismatchError, match="min must be below max"):
+    with pytest.raises(RandomRangeError, match="min must be below max"):
         nki.run(_uniform_kernel(2.0, 1.0, False), _state(24), np.zeros((P, 1), np.float32),
                 np.ones((P, 1), np.float32), target="trn3")
 

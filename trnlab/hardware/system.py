@@ -1,4 +1,5 @@
-"""System instructions: the engines' random number generators and their scalar registers.
+"""System instructions: the engines' random number generators, their scalar registers, the core barrier
+and the DMA engines' arithmetic (dma_compute).
 
 NKI 0.7 names (AWS NKI API reference, awsdocs-neuron.readthedocs-hosted.com/en/v2.33.0/nki/api/
 generated/nki.isa.<name>.html), as methods of `NeuronCore` (`SystemInstructions`, composed into it):
@@ -30,7 +31,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import cost, prng
+from . import cost, dtypes, prng
 from .dependencies import record_reads, record_write, wait_reads, wait_write
 from .engines import DVE, POOL, port_needs
 from .errors import DtypeError, EngineError, HardwareError, MemoryPlacementError, ShapeMismatchError
@@ -51,6 +52,11 @@ class GenerationError(HardwareError):
     rule = "NeuronCore generation"
 
 
+class RandomRangeError(HardwareError):
+    """rand2's range is empty: min must be below max (nki.isa.rand2: "min < max for valid range")."""
+    rule = "rand2 range"
+
+
 class RegisterError(HardwareError):
     """A register instruction broke its rule (one 32-bit element, a register that holds a value)."""
     rule = "register"
@@ -68,7 +74,8 @@ def _needs_generation(core, opcode: str, first: int) -> None:
 
 
 class SystemInstructions:
-    """NeuronCore's random number and register instructions (composed into `core.NeuronCore`)."""
+    """NeuronCore's random number, register, barrier and DMA-compute instructions (composed into
+    `core.NeuronCore`)."""
 
     # -- state kept on the core ----------------------------------------------------------------
     def _system_state(self) -> dict:
@@ -131,12 +138,12 @@ class SystemInstructions:
                               value=engine, limit=allowed)
         return DVE if key == "dve" else POOL
 
-    def _rng_operand(self, v: View, what: str, opcode: str, eid: int, dtypes: tuple, psum_ok: bool = True) -> None:
+    def _rng_operand(self, v: View, what: str, opcode: str, eid: int, allowed: tuple, psum_ok: bool = True) -> None:
         self._onchip(v, what, opcode, psum_ok=psum_ok and eid != POOL)
-        name = np.dtype(v.tensor.dtype).name if not hasattr(v.tensor.dtype, "name") else v.tensor.dtype.name
-        if name not in dtypes:
-            raise DtypeError(f"data type: {opcode} {what} must be one of {', '.join(dtypes)}, got {name}",
-                             value=name, limit=dtypes)
+        name = dtypes.name(v.tensor.dtype)
+        if name not in allowed:
+            raise DtypeError(f"data type: {opcode} {what} must be one of {', '.join(allowed)}, got {name}",
+                             value=name, limit=allowed)
 
     def _pass_ns(self, eid: int, free_size: int) -> float:
         """ASSUMED: one pass over `free_size` elements per lane, as a one-input Vector instruction."""
@@ -168,12 +175,12 @@ class SystemInstructions:
             lo_v = np.asarray(lo, np.float32).reshape(-1, 1)
             hi_v = np.asarray(hi, np.float32).reshape(-1, 1)
             if np.any(lo_v >= hi_v):
-                raise ShapeMismatchError(f"rand2 range: min must be below max, got min={lo_v.ravel()[:4]} "
+                raise RandomRangeError(f"rand2 range: min must be below max, got min={lo_v.ravel()[:4]} "
                                          f"max={hi_v.ravel()[:4]}", value=(lo, hi), limit="min < max")
             bits = prng.draw(self._prng_state("dve"), dst.free_size)[:dst.partitions]
             self._store(dst, prng.uniform(bits, lo_v, hi_v))
         elif not reads and float(lo) >= float(hi):
-            raise ShapeMismatchError(f"rand2 range: min must be below max, got min={lo}, max={hi}",
+            raise RandomRangeError(f"rand2 range: min must be below max, got min={lo}, max={hi}",
                                      value=(lo, hi), limit="min < max")
         return self._issue_system(DVE, "rand2", self._pass_ns(DVE, dst.free_size), reads, (dst,))
 
@@ -281,7 +288,7 @@ class SystemInstructions:
         eid = self._engine(engine, "core_barrier")
         return self._issue_system(eid, "core_barrier", self.spec.vector_static_cycles * self._clock_ns[eid], (data,), ())
 
-
+    # -- arithmetic in the DMA engines ------------------------------------------------------------
     def dma_compute(self, dst, src0, src1=None, src2=None, src3=None, queue: int | None = None) -> int:
         """dst = src0 + src1 + ... (up to four sources), each converted to fp32, the sum converted to dst's
         dtype, computed inside a DMA engine [nki.isa.dma_compute: reduce_op nl.add, scales 1.0]; sources and
