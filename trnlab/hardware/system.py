@@ -12,7 +12,7 @@ generated/nki.isa.<name>.html), as methods of `NeuronCore` (`SystemInstructions`
     register_move(register, value, source)   register = value (or register `source`)      GpSimd (ASSUMED)
     register_load(register, src)  register = src's one 32-bit value (HBM or SBUF)           GpSimd (ASSUMED)
     register_store(dst, register) dst's one element = register                              GpSimd (ASSUMED)
-    core_barrier(data, engine)    wait for this core's writes to data (the peer: isa_sync.py)   GpSimd (default)
+    core_barrier(data, engine)    wait for this core's writes to data and the peer core        GpSimd (default)
     dma_compute(dst, src0, ...)   dst = src0 + src1 + ... in fp32, cast to dst (v3+)             a DMA queue
 
 (`set_rng_seed` — nl.random_seed, nisa.set_rng_seed — is the Vector engine's, in `vector.py`; it seeds
@@ -282,11 +282,40 @@ class SystemInstructions:
 
     # -- synchronisation --------------------------------------------------------------------------
     def core_barrier(self, data, engine="pool") -> int:
-        """One barrier instruction reading `data` (HBM) on `engine` [nki.isa.core_barrier]: it waits for this
-        core's earlier writes to data; ASSUMED cost: the engine's static overhead."""
+        """The barrier of the two cores of a pair over the shared HBM tensor `data` [nki.isa.core_barrier],
+        on `engine` (GpSimd by default): it waits for this core's earlier accesses to data (and later ones
+        wait for it: it counts as a write of data, values unchanged) and, on a core of a
+        `distributed.cluster.Cluster`, for the peer core (ranks 2k, 2k + 1) to reach its barrier — matched
+        in program order like a collective, the peer's semaphore arriving a send/recv of 4 bytes later
+        (ASSUMED). On a core alone it waits for nothing else. ASSUMED cost: the engine's static overhead.
+        Like a collective it is described with no duration of its own: its program is replayed
+        instruction by instruction (and keeps program order)."""
         data = _view(data, "data")
         eid = self._engine(engine, "core_barrier")
-        return self._issue_system(eid, "core_barrier", self.spec.vector_static_cycles * self._clock_ns[eid], (data,), ())
+        dur = self.spec.vector_static_cycles * self._clock_ns[eid]
+        describe = getattr(self, "_describe", None)
+        if describe is not None:                     # duration 0: timed by the run (the peer), not the trace
+            return describe(ComputeIssue(ISSUE, eid, "core_barrier", 0.0, (self._ref(data),), (self._ref(data),),
+                                         0.0, 0, 0, False, None, 0.0))
+        from .core import NeuronCore
+        if type(self)._issue is not NeuronCore._issue:
+            return -1                                # the values core (not used for such programs)
+        ready, waited = wait_reads((data,), 0.0, -1)
+        ready, waited, _ = wait_write(data, ready, waited)
+        fabric = getattr(self, "_cc_fabric", None)
+        if fabric is not None:
+            from .collective import Request
+            rank = self._cc_rank
+            pair = (rank - rank % 2, rank - rank % 2 + 1)
+            arrive = max(ready, self._free[eid])
+            _, peer_ready = fabric.collective(Request("core_barrier", rank, pair, data, data, arrive, {}, self))
+            if peer_ready > ready:
+                ready = peer_ready
+        idx = len(self._records)
+        start, end, waited = self.engine_times.compute(eid, ready, waited, dur, 0.0, (), idx)
+        record_reads((data,), end, idx)
+        record_write(data, end, idx)                 # what reads data after the barrier waits for it
+        return self._append(eid, "core_barrier", start, end, end, 0.0, 0, 0, 0, waited)
 
     # -- arithmetic in the DMA engines ------------------------------------------------------------
     def dma_compute(self, dst, src0, src1=None, src2=None, src3=None, queue: int | None = None) -> int:
