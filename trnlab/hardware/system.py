@@ -12,6 +12,7 @@ generated/nki.isa.<name>.html), as methods of `NeuronCore` (`SystemInstructions`
     register_move(register, value, source)   register = value (or register `source`)      GpSimd (ASSUMED)
     register_load(register, src)  register = src's one 32-bit value (HBM or SBUF)           GpSimd (ASSUMED)
     register_store(dst, register) dst's one element = register                              GpSimd (ASSUMED)
+    register_rank(register)       register = this core's rank (nki.collectives.rank_id)      GpSimd (ASSUMED)
     core_barrier(data, engine)    wait for this core's writes to data and the peer core        GpSimd (default)
     dma_compute(dst, src0, ...)   dst = src0 + src1 + ... in fp32, cast to dst (v3+)             a DMA queue
 
@@ -44,7 +45,7 @@ _RAND2_DTYPES = ("float8_e4m3", "float8_e5m2", "float16", "bfloat16", "float32",
 _ENGINE_NAMES = {None: None, "unknown": None, "vector": "dve", "dve": "dve", "gpsimd": "pool", "pool": "pool"}
 # instructions with state beyond their operands (the generators, the registers): kept in program order
 STATEFUL_OPCODES = ("rng", "rand2", "rand", "rand_set_state", "rand_get_state", "register_move", "register_load",
-                    "register_store", "core_barrier")
+                    "register_store", "register_rank", "core_barrier")
 
 
 class GenerationError(HardwareError):
@@ -279,6 +280,11 @@ class SystemInstructions:
             value = word.view(np.int32) if np.dtype(dst.tensor.dtype).kind == "i" else word
             self._store(dst, value.astype(dst.tensor.dtype))
         return self._issue_system(POOL, "register_store", self._register_ns(), (), (dst,))
+
+    def register_rank(self, register: int) -> int:
+        """register = this core's rank in its cluster (0 on a core of no cluster) [nki.collectives.rank_id]."""
+        self._system_state()["registers"][int(register)] = int(getattr(self, "_cc_rank", 0) or 0)
+        return self._issue_system(POOL, "register_rank", self._register_ns(), (), ())
 
     # -- synchronisation --------------------------------------------------------------------------
     def core_barrier(self, data, engine="pool") -> int:
