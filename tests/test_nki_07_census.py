@@ -78,3 +78,16 @@ def test_names_refused_by_name_are_present():
     for key, (status, _) in TABLE.items():
         if status == REFUSED:
             assert _resolves(key), f"{key} is listed as {REFUSED!r} but does not resolve in trnlab"
+
+
+def test_the_counts_in_the_docs_are_the_census_counts():
+    text = (ROOT / "docs" / "nki_compat.md").read_text().split(TABLE_TITLE, 1)[1]
+    rows = dict((m, (int(a), int(b), int(c))) for m, a, b, c in
+                re.findall(r"^\| `?(nki[\w.]*|all)`? \| (\d+) \| (\d+) \| (\d+) \|$", text, flags=re.M))
+    modules = sorted({e["module"] for e in NAMES.values()})
+    for module in modules + ["all"]:
+        keys = [k for k, e in NAMES.items() if module in ("all", e["module"])]
+        present = sum(_resolves(k) for k in keys)
+        assert rows.get(module) == (len(keys), present, len(keys) - present), (
+            f"docs/nki_compat.md's census counts for {module}: {rows.get(module)}, the census: "
+            f"{(len(keys), present, len(keys) - present)}")
