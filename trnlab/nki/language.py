@@ -199,3 +199,6 @@ _install_tile_operations(language=_sys.modules[__name__], allocate=_allocate)
 
 # NKI 0.7's compiled loops and beta 1's dynamic_range (device_loops.py)
 from trnlab.nki.device_loops import dynamic_range, fori_loop, while_loop  # noqa: E402,F401
+
+# nl.rand: uniform values from the Vector engine's generators (isa_random.py)
+from trnlab.nki.isa_random import rand  # noqa: E402,F401
