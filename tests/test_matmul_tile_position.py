@@ -81,3 +81,29 @@ def test_32_row_tiles_need_neuroncore_v3():
     a, b = _operands(32)
     with pytest.raises(PETilingError, match="tiles of 64, 128"):
         nki.run(row_tiled_matmuls, a, b, rows=32, target="trn1")
+
+
+def _mx_operands(seed=3):
+    from trnlab.hardware import mx
+    import trnlab.nki.language as nl
+    rng = np.random.default_rng(seed)
+    K, M, N = 32, 32, 64
+    st_vals = rng.normal(size=(K, M, 4)).astype(ml_dtypes.float8_e5m2)
+    mv_vals = rng.normal(size=(K, N, 4)).astype(ml_dtypes.float8_e5m2)
+    st_scale = rng.integers(120, 134, size=(K // 8, M)).astype(np.uint8)
+    mv_scale = rng.integers(120, 134, size=(K // 8, N)).astype(np.uint8)
+    return mx.pack(st_vals, nl.float8_e5m2_x4), st_scale, mx.pack(mv_vals, nl.float8_e5m2_x4), mv_scale
+
+
+def test_nc_matmul_mx_on_a_row_tile_gives_the_whole_array_product():
+    from nki_kernels.mx_matmul import mx_matmul
+    from nki_kernels.pe_tiling import mx_matmul_on_row_tile
+    operands = _mx_operands()
+    whole = mx_matmul(*operands)
+    np.testing.assert_array_equal(nki.run(mx_matmul_on_row_tile, *operands, start_row=96).outputs, whole)
+
+
+def test_nc_matmul_mx_tiles_rows_only():
+    from nki_kernels.pe_tiling import mx_matmul_on_row_tile
+    with pytest.raises(PETilingError, match="tiles rows only"):
+        nki.run(mx_matmul_on_row_tile, *_mx_operands(), columns=64)

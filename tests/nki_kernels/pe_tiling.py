@@ -63,3 +63,25 @@ def column_tiled_matmul(lhsT, rhs, column: int = 64, cols: int = 64, rows: int =
     nisa.tensor_copy(dst=res, src=acc)
     nisa.dma_copy(dst=out, src=res)
     return out
+
+
+@nki.jit(target="trn3")
+def mx_matmul_on_row_tile(stationary, stationary_scale, moving, moving_scale, start_row: int = 0,
+                          columns: int = 128):
+    """The MX product (nisa.nc_matmul_mx) of K = 32 packed rows on the row tile at `start_row`
+    (tile_size (32, columns): nc_matmul_mx tiles rows only, so columns must be 128)."""
+    tiles = []
+    for hbm in (stationary, stationary_scale, moving, moving_scale):
+        t = nl.ndarray(hbm.shape, dtype=hbm.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=hbm)
+        tiles.append(t)
+    st, st_s, mv, mv_s = tiles
+    M, N = st.shape[1], mv.shape[1]
+    acc = nl.ndarray((M, N), dtype=nl.float32, buffer=nl.psum)
+    nisa.nc_matmul_mx(dst=acc, stationary=st, moving=mv, stationary_scale=st_s, moving_scale=mv_s,
+                      tile_position=(start_row, 0), tile_size=(32, columns))
+    result = nl.ndarray((M, N), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_copy(dst=result, src=acc)
+    out = nl.ndarray((M, N), dtype=nl.float32, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=result)
+    return out

@@ -63,10 +63,10 @@ class DescribingCore(NeuronCore):
         return self._describe(MatmulIssue(MATMUL, self._ref(dst), self._ref(st), self._ref(mv), busy_ns,
                                           latency_ns, load_ns, flops, sbuf, psum, tiles))
 
-    def _pe_issue(self, opcode, st, reads, dst, flops, sbuf, psum):
+    def _pe_issue(self, opcode, st, reads, dst, flops, sbuf, psum, tiles: int = 0):
         busy_ns, latency_ns, load_ns = self._pe_cost(opcode, st, reads, dst)
         return self._describe(TensorIssue(PE_ISSUE, opcode, self._ref(st), tuple(self._ref(v) for v in reads),
-                                          self._ref(dst), busy_ns, latency_ns, load_ns, flops, sbuf, psum))
+                                          self._ref(dst), busy_ns, latency_ns, load_ns, flops, sbuf, psum, tiles))
 
     def _schedule_dma(self, dst, src, reads, nbytes, queue, opcode) -> int:
         c = self._dma_cost(dst, src, nbytes, opcode)

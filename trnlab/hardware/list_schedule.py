@@ -468,6 +468,7 @@ def list_order(program: Program, spec=None, times: list | None = None) -> list[i
                 tiles = d[10] if len(d) > 10 else 0          # MatmulIssue.tiles (tiling mode)
             else:
                 new, stationary = True, None
+                tiles = d[11] if len(d) > 11 else 0          # TensorIssue.tiles (tiling mode)
             ready_at = st_ready = dst_ready = group_ready = 0.0     # the latest of each node list
             for node in pre:
                 if T[node] > ready_at:

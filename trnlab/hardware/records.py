@@ -68,6 +68,7 @@ class TensorIssue(NamedTuple):
     flops: float
     sbuf: int
     psum: int
+    tiles: int = 0              # tiling mode (nc_matmul_mx row tiles): the PE blocks it occupies
 
 
 class DmaIssue(NamedTuple):

@@ -243,7 +243,8 @@ def _resolve(program, issues, spec, layout, static) -> Resolved:
                 if r[0] in resident_reads:
                     resident_reads[r[0]].append((r[1], node))
         elif kind == PE_ISSUE:
-            _, opcode, sref, rrefs, dref, busy, lat, load, flops, sbuf, psum = d
+            _, opcode, sref, rrefs, dref, busy, lat, load, flops, sbuf, psum = d[:11]
+            tiles = d[11] if len(d) > 11 else 0         # TensorIssue.tiles (tiling mode)
             pre, st_deps, post = [], [], []
             raw(rrefs, pre)
             raw((sref,), st_deps)
@@ -253,7 +254,7 @@ def _resolve(program, issues, spec, layout, static) -> Resolved:
             n_nodes += 2
             # (as a matmul that always loads its stationary tile and joins no accumulation group)
             ops.append((PE_OP, dedupe(pre), True, dedupe(st_deps), dedupe(post), (), busy, lat, load,
-                            end_node, ready_node, opcode, flops, sbuf, psum, note, 0))
+                            end_node, ready_node, opcode, flops, sbuf, psum, note, tiles))
             note_reads((sref,) + rrefs, (end_node,))
             note_write(dref, (ready_node,))
         elif kind == SEED:

@@ -211,9 +211,10 @@ class TensorEngineInstructions:
         if garbage is not None:
             dst.set_poison(garbage, origin)
 
-    def _pe_issue(self, opcode, st, reads, dst, flops, sbuf, psum):
+    def _pe_issue(self, opcode, st, reads, dst, flops, sbuf, psum, tiles: int = 0):
         """Schedule a Tensor-engine instruction other than nc_matmul (nc_transpose): the array
-        loads `st` as its stationary tile (in the background), then streams N columns."""
+        loads `st` as its stationary tile (in the background), then streams N columns (on the PE
+        blocks `tiles` in tiling mode: `pe_tiles`)."""
         busy_ns, latency_ns, load_ns = self._pe_cost(opcode, st, reads, dst)
         times = self.engine_times
         start, waited = _wait_reads(reads, 0.0, -1)
@@ -221,7 +222,7 @@ class TensorEngineInstructions:
         self._stationary = None
         dst_ready, dst_waited, _ = _wait_write(dst, 0.0, -1)
         start, end, ready, waited = times.tensor(start, waited, True, st_ready, st_waited, load_ns,
-                                                 dst_ready, dst_waited, 0.0, busy_ns, latency_ns)
+                                                 dst_ready, dst_waited, 0.0, busy_ns, latency_ns, tiles)
         idx = len(self._records)
         _record_reads((st,) + reads, end, idx)
         _record_write(dst, ready, idx)

@@ -34,7 +34,7 @@ class ValuesCore(NeuronCore):
     def _issue(self, eid, opcode, dur, reads, write, flops=0.0, also_write=None):
         return -1
 
-    def _pe_issue(self, opcode, st, reads, dst, flops, sbuf, psum):
+    def _pe_issue(self, opcode, st, reads, dst, flops, sbuf, psum, tiles=0):
         return -1
 
     def _schedule_dma(self, dst, src, reads, nbytes, queue, opcode) -> int:
