@@ -409,7 +409,7 @@ class NkiTensor:
             if not 0 <= int(indirect_dim) < self.ndim:
                 raise ViewError(f".ap(indirect_dim={indirect_dim}) of a {self.ndim}-d tensor {self.shape}")
             stride = math.prod(self.shape[int(indirect_dim) + 1:])    # elements per step of indirect_dim
-            if scalar_offset is not None and not isinstance(scalar_offset, NkiTensor):
+            if isinstance(scalar_offset, (int, np.integer)) or hasattr(scalar_offset, "__index__"):
                 offset = int(offset) + int(scalar_offset) * stride    # a value known at trace time
             elif scalar_offset is not None:
                 dynamic = (_views._offsets(scalar_offset), stride, False)
