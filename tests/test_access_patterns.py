@@ -184,3 +184,12 @@ def test_indirect_views_on_both_ends_of_a_dma_are_refused():
 
     with pytest.raises(NKIError, match="both src and dst"):
         nki.run(kernel, np.zeros((10, 8), np.float32), np.zeros((4, 1), np.int32))
+
+
+@pytest.mark.parametrize("columns", [1, 2])
+def test_an_indirect_dma_transpose_gathers_rows_then_transposes(columns):
+    import ml_dtypes
+    table = RNG.normal(size=(300, 64)).astype(ml_dtypes.bfloat16)
+    ids = RNG.integers(0, 300, size=(128, columns)).astype(np.int32)
+    rows = ids.T.reshape(-1)                       # "flat_indices = indices.T.flatten()"
+    np.testing.assert_array_equal(nki.run(V.gather_transpose, table, ids).outputs, table[rows].T)

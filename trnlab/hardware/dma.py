@@ -151,7 +151,10 @@ class DmaInstructions:
         _check_dma_endpoints(src, dst)
         if side not in ("src", "dst"):
             raise ValueError(f"dma_copy_indirect: side is 'src' or 'dst', got {side!r}")
-        self._onchip(idx, "offsets", "dma_copy_indirect", psum_ok=False)
+        if idx.tensor.kind != "sbuf":             # (read in any order: [128, N] offsets column by column)
+            raise MemoryPlacementError(f"operand memory: dma_copy_indirect offsets {idx.tensor.name!r} are in "
+                                       f"{idx.tensor.kind.upper()}; the DMA reads them from SBUF",
+                                       value=idx.tensor.kind, limit="sbuf")
         if dtypes.is_float(idx.tensor.dtype):
             raise DtypeError(f"data type: an access pattern's scalar_offset / vector_offset must be integers, "
                              f"got {dtypes.name(idx.tensor.dtype)}", value=idx.tensor.dtype, limit="int32")

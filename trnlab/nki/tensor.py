@@ -415,7 +415,13 @@ class NkiTensor:
                 dynamic = (_views._offsets(scalar_offset), stride, False)
             else:
                 rows = pattern[0][1]
-                if _views._offsets(vector_offset).shape[0] != rows:
+                if (_views._offsets(vector_offset).ndim == 2 and vector_offset.shape[1] > 1
+                        and rows == math.prod(vector_offset.shape)):
+                    # [128, N] offsets for 128 x N rows: read column by column (nki.isa.dma_transpose's
+                    # indirect form: "flat_indices = indices.T.flatten()")
+                    vector_offset = _views.from_positions(
+                        vector_offset, _views.positions(vector_offset).T.reshape(rows, 1), "offsets", check=False)
+                if vector_offset.shape[0] != rows:
                     raise ShapeMismatchError(f"shape mismatch: vector_offset {vector_offset.shape} gives "
                                              f"{vector_offset.shape[0]} offsets for the {rows} rows of the "
                                              f"pattern {pattern}", value=vector_offset.shape, limit=rows)
