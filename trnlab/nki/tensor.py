@@ -510,8 +510,14 @@ class NkiTensor:
     def broadcast_to(self, shape) -> "NkiTensor":
         return _OPERATIONS.language.broadcast_to(self, shape)
 
-    def view(self, dtype):
-        raise NKIError("bit-casting views are not supported by trnlab.hardware")
+    def view(self, dtype) -> "NkiTensor":
+        """The same bytes read as `dtype` (NkiTensor.view(dtype), a reinterpreting view: the last axis
+        scaled by the size ratio): for a whole HBM tensor, as `.ap(dtype=)` reads it; refused on chip."""
+        self._ready()
+        if self.buffer in HBM_KINDS and self._index is None and self._ap is None:
+            return self._retyped(_dtypes.as_dtype(dtype))
+        raise ViewError(f"view({dtype}) of {self.name!r} ({self.buffer}, a view or on chip): trnlab reinterprets "
+                        f"whole HBM tensors only")
 
     # -- arithmetic (nl.add etc.) ------------------------------------------------------
     def __add__(self, other): return _OPERATIONS.language.add(self, other)
