@@ -87,11 +87,29 @@ def test_ap_of_an_already_indexed_tensor_is_refused():
     @nki.jit
     def kernel(x):
         tile = nl.ndarray((128, 256), dtype=x.dtype, buffer=nl.sbuf)
-        tile.ap(pattern=[[256, 128], [1, 256]], offset=0).ap(pattern=[[256, 64], [1, 64]], offset=0)
+        tile.ap(pattern=[[256, 128], [1, 128]], offset=0).ap(pattern=[[128, 64], [1, 64]], offset=0)
         return x
 
     with pytest.raises(ViewError, match="already indexed"):
         nki.run(kernel, np.zeros((128, 256), np.float32))
+
+
+def test_ap_of_a_reshaped_tile_counts_from_the_tiles_own_elements():
+    # AWS's TensorView(sbuf.reshape(...)).get_view() calls .ap() on a reshaped SBUF tensor
+    @nki.jit
+    def kernel(x):
+        tile = nl.ndarray((128, 64), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=tile, src=x)
+        regrouped = tile.reshape((128, 8, 8))
+        view = regrouped.ap(pattern=[[64, 128], [1, 8], [8, 8]], offset=0)      # [128, 8, 8] transposed
+        out = nl.ndarray((128, 8, 8), dtype=x.dtype, buffer=nl.shared_hbm)
+        res = nl.ndarray((128, 8, 8), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=res, src=view)
+        nisa.dma_copy(dst=out, src=res)
+        return out
+
+    x = RNG.normal(size=(128, 64)).astype(np.float32)
+    np.testing.assert_array_equal(nki.run(kernel, x).outputs, x.reshape(128, 8, 8).transpose(0, 2, 1))
 
 
 def test_an_indirect_view_is_moved_by_dma_only():

@@ -177,3 +177,15 @@ def test_view_as_another_dtype_reads_the_same_bytes():
 
     x = np.random.default_rng(4).normal(size=(16, 8)).astype(np.float32)
     np.testing.assert_array_equal(nki.run(kernel, x).outputs, x.view(np.uint32))
+
+
+def test_reshape_infers_one_size():
+    @nki.jit
+    def kernel(x):
+        view = x.reshape((-1, 8))
+        out = nl.ndarray(view.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=view)
+        return out
+
+    x = np.arange(4 * 16, dtype=np.float32).reshape(4, 16)
+    np.testing.assert_array_equal(nki.run(kernel, x).outputs, x.reshape(-1, 8))

@@ -351,6 +351,8 @@ class NkiTensor:
         kernel's end.
         """
         shape = tuple(int(n) for n in (shape if isinstance(shape, (tuple, list)) else (shape,)))
+        if -1 in shape:                            # one size inferred, as NumPy does
+            shape = _views.infer(shape, math.prod(self.shape), f"reshape({shape})")
         if (self.buffer not in HBM_KINDS and self._index is None and self._ap is None and shape
                 and shape[0] == self.shape[0] and math.prod(shape) == math.prod(self.shape)):
             # an on-chip tile's free axes regrouped (same partitions, same bytes per partition):
@@ -394,9 +396,17 @@ class NkiTensor:
             indirect_dim = given.get("indirect_dim", indirect_dim)
             dtype = given.get("dtype", dtype)
         self._ready()
-        if self._index is not None or self._ap is not None:
-            raise ViewError(".ap() of a tensor that is already indexed or viewed: \"cannot specify an access "
-                            "pattern on an already indexed tensor\" (NKI Access Patterns); call it on the tensor")
+        base = 0                                   # where this tensor's elements start in its owner
+        if self._index is not None or self._ap is not None or self._dynamic is not None:
+            # a view over contiguous storage (a reshape of a whole tile, a block t[i]) is a tensor of its
+            # own bytes: its pattern counts from its first element; any other view is "an already indexed
+            # tensor" (NKI Access Patterns, "Restriction on Nested Indexing")
+            if self._dynamic is not None or not _views.is_contiguous(self) or (
+                    dtype is not None and _dtypes.as_dtype(dtype).itemsize != np.dtype(self.dtype).itemsize):
+                raise ViewError(".ap() of a tensor that is already indexed or viewed (not contiguous): \"cannot "
+                                "specify an access pattern on an already indexed tensor\" (NKI Access Patterns); "
+                                "call it on the tensor")
+            base = _views.offset(self)
         if scalar_offset is not None and vector_offset is not None:
             raise ViewError(".ap(): at most one of scalar_offset and vector_offset")
         if dtype is not None and _dtypes.as_dtype(dtype).itemsize != np.dtype(self.dtype).itemsize:
@@ -438,7 +448,7 @@ class NkiTensor:
                                    value=(int(flat.min()), int(flat.max())), limit=math.prod(self.shape))
         view = NkiTensor(flat.shape, self.dtype, self.buffer, self.name)
         view._owner, view._hw, view._launch = self._base(), self._hw, self._launch
-        view._index = np.unravel_index(flat, self._hw.shape)
+        view._index = np.unravel_index(flat + base, self._hw.shape)
         box = _views.as_box(view._index)
         if box is not None:         # a strided box: slices, so DMAs see its contiguous runs
             view._index = box

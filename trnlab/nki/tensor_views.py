@@ -187,7 +187,7 @@ def broadcast(t, dim: int, size: int):
 def reshape_dim(t, dim: int, shape):
     """`dim` split into `shape` (one -1 allowed)."""
     dim = _dim(t, dim, "reshape_dim")
-    shape = _infer(tuple(int(n) for n in shape), t.shape[dim], f"reshape_dim({dim}, {shape})")
+    shape = infer(tuple(int(n) for n in shape), t.shape[dim], f"reshape_dim({dim}, {shape})")
     if len(shape) != 1:
         _keep_partitions(t, dim, "reshape_dim")
     return from_positions(t, positions(t).reshape(t.shape[:dim] + shape + t.shape[dim + 1:]), "reshape_dim")
@@ -222,7 +222,7 @@ def squeeze_dim(t, dim: int):
 
 def reshape(t, shape):
     """A view's elements, in order, in another shape (on chip: the same partitions)."""
-    shape = _infer(tuple(int(n) for n in shape), math.prod(t.shape), f"reshape({shape})")
+    shape = infer(tuple(int(n) for n in shape), math.prod(t.shape), f"reshape({shape})")
     if t.buffer in ON_CHIP and _partition_dim(t) == 0 and shape[0] != t.shape[0]:
         raise ViewError(f"reshape of {t.buffer.upper()} tensor {t.name!r} {t.shape} to {shape}: dim 0 is the "
                         f"partition dimension and keeps its size")
@@ -248,7 +248,7 @@ def rearrange(t, src, dst=None, sizes=None, **axis_sizes):
         known = [sizes.get(g) for g in group]
         if known.count(None) > 1:
             raise ViewError(f"rearrange: group {group} of size {n} needs the sizes of all but one of its names")
-        split = _infer(tuple(-1 if k is None else int(k) for k in known), n, f"rearrange group {group}")
+        split = infer(tuple(-1 if k is None else int(k) for k in known), n, f"rearrange group {group}")
         names.extend(group)
         shape.extend(split)
     flat_dst = [name for entry in dst for name in ((entry,) if isinstance(entry, str) else entry)]
@@ -281,7 +281,7 @@ def _parse(side: str) -> tuple:
     return tuple(out)
 
 
-def _infer(shape: tuple, total: int, what: str) -> tuple:
+def infer(shape: tuple, total: int, what: str) -> tuple:
     if shape.count(-1) > 1:
         raise ViewError(f"{what}: at most one -1")
     known = math.prod(n for n in shape if n != -1)
