@@ -211,3 +211,16 @@ def test_an_indirect_dma_transpose_gathers_rows_then_transposes(columns):
     ids = RNG.integers(0, 300, size=(128, columns)).astype(np.int32)
     rows = ids.T.reshape(-1)                       # "flat_indices = indices.T.flatten()"
     np.testing.assert_array_equal(nki.run(V.gather_transpose, table, ids).outputs, table[rows].T)
+
+
+def test_an_indirect_dma_between_dtypes_is_refused():
+    @nki.jit
+    def kernel(table, ids):
+        idx = nl.ndarray((4, 1), dtype=nl.int32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=idx, src=ids)
+        rows = nl.ndarray((4, 8), dtype=nl.bfloat16, buffer=nl.sbuf)
+        nisa.dma_copy(dst=rows, src=table.ap([[8, 4], [1, 8]], vector_offset=idx, indirect_dim=0))
+        return table
+
+    with pytest.raises(NKIError, match="between dtypes"):
+        nki.run(kernel, np.zeros((10, 8), np.float32), np.zeros((4, 1), np.int32))
