@@ -189,3 +189,28 @@ def test_reshape_infers_one_size():
 
     x = np.arange(4 * 16, dtype=np.float32).reshape(4, 16)
     np.testing.assert_array_equal(nki.run(kernel, x).outputs, x.reshape(-1, 8))
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(1, 4), st.integers(1, 3), st.booleans()),
+                min_size=3, max_size=3))
+def test_the_pattern_of_a_sliced_view_is_the_one_its_elements_follow(axes):
+    from trnlab.nki.tensor_views import pattern_of
+    shape = (5, 6, 7)
+    key = tuple((start % n) if as_int else slice(start % n, None, step)
+                for (start, _, step, as_int), n in zip(axes, shape))
+    if all(isinstance(k, int) for k in key):
+        key = key[:2] + (slice(None),)
+    seen = {}
+
+    @nki.jit
+    def kernel(x):
+        view = x[key]
+        seen["pattern"], seen["offset"], seen["contiguous"] = view.get_pattern(), view.offset, view.is_contiguous()
+        return x
+
+    nki.run(kernel, np.zeros(shape, np.float32), timing_only=True)
+    flat = np.arange(5 * 6 * 7).reshape(shape)[key]
+    offset, pattern = pattern_of(flat)
+    assert (seen["offset"], seen["pattern"]) == (offset, pattern)
+    assert seen["contiguous"] == bool(np.array_equal(flat.reshape(-1), offset + np.arange(flat.size)))

@@ -294,23 +294,59 @@ def infer(shape: tuple, total: int, what: str) -> tuple:
     return shape
 
 
+def _box_pattern(t):
+    """(offset, pattern) of a whole tensor or a view by ints and slices, read off its index without
+    listing its elements (a view of a large HBM tensor); None for other views."""
+    if t._ap is not None or t._dynamic is not None or t._gather is not None or t._emit is not None:
+        return None
+    shape = t._hw.shape
+    strides = [math.prod(shape[k + 1:]) for k in range(len(shape))]
+    index = t._index if t._index is not None else tuple(slice(0, n, 1) for n in shape)
+    start, pattern = 0, []
+    for entry, stride in zip(index, strides):
+        if isinstance(entry, slice):
+            r = range(*entry.indices(10 ** 18))
+            start += (r.start if len(r) else 0) * stride
+            pattern.append([r.step * stride if len(r) > 1 else 0, len(r)])   # (a single step: stride 0)
+        elif isinstance(entry, (int, np.integer)):
+            start += int(entry) * stride
+        else:
+            return None
+    if len(pattern) != t.ndim or [n for _, n in pattern] != list(t.shape):
+        return None
+    return start, pattern
+
+
+def _pattern(t):
+    found = _box_pattern(t)
+    return found if found is not None else pattern_of(positions(t))
+
+
 def get_pattern(t) -> list:
     """The view's access pattern [[stride, count], ...] over its owner's elements (`t.offset` the start)."""
-    found = pattern_of(positions(t))
+    found = _pattern(t)
     if found is None:
         raise ViewError(f"{t.name!r} {t.shape} is not an access pattern")
     return found[1]
 
 
 def offset(t) -> int:
-    found = pattern_of(positions(t))
+    found = _pattern(t)
     return 0 if found is None else found[0]
 
 
 def is_contiguous(t) -> bool:
     """Does the view cover its elements in storage order without gaps?"""
-    flat = positions(t).reshape(-1)
-    return bool(flat.size == 0 or np.array_equal(flat, flat[0] + np.arange(flat.size)))
+    found = _pattern(t)
+    if found is None:
+        return False
+    pairs = [(stride, n) for stride, n in found[1] if n != 1]
+    expected = 1
+    for stride, n in reversed(pairs):
+        if stride != expected:
+            return False
+        expected *= n
+    return True
 
 
 def indirect(t, *args, **kwargs):
