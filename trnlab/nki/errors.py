@@ -30,6 +30,11 @@ class MaskError(NKIError):
     """A mask that cannot be turned into an instruction range (it must bound one iterator per clause)."""
 
 
+class LaunchGridError(NKIError):
+    """An SPMD launch grid with an axis of no programs (`kernel[0]`): each axis counts the programs
+    along it (nki.language.num_programs), so every axis needs at least one."""
+
+
 def _is_internal(filename: str) -> bool:
     return os.path.abspath(filename).startswith(_INTERNAL_DIRS)
 
