@@ -54,14 +54,32 @@ def allocate(program: Program, spec=None, *, fuse: bool = True) -> Program:
         return allocate_in_order(program, spec)
     except (SBUFOverflowError, PSUMOverflowError) as error:
         if _block_tensor_live(program, error) is None:
-            raise                             # no block tensor involved: nothing to fuse
+            return _spilled(program, spec, error)   # no block tensor involved: nothing to fuse
         if not fuse:
-            raise _noted(error, f"the kernel is marked nki.compiler.{SKIP}, so trnlab does not fuse its "
-                                f"loops") from None
+            return _spilled(program, spec, _noted(
+                error, f"the kernel is marked nki.compiler.{SKIP}, so trnlab does not fuse its loops"))
         fused, why = fuse_loops(program, error, spec)
         if fused is None:
-            raise _noted(error, f"trnlab's loop fusion (trnlab.hardware.fusion) did not help: {why}") from None
+            return _spilled(program, spec, _noted(
+                error, f"trnlab's loop fusion (trnlab.hardware.fusion) did not help: {why}"))
         return fused
+
+
+def _spilled(program: Program, spec, error: Exception) -> Program:
+    """The program with SBUF tiles spilled to HBM where they do not fit (`spill.py`, ASSUMED) when
+    the `spill` switch is on (TRNLAB_SPILL=1), else `error` raised: the last resort, after fusion."""
+    from trnlab import config
+    from .allocate import target_spec
+    from .spill import spill_to_fit
+    if not isinstance(error, SBUFOverflowError):
+        raise error
+    if not config.get("spill"):
+        raise error                       # (the refusal the course teaches: unchanged unless asked)
+    placed = spill_to_fit(program, target_spec(program, spec), error)
+    if placed is None:
+        raise _noted(error, "spilling tiles to HBM (TRNLAB_SPILL) cannot make it fit: an instruction's own "
+                            "tiles exceed SBUF")
+    return placed
 
 
 def fuse_loops(program: Program, error: Exception, spec=None) -> tuple[Program | None, str]:
