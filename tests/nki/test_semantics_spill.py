@@ -15,7 +15,7 @@ from trnlab import config
 import trnlab.nki.isa as nisa
 import trnlab.nki.language as nl
 from trnlab.hardware import presets
-from trnlab.hardware.errors import SBUFOverflowError
+from trnlab.hardware.errors import SBUFOverflowError, UninitializedReadError
 from trnlab.hardware.spill import SpillWarning
 
 SMALL_SBUF = presets.TRN1.core.derive(sbuf_partition_bytes=32 * 1024)
@@ -127,3 +127,19 @@ def test_an_instruction_whose_own_tiles_exceed_sbuf_is_still_refused():
 
     with pytest.raises(SBUFOverflowError):
         nki.run(wide_add, np.ones((128, 2048), np.float32), target=tiny, timing_only=True)
+
+
+def test_a_spill_slot_keeps_the_garbage_of_a_partly_written_tile_until_it_comes_back():
+    from trnlab.hardware import NeuronCore
+    from trnlab.hardware.dma import SPILL_SLOT
+    core = NeuronCore(presets.TRN1.core, mode="full")
+    tile = core.sbuf.allocate((128, 64), "float32", name="tile")
+    core.memset(tile[:, 0:32], 1.0)                          # columns 32.. never written
+    slot = core.hbm.allocate((128, 64), "float32", name=f"{SPILL_SLOT}tile")
+    core.dma_copy(slot, tile)                                # no error: a spill store
+    back = core.sbuf.allocate((128, 64), "float32", name="back")
+    core.dma_copy(back, slot)
+    out = core.hbm.allocate((128, 64), "float32", name="out")
+    core.dma_copy(out[:, 0:32], back[:, 0:32])               # the written half: fine
+    with pytest.raises(UninitializedReadError):
+        core.dma_copy(out[:, 32:], back[:, 32:])             # the garbage reaches an output

@@ -29,6 +29,7 @@ import warnings
 from collections import defaultdict
 
 from .allocate import allocate as allocate_in_order
+from .dma import SPILL_SLOT
 from .errors import SBUFOverflowError
 from .program import WRITES, Access, Buffer, Instruction, Program
 
@@ -167,7 +168,7 @@ def _rewrite(program: Program, cuts: list) -> Program:
                                            line=f"{NOTE}reload {what} (again from {program.buffers[source.operands['src'].buffer].name!r})",
                                            region=source.region))
         else:
-            slot = Buffer(id=len(new.buffers), name=f"spill {tile.name}", memory="hbm", shape=tile.shape,
+            slot = Buffer(id=len(new.buffers), name=f"{SPILL_SLOT}{tile.name}", memory="hbm", shape=tile.shape,
                           dtype=tile.dtype, role="internal")
             new.buffers.append(slot)
             after[prev].append(Instruction("dma_copy", "dma", {"dst": Access(slot.id), "src": Access(holder)},
