@@ -125,7 +125,7 @@ def test_an_instruction_whose_own_tiles_exceed_sbuf_is_still_refused():
         nl.store(out, value=nl.add(nl.load(a_tensor), nl.load(a_tensor)))   # [128, 2048] fp32: 8 KiB each
         return out
 
-    with pytest.raises(SBUFOverflowError):
+    with pytest.raises(SBUFOverflowError, match="cannot make it fit"):
         nki.run(wide_add, np.ones((128, 2048), np.float32), target=tiny, timing_only=True)
 
 
