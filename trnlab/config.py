@@ -51,6 +51,9 @@ SWITCHES: dict[str, Switch] = {s.name: s for s in (
            "threads; 'default': leave BLAS's own threading alone"),
     Switch("cache", "TRNLAB_CACHE", "", _text,
            "the folder of compiled serving artifacts (default ~/.cache/trnlab)"),
+    Switch("spill", "TRNLAB_SPILL", False, _flag,
+           "SBUF tiles that do not fit are spilled to HBM (hardware/spill.py, ASSUMED) instead of an "
+           "SBUFOverflowError; the profile counts the spilled bytes"),
 )}
 
 # Overrides are process-wide, not per thread: a run's worker threads must see the switches of the
