@@ -298,7 +298,8 @@ def _run_trace(kernel, args, kwargs, spec, grid, recorder, launch, names, alloca
     try:
         args = tuple(_trace_argument(a, names[i] if i < len(names) else f"arg{i}", launch)
                      for i, a in enumerate(args))
-        kwargs = {k: _trace_argument(v, k, launch) for k, v in kwargs.items()}
+        # keyword arguments become inputs in sorted order, the order `run` passes their arrays in
+        kwargs = {k: _trace_argument(kwargs[k], k, launch) for k in sorted(kwargs)}
         result = None
         for program_id in (_grid_points(grid) if points is None else points):
             launch.program_id = program_id
