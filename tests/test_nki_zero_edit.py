@@ -327,3 +327,25 @@ def test_keyword_inputs_in_any_order_reach_their_parameters():
     assert trn.cpu_simulate(difference)[1](zeta=zeta, alpha=alpha)[0, 0] == 9.0
     assert trn.cpu_simulate(difference)[1](alpha=alpha, zeta=zeta)[0, 0] == 9.0
     assert trn.cpu_simulate(difference)[2](alpha=alpha, zeta=zeta)[0, 0] == 9.0
+
+
+def test_simulate_updates_numpy_inputs_the_kernel_wrote_in_place():
+    """AWS's simulator: "Input arrays are updated in-place if the kernel modified the corresponding
+    HBM tensors" (a cache update written into its input)."""
+    import trnlab.nki as trn
+    import trnlab.nki.language as nl
+
+    @trn.jit
+    def append_row(cache, row):
+        nl.store(cache[0:1, :], value=nl.load(row))       # writes its input
+        out = nl.ndarray(row.shape, dtype=row.dtype, buffer=nl.shared_hbm)
+        nl.store(out, value=nl.load(row))
+        return out
+
+    cache = np.zeros((4, 8), np.float32)
+    row = np.full((1, 8), 3.0, np.float32)
+    out = trn.simulate(append_row)(cache, row)
+    np.testing.assert_array_equal(out, row)
+    np.testing.assert_array_equal(cache[0], row[0])
+    np.testing.assert_array_equal(cache[1:], 0)
+    np.testing.assert_array_equal(row, 3.0)                  # a read-only input is left as it was

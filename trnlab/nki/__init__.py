@@ -390,8 +390,39 @@ def _grid_points(grid: tuple) -> list[tuple]:
 
 # -- AWS's entry points ------------------------------------------------------------------------------
 def simulate_kernel(kernel, *args, **kwargs):
-    """nki.simulate_kernel(kernel, *args): run on the simulator and return the outputs."""
-    return run(kernel, *args, **kwargs).outputs
+    """nki.simulate_kernel(kernel, *args): run on the simulator and return the outputs. As on AWS's
+    simulator, NumPy inputs the kernel wrote are updated in place ("Input arrays are updated in-place
+    if the kernel modified the corresponding HBM tensors", NKI CPU Simulator guide, "Execution")."""
+    kernel = kernel if isinstance(kernel, Kernel) else Kernel(kernel)
+    from trnlab.nki import spmd
+    if kwargs.get("timing_only", kernel.timing_only) or kwargs.get("device") is not None \
+            or spmd.cores_of(kernel.grid) > 1:
+        return run(kernel, *args, **kwargs).outputs
+    from trnlab.hardware.device import Device
+    options = {k: kwargs.pop(k) for k in ("target", "timing_only", "grid", "core") if k in kwargs}
+    device = Device(options.pop("target", None) or kernel.target or default_target(), mode="full", cores=1)
+    names = kernel.func.__code__.co_varnames
+    placed = []                                    # (device tensor, the caller's array)
+
+    def place(value, name):
+        if not isinstance(value, np.ndarray):
+            return value
+        tensor = device.tensor(value.astype(np.float32) if value.dtype == np.float64 else value, name=name)
+        placed.append((tensor, value))
+        return tensor
+    args = tuple(place(a, names[i] if i < len(names) else f"arg{i}") for i, a in enumerate(args))
+    kwargs = {k: place(v, k) for k, v in kwargs.items()}
+    result = run(kernel, *args, device=device, **options, **kwargs)
+    written = {a.buffer for ins in result.program.instructions for a in ins.writes()}
+    by_tensor = {id(t): array for t, array in placed}
+    inputs = [a for a in list(args) + [kwargs[k] for k in sorted(kwargs)] if _is_array(a)]
+    for (_, buffer), value in zip(result.program.inputs, inputs):
+        array = by_tensor.get(id(value))
+        if array is not None and buffer in written and array.dtype == value.dtype and array.flags.writeable:
+            np.copyto(array, value.full.read())
+    for tensor, _ in placed:
+        device.free(tensor)
+    return result.outputs
 
 
 def simulate(kernel):

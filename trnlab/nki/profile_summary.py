@@ -88,11 +88,9 @@ def _hbm_directions(program: Program, records, engines) -> dict:
     read = written = 0.0
     for ins, record in zip(dmas, dma_records):
         moved = _dma_bytes(record)
-        dst = ins.operands.get("dst")
-        sources = [a for name, a in ins.operands.items() if name != "dst"]
-        if any(memory.get(a.buffer) == "hbm" for a in sources):
+        if any(memory.get(a.buffer) == "hbm" for a in ins.reads()):
             read += moved
-        if dst is not None and memory.get(dst.buffer) == "hbm":
+        if any(memory.get(a.buffer) == "hbm" for a in ins.writes()):
             written += moved
     return {"hbm_read_bytes": int(read), "hbm_write_bytes": int(written)}
 
