@@ -349,3 +349,11 @@ def test_simulate_updates_numpy_inputs_the_kernel_wrote_in_place():
     np.testing.assert_array_equal(cache[0], row[0])
     np.testing.assert_array_equal(cache[1:], 0)
     np.testing.assert_array_equal(row, 3.0)                  # a read-only input is left as it was
+
+
+def test_pytest_subcommand_reaches_xdist_workers(tmp_path):
+    pytest.importorskip("xdist")
+    _script(tmp_path, "test_double.py", PYTEST_FILE)
+    done = _run(["pytest", "-q", "-p", "no:cacheprovider", "-n", "2", "test_double.py"], tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "3 passed" in done.stdout

@@ -53,9 +53,14 @@ def _exit_code(call) -> int:
 
 
 def pytest_main(argv: list[str]) -> int:
-    """pytest in-process: the hook is installed before pytest imports any conftest or test."""
+    """pytest in-process: the hook is installed before pytest imports any conftest or test. The
+    hook is also named as a plugin (``-p trnlab.nki.zero_edit``) so that pytest-xdist's workers,
+    which get the same arguments, install it too."""
     import pytest
-    return int(pytest.main(list(argv)))
+    argv = list(argv)
+    if "trnlab.nki.zero_edit" not in argv:
+        argv = ["-p", "trnlab.nki.zero_edit"] + argv
+    return int(pytest.main(argv))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -78,6 +83,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"python -m trnlab.nki: unknown command {command!r}\n{USAGE}", file=sys.stderr)
         return 2
     from trnlab.nki import zero_edit
+    if force:
+        os.environ["TRNLAB_NKI_FORCE"] = "1"          # for the processes it starts (pytest-xdist workers)
     try:
         zero_edit.install(force=force)
     except zero_edit.RealInstallationError as error:
