@@ -54,6 +54,15 @@ SWITCHES: dict[str, Switch] = {s.name: s for s in (
     Switch("spill", "TRNLAB_SPILL", False, _flag,
            "SBUF tiles that do not fit are spilled to HBM (hardware/spill.py, ASSUMED) instead of an "
            "SBUFOverflowError; the profile counts the spilled bytes"),
+    Switch("nki_force", "TRNLAB_NKI_FORCE", False, _flag,
+           "zero-edit runs (trnlab.nki.zero_edit) serve AWS's nki / neuronxcc module names even where a "
+           "real installation of them is importable"),
+    Switch("platform_target", "NEURON_PLATFORM_TARGET_OVERRIDE", "", _text,
+           "AWS's variable: the target of NKI kernels given none (trn1|gen2, trn2|gen3, trn3|gen4; "
+           "unset: trn2)"),
+    Switch("nc_version", "NKI_NC_VERSION", "", _text,
+           "set by AWS's NKI Library harness before each simulated kernel (gen2|gen3|gen4); "
+           "wins over NEURON_PLATFORM_TARGET_OVERRIDE"),
 )}
 
 # Overrides are process-wide, not per thread: a run's worker threads must see the switches of the

@@ -1,6 +1,8 @@
 """trnlab.nki — AWS's Neuron Kernel Interface, executed on the simulated NeuronCore (`trnlab.hardware`).
 
-A kernel written for NKI runs here with only its imports changed::
+A kernel written for NKI runs here unmodified through `python -m trnlab.nki run script.py` (the
+zero-edit hook serves AWS's `nki` / `neuronxcc.nki` names from this package: zero_edit.py), or with
+its imports changed::
 
     import trnlab.nki as nki
     import trnlab.nki.language as nl
@@ -23,7 +25,7 @@ one after another on the same core and share `nl.shared_hbm` outputs; a grid axi
 `nl.spmd_dim(..., nl.nc(k))` spreads them over k cores of one device, launched together (`spmd.py`). `timing_only=True` costs and
 schedules every instruction without computing values (outputs are None): for large shapes.
 
-`nki.simulate_kernel` / `nki.simulate` (AWS's CPU-simulator entry points) return outputs;
+`nki.simulate_kernel` / `nki.simulate` / `nki.cpu_simulate` (AWS's CPU-simulator entry points) return outputs;
 `nki.benchmark` and `nki.profile` (on real hardware, device measurements) return the simulated
 latency, timeline and profile, and `nki.profile` writes a Chrome/Perfetto trace.
 """
@@ -44,9 +46,10 @@ from trnlab.nki import isa, language, typing  # noqa: F401  (nki.language / nki.
 from trnlab.nki import launches
 from trnlab.nki.errors import MaskError, NKIError, locate, site_note  # noqa: F401
 from trnlab.nki.errors import _notes as _error_notes
+from trnlab.nki.platform import default_target
 from trnlab.nki.tensor import NkiTensor
 
-__all__ = ["jit", "run", "trace", "region", "simulate_kernel", "simulate", "benchmark", "profile", "baremetal", "KernelRun",
+__all__ = ["jit", "run", "trace", "region", "simulate_kernel", "simulate", "cpu_simulate", "benchmark", "profile", "baremetal", "KernelRun",
            "ShapeDtype", "NKIError", "language", "isa", "tensor"]
 
 tensor = NkiTensor  # nki.tensor: the type of kernel arguments and tiles (for annotations)
@@ -231,7 +234,7 @@ def trace(kernel, *args, target=None, grid=None, points=None, **kwargs):
     if not isinstance(kernel, Kernel):
         kernel = Kernel(kernel)
     grid = tuple(grid) if grid is not None else kernel.grid
-    spec = presets.core_spec(target or kernel.target or "trn2")
+    spec = presets.core_spec(target or kernel.target or default_target())
     points = None if points is None else tuple(tuple(p) for p in points)
     order = schedule_of(kernel)
     key = (kernel.func, grid, tuple(getattr(g, "cores", 1) for g in grid), points, spec.name, id(spec), order,
@@ -309,7 +312,8 @@ def _run_trace(kernel, args, kwargs, spec, grid, recorder, launch, names, alloca
     try:
         args = tuple(_trace_argument(a, names[i] if i < len(names) else f"arg{i}", launch)
                      for i, a in enumerate(args))
-        kwargs = {k: _trace_argument(v, k, launch) for k, v in kwargs.items()}
+        # keyword arguments become inputs in sorted order, the order `run` passes their arrays in
+        kwargs = {k: _trace_argument(kwargs[k], k, launch) for k in sorted(kwargs)}
         result = None
         for program_id in (_grid_points(grid) if points is None else points):
             launch.program_id = program_id
@@ -385,7 +389,7 @@ def run(kernel, *args, target=None, timing_only: bool | None = None, grid=None, 
                                  device=device, core=core)
     program = trace(kernel, *args, target=target, grid=grid, **kwargs)
     if device is None:
-        device = Device(target or "trn2", mode="timing" if timing else "full", cores=1)
+        device = Device(target or default_target(), mode="timing" if timing else "full", cores=1)
     elif device.full == timing:
         raise NKIError(f"{device!r} runs in {device.mode!r} mode; timing_only={timing} asks for the other")
     as_torch = any(_is_torch(a) for a in list(args) + list(kwargs.values()))
@@ -410,13 +414,74 @@ def _grid_points(grid: tuple) -> list[tuple]:
 
 # -- AWS's entry points ------------------------------------------------------------------------------
 def simulate_kernel(kernel, *args, **kwargs):
-    """nki.simulate_kernel(kernel, *args): run on the simulator and return the outputs."""
-    return run(kernel, *args, **kwargs).outputs
+    """nki.simulate_kernel(kernel, *args): run on the simulator and return the outputs. As on AWS's
+    simulator, NumPy inputs the kernel wrote are updated in place ("Input arrays are updated in-place
+    if the kernel modified the corresponding HBM tensors", NKI CPU Simulator guide, "Execution")."""
+    kernel = kernel if isinstance(kernel, Kernel) else Kernel(kernel)
+    from trnlab.nki import spmd
+    if kwargs.get("timing_only", kernel.timing_only) or kwargs.get("device") is not None \
+            or spmd.cores_of(kernel.grid) > 1:
+        return run(kernel, *args, **kwargs).outputs
+    from trnlab.hardware.device import Device
+    options = {k: kwargs.pop(k) for k in ("target", "timing_only", "grid", "core") if k in kwargs}
+    device = Device(options.pop("target", None) or kernel.target or default_target(), mode="full", cores=1)
+    names = kernel.func.__code__.co_varnames
+    placed = []                                    # (device tensor, the caller's array)
+
+    def place(value, name):
+        if not isinstance(value, np.ndarray):
+            return value
+        tensor = device.tensor(value.astype(np.float32) if value.dtype == np.float64 else value, name=name)
+        placed.append((tensor, value))
+        return tensor
+    args = tuple(place(a, names[i] if i < len(names) else f"arg{i}") for i, a in enumerate(args))
+    kwargs = {k: place(v, k) for k, v in kwargs.items()}
+    result = run(kernel, *args, device=device, **options, **kwargs)
+    written = {a.buffer for ins in result.program.instructions for a in ins.writes()}
+    by_tensor = {id(t): array for t, array in placed}
+    inputs = [a for a in list(args) + [kwargs[k] for k in sorted(kwargs)] if _is_array(a)]
+    for (_, buffer), value in zip(result.program.inputs, inputs):
+        array = by_tensor.get(id(value))
+        if array is not None and buffer in written and array.dtype == value.dtype and array.flags.writeable:
+            np.copyto(array, value.full.read())
+    for tensor, _ in placed:
+        device.free(tensor)
+    return result.outputs
 
 
 def simulate(kernel):
-    """nki.simulate(kernel) -> a callable that runs the kernel on the simulator."""
+    """nki.simulate(kernel) -> a callable that runs the kernel on the simulator: NumPy in, NumPy
+    out (torch in, torch out), as AWS's nki.simulate page says."""
     return lambda *args, **kwargs: simulate_kernel(kernel, *args, **kwargs)
+
+
+class _CpuSimulated:
+    """``nki.cpu_simulate(kernel)[lnc](**inputs)``, the call AWS's NKI Library harness makes in
+    simulation mode (test/utils/simulation_setup.py): `lnc` is the logical NeuronCore config, 1 or 2
+    physical cores per logical core; LNC2 runs one program per physical core, launched together
+    (``kernel[nl.nc(2)]``: `nl.program_id(0)` is the core), as AWS's simulator runs two threads."""
+
+    def __init__(self, kernel, lnc: int = 1):
+        self.kernel = kernel if isinstance(kernel, Kernel) else Kernel(kernel)
+        self.lnc = lnc
+
+    def __getitem__(self, lnc) -> "_CpuSimulated":
+        lnc = int(lnc)
+        if lnc < 1:
+            raise NKIError(f"nki.cpu_simulate(kernel)[lnc]: lnc is 1 or 2 cores per logical core, got {lnc}")
+        return _CpuSimulated(self.kernel, lnc)
+
+    def __call__(self, *args, **kwargs):
+        kernel = self.kernel
+        if self.lnc > 1:
+            from trnlab.nki import language
+            kernel = kernel[language.nc(self.lnc)]
+        return simulate_kernel(kernel, *args, **kwargs)
+
+
+def cpu_simulate(kernel) -> _CpuSimulated:
+    """nki.cpu_simulate(kernel)[lnc](*args, **kwargs): run on the simulator, return the outputs."""
+    return _CpuSimulated(kernel)
 
 
 class _Latency:
@@ -477,31 +542,44 @@ class _Measured(Kernel):
         elif self.options.get("save_trace_name"):
             # nki.benchmark(save_trace_name=...) also saves the run's trace (AWS's unit tests check it)
             result.timeline.to_chrome_trace(self.options["save_trace_name"])
+        if self.kind != "profile" and self.options.get("save_neff_name"):
+            _save_program(result, self.options["save_neff_name"])
         return result.outputs
 
 
-def _profile_paths(options: dict) -> tuple[str, str]:
-    """(trace path, summary path) of nki.profile's options. AWS's nki.profile: working_directory an
-    absolute path, save_trace_name default 'profile.ntff', overwrite default False (existing
-    artifacts are not replaced). NTFF is Neuron's binary format: trnlab writes Chrome/Perfetto JSON
-    under the same name with .json."""
+def _save_program(result: KernelRun, path: str) -> None:
+    """save_neff_name: the run's program where AWS's tools write the compiled NEFF — trnlab's program
+    JSON (`Program.save`) under the name asked; `python -m trnlab.nki profile` reads it. A launch
+    over several cores saves core 0's program."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    result.program.save(path)
+
+
+def _profile_paths(options: dict) -> tuple[str, str, str]:
+    """(trace path, summary path, program path) of nki.profile's options. AWS's nki.profile:
+    working_directory an absolute path, save_neff_name default 'file.neff', save_trace_name default
+    'profile.ntff', overwrite default False (existing artifacts are not replaced). NTFF is Neuron's
+    binary format: trnlab writes Chrome/Perfetto JSON under the same name with .json; the NEFF's name
+    holds trnlab's program JSON (`_save_program`)."""
     directory = options.get("working_directory") or os.getcwd()
     if not os.path.isabs(directory):
         raise NKIError(f"nki.profile: working_directory must be an absolute path, got {directory!r}")
     trace_name = os.path.splitext(options.get("save_trace_name") or "profile.ntff")[0] + ".json"
     trace_path = os.path.join(directory, trace_name)
     summary_path = os.path.join(directory, os.path.splitext(trace_name)[0] + "_summary.json")
+    program_path = os.path.join(directory, options.get("save_neff_name") or "file.neff")
     if not options.get("overwrite", False):
-        existing = [p for p in (trace_path, summary_path) if os.path.exists(p)]
+        existing = [p for p in (trace_path, summary_path, program_path) if os.path.exists(p)]
         if existing:
             raise FileExistsError(f"nki.profile: {existing[0]} exists and overwrite=False (AWS's default); "
                                   f"pass overwrite=True or another save_trace_name")
-    return trace_path, summary_path
+    return trace_path, summary_path, program_path
 
 
 def _write_profile(result: KernelRun, options: dict) -> dict:
-    trace_path, summary_path = _profile_paths(options)
+    trace_path, summary_path, program_path = _profile_paths(options)
     os.makedirs(os.path.dirname(trace_path), exist_ok=True)
+    _save_program(result, program_path)
     if hasattr(result, "chrome_trace"):          # an SPMD launch over several cores: every core's rows
         result.chrome_trace(trace_path)
     else:
@@ -510,7 +588,7 @@ def _write_profile(result: KernelRun, options: dict) -> dict:
     summary = profile.as_dict()
     with open(summary_path, "w") as f:
         json.dump(summary, f, indent=2, default=str)
-    return {"trace": trace_path, "summary": summary_path, "profile": profile}
+    return {"trace": trace_path, "summary": summary_path, "neff": program_path, "profile": profile}
 
 
 def _measuring(kind: str, kernel=None, **options):
@@ -523,19 +601,24 @@ def benchmark(kernel=None, **options):
     """@nki.benchmark(warmup=..., iters=..., save_neff_name=..., save_trace_name=..., target=...,
     timing_only=...): calling the kernel runs it once on the simulator (simulated time is
     deterministic: warmup and iters change nothing) and sets `kernel.benchmark_result`
-    (`.nc_latency.get_latency_percentile(p)` in µs, `.timeline`, `.profile`); save_trace_name also
-    writes the run's trace there (Chrome/Perfetto JSON)."""
+    (`.nc_latency.get_latency_percentile(p)` in µs, `.timeline`, `.profile`); save_neff_name writes
+    the run's program there (trnlab's program JSON: `python -m trnlab.nki profile FILE` prints
+    neuron-profile's summary fields), save_trace_name the run's trace (Chrome/Perfetto JSON)."""
     return _measuring("benchmark", kernel, **options)
 
 
 def profile(func=None, **options):
-    """@nki.profile(working_directory=..., save_trace_name=..., overwrite=False, profile_nth=1): run on
-    the simulator, write a Chrome / Perfetto trace and a profile summary JSON there, and set
+    """@nki.profile(working_directory=..., save_neff_name=..., save_trace_name=..., overwrite=False,
+    profile_nth=1): run on the simulator, write the program, a Chrome / Perfetto trace and a profile
+    summary JSON there, and set
     `kernel.profile_result`. As AWS's: working_directory is absolute, existing artifacts are kept
     unless overwrite=True (the simulation is deterministic, so profile_nth changes nothing)."""
     return _measuring("profile", func, **options)
 
 
 def baremetal(kernel=None, **options):
-    """nki.baremetal: there is no device here, so it runs on the simulator like nki.jit."""
+    """nki.baremetal: there is no device here, so it runs on the simulator like nki.jit; with
+    save_neff_name / save_trace_name it writes them as nki.benchmark does."""
+    if options.get("save_neff_name") or options.get("save_trace_name"):
+        return _measuring("benchmark", kernel, **options)
     return jit(kernel, **{k: v for k, v in options.items() if k in ("target", "timing_only")})
