@@ -267,9 +267,11 @@ def _trace_once(kernel: Kernel, args, kwargs, spec, grid: tuple, concrete, point
     from trnlab.hardware.fusion import allocate     # in program order, else loop-fused (fusion.py)
     from trnlab.hardware.trace import Recorder
     from trnlab.nki import loops
+    from trnlab.nki.budget import Budget
     recorder = Recorder(spec, name=kernel.func.__name__)
     launch = launches.Launch(core=recorder, grid=grid, timing_only=True)
     launch.loop_tracer = tracer = None if concrete is None else loops.LoopTracer(recorder, launch, concrete)
+    launch.budget = Budget(recorder.program.instructions)
 
     sites = {}
 
