@@ -51,7 +51,7 @@ SWITCHES: dict[str, Switch] = {s.name: s for s in (
            "threads; 'default': leave BLAS's own threading alone"),
     Switch("trace_instructions", "TRNLAB_TRACE_INSTRUCTIONS", 2_000_000, int,
            "the most instructions one kernel trace may record; more raises TraceBudgetExceeded at the "
-           "kernel line (trnlab/nki/budget.py)"),
+           "kernel line (trnlab/nki/runaway.py)"),
     Switch("cache", "TRNLAB_CACHE", "", _text,
            "the folder of compiled serving artifacts (default ~/.cache/trnlab)"),
 )}

@@ -26,7 +26,7 @@ def begin() -> launches.Launch:
         launch.flush()
     launch.site = site = user_site(2)
     launch.core.note = site_note(site)   # shown with each instruction in the timeline / Chrome trace
-    if launch.budget is not None:        # a runaway trace stops here, named (budget.py)
+    if launch.budget is not None:        # a runaway trace stops here, named (runaway.py)
         launch.budget.check(site)
     return launch
 

@@ -57,7 +57,7 @@ import numpy as np
 
 from trnlab import config
 from trnlab.hardware.program import Access, Buffer, Instruction
-from trnlab.nki.budget import TraceBudgetExceeded
+from trnlab.nki.runaway import RunawayTrace
 from trnlab.nki.loop_index import LoopIndex, Retrace
 from trnlab.nki.loop_records import (_bid_slots, _buffer_node, _builder, _instruction_node, _ints, _Mismatch,
                                      _note_stamped_tiles, _reduced_plan, _same_consts)
@@ -456,8 +456,8 @@ def _trace_stamping(run_once):
             fallbacks.append((retrace.sites, retrace.reason))
             concrete.update(retrace.sites)
             continue
-        except TraceBudgetExceeded:
-            raise                               # tracing again would only take longer to say so
+        except RunawayTrace:
+            raise                               # tracing again would only run away again
         except Exception as error:
             fallbacks.append(((), f"an error while stamping, traced again concretely: {type(error).__name__}"))
             return run_once(None)[0]

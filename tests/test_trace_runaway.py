@@ -1,6 +1,7 @@
-"""A trace that would exceed its instruction budget stops with a named error at the kernel line
-(trnlab/nki/budget.py, issue 24): a loop of a billion iterations is refused before it is stamped,
-and a kernel that issues instructions without end stops at the budget, with or without stamping."""
+"""A trace that runs away stops with a named error at the kernel line (trnlab/nki/runaway.py, issue 24):
+a loop of a billion iterations is refused before it is stamped, a kernel that issues instructions
+without end stops at the instruction budget (with or without stamping), and a kernel that recurses
+without end names the line that recurs (it used to point into contextlib.py)."""
 from __future__ import annotations
 
 import numpy as np
@@ -9,7 +10,7 @@ import pytest
 import trnlab.nki as nki
 import trnlab.nki.language as nl
 from trnlab import config
-from trnlab.nki.budget import TraceBudgetExceeded
+from trnlab.nki.runaway import KernelRecursionError, TraceBudgetExceeded
 
 X = np.ones((128, 64), np.float32)
 
@@ -77,7 +78,45 @@ def test_a_kernel_within_the_budget_is_untouched(fast):
 
 
 def test_the_default_budget_is_documented_and_far_above_the_largest_benchmark_program():
-    from trnlab.nki import budget
+    from trnlab.nki import runaway
 
-    assert config.get("trace_instructions") == 2_000_000 and "2,000,000" in budget.__doc__
+    assert config.get("trace_instructions") == 2_000_000 and "2,000,000" in runaway.__doc__
     assert config.get("trace_instructions") >= 10 * 198_656  # matmul_tiled at 8192³ (benchmarks/README.md)
+
+
+def _load_store_forever(x, out, depth):
+    nl.store(out, value=nl.load(x))
+    return _load_store_forever(x, out, depth + 1)  # the line the error must name
+
+
+@nki.jit
+def recursive_helper(x):
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    _load_store_forever(x, out, 0)
+    return out
+
+
+@nki.jit
+def calls_itself(x):
+    return calls_itself(x)  # the line the error must name
+
+
+def test_a_recursive_helper_is_named_at_the_line_that_recurs():
+    with pytest.raises(KernelRecursionError) as caught:
+        nki.run(recursive_helper, X, timing_only=True)
+    assert "kernel recursion" in str(caught.value) and "recursion limit" in str(caught.value)
+    assert caught.value.kernel_location == (__file__, _line_of_function(_load_store_forever, "return _load_store"))
+    assert "contextlib" not in str(caught.value)
+
+
+def test_a_kernel_that_launches_itself_is_named_at_that_line():
+    with pytest.raises(KernelRecursionError) as caught:
+        nki.run(calls_itself, X, timing_only=True)
+    assert caught.value.kernel_location == (__file__, _line_of(calls_itself, "return calls_itself"))
+
+
+def _line_of_function(function, text: str) -> int:
+    import inspect
+
+    lines, start = inspect.getsourcelines(function)
+    return start + next(i for i, line in enumerate(lines) if text in line)
