@@ -10,7 +10,10 @@ whole hidden check cell: before any other ``pre_run_cell`` hook runs, every func
 holds the code of an asked-for function — the package's own, and copies a notebook made with
 ``types.FunctionType`` — gets code that raises `Unavailable`, and every reference to that code in a
 dict, list or closure cell (``_saved = statistics.mean.__code__``, the grader's own snapshot) is
-replaced the same way. Nothing in the kernel then holds the original code; it dies. After the cell
+replaced the same way. Nothing the grader can find then holds the original code, and it dies. Code
+still alive after that (kept in a tuple, or in a small dict the collector does not track, which
+`gc.get_referrers` cannot see) is watched instead: a profile hook notes any call of it until the
+cell ends, and the grader scores the answer zero. After the cell
 (``post_run_cell``) the code is compiled again *from the package's source files* and put back where
 it was, so the notebook's later cells run as written. What stays possible is said in
 docs/instructors.md ("What the grader protects against and what it does not").

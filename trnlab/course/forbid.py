@@ -8,7 +8,8 @@ import problem_key`` at the top of the notebook). Starting another process (``su
 ``os.system``, ``os.fork``, ``multiprocessing``) is switched off too, so the package cannot be run
 in a fresh interpreter from inside the answer. A call is recorded even if the answer catches the
 exception, and an answer that puts the original code back during the check is caught when the
-window closes.
+window closes. (In the grader's kernel the asked-for code is moreover absent for the whole hidden
+check cell: `absent.py`.)
 
 Limits (docs/instructors.md): a copy of the package's source or code object made by the student is
 the student's own function as far as Python knows; ctypes can still start a process. Both are

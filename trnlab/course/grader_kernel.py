@@ -22,10 +22,14 @@ function under a random name. After each solution cell the grader runs a hidden 
 The grader judges the data in its own process (``exercises.judge``). Printing "✓", redefining
 ``check``, reading the checker's frames or returning objects that equal everything earns nothing.
 
+For the whole hidden cell — before any ``pre_run_cell`` hook of the notebook runs — the code of
+the functions the exercise asks for is absent from the kernel (`absent.py`), so a saved reference,
+a hook that reads the inputs or a wrapper around the grader's hook finds nothing to run.
+
 Limits (docs/instructors.md, "What the grader protects against and what it does not"): everything
-above runs in the student's process, so code the student wrote can undo it there (a saved code
-object run during the check, a hook that wraps the grader's); the grader's process, the other
-submissions and the results are out of its reach (`sandbox.py`).
+above runs in the student's process, so code the student wrote can take it apart there (a copy of
+the package's code made before the check, the grader's hooks reordered); the grader's process, the
+other submissions and the results are out of its reach (`sandbox.py`).
 """
 
 from __future__ import annotations
