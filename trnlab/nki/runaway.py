@@ -1,8 +1,8 @@
 """Kernels whose trace runs away stop with a name at the kernel line: too many instructions, or recursion.
 
-**An instruction budget.** A kernel is ordinary Python, so nothing stops ``for i in nl.affine_range(10**9)`` or a ``while True``
-that keeps issuing instructions: the trace would grow by 15–20 MB a second until the machine runs
-out of memory, with no message. Each trace therefore has a budget (`config.get("trace_instructions")`,
+**An instruction budget.** A kernel is ordinary Python, so nothing stops ``nl.affine_range(10**9)``
+or a ``while True`` that keeps issuing instructions: the trace would grow by 15–20 MB a second until
+the machine runs out of memory, with no message. Each trace therefore has a budget (`config.get("trace_instructions")`,
 ``TRNLAB_TRACE_INSTRUCTIONS``, default 2,000,000): the instruction that would exceed it, or the loop
 whose stamped iterations would, raises `TraceBudgetExceeded` at the kernel's line, before the records
 exist. The default is 10 times the largest program the benchmarks trace (``matmul_tiled`` at 8192³,
