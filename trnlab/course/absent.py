@@ -74,7 +74,7 @@ class Absence:
     """The asked-for functions' code, taken out (`remove`) and put back from source (`restore`)."""
 
     def __init__(self) -> None:
-        # Where a raiser now stands, to be given the recompiled code back: (holder, slot, key, label).
+        # Where a raiser now stands, to be given the recompiled code back: (holder, slot, key).
         self._places: list[tuple[Any, Any, Key]] = []
         self._kept: dict[Key, str] = {}  # asked-for code still referenced where it cannot be replaced
         self.ran: list[str] = []  # labels of kept code that ran while it should have been absent
