@@ -14,8 +14,9 @@
    trn2 against the PyTorch backend (baseline). Target: a short answer within 1 s of wall time.
 5. Soak (`--soak`): sustained requests against a server on 127.0.0.1 (bounded: `--soak-requests`,
    `--soak-seconds`), resident memory (RSS) sampled every 50 requests, each run in a fresh process:
-   trn2 as shipped (a full collection every GC_EVERY_STEPS engine steps, trnlab.serve.service), trn2
-   without those collections (the memory growth they stop), and the PyTorch backend as shipped.
+   trn2 as shipped (full collections scheduled by the collector pause, trnlab.hardware._gc), trn2
+   with that schedule off (`_gc.COLLECTION_EVERY` infinite: the memory growth it stops), and
+   the PyTorch backend as shipped.
 """
 from __future__ import annotations
 
@@ -110,8 +111,12 @@ def rss_mb() -> float:
 def soak(model, tokenizer, device: str, requests: int, seconds: float, collect: bool, concurrency: int = 8) -> dict:
     """Sustained requests (at most `requests`, stopped after `seconds`); RSS sampled every 50 requests."""
     import gc
+
+    from trnlab.hardware import _gc
+    if not collect:
+        _gc.COLLECTION_EVERY = float("inf")   # the defect of issue 24: no full collection ever
     gc.collect()
-    service = Service(device, max_batch=8, model=model, tokenizer=tokenizer, gc_every_steps="auto" if collect else None)
+    service = Service(device, max_batch=8, model=model, tokenizer=tokenizer)
     if hasattr(service.backend, "warm"):
         service.backend.warm(max_batch=8)
     with BackgroundServer(service) as url:
@@ -124,6 +129,7 @@ def soak(model, tokenizer, device: str, requests: int, seconds: float, collect: 
         for i in range(2 * concurrency):                         # warm up: every bucket used once
             one(i)
         samples, done, start = [(0, rss_mb())], 0, time.perf_counter()
+        runs, run_s = _gc.full_collections, _gc.full_collection_s
         with ThreadPoolExecutor(concurrency) as pool:
             while done < requests and time.perf_counter() - start < seconds:
                 batch = min(50, requests - done)
@@ -132,8 +138,8 @@ def soak(model, tokenizer, device: str, requests: int, seconds: float, collect: 
                 samples.append((done, rss_mb()))
         wall = time.perf_counter() - start
     first, last = samples[0][1], samples[-1][1]
-    return {"device": device, "collect": collect, "requests": done, "wall_s": wall, "gc_runs": service.gc_runs,
-            "gc_s": service.gc_s, "rss_start_mb": first,
+    return {"device": device, "collect": collect, "requests": done, "wall_s": wall,
+            "gc_runs": _gc.full_collections - runs, "gc_s": _gc.full_collection_s - run_s, "rss_start_mb": first,
             "rss_end_mb": last, "rss_max_mb": max(m for _, m in samples), "per_request_kb": (last - first) * 1024 / done,
             "samples": samples}
 
@@ -148,10 +154,10 @@ def soak_report(requests: int, seconds: float) -> None:
         command = [sys.executable, __file__, "--soak-one", device, "--soak-requests", str(requests),
                    "--soak-seconds", str(seconds)] + ([] if collect else ["--soak-no-collect"])
         r = json.loads(subprocess.run(command, capture_output=True, text=True, check=True).stdout.splitlines()[-1])
-        label = f"{device}, {'the service as shipped' if collect else 'no collections of the service'}"
+        label = f"{device}, {'as shipped' if collect else 'no full collections (the defect)'}"
         print(f"   {label:45s} {r['requests']} requests in {r['wall_s']:.0f} s: RSS {r['rss_start_mb']:.0f} -> "
               f"{r['rss_end_mb']:.0f} MB (max {r['rss_max_mb']:.0f}), {r['per_request_kb']:+.0f} kB per request; "
-              f"{r['gc_runs']} collections, {r['gc_s']:.2f} s")
+              f"{r['gc_runs']} full collections of the pause, {r['gc_s']:.2f} CPU s")
         print("      RSS MB after n requests: " + " ".join(f"{n}:{m:.0f}" for n, m in r["samples"]))
 
 

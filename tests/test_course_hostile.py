@@ -126,19 +126,33 @@ def test_calling_the_asked_for_function_plainly_earns_nothing(graded):
     assert result["points"] == 0 and "statistics.mean" in result["message"], result
 
 
-# What is still possible, and stays so until the answer runs in a process without the package's
-# implementation of what is asked (docs/instructors.md). Strict: each turns into a failure, to be
-# removed with its line in the docs, the day the grader closes it.
-@pytest.mark.xfail(strict=True, reason="the package's code is in the kernel: saved and put back by the answer")
+# The asked-for code is absent from the kernel for the whole hidden check cell (trnlab/course/absent.py):
+# a saved reference to it, a pre_run_cell hook or a wrapper around the grader's hook finds nothing to run.
 def test_an_answer_cannot_put_back_the_code_of_a_switched_off_function(graded):
     assert points(graded, "code_restore")["fx_mean"] == 0
 
 
-@pytest.mark.xfail(strict=True, reason="the inputs are in the kernel before the switch-off starts")
 def test_answers_worked_out_with_the_package_before_the_check_earn_nothing(graded):
     assert points(graded, "inputs_from_cell")["fx_mean"] == 0
 
 
-@pytest.mark.xfail(strict=True, reason="the grader's hook is a function in the kernel: it can be wrapped")
 def test_a_wrapped_grading_hook_learns_nothing_usable(graded):
     assert points(graded, "wrapped_hook")["fx_mean"] == 0
+
+
+def test_code_kept_where_the_grader_cannot_replace_it_is_caught_when_it_runs(graded):
+    result = graded[0]["code_restore_hidden"]["exercises"]["fx_mean"]
+    assert result["points"] == 0 and "statistics.mean (a reference the notebook kept" in result["message"], result
+    assert points(graded, "code_restore_hidden")["fx_vowels"] == FULL["fx_vowels"]  # that check only
+
+
+def test_the_asked_for_code_is_back_for_the_notebooks_later_cells(graded):
+    assert points(graded, "uses_mean_later") == FULL
+
+
+def test_each_closed_attack_fails_for_want_of_the_package(graded):
+    exercises = {student: graded[0][student]["exercises"]["fx_mean"]["message"]
+                 for student in ("code_restore", "inputs_from_cell", "wrapped_hook")}
+    assert "your code called `statistics.mean`" in exercises["code_restore"], exercises
+    assert "KeyError" in exercises["inputs_from_cell"], exercises  # the hook memoised nothing
+    assert "Unavailable: statistics.mean" in exercises["wrapped_hook"], exercises

@@ -49,6 +49,9 @@ SWITCHES: dict[str, Switch] = {s.name: s for s in (
     Switch("blas_threads", "TRNLAB_BLAS_THREADS", "single", _text,
            "'single': full mode runs its matrix products on one BLAS thread each, in parallel Python "
            "threads; 'default': leave BLAS's own threading alone"),
+    Switch("trace_instructions", "TRNLAB_TRACE_INSTRUCTIONS", 2_000_000, int,
+           "the most instructions one kernel trace may record; more raises TraceBudgetExceeded at the "
+           "kernel line (trnlab/nki/runaway.py)"),
     Switch("cache", "TRNLAB_CACHE", "", _text,
            "the folder of compiled serving artifacts (default ~/.cache/trnlab)"),
     Switch("spill", "TRNLAB_SPILL", False, _flag,

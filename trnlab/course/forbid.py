@@ -8,7 +8,8 @@ import problem_key`` at the top of the notebook). Starting another process (``su
 ``os.system``, ``os.fork``, ``multiprocessing``) is switched off too, so the package cannot be run
 in a fresh interpreter from inside the answer. A call is recorded even if the answer catches the
 exception, and an answer that puts the original code back during the check is caught when the
-window closes.
+window closes. (In the grader's kernel the asked-for code is moreover absent for the whole hidden
+check cell: `absent.py`.)
 
 Limits (docs/instructors.md): a copy of the package's source or code object made by the student is
 the student's own function as far as Python knows; ctypes can still start a process. Both are
@@ -107,10 +108,10 @@ def _defined_in(value: Any, module: str) -> bool:
     return owner == module
 
 
-def resolve(names: Iterable[str]) -> tuple[list[tuple[str, types.FunctionType]], list[tuple[Any, str, str]]]:
-    """Python functions to switch off by their code, as (label, function), and other callables
-    (builtins such as ``torch.nn.functional.scaled_dot_product_attention``) to switch off as
-    attributes, as (owner, attribute, label). A name that does not resolve is skipped."""
+def resolve_asked_for(names: Iterable[str]) -> tuple[list[tuple[str, types.FunctionType]], list[tuple[Any, str, str]]]:
+    """Python functions behind `names`, as (label, function), and other callables (builtins such
+    as ``torch.nn.functional.scaled_dot_product_attention``), as (owner, attribute, label). A name
+    that does not resolve is skipped."""
     functions: list[tuple[str, types.FunctionType]] = []
     attributes: list[tuple[Any, str, str]] = []
     for dotted in names:
@@ -126,6 +127,13 @@ def resolve(names: Iterable[str]) -> tuple[list[tuple[str, types.FunctionType]],
             functions += [(dotted, f) for f in found]
         elif callable(obj) and rest and not isinstance(obj, type):
             attributes.append((owner, rest[-1], dotted))
+    return functions, attributes
+
+
+def resolve(names: Iterable[str]) -> tuple[list[tuple[str, types.FunctionType]], list[tuple[Any, str, str]]]:
+    """`resolve_asked_for`, plus every function of the checkers and oracle (`ALWAYS_OFF_MODULES`)
+    and the ways to start a process: everything to switch off while an answer runs."""
+    functions, attributes = resolve_asked_for(names)
     for name, module in list(sys.modules.items()):
         if isinstance(module, types.ModuleType) and name.startswith(ALWAYS_OFF_MODULES):
             functions += [(f"{f.__module__}.{f.__qualname__}", f) for f in _functions_of(module)]

@@ -22,14 +22,19 @@ function under a random name. After each solution cell the grader runs a hidden 
 The grader judges the data in its own process (``exercises.judge``). Printing "✓", redefining
 ``check``, reading the checker's frames or returning objects that equal everything earns nothing.
 
+For the whole hidden cell — before any ``pre_run_cell`` hook of the notebook runs — the code of
+the functions the exercise asks for is absent from the kernel (`absent.py`), so a saved reference,
+a hook that reads the inputs or a wrapper around the grader's hook finds nothing to run.
+
 Limits (docs/instructors.md, "What the grader protects against and what it does not"): everything
-above runs in the student's process, so code the student wrote can undo it there (a saved code
-object run during the check, a hook that wraps the grader's); the grader's process, the other
-submissions and the results are out of its reach (`sandbox.py`).
+above runs in the student's process, so code the student wrote can take it apart there (a copy of
+the package's code made before the check, the grader's hooks reordered); the grader's process, the
+other submissions and the results are out of its reach (`sandbox.py`).
 """
 
 from __future__ import annotations
 
+import ast
 import importlib
 import importlib.util
 import json
@@ -37,6 +42,8 @@ import sys
 import types
 import warnings
 from typing import Any, Callable
+
+from trnlab.course.absent import Absence
 
 GRADE_MIME = "application/vnd.trnlab.grade+json"
 EXTRA_CHECKS_MODULE = "trnlab_course_extra_checks"  # the module name of --extra-checks FILE
@@ -87,7 +94,8 @@ class _Snapshot:
     def _take(self) -> None:
         self.modules = {name: m for name, m in list(sys.modules.items()) if _watched(name) and isinstance(m, types.ModuleType)}
         self.module_dicts = [(m, dict(vars(m))) for m in self.modules.values()]
-        self.functions: list[tuple[types.FunctionType, Any, Any, Any]] = []
+        # Lists, not tuples: `absent.Absence` replaces an asked-for function's code in them too.
+        self.functions: list[list] = []
         self.classes: list[tuple[type, dict]] = []
         seen: set[int] = set()
         for module, names in self.module_dicts:
@@ -96,7 +104,7 @@ class _Snapshot:
                     continue
                 seen.add(id(value))
                 if isinstance(value, types.FunctionType):
-                    self.functions.append((value, value.__code__, value.__defaults__, value.__kwdefaults__))
+                    self.functions.append([value, value.__code__, value.__defaults__, value.__kwdefaults__])
                 elif isinstance(value, type) and not value.__flags__ & _IMMUTABLE_TYPE:
                     self.classes.append((value, dict(vars(value))))
                     for attr in vars(value).values():
@@ -104,7 +112,7 @@ class _Snapshot:
                             attr = attr.__func__
                         if isinstance(attr, types.FunctionType) and id(attr) not in seen:
                             seen.add(id(attr))
-                            self.functions.append((attr, attr.__code__, attr.__defaults__, attr.__kwdefaults__))
+                            self.functions.append([attr, attr.__code__, attr.__defaults__, attr.__kwdefaults__])
         self.stdout, self.stderr, self.displayhook = sys.stdout, sys.stderr, sys.displayhook
 
     def enter(self) -> tuple[list[Callable[[], None]], list[str]]:
@@ -301,6 +309,17 @@ def _define_run(source: str) -> Any:
     return types.SimpleNamespace(run=function)
 
 
+def _checked_exercise(source: str, hook: str) -> str | None:
+    """The exercise id of a hidden check cell ``<hook>("nb01_encode", "<inputs>")``, else None."""
+    if not source.startswith(hook + "("):
+        return None
+    try:
+        call = ast.parse(source).body[0].value
+        return call.args[0].value if isinstance(call.args[0].value, str) else None
+    except (SyntaxError, AttributeError, IndexError, ValueError):
+        return None
+
+
 def install(*, nonce: str, hook: str, exercise_ids: list[tuple[str, str, list[str]]], checker_modules: list[str],
             memory_limit_mb: int | None, max_processes: int | None = None) -> None:
     """Prepare this kernel for grading; define the hook `hook` in the notebook's namespace.
@@ -326,13 +345,27 @@ def install(*, nonce: str, hook: str, exercise_ids: list[tuple[str, str, list[st
     # instructor's file is known here by its id and answer name; its `run` comes with its inputs.
     captured = {i: exercises.REGISTRY.get(i) or exercises.Exercise(i, "", 0, answer, "", None, tuple(asks_for))
                 for i, answer, asks_for in exercise_ids}
-    collect, unset, decode = exercises.collect_cases, exercises._UNSET, plain.decode
-    namespace = get_ipython().user_ns
+    collect, unset, decode, encode = exercises.collect_cases, exercises._UNSET, plain.decode, plain.encode
+    shell = get_ipython()
+    namespace = shell.user_ns
     snapshot = _Snapshot()
+    absence = Absence()
+
+    def before_cell(info: Any) -> None:
+        # Registered before any notebook code runs, so it runs before any hook the notebook adds:
+        # the hidden check cell starts with the asked-for code already gone (absent.py).
+        absence.restore()  # a check cell that was interrupted
+        exercise_id = _checked_exercise(info.raw_cell or "", hook)
+        if exercise_id in captured and captured[exercise_id].asks_for:
+            absence.remove(captured[exercise_id].asks_for)
+
+    shell.events.register("pre_run_cell", before_cell)
+    shell.events.register("post_run_cell", lambda result: absence.restore())
 
     def grade(exercise_id: str, request: str) -> None:
         result: dict[str, Any] = {"nonce": nonce, "exercise": exercise_id}
         undo, changed = snapshot.enter()
+        absence.watch()  # the snapshot turned profile hooks off
         try:
             if exercise_id not in captured:
                 result["unknown"] = True
@@ -346,6 +379,9 @@ def install(*, nonce: str, hook: str, exercise_ids: list[tuple[str, str, list[st
                               (ex.spec if index == 0 else None), part["cases"])
                              for index, part in enumerate(decode(request)["parts"])]
                     result["payload"] = collect(ex, answer, parts)
+                    if absence.ran:  # the package's code, kept by the notebook, ran during the check
+                        result["payload"] = encode({"parts": [[{"unavailable": f"{absence.ran[0]} (a reference "
+                                                                "the notebook kept to its code)"}]]})
             result["tampered"] = changed[:20]
             publish_display_data({GRADE_MIME: json.dumps(result)})
         finally:

@@ -43,7 +43,8 @@ from trnlab import config
 from trnlab.hardware import _gc
 from trnlab.hardware.program import ProgramCache
 from trnlab.nki import isa, language, typing  # noqa: F401  (nki.language / nki.isa / nki.typing)
-from trnlab.nki import launches
+from trnlab.nki import launches, runaway
+from trnlab.nki.argument_dtypes import refuse_dtype_the_chip_lacks
 from trnlab.nki.errors import MaskError, NKIError, locate, site_note  # noqa: F401
 from trnlab.nki.errors import _notes as _error_notes
 from trnlab.nki.platform import default_target
@@ -137,6 +138,7 @@ def _trace_argument(value, name: str, launch):
     if _is_torch(value):
         value = ShapeDtype(tuple(value.shape), str(value.dtype).replace("torch.", ""))
     if _is_array(value):
+        refuse_dtype_the_chip_lacks(value.dtype, name)
         return NkiTensor.allocation(launch.core.input(value, name), "shared_hbm", launch)
     return value
 
@@ -287,6 +289,7 @@ def _trace_once(kernel: Kernel, args, kwargs, spec, grid: tuple, concrete, point
     recorder = Recorder(spec, name=kernel.func.__name__)
     launch = launches.Launch(core=recorder, grid=grid, timing_only=True)
     launch.loop_tracer = tracer = None if concrete is None else loops.LoopTracer(recorder, launch, concrete)
+    launch.budget = runaway.Budget(recorder.program.instructions)
 
     sites = {}
 
@@ -321,6 +324,8 @@ def _run_trace(kernel, args, kwargs, spec, grid, recorder, launch, names, alloca
             result = kernel.func(*args, **kwargs)
             launch.flush()
         outputs = _output_structure(result, recorder)
+    except RecursionError as error:
+        raise runaway.recursion_error(error) from None   # at the line that recurs, not in contextlib
     except Exception as error:
         raise locate(error)
     finally:

@@ -26,6 +26,8 @@ def begin() -> launches.Launch:
         launch.flush()
     launch.site = site = user_site(2)
     launch.core.note = site_note(site)   # shown with each instruction in the timeline / Chrome trace
+    if launch.budget is not None:        # a runaway trace stops here, named (runaway.py)
+        launch.budget.check(site)
     return launch
 
 

@@ -30,6 +30,7 @@ class Launch:
     names: dict = field(default_factory=dict)     # allocation name -> count, for readable timelines
     site: object = None                           # (code, line) of the kernel line being executed
     placed: dict = field(default_factory=dict)    # direct allocations: (memory, offset, shape, dtype) -> tensor
+    budget: object = None                         # a trace's instruction budget (runaway.Budget), else None
 
     def flush(self) -> None:
         """Issue the pending instruction into a fresh tile of its own."""

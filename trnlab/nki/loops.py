@@ -57,6 +57,7 @@ import numpy as np
 
 from trnlab import config
 from trnlab.hardware.program import Access, Buffer, Instruction
+from trnlab.nki.runaway import RunawayTrace
 from trnlab.nki.loop_index import LoopIndex, Retrace
 from trnlab.nki.loop_records import (_bid_slots, _buffer_node, _builder, _instruction_node, _ints, _Mismatch,
                                      _note_stamped_tiles, _reduced_plan, _same_consts)
@@ -241,6 +242,9 @@ class Loop:
             plan.append((fn, o, tuple(consts[c:c + nc]), node))
             o += fn.ints
             c += nc
+        budget = self.tracer.launch.budget          # a runaway loop stops before its records exist
+        if budget is not None:
+            budget.check_loop(instructions, n - 3, (self.frame.f_code, self.site[1]))
         register = self.tracer.depth > 1           # an enclosing loop will flatten these records
         append_instruction, append_buffer = program.instructions.append, program.buffers.append
         if register or n < 12:
@@ -452,6 +456,8 @@ def _trace_stamping(run_once):
             fallbacks.append((retrace.sites, retrace.reason))
             concrete.update(retrace.sites)
             continue
+        except RunawayTrace:
+            raise                               # tracing again would only run away again
         except Exception as error:
             fallbacks.append(((), f"an error while stamping, traced again concretely: {type(error).__name__}"))
             return run_once(None)[0]

@@ -11,16 +11,13 @@ template (trnlab.data.tasks.model_prompt) and the answer back into the usual for
 One request cannot break the others: a request whose prompt or sampling fails gets its own error and
 the step goes on (trnlab.serve.engine); only a step that fails as a whole fails its batch, and then
 `health()` says so until a step succeeds again. Memory stays bounded under sustained load: the
-simulator pauses Python's cyclic collector while it replays a program (trnlab.hardware._gc), and then
-CPython's own full collections rarely or never come; so on the simulated devices the engine thread
-runs one itself every `GC_EVERY_STEPS` steps, unless CPython ran one in the meantime (the PyTorch
-backend pauses nothing and keeps CPython's own schedule).
-`benchmarks/bench_serve.py --soak` measures the resident memory.
+simulator pauses Python's cyclic collector while it replays a program and schedules the full
+collections itself (trnlab.hardware._gc); `benchmarks/bench_serve.py --soak` measures the resident
+memory.
 """
 
 from __future__ import annotations
 
-import gc
 import queue
 import threading
 import time
@@ -33,9 +30,6 @@ from trnlab.model.generate import check_prompt_fits
 from trnlab.serve.backend import make_backend
 from trnlab.serve.engine import Engine, Request, TokenEvent
 from trnlab.serve.sampling import SamplingParams
-
-GC_EVERY_STEPS = 64        # engine steps between full collections under sustained load (see the docstring)
-
 
 @dataclass
 class Answer:
@@ -63,8 +57,7 @@ class Service:
     """One model on one device, answering requests from many threads through one engine."""
 
     def __init__(self, device: str = "trn2", checkpoint: Path = DEFAULT_CHECKPOINT, max_batch: int = 8,
-                 model=None, tokenizer=None, model_name: str = "trnlab-tiny-gpt",
-                 gc_every_steps: int | None | str = "auto"):
+                 model=None, tokenizer=None, model_name: str = "trnlab-tiny-gpt"):
         if model is None:
             model, tokenizer = load_checkpoint(checkpoint)
         self.model, self.tokenizer = model, tokenizer
@@ -77,12 +70,6 @@ class Service:
         self._worker: threading.Thread | None = None
         self._stop = threading.Event()
         self.last_step_error: str | None = None    # the last failed step's error, until a step succeeds
-        if gc_every_steps == "auto":               # the PyTorch backend pauses nothing: CPython's schedule is enough
-            gc_every_steps = None if device == "cpu" else GC_EVERY_STEPS
-        self.gc_every_steps = gc_every_steps       # None: no collections of our own
-        self.steps_since_gc = 0
-        self.gc_runs, self.gc_s = 0, 0.0           # the collections run, and their wall time
-        self._full_collections = gc.get_stats()[2]["collections"]   # CPython's own, at the last check
 
     @property
     def context(self) -> int:
@@ -196,18 +183,6 @@ class Service:
                     listener.put(event.error if event.error is not None else event)
                     if event.finish_reason is not None:
                         del self._listeners[event.request]
-            self.steps_since_gc += 1
-            if self.gc_every_steps is not None and self.steps_since_gc >= self.gc_every_steps:
-                self._collect()
-
-    def _collect(self) -> None:
-        """A full collection of the cycles the paused collector left behind, if CPython ran none itself."""
-        self.steps_since_gc = 0
-        if gc.get_stats()[2]["collections"] == self._full_collections:
-            start = time.perf_counter()
-            gc.collect()
-            self.gc_runs, self.gc_s = self.gc_runs + 1, self.gc_s + time.perf_counter() - start
-        self._full_collections = gc.get_stats()[2]["collections"]
 
     # -- one prompt, waiting for the answer ------------------------------------------------------
     def ask(self, prompt: str, params: SamplingParams = SamplingParams()) -> Answer:
