@@ -357,3 +357,26 @@ def test_pytest_subcommand_reaches_xdist_workers(tmp_path):
     done = _run(["pytest", "-q", "-p", "no:cacheprovider", "-n", "2", "test_double.py"], tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "3 passed" in done.stdout
+
+
+def test_a_zero_edit_run_spills_as_awss_compiler_places_and_gives_the_switch_back(monkeypatch):
+    from trnlab import config
+    monkeypatch.delenv("TRNLAB_SPILL", raising=False)
+    assert config.get("spill") is False                  # trnlab's course refuses an SBUF overflow
+    zero_edit.install(force=True)
+    try:
+        assert config.get("spill") is True               # an unmodified AWS script: the compiler spills
+    finally:
+        zero_edit.uninstall()
+    assert config.get("spill") is False
+
+
+def test_a_zero_edit_run_keeps_a_spill_setting_the_user_gave(monkeypatch):
+    from trnlab import config
+    monkeypatch.setenv("TRNLAB_SPILL", "0")
+    zero_edit.install(force=True)
+    try:
+        assert config.get("spill") is False
+    finally:
+        zero_edit.uninstall()
+    assert config.get("spill") is False

@@ -30,6 +30,7 @@ import importlib
 import importlib.abc
 import importlib.machinery
 import importlib.util
+import os
 import sys
 import types
 
@@ -174,6 +175,9 @@ def _is_ours(module: types.ModuleType) -> bool:
         isinstance(module.__spec__.loader, _AliasLoader)
 
 
+_SET_SPILL = False     # whether install() set TRNLAB_SPILL (uninstall() takes it back)
+
+
 def installed() -> bool:
     return _FINDER is not None and _FINDER in sys.meta_path
 
@@ -195,6 +199,12 @@ def install(force: bool | None = None) -> ZeroEditFinder:
     for name in real:                                   # forced: the real modules give way
         for loaded in [m for m in sys.modules if m == name or m.startswith(name + ".")]:
             del sys.modules[loaded]
+    # AWS's compiler places what does not fit (spilling to HBM); trnlab's own course refuses an SBUF
+    # overflow to teach it. An unmodified AWS script gets the compiler's behaviour unless asked not to
+    # (the environment, not an override, so pytest-xdist workers and subprocesses see it too).
+    global _SET_SPILL
+    _SET_SPILL = config.SWITCHES["spill"].env not in os.environ
+    os.environ.setdefault(config.SWITCHES["spill"].env, "1")
     _FINDER = ZeroEditFinder()
     sys.meta_path.insert(0, _FINDER)
     return _FINDER
@@ -202,10 +212,13 @@ def install(force: bool | None = None) -> ZeroEditFinder:
 
 def uninstall() -> None:
     """Remove the hook and every AWS module name it served (trnlab's modules stay imported)."""
-    global _FINDER
+    global _FINDER, _SET_SPILL
     if _FINDER is not None and _FINDER in sys.meta_path:
         sys.meta_path.remove(_FINDER)
     _FINDER = None
+    if _SET_SPILL:
+        os.environ.pop(config.SWITCHES["spill"].env, None)
+        _SET_SPILL = False
     for name in [m for m in sys.modules if trnlab_name(m) is not None or m in OUTER or m.split(".")[0] in OUTER]:
         module = sys.modules[name]
         if isinstance(module, _Alias) or _is_ours(module):
