@@ -357,3 +357,10 @@ def test_pytest_subcommand_reaches_xdist_workers(tmp_path):
     done = _run(["pytest", "-q", "-p", "no:cacheprovider", "-n", "2", "test_double.py"], tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "3 passed" in done.stdout
+
+
+def test_a_plain_folder_named_nki_is_not_taken_for_an_installation(tmp_path):
+    (tmp_path / "nki").mkdir()                       # e.g. a course's folder of kernels, no __init__.py
+    _script(tmp_path, "add.py", BETA2_SCRIPT)
+    done = _run(["run", "add.py"], tmp_path, pythonpath=[tmp_path])
+    assert done.returncode == 0, done.stderr
