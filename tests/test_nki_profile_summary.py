@@ -193,3 +193,15 @@ def test_a_course_profiling_step_end_to_end(tmp_path):
         assert fields["total_time"] > 0
         counts[free] = fields["dma_transfer_count"]
     assert counts == {1000: 3 * 2, 500: 3 * 4}          # two loads and a store per tile
+
+
+def test_nki_profile_artifacts_feed_the_command_as_neuron_profile_is_called(tmp_path):
+    a_t = np.ones((128, M), np.float32)
+    b = np.ones((128, N), np.float32)
+    nki.profile(working_directory=str(tmp_path), save_neff_name="file.neff",
+                save_trace_name="profile.ntff")(matmul_kt)(a_t, b)
+    done = subprocess.run([sys.executable, "-m", "trnlab.nki", "profile", "-n", "file.neff", "-s", "profile.ntff"],
+                          cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "matmul_instruction_count" in done.stdout

@@ -380,3 +380,8 @@ def test_a_zero_edit_run_keeps_a_spill_setting_the_user_gave(monkeypatch):
     finally:
         zero_edit.uninstall()
     assert config.get("spill") is False
+def test_a_plain_folder_named_nki_is_not_taken_for_an_installation(tmp_path):
+    (tmp_path / "nki").mkdir()                       # e.g. a course's folder of kernels, no __init__.py
+    _script(tmp_path, "add.py", BETA2_SCRIPT)
+    done = _run(["run", "add.py"], tmp_path, pythonpath=[tmp_path])
+    assert done.returncode == 0, done.stderr

@@ -144,7 +144,8 @@ def main(argv: list[str]) -> int:
     if not os.path.isfile(path):
         print(f"python -m trnlab.nki profile: no file {path!r}", file=sys.stderr)
         return 2
-    if args.trace and not os.path.isfile(args.trace):
+    # nki.profile writes the trace under the NTFF's name with .json (trnlab.nki._profile_paths)
+    if args.trace and not any(os.path.isfile(p) for p in (args.trace, os.path.splitext(args.trace)[0] + ".json")):
         print(f"python -m trnlab.nki profile: no trace {args.trace!r}", file=sys.stderr)
         return 2
     try:

@@ -165,8 +165,8 @@ def real_installations() -> dict[str, str]:
                 found[top] = getattr(module, "__file__", None) or repr(module)
             continue
         spec = importlib.machinery.PathFinder.find_spec(top)
-        if spec is not None:
-            found[top] = spec.origin or ", ".join(spec.submodule_search_locations or ())
+        if spec is not None and spec.origin not in (None, "namespace"):   # a bare folder named nki is no install
+            found[top] = spec.origin
     return found
 
 

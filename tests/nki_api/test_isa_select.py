@@ -55,7 +55,7 @@ def test_max8_and_nc_find_index8_give_the_top8_and_the_argmax(rows, cols, seed, 
 
 
 def test_max8_and_nc_find_index8_are_vector_instructions_of_n_cycles():
-    run = nki.run(_argmax_kernel("destination"), np.zeros((128, 300), np.float32) + np.arange(300))
+    run = nki.run(_argmax_kernel("destination"), (np.zeros((128, 300)) + np.arange(300)).astype(np.float32))
     spec = presets.core_spec("trn2")
     cycles = spec.vector_static_cycles + 300          # [nki.isa.max8], [nki.isa.nc_find_index8]: N cycles
     assert compute_records(run) == [("dve", "max8", pytest.approx(cycles * 1e9 / spec.dve_clock_hz)),
