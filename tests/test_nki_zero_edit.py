@@ -135,8 +135,7 @@ def test_a_script_exit_code_is_the_commands(tmp_path):
     assert _run(["run", "fail.py"], tmp_path).returncode == 4
 
 
-@pytest.mark.parametrize("value, generation", [("trn1", "gen2"), ("gen2", "gen2"), ("trn3", "gen4"),
-                                               ("gen4", "gen4"), ("trn2", "gen3")])
+@pytest.mark.parametrize("value, generation", [("trn1", "gen2"), ("gen4", "gen4")])   # the rest: in-process below
 def test_neuron_platform_target_override_picks_the_preset(tmp_path, value, generation):
     _script(tmp_path, "add.py", BETA2_SCRIPT)
     done = _run(["run", "add.py"], tmp_path, env={"NEURON_PLATFORM_TARGET_OVERRIDE": value})
