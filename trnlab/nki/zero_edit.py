@@ -47,7 +47,7 @@ RENAMED = {
     "isa.constants": "isa_constants",
 }
 # Names under an OUTER package that are not NKI but that AWS's tests import (beta-1 compiler internals).
-# `neuron_dtypes`: host dtype helpers AWS installs with its compiler, imported by the NKI Library's tests.
+# `neuron_dtypes`: host dtype helpers from AWS's Neuron packages, imported by the NKI Library's tests.
 EXTRA = {"neuronxcc.starfish.support.dtype": "trnlab.nki.language_dtypes",
          "neuron_dtypes": "trnlab.nki.neuron_dtypes"}
 TOP_LEVEL = ("nki", "neuronxcc", "nki_cpu_simulator", "neuron_dtypes")   # checked for real installations
