@@ -1,9 +1,10 @@
 """`neuron_dtypes`: the host-side dtype helpers AWS's NKI Library tests import (``import
 neuron_dtypes as dt``; ``dt.static_cast(array, dtype)``, ``is_float_type``, ``sizeinbytes``,
-``finfo``) to make NumPy inputs and references in NKI's low-precision types. AWS ships it with its
-compiler and publishes no page for it; the semantics here are the ones the library's tests rely on
-(ASSUMED): casts round to nearest even as ml_dtypes does, a float64 source is rounded to float32
-first (the hardware holds at most fp32), and the MX x4 types keep their packed bits.
+``finfo``) to make NumPy inputs and references in NKI's low-precision types. It comes with AWS's
+Neuron packages, not with the library; no page of AWS's documentation describes it, so the semantics
+here are the ones the library's tests rely on (ASSUMED): casts round to nearest even as ml_dtypes
+does, a float64 source is rounded to float32 first (the hardware holds at most fp32), and the MX x4
+types keep their packed bits.
 """
 from __future__ import annotations
 

@@ -16,8 +16,10 @@ ModuleNotFoundError naming the trnlab module that would serve them.
 
 The hook also serves ``neuron_dtypes`` (AWS's host dtype helpers, which the NKI Library's tests
 import) from `trnlab.nki.neuron_dtypes`. A real installation is never shadowed unasked: if ``nki``,
-``neuronxcc``, ``nki_cpu_simulator`` or ``neuron_dtypes`` is importable (or imported) from elsewhere, `install()` refuses with `RealInstallationError` unless
-``force=True`` or ``TRNLAB_NKI_FORCE=1`` (`trnlab.config`, switch ``nki_force``).
+``neuronxcc``, ``nki_cpu_simulator`` or ``neuron_dtypes`` is importable (or imported) from elsewhere
+— a package with an ``__init__.py``, not a bare folder of that name — `install()` refuses with
+`RealInstallationError` unless ``force=True`` or ``TRNLAB_NKI_FORCE=1`` (`trnlab.config`, switch
+``nki_force``).
 
 Entry points: ``python -m trnlab.nki run script.py`` / ``... pytest [args]`` (cli.py), or in a
 notebook or program ``from trnlab.nki import zero_edit; zero_edit.install()``, or for any pytest
@@ -48,7 +50,7 @@ RENAMED = {
     "isa.constants": "isa_constants",
 }
 # Names under an OUTER package that are not NKI but that AWS's tests import (beta-1 compiler internals).
-# `neuron_dtypes`: host dtype helpers AWS installs with its compiler, imported by the NKI Library's tests.
+# `neuron_dtypes`: host dtype helpers from AWS's Neuron packages, imported by the NKI Library's tests.
 EXTRA = {"neuronxcc.starfish.support.dtype": "trnlab.nki.language_dtypes",
          "neuron_dtypes": "trnlab.nki.neuron_dtypes"}
 TOP_LEVEL = ("nki", "neuronxcc", "nki_cpu_simulator", "neuron_dtypes")   # checked for real installations
