@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from . import dtypes
 from .core import NeuronCore, _bytes_by_memory, _free_byte_range, _view
+from .dependencies import tracked
 from .engines import DVE, FIRST_DMA, PE, port_needs
 from .records import (DMA, ISSUE, MATMUL, PE_ISSUE, PRINT, SEED, ComputeIssue, DmaIssue, MatmulIssue,
                       PrintIssue, SeedIssue, TensorIssue)
@@ -28,7 +29,8 @@ class DescribingCore(NeuronCore):
         self.issued: list = []
 
     def _ref(self, v: View) -> tuple:
-        return (self.buffer_of(v.tensor), v.box)
+        tensor, box = tracked(v)                  # a reshaped alias's access is its base's
+        return (self.buffer_of(tensor), box)
 
     def _describe(self, description) -> int:
         self.issued.append(description)
