@@ -39,3 +39,13 @@ def test_a_kernel_reading_a_reshaped_output_waits_for_it_to_be_written():
     second_loads = [r for r in _spans(run, "second") if r.engine.startswith("dma")]
     second_first_load = min(r.start_ns for r in second_loads)
     assert second_first_load >= first_writes_end, (second_first_load, first_writes_end)
+
+
+def test_a_program_loaded_from_json_keeps_the_alias_dependency():
+    from trnlab.hardware.program import Program
+    spec = nki.ShapeDtype((32, 64), np.float32)
+    program = nki.trace(two_kernels, spec, spec, target="trn2")
+    a = np.ones((32, 64), np.float32)
+    traced = Device("trn2", cores=1).run(program, a, a)
+    loaded = Device("trn2", cores=1).run(Program.loads(program.dumps()), a, a)
+    assert loaded.latency_ns == traced.latency_ns

@@ -114,9 +114,13 @@ def describe(program, spec) -> list:
     core = DescribingCore(spec, lambda t: bids[id(t)])
     memories = {"sbuf": core.sbuf, "psum": core.psum}
     for b in buffers:
-        if b.memory == "hbm":
+        if b.memory == "hbm" and b.alias_of is None:
             core.hbm.capacity += b.nbytes       # the device's capacity is checked at the launch
             t = core.hbm.allocate(b.shape, b.dtype, name=b.name)
+            tensors[b.id], bids[id(t)] = t, b.id
+    for b in buffers:                           # reshaped aliases: their accesses are their base's
+        if b.memory == "hbm" and b.alias_of is not None:
+            t = core.hbm.alias(tensors[b.alias_of], b.shape, name=b.name, dtype=b.dtype)
             tensors[b.id], bids[id(t)] = t, b.id
     out = []
     for k, (opcode, attrs, operands, line, _region, allocs, frees) in enumerate(p.steps):
