@@ -8,7 +8,8 @@ A figure is found above if the same digits occur in an earlier cell's output or 
 separators ignored; a text figure may be an output's figure rounded to fewer decimals).
 
 Marker for figures that come from elsewhere — a published source, a benchmark run, another
-notebook: put `<!-- cited: WHERE -->` in the cell. Every such cell names where its figures come from.
+notebook, an exercise's check value: start the paragraph with `<!-- cited: WHERE -->`; it covers that
+paragraph only (up to the next blank line), and names where its figures come from.
 
 And across notebooks: the peaks and ridges a notebook prints for a core are the simulated core's
 (`presets`), a chip's are AWS's published chip figures, and the notebook that prints both says why
@@ -85,11 +86,14 @@ def unquoted_figures(path: Path) -> list[str]:
     seen: set[str] = set()
     missing = []
     for i, cell in enumerate(cells):
-        if cell["cell_type"] == "markdown" and not CITED.search(_text(cell)):
-            for match in FIGURE.finditer(_prose(_text(cell))):
-                figure = match.group(2).replace(",", "")
-                if not _found(figure, seen):
-                    missing.append(f"cell {i}: {match.group(0).strip()!r}")
+        if cell["cell_type"] == "markdown":
+            for paragraph in re.split(r"\n\s*\n", _text(cell)):
+                if CITED.match(paragraph.strip()):
+                    continue                      # a paragraph that says where its figures come from
+                for match in FIGURE.finditer(_prose(paragraph)):
+                    figure = match.group(2).replace(",", "")
+                    if not _found(figure, seen):
+                        missing.append(f"cell {i}: {match.group(0).strip()!r}")
         if cell["cell_type"] == "code":
             seen |= _numbers(_outputs(cell)) | _numbers(_text(cell))
     return missing
@@ -110,6 +114,8 @@ def test_the_guard_catches_a_stale_figure_and_accepts_a_cited_one(tmp_path):
     assert unquoted_figures(nb([code, stale])) == ["cell 1: '55.3'"]
     cited = {"cell_type": "markdown", "source": "<!-- cited: AWS's page -->\nAWS measured 55.3 µs."}
     assert unquoted_figures(nb([code, cited])) == []
+    next_paragraph = {"cell_type": "markdown", "source": "<!-- cited: AWS's page -->\nAWS: 55.3 µs.\n\nOurs: 55.3 µs."}
+    assert unquoted_figures(nb([code, next_paragraph])) == ["cell 1: '55.3'"]
     before = {"cell_type": "markdown", "source": "It will take 104.1 µs."}
     assert unquoted_figures(nb([before, code])) == ["cell 0: '104.1'"]
 
