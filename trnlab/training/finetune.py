@@ -22,9 +22,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
-from trnlab.model.checkpoint import DEFAULT_CHECKPOINT, load_checkpoint, save_checkpoint
-
-SIMULATED_CHECKPOINT = DEFAULT_CHECKPOINT.parent / "checkpoint_trn2"
+from trnlab.model.checkpoint import DEFAULT_CHECKPOINT, SIMULATED_CHECKPOINT, load_checkpoint, save_checkpoint  # noqa: F401
 
 
 @dataclass(frozen=True)
