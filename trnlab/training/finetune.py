@@ -35,6 +35,12 @@ class FinetuneConfig:
     target: str = "trn2"
 
 
+def _shown(path: Path) -> str:
+    """A path as a command shows it: relative to the repository when inside it (data/checkpoint)."""
+    path, root = Path(path).resolve(), DEFAULT_CHECKPOINT.resolve().parent.parent
+    return str(path.relative_to(root)) if path.is_relative_to(root) else str(path)
+
+
 def _sha256(path: Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
@@ -66,7 +72,7 @@ def finetune(config: FinetuneConfig, out_dir: Path, start: Path = DEFAULT_CHECKP
     provenance = {
         "trained_on": f"simulated {config.target} (trnlab), one NeuronCore, compiled training step replayed",
         "kind": "fine-tune",
-        "started_from": {"checkpoint": str(Path(start).name), "model_sha256": _sha256(Path(start) / "model.safetensors")},
+        "started_from": {"checkpoint": _shown(start), "model_sha256": _sha256(Path(start) / "model.safetensors")},
         "finetune_config": asdict(config),
         "losses": [float(x) for x in log.losses],
         "simulated_seconds": simulated_s,
@@ -76,7 +82,7 @@ def finetune(config: FinetuneConfig, out_dir: Path, start: Path = DEFAULT_CHECKP
         "price": f"{system.name}: {system.price.status}",
         "wall_seconds": round(wall, 1),
         "command": "python -m trnlab train-sim " + " ".join(
-            f"--{k.replace('_', '-')} {v}" for k, v in asdict(config).items()) + f" --out {Path(out_dir).name}",
+            f"--{k.replace('_', '-')} {v}" for k, v in asdict(config).items()) + f" --out {_shown(out_dir)}",
         "params": model.num_params(),
         # what notebook 00's cells read from a train log
         "train_config": {"steps": config.steps, "batch_size": config.batch_size},
