@@ -161,3 +161,21 @@ def test_bucket_timed_backend_gives_cpu_values_and_the_compiled_programs_step_ti
     assert steps[0].bucket == steps[1].bucket
     assert (steps[0].simulated_ns, steps[0].kernels) == measure_step(timing, "decode", steps[0].bucket)
     assert steps[0].simulated_ns > 0 and steps[1].simulated_ns == 0.0
+
+
+def test_with_the_kv_cache_a_token_costs_less_than_a_prefill_of_the_context_and_the_plot_shows_both():
+    """The cache's point, on the simulator: a decode step against L cached positions is cheaper than
+    the prefill of L tokens a generation without the cache pays for every token (a view between two
+    kernels no longer hides the RAW dependency that made the prefill look faster than one decode)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    from trnlab.serve.latency import context_sweep
+    from trnlab.viz.serving import plot_context_sweep
+    points = context_sweep(MODEL, "trn2", lengths=(8, 32), cache_dir=None)
+    assert [p.positions for p in points] == [8, 32]
+    for p in points:
+        assert p.decode_us < p.prefill_us, p
+        assert p.saving == pytest.approx(p.prefill_us / p.decode_us)
+    figure = plot_context_sweep({"course model": points})
+    assert len(figure.axes[0].lines) == 2                  # prefill and decode
+    assert list(figure.axes[0].lines[1].get_xdata()) == [8, 32]

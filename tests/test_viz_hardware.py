@@ -95,6 +95,19 @@ def test_roofline_point_and_ridge_come_from_the_given_numbers():
     assert any("ridge 200 FLOP/byte" in t for t in texts)
     legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
     assert "gemm: 20.00 TFLOPS at 100.0 FLOP/B (50% of the roof, memory-bound)" in legend
+    assert "add: 0.05 TFLOPS at 0.2 FLOP/B (50% of the roof, memory-bound)" in legend
+
+
+def test_a_point_far_below_its_roof_is_latency_bound_not_memory_bound():
+    """Fixed costs, not bandwidth, limit a kernel at 1 % of its memory roof: the legend and the
+    compiled model's profile both say latency-bound (hardware.profile.roofline_bound)."""
+    from trnlab.hardware.profile import roofline_bound
+    fig = roofline.plot_roofline(80e12, 400e9, [("tiny", 1.0, 4e9)])          # roof 400 GFLOP/s
+    legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert legend == ["tiny: 0.00 TFLOPS at 1.0 FLOP/B (1% of the roof, latency-bound)"]
+    assert roofline_bound(1e6, 1e6, 1e6 / 400e9 * 11, 80e12, 400e9) == "latency"
+    assert roofline_bound(1e6, 1e6, 1e6 / 400e9 * 9, 80e12, 400e9) == "memory"
+    assert roofline_bound(1e9, 1e6, 1e9 / 80e12 * 2, 80e12, 400e9) == "compute"
     assert np.isclose(roofline.attainable_flops(1e6, 80e12, 400e9), 80e12)
 
 

@@ -1,6 +1,8 @@
 """The command line, the top of the stack: `python -m trnlab COMMAND ...` (or the `trnlab` script).
 
     train   train the tiny GPT from scratch (PyTorch, CPU) and write a checkpoint
+    train-sim  continue training a checkpoint on the simulated Trainium (compiled step) and save it
+               with its provenance (the checkpoint notebooks 00 and 09 serve)
     ask     ask the trained model a question (on the simulated Trainium; --device cpu for PyTorch)
     serve   an OpenAI-compatible HTTP server for the model (POST /v1/completions, /v1/chat/completions)
     config  the switches and environment variables trnlab reads (trnlab.config), with their values now
@@ -13,6 +15,7 @@ Examples:
     python -m trnlab ask "reverse kite" --temperature 0.8 --seed 1
     python -m trnlab train --out data/checkpoint        # the committed recipe: rewrites the checkpoint
     python -m trnlab train --steps 300 --out /tmp/ckpt  # a quick run
+    python -m trnlab train-sim --out data/checkpoint_trn2   # the committed fine-tune on the simulated trn2
     TRNLAB_FAST=0 python -m trnlab config               # the switch table, the fast paths off
 """
 
@@ -48,6 +51,31 @@ def train_main(argv: list[str]) -> int:
     print(f"{result.model.num_params():,} parameters, {config.steps} steps in {result.seconds:.1f} s")
     print(f"final train loss {result.train_loss[-1]:.4f}, val loss {result.val_loss[-1]:.4f}")
     for task, accuracy in result.test_accuracy.items():
+        print(f"test exact match  {task:8s} {100 * accuracy:5.1f} %")
+    print(f"checkpoint written to {args.out}")
+    return 0
+
+
+def train_sim_main(argv: list[str]) -> int:
+    from trnlab.training.finetune import FinetuneConfig, finetune
+
+    parser = argparse.ArgumentParser(prog="python -m trnlab train-sim", description=(
+        "Fine-tune a checkpoint on the simulated Trainium with the compiled training step and write it with "
+        "its provenance (device, steps, seed, simulated time and cost, test accuracy) in train_log.json."))
+    parser.add_argument("--out", type=Path, required=True, help="checkpoint directory to write")
+    parser.add_argument("--start", type=Path, default=DEFAULT_CHECKPOINT, help="the checkpoint to continue")
+    parser.add_argument("--no-test", action="store_true", help="skip the test-split accuracy at the end")
+    defaults = FinetuneConfig()
+    for f in fields(FinetuneConfig):
+        parser.add_argument("--" + f.name.replace("_", "-"), type=type(getattr(defaults, f.name)),
+                            default=getattr(defaults, f.name))
+    args = parser.parse_args(argv)
+    config = FinetuneConfig(**{f.name: getattr(args, f.name) for f in fields(FinetuneConfig)})
+    log = finetune(config, args.out, args.start, evaluate_test=not args.no_test,
+                   on_step=lambda i, loss: print(f"step {i + 1:3d}/{config.steps}  loss {loss:.5f}", flush=True))
+    print(f"{config.steps} steps on simulated {config.target}: {log['simulated_seconds'] * 1e3:.2f} ms simulated, "
+          f"${log['usd']:.6f}; {log['wall_seconds']:.0f} s of wall time")
+    for task, accuracy in log.get("test_accuracy", {}).items():
         print(f"test exact match  {task:8s} {100 * accuracy:5.1f} %")
     print(f"checkpoint written to {args.out}")
     return 0
@@ -104,7 +132,7 @@ def config_main(argv: list[str]) -> int:
     return 0
 
 
-COMMANDS = {"train": train_main, "ask": ask_main, "serve": serve_main, "config": config_main}
+COMMANDS = {"train": train_main, "train-sim": train_sim_main, "ask": ask_main, "serve": serve_main, "config": config_main}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -6,8 +6,9 @@ the graph, with the user's source line):
 - total time, per-engine active %, MFU, MBU, bytes per memory level (trnlab.hardware.Profile);
 - per op (a region of the one program): the time it adds to the run (how far it moves the run's end
   past the ops before it: these sum to the total even though kernels overlap across op boundaries),
-  its own span, share of the total, model FLOPs (nc_transpose's identity matmuls excluded), HBM bytes, arithmetic intensity, MFU, bound ("compute" if
-  the op's FLOP per HBM byte is above the core's ridge point, else "memory");
+  its own span, share of the total, model FLOPs (nc_transpose's identity matmuls excluded), HBM bytes, arithmetic intensity, MFU, bound
+  (`hardware.profile.roofline_bound`: "latency" if the op took over 10x what its FLOPs and HBM bytes
+  need at the core's roofs, else "compute" if its FLOP per HBM byte is above the ridge point, else "memory");
 - advice, in the spirit of AWS's profiler (Neuron Explorer) [PERF], each naming the op it comes from:
   low MFU, transposes taking over 10 % of the Tensor engine's time, DMAs smaller than the efficient
   size, and HBM round trips between kernels of tensors that could stay in SBUF (spill traffic).
@@ -17,6 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
+
+from trnlab.hardware.profile import roofline_bound
 
 LOW_MFU = 0.20                 # assumed threshold for "low MFU": [PERF] targets >= 90 % engine active
 TRANSPOSE_SHARE = 0.10         # the brief's threshold: transposes over 10 % of Tensor-engine time
@@ -168,7 +171,7 @@ def build(execution, program, graph, target: str, dtype: str) -> RunProfile:
         dma_bytes = np.maximum(cols["hbm"][sl], cols["sbuf"][sl])[dma_rows]
         span = r.span_ns
         mfu = flops / (span * 1e-9) / peak if span and peak else 0.0        # over the op's own span
-        bound = "compute" if hbm and flops / hbm > ridge else "memory"
+        bound = roofline_bound(flops, hbm, span * 1e-9, peak, spec.hbm_bandwidth)
         ops.append(OpProfile(r.name, r.op, r.kernel, r.source, r.ns, r.ns / total, flops, hbm, pe_ns, tr,
                              int((dma_bytes < SMALL_DMA_BYTES).sum()), int(dma_rows.sum()), mfu, bound,
                              r.start_ns, r.end_ns))

@@ -11,9 +11,13 @@ What is and is not in the numbers:
 - one NeuronCore runs the step; a chip runs `cores` such steps side by side (data parallelism
   across its cores, gradient all-reduce left out — notebook 08 prices it);
 - kernels run one after another (no overlap between kernels, as without a fusing compiler);
-- the AdamW update is not in the kernel library yet, so the training step is forward + backward;
-- decode attention over the KV cache has no kernel yet: its time is the roofline's estimate
-  (max of compute time and cache-read time on one core), marked `roofline=True`.
+- the training step is forward + backward: the AdamW update (the `trnlab.kernels.adamw` kernel, in
+  the compiled step of notebook 07) is left out of this sum;
+- decode attention over the KV cache is the roofline's estimate (max of compute time and cache-read
+  time on one core, marked `roofline=True`), not the `trnlab.kernels.decode_attention` kernel that
+  the compiled decode step of notebook 09 runs.
+So these are per-kernel sums for comparing generations, not the compiled steps' times: those overlap
+kernels, include the optimizer, and run the shapes notebooks 07 and 09 give them.
 """
 
 from __future__ import annotations
@@ -199,7 +203,7 @@ def simulate_step(calls: list[KernelCall], target: str, phase: str, tokens: int,
 
 def decode_attention_roofline(config: GPTConfig, batch: int, context: int, target: str,
                               dtype_bytes: int = 2) -> KernelTime:
-    """Decode attention over the KV cache on one core, from the roofline (no kernel exists yet).
+    """Decode attention over the KV cache on one core, from the roofline (a kernel-free estimate).
 
     Per layer: q·Kᵀ and p·V, 4·B·nh·ctx·hs FLOPs, reading K and V of every cached position. Like a
     simulated kernel it pays the preset's fixed DMA latency once (its first load) before the roof."""

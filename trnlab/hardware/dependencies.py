@@ -113,10 +113,25 @@ def write_waits(reads: list, writes: list, box, by_matmul: bool = False) -> tupl
     return waits, group
 
 
+def tracked(v) -> tuple:
+    """(the tensor whose records a view's access is kept in, the box): a reshaped HBM alias
+    (`HBM.alias`) shares its base's bytes, so its accesses are the base's — the whole base
+    (box None: the two shapes' boxes do not compare), conservative like a merged record.
+    Without this, a kernel reading another's output through a reshape (a compiled graph's
+    views) would not wait for that output to be written."""
+    tensor = v.tensor
+    if tensor.alias_of is None:
+        return tensor, v.box
+    while tensor.alias_of is not None:
+        tensor = tensor.alias_of
+    return tensor, None
+
+
 def wait_reads(views, t: float, waited: int):
     """Latest ready time of earlier writes overlapping any of `views` (RAW)."""
     for v in views:
-        for r in read_waits(v.tensor._writes, v.box):
+        tensor, box = tracked(v)
+        for r in read_waits(tensor._writes, box):
             if r[1] > t:
                 t, waited = r[1], r[2]
     return t, waited
@@ -125,7 +140,8 @@ def wait_reads(views, t: float, waited: int):
 def wait_write(v, t: float, waited: int, by_matmul: bool = False):
     """Latest WAW / WAR constraint for writing view `v`; also the ready time of a PSUM
     accumulation group this matmul joins (0.0 if none)."""
-    waits, group = write_waits(v.tensor._reads, v.tensor._writes, v.box, by_matmul)
+    tensor, box = tracked(v)
+    waits, group = write_waits(tensor._reads, tensor._writes, box, by_matmul)
     for r in waits:
         if r[1] > t:
             t, waited = r[1], r[2]
@@ -138,10 +154,11 @@ def wait_write(v, t: float, waited: int, by_matmul: bool = False):
 
 def record_reads(views, end: float, idx: int):
     for v in views:
-        add_read(v.tensor._reads, (v.box, end, idx))
+        tensor, box = tracked(v)
+        add_read(tensor._reads, (box, end, idx))
 
 
 def record_write(v, ready: float, idx: int, by_matmul: bool = False):
-    tensor = v.tensor
-    add_write(tensor._reads, tensor._writes, v.box, (v.box, ready, idx, by_matmul))
+    tensor, box = tracked(v)
+    add_write(tensor._reads, tensor._writes, box, (box, ready, idx, by_matmul))
     tensor.version += 1

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from . import dtypes
 from .core import NeuronCore, _bytes_by_memory, _free_byte_range, _view
+from .dependencies import tracked
 from .engines import DVE, FIRST_DMA, PE, port_needs
 from .records import (DMA, ISSUE, MATMUL, PE_ISSUE, PRINT, SEED, ComputeIssue, DmaIssue, MatmulIssue,
                       PrintIssue, SeedIssue, TensorIssue)
@@ -29,7 +30,8 @@ class DescribingCore(NeuronCore):
         self.issued: list = []
 
     def _ref(self, v: View) -> tuple:
-        return (self.buffer_of(v.tensor), v.box)
+        tensor, box = tracked(v)                  # a reshaped alias's access is its base's
+        return (self.buffer_of(tensor), box)
 
     def _describe(self, description) -> int:
         self.issued.append(description)
@@ -115,9 +117,13 @@ def describe(program, spec) -> list:
     core = DescribingCore(spec, lambda t: bids[id(t)])
     memories = {"sbuf": core.sbuf, "psum": core.psum}
     for b in buffers:
-        if b.memory == "hbm":
+        if b.memory == "hbm" and b.alias_of is None:
             core.hbm.capacity += b.nbytes       # the device's capacity is checked at the launch
             t = core.hbm.allocate(b.shape, b.dtype, name=b.name)
+            tensors[b.id], bids[id(t)] = t, b.id
+    for b in buffers:                           # reshaped aliases: their accesses are their base's
+        if b.memory == "hbm" and b.alias_of is not None:
+            t = core.hbm.alias(tensors[b.alias_of], b.shape, name=b.name, dtype=b.dtype)
             tensors[b.id], bids[id(t)] = t, b.id
     out = []
     for k, (opcode, attrs, operands, line, _region, allocs, frees) in enumerate(p.steps):

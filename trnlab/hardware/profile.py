@@ -22,6 +22,19 @@ from .records import HBM, NOTE
 from .timeline import Timeline
 
 SPILL_NOTE = "spill: "          # the kernel line of a spill DMA (spill.NOTE)
+LATENCY_FACTOR = 10.0       # over 10x the time its FLOPs and bytes need at the roofs: latency-bound
+
+
+def roofline_bound(flops: float, hbm_bytes: float, seconds: float, peak_flops: float, bandwidth: float) -> str:
+    """Which limit a piece of work (`flops`, `hbm_bytes`, taking `seconds`) sits against on the roofline:
+    "latency" if it took over LATENCY_FACTOR times what its FLOPs at the peak and its bytes at the
+    bandwidth need (fixed costs — DMA start-up, instruction overheads, waits on a chain of
+    dependencies — dominate: it sits far below the roof), else "memory" left of the ridge and
+    "compute" right of it (intensity above peak / bandwidth)."""
+    needed = max(flops / peak_flops if peak_flops else 0.0, hbm_bytes / bandwidth if bandwidth else 0.0)
+    if seconds > LATENCY_FACTOR * needed:
+        return "latency"
+    return "compute" if hbm_bytes and flops / hbm_bytes > peak_flops / bandwidth else "memory"
 
 
 def _union_length(starts: np.ndarray, ends: np.ndarray) -> float:

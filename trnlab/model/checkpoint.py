@@ -32,7 +32,8 @@ from trnlab import DATA_DIR
 from trnlab.data.tokenizer import CharTokenizer
 from trnlab.model.gpt import GPT, GPTConfig
 
-DEFAULT_CHECKPOINT = DATA_DIR / "checkpoint"
+DEFAULT_CHECKPOINT = DATA_DIR / "checkpoint"                 # trained by PyTorch on the CPU (notebook 02)
+SIMULATED_CHECKPOINT = DATA_DIR / "checkpoint_trn2"       # that one fine-tuned on the simulated Trn2 (notebook 07)
 FORMAT = "trnlab-gpt/1"
 MAX_CONFIG_BYTES = 1 << 20                     # a config is a few hundred bytes
 MAX_HEADER_BYTES = 100 << 20                   # safetensors' own limit on its JSON header

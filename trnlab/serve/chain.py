@@ -19,7 +19,10 @@ from dataclasses import dataclass, field
 
 from trnlab.data import load_split
 from trnlab.data.tasks import model_prompt, task_of
+from pathlib import Path
+
 from trnlab.model import ask, load_checkpoint
+from trnlab.model.checkpoint import SIMULATED_CHECKPOINT
 from trnlab.serve.kv_cache import bucket_for
 
 
@@ -35,8 +38,9 @@ class ChainReport:
         return "\n".join(f"{stage:20s} {text}" for stage, text in self.stages)
 
 
-def whole_chain(prompt: str = "407+38", target: str = "trn2") -> ChainReport:
-    """Run the prompt through every stage of the chain; see the module docstring."""
+def whole_chain(prompt: str = "407+38", target: str = "trn2", checkpoint: Path = SIMULATED_CHECKPOINT) -> ChainReport:
+    """Run the prompt through every stage of the chain; see the module docstring. The model is the
+    checkpoint trained on the simulated Trainium (notebook 07) unless `checkpoint` names another."""
     from trnlab.serve.http import BackgroundServer
     from trnlab.serve.service import Service
 
@@ -46,11 +50,11 @@ def whole_chain(prompt: str = "407+38", target: str = "trn2") -> ChainReport:
     report.stages.append(("1 data", f"{len(test)} test problems the model never trained on, e.g. "
                                     f"{example.prompt!r} -> {example.answer!r}"))
 
-    model, tokenizer = load_checkpoint()
+    model, tokenizer = load_checkpoint(checkpoint)
     ids = tokenizer.encode_prompt(model_prompt(task_of(prompt), prompt))
     report.answers["pytorch"] = ask(model, tokenizer, prompt)
     params = sum(p.numel() for p in model.parameters())
-    report.stages.append(("2 model", f"tiny GPT, {params:,} parameters; PyTorch greedy: {prompt!r} -> "
+    report.stages.append(("2 model", f"tiny GPT, {params:,} parameters ({Path(checkpoint).name}); PyTorch greedy: {prompt!r} -> "
                                      f"{report.answers['pytorch']!r} ({len(ids)} prompt tokens)"))
 
     service = Service(target, max_batch=1, model=model, tokenizer=tokenizer)

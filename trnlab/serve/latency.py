@@ -104,6 +104,32 @@ def latency_table(model: GPT, prompt_ids: list[int], eos_id: int, batches=(1, 2,
 
 
 @dataclass(frozen=True)
+class ContextPoint:
+    """One context length: the prefill of that many tokens (TTFT's device part) against one decode
+    step attending to that many cached positions (TPOT's); a generation without a cache pays a
+    prefill of the whole sequence for every token."""
+    positions: int
+    prefill_us: float
+    decode_us: float
+
+    @property
+    def saving(self) -> float:
+        """How many times cheaper a token is with the cache than without (prefill / decode)."""
+        return self.prefill_us / self.decode_us
+
+
+def context_sweep(model: GPT, target: str = "trn2", lengths=None, cache_dir="default") -> list[ContextPoint]:
+    """Simulated prefill and decode (batch 1) at each context length (default: the model's buckets).
+    A decode step attends to at most block_size - 1 cached positions, so the last bucket's decode
+    is measured at that length (the same program)."""
+    cache_dir = default_cache_dir() if cache_dir == "default" else cache_dir
+    backend = CompiledBackend(model, target, max_batch=1, cache_dir=cache_dir)
+    lengths = list(lengths or backend.length_buckets)
+    return [ContextPoint(L, measure_step(backend, "prefill", (1, L))[0] / 1e3,
+                         measure_step(backend, "decode", (1, L))[0] / 1e3) for L in lengths]
+
+
+@dataclass(frozen=True)
 class StepProfile:
     """One prefill or decode step's program: the numbers a roofline point needs."""
     kind: str

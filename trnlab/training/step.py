@@ -60,7 +60,7 @@ class StepProfile:
     """The simulated cost of one step, from the program's regions."""
     target: str
     total_ns: float
-    phase_ns: dict                       # forward / backward / optimizer -> ns (their regions' spans)
+    phase_ns: dict                       # forward / backward / optimizer -> ns each adds to the step (sum: the step)
     flops: float                         # Tensor-engine FLOPs of the step, nc_transpose excluded
     flops_by_phase: dict
     peak_flops: float                    # of the matmul dtype
@@ -322,11 +322,15 @@ class TrainStep:
                 continue
             regions[label] = stop - start
             flops_by_phase[phase] += flops
-        # a phase's time: from its first instruction's start to its last one's end
+        # a phase's time: how far it moves the step's end past the phases before it (its own span would
+        # count the overlap twice: the backward's loads start while the forward still computes), so the
+        # three add up to the step's time
+        reached = min((s[0] for s in spans.values()), default=0.0)     # the launch's start on the core
         for phase in PHASES:
-            starts = [s[0] for lbl, s in spans.items() if s[2] == phase]
             stops = [s[1] for lbl, s in spans.items() if s[2] == phase]
-            phase_ns[phase] = (max(stops) - min(starts)) if starts else 0.0
+            end = max(stops) if stops else reached
+            phase_ns[phase] = max(end - reached, 0.0)
+            reached = max(reached, end)
         del ENGINE
         return StepProfile(self.target, run.latency_ns, phase_ns, sum(flops_by_phase.values()), flops_by_phase,
                            profile.peak_flops, profile, regions, wall, run.timeline, phases)

@@ -23,11 +23,11 @@ from trnlab.model.gpt import GPTConfig, LayerCost, is_matmul
 # Each stage of the chain and the notebooks that cover it (planned numbering). The picture names only
 # the notebooks that exist in notebooks/, so it never promises one that is not there yet.
 CHAIN_TRAINING = [
-    ("training data", ("01",), "trnlab.data"),
-    ("model (PyTorch)", ("02",), "trnlab.model"),
+    ("training data", ("01",), "data/corpus"),
+    ("model (PyTorch)", ("02",), "data/checkpoint\n(trained on the CPU)"),
     ("compiler", ("06",), "trnlab.compiler"),
     ("Trainium\n(simulated)", ("03", "04", "05", "07", "08"), "trnlab.hardware\ntrnlab.nki"),
-    ("trained model", ("07",), "data/checkpoint"),
+    ("trained model", ("07",), "data/checkpoint_trn2\n(fine-tuned on trn2)"),
 ]
 CHAIN_SERVING = [
     ("user input", ("00",), "\"407+38\""),

@@ -2,7 +2,8 @@
 
 Attainable FLOP/s = min(peak FLOP/s, bandwidth x intensity), where intensity = FLOPs / bytes moved
 from the memory whose bandwidth is the roof (HBM here). Left of the ridge point (peak / bandwidth) a
-kernel is memory-bound, right of it compute-bound. A kernel is a point (its intensity, its achieved
+kernel is memory-bound, right of it compute-bound — if it reaches the roof at all: a point below a
+tenth of its roof is latency-bound (fixed costs dominate; `hardware.profile.roofline_bound`). A kernel is a point (its intensity, its achieved
 FLOP/s); the gap between the point and the roof above it is what is left to win.
 
     plot_roofline(peak_flops=79e12, bandwidth=2.9e12 / 8, points=[("my kernel", 120.0, 20e12)])
@@ -17,6 +18,8 @@ from typing import Any, Sequence
 import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.figure import Figure
+
+from trnlab.hardware.profile import LATENCY_FACTOR
 
 
 @dataclass(frozen=True)
@@ -56,7 +59,9 @@ def plot_roofline(peak_flops: float, bandwidth: float,
             f"{bandwidth / 1e9:.0f} GB/s", fontsize=8, rotation=28, color="#555555")
     for point in points:
         roof = float(attainable_flops(point.intensity, peak_flops, bandwidth))
-        bound = "memory-bound" if point.intensity < ridge else "compute-bound"
+        share = point.achieved_flops / roof if roof else 0.0
+        bound = "latency-bound" if share * LATENCY_FACTOR < 1 else \
+            ("memory-bound" if point.intensity < ridge else "compute-bound")
         ax.plot(point.intensity, point.achieved_flops / 1e12, "o", ms=7, zorder=3,
                 label=f"{point.label}: {point.achieved_flops / 1e12:.2f} TFLOPS at {point.intensity:.1f} FLOP/B "
                       f"({100 * point.achieved_flops / roof:.0f}% of the roof, {bound})")

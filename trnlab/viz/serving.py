@@ -3,6 +3,7 @@
     plot_kv_cache(cache, requests)         slots × positions: which request holds which cached position
     plot_batching_timeline(engine)         one row per request (waiting, prefill, decode) over simulated time
     plot_batch_latency(rows)               TPOT and output tokens/s against batch size, per generation
+    plot_context_sweep(models)             TTFT and TPOT against context length: where the KV cache wins
 """
 
 from __future__ import annotations
@@ -96,3 +97,25 @@ def plot_batch_latency(rows: Sequence[Any]) -> Figure:
     right.set_title("throughput grows almost with the batch", fontsize=9)
     fig.tight_layout()
     return fig
+
+
+def plot_context_sweep(sweeps: dict, ax: plt.Axes | None = None) -> Figure:
+    """The prefill of L tokens (TTFT's device time) and one decode step against an L-position cache
+    (TPOT's) against L, per model (`sweeps`: label -> [serve.latency.ContextPoint]). Without a cache
+    every new token costs a prefill of the sequence so far: the cache wins wherever a model's
+    decode line lies below its prefill line, by the ratio between them."""
+    ax = ax or plt.subplots(figsize=(7, 3.6))[1]
+    for (label, points), marker in zip(sweeps.items(), "os^D"):
+        L = [p.positions for p in points]
+        line, = ax.plot(L, [p.prefill_us for p in points], marker + "-",
+                        label=f"{label}: prefill of L tokens (TTFT; a token without cache)")
+        ax.plot(L, [p.decode_us for p in points], marker + "--", color=line.get_color(),
+                label=f"{label}: decode step, L cached (TPOT)")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("context length L (tokens)")
+    ax.set_ylabel("simulated µs per step")
+    ax.set_ylim(bottom=0)
+    ax.legend(fontsize=7, loc="lower right")
+    ax.set_title("what a token costs with the KV cache (dashed) and without (solid)", fontsize=9)
+    ax.figure.tight_layout()
+    return ax.figure

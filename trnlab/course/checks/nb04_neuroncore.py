@@ -96,10 +96,33 @@ class DmaTime:
         if not math.isclose(got, expected, rel_tol=1e-6):
             rows = case[0]
             raise CheckFailed(
-                f"expected {expected:,.1f} ns, got {got:,.1f} ns for (rows, cols, dtype_bytes) = {tuple(case)} "
-                f"(fixed latency, plus the busiest DMA engine's rows — {min(SPEC.dma_engines, -(-rows // 8))} "
-                f"engine(s), one per 8 rows; each row one descriptor taking at least dma_descriptor_ns — "
-                f"never faster than the core's HBM bandwidth)")
+                f"expected {expected:,.1f} ns, got {got:,.1f} ns for (rows, cols, dtype_bytes) = {tuple(case)}: "
+                f"{_dma_mistake(*case, got)}")
+
+
+def _dma_mistake(rows: int, cols: int, dtype_bytes: int, got: float) -> str:
+    """Which part of the DMA formula an answer left out, if it matches a formula missing one part."""
+    lanes = SPEC.partitions // SPEC.dma_engines
+    engines = min(SPEC.dma_engines, -(-rows // lanes))
+    row_bytes, nbytes, bw = cols * dtype_bytes, rows * cols * dtype_bytes, SPEC.dma_engine_bandwidth / 1e9
+    rows_per_engine = -(-rows // engines)
+    hbm = nbytes * 1e9 / SPEC.hbm_bandwidth
+    latency = SPEC.dma_latency_ns
+    engines_ns = rows_per_engine * max(row_bytes / bw, SPEC.dma_descriptor_ns)
+    known = {
+        "the HBM bandwidth limit is missing (the time is never below bytes / hbm_bandwidth)": latency + engines_ns,
+        "the minimum time per descriptor (dma_descriptor_ns) is missing: a short row still costs it":
+            latency + max(rows_per_engine * row_bytes / bw, hbm),
+        f"the engines: {rows} rows use {engines} engine(s), one per {lanes} partitions, not min(rows, 16)":
+            latency + max(-(-rows // min(rows, SPEC.dma_engines)) * max(row_bytes / bw, SPEC.dma_descriptor_ns), hbm),
+        "the fixed latency (dma_latency_ns) is missing": engines_ns if engines_ns > hbm else hbm,
+        "the time is in µs or s, not ns": (latency + max(engines_ns, hbm)) / 1e3,
+    }
+    for cause, value in known.items():
+        if math.isclose(got, value, rel_tol=1e-6):
+            return cause
+    return (f"fixed latency, plus the busiest DMA engine's rows — {engines} engine(s), one per {lanes} rows; each row "
+            f"one descriptor taking at least dma_descriptor_ns — never faster than the core's HBM bandwidth")
 
 
 @exercise("nb04_psum_tiles", notebook=NOTEBOOK, points=2, answer="psum_tiles_that_fit",

@@ -62,10 +62,26 @@ class FuseLinear:
         import trnlab.compiler as tc
 
         model, x = _model_and_input(case)
+        broken, calls = [], []
+
+        def checked_rule(g):                      # the student's rule, then: is the graph still well formed?
+            calls.append(1)
+            if len(calls) > 4 * len(g.nodes) + 8:   # the pass applies a rule until it returns 0
+                broken.append({"endless": len(calls) - 1})
+                return 0
+            count = rule(g)
+            if not broken:
+                broken.extend(_first_undefined_read(g))
+            return 0 if broken else count
         try:
-            compiled = tc.compile(model, (x,), fusions=[rule])
+            compiled = tc.compile(model, (x,), fusions=[checked_rule])
         except tc.CompileError as error:
             return {"compile_error": {"op": str(error.op), "rule": str(error).split(":")[0].split(" at ")[0]}}
+        except ValueError:
+            if not broken:
+                raise
+        if broken:
+            return {"broken_graph": broken[0]}
         linears = [n for n in compiled.graph.nodes if n.op == "linear"]
         activations = [n.attrs.get("activation") for n in linears]
         return {"ops": {plain.text(op, "an op name"): plain.integer(n) for op, n in compiled.graph.ops().items()},
@@ -74,6 +90,18 @@ class FuseLinear:
 
     def judge(case, got):
         what = _what(case)
+        if "broken_graph" in got:
+            b = got["broken_graph"]
+            if "endless" in b:
+                raise CheckFailed(f"on {what} your rule reported a fusion {b['endless']} times in a row: the pass "
+                                  f"applies a rule until it returns 0, so return 0 when it found nothing to fuse "
+                                  f"(and make sure a fused group no longer matches)")
+            where = "a value your rule's own node replaced (it reads itself)" if b["later"] == "itself" else \
+                (f"a value made later, by {b['later']}" if b["later"] else "a value no node makes")
+            cause = (" This MLP has no biases: the matmul's only reader is the relu, not an add — check a reader's "
+                     "op before taking its other input as the bias.") if not case["bias"] else ""
+            raise CheckFailed(f"after your rule ran on {what}, node {b['node']!r} ({b['op']}) reads {b['value']!r}, "
+                              f"{where}, so the graph cannot be scheduled.{cause}")
         if "compile_error" in got:
             error = got["compile_error"]
             raise CheckFailed(f"compiling {what} with your rule fails: op {error['op']!r} was left without a kernel "
@@ -94,6 +122,20 @@ class FuseLinear:
         if not err <= 1e-4:
             raise CheckFailed(f"expected the compiled {what} to match PyTorch, but it differs by up to {err:.3g}: "
                               f"check the weight (transpose(W) is read as W with weight_layout='out_in') and the bias")
+
+
+def _first_undefined_read(g) -> list[dict]:
+    """[the first node reading a value not defined before it (by an input, a constant or an earlier node)]."""
+    defined = set(g.inputs) | set(g.constants)
+    made_by = {n.name: n for n in g.nodes}
+    for node in g.nodes:
+        for value in node.inputs:
+            if value is not None and value not in defined:
+                later = "itself" if value == node.name else \
+                    (f"{made_by[value].op} {value!r}" if value in made_by else "")
+                return [{"node": node.name, "op": node.op, "value": value, "later": later}]
+        defined.add(node.name)
+    return []
 
 
 # -- 2. memory-bound or compute-bound ---------------------------------------------------------------

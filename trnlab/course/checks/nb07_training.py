@@ -70,6 +70,18 @@ class StepFlops:
             hint = ": that is the forward only; the backward does twice the forward's matmul work"
         elif _close(got, 6 * (n - V * C) * B * T + attention):
             hint = ": the lm_head's matmul (vocab_size × n_embd, tied to the token table) is missing"
+        elif _close(got, dense + attention / 2):
+            hint = ": only one of the two attention matmuls is counted (q·kᵀ and attention·v, each 2·T·C per token)"
+        elif _close(got, 6 * _params(case) * B * T + attention) or _close(got, 6 * _params(case) * B * T):
+            hint = (": 6·N counts the matmul weights only (12·C² per block and the lm_head's V·C), not biases, "
+                    "norms or the position table")
+        elif _close(got, want / B):
+            hint = ": that is one sequence; the step runs batch × seq_len tokens"
+        elif _close(got, 6 * (12 * C * C + V * C) * B * T + attention / L):
+            hint = ": that is one block; count n_layer blocks"
+        else:
+            hint = (f" — it is made of 6·N·tokens = {dense:.6g} (N = 12·C²·n_layer + V·C = {n:,} matmul weights, "
+                    f"{B * T} tokens) plus the attention matmuls {attention:.6g}; yours is {got - want:+.6g} off")
         raise CheckFailed(f"expected {want:.6g} FLOPs for {_what(case)}, got {got:.6g}{hint}")
 
 
