@@ -295,7 +295,8 @@ def collective_permute_reduce(self: NeuronCore, dst, src0, src1, source_target_p
                               stream: int = 0) -> int:
     """collective_permute of op(src0, src1): each source sends the reduction of its two operands to its
     target (nki.collectives.collective_permute_implicit_reduce's ring, one instruction per channel)."""
-    src0, src1 = _as_view(src0, "src0", "collective_permute_reduce"), _as_view(src1, "src1", "collective_permute_reduce")
+    src0 = _as_view(src0, "src0", "collective_permute_reduce")
+    src1 = _as_view(src1, "src1", "collective_permute_reduce")
     dst = _as_view(dst, "dst", "collective_permute_reduce")
     op = getattr(op, "name", op)
     pairs = [(int(s), int(t)) for s, t in source_target_pairs]
