@@ -117,7 +117,7 @@ def activation(op):
 
 # -- NKI 0.7's further operators (nki.language pages, Neuron SDK 2.33) ------------------------------------
 # abs_max / abs_min: the input of larger / smaller magnitude with its sign, y on a tie (nki.language.abs_max:
-# "x if |x| > |y|, else y"; abs_min ASSUMED the mirror image); logical_xor: a 0/1 result like logical_and.
+# "x if |x| > |y|, else y"; abs_min: "x if |x| < |y|, else y"); logical_xor: a 0/1 result like logical_and.
 BINARY.update({
     "abs_max": lambda a, b: np.where(np.abs(a) > np.abs(b), a, b),
     "abs_min": lambda a, b: np.where(np.abs(a) < np.abs(b), a, b),

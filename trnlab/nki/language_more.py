@@ -40,8 +40,8 @@ def abs_max(x, y, *, dtype=None, mask=None, **kwargs) -> NkiTensor:
 
 
 def abs_min(x, y, *, dtype=None, mask=None, **kwargs) -> NkiTensor:
-    """The input of smaller magnitude, with its sign; y on a tie (ASSUMED, abs_max's rule mirrored): one
-    Vector-engine instruction. NeuronCore-v4 (trn3) and newer, as abs_max [nki.language.abs_min]."""
+    """The input of smaller magnitude, with its sign; y on a tie (abs_min(5, -3) = -3, abs_min(1, -1) = -1):
+    one Vector-engine instruction. NeuronCore-v4 (trn3) and newer [nki.language.abs_min]."""
     _need_generation(_launches.current().core, "abs_min", "v4")
     return _ordered("abs_min", x, y, dtype, mask)
 
