@@ -197,3 +197,27 @@ def test_no_reorder_block_keeps_the_program_in_traced_order():
     kept, free = nki.run(make(True), x), nki.run(make(False), x)
     assert kept.program.no_reorder and not free.program.no_reorder
     np.testing.assert_array_equal(kept.outputs, free.outputs)
+
+
+def test_var_all_and_rms_norm_reduce_over_two_free_axes_of_a_3d_tile():
+    @nki.jit
+    def kernel(x, w):
+        stats = nl.ndarray((x.shape[0], 2), dtype=nl.float32, buffer=nl.shared_hbm)
+        normed = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+        tile = nl.load(x)
+        both = nl.ndarray((x.shape[0], 2), dtype=nl.float32, buffer=nl.sbuf)
+        both[:, 0:1] = nl.var(tile, axis=(1, 2), dtype=nl.float32, keepdims=True).reshape((x.shape[0], 1))
+        both[:, 1:2] = nl.all(tile, axis=[1, 2], dtype=nl.float32, keepdims=True).reshape((x.shape[0], 1))
+        nl.store(stats, value=both)
+        nl.store(normed, value=nl.rms_norm(tile, nl.load(w), axis=(1, 2), n=x.shape[1] * x.shape[2]))
+        return stats, normed
+
+    rng = np.random.default_rng(5)
+    x, w = rng.normal(size=(8, 3, 5)).astype(np.float32), rng.normal(size=(8, 3, 5)).astype(np.float32)
+    x[2, 1, 4] = 0.0                                                  # one row not all non-zero
+    stats, normed = run_both(kernel, x, w).outputs
+    rows = x.reshape(8, -1).astype(np.float64)
+    np.testing.assert_allclose(stats[:, 0], rows.var(axis=1), rtol=1e-5)
+    np.testing.assert_array_equal(stats[:, 1], np.all(rows != 0, axis=1))
+    np.testing.assert_allclose(normed, x / np.sqrt((rows ** 2).mean(axis=1) + 1e-6)[:, None, None] * w,
+                               rtol=1e-5, atol=1e-6)
