@@ -194,9 +194,11 @@ class Cluster:
     def cost(self, opcode: str, nbytes: int, ranks: int) -> collectives.CollectiveCost:
         """The modelled time of one collective over `ranks` ranks of this cluster's topology."""
         # ASSUMED: a v collective costs an all-gather of its whole buffer (its counts are known only at
-        # run time; an all-to-all sends (p-1)/p of each rank's buffer, as an all-gather of that size does)
+        # run time; an all-to-all sends (p-1)/p of each rank's buffer, as an all-gather of that size does);
+        # the fixed-size all_to_all likewise
         op = {"collective_permute": "send_recv", "sendrecv": "send_recv", "core_barrier": "send_recv",
-              "all_gather_v": "all_gather", "all_to_all_v": "all_gather"}.get(opcode, opcode)
+              "collective_permute_reduce": "send_recv",
+              "all_gather_v": "all_gather", "all_to_all_v": "all_gather", "all_to_all": "all_gather"}.get(opcode, opcode)
         cal = self.calibration
         if op == "send_recv" or ranks == 1:
             return collectives.cost(op, nbytes, self.topology, "ring", max(ranks, 2) if op == "send_recv" else 1,
@@ -268,6 +270,12 @@ def _compute_values(opcode: str, requests: list[Request], algorithm: str, attrs:
         hw_collective.sendrecv_values(requests)
         return
     if opcode == "core_barrier":                # a barrier moves no data
+        return
+    if opcode == "all_to_all":                  # pieces moved, not computed: any dtype, exactly
+        hw_collective.all_to_all_values(requests)
+        return
+    if opcode == "collective_permute_reduce":   # op(src0, src1) of each source, to its target
+        hw_collective.permute_reduce_values(requests)
         return
     inputs = []
     for r in requests:

@@ -116,8 +116,8 @@ class AccumulateInstructions:
         the free axes in the Scalar engine's registers, under reduce_cmd as nisa.activation's (Scalar
         engine, or GpSimd without the reduction; NeuronCore-v4 and newer) [nki.isa.activate2]. (op0, op1)
         is one of AWS's six pairs (nl.bypass: no operation); reverse0/1 swap an operation's operands;
-        imm0/imm1: numbers or [P, 1] tiles. relu_param: ASSUMED the slope of a leaky relu for op=relu
-        (0.0: plain relu); refused with another op."""
+        imm0/imm1: numbers or [P, 1] tiles. relu_param: the negative slope of op=nl.prelu
+        [nki.language.prelu], ASSUMED the same for op=relu (0.0: plain relu); refused with another op."""
         need_generation(self, "activate2", "v4")
         dst, x = _view(dst, "dst"), _view(data, "data")
         eid = self._engine(engine, "activate2", (ACT, POOL))
@@ -130,7 +130,7 @@ class AccumulateInstructions:
             raise UnknownOpError(f"unknown op: activate2 (op0, op1) = {pair}; the tensor-scalar stage takes "
                                  f"{', '.join(map(str, ACTIVATE2_PAIRS))} [nki.isa.activate2]", value=pair,
                                  limit=ACTIVATE2_PAIRS)
-        if float(relu_param) != 0.0 and name != "relu":
+        if float(relu_param) != 0.0 and name not in ("relu", "prelu"):
             raise UnknownOpError(f"unknown op: activate2 relu_param={relu_param} with op {name!r}: trnlab models "
                                  f"relu_param as a leaky-relu slope only", value=name, limit="relu")
         command = _command(reduce_cmd)
@@ -155,7 +155,8 @@ class AccumulateInstructions:
             with np.errstate(all="ignore"):
                 pre = _stage(vals, pair[0], c0, reverse0)
                 pre = _stage(pre, pair[1], c1, reverse1)
-                out = np.where(pre >= 0, pre, np.float32(relu_param) * pre) if name == "relu" else fn(pre)
+                out = (np.where(pre >= 0, pre, np.float32(relu_param) * pre) if name in ("relu", "prelu")
+                       else fn(pre))
             self._store(dst, out)
             if reduce_name is not None:
                 _, reduce = ops.reduce(reduce_name)

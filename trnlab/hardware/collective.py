@@ -50,7 +50,7 @@ if TYPE_CHECKING:
 
 CC_ENGINES = ("cc0", "cc1")   # two CC cores per physical NeuronCore [CCO]
 OPCODES = ("all_reduce", "all_gather", "reduce_scatter", "collective_permute", "all_gather_v", "all_to_all_v",
-           "sendrecv")
+           "sendrecv", "all_to_all", "collective_permute_reduce")
 V_OPCODES = ("all_gather_v", "all_to_all_v")       # counts read from a metadata tensor at run time
 REDUCE_OPS = ("add", "minimum", "maximum")
 
@@ -71,7 +71,8 @@ class Request:
     ready_ns: float           # this rank's operands and CC engine are ready
     attrs: dict = field(default_factory=dict)   # op, collective_dim, source_target_pairs
     core: object = None
-    meta: View | None = None  # the counts and displacements of all_gather_v / all_to_all_v
+    meta: View | None = None  # the counts and displacements of all_gather_v / all_to_all_v; the right
+    #                           operand of collective_permute_reduce
 
     @property
     def nbytes(self) -> int:
@@ -125,8 +126,8 @@ def _check(opcode: str, src: View, dst: View, members: tuple, collective_dim: in
     if "psum" in (sk, dk) or sk != dk:
         raise CollectiveError(f"operand memory: {opcode} needs src and dst both in HBM or both in SBUF, got "
                               f"{sk.upper()} -> {dk.upper()}", value=(sk, dk), limit="HBM/HBM or SBUF/SBUF")
-    if opcode == "collective_permute" and sk != "hbm":
-        raise CollectiveError(f"operand memory: collective_permute moves HBM tensors only, got {sk.upper()}",
+    if opcode in ("collective_permute", "all_to_all") and sk != "hbm":
+        raise CollectiveError(f"operand memory: {opcode} moves HBM tensors only, got {sk.upper()}",
                               value=sk, limit="hbm")
     if src.tensor.dtype != dst.tensor.dtype:
         raise CollectiveError(f"data type: {opcode} does not convert: src {src.tensor.dtype}, dst {dst.tensor.dtype}",
@@ -139,11 +140,11 @@ def _check(opcode: str, src: View, dst: View, members: tuple, collective_dim: in
                               value=collective_dim, limit=0)
     p = len(members)
     s, d = tuple(src.shape), tuple(dst.shape)
-    want = {"all_reduce": s, "collective_permute": s,
+    want = {"all_reduce": s, "collective_permute": s, "all_to_all": s,
             "all_gather": (s[0] * p,) + s[1:] if s else s,
             "reduce_scatter": (s[0] // p,) + s[1:] if s else s}[opcode]
-    if opcode == "reduce_scatter" and s and s[0] % p:
-        raise CollectiveError(f"shape mismatch: reduce_scatter over {p} ranks needs dim 0 of src {s} divisible "
+    if opcode in ("reduce_scatter", "all_to_all") and s and s[0] % p:
+        raise CollectiveError(f"shape mismatch: {opcode} over {p} ranks needs dim 0 of src {s} divisible "
                               f"by {p}", value=s[0], limit=p)
     if d != want:
         raise CollectiveError(f"shape mismatch: {opcode} over {p} ranks of src {s} needs dst {want}, got {d}",
@@ -195,6 +196,8 @@ def issue_collective(core: NeuronCore, opcode: str, src, dst, members: tuple, at
         begin, end = start, start + dst.nbytes * 1e9 / core.hbm_bandwidth
         if core.full and len(members) <= 1 and opcode in V_OPCODES:
             variable_values(opcode, [request])
+        elif core.full and len(members) <= 1 and opcode == "collective_permute_reduce":
+            permute_reduce_values([request])
         elif core.full and len(members) <= 1:
             src.check_initialized()
             value = np.asarray(src.values())
@@ -264,6 +267,60 @@ def collective_permute(self: NeuronCore, dst, src, source_target_pairs, stream: 
     _check("collective_permute", src, dst, members)
     return issue_collective(self, "collective_permute", src, dst, members,
                             {"source_target_pairs": pairs}, stream)
+
+
+def all_to_all(self: NeuronCore, dst, src, replica_group, collective_dim: int = 0, stream: int = 0) -> int:
+    """Piece j (of p along dim 0) of src goes to the list's j-th rank, and dst holds the pieces this rank
+    receives in rank-list order; HBM tensors, dst of src's shape [nki.collectives.all_to_all]."""
+    src, dst = _as_view(src, "src", "all_to_all"), _as_view(dst, "dst", "all_to_all")
+    members = _rank_list(replica_group, self, "all_to_all")
+    _check("all_to_all", src, dst, members, collective_dim)
+    return issue_collective(self, "all_to_all", src, dst, members, {"collective_dim": collective_dim}, stream)
+
+
+def all_to_all_values(requests: list) -> None:
+    """Full mode: dst of the list's j-th rank = piece j of every rank's src, in rank-list order (the
+    values themselves, any dtype: nothing is computed)."""
+    p = len(requests)
+    pieces = []
+    for r in requests:
+        r.src.check_initialized()
+        pieces.append(np.split(np.asarray(r.src.values()).reshape(r.src.shape), p, axis=0))
+    for j, receiver in enumerate(requests):
+        value = np.concatenate([pieces[i][j] for i in range(p)], axis=0)
+        receiver.dst.write(value.reshape(receiver.dst.shape).astype(receiver.dst.tensor.dtype, copy=False))
+
+
+def collective_permute_reduce(self: NeuronCore, dst, src0, src1, source_target_pairs, op="add",
+                              stream: int = 0) -> int:
+    """collective_permute of op(src0, src1): each source sends the reduction of its two operands to its
+    target (nki.collectives.collective_permute_implicit_reduce's ring, one instruction per channel)."""
+    src0 = _as_view(src0, "src0", "collective_permute_reduce")
+    src1 = _as_view(src1, "src1", "collective_permute_reduce")
+    dst = _as_view(dst, "dst", "collective_permute_reduce")
+    op = getattr(op, "name", op)
+    pairs = [(int(s), int(t)) for s, t in source_target_pairs]
+    members = tuple(sorted({r for pair in pairs for r in pair}))
+    if tuple(src1.shape) != tuple(src0.shape) or src1.tensor.dtype != src0.tensor.dtype:
+        raise CollectiveError(f"shape mismatch: collective_permute_reduce operands {tuple(src0.shape)} "
+                              f"{src0.tensor.dtype} and {tuple(src1.shape)} {src1.tensor.dtype} must match",
+                              value=tuple(src1.shape), limit=tuple(src0.shape))
+    _check("collective_permute", src0, dst, members, op=op)
+    _check("collective_permute", src1, dst, members)
+    return issue_collective(self, "collective_permute_reduce", src0, dst, members,
+                            {"source_target_pairs": pairs, "op": op}, stream, meta=src1)
+
+
+def permute_reduce_values(requests: list) -> None:
+    """Full mode: each pair's target dst = op(src0, src1) of its source, in fp32 like every reduction."""
+    reduce = {"add": np.add, "minimum": np.minimum, "maximum": np.maximum}[requests[0].attrs["op"]]
+    by_rank = {r.rank: r for r in requests}
+    for source, target in requests[0].attrs["source_target_pairs"]:
+        sender, receiver = by_rank[source], by_rank[target]
+        sender.src.check_initialized()
+        sender.meta.check_initialized()
+        value = reduce(np.asarray(sender.src.values(), np.float32), np.asarray(sender.meta.values(), np.float32))
+        receiver.dst.write(value.reshape(receiver.dst.shape).astype(receiver.dst.tensor.dtype, copy=False))
 
 
 # -- the variable-length collectives (counts in a metadata tensor, read at run time) --------------------
@@ -408,4 +465,6 @@ class CollectiveInstructions:
     collective_permute = collective_permute
     all_gather_v = all_gather_v
     all_to_all_v = all_to_all_v
+    all_to_all = all_to_all
+    collective_permute_reduce = collective_permute_reduce
     sendrecv = sendrecv

@@ -113,3 +113,19 @@ def reduce(op):
 
 def activation(op):
     return _lookup(ACTIVATION, op, "activation function")
+
+
+# -- NKI 0.7's further operators (nki.language pages, Neuron SDK 2.33) ------------------------------------
+# abs_max / abs_min: the input of larger / smaller magnitude with its sign, y on a tie (nki.language.abs_max:
+# "x if |x| > |y|, else y"; abs_min: "x if |x| < |y|, else y"); logical_xor: a 0/1 result like logical_and.
+BINARY.update({
+    "abs_max": lambda a, b: np.where(np.abs(a) > np.abs(b), a, b),
+    "abs_min": lambda a, b: np.where(np.abs(a) < np.abs(b), a, b),
+    "logical_xor": lambda a, b: np.logical_xor(a, b).astype(np.float32),
+})
+# tan, arctan: Scalar-engine activation functions like sin / cos; prelu: the parametric relu whose negative
+# slope is activate2's relu_param (nki.language.prelu: "The slope for negative inputs is controlled by the
+# relu_param argument"); without a relu_param (nisa.activation) the slope is 0.
+ACTIVATION.update({"tan": np.tan, "arctan": np.arctan, "prelu": lambda x: np.maximum(x, 0)})
+_UFUNC_ALIASES.update({np.tan: "tan", np.arctan: "arctan", np.logical_xor: "logical_xor",
+                       np.left_shift: "left_shift", np.right_shift: "right_shift"})

@@ -99,9 +99,12 @@ class VectorInstructions:
                 reads = reads + (v1,)
         if self.full:
             (vals,) = self._inputs(x, carry=True)
+            if n0 in ops.BITVEC:             # bit patterns: the integers themselves, not their fp32 values
+                vals, c0 = x.values().reshape(vals.shape), _bits(operand0, c0)
             with np.errstate(all="ignore"):
                 out = f0(c0, vals) if reverse0 else f0(vals, c0)
                 if op1 is not None:
+                    c1 = _bits(operand1, c1) if n1 in ops.BITVEC else c1
                     out = f1(c1, out) if reverse1 else f1(out, c1)
             self._store(dst, out)
             self._carry_to(dst)
@@ -362,3 +365,10 @@ class VectorInstructions:
             self._poison_from(dst, None if garbage is None else garbage & keep, x)
         dur = cost.dropout_cycles(self.spec, x.free_size) * self._clock_ns[DVE]
         return self._issue(DVE, "dropout", dur, reads, dst)
+
+
+def _bits(operand, value):
+    """A bitvec operator's scalar operand as an integer (a [P, 1] tile's fp32 values rounded)."""
+    if isinstance(operand, (Tensor, View)):
+        return np.asarray(value).astype(np.int64)
+    return np.int64(operand)

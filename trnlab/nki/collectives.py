@@ -19,14 +19,16 @@ NKI 0.7's variable-length collectives and the implicit ring permute:
     ncc.all_gather_v(srcs=[x], dsts=[y], replica_group=group, metadata_tensor=meta)   # counts in meta
     ncc.all_to_all_v(srcs=[x], dsts=[y], replica_group=group, metadata_tensor=meta)
     ncc.collective_permute_implicit(srcs_by_channel=[[x]], dsts_by_channel=[[y]], replica_group=group)
+    ncc.collective_permute_implicit_reduce([[a]], [[b]], [[y]], group, op=nl.add)   # sends a + b
+    ncc.all_to_all(srcs=[x], dsts=[y], replica_group=group, collective_dim=0)        # fixed-size pieces
 
 (the counts are read from each rank's uint32 metadata tensor when the program runs; the layout is in
 `trnlab.hardware.collective.variable_values`; each channel of the ring permute is one permute to the
 next rank of the list, on CC engine channel mod 2 — ASSUMED: the channels share the core's two CC cores.)
 
 Differences from AWS's module: srcs/dsts lists are issued pair by pair (no coalescing discount);
-``priority`` is accepted and has no effect; ``all_to_all``, ``collective_permute_implicit_reduce`` and
-``collective_permute_implicit_current_processing_rank_id`` are not simulated. ``rank_id()`` returns a
+``priority`` is accepted and has no effect; ``collective_permute_implicit_current_processing_rank_id`` is
+not simulated. ``rank_id()`` returns a
 register holding the rank when the program runs (`nisa.register_store` writes it to memory; a loop bounded
 by it is refused: a program is traced once for every rank).
 """
@@ -158,22 +160,62 @@ def all_to_all_v(srcs, dsts, replica_group, metadata_tensor, recv_counts_known: 
 MAX_CHANNELS = 4      # "The maximum number of channels is 4" (nki.collectives.collective_permute_implicit)
 
 
+def _channels(what: str, channel_ids, *by_channel) -> list:
+    """The channels of an implicit ring permute, checked: one entry per channel in each list."""
+    lists, channel_ids = [list(x) for x in by_channel], list(channel_ids)
+    if len({len(x) for x in lists} | {len(channel_ids)}) != 1 or not channel_ids:
+        raise NKIError(f"{what}: the by-channel lists and channel_ids must have the same non-zero length, got "
+                       f"{[len(x) for x in lists] + [len(channel_ids)]}")
+    if len(channel_ids) > MAX_CHANNELS or len(set(channel_ids)) != len(channel_ids):
+        raise NKIError(f"{what}: at most {MAX_CHANNELS} distinct channels, got {channel_ids}")
+    return channel_ids, lists
+
+
+def _ring(replica_group) -> list:
+    """(rank, next rank) of every rank of every rank list: the implicit permutes' ring."""
+    return [(group[i], group[(i + 1) % len(group)]) for group in _groups(replica_group) for i in range(len(group))]
+
+
 def collective_permute_implicit(srcs_by_channel, dsts_by_channel, replica_group, channel_ids=(0,),
                                 priority=None, name=None) -> None:
     """Each rank sends its src to the next rank of its rank list and receives the previous rank's into dst
     (a ring), once per channel: ``srcs_by_channel[i]`` / ``dsts_by_channel[i]`` hold one tensor each."""
-    srcs_by_channel, dsts_by_channel, channel_ids = list(srcs_by_channel), list(dsts_by_channel), list(channel_ids)
-    if not (len(srcs_by_channel) == len(dsts_by_channel) == len(channel_ids)) or not srcs_by_channel:
-        raise NKIError(f"collective_permute_implicit: srcs_by_channel, dsts_by_channel and channel_ids must have the "
-                       f"same non-zero length, got {len(srcs_by_channel)}, {len(dsts_by_channel)}, {len(channel_ids)}")
-    if len(channel_ids) > MAX_CHANNELS or len(set(channel_ids)) != len(channel_ids):
-        raise NKIError(f"collective_permute_implicit: at most {MAX_CHANNELS} distinct channels, got {channel_ids}")
-    pairs = [(group[i], group[(i + 1) % len(group)]) for group in _groups(replica_group) for i in range(len(group))]
+    channel_ids, (srcs_by_channel, dsts_by_channel) = _channels(
+        "collective_permute_implicit", channel_ids, srcs_by_channel, dsts_by_channel)
+    pairs = _ring(replica_group)
     for srcs, dsts, channel in zip(srcs_by_channel, dsts_by_channel, channel_ids):
         s, d = _single(srcs, dsts, "collective_permute_implicit")
         launch = issue.begin()
         launch.core.collective_permute(dst=d.hw_view(), src=s.hw_view(), source_target_pairs=pairs,
                                        stream=int(channel) % 2)
+
+
+def collective_permute_implicit_reduce(srcs0_by_channel, srcs1_by_channel, dsts_by_channel, replica_group, op,
+                                       channel_ids=(0,), priority=None, name=None) -> None:
+    """collective_permute_implicit of op(srcs0[i], srcs1[i]) (nl.add, nl.minimum, nl.maximum): each rank
+    sends the reduction of its two sources to the next rank of its list and receives the previous rank's
+    into dst, once per channel [nki.collectives.collective_permute_implicit_reduce]. One CC instruction per
+    channel, costed as a permute of one operand (ASSUMED: the reduction rides on the transfer)."""
+    channel_ids, (srcs0_by_channel, srcs1_by_channel, dsts_by_channel) = _channels(
+        "collective_permute_implicit_reduce", channel_ids, srcs0_by_channel, srcs1_by_channel, dsts_by_channel)
+    pairs = _ring(replica_group)
+    for srcs0, srcs1, dsts, channel in zip(srcs0_by_channel, srcs1_by_channel, dsts_by_channel, channel_ids):
+        s0, d = _single(srcs0, dsts, "collective_permute_implicit_reduce")
+        s1, _ = _single(srcs1, dsts, "collective_permute_implicit_reduce")
+        launch = issue.begin()
+        launch.core.collective_permute_reduce(dst=d.hw_view(), src0=s0.hw_view(), src1=s1.hw_view(),
+                                              source_target_pairs=pairs, op=_op(op), stream=int(channel) % 2)
+
+
+def all_to_all(srcs, dsts, replica_group, collective_dim: int = 0, priority=None, name=None) -> None:
+    """Piece j (of p along ``collective_dim``, 0 only) of each rank's src goes to the list's j-th rank, whose
+    dst holds the pieces in rank-list order; HBM tensors only [nki.collectives.all_to_all]. Pairs are issued
+    one by one (no coalescing), each one CC instruction costed as an all-gather of its buffer (ASSUMED, as
+    all_to_all_v)."""
+    launch = issue.begin()
+    for s, d in _pairs(srcs, dsts, "all_to_all"):
+        launch.core.all_to_all(dst=d.hw_view(), src=s.hw_view(), replica_group=_groups(replica_group),
+                               collective_dim=collective_dim)
 
 
 def rank_id(name=None):

@@ -208,3 +208,8 @@ from trnlab.nki.device_loops import dynamic_range, fori_loop, while_loop  # noqa
 
 # nl.rand: uniform values from the Vector engine's generators (isa_random.py)
 from trnlab.nki.isa_random import rand  # noqa: E402,F401
+
+# NKI 0.7's further math, bitwise / logical operators, reductions, predicates, nl.no_reorder (language_more.py)
+from trnlab.nki.language_more import (abs_max, abs_min, all, arctan, ceil, expand_dims, gather_flattened,  # noqa: E402,F401,A004
+                                      invert, is_hbm, is_on_chip, is_psum, is_sbuf, left_shift, logical_not,
+                                      logical_xor, no_reorder, prelu, right_shift, rms_norm, tan, trunc, var)
