@@ -4,6 +4,7 @@
     solve NOTEBOOK -o OUT [--wrong]       write a copy with the reference solutions inserted
     grade SUBMISSION... --out grades.csv  grade students' notebooks (CSV, JSON, feedback files)
     nbgrader-export COURSE_DIR            write an nbgrader course directory (source/, config)
+    site [--out build/site]               build the executed course as an offline static website
 
 `python -m trnlab.course COMMAND --help` describes each command's options.
 """
@@ -35,6 +36,10 @@ def main(argv: list[str] | None = None) -> int:
         from trnlab.course.nbgrader_export import main as export_main
 
         return export_main(rest)
+    if command == "site":
+        from trnlab.course.site import main as site_main
+
+        return site_main(rest)
     print(f"unknown command {command!r}\n\n{__doc__.strip()}", file=sys.stderr)
     return 2
 
