@@ -80,7 +80,8 @@ def test_link_checker_finds_a_missing_file_and_a_cdn_script(tmp_path):
 def test_static_widgets_show_controls_and_output_area():
     nb = nbformat.v4.new_notebook()
     state = {
-        "box": {"model_name": "VBoxModel", "state": {"children": ["IPY_MODEL_slider", "IPY_MODEL_out"]}},
+        "box": {"model_name": "VBoxModel", "state": {"children": ["IPY_MODEL_label", "IPY_MODEL_slider", "IPY_MODEL_out"]}},
+        "label": {"model_name": "LabelModel", "state": {"value": "pick n"}},
         "slider": {"model_name": "IntSliderModel", "state": {"description": "n", "value": 7}},
         "out": {"model_name": "OutputModel", "state": {"outputs": [
             {"output_type": "stream", "name": "stdout", "text": "n squared is 49\n"}]}},
@@ -90,7 +91,8 @@ def test_static_widgets_show_controls_and_output_area():
     nb.cells.append(nbformat.v4.new_code_cell("interact(...)", outputs=[view]))
     assert static_widgets(nb) == 1
     outputs = nb.cells[0].outputs
-    assert 'value="7"' in outputs[0]["data"]["text/html"]
+    controls = outputs[0]["data"]["text/html"]
+    assert "<span>pick n</span>" in controls and 'value="7"' in controls
     assert outputs[1]["text"] == "n squared is 49\n"
     assert "widgets" not in nb.metadata
 

@@ -103,6 +103,10 @@ def _control_html(model: dict) -> str:
     name = model["model_name"].removesuffix("Model")
     if name == "Button":
         return f"<button disabled>{label}</button>"
+    if name == "Label":  # text, not a field
+        return f"<span>{html.escape(str(state.get('value', '')))}</span>"
+    if name in ("HTML", "HTMLMath"):  # HTML the notebook itself produced
+        return f"<div>{state.get('value', '')}</div>"
     if "value" not in state:
         return ""
     value = state["value"]
