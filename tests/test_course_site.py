@@ -10,7 +10,8 @@ import pytest
 
 from trnlab.course.__main__ import main as course_main
 from trnlab.course.site import (
-    WIDGET_STATE, WIDGET_VIEW, build_site, check_site, course_notebooks, notebook_title, static_widgets,
+    WIDGET_STATE, WIDGET_VIEW, build_site, check_site, course_notebooks, notebook_title, relink_notebooks,
+    static_widgets,
 )
 
 
@@ -102,3 +103,14 @@ def test_build_site_of_one_notebook(tmp_path):
     pages = build_site(tmp_path, [first])
     assert [p.html_name for p in pages] == [f"{first.stem}.html"]
     assert check_site(tmp_path) == []
+
+
+def test_links_between_notebooks_point_at_their_pages():
+    nb = nbformat.v4.new_notebook()
+    nb.cells.append(nbformat.v4.new_markdown_cell(
+        "see [03](03_matmul.ipynb#tiles), <a href='04_core.ipynb'>04</a>"
+        " and [upstream](https://github.com/x/y/blob/main/n.ipynb)"))
+    relink_notebooks(nb)
+    assert nb.cells[0].source == (
+        "see [03](03_matmul.html#tiles), <a href='04_core.html'>04</a>"
+        " and [upstream](https://github.com/x/y/blob/main/n.ipynb)")

@@ -173,7 +173,7 @@ def static_widgets(nb) -> int:
 _IPYNB_LINK = re.compile(r"(\]\(|href=[\"'])((?![a-z]+:)[^)\"'#]*?)\.ipynb(?=[)#\"'])")
 
 
-def _relink_notebooks(nb) -> None:
+def relink_notebooks(nb) -> None:
     """Links between notebooks (``03_x.ipynb``) point at their pages (``03_x.html``)."""
     for cell in nb.cells:
         if cell.cell_type == "markdown":
@@ -220,7 +220,7 @@ def build_site(out: Path, notebooks: list[Path] | None = None) -> list[Page]:
     for i, (page, nb) in enumerate(zip(pages, books)):
         nb = copy.deepcopy(nb)
         static_widgets(nb)
-        _relink_notebooks(nb)
+        relink_notebooks(nb)
         nb.metadata["title"] = page.title
         body, _ = exporter.from_notebook_node(
             nb, resources={"site_nav": _nav(pages, i), "site_css": SITE_CSS})
