@@ -556,7 +556,7 @@ def runaway_loop(x):
     out = nl.ndarray((128, 512), dtype=x.dtype, buffer=nl.shared_hbm)
     for i in nl.sequential_range(65536):  # BAD
         tile = nl.ndarray((128, 8), dtype=x.dtype, buffer=nl.sbuf)
-        nisa.dma_copy(dst=tile, src=x[:, nl.ds((i % 64) * 8, 8)])
+        nisa.dma_copy(dst=tile, src=x[:, nl.ds((i % 64) * 8, 8)])  # BAD: the budget runs out here
         nisa.dma_copy(dst=out[:, nl.ds((i % 64) * 8, 8)], src=tile)
     return out
 
