@@ -136,3 +136,16 @@ def test_good_twin_differs_in_the_marked_lines_only_and_runs(name, error, words,
 def test_overlapping_psum_groups_of_the_same_shape_are_refused():
     with pytest.raises(hw.DirectAllocationOverlapError):
         K.overlapping_psum_groups_same_shape(f32(128, 256), f32(128, 512))
+
+
+def test_memset_after_matmul_on_the_same_tile_is_ordered_not_raced():
+    # not an error (docs/oracle.md): the Vector engine's memset waits for the Tensor engine's write of
+    # the same PSUM bytes, so the zeros are what is read, whatever the engines' speeds
+    import trnlab.nki as nki
+    run = nki.run(K.memset_after_matmul, np.ones((128, 128), np.float32), np.ones((128, 512), np.float32))
+    assert np.all(run.outputs == 0.0)
+    records = list(run.timeline)
+    matmul = next(r for r in records if r.opcode == "nc_matmul")
+    memset = next(r for r in records if r.opcode == "memset")
+    assert matmul.engine != memset.engine
+    assert memset.waited_for == matmul.index and memset.start_ns >= matmul.ready_ns

@@ -585,3 +585,18 @@ def float64_argument(x):
 
 def float64_argument_good(x):
     return copy_through_sbuf(x.astype(np.float32))  # GOOD
+
+
+# --- not errors: what the chip does too ---------------------------------------------------------
+
+@nki.jit
+def memset_after_matmul(a, b):
+    """A memset after a matmul on the same PSUM tile: the matmul's result is dead (never read). Not a
+    broken rule: on the chip the memset waits for the matmul's write (a write-after-write dependency
+    on the same bytes, which trnlab derives as AWS's compiler does), so the memset's zeros are read,
+    whatever the engines' timing — the order is the program's, not a race (docs/oracle.md)."""
+    st, mv = _load(a), _load(b)
+    acc = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+    nisa.nc_matmul(dst=acc, stationary=st, moving=mv)
+    nisa.memset(dst=acc, value=0.0)
+    return _out_of_psum(acc)
