@@ -149,3 +149,16 @@ def test_memset_after_matmul_on_the_same_tile_is_ordered_not_raced():
     memset = next(r for r in records if r.opcode == "memset")
     assert matmul.engine != memset.engine
     assert memset.waited_for == matmul.index and memset.start_ns >= matmul.ready_ns
+
+
+def test_docs_oracle_table_lists_each_corpus_kernel_with_its_error_class():
+    import pathlib
+    text = (pathlib.Path(__file__).resolve().parent.parent / "docs" / "oracle.md").read_text()
+    rows = {line.split("|")[1].strip().strip("`").split("`")[0]: line.split("|")[4]
+            for line in text.splitlines() if line.startswith("| `")}
+    assert set(rows) == set(IDS)
+    public = {value: name for name, value in vars(hw).items() if isinstance(value, type)}   # aliases' names
+    public.update({MXError: "MXError", ArgumentDtypeError: "ArgumentDtypeError", LaunchGridError: "LaunchGridError",
+                   ViewError: "ViewError", TraceBudgetExceeded: "TraceBudgetExceeded"})
+    for name, error, _, _ in CASES:
+        assert f"`{public[error]}`" in rows[name], (name, public[error])
