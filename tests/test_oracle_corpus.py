@@ -37,6 +37,8 @@ CASES = [
      ["uninitialized read", "nc_matmul accumulated onto never-written"], lambda: (f32(128, 128), f32(128, 512))),
     ("overlapping_psum_accumulation_groups", hw.DirectAllocationOverlapError,
      ["direct allocation overlap", "PSUM bytes 0-1024", "share bytes 0-1024"], lambda: (f32(128, 256), f32(128, 512))),
+    ("overlapping_psum_groups_same_shape", hw.DirectAllocationOverlapError,
+     ["direct allocation overlap", "declaration 0", "declaration 1"], lambda: (f32(128, 256), f32(128, 512))),
     ("psum_tile_over_one_bank", hw.PSUMBankError, ["PSUM bank size", "4096 bytes", "2048 bytes"],
      lambda: (f32(128, 128), f32(128, 512))),
     ("matmul_into_sbuf", hw.MemoryPlacementError, ["operand memory", "SBUF", "PSUM only"],
@@ -131,11 +133,11 @@ def test_good_twin_differs_in_the_marked_lines_only_and_runs(name, error, words,
     _run(good, inputs())                                                  # runs to the end
 
 
-@pytest.mark.xfail(strict=True, reason="a gap (docs/oracle.md): two same-shape direct allocations on one PSUM "
-                                       "bank are taken for one tile declared again, so the overlap is not refused")
-def test_overlapping_psum_groups_of_the_same_shape_are_refused():
-    with pytest.raises(hw.DirectAllocationOverlapError):
-        K.overlapping_psum_groups_same_shape(f32(128, 256), f32(128, 512))
+def test_same_shape_psum_groups_in_sequence_each_start_fresh():
+    # the legal use of two same-shape tiles on one bank: one group after the other, each its own
+    a, b = f32(128, 256), f32(128, 512)
+    expected = 2 * (a[:, :128].T @ b + a[:, 128:].T @ b)
+    np.testing.assert_allclose(K.same_shape_psum_groups_in_sequence(a, b), expected, rtol=1e-4, atol=1e-3)
 
 
 def test_memset_after_matmul_on_the_same_tile_is_ordered_not_raced():

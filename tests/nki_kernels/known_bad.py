@@ -96,12 +96,26 @@ def overlapping_psum_accumulation_groups_good(a, b):
 
 @nki.jit
 def overlapping_psum_groups_same_shape(a, b):
-    """The same bug with two tiles of the same shape: trnlab takes the second declaration for the
-    first one declared again (as in a loop) and adds both groups into one tile — NOT caught (a gap,
-    docs/oracle.md)."""
+    """DirectAllocationOverlapError. The same bug with two tiles of one shape on one bank (which trnlab
+    keeps as one tile, as for a tile declared again in a loop): the first tile's group is resumed
+    after the second tile's group wrote the bytes. AWS's simulator: not checked (Memory Model)."""
     st, mv = _load(a), _load(b)
     first = nl.ndarray((128, 512), dtype=nl.float32, buffer=ncc.psum.mod_alloc(base_bank=0))
     second = nl.ndarray((128, 512), dtype=nl.float32, buffer=ncc.psum.mod_alloc(base_bank=0))  # BAD
+    for k in nl.sequential_range(2):
+        nisa.nc_matmul(dst=first, stationary=st[:, nl.ds(k * 128, 128)], moving=mv)  # BAD: resumed at k = 1
+        nisa.nc_matmul(dst=second, stationary=st[:, nl.ds(k * 128, 128)], moving=mv)
+    first_sb = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_copy(dst=first_sb, src=first)
+    nisa.tensor_tensor(dst=first_sb, data1=first_sb, data2=second, op=nl.add)
+    return _store(first_sb)
+
+
+@nki.jit
+def overlapping_psum_groups_same_shape_good(a, b):
+    st, mv = _load(a), _load(b)
+    first = nl.ndarray((128, 512), dtype=nl.float32, buffer=ncc.psum.mod_alloc(base_bank=0))
+    second = nl.ndarray((128, 512), dtype=nl.float32, buffer=ncc.psum.mod_alloc(base_bank=1))  # GOOD
     for k in nl.sequential_range(2):
         nisa.nc_matmul(dst=first, stationary=st[:, nl.ds(k * 128, 128)], moving=mv)
         nisa.nc_matmul(dst=second, stationary=st[:, nl.ds(k * 128, 128)], moving=mv)
@@ -600,3 +614,20 @@ def memset_after_matmul(a, b):
     nisa.nc_matmul(dst=acc, stationary=st, moving=mv)
     nisa.memset(dst=acc, value=0.0)
     return _out_of_psum(acc)
+
+
+@nki.jit
+def same_shape_psum_groups_in_sequence(a, b):
+    """Two same-shape tiles on one PSUM bank used one after the other (legal: never live together):
+    out = 2 * (a[:, :128].T @ b + a[:, 128:].T @ b), each tile's group starting fresh."""
+    st, mv = _load(a), _load(b)
+    first = nl.ndarray((128, 512), dtype=nl.float32, buffer=ncc.psum.mod_alloc(base_bank=0))
+    second = nl.ndarray((128, 512), dtype=nl.float32, buffer=ncc.psum.mod_alloc(base_bank=0))
+    first_sb = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+    for k in nl.sequential_range(2):
+        nisa.nc_matmul(dst=first, stationary=st[:, nl.ds(k * 128, 128)], moving=mv)
+    nisa.tensor_copy(dst=first_sb, src=first)
+    for k in nl.sequential_range(2):
+        nisa.nc_matmul(dst=second, stationary=st[:, nl.ds(k * 128, 128)], moving=mv)
+    nisa.tensor_tensor(dst=first_sb, data1=first_sb, data2=second, op=nl.add)
+    return _store(first_sb)
