@@ -193,7 +193,9 @@ class TensorEngineInstructions:
             before = dst.undefined()
             if before is not None:
                 garbage = before if garbage is None else garbage | before
-                origin = dst.tensor.poison_origin or "accumulated onto garbage"
+                # a group started with accumulate=True on a fresh tile: name the matmul that did it
+                origin = dst.tensor.poison_origin or (f"nc_matmul accumulated onto never-written {t.name!r}"
+                                                      + (f" at {self.note}" if self.note else ""))
         if dst.basic and (t.dtype == dtypes.float32 or t.dtype == dtypes.bfloat16):
             # computed when the PSUM tile is next read, together with the rest of its group
             t.defer_matmul(dst, st.tensor.snapshot(st), mv.tensor.snapshot(mv), accumulate)

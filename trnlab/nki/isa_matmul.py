@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 from trnlab.hardware import dtypes as hw_dtypes
-from trnlab.hardware.errors import MatmulShapeError, PETilingError
+from trnlab.hardware.errors import DirectAllocationOverlapError, MatmulShapeError, PETilingError
 from trnlab.nki import indexing, issue
 from trnlab.nki import perf_mode as _perf_mode
 from trnlab.nki.errors import NKIError
@@ -69,6 +69,10 @@ def nc_matmul(dst: Tile | None, stationary: Tile, moving: Tile, is_stationary_on
             flag = accumulate_flag
         declared = launch.__dict__.get("declared", {}).get(id(out._hw))
         if declared is not None:
+            base = out._owner if out._owner is not None else out
+            own = launch.__dict__.get("declaration", {}).get(id(base))
+            if own is not None and own[0] is out._hw:
+                declared = own[1]         # this tensor's own declaration of the bytes, not the latest
             # a direct allocation: each logical tile — of a rotating block tensor (mod_alloc), or of
             # the same nl.ndarray declared again in a loop — is a tile of its own, so the first matmul
             # into it starts its accumulation group, whatever the earlier tile on those bytes left
@@ -77,9 +81,20 @@ def nc_matmul(dst: Tile | None, stationary: Tile, moving: Tile, is_stationary_on
             block = out._block
             key = (id(out._hw), block[0] if block is not None else _block_index(out))
             logical = (declared, block[1] if block is not None else key[1])
-            if flag is None and owners.get(key) != logical:
+            previous = owners.get(key)
+            seen = launch.__dict__.setdefault("group_tiles", {}).setdefault(key, set())
+            if flag is None and previous != logical:
+                if previous is not None and previous[0] > declared and logical in seen:
+                    # two tiles' groups interleaved on the same bytes: on the chip each adds into the other
+                    raise DirectAllocationOverlapError(
+                        f"direct allocation overlap: nc_matmul resumes an accumulation group of "
+                        f"{out._hw.name!r} declaration {declared} on {out._hw.kind.upper()} bytes that "
+                        f"declaration {previous[0]}, placed on the same bytes, has written since; two "
+                        f"accumulation groups may not interleave on one PSUM region",
+                        value=(declared, previous[0]), limit="one group per region at a time")
                 flag = False
             owners[key] = logical
+            seen.add(logical)
         matmul = launch.core.nc_matmul_double_row if double_row else launch.core.nc_matmul
         matmul(dst=out.hw_view(ranges), stationary=stationary.hw_view(ranges),
                moving=moving.hw_view(ranges), accumulate=flag, **tiling)

@@ -226,9 +226,12 @@ def _allocate(shape, dtype, buffer, name, launch, placement=None) -> NkiTensor:
         else:
             declared[id(hw)] += 1     # a new tensor on the same bytes: its tiles start fresh (isa.nc_matmul)
         if rotate is None:
-            return NkiTensor.allocation(hw, buffer, launch)
-        tensor = NkiTensor.allocation(hw, buffer, launch, shape=tuple(shape))
-        tensor._rotate = tuple(rotate)
+            tensor = NkiTensor.allocation(hw, buffer, launch)
+        else:
+            tensor = NkiTensor.allocation(hw, buffer, launch, shape=tuple(shape))
+            tensor._rotate = tuple(rotate)
+        # which declaration of these bytes this tensor is (isa_matmul: its own accumulation groups)
+        launch.__dict__.setdefault("declaration", {})[id(tensor)] = (hw, declared[id(hw)])
         return tensor
     dtype = _dt.as_dtype(dtype)
     if buffer == "shared_hbm" and launch.grid:
