@@ -1,0 +1,11 @@
+from trnlab.serve.latency import measure_step
+from trnlab.serve.steps import default_cache_dir
+
+decode_programs = CompiledBackend(model, "trn2", max_batch=16, cache_dir=default_cache_dir())
+step_us = {b: measure_step(decode_programs, "decode", (b, 16))[0] / 1e3 for b in buckets(16)}   # measured once
+
+
+def decode_batch(tpot_budget_us: float) -> int:
+    # only a bucket's full size is worth running: a smaller batch pays the same step for fewer tokens
+    meeting = [b for b, us in step_us.items() if us <= tpot_budget_us]
+    return max(meeting, key=lambda b: b / step_us[b], default=0)
