@@ -1,0 +1,73 @@
+"""The "predict, then measure" exercises: a performance target stated up front, the answer measured on
+the simulator (or the package's step-time model) and judged against the reference — and the verdicts
+of a wrong, a lazy and a reasoned-but-different answer, with feedback that names the broken limit."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from trnlab.course.exercises import run_check
+from trnlab.course.solve import SOLUTIONS_DIR
+
+SEED = 3
+
+
+def _solution(grade_id: str, wrong: bool = False, **names):
+    namespace = dict(names)
+    exec(Path(SOLUTIONS_DIR, f"{grade_id}{'.wrong' if wrong else ''}.py").read_text(), namespace)
+    return namespace
+
+
+# -- nb09: schedule a decode batch for a TPOT budget --------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def step_us() -> dict[int, float]:
+    from trnlab.course.checks import nb09_inference
+
+    return {b: nb09_inference.decode_step_us(b) for b in (1, 2, 4, 8, 16)}   # measured before any answer runs
+
+
+def _best(step_us, budget):
+    return max((b for b, us in step_us.items() if us <= budget), key=lambda b: b / step_us[b], default=0)
+
+
+def test_decode_batch_reasoned_reference_passes(step_us):
+    result = run_check("nb09_decode_batch", lambda budget: _best(step_us, budget), seed=SEED, local=True)
+    assert result.passed, result.message
+
+
+def test_decode_batch_with_headroom_passes_within_the_120_percent_target(step_us):
+    # reasoned but different: keep a slot of every 8 free for a newcomer (7 instead of 8, 14 instead of 16)
+    result = run_check("nb09_decode_batch", lambda budget: (b := _best(step_us, budget)) - b // 8,
+                       seed=SEED, local=True)
+    assert result.passed, result.message
+
+
+def test_decode_batch_straight_line_breaks_the_budget_through_padding():
+    wrong = _solution("nb09_decode_batch", wrong=True)["decode_batch"]
+    result = run_check("nb09_decode_batch", wrong, seed=SEED, local=True)
+    assert result.status == "failed"
+    assert "TPOT budget 200 µs: batch 10 broke it" in result.message
+    assert "10 sequences padded to bucket 16" in result.message and "over the budget" in result.message
+
+
+def test_decode_batch_the_default_of_eight_breaks_a_tight_budget():
+    result = run_check("nb09_decode_batch", lambda budget: 8, seed=SEED, local=True)
+    assert result.status == "failed" and "TPOT budget 150 µs: batch 8 broke it" in result.message
+
+
+def test_decode_batch_of_one_is_safe_but_misses_the_throughput_target():
+    result = run_check("nb09_decode_batch", lambda budget: 1, seed=SEED, local=True)
+    assert result.status == "failed" and "batch 1 meets it" in result.message
+    assert "the target is at most 120%" in result.message and "a larger bucket still meets the budget" in result.message
+
+
+def test_decode_batch_between_buckets_names_the_padding(step_us):
+    # 12 sequences run in bucket 16: they pay its step for three quarters of its tokens
+    answer = lambda budget: 12 if _best(step_us, budget) == 16 else _best(step_us, budget)  # noqa: E731
+    result = run_check("nb09_decode_batch", answer, seed=SEED, local=True)
+    assert result.status == "failed" and "12 sequences padded to bucket 16" in result.message
+    assert "4 of the bucket's 16 rows are padding" in result.message
