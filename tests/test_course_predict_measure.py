@@ -71,3 +71,63 @@ def test_decode_batch_between_buckets_names_the_padding(step_us):
     result = run_check("nb09_decode_batch", answer, seed=SEED, local=True)
     assert result.status == "failed" and "12 sequences padded to bucket 16" in result.message
     assert "4 of the bucket's 16 rows are padding" in result.message
+
+
+# -- nb08: a 70B layout, predicted then measured --------------------------------------------------------
+
+
+def _plan(layout, predicted_s):
+    return lambda: {"layout": layout, "predicted_step_s": predicted_s}
+
+
+def _measured_s(layout) -> float:
+    from trnlab.distributed import scaling, topology
+
+    return scaling.estimate(scaling.MODELS["70B-class"], topology.get("Trn2 UltraServer"), 256, *layout).total_ns / 1e9
+
+
+def test_plan_layout_reference_solution_passes():
+    from trnlab.distributed import collectives, scaling, topology
+
+    plan_layout = _solution("nb08_plan_layout", scaling=scaling, topology=topology, collectives=collectives)["plan_layout"]
+    assert run_check("nb08_plan_layout", plan_layout, seed=SEED, local=True).passed
+
+
+def test_plan_layout_reasoned_but_different_passes():
+    # tp over a whole server, pp across the four servers: 8 % slower than the best, within the 120 % target
+    result = run_check("nb08_plan_layout", _plan((1, 16, 4), 1.02 * _measured_s((1, 16, 4))), seed=SEED, local=True)
+    assert result.passed, result.message
+
+
+def test_plan_layout_wrong_answer_breaks_the_memory_limit_by_how_much():
+    wrong = _solution("nb08_plan_layout", wrong=True)["plan_layout"]
+    result = run_check("nb08_plan_layout", wrong, seed=SEED, local=True)
+    assert result.status == "failed"
+    assert result.message.startswith("memory limit broken: (4, 8, 2) needs 120.9 GiB per chip, 24.9 GiB over")
+
+
+def test_plan_layout_lazy_data_parallel_default_breaks_the_memory_limit():
+    result = run_check("nb08_plan_layout", _plan((64, 1, 1), 21.9), seed=SEED, local=True)
+    assert result.status == "failed" and "memory limit broken: (64, 1, 1)" in result.message
+
+
+def test_plan_layout_tp_across_servers_misses_the_step_target_and_names_the_all_reduces():
+    result = run_check("nb08_plan_layout", _plan((1, 32, 2), _measured_s((1, 32, 2))), seed=SEED, local=True)
+    assert result.status == "failed" and "step target missed" in result.message
+    assert "125% of the reference's" in result.message and "largest overhead is the tensor-parallel all-reduces" in result.message
+
+
+def test_plan_layout_compute_only_prediction_is_told_the_terms_it_left_out():
+    # the lazy prediction: the step is its compute, communication ignored
+    from trnlab.distributed import scaling, topology
+
+    machine, big = topology.get("Trn2 UltraServer"), scaling.MODELS["70B-class"]
+    compute_s = 256 * big.flops_per_sequence() / (64 * machine.peak_flops() * scaling.UTILIZATION)
+    result = run_check("nb08_plan_layout", _plan((2, 8, 4), compute_s), seed=SEED, local=True)
+    assert result.status == "failed" and "the prediction missed" in result.message
+    assert "tensor-parallel all-reduces 1.39 s, pipeline bubble 0.51 s" in result.message
+
+
+def test_plan_layout_refuses_a_layout_that_does_not_use_every_chip():
+    result = run_check("nb08_plan_layout", _plan((2, 8, 2), 20.0), seed=SEED, local=True)
+    assert result.status == "failed" and "dp × tp × pp = 64" in result.message
