@@ -1,5 +1,5 @@
-"""Checks for notebook 08, many chips: the ring all-reduce time, the pipeline step, a parallel layout
-(cases / run beside the student / judge elsewhere).
+"""Checks for notebook 08, many chips: the ring all-reduce time, the pipeline step, a parallel layout,
+and a layout predicted then measured (cases / run beside the student / judge elsewhere).
 
 Expected values come from the package's own models, in the judging process — `collectives.cost` over
 a topology built from the case's link numbers, `pipeline.schedule` (which times the 1F1B order op by
@@ -132,3 +132,76 @@ class Layout:
             raise CheckFailed(f"{case}: expected at least 80 % of the best fitting layout's "
                               f"{best.tokens_per_second:,.0f} tokens/s; {(dp, tp, pp)} fits but reaches "
                               f"{est.tokens_per_second:,.0f}")
+
+
+# -- 4. a layout, predicted then measured ------------------------------------------------------------
+# Two jobs stated up front; the answer, `plan_layout(model_name, system, global_batch)`, returns a
+# layout and the step time the student predicts for it. The judge measures the layout with
+# `scaling.estimate` and holds it to the three targets below.
+PLAN_CASES = [["70B-class", "Trn2 UltraServer", 256], ["7B-class", "trn2.48xlarge", 64]]
+STEP_TARGET = 1.2          # the step may take at most 120 % of the best fitting layout's
+PREDICTION_TOLERANCE = 0.05  # the prediction within 5 % of the measured step
+
+
+def _overheads(est: scaling.StepEstimate) -> str:
+    terms = {"compute": est.compute_ns, "exposed data-parallel all-reduce": est.dp_ns,
+             "tensor-parallel all-reduces": est.tp_ns, "pipeline bubble": est.pp_bubble_ns,
+             "pipeline sends": est.p2p_ns}
+    return ", ".join(f"{name} {ns / 1e9:.2f} s" for name, ns in terms.items() if ns > 0)
+
+
+# No asks_for: `scaling.estimate` is the measurement the statement hands the student; the prediction
+# is theirs to build (copying the measurement into it is not prevented, and teaches nothing).
+@exercise("nb08_plan_layout", notebook=NOTEBOOK, points=3, answer="plan_layout",
+          title="Predict, then measure: a layout within 120 % of the best step")
+class PlanLayout:
+    def cases(rng):
+        return [list(case) for case in PLAN_CASES]
+
+    def run(plan_layout, case):
+        plan = plan_layout(*case)
+        if type(plan) is not dict or set(plan) != {"layout", "predicted_step_s"}:
+            raise CheckFailed(f"{tuple(case)}: expected {{'layout': (dp, tp, pp), 'predicted_step_s': seconds}}, "
+                              f"got {plan!r:.80}")
+        layout = plan["layout"]
+        if type(layout) not in (tuple, list) or len(layout) != 3:
+            raise CheckFailed(f"{tuple(case)}: expected plan['layout'] = (dp, tp, pp), three whole numbers, "
+                              f"got {layout!r:.60}")
+        return [plain.integers(layout, "the layout (dp, tp, pp)"),
+                plain.number(plan["predicted_step_s"], "the predicted step time in seconds")]
+
+    def judge(case, got):
+        model_name, system, batch = case
+        job = f"{model_name} on {system}, {batch} sequences"
+        if type(got) is not list or len(got) != 2 or type(got[1]) is not float or not math.isfinite(got[1]):
+            raise CheckFailed(f"{job}: expected a layout and a predicted step time, got {got!r:.80}")
+        layout, predicted = tuple(got[0]), got[1]
+        if len(layout) != 3 or any(type(n) is not int or n < 1 for n in layout):
+            raise CheckFailed(f"{job}: expected three positive whole numbers (dp, tp, pp), got {layout!r:.60}")
+        machine = topology.get(system)
+        if math.prod(layout) != machine.ranks:
+            raise CheckFailed(f"{job}: expected dp × tp × pp = {machine.ranks} (every chip), "
+                              f"got {math.prod(layout)} for {layout}")
+        try:
+            est = scaling.estimate(scaling.MODELS[model_name], machine, batch, *layout)
+        except ValueError as error:
+            raise CheckFailed(f"{job}: expected a possible layout; {layout} is not: {error}") from None
+        if not est.fits:
+            over = (est.memory.total - est.hbm_bytes) / scaling.GiB
+            raise CheckFailed(f"{job}: memory limit broken — expected at most a chip's {est.hbm_bytes / scaling.GiB:,.0f} "
+                              f"GiB, but {layout} needs {est.memory.total / scaling.GiB:,.1f} GiB per chip, "
+                              f"{over:,.1f} GiB over (split the model more: tp or pp)")
+        best = best_fitting(model_name, system, batch)
+        if est.total_ns > STEP_TARGET * best.total_ns:
+            terms = {"tensor-parallel all-reduces": est.tp_ns, "pipeline bubble": est.pp_bubble_ns,
+                     "exposed data-parallel all-reduce": est.dp_ns, "pipeline sends": est.p2p_ns}
+            worst = max(terms, key=terms.get)
+            raise CheckFailed(f"{job}: step target missed — expected at most {STEP_TARGET:.0%} of the reference's "
+                              f"{best.total_ns / 1e9:.2f} s; {layout} fits but its step takes {est.total_ns / 1e9:.2f} s "
+                              f"({est.total_ns / best.total_ns:.0%}); the largest overhead is the {worst}, "
+                              f"{terms[worst] / 1e9:.2f} s ({_overheads(est)})")
+        measured = est.total_ns / 1e9
+        if abs(predicted - measured) > PREDICTION_TOLERANCE * measured:
+            raise CheckFailed(f"{job}: {layout} meets the targets, but the prediction missed — expected within "
+                              f"{PREDICTION_TOLERANCE:.0%} of the measured {measured:.2f} s, you predicted "
+                              f"{predicted:.2f} s ({predicted / measured - 1:+.0%}). The measured step: {_overheads(est)}")

@@ -2,7 +2,8 @@
 
 The KV-cache size comes from the server's own `kv_cache_bytes`, the latency metrics from the
 definitions the engine's `Request` uses (TPOT after the first token), the largest batch from the
-measured table itself — all computed in the judging process. While the student's function runs, the
+measured table itself, the decode batch from the decode programs replayed on the simulated Trn2
+(`decode_step_us`) — all computed in the judging process. While the student's function runs, the
 package's versions of what it asks for are switched off.
 """
 
@@ -124,3 +125,85 @@ class LargestBatch:
             raise CheckFailed(
                 f"expected {expected}, got {got} for tpot_us={tpot_us}, target_us={target} "
                 f"(the largest batch whose TPOT is at most the target, looking at every batch; 0 if none meets it)")
+
+
+# -- 4. schedule a decode batch: predict, then measure ---------------------------------------------
+# The server runs one decode program per batch bucket (powers of two); a batch of b sequences runs in
+# the smallest bucket >= b, padded. Every user's time per output token is that bucket's step time, and
+# the decode throughput is b / step time. The judge replays the buckets' decode programs itself (on
+# the simulated Trn2, the notebook's checkpoint, contexts up to DECODE_CONTEXT positions).
+DECODE_TARGET, DECODE_CONTEXT, MAX_DECODE_BATCH = "trn2", 16, 16
+THROUGHPUT_TARGET = 1.2      # the reference's tokens/s may be at most 120 % of the answer's
+
+
+def _bucket(batch: int) -> int:
+    return 1 << (batch - 1).bit_length()
+
+
+_STEP_US: dict[int, float] = {}
+
+
+def decode_step_us(bucket: int) -> float:
+    """Simulated µs of one decode step of the notebook's model in `bucket` (replayed once per process)."""
+    if bucket not in _STEP_US:
+        from trnlab.model import load_checkpoint
+        from trnlab.model.checkpoint import SIMULATED_CHECKPOINT
+        from trnlab.serve.latency import measure_step
+        from trnlab.serve.steps import CompiledBackend, default_cache_dir
+
+        model, _ = load_checkpoint(SIMULATED_CHECKPOINT)
+        backend = CompiledBackend(model, DECODE_TARGET, max_batch=MAX_DECODE_BATCH, cache_dir=default_cache_dir())
+        _STEP_US[bucket] = measure_step(backend, "decode", (bucket, DECODE_CONTEXT))[0] / 1e3
+    return _STEP_US[bucket]
+
+
+def best_decode_batch(budget_us: float) -> tuple[int, float]:
+    """The batch with the most tokens/s whose step meets the budget, and its tokens/s (0, 0.0 if none)."""
+    best = (0, 0.0)
+    for bucket in (1, 2, 4, 8, 16):
+        step = decode_step_us(bucket)
+        if step <= budget_us and bucket / step * 1e6 > best[1]:
+            best = (bucket, bucket / step * 1e6)
+    return best
+
+
+# No asks_for: the package has no function that picks a decode batch; `measure_step` is the
+# measurement the statement hands the student.
+@exercise("nb09_decode_batch", notebook=NOTEBOOK, points=3, answer="decode_batch",
+          title="Schedule a decode batch for a TPOT budget (predict, then measure)")
+class DecodeBatch:
+    def cases(rng):
+        # budgets in µs: between buckets, one just above batch 1's step, a generous one, then random
+        fixed = [200.0, 150.0, 110.0, 300.0]
+        return fixed + [float(round(rng.uniform(105.0, 280.0), 1)) for _ in range(2)]
+
+    def run(decode_batch, budget_us):
+        return plain.integer(decode_batch(budget_us), "the decode batch size")
+
+    def judge(budget_us, got):
+        if type(got) is not int:
+            raise CheckFailed(f"TPOT budget {budget_us:g} µs: expected a whole number of sequences, got {got!r:.60}")
+        best, best_tps = best_decode_batch(budget_us)
+        if best == 0:
+            if got != 0:
+                raise CheckFailed(f"TPOT budget {budget_us:g} µs: even one sequence's decode step takes "
+                                  f"{decode_step_us(1):.1f} µs, so no batch meets it; expected 0, got {got}")
+            return
+        if not 1 <= got <= MAX_DECODE_BATCH:
+            raise CheckFailed(f"TPOT budget {budget_us:g} µs: expected a batch of 1 to {MAX_DECODE_BATCH} "
+                              f"sequences (the server's largest bucket), got {got}")
+        bucket = _bucket(got)
+        step = decode_step_us(bucket)
+        padding = f" ({got} sequences padded to bucket {bucket})" if bucket != got else ""
+        if step > budget_us:
+            raise CheckFailed(f"TPOT budget {budget_us:g} µs broken — expected a step of at most {budget_us:g} µs; "
+                              f"batch {got}'s decode step{padding} takes {step:.1f} µs, "
+                              f"{step / budget_us - 1:.0%} over the budget")
+        tps = got / step * 1e6
+        if best_tps > THROUGHPUT_TARGET * tps:
+            waste = (f"; {bucket - got} of the bucket's {bucket} rows are padding, paid for and thrown away"
+                     if bucket != got else "; a larger bucket still meets the budget")
+            raise CheckFailed(f"TPOT budget {budget_us:g} µs: throughput target missed — expected at least "
+                              f"{best_tps / THROUGHPUT_TARGET:,.0f} tokens/s (the reference's {best_tps:,.0f} is at most "
+                              f"{THROUGHPUT_TARGET:.0%} of yours); batch {got} meets the budget ({step:.1f} µs per step) "
+                              f"but makes {tps:,.0f} ({best_tps / tps:.0%}){padding}{waste}")
