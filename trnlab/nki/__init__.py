@@ -40,7 +40,6 @@ import numpy as np
 from trnlab.hardware import _gc
 from trnlab.hardware.program import ProgramCache
 from trnlab.nki import isa, language, typing  # noqa: F401  (nki.language / nki.isa / nki.typing)
-from trnlab.nki import dtype  # noqa: F401,E402  (nki.dtype: NKI's data types as a module, dtype.py)
 from trnlab.nki import launches
 from trnlab.nki.errors import MaskError, NKIError, locate, site_note  # noqa: F401
 from trnlab.nki.errors import _notes as _error_notes
