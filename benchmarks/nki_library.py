@@ -1,0 +1,214 @@
+"""Run AWS's NKI Library (its production kernels) on trnlab and print a table per kernel.
+
+    python benchmarks/nki_library.py --library /work/nkilib [--out docs/nki_library.md] [-k cumsum]
+
+For each kernel's test file under the library's test/integration/nkilib/{core,experimental}/ it runs
+the library's own pytest harness, unmodified, in its CPU-simulation mode (``--test-mode
+simulation``) through trnlab's zero-edit import hook (benchmarks/nki_library_plugin.py):
+
+- full mode: the file's ``fast`` tests that the simulation mode runs, compared by the harness with
+  the library's PyTorch references at those (small) shapes;
+- timing-only: the tests the simulation mode skips for their size (the production shapes), costed
+  without values.
+
+Each test is stopped after --seconds (60). The result per test (pass / mismatch / error with the
+first error line / timeout), its simulated latency and the library's QoR metrics computed from
+trnlab's timeline (`trnlab.nki.qor`) go to a JSON-lines file; the table is printed and, with --out,
+written as Markdown with the command and the library commit. The library is copied to /tmp first
+(its harness writes in-tree); nothing is written into --library. A benchmark: run on demand, not in CI.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+TESTS = "test/integration/nkilib"
+
+
+def copy_library(library: Path, dest: Path) -> str:
+    """Copy the library's committed tree into `dest`; return its commit (or 'unknown')."""
+    try:
+        commit = subprocess.run(["git", "-C", str(library), "rev-parse", "HEAD"], capture_output=True,
+                                text=True, check=True).stdout.strip()
+        archive = subprocess.run(["git", "-C", str(library), "archive", "HEAD"], capture_output=True, check=True)
+        subprocess.run(["tar", "-x", "-C", str(dest)], input=archive.stdout, check=True)
+    except (subprocess.CalledProcessError, FileNotFoundError):
+        commit = "unknown"
+        shutil.copytree(library, dest, dirs_exist_ok=True, ignore=shutil.ignore_patterns(".git", "__pycache__"))
+    return commit
+
+
+def test_files(root: Path, pattern: str | None) -> list[Path]:
+    """The library's test files that define tests (helpers such as *_utils.py hold none)."""
+    files = []
+    for part in ("core", "experimental"):
+        for path in sorted((root / TESTS / part).rglob("test_*.py")):
+            text = path.read_text(errors="replace")
+            if "def test_" not in text:
+                continue
+            if pattern and pattern not in str(path.relative_to(root / TESTS)):
+                continue
+            files.append(path)
+    return files
+
+
+def run_file(root: Path, path: Path, mode: str, results: Path, args, extra_plugins: list[str]) -> tuple[int, str]:
+    """Run one test file through the library's harness in `mode`; return (exit code, last output line)."""
+    out_dir = Path(tempfile.mkdtemp(prefix="nkilib-out-"))
+    env = dict(os.environ)
+    env.update({
+        "PYTHONPATH": os.pathsep.join([str(REPO), str(HERE), str(root / "src")] +
+                                      [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]),
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "NKILIB_MODE": mode, "NKILIB_RESULTS": str(results),
+        "NKILIB_MAX_TESTS": str(args.max_fast if mode == "full" else args.max_timed),
+        "NKILIB_TEST_SECONDS": str(args.seconds),
+        "NKILIB_SIMULATION_RUN_ALL": "1" if mode == "timing" else "0",   # the harness's own switch
+        "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+    })
+    plugins = [x for p in extra_plugins + ["nki_library_plugin"] for x in ("-p", p)]
+    command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *plugins, str(path.relative_to(root)),
+               "--test-mode", "simulation", "--platform-target", args.platform,
+               "--output-directory", str(out_dir), "-q", "-n", "0", "-W", "ignore"]
+    budget = args.seconds * ((args.max_fast if mode == "full" else args.max_timed) or 50) + 120
+    try:
+        done = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, timeout=budget)
+        lines = [ln for ln in (done.stdout + done.stderr).splitlines() if ln.strip()]
+        code, tail = done.returncode, (lines[-1] if lines else "")
+        if code not in (0, 1, 5):     # collection / import errors: the first error line
+            errors = [ln for ln in lines if ln.startswith("E   ")]
+            tail = errors[0][4:].strip() if errors else tail
+    except subprocess.TimeoutExpired:
+        code, tail = -1, f"file over its {budget} s budget"
+    shutil.rmtree(out_dir, ignore_errors=True)
+    return code, tail
+
+
+def kernel_name(root: Path, path: Path) -> str:
+    rel = path.relative_to(root / TESTS).with_suffix("")
+    return "/".join(rel.parts[:-1] + (rel.parts[-1].removeprefix("test_"),))
+
+
+def summarize(records: list[dict], mode: str) -> dict:
+    mine = [r for r in records if r["mode"] == mode and r["outcome"] != "skipped"]
+    ok = "timed" if mode == "timing" else "passed"
+    good = [r for r in mine if r["outcome"] == ok]
+    bad = [r for r in mine if r["outcome"] != ok]
+    return {"n": len(mine), "good": good, "bad": bad}
+
+
+def result_cell(summary: dict, tail: str, code: int, mode: str) -> str:
+    if not summary["n"]:
+        if code in (0, 5):
+            return "none" if mode == "timing" else "no fast test"
+        return f"error: {tail}"
+    ok = "timed" if mode == "timing" else "pass"
+    if not summary["bad"]:
+        return f"{ok} {len(summary['good'])}/{summary['n']}"
+    first = summary["bad"][0]
+    return f"{len(summary['good'])}/{summary['n']} {ok}; {first['outcome']}: {first['error']}"
+
+
+def time_cell(summary: dict) -> str:
+    times = [r["latency_us"] for r in summary["good"] if "latency_us" in r]
+    if not times:
+        return ""
+    return f"{min(times):.1f}" if len(times) == 1 or min(times) == max(times) else f"{min(times):.1f}–{max(times):.1f}"
+
+
+def qor_cell(summary: dict) -> str:
+    runs = [r for r in summary["good"] if "qor" in r]
+    if not runs:
+        return ""
+    q = max(runs, key=lambda r: r["latency_us"])["qor"]     # the largest shape run
+    return (f"{q['TpbSgCyclesSum']:,} cyc, MBU {q['MbuEstimatedPercent']:.1f}%, "
+            f"MFU {q['ProfilerMFU']:.1f}%")
+
+
+def table(rows: list[dict]) -> str:
+    head = ("| kernel (test file) | fast tests, full vs AWS's reference | simulated µs | production shapes, "
+            "timing-only | simulated µs | QoR at the largest (TpbSgCyclesSum, MbuEstimatedPercent, ProfilerMFU) |\n"
+            "|---|---|---|---|---|---|")
+    lines = [head]
+    for r in rows:
+        cell = lambda s: s.replace("|", "\\|")  # noqa: E731
+        lines.append(f"| {r['kernel']} | {cell(r['full'])} | {r['full_us']} | {cell(r['timing'])} | "
+                     f"{r['timing_us']} | {r['qor']} |")
+    return "\n".join(lines)
+
+
+def details(records: list[dict]) -> str:
+    lines = ["| test | mode | result | simulated µs | InferenceTime s | ActiveInferenceTime s | TpbSgCyclesSum | "
+             "MbuEstimatedPercent | ProfilerMFU | LNC | wall s |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in records:
+        q = r.get("qor") or {}
+        result = r["outcome"] + (f": {r['error']}" if r["error"] and r["outcome"] != "skipped" else "")
+        fmt = lambda key, spec: format(q[key], spec) if key in q else ""  # noqa: E731
+        lines.append(f"| `{r['nodeid'].split('/')[-1]}` | {r['mode']} | {result.replace('|', '/')} | "
+                     f"{r.get('latency_us', 0):.2f} | {fmt('InferenceTime', '.3e')} | "
+                     f"{fmt('ActiveInferenceTime', '.3e')} | {fmt('TpbSgCyclesSum', ',')} | "
+                     f"{fmt('MbuEstimatedPercent', '.2f')} | {fmt('ProfilerMFU', '.2f')} | {r.get('lnc', '')} | "
+                     f"{r['wall_s']} |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--library", required=True, type=Path, help="a checkout of aws-neuron/nki-library")
+    parser.add_argument("-k", dest="pattern", help="only test files whose path contains this")
+    parser.add_argument("--max-fast", type=int, default=4, help="fast tests per file in full mode (0: all)")
+    parser.add_argument("--max-timed", type=int, default=2, help="production-shape tests per file, timing-only")
+    parser.add_argument("--seconds", type=int, default=60, help="limit per test")
+    parser.add_argument("--platform", default="trn2", help="the harness's --platform-target")
+    parser.add_argument("--modes", default="full,timing", help="full, timing or both")
+    parser.add_argument("--out", type=Path, help="write the Markdown table here")
+    parser.add_argument("--results", type=Path, help="JSON lines of every test (default: a file in /tmp)")
+    parser.add_argument("--plugin", action="append", default=[], help="extra pytest plugin (development)")
+    args = parser.parse_args(argv)
+
+    work = Path(tempfile.mkdtemp(prefix="nkilib-"))
+    commit = copy_library(args.library.resolve(), work)
+    results = args.results or work / "results.jsonl"
+    results.parent.mkdir(parents=True, exist_ok=True)
+    results.write_text("")
+    rows, started = [], time.time()
+    for path in test_files(work, args.pattern):
+        name = kernel_name(work, path)
+        row = {"kernel": name, "full": "", "full_us": "", "timing": "", "timing_us": "", "qor": ""}
+        for mode in args.modes.split(","):
+            before = len(results.read_text().splitlines())
+            code, tail = run_file(work, path, mode, results, args, args.plugin)
+            records = [json.loads(ln) for ln in results.read_text().splitlines()[before:]]
+            summary = summarize(records, mode)
+            key = "full" if mode == "full" else "timing"
+            row[key] = result_cell(summary, tail, code, mode)
+            row[key + "_us"] = time_cell(summary)
+            if mode == "timing" or not row["qor"]:
+                row["qor"] = qor_cell(summary) or row["qor"]
+        rows.append(row)
+        print(f"{name:55s} {row['full'][:70]:70s} {row['full_us']:>14s} | {row['timing'][:40]:40s} "
+              f"{row['timing_us']:>10s}", flush=True)
+    records = [json.loads(ln) for ln in results.read_text().splitlines()]
+    command = "python benchmarks/nki_library.py " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
+    text = (f"{table(rows)}\n\n## Every test run\n\n{details(records)}\n")
+    print(f"\n{len(rows)} kernels, {len(records)} tests, {time.time() - started:.0f} s; results: {results}")
+    if args.out:
+        header = (f"# AWS's NKI Library on trnlab\n\nProduced by `{command}` on library commit `{commit}` "
+                  f"({time.strftime('%Y-%m-%d', time.gmtime())}).\n\n")
+        args.out.write_text(header + text)
+    shutil.rmtree(work, ignore_errors=True) if args.results else None
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
