@@ -51,6 +51,15 @@ SWITCHES: dict[str, Switch] = {s.name: s for s in (
            "threads; 'default': leave BLAS's own threading alone"),
     Switch("cache", "TRNLAB_CACHE", "", _text,
            "the folder of compiled serving artifacts (default ~/.cache/trnlab)"),
+    Switch("nki_force", "TRNLAB_NKI_FORCE", False, _flag,
+           "zero-edit runs (trnlab.nki.zero_edit) serve AWS's nki / neuronxcc module names even where a "
+           "real installation of them is importable"),
+    Switch("platform_target", "NEURON_PLATFORM_TARGET_OVERRIDE", "", _text,
+           "AWS's variable: the target of NKI kernels given none (trn1|gen2, trn2|gen3, trn3|gen4; "
+           "unset: trn2)"),
+    Switch("nc_version", "NKI_NC_VERSION", "", _text,
+           "set by AWS's NKI Library harness before each simulated kernel (gen2|gen3|gen4); "
+           "wins over NEURON_PLATFORM_TARGET_OVERRIDE"),
 )}
 
 # Overrides are process-wide, not per thread: a run's worker threads must see the switches of the

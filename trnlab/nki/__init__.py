@@ -1,6 +1,8 @@
 """trnlab.nki — AWS's Neuron Kernel Interface, executed on the simulated NeuronCore (`trnlab.hardware`).
 
-A kernel written for NKI runs here with only its imports changed::
+A kernel written for NKI runs here unmodified through `python -m trnlab.nki run script.py` (the
+zero-edit hook serves AWS's `nki` / `neuronxcc.nki` names from this package: zero_edit.py), or with
+its imports changed::
 
     import trnlab.nki as nki
     import trnlab.nki.language as nl
@@ -23,7 +25,7 @@ one after another on the same core and share `nl.shared_hbm` outputs; a grid axi
 `nl.spmd_dim(..., nl.nc(k))` spreads them over k cores of one device, launched together (`spmd.py`). `timing_only=True` costs and
 schedules every instruction without computing values (outputs are None): for large shapes.
 
-`nki.simulate_kernel` / `nki.simulate` (AWS's CPU-simulator entry points) return outputs;
+`nki.simulate_kernel` / `nki.simulate` / `nki.cpu_simulate` (AWS's CPU-simulator entry points) return outputs;
 `nki.benchmark` and `nki.profile` (on real hardware, device measurements) return the simulated
 latency, timeline and profile, and `nki.profile` writes a Chrome/Perfetto trace.
 """
@@ -43,9 +45,10 @@ from trnlab.nki import isa, language, typing  # noqa: F401  (nki.language / nki.
 from trnlab.nki import launches
 from trnlab.nki.errors import MaskError, NKIError, locate, site_note  # noqa: F401
 from trnlab.nki.errors import _notes as _error_notes
+from trnlab.nki.platform import default_target
 from trnlab.nki.tensor import NkiTensor
 
-__all__ = ["jit", "run", "trace", "region", "simulate_kernel", "simulate", "benchmark", "profile", "baremetal", "KernelRun",
+__all__ = ["jit", "run", "trace", "region", "simulate_kernel", "simulate", "cpu_simulate", "benchmark", "profile", "baremetal", "KernelRun",
            "ShapeDtype", "NKIError", "language", "isa", "tensor"]
 
 tensor = NkiTensor  # nki.tensor: the type of kernel arguments and tiles (for annotations)
@@ -219,7 +222,7 @@ def trace(kernel, *args, target=None, grid=None, points=None, **kwargs):
     if not isinstance(kernel, Kernel):
         kernel = Kernel(kernel)
     grid = tuple(grid) if grid is not None else kernel.grid
-    spec = presets.core_spec(target or kernel.target or "trn2")
+    spec = presets.core_spec(target or kernel.target or default_target())
     points = None if points is None else tuple(tuple(p) for p in points)
     order = schedule_of(kernel)
     key = (kernel.func, grid, tuple(getattr(g, "cores", 1) for g in grid), points, spec.name, id(spec), order,
@@ -361,7 +364,7 @@ def run(kernel, *args, target=None, timing_only: bool | None = None, grid=None, 
                                  device=device, core=core)
     program = trace(kernel, *args, target=target, grid=grid, **kwargs)
     if device is None:
-        device = Device(target or "trn2", mode="timing" if timing else "full", cores=1)
+        device = Device(target or default_target(), mode="timing" if timing else "full", cores=1)
     elif device.full == timing:
         raise NKIError(f"{device!r} runs in {device.mode!r} mode; timing_only={timing} asks for the other")
     as_torch = any(_is_torch(a) for a in list(args) + list(kwargs.values()))
@@ -391,8 +394,38 @@ def simulate_kernel(kernel, *args, **kwargs):
 
 
 def simulate(kernel):
-    """nki.simulate(kernel) -> a callable that runs the kernel on the simulator."""
+    """nki.simulate(kernel) -> a callable that runs the kernel on the simulator: NumPy in, NumPy
+    out (torch in, torch out), as AWS's nki.simulate page says."""
     return lambda *args, **kwargs: simulate_kernel(kernel, *args, **kwargs)
+
+
+class _CpuSimulated:
+    """``nki.cpu_simulate(kernel)[lnc](**inputs)``, the call AWS's NKI Library harness makes in
+    simulation mode (test/utils/simulation_setup.py): `lnc` is the logical NeuronCore config, 1 or 2
+    physical cores per logical core; LNC2 runs one program per physical core, launched together
+    (``kernel[nl.nc(2)]``: `nl.program_id(0)` is the core), as AWS's simulator runs two threads."""
+
+    def __init__(self, kernel, lnc: int = 1):
+        self.kernel = kernel if isinstance(kernel, Kernel) else Kernel(kernel)
+        self.lnc = lnc
+
+    def __getitem__(self, lnc) -> "_CpuSimulated":
+        lnc = int(lnc)
+        if lnc < 1:
+            raise NKIError(f"nki.cpu_simulate(kernel)[lnc]: lnc is 1 or 2 cores per logical core, got {lnc}")
+        return _CpuSimulated(self.kernel, lnc)
+
+    def __call__(self, *args, **kwargs):
+        kernel = self.kernel
+        if self.lnc > 1:
+            from trnlab.nki import language
+            kernel = kernel[language.nc(self.lnc)]
+        return simulate_kernel(kernel, *args, **kwargs)
+
+
+def cpu_simulate(kernel) -> _CpuSimulated:
+    """nki.cpu_simulate(kernel)[lnc](*args, **kwargs): run on the simulator, return the outputs."""
+    return _CpuSimulated(kernel)
 
 
 class _Latency:

@@ -59,11 +59,13 @@ def run_on_cores(kernel, args, kwargs, *, target, timing: bool, grid: tuple, dev
     k = len(points)
     if device is None:
         from trnlab.hardware.device import chip_spec
-        chip = chip_spec(target or "trn2")
+        from trnlab.nki.platform import default_target
+        target = target or default_target()
+        chip = chip_spec(target)
         if k > chip.cores:
             raise NKIError(f"launch grid {grid} spreads over {k} NeuronCores (nl.nc), but a "
                            f"{chip.name} chip has {chip.cores}")
-        device = Device(target or "trn2", mode="timing" if timing else "full", cores=k)
+        device = Device(target, mode="timing" if timing else "full", cores=k)
         core = 0
     elif device.full == timing:
         raise NKIError(f"{device!r} runs in {device.mode!r} mode; timing_only={timing} asks for the other")
