@@ -69,7 +69,6 @@ class NKIObject:
             post_init()
 
     def __repr__(self) -> str:
-        # a stable text of the fields: trnlab's program cache keys an unhashable argument by its repr
         fields = ", ".join(f"{k}={v!r}" for k, v in vars(self).items())
         return f"{type(self).__name__}({fields})"
 
