@@ -22,12 +22,17 @@ TRANSPOSE_OPCODES = ("nc_transpose",)     # counted as Tensor-engine FLOPs, left
 
 
 def _cores(run) -> list:
-    """The NeuronCores a KernelRun used (an SPMD run over nl.nc cores has several)."""
-    return list(getattr(run, "cores", None) or [run.core])
+    """The NeuronCores a run used: a KernelRun's (an SPMD launch over nl.nc cores has several), or a
+    device launch's (`Device.run` / `Device.run_spmd`)."""
+    if getattr(run, "cores", None):
+        return list(run.cores)
+    if getattr(run, "runs", None):
+        return [r.core for r in run.runs]
+    return [run.core]
 
 
 def qor(run) -> dict:
-    """The library's QoR metrics (names above) of a `trnlab.nki.KernelRun`."""
+    """The library's QoR metrics (names above) of a `trnlab.nki.KernelRun` or a device launch."""
     cores = _cores(run)
     spec = cores[0].spec
     seconds = run.latency_ns * 1e-9
