@@ -37,7 +37,7 @@ from .errors import (DirectAllocationOverlapError, PSUMBlockTensorOverflowError,
                      SBUFBlockTensorOverflowError, SBUFOverflowError)
 from .memory import OnChipMemory, _fmt_bytes
 from .presets import CORES, CoreSpec, core_spec
-from .program import WRITES, Access, Buffer, Program, locate_instruction
+from .program import READS_DST, WRITES, Access, Buffer, Program, locate_instruction
 
 
 def live_ranges(program: Program) -> tuple[dict, dict]:
@@ -332,7 +332,8 @@ def split_direct_allocations(program: Program) -> bool:
             ins = instructions[k]
             box = _box(ins.operands[name].index, t.shape)
             reads_it = any(a.buffer in (t.id, current.id) and (n not in WRITES or (
-                n == "dst" and ins.opcode == "nc_matmul" and ins.attrs.get("accumulate") is not False))
+                n == "dst" and ins.opcode == "nc_matmul" and ins.attrs.get("accumulate") is not False)
+                or (n in WRITES and ins.opcode in READS_DST))
                 for n, a in ins.operands.items())
             if (name in WRITES and hull is not None and not reads_it and _covers(box, hull)
                     and events[i - 1][0] != k):

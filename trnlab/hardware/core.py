@@ -16,7 +16,8 @@ This module holds the machinery (the memories, the engines' state, the shared ch
 the instructions are grouped by engine in modules of their own, composed into `NeuronCore` below:
 `tensor_engine.py` (nc_matmul, nc_transpose), `vector.py` (element-wise Vector / Scalar / GpSimd),
 `reductions.py` (reductions, statistics, scans), `dma.py`, `mx.py` (MX on NeuronCore-v4),
-`double_row.py` (FP8 double-row matmul), `collective.py` (the collectives).
+`double_row.py` (FP8 double-row matmul), `collective.py` (the collectives), `select.py`, `gather.py`,
+`accumulate.py` (NKI 0.7's selections, gathers and shuffles, register-accumulating instructions).
 
 Engines (short names as in Neuron's profiler): ``pe`` Tensor, ``act`` Scalar, ``dve`` Vector,
 ``pool`` GpSimd, ``dma0..dma{Q-1}`` DMA queues.
@@ -37,6 +38,9 @@ from .operands import _bytes_by_memory, _free_byte_range, _view, start_partition
 from .presets import CoreSpec, core_spec
 from .profile import Profile
 from .reductions import ReductionInstructions
+from .accumulate import AccumulateInstructions
+from .gather import GatherInstructions
+from .select import SelectInstructions
 from .tensor import View
 from .tensor_engine import TensorEngineInstructions
 from .timeline import COMPUTE_ENGINES, Timeline
@@ -54,7 +58,8 @@ _record_write = dependencies.record_write
 
 
 class NeuronCore(TensorEngineInstructions, VectorInstructions, ReductionInstructions, DmaInstructions,
-                 MxInstructions, DoubleRowInstructions, CollectiveInstructions):
+                 MxInstructions, DoubleRowInstructions, CollectiveInstructions,
+                 SelectInstructions, GatherInstructions, AccumulateInstructions):
     """One simulated NeuronCore. ``mode="full"`` computes values and time, ``"timing"`` time only."""
 
     def __init__(self, spec: "CoreSpec | str" = "trn2", mode: str = "full", name: str = "core0",
@@ -87,6 +92,8 @@ class NeuronCore(TensorEngineInstructions, VectorInstructions, ReductionInstruct
         self._matmul_dtypes = set()                 # input dtypes of the matmuls issued (for MFU)
         # the Scalar engine's reduce registers, one fp32 per partition (nisa.activation reduce_cmd)
         self._act_regs = np.zeros(spec.partitions, np.float32) if self.full else None
+        # the Vector engine's reduce registers (range_select, exponential, tensor_scalar_cumulative)
+        self._dve_regs = np.zeros(spec.partitions, np.float32) if self.full else None
         self._dve_prev = None                       # what the Vector engine's last instruction wrote
         self._carried: list = []                    # (view, garbage mask) read by the running instruction (_carry_to)
         self.note = ""                              # recorded with each instruction (e.g. source)

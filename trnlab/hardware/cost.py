@@ -363,6 +363,47 @@ def dropout_cycles(spec: CoreSpec, free_size: int) -> int:
     return vector_cycles(spec, free_size, 1)
 
 
+# -- NKI 0.7's selections, gathers, shuffles and running reductions (select.py, gather.py, accumulate.py) --
+SELECTION_OPCODES = frozenset(("max8", "nc_find_index8", "nc_match_replace8", "tensor_copy_predicated",
+                               "range_select", "exponential", "tensor_scalar_cumulative", "nc_stream_shuffle",
+                               "activate2", "nonzero_with_count", "sequence_bounds", "nc_n_gather",
+                               "local_gather", "topk"))
+GATHER_GROUP = 512          # nc_n_gather is ceil(elements per partition / 512) ISA instructions [nki.isa.nc_n_gather]
+
+
+def selection_cycles(spec: CoreSpec, opcode: str, free_size: int, attrs: dict) -> int:
+    """Engine cycles of NKI 0.7's selection / gather / shuffle instructions; N = elements per
+    partition of the first operand read, MIN_II = activation_min_cycles; every figure plus the
+    engine's static overhead, as for every Vector / GpSimd instruction here.
+
+    Published [AWS NKI API pages, "Estimated instruction cost", NKI 2.26 docs]:
+    - max8 (N = src), nc_find_index8 (N = data): N cycles;
+    - tensor_copy_predicated: max(MIN_II, N) with one of src / predicate in PSUM and the other in
+      SBUF, else max(MIN_II, 2N) (attr ``passes``).
+    ASSUMED (no published figure): nc_match_replace8 N (one pass, like nc_find_index8);
+    range_select, exponential, tensor_scalar_cumulative max(MIN_II, N), + MIN_II when they reduce into
+    the registers (tensor_scalar_reduce's published shape); nc_stream_shuffle max(MIN_II, N);
+    activate2 on GpSimd N; nonzero_with_count N (each GpSimd core scans its partition); sequence_bounds
+    2N (a forward and a backward pass); nc_n_gather N plus the static overhead per ISA instruction of
+    512 elements; local_gather N = the elements each GpSimd core gathers (attr ``elements``); topk n =
+    the active elements of a 16-partition group's snake (attr ``elements``)."""
+    static, min_ii = spec.vector_static_cycles, spec.activation_min_cycles
+    n = free_size
+    if opcode in ("max8", "nc_find_index8", "nc_match_replace8", "activate2", "nonzero_with_count"):
+        return static + n
+    if opcode == "tensor_copy_predicated":
+        return static + max(min_ii, int(attrs.get("passes", 2)) * n)
+    if opcode in ("range_select", "exponential", "tensor_scalar_cumulative", "nc_stream_shuffle"):
+        return static + max(min_ii, n) + (min_ii if attrs.get("reduce") else 0)
+    if opcode == "sequence_bounds":
+        return static + 2 * n
+    if opcode == "nc_n_gather":
+        return static * max(1, -(-n // GATHER_GROUP)) + n
+    if opcode in ("local_gather", "topk"):
+        return static + int(attrs.get("elements", n))
+    raise KeyError(opcode)
+
+
 # -- the one entry point ----------------------------------------------------------------------------
 def cost(instr: Instruction, spec: CoreSpec) -> Cost:
     """How long `instr` keeps its engine busy on a core of `spec` (pure: no state is read)."""
@@ -381,6 +422,8 @@ def cost(instr: Instruction, spec: CoreSpec) -> Cost:
         cycles = spec.vector_static_cycles + max(spec.activation_min_cycles, 13 * n // 3)
     elif op == "scalar_tensor_tensor":
         cycles = scalar_tensor_tensor_cycles(spec, n, bool(a.get("fast_mode")))
+    elif op in SELECTION_OPCODES and engine != "act":
+        cycles = selection_cycles(spec, op, n, a)
     elif engine == "act":
         cycles = activation_cycles(spec, n)
         if a.get("reduce"):

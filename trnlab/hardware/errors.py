@@ -127,6 +127,12 @@ class UnknownOpError(HardwareError):
     rule = "unknown op"
 
 
+class GenerationError(HardwareError):
+    """An instruction the target's NeuronCore generation does not have (AWS: "available only on
+    NeuronCore-v3 and newer")."""
+    rule = "generation"
+
+
 class IndexError_(HardwareError, IndexError):
     """An index outside the tensor's shape."""
     rule = "index out of range"

@@ -34,6 +34,10 @@ BINARY = {
     "left_shift": np.left_shift, "right_shift": np.right_shift,
     "logical_and": lambda a, b: np.logical_and(a, b).astype(np.float32),
     "logical_or": lambda a, b: np.logical_or(a, b).astype(np.float32),
+    # one-operand ALU operators, usable as a binary op= (the operand is not used): nl.abs as AWS's NKI
+    # Library passes it to tensor_scalar_reduce (op0=nl.abs, operand0=0.0) for an absolute max;
+    # bypass passes the value through (activate2's "no operation") [NKI ISA, "Supported Math Operators"]
+    "abs": lambda a, b: np.abs(a), "bypass": lambda a, b: a,
 }
 BITVEC = {"bitwise_and", "bitwise_or", "bitwise_xor", "left_shift", "right_shift"}
 

@@ -25,7 +25,8 @@ method of the same name.
 
 This module is the `nki.isa` namespace; the code is split by engine: `isa_binder.py` (parameter
 types, enums, the binder), `isa_matmul.py` (Tensor engine), `isa_dma.py` (data movement),
-`isa_vector.py` (Vector, Scalar, GpSimd), `mx.py` (MX on NeuronCore-v4).
+`isa_vector.py` (Vector, Scalar, GpSimd), `mx.py` (MX on NeuronCore-v4), `isa_select.py`,
+`isa_gather.py`, `isa_accumulate.py` (NKI 0.7's selections, gathers and shuffles, running reductions).
 """
 from __future__ import annotations
 
@@ -41,6 +42,10 @@ from trnlab.nki.isa_vector import (activation, activation_reduce, affine_select,
                                    dropout, iota, memset, reciprocal, scalar_tensor_tensor, select_reduce,
                                    tensor_partition_reduce, tensor_reduce, tensor_scalar, tensor_scalar_reduce,
                                    tensor_tensor, tensor_tensor_scan)
+from trnlab.nki.isa_select import (max8, nc_find_index8, nc_match_replace8, nonzero_with_count,  # noqa: F401
+                                   range_select, sequence_bounds, tensor_copy_predicated, topk)
+from trnlab.nki.isa_gather import local_gather, nc_n_gather, nc_stream_shuffle  # noqa: F401
+from trnlab.nki.isa_accumulate import activate2, exponential, tensor_scalar_cumulative  # noqa: F401
 from trnlab.nki.perf_mode import matmul_perf_mode  # noqa: F401  (nisa.matmul_perf_mode)
 from trnlab.nki.tensor import NkiTensor  # noqa: F401  (the tile type, as before the split)
 from trnlab.nki.tensor import install as _install_tile_operations

@@ -50,6 +50,7 @@ class reduce_cmd(enum.Enum):
     reset = 1
     reduce = 2
     reset_reduce = 3
+    load_reduce = 4      # the Vector engine's registers start from a given value (NKI 0.7)
 
 
 class dge_mode(enum.Enum):
@@ -138,12 +139,12 @@ class Signature:
     def of(cls, impl, functional) -> "Signature":
         params = inspect.signature(impl).parameters.values()
         positional = tuple(p.name for p in params if p.kind is p.POSITIONAL_OR_KEYWORD)
-        if positional[:1] != ("dst",):
+        if not positional or not positional[0].endswith("dst"):     # dst (topk: val_dst)
             raise TypeError(f"nki.isa.{impl.__name__}: an instruction's first parameter is dst")
         return cls(name=impl.__name__, destination=positional,
                    functional=None if functional is None else tuple(functional),
                    kinds={p.name: _kind(p.annotation) for p in params},
-                   required=tuple(p.name for p in params if p.default is p.empty and p.name != "dst"),
+                   required=tuple(p.name for p in params if p.default is p.empty and p.name != positional[0]),
                    parameters=tuple(p.name for p in params))
 
     def is_destination(self, args: tuple, kwargs: dict) -> bool:
@@ -169,7 +170,7 @@ class Signature:
             if name in bound:
                 raise NKIError(f"nisa.{self.name} got two values for {name!r} (positional and keyword)")
             bound[name] = value
-        bound.setdefault("dst", None)
+        bound.setdefault(self.destination[0], None)
         missing = [name for name in self.required if name not in bound]
         if missing:
             style = "destination" if destination else "functional"

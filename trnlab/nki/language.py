@@ -48,6 +48,7 @@ from trnlab.nki.language_math import (  # noqa: F401
                                       max, maximum, mean, min, minimum, mod, multiply, negative, not_equal, power,
                                       prod, reciprocal, relu, rsqrt, shared_identity_matrix, sigmoid, sign, silu, sin,
                                       softmax, softplus, sqrt, square, subtract, sum, tanh, transpose, where)
+from trnlab.nki.language_math import bypass  # noqa: F401  (an ALU op= only: nisa.activate2)
 
 
 # -- more of NKI's language: slices, SPMD over cores, limits, constants, loops, randomness ------------------

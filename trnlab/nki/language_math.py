@@ -122,6 +122,14 @@ gelu, gelu_apprx_tanh, silu = (_make_unary(n) for n in ("gelu", "gelu_apprx_tanh
 sqrt, rsqrt, square, abs, sign = (_make_unary(n) for n in ("sqrt", "rsqrt", "square", "abs", "sign"))
 sin, cos, erf, softplus = (_make_unary(n) for n in ("sin", "cos", "erf", "softplus"))
 identity = _make_unary("identity")
+
+
+def bypass(*args, **kwargs):
+    """nl.bypass: the ALU's "no operation", an op= of nisa.activate2's tensor-scalar stage only."""
+    raise NKIError("nl.bypass is an ALU operator (op0=/op1= of nisa.activate2), not a function to call")
+
+
+bypass.nki_op = "bypass"
 copy.nki_op = "copy"
 
 

@@ -25,6 +25,7 @@ class ValuesCore(NeuronCore):
 
     def bind(self, core) -> None:
         self._act_regs = core._act_regs
+        self._dve_regs = core._dve_regs
         rng = getattr(core, "_rng", None)
         if rng is not None:
             self._rng = rng

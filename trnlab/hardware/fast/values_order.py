@@ -62,7 +62,7 @@ def starting_together(steps) -> list[int]:
 #    matrix-vector paths (M or N of 1), measured to differ, which are excluded.
 _MOVABLE = frozenset({"dma_copy", "tensor_copy", "tensor_tensor", "tensor_scalar"})
 _WINDOW_MAX = 1024          # steps a read may be moved past (bounds the planning work)
-_WRITES = frozenset(("dst", "reduce_res", "dst_scale"))    # program.WRITES
+_WRITES = frozenset(("dst", "reduce_res", "dst_scale", "dst_idx"))    # program.WRITES
 
 
 def _roots(buffers) -> list:
