@@ -193,7 +193,10 @@ class Cluster:
 
     def cost(self, opcode: str, nbytes: int, ranks: int) -> collectives.CollectiveCost:
         """The modelled time of one collective over `ranks` ranks of this cluster's topology."""
-        op = "send_recv" if opcode == "collective_permute" else opcode
+        # ASSUMED: a v collective costs an all-gather of its whole buffer (its counts are known only at
+        # run time; an all-to-all sends (p-1)/p of each rank's buffer, as an all-gather of that size does)
+        op = {"collective_permute": "send_recv", "all_gather_v": "all_gather", "all_to_all_v": "all_gather"}.get(
+            opcode, opcode)
         cal = self.calibration
         if op == "send_recv" or ranks == 1:
             return collectives.cost(op, nbytes, self.topology, "ring", max(ranks, 2) if op == "send_recv" else 1,
@@ -257,6 +260,9 @@ _REDUCE = {"add": np.add, "minimum": np.minimum, "maximum": np.maximum}
 
 def _compute_values(opcode: str, requests: list[Request], algorithm: str, attrs: dict) -> None:
     """Read every rank's src, run the collective, write every rank's dst (ranks in rank-list order)."""
+    if opcode in hw_collective.V_OPCODES:       # counts read from each rank's metadata tensor
+        hw_collective.variable_values(opcode, requests)
+        return
     inputs = []
     for r in requests:
         r.src.check_initialized()

@@ -49,7 +49,8 @@ if TYPE_CHECKING:
     from .core import NeuronCore
 
 CC_ENGINES = ("cc0", "cc1")   # two CC cores per physical NeuronCore [CCO]
-OPCODES = ("all_reduce", "all_gather", "reduce_scatter", "collective_permute")
+OPCODES = ("all_reduce", "all_gather", "reduce_scatter", "collective_permute", "all_gather_v", "all_to_all_v")
+V_OPCODES = ("all_gather_v", "all_to_all_v")       # counts read from a metadata tensor at run time
 REDUCE_OPS = ("add", "minimum", "maximum")
 
 
@@ -69,12 +70,14 @@ class Request:
     ready_ns: float           # this rank's operands and CC engine are ready
     attrs: dict = field(default_factory=dict)   # op, collective_dim, source_target_pairs
     core: object = None
+    meta: View | None = None  # the counts and displacements of all_gather_v / all_to_all_v
 
     @property
     def nbytes(self) -> int:
         """The collective's size as nccl-tests and nccom-test count it: the all-reduce buffer, the
-        all-gather output, the reduce-scatter input, the message of a permute."""
-        return self.dst.nbytes if self.opcode == "all_gather" else self.src.nbytes
+        all-gather output, the reduce-scatter input, the message of a permute (the v collectives:
+        their whole buffers, ASSUMED — the counts are known only at run time)."""
+        return self.dst.nbytes if self.opcode in ("all_gather", "all_gather_v") else self.src.nbytes
 
 
 def _as_view(x, what: str, opcode: str) -> View:
@@ -160,11 +163,12 @@ def _cc_engine(core: NeuronCore, stream: int) -> int:
     return core._cc_base + int(stream)
 
 
-def issue_collective(core: NeuronCore, opcode: str, src, dst, members: tuple, attrs: dict, stream: int = 0) -> int:
+def issue_collective(core: NeuronCore, opcode: str, src, dst, members: tuple, attrs: dict, stream: int = 0,
+                     meta: View | None = None) -> int:
     """Schedule one collective on `core`'s CC engine `stream`; the fabric (if any) decides when the
     group can start and how long it takes, and writes the values. Returns the record index."""
     eid = _cc_engine(core, stream)
-    reads = (src,)
+    reads = (src,) if meta is None else (src, meta)
     describe = getattr(core, "_describe", None)
     if describe is not None:
         # a describing core (the compiled timing replay's): duration 0 marks the instruction as one the
@@ -172,20 +176,23 @@ def issue_collective(core: NeuronCore, opcode: str, src, dst, members: tuple, at
         # instruction by instruction, where the fabric times each collective
         from .records import ISSUE, ComputeIssue
         ref = core._ref
-        return describe(ComputeIssue(ISSUE, eid, opcode, 0.0, (ref(src),), (ref(dst),), 0.0, 0, 0, False, None))
+        return describe(ComputeIssue(ISSUE, eid, opcode, 0.0, tuple(ref(v) for v in reads), (ref(dst),), 0.0, 0, 0,
+                                     False, None))
     # the trigger sits in the core's instruction streams: never before the launch's first engine is free
     start = max(core._cc_free[int(stream)], min(core._free))
     start, waited = dependencies.wait_reads(reads, start, -1)
     start, waited, _ = dependencies.wait_write(dst, start, waited)
     fabric = getattr(core, "_cc_fabric", None)
     rank = getattr(core, "_cc_rank", members[0] if members else 0)
-    request = Request(opcode, rank, tuple(members), src, dst, start, dict(attrs), core)
+    request = Request(opcode, rank, tuple(members), src, dst, start, dict(attrs), core, meta)
     if fabric is not None:
         begin, end = fabric.collective(request)
     elif len(members) <= 1 or _describing(core):
         # alone (or while a kernel is traced: rules only): a one-rank collective is a copy
         begin, end = start, start + dst.nbytes * 1e9 / core.hbm_bandwidth
-        if core.full and len(members) <= 1:
+        if core.full and len(members) <= 1 and opcode in V_OPCODES:
+            variable_values(opcode, [request])
+        elif core.full and len(members) <= 1:
             src.check_initialized()
             value = np.asarray(src.values())
             dst.write(np.reshape(value, dst.shape).astype(dst.tensor.dtype, copy=False))
@@ -256,9 +263,105 @@ def collective_permute(self: NeuronCore, dst, src, source_target_pairs, stream: 
                             {"source_target_pairs": pairs}, stream)
 
 
+# -- the variable-length collectives (counts in a metadata tensor, read at run time) --------------------
+def _check_variable(opcode: str, src: View, dst: View, meta: View, members: tuple, rows: int) -> None:
+    if src.tensor.kind != "hbm" or dst.tensor.kind != "hbm":
+        raise CollectiveError(f"operand memory: {opcode} takes HBM tensors, got {src.tensor.kind.upper()} -> "
+                              f"{dst.tensor.kind.upper()}", value=(src.tensor.kind, dst.tensor.kind), limit="hbm")
+    if src.tensor.dtype != dst.tensor.dtype:
+        raise CollectiveError(f"data type: {opcode} does not convert: src {src.tensor.dtype}, dst {dst.tensor.dtype}",
+                              value=src.tensor.dtype, limit=dst.tensor.dtype)
+    if meta.tensor.kind == "psum" or np.dtype(meta.tensor.dtype) != np.uint32:
+        raise CollectiveError(f"collective: {opcode} metadata_tensor must be uint32 in HBM or SBUF, got "
+                              f"{np.dtype(meta.tensor.dtype).name} in {meta.tensor.kind.upper()}",
+                              value=np.dtype(meta.tensor.dtype).name, limit="uint32")
+    width = max(members) + 1
+    if len(meta.shape) != 2 or meta.shape[0] < rows or meta.shape[1] < width:
+        raise CollectiveError(f"shape mismatch: {opcode} metadata_tensor {tuple(meta.shape)} needs {rows} rows "
+                              f"(send counts, send displacements{', recv counts' if rows > 2 else ''}"
+                              f"{', recv displacements' if rows > 3 else ''}) of one column per rank (>= {width})",
+                              value=tuple(meta.shape), limit=(rows, width))
+
+
+def _variable(self: NeuronCore, opcode: str, dst, src, metadata_tensor, replica_group, recv_counts_known: bool,
+              has_rdispls: bool, stream: int) -> int:
+    src, dst = _as_view(src, "src", opcode), _as_view(dst, "dst", opcode)
+    meta = _as_view(metadata_tensor, "metadata_tensor", opcode)
+    members = _rank_list(replica_group, self, opcode)
+    rows = 2 + (1 if recv_counts_known or has_rdispls else 0) + (1 if has_rdispls else 0)
+    _check_variable(opcode, src, dst, meta, members, rows)
+    attrs = {"recv_counts_known": bool(recv_counts_known), "has_rdispls": bool(has_rdispls)}
+    return issue_collective(self, opcode, src, dst, members, attrs, stream, meta)
+
+
+def all_gather_v(self: NeuronCore, dst, src, metadata_tensor, replica_group, recv_counts_known: bool = False,
+                 has_rdispls: bool = False, stream: int = 0) -> int:
+    """Every rank of the list gets every rank's chunk src[send_displ : send_displ + send_count] (flat
+    elements; metadata rows 0 and 1, first column) in its slot of dst [nki.collectives.all_gather_v]."""
+    return _variable(self, "all_gather_v", dst, src, metadata_tensor, replica_group, recv_counts_known,
+                     has_rdispls, stream)
+
+
+def all_to_all_v(self: NeuronCore, dst, src, metadata_tensor, replica_group, recv_counts_known: bool = False,
+                 has_rdispls: bool = False, stream: int = 0) -> int:
+    """Each rank sends src[send_displ[d] : send_displ[d] + send_count[d]] (flat elements) to rank d of the
+    list [nki.collectives.all_to_all_v]."""
+    return _variable(self, "all_to_all_v", dst, src, metadata_tensor, replica_group, recv_counts_known,
+                     has_rdispls, stream)
+
+
+def variable_values(opcode: str, requests: list) -> None:
+    """Full mode: the values of all_gather_v / all_to_all_v over `requests` (one per rank, rank-list order).
+
+    Flat element buffers (row-major). Metadata columns are indexed by rank; row 0 the send counts, row 1
+    the send displacements (all_gather_v reads the first column only: one chunk broadcast to every rank),
+    row 2 the receive counts (checked against what arrives), row 3 the receive displacements. Without
+    receive displacements, rank j's dst holds one equal slot per source (dst elements / ranks) and the
+    chunk from the list's i-th rank starts at i * slot (the all_gather_v page; ASSUMED for all_to_all_v).
+    Elements no chunk reaches keep their values (garbage if never written)."""
+    p = len(requests)
+    ranks = [r.rank for r in requests]
+    srcs, metas = [], []
+    for r in requests:
+        r.src.check_initialized()
+        r.meta.check_initialized()
+        srcs.append(np.asarray(r.src.values()).reshape(-1))
+        metas.append(np.asarray(r.meta.values()).astype(np.int64).reshape(r.meta.shape))
+    attrs = requests[0].attrs
+    for j, receiver in enumerate(requests):
+        dst = receiver.dst
+        flat = np.array(dst.values() if dst.tensor.data is not None else np.zeros(dst.shape), copy=True).reshape(-1)
+        undefined = dst.undefined()
+        garbage = np.zeros(flat.size, bool) if undefined is None else np.asarray(undefined).reshape(-1).copy()
+        slot = flat.size // p
+        meta_j = metas[j]
+        for i, sender in enumerate(requests):
+            column = 0 if opcode == "all_gather_v" else ranks[j]
+            count, displ = int(metas[i][0, column]), int(metas[i][1, column])
+            if displ < 0 or count < 0 or displ + count > srcs[i].size:
+                raise CollectiveError(f"collective: {opcode} rank {ranks[i]} sends elements {displ}..{displ + count} "
+                                      f"of a source of {srcs[i].size}", value=displ + count, limit=srcs[i].size)
+            if attrs.get("recv_counts_known") or attrs.get("has_rdispls"):
+                expected = int(meta_j[2, ranks[i]])
+                if expected != count:
+                    raise CollectiveError(f"collective: {opcode} rank {ranks[j]} expects {expected} elements from "
+                                          f"rank {ranks[i]}, which sends {count}", value=count, limit=expected)
+            at = int(meta_j[3, ranks[i]]) if attrs.get("has_rdispls") else i * slot
+            if at < 0 or at + count > flat.size:
+                raise CollectiveError(f"collective: {opcode} rank {ranks[j]} receives elements {at}..{at + count} "
+                                      f"into a dst of {flat.size}", value=at + count, limit=flat.size)
+            flat[at:at + count] = srcs[i][displ:displ + count]
+            garbage[at:at + count] = False
+        dst.write(flat.reshape(dst.shape).astype(dst.tensor.dtype, copy=False))
+        if garbage.any():
+            dst.set_poison(garbage.reshape(dst.shape), f"{opcode}: elements of {dst.tensor.name!r} no chunk reached")
+
+
 class CollectiveInstructions:
     """NeuronCore's collective instructions (composed into `core.NeuronCore`)."""
     all_reduce = all_reduce
     all_gather = all_gather
     reduce_scatter = reduce_scatter
     collective_permute = collective_permute
+    all_gather_v = all_gather_v
+    all_to_all_v = all_to_all_v

@@ -17,7 +17,8 @@ the instructions are grouped by engine in modules of their own, composed into `N
 `tensor_engine.py` (nc_matmul, nc_transpose), `vector.py` (element-wise Vector / Scalar / GpSimd),
 `reductions.py` (reductions, statistics, scans), `dma.py`, `mx.py` (MX on NeuronCore-v4),
 `double_row.py` (FP8 double-row matmul), `collective.py` (the collectives), `select.py`, `gather.py`,
-`accumulate.py` (NKI 0.7's selections, gathers and shuffles, register-accumulating instructions).
+`accumulate.py` (NKI 0.7's selections, gathers and shuffles, register-accumulating instructions),
+`system.py` (random numbers, registers).
 
 Engines (short names as in Neuron's profiler): ``pe`` Tensor, ``act`` Scalar, ``dve`` Vector,
 ``pool`` GpSimd, ``dma0..dma{Q-1}`` DMA queues.
@@ -41,6 +42,7 @@ from .reductions import ReductionInstructions
 from .accumulate import AccumulateInstructions
 from .gather import GatherInstructions
 from .select import SelectInstructions
+from .system import SystemInstructions
 from .tensor import View
 from .tensor_engine import TensorEngineInstructions
 from .timeline import COMPUTE_ENGINES, Timeline
@@ -59,7 +61,7 @@ _record_write = dependencies.record_write
 
 class NeuronCore(TensorEngineInstructions, VectorInstructions, ReductionInstructions, DmaInstructions,
                  MxInstructions, DoubleRowInstructions, CollectiveInstructions,
-                 SelectInstructions, GatherInstructions, AccumulateInstructions):
+                 SelectInstructions, GatherInstructions, AccumulateInstructions, SystemInstructions):
     """One simulated NeuronCore. ``mode="full"`` computes values and time, ``"timing"`` time only."""
 
     def __init__(self, spec: "CoreSpec | str" = "trn2", mode: str = "full", name: str = "core0",

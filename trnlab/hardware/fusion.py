@@ -39,11 +39,12 @@ from .allocate import _box
 from .allocate import allocate as allocate_in_order
 from .errors import PSUMOverflowError, SBUFOverflowError
 from .program import WRITES, Program
+from .system import STATEFUL_OPCODES
 from .instruction_order import reorder
 
 SKIP = "skip_middle_end_transformations"
 # instructions with state beyond their operands: a span holding one is not reordered
-_ORDERED_OPCODES = ("barrier", "device_print", "random_seed", "set_rng_seed", "dropout")
+_ORDERED_OPCODES = ("barrier", "device_print", "random_seed", "set_rng_seed", "dropout") + STATEFUL_OPCODES
 
 
 def allocate(program: Program, spec=None, *, fuse: bool = True) -> Program:

@@ -53,10 +53,11 @@ from .program import Program
 from .records import (DMA_OP, ENGINE_OP, ISSUE, LATEST_OP, MATMUL, PE_OP, PRINT_OP, SEED_OP,
                       as_description, op_deps, op_nodes, write_refs)
 from .replay_timing import Compiled, compiled_for
+from .system import STATEFUL_OPCODES
 from .tensor import PrototypeMemory, Tensor, View
 
 _FRESH = {"sbuf": (), "psum": ()}     # the on-chip layout of a fresh core (nothing freed yet)
-_RNG_OPCODES = ("set_rng_seed", "dropout")
+_RNG_OPCODES = ("set_rng_seed", "dropout") + STATEFUL_OPCODES
 
 
 class _Graph:
@@ -251,6 +252,8 @@ def build_graph(program: Program, resolved) -> tuple[_Graph, list, list]:
     aliased = {root(b.id) for b in buffers if b.alias_of is not None}
     on_chip = [b.on_chip for b in buffers]
     last_rng, last_alias = -1, {}
+    for producer, consumer in getattr(program, "schedule_edges", ()):   # kernel.with_schedule (nki/schedule.py)
+        g.edge(producer, consumer)
     touches: dict[int, list[int]] = {}   # on-chip tile id -> the instructions touching it
     for k, ins in enumerate(program.instructions):
         if ins.opcode in _RNG_OPCODES:

@@ -329,6 +329,7 @@ class VectorInstructions:
             v.check_initialized()
             seed = int(np.asarray(v.values()).reshape(-1)[0])
         self._rng = np.random.default_rng(int(seed) & 0xFFFFFFFF)
+        self._seed_generators(int(seed))      # the XORWOW generators of nisa.rng (system.py)
 
     def dropout(self, dst, data, rate) -> int:
         """dst = data with each element set to 0 with probability `rate` (a number or a [P, 1] view),

@@ -179,7 +179,18 @@ class Kernel:
     def __getitem__(self, grid) -> "Kernel":
         from trnlab.nki.spmd import grid_entry
         grid = grid if isinstance(grid, tuple) else (grid,)
-        return Kernel(self.func, tuple(grid_entry(g) for g in grid), self.target, self.timing_only)
+        kernel = Kernel(self.func, tuple(grid_entry(g) for g in grid), self.target, self.timing_only)
+        if "nki_directives" in self.__dict__:
+            kernel.nki_directives = dict(self.nki_directives)
+        return kernel
+
+    def with_schedule(self, edges) -> "Kernel":
+        """The kernel with scheduling dependencies between named instructions: ``[("plus1", "recip")]``
+        puts the instruction named "plus1" after the one named "recip" (`trnlab/nki/schedule.py`)."""
+        from trnlab.nki.schedule import normalise
+        kernel = Kernel(self.func, self.grid, self.target, self.timing_only)
+        kernel.nki_directives = {**self.__dict__.get("nki_directives", {}), "schedule": normalise(edges)}
+        return kernel
 
     def __call__(self, *args, **kwargs):
         if launches.active() is not None:
@@ -226,7 +237,7 @@ def trace(kernel, *args, target=None, grid=None, points=None, **kwargs):
     points = None if points is None else tuple(tuple(p) for p in points)
     order = schedule_of(kernel)
     key = (kernel.func, grid, tuple(getattr(g, "cores", 1) for g in grid), points, spec.name, id(spec), order,
-           DROP_PSUM_ZEROING,
+           DROP_PSUM_ZEROING, _directive(kernel, "schedule"),
            tuple(_signature(a) for a in args), tuple((k, _signature(v)) for k, v in sorted(kwargs.items())))
     program = _PROGRAMS.get(key)
     if program is not None:
@@ -260,6 +271,8 @@ def schedule_of(kernel: Kernel) -> str | None:
 
 def _trace(kernel: Kernel, args, kwargs, spec, grid: tuple, points=None):
     from trnlab.nki import loops
+    if _directive(kernel, "schedule"):       # every iteration's named instructions (schedule.py)
+        return _trace_once(kernel, args, kwargs, spec, grid, None, points)[0]
     # affine/sequential loops traced in a few iterations and the rest stamped (loops.py) when
     # config.fast(), else every iteration traced: the same program either way
     return loops.trace(lambda concrete: _trace_once(kernel, args, kwargs, spec, grid, concrete, points))
@@ -311,13 +324,23 @@ def _run_trace(kernel, args, kwargs, spec, grid, recorder, launch, names, alloca
     finally:
         launches.pop()
     program = recorder.finish(outputs)
+    edges = _directive(kernel, "schedule")
+    if edges:                                # kernel.with_schedule(...): order constraints (schedule.py)
+        from trnlab.nki.schedule import resolve
+        try:
+            program.schedule_edges = resolve(edges, getattr(launch, "instruction_names", {}))
+        except Exception as error:
+            raise locate(error)
     program.no_reorder = bool(getattr(launch, "no_reorder", False))   # a loop said ncc.no_reorder()
     program.inlined_regions = frozenset(getattr(launch, "inlined", ()))  # regions of inlined kernels
     try:
-        program = allocate(program, spec, fuse=not _directive(kernel, "skip_middle_end_transformations"))
+        allocated = allocate(program, spec, fuse=not _directive(kernel, "skip_middle_end_transformations"))
     except Exception as error:
         raise locate(error)
-    return program
+    if edges and allocated is not program:
+        raise NKIError("with_schedule: this kernel's loops are fused to fit the memory (hardware/fusion.py), "
+                       "which reorders its instructions; scheduling edges are not supported on such kernels")
+    return allocated
 
 
 def _directive(kernel: Kernel, name: str):

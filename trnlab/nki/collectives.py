@@ -14,8 +14,19 @@ Each (src, dst) pair becomes one instruction on the core's collective-communicat
 traced once into a program and run on every rank of a `trnlab.distributed.cluster.Cluster`, which
 matches the ranks' collectives, costs them over the topology's links and moves the values.
 
+NKI 0.7's variable-length collectives and the implicit ring permute:
+
+    ncc.all_gather_v(srcs=[x], dsts=[y], replica_group=group, metadata_tensor=meta)   # counts in meta
+    ncc.all_to_all_v(srcs=[x], dsts=[y], replica_group=group, metadata_tensor=meta)
+    ncc.collective_permute_implicit(srcs_by_channel=[[x]], dsts_by_channel=[[y]], replica_group=group)
+
+(the counts are read from each rank's uint32 metadata tensor when the program runs; the layout is in
+`trnlab.hardware.collective.variable_values`; each channel of the ring permute is one permute to the
+next rank of the list, on CC engine channel mod 2 — ASSUMED: the channels share the core's two CC cores.)
+
 Differences from AWS's module: srcs/dsts lists are issued pair by pair (no coalescing discount);
-``priority``, ``all_to_all``, the implicit ring permutes and ``rank_id`` are not simulated.
+``priority`` is accepted and has no effect; ``all_to_all``, ``collective_permute_implicit_reduce``,
+``collective_permute_implicit_current_processing_rank_id`` and ``rank_id`` are not simulated.
 """
 from __future__ import annotations
 
@@ -108,3 +119,56 @@ def collective_permute(srcs, dsts, source_target_pairs) -> None:
     s, d = pairs[0]
     launch.core.collective_permute(dst=d.hw_view(), src=s.hw_view(),
                                    source_target_pairs=[tuple(p) for p in source_target_pairs])
+
+
+def _single(srcs, dsts, what: str):
+    pairs = _pairs(srcs, dsts, what)
+    if len(pairs) != 1:
+        raise NKIError(f"{what} takes exactly one tensor in srcs and dsts (coalescing is not supported), got {len(pairs)}")
+    return pairs[0]
+
+
+def all_gather_v(srcs, dsts, replica_group, metadata_tensor, recv_counts_known: bool = False,
+                 has_rdispls: bool = False, priority=None, name=None) -> None:
+    """Variable-length all-gather over flat element buffers: each rank's chunk src[send_displ :
+    send_displ + send_count] lands in every rank's dst (counts in the uint32 metadata tensor, rows:
+    send counts, send displacements, [recv counts], [recv displacements]; one column per rank)."""
+    s, d = _single(srcs, dsts, "all_gather_v")
+    meta = issue.tile(metadata_tensor, "metadata_tensor")
+    launch = issue.begin()
+    launch.core.all_gather_v(dst=d.hw_view(), src=s.hw_view(), metadata_tensor=meta.hw_view(),
+                             replica_group=_groups(replica_group), recv_counts_known=recv_counts_known,
+                             has_rdispls=has_rdispls)
+
+
+def all_to_all_v(srcs, dsts, replica_group, metadata_tensor, recv_counts_known: bool = False,
+                 has_rdispls: bool = False, priority=None, name=None) -> None:
+    """Variable-length all-to-all over flat element buffers: rank r sends src[send_displ[d] :
+    send_displ[d] + send_count[d]] to rank d (counts in the uint32 metadata tensor, as all_gather_v's)."""
+    s, d = _single(srcs, dsts, "all_to_all_v")
+    meta = issue.tile(metadata_tensor, "metadata_tensor")
+    launch = issue.begin()
+    launch.core.all_to_all_v(dst=d.hw_view(), src=s.hw_view(), metadata_tensor=meta.hw_view(),
+                             replica_group=_groups(replica_group), recv_counts_known=recv_counts_known,
+                             has_rdispls=has_rdispls)
+
+
+MAX_CHANNELS = 4      # "The maximum number of channels is 4" (nki.collectives.collective_permute_implicit)
+
+
+def collective_permute_implicit(srcs_by_channel, dsts_by_channel, replica_group, channel_ids=(0,),
+                                priority=None, name=None) -> None:
+    """Each rank sends its src to the next rank of its rank list and receives the previous rank's into dst
+    (a ring), once per channel: ``srcs_by_channel[i]`` / ``dsts_by_channel[i]`` hold one tensor each."""
+    srcs_by_channel, dsts_by_channel, channel_ids = list(srcs_by_channel), list(dsts_by_channel), list(channel_ids)
+    if not (len(srcs_by_channel) == len(dsts_by_channel) == len(channel_ids)) or not srcs_by_channel:
+        raise NKIError(f"collective_permute_implicit: srcs_by_channel, dsts_by_channel and channel_ids must have the "
+                       f"same non-zero length, got {len(srcs_by_channel)}, {len(dsts_by_channel)}, {len(channel_ids)}")
+    if len(channel_ids) > MAX_CHANNELS or len(set(channel_ids)) != len(channel_ids):
+        raise NKIError(f"collective_permute_implicit: at most {MAX_CHANNELS} distinct channels, got {channel_ids}")
+    pairs = [(group[i], group[(i + 1) % len(group)]) for group in _groups(replica_group) for i in range(len(group))]
+    for srcs, dsts, channel in zip(srcs_by_channel, dsts_by_channel, channel_ids):
+        s, d = _single(srcs, dsts, "collective_permute_implicit")
+        launch = issue.begin()
+        launch.core.collective_permute(dst=d.hw_view(), src=s.hw_view(), source_target_pairs=pairs,
+                                       stream=int(channel) % 2)

@@ -6,23 +6,29 @@ nki.language.fori_loop, while_loop pages). trnlab traces each iteration, so a lo
 known at trace time (Python ints) runs exactly as its unrolled body; the per-iteration branch costs
 no time here (AWS publishes no figure for it — ASSUMED 0).
 
-Not simulated: bounds or conditions held in registers (`nisa.register_alloc` / `register_load`,
-a `VirtualRegister` known only at run time): refused by name.
+A bound or condition may be a register (`nisa.register_alloc`, `register_move`, `register_load`:
+`isa_registers.py`) whose value is known while the kernel is traced — set from an int, or loaded
+from a constant tensor. A register known only at run time (loaded from a kernel input or from values
+the chip computes) is refused by name (`RegisterValueError`): the kernel is traced once per input
+shapes, so a loop whose trip count depends on the data cannot be unrolled.
 """
 from __future__ import annotations
 
 import numbers
 
 from trnlab.nki.errors import NKIError
+from trnlab.nki.isa_registers import VirtualRegister
 
 MAX_WHILE_ITERATIONS = 1 << 20   # a guard against a condition that never reaches 0 while tracing
 
 
 def _static(value, what: str, call: str) -> int:
+    if isinstance(value, VirtualRegister):
+        return value.known(f"{call}: {what}")
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise NKIError(f"{call}: {what} = {value!r} ({type(value).__name__}) is not known at trace time; "
-                       f"run-time bounds (VirtualRegister from nisa.register_load) are not simulated — "
-                       f"pass a Python int")
+                       f"pass a Python int, or a VirtualRegister for run-time bounds (nisa.register_alloc / "
+                       f"register_load)")
     return int(value)
 
 
@@ -42,12 +48,13 @@ def fori_loop(lower, upper, body_fun, step: int = 1, unroll: bool = False) -> No
 def while_loop(init, body_fun) -> None:
     """nl.while_loop(init, body_fun): r = init; while r != 0: r = body_fun(r).
 
-    The condition must be known at trace time (a Python int); a register condition is refused."""
-    r = _static(init, "init", "nl.while_loop")
+    The condition is a Python int or a VirtualRegister whose value is known at trace time (the body
+    may update it with register_move / register_load and return it); a run-time register is refused."""
+    condition = init
     for _ in range(MAX_WHILE_ITERATIONS):
-        if r == 0:
+        if _static(condition, "the condition", "nl.while_loop") == 0:
             return
-        r = _static(body_fun(r), "the condition body_fun returned", "nl.while_loop")
+        condition = body_fun(condition)
     raise NKIError(f"nl.while_loop: the condition was still nonzero after {MAX_WHILE_ITERATIONS} iterations")
 
 

@@ -54,3 +54,9 @@ _install_tile_operations(isa=_sys.modules[__name__])    # tiles get their copies
 
 # MX on NeuronCore-v4 (mx.py registers them in SIGNATURES)
 from trnlab.nki.mx import nc_matmul_mx, quantize_mx  # noqa: E402,F401
+
+# NKI 0.7's system instructions: random numbers, registers, synchronisation (isa_random.py, isa_registers.py, isa_sync.py)
+from trnlab.nki.isa_random import rand2, rand_get_state, rand_set_state, rng, set_rng_seed  # noqa: E402,F401
+from trnlab.nki.isa_registers import (VirtualRegister, register_alloc, register_load, register_move,  # noqa: E402,F401
+                                      register_store)
+from trnlab.nki.isa_sync import core_barrier, dma_compute, dma_engine, sendrecv  # noqa: E402,F401

@@ -14,6 +14,7 @@ from typing import Callable, Union
 from trnlab.hardware import dtypes as hw_dtypes
 from trnlab.nki import issue, launches
 from trnlab.nki import mask_split as _mask_split
+from trnlab.nki import schedule as _schedule
 from trnlab.nki.errors import NKIError
 from trnlab.nki.indexing import Predicate
 from trnlab.nki.tensor import NkiTensor
@@ -193,6 +194,8 @@ def instruction(functional: tuple[str, ...] | None):
             bound = signature.bind(args, kwargs)
             if _mask_split.has_multi_iterator_clause(bound.get("mask")):   # e.g. mask=(i_p >= i_f)
                 return _mask_split.call_split(impl, bound, impl.__name__)
+            if bound.get("name"):               # a named instruction (kernel.with_schedule: schedule.py)
+                return _schedule.named(bound["name"], lambda: impl(**bound))
             return impl(**bound)
 
         call.signature = signature

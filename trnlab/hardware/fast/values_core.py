@@ -17,7 +17,8 @@ class ValuesCore(NeuronCore):
     """A full-mode core that only computes values: the instruction methods run (the same NumPy
     code as a checked replay), but their scheduling step is dropped — `run_timing` computes the
     times. Matmuls skip their rule checks and cost (done at trace) and go straight to the values.
-    The Scalar engine's reduce registers and the random stream are the real core's (`bind`)."""
+    The Scalar engine's reduce registers, the random streams and the registers are the real core's
+    (`bind`)."""
 
     def __init__(self, spec):
         super().__init__(spec, mode="full", name="values")
@@ -26,6 +27,7 @@ class ValuesCore(NeuronCore):
     def bind(self, core) -> None:
         self._act_regs = core._act_regs
         self._dve_regs = core._dve_regs
+        self._system = core._system_state()        # the generators and registers (system.py)
         rng = getattr(core, "_rng", None)
         if rng is not None:
             self._rng = rng

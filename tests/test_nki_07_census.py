@@ -1,0 +1,76 @@
+"""The NKI 0.7 census: every public name of AWS's API reference index pages (tests/data/nki07_api.json)
+either resolves in trnlab's namespace or is listed in docs/nki_compat.md's table "NKI 0.7 names and their
+status" as not supported, with the reason. The table and the data file cannot drift apart."""
+import importlib
+import json
+import pathlib
+import re
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+CENSUS = json.loads((ROOT / "tests" / "data" / "nki07_api.json").read_text())
+NAMES = CENSUS["names"]
+TRNLAB = {"nki": "trnlab.nki", "nki.isa": "trnlab.nki.isa", "nki.language": "trnlab.nki.language",
+          "nki.compiler": "trnlab.nki.compiler", "nki.collectives": "trnlab.nki.collectives",
+          "nki.typing": "trnlab.nki.typing"}
+TABLE_TITLE = "## NKI 0.7 names and their status"
+NOT_SUPPORTED = "not supported"
+REFUSED = "present, refused by name"
+ROW = re.compile(r"^\| `(nki(?:\.[A-Za-z_][\w]*)*)` \| ([^|]+?) \| (.*?) \|$")
+
+
+def _status_table() -> dict:
+    """name -> (status, reason), read from the table section of docs/nki_compat.md."""
+    text = (ROOT / "docs" / "nki_compat.md").read_text()
+    assert TABLE_TITLE in text, f"docs/nki_compat.md has no section {TABLE_TITLE!r}"
+    section = text.split(TABLE_TITLE, 1)[1].split("\n## ", 1)[0]
+    rows = {}
+    for line in section.splitlines():
+        match = ROW.match(line.strip())
+        if match:
+            name, status, reason = match.groups()
+            assert name not in rows, f"{name} is listed twice in the status table"
+            rows[name] = (status.strip(), reason.strip())
+    return rows
+
+
+def _resolves(key: str) -> bool:
+    entry = NAMES[key]
+    module = importlib.import_module(TRNLAB[entry["module"]])
+    return hasattr(module, entry["name"])
+
+
+TABLE = _status_table()
+
+
+def test_the_census_has_every_module_and_each_name_has_its_page():
+    assert {e["module"] for e in NAMES.values()} == {"nki", "nki.isa", "nki.language", "nki.compiler",
+                                                     "nki.collectives"}
+    for key, entry in NAMES.items():
+        assert key == f"{entry['module']}.{entry['name']}"
+        assert entry["page"].startswith("https://awsdocs-neuron.readthedocs-hosted.com/")
+
+
+@pytest.mark.parametrize("key", sorted(NAMES))
+def test_each_nki_07_name_resolves_in_trnlab_or_is_listed_as_not_supported(key):
+    listed = TABLE.get(key)
+    if _resolves(key):
+        assert listed is None or listed[0] == REFUSED, (
+            f"{key} resolves in trnlab but docs/nki_compat.md lists it as {listed[0]!r}: update the table")
+    else:
+        assert listed is not None, (f"{key} is not in trnlab and not in docs/nki_compat.md's table "
+                                    f"{TABLE_TITLE!r}: add it with the reason")
+        assert listed[0] == NOT_SUPPORTED and listed[1], f"{key}: status must be {NOT_SUPPORTED!r} with a reason"
+
+
+def test_the_status_table_lists_only_names_of_the_census():
+    stray = sorted(set(TABLE) - set(NAMES))
+    assert not stray, f"docs/nki_compat.md lists names the census does not have: {stray}"
+    assert all(status in (NOT_SUPPORTED, REFUSED) and reason for status, reason in TABLE.values())
+
+
+def test_names_refused_by_name_are_present():
+    for key, (status, _) in TABLE.items():
+        if status == REFUSED:
+            assert _resolves(key), f"{key} is listed as {REFUSED!r} but does not resolve in trnlab"

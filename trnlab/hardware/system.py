@@ -1,0 +1,299 @@
+"""System instructions: the engines' random number generators and their scalar registers.
+
+NKI 0.7 names (AWS NKI API reference, awsdocs-neuron.readthedocs-hosted.com/en/v2.33.0/nki/api/
+generated/nki.isa.<name>.html), as methods of `NeuronCore` (`SystemInstructions`, composed into it):
+
+    rng(dst, engine)              dst = 32 random bits per element, the low bits kept     Vector | GpSimd
+    rand2(dst, low, high)         dst = uniform in [low, high] (NeuronCore-v4+)             Vector
+    rand_set_state(src, engine)   every lane's generator state = src's row (v3+)           GpSimd | Vector (v4+)
+    rand_get_state(dst, engine)   dst's rows = every lane's generator state (v3+)          GpSimd | Vector (v4+)
+    register_move(register, value, source)   register = value (or register `source`)      GpSimd (ASSUMED)
+    register_load(register, src)  register = src's one 32-bit value (HBM or SBUF)           GpSimd (ASSUMED)
+    register_store(dst, register) dst's one element = register                              GpSimd (ASSUMED)
+    core_barrier(data, engine)    wait for this core's writes to data (the peer: isa_sync.py)   GpSimd (default)
+    dma_compute(dst, src0, ...)   dst = src0 + src1 + ... in fp32, cast to dst (v3+)             a DMA queue
+
+(`set_rng_seed` — nl.random_seed, nisa.set_rng_seed — is the Vector engine's, in `vector.py`; it seeds
+this module's Vector generators too.) The generators are `prng.py`'s XORWOW, one state per lane and
+engine, kept on the core for the rest of the run as AWS says the engine keeps it; the registers are the
+core's too (`_system_state`), so a register loaded from data at run time is stored back with that
+value. The values core of the fast path shares the real core's state (`fast/values_core.bind`).
+
+Costs: AWS publishes no cycle figure for any of these. ASSUMED: rng and rand2 are one pass over the
+elements, like a one-input Vector instruction (static + N cycles, `cost.vector_cycles`); the state
+moves are one pass over the state words; a register instruction is an engine's static overhead;
+dma_compute is one DMA of dst's bytes (the sources stream through the engines' compute pipeline
+together: "cast to the output data type in a pipelined fashion", nki.isa.dma_compute).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import cost, prng
+from .dependencies import record_reads, record_write, wait_reads, wait_write
+from .engines import DVE, POOL, port_needs
+from .errors import DtypeError, EngineError, HardwareError, MemoryPlacementError, ShapeMismatchError
+from .operands import _bytes_by_memory, _free_byte_range, _view
+from .records import ISSUE, ComputeIssue
+from .tensor import View
+
+_RNG_DTYPES = ("int8", "int16", "int32", "uint8", "uint16", "uint32")
+_RAND2_DTYPES = ("float8_e4m3", "float8_e5m2", "float16", "bfloat16", "float32", "tfloat32") + _RNG_DTYPES
+_ENGINE_NAMES = {None: None, "unknown": None, "vector": "dve", "dve": "dve", "gpsimd": "pool", "pool": "pool"}
+# instructions with state beyond their operands (the generators, the registers): kept in program order
+STATEFUL_OPCODES = ("rng", "rand2", "rand_set_state", "rand_get_state", "register_move", "register_load",
+                    "register_store", "core_barrier")
+
+
+class GenerationError(HardwareError):
+    """An instruction that this NeuronCore generation does not have."""
+    rule = "NeuronCore generation"
+
+
+class RegisterError(HardwareError):
+    """A register instruction broke its rule (one 32-bit element, a register that holds a value)."""
+    rule = "register"
+
+
+def _generation(core) -> int:
+    return int(str(core.spec.generation).lower().lstrip("v") or 3)
+
+
+def _needs_generation(core, opcode: str, first: int) -> None:
+    gen = _generation(core)
+    if gen < first:
+        raise GenerationError(f"NeuronCore generation: {opcode} needs NeuronCore-v{first} or newer, this core is "
+                              f"NeuronCore-v{gen} ({core.spec.name})", value=f"v{gen}", limit=f"v{first}+")
+
+
+class SystemInstructions:
+    """NeuronCore's random number and register instructions (composed into `core.NeuronCore`)."""
+
+    # -- state kept on the core ----------------------------------------------------------------
+    def _system_state(self) -> dict:
+        """The engines' generator states and the registers, created on first use; the values core
+        of the fast path binds the real core's (one dict, mutated in place)."""
+        state = self.__dict__.get("_system")
+        if state is None:
+            state = self._system = {"prng": {}, "registers": {}}
+        return state
+
+    def _prng_state(self, engine: str) -> np.ndarray:
+        states = self._system_state()["prng"]
+        state = states.get(engine)
+        if state is None:
+            state = states[engine] = prng.seeded_state(0, self.spec.partitions, engine)
+        return state
+
+    def _seed_generators(self, seed: int) -> None:
+        """nl.random_seed / nisa.set_rng_seed: the Vector engine's generators from a 32-bit seed."""
+        self._system_state()["prng"]["dve"] = prng.seeded_state(seed, self.spec.partitions, "dve")
+
+    # -- one issue path: operands in any memory, no write or one -------------------------------
+    def _issue_system(self, eid: int, opcode: str, dur: float, reads: tuple, writes: tuple) -> int:
+        """Schedule an instruction reading `reads` and writing `writes` (0 or 1 views; a register
+        instruction may touch HBM) on engine `eid`: `_issue`'s steps, for the reference core, the
+        trace-time describer (a `ComputeIssue`) and the values core (nothing to schedule) alike."""
+        from .core import NeuronCore
+        onchip = tuple(v for v in reads + writes if v.tensor.kind != "hbm")
+        sbuf, psum = _bytes_by_memory(onchip)
+        hidden = self._vector_hidden_ns(reads, writes) if eid == DVE and (reads or writes) else 0.0
+        describe = getattr(self, "_describe", None)
+        if describe is not None:                     # the trace-time describer (describe.py)
+            sbuf_port, psum_port = port_needs(self.spec, eid, sbuf, psum)
+            if psum_port == "bank":
+                psum_port = tuple((self.buffer_of(v.tensor),) + _free_byte_range(v)
+                                  for v in onchip if v.tensor.kind == "psum")
+            return describe(ComputeIssue(ISSUE, eid, opcode, dur, tuple(self._ref(v) for v in reads),
+                                         tuple(self._ref(v) for v in writes), 0.0, sbuf, psum, sbuf_port,
+                                         psum_port, hidden))
+        if type(self)._issue is not NeuronCore._issue:
+            return -1                                # the values core: values only, no scheduling
+        ready, waited = wait_reads(reads, 0.0, -1)
+        for w in writes:
+            ready, waited, _ = wait_write(w, ready, waited)
+        idx = len(self._records)
+        start, end, waited = self.engine_times.compute(eid, ready, waited, dur, hidden,
+                                                       self._port_keys(eid, onchip, sbuf, psum), idx)
+        record_reads(reads, end, idx)
+        for w in writes:
+            record_write(w, end, idx)
+        return self._append(eid, opcode, start, end, end, 0.0, 0, sbuf, psum, waited)
+
+    def _rng_engine(self, engine, opcode: str, default: str, gpsimd_from: int, vector_from: int) -> int:
+        key = _ENGINE_NAMES.get(getattr(engine, "name", engine), "?")
+        key = default if key is None else key
+        gen = _generation(self)
+        allowed = [name for name, first in (("dve", vector_from), ("pool", gpsimd_from)) if gen >= first]
+        if key not in allowed:
+            raise EngineError(f"engine: {opcode} cannot run on {engine!r} on NeuronCore-v{gen}; allowed: {allowed}",
+                              value=engine, limit=allowed)
+        return DVE if key == "dve" else POOL
+
+    def _rng_operand(self, v: View, what: str, opcode: str, eid: int, dtypes: tuple, psum_ok: bool = True) -> None:
+        self._onchip(v, what, opcode, psum_ok=psum_ok and eid != POOL)
+        name = np.dtype(v.tensor.dtype).name if not hasattr(v.tensor.dtype, "name") else v.tensor.dtype.name
+        if name not in dtypes:
+            raise DtypeError(f"data type: {opcode} {what} must be one of {', '.join(dtypes)}, got {name}",
+                             value=name, limit=dtypes)
+
+    def _pass_ns(self, eid: int, free_size: int) -> float:
+        """ASSUMED: one pass over `free_size` elements per lane, as a one-input Vector instruction."""
+        return cost.vector_cycles(self.spec, free_size, 1) * self._clock_ns[eid]
+
+    # -- random numbers --------------------------------------------------------------------------
+    def rng(self, dst, engine="unknown") -> int:
+        """dst = 32 random bits per element from the engine's generators, the least significant bits kept
+        (an integer dst of 8, 16 or 32 bits) [nki.isa.rng]. Vector on NeuronCore-v2; GpSimd or Vector
+        from v3 (default: Vector, ASSUMED "the best engine"); GpSimd cannot write PSUM."""
+        dst = _view(dst, "dst")
+        eid = self._rng_engine(engine, "rng", "dve", gpsimd_from=3, vector_from=2)
+        self._rng_operand(dst, "dst", "rng", eid, _RNG_DTYPES)
+        if self.full:
+            bits = prng.draw(self._prng_state(_engine_key(eid)), dst.free_size)[:dst.partitions]
+            dst.write(prng.truncate(bits, dst.tensor.dtype).reshape(dst.shape))
+        return self._issue_system(eid, "rng", self._pass_ns(eid, dst.free_size), (), (dst,))
+
+    def rand2(self, dst, low, high) -> int:
+        """dst = uniform random values in [low, high] (numbers or [P, 1] views), computed in fp32 and
+        converted to dst's dtype [nki.isa.rand2]; Vector engine, NeuronCore-v4 and newer; low < high."""
+        dst = _view(dst, "dst")
+        _needs_generation(self, "rand2", 4)
+        self._rng_operand(dst, "dst", "rand2", DVE, _RAND2_DTYPES)
+        lo, lo_view = self._operand(low, dst.partitions, "rand2", "min")
+        hi, hi_view = self._operand(high, dst.partitions, "rand2", "max")
+        reads = tuple(v for v in (lo_view, hi_view) if v is not None)
+        if self.full:
+            lo_v = np.asarray(lo, np.float32).reshape(-1, 1)
+            hi_v = np.asarray(hi, np.float32).reshape(-1, 1)
+            if np.any(lo_v >= hi_v):
+                raise ShapeMismatchError(f"rand2 range: min must be below max, got min={lo_v.ravel()[:4]} "
+                                         f"max={hi_v.ravel()[:4]}", value=(lo, hi), limit="min < max")
+            bits = prng.draw(self._prng_state("dve"), dst.free_size)[:dst.partitions]
+            self._store(dst, prng.uniform(bits, lo_v, hi_v))
+        elif not reads and float(lo) >= float(hi):
+            raise ShapeMismatchError(f"rand2 range: min must be below max, got min={lo}, max={hi}",
+                                     value=(lo, hi), limit="min < max")
+        return self._issue_system(DVE, "rand2", self._pass_ns(DVE, dst.free_size), reads, (dst,))
+
+    def _state_view(self, v, what: str, opcode: str, eid: int, sbuf_only: bool) -> View:
+        v = _view(v, what)
+        self._rng_operand(v, what, opcode, eid, ("uint32",), psum_ok=not sbuf_only)
+        words = prng.WORDS[_engine_key(eid)]
+        if v.free_size != words:
+            raise ShapeMismatchError(f"shape mismatch: {opcode} {what} has {v.free_size} uint32 words per partition; "
+                                     f"the {_engine_key(eid)} engine's XORWOW state is {words}",
+                                     value=v.free_size, limit=words)
+        return v
+
+    def rand_set_state(self, src, engine="unknown") -> int:
+        """Lane p's generator state = src's partition p (uint32, 6 words for GpSimd, 24 for Vector)
+        [nki.isa.rand_set_state]; NeuronCore-v3+ (GpSimd), Vector from v4 (default: GpSimd)."""
+        _needs_generation(self, "rand_set_state", 3)
+        eid = self._rng_engine(engine, "rand_set_state", "pool", gpsimd_from=3, vector_from=4)
+        src = self._state_view(src, "src_seeds", "rand_set_state", eid, sbuf_only=_generation(self) < 4)
+        if self.full:
+            src.check_initialized()
+            values = np.asarray(src.values()).reshape(src.partitions, -1).astype(np.uint32)
+            state = self._prng_state(_engine_key(eid))
+            state[:src.partitions] = values
+        return self._issue_system(eid, "rand_set_state", self._pass_ns(eid, src.free_size), (src,), ())
+
+    def rand_get_state(self, dst, engine="unknown") -> int:
+        """dst's partition p = lane p's generator state (uint32, 6 / 24 words) [nki.isa.rand_get_state];
+        SBUF on NeuronCore-v3, SBUF or PSUM from v4 (GpSimd: SBUF only)."""
+        _needs_generation(self, "rand_get_state", 3)
+        eid = self._rng_engine(engine, "rand_get_state", "pool", gpsimd_from=3, vector_from=4)
+        dst = self._state_view(dst, "dst", "rand_get_state", eid, sbuf_only=_generation(self) < 4)
+        if self.full:
+            state = self._prng_state(_engine_key(eid))
+            dst.write(state[:dst.partitions].copy().reshape(dst.shape))
+        return self._issue_system(eid, "rand_get_state", self._pass_ns(eid, dst.free_size), (), (dst,))
+
+    # -- registers --------------------------------------------------------------------------------
+    def _register_ns(self) -> float:
+        """ASSUMED: a register instruction costs its engine's static overhead (GpSimd)."""
+        return self.spec.vector_static_cycles * self._clock_ns[POOL]
+
+    def register_move(self, register: int, value: int | None = None, source: int = -1) -> int:
+        """register = value (a compile-time int) or the value of register `source` [nki.isa.register_move]."""
+        if (value is None) == (source < 0):
+            raise RegisterError("register: register_move takes either a constant value or a source register",
+                                value=(value, source), limit="one of value, source")
+        registers = self._system_state()["registers"]
+        if value is not None:
+            registers[int(register)] = int(value) & 0xFFFFFFFF
+        elif int(source) in registers:
+            registers[int(register)] = registers[int(source)]
+        return self._issue_system(POOL, "register_move", self._register_ns(), (), ())
+
+    def _scalar_view(self, v, what: str, opcode: str) -> View:
+        v = _view(v, what)
+        if v.tensor.kind == "psum":
+            raise MemoryPlacementError(f"operand memory: {opcode} {what} is in PSUM; registers move to and from "
+                                       f"HBM or SBUF", value="psum", limit=("hbm", "sbuf"))
+        if int(np.prod(v.shape)) != 1 or np.dtype(v.tensor.dtype).itemsize > 4:
+            raise RegisterError(f"register: {opcode} {what} must be one element of at most 32 bits ([1] or [1, 1]), "
+                                f"got {tuple(v.shape)} {np.dtype(v.tensor.dtype).name}",
+                                value=tuple(v.shape), limit="one 32-bit element")
+        return v
+
+    def register_load(self, register: int, src) -> int:
+        """register = src's one value (HBM or SBUF, at most 32 bits) [nki.isa.register_load]."""
+        src = self._scalar_view(src, "src", "register_load")
+        if self.full:
+            src.check_initialized()
+            value = np.asarray(src.values()).reshape(-1)[0]
+            self._system_state()["registers"][int(register)] = int(value) & 0xFFFFFFFF
+        return self._issue_system(POOL, "register_load", self._register_ns(), (src,), ())
+
+    def register_store(self, dst, register: int) -> int:
+        """dst's one element = the register's value [nki.isa.register_store]."""
+        dst = self._scalar_view(dst, "dst", "register_store")
+        if self.full:
+            registers = self._system_state()["registers"]
+            if int(register) not in registers:
+                raise RegisterError(f"register: register_store of register {register}, which holds no value "
+                                    f"(allocated without one and never moved or loaded)",
+                                    value=register, limit="an initialised register")
+            word = np.array([registers[int(register)]], np.uint32)
+            value = word.view(np.int32) if np.dtype(dst.tensor.dtype).kind == "i" else word
+            self._store(dst, value.astype(dst.tensor.dtype))
+        return self._issue_system(POOL, "register_store", self._register_ns(), (), (dst,))
+
+    # -- synchronisation --------------------------------------------------------------------------
+    def core_barrier(self, data, engine="pool") -> int:
+        """One barrier instruction reading `data` (HBM) on `engine` [nki.isa.core_barrier]: it waits for this
+        core's earlier writes to data; ASSUMED cost: the engine's static overhead."""
+        data = _view(data, "data")
+        eid = self._engine(engine, "core_barrier")
+        return self._issue_system(eid, "core_barrier", self.spec.vector_static_cycles * self._clock_ns[eid], (data,), ())
+
+
+    def dma_compute(self, dst, src0, src1=None, src2=None, src3=None, queue: int | None = None) -> int:
+        """dst = src0 + src1 + ... (up to four sources), each converted to fp32, the sum converted to dst's
+        dtype, computed inside a DMA engine [nki.isa.dma_compute: reduce_op nl.add, scales 1.0]; sources and
+        dst in HBM or SBUF, the same number of elements; NeuronCore-v3 and newer (the page is for Trn2, Trn3)."""
+        dst = _view(dst, "dst")
+        srcs = tuple(_view(s, f"src{i}") for i, s in enumerate((src0, src1, src2, src3)) if s is not None)
+        _needs_generation(self, "dma_compute", 3)
+        for name, v in (("dst", dst),) + tuple((f"src{i}", s) for i, s in enumerate(srcs)):
+            if v.tensor.kind == "psum":
+                raise MemoryPlacementError(f"operand memory: dma_compute {name} is in PSUM; the DMA engines read "
+                                           f"and write HBM or SBUF", value="psum", limit=("hbm", "sbuf"))
+        for i, s in enumerate(srcs):
+            if s.size != dst.size:
+                raise ShapeMismatchError(f"shape mismatch: dma_compute src{i} {s.shape} and dst {dst.shape} hold "
+                                         f"different numbers of elements", value=s.shape, limit=dst.shape)
+        if self.full:
+            total = np.zeros(dst.size, np.float32)
+            for s in srcs:
+                s.check_initialized()
+                total += np.asarray(s.values(), np.float32).reshape(-1)
+            dst.write(total.reshape(dst.shape).astype(dst.tensor.dtype))
+        return self._schedule_dma(dst, srcs[0], srcs, dst.nbytes, queue, "dma_compute")
+
+
+def _engine_key(eid: int) -> str:
+    return "dve" if eid == DVE else "pool"
+
