@@ -75,6 +75,7 @@ def run_file(root: Path, path: Path, mode: str, results: Path, args, extra_plugi
         "NKILIB_TEST_SECONDS": str(args.seconds),
         "NKILIB_SIMULATION_RUN_ALL": "1" if mode == "timing" else "0",   # the harness's own switch
         "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+        "NEURON_PYTHONHASHSEED": "0", "PYTHONHASHSEED": "0",    # the harness seeds its sampled sweeps with it
     })
     plugins = [x for p in extra_plugins + ["nki_library_plugin"] for x in ("-p", p)]
     command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *plugins, str(path.relative_to(root)),
