@@ -16,6 +16,7 @@ from .engines import DVE, FIRST_DMA, PE, port_needs
 from .records import (DMA, ISSUE, MATMUL, PE_ISSUE, PRINT, SEED, ComputeIssue, DmaIssue, MatmulIssue,
                       PrintIssue, SeedIssue, TensorIssue)
 from .tensor import Tensor, View
+from .tensor_engine import pe_tiles
 
 
 class DescribingCore(NeuronCore):
@@ -46,7 +47,7 @@ class DescribingCore(NeuronCore):
                                            tuple(self._ref(v) for v in writes), flops, sbuf, psum,
                                            sbuf_port, psum_port, hidden))
 
-    def nc_matmul(self, dst, stationary, moving, accumulate=None) -> int:
+    def nc_matmul(self, dst, stationary, moving, accumulate=None, tile_position=None, tile_size=None) -> int:
         # the rules and the cost depend only on the operands' shapes, places and dtypes: checked
         # and costed once per such triple (a tiled loop issues the same matmul thousands of times)
         views = (_view(dst, "dst"), _view(stationary, "stationary"), _view(moving, "moving"))
@@ -57,13 +58,15 @@ class DescribingCore(NeuronCore):
             checked = self._matmul_checked[key] = self._check_matmul(*views)[6:]
         busy_ns, latency_ns, load_ns, flops, sbuf, psum = checked
         dst, st, mv = views
+        tiles = 0 if tile_position is None and tile_size is None else \
+            pe_tiles(self.spec, tile_position, tile_size, st.partitions, st.free_size)
         return self._describe(MatmulIssue(MATMUL, self._ref(dst), self._ref(st), self._ref(mv), busy_ns,
-                                          latency_ns, load_ns, flops, sbuf, psum))
+                                          latency_ns, load_ns, flops, sbuf, psum, tiles))
 
-    def _pe_issue(self, opcode, st, reads, dst, flops, sbuf, psum):
+    def _pe_issue(self, opcode, st, reads, dst, flops, sbuf, psum, tiles: int = 0):
         busy_ns, latency_ns, load_ns = self._pe_cost(opcode, st, reads, dst)
         return self._describe(TensorIssue(PE_ISSUE, opcode, self._ref(st), tuple(self._ref(v) for v in reads),
-                                          self._ref(dst), busy_ns, latency_ns, load_ns, flops, sbuf, psum))
+                                          self._ref(dst), busy_ns, latency_ns, load_ns, flops, sbuf, psum, tiles))
 
     def _schedule_dma(self, dst, src, reads, nbytes, queue, opcode) -> int:
         c = self._dma_cost(dst, src, nbytes, opcode)

@@ -27,6 +27,38 @@ def _check_dma_endpoints(src, dst) -> None:
                   f"not reach PSUM. Copy PSUM -> SBUF with tensor_copy, then SBUF -> HBM",
                   value=(sk, dk), limit="SBUF/HBM endpoints")
 
+def _shifted(view: View, offsets: np.ndarray, stride: int, per_row: bool, skip: bool):
+    """(`view` moved by offsets x stride elements — one offset, or one per row —, the rows kept or None).
+    Out-of-bounds elements raise `OutOfBoundsError`, or (`skip`) drop their rows."""
+    t = view.tensor
+    flat = view.flat_positions()
+    if per_row:
+        flat = flat + (offsets * stride).reshape((-1,) + (1,) * (flat.ndim - 1))
+    else:
+        flat = flat + int(offsets[0]) * stride
+    size = int(np.prod(t.shape))
+    bad = (flat < 0) | (flat >= size)
+    keep = None
+    if bad.any():
+        if not skip:
+            first = int(flat[bad].flat[0])
+            raise OutOfBoundsError(f"out-of-bounds index: an indirect DMA reaches element {first} of "
+                                   f"{t.name!r} {t.shape} ({size} elements) at run time", value=first, limit=size)
+        keep = ~bad.reshape(bad.shape[0], -1).any(axis=1) if bad.ndim else np.array([False])
+        flat = flat[keep]
+    return View(t, np.unravel_index(flat, t.shape)), keep
+
+
+def _rows_of(view: View, keep: np.ndarray):
+    """The index of `view`'s rows where `keep` (an index into its tensor)."""
+    return np.unravel_index(view.flat_positions()[keep], view.tensor.shape)
+
+
+# nki.isa.dma_transpose: "For 2-d input tile, the permutation will be [1, 0]; for 3-d [2, 1, 0]; for 4-d
+# [3, 1, 2, 0]" (the only axes its page lists)
+DMA_TRANSPOSE_AXES = ((1, 0), (2, 1, 0), (3, 1, 2, 0))
+
+
 class DmaInstructions:
     """NeuronCore's DMA instructions (the core's machinery: `core.NeuronCore`)."""
 
@@ -106,6 +138,55 @@ class DmaInstructions:
         nbytes = dst.nbytes
         return self._schedule_dma(dst, whole, (whole, idx), nbytes, queue, "dma_gather")
 
+    def dma_copy_indirect(self, dst, src, offsets, stride: int, per_row: bool = False, side: str = "src",
+                          skip_out_of_bounds: bool = False, queue: int | None = None) -> int:
+        """dma_copy one of whose ends (`side`: "src" or "dst") starts further on by an offset read at
+        run time from the SBUF tile `offsets` (integers), in units of `stride` elements: NKI's access
+        pattern with ``scalar_offset=`` (one value moves the whole access) or ``vector_offset=``
+        (`per_row`: row r of the access moves by offsets[r]), both on ``indirect_dim`` (whose stride
+        `stride` is) [nki-aps, NKI Access Patterns]. The view given for that side is its access
+        pattern with the offset 0. An element outside the tensor raises `OutOfBoundsError`
+        (oob_mode.error), or with `skip_out_of_bounds` its row is not moved (oob_mode.skip). Which
+        elements move is known only at run time: the transfer waits for (or, writing, claims) the
+        whole tensor on that side; it is costed as the access pattern it is (descriptors per run)."""
+        dst = _view(dst, "dst")
+        src = _view(src, "src")
+        idx = _view(offsets, "offsets")
+        _check_dma_endpoints(src, dst)
+        if side not in ("src", "dst"):
+            raise ValueError(f"dma_copy_indirect: side is 'src' or 'dst', got {side!r}")
+        self._onchip(idx, "offsets", "dma_copy_indirect", psum_ok=False)
+        if dtypes.is_float(idx.tensor.dtype):
+            raise DtypeError(f"data type: an access pattern's scalar_offset / vector_offset must be integers, "
+                             f"got {dtypes.name(idx.tensor.dtype)}", value=idx.tensor.dtype, limit="int32")
+        if src.size != dst.size:
+            raise ShapeMismatchError(f"shape mismatch: dma_copy src {src.shape} -> dst {dst.shape}",
+                                     value=src.shape, limit=dst.shape)
+        if src.tensor.dtype != dst.tensor.dtype:
+            raise DtypeError(f"data type: an indirect dma_copy does not convert: src "
+                             f"{dtypes.name(src.tensor.dtype)}, dst {dtypes.name(dst.tensor.dtype)}",
+                             value=src.tensor.dtype, limit=dst.tensor.dtype)
+        moving = src if side == "src" else dst
+        rows = moving.shape[0] if moving.shape else 1
+        if per_row and idx.size != rows:
+            raise ShapeMismatchError(f"shape mismatch: vector_offset has {idx.size} offsets for an access of "
+                                     f"{rows} rows {moving.shape}", value=idx.size, limit=rows)
+        if self.full:
+            idx.check_initialized()
+            shifted, keep = _shifted(moving, np.asarray(idx.values()).reshape(-1).astype(np.int64), int(stride),
+                                     per_row, skip_out_of_bounds)
+            fixed = dst if side == "src" else src
+            if keep is not None:                  # oob_mode.skip: only the rows inside the tensor move
+                fixed = View(fixed.tensor, _rows_of(fixed, keep))
+            if side == "src":
+                self._dma_copy_values(fixed, shifted)
+            else:
+                self._dma_copy_values(shifted, fixed)
+        whole = moving.tensor.full
+        if side == "src":
+            return self._schedule_dma(dst, src, (whole, idx), src.nbytes, queue, "dma_copy_indirect")
+        return self._schedule_dma(whole, src, (src, idx), src.nbytes, queue, "dma_copy_indirect")
+
     def dma_copy_cast(self, dst, src, queue: int | None = None) -> int:
         """dma_copy that converts src's dtype to dst's on the way, which NeuronCore-v3/-v4 DMA engines
         can do (Trn2/Trn3: nisa.dma_copy with dst and src of different dtypes; ⚠ stated in AWS's
@@ -129,11 +210,13 @@ class DmaInstructions:
             dst.write(np.reshape(values, dst.shape).astype(dst.tensor.dtype))
         return self._schedule_dma(dst, src, (src,), max(src.nbytes, dst.nbytes), queue, "dma_copy")
 
-    def dma_transpose(self, dst, src, queue: int | None = None) -> int:
+    def dma_transpose(self, dst, src, queue: int | None = None, axes: tuple | None = None) -> int:
         """dst[B, A] = src[A, B].T moved by a DMA (nisa.dma_transpose, nl.load_transpose2d): src in
         HBM or SBUF, dst in SBUF (or HBM). From NeuronCore-v3 on the DMA engines transpose in
         hardware into SBUF and may convert the dtype on the way; on NeuronCore-v2 it is a strided
-        DMA of the same dtype (`cost.dma_transpose_cost`)."""
+        DMA of the same dtype (`cost.dma_transpose_cost`). ``axes``: the permutations AWS's
+        dma_transpose page lists for 3-D and 4-D sources, (2, 1, 0) and (3, 1, 2, 0) (dst axis i is
+        src axis axes[i]); None for 2-D."""
         dst = _view(dst, "dst")
         src = _view(src, "src")
         sk, dk = src.tensor.kind, dst.tensor.kind
@@ -141,10 +224,12 @@ class DmaInstructions:
             raise MemoryPlacementError(f"operand memory: dma_transpose {sk.upper()} -> {dk.upper()} is "
                                        f"refused; DMA does not reach PSUM", value=(sk, dk),
                                        limit="SBUF/HBM endpoints")
-        if len(src.shape) != 2 or tuple(dst.shape) != tuple(src.shape[::-1]):
-            raise ShapeMismatchError(f"shape mismatch: dma_transpose of src {src.shape} into dst "
-                                     f"{dst.shape}; dst must be the 2-D src reversed",
-                                     value=dst.shape, limit=tuple(src.shape[::-1]))
+        perm = (1, 0) if axes is None else tuple(int(a) for a in axes)
+        if perm not in DMA_TRANSPOSE_AXES or len(src.shape) != len(perm) \
+                or tuple(dst.shape) != tuple(src.shape[a] for a in perm):
+            raise ShapeMismatchError(f"shape mismatch: dma_transpose of src {src.shape} with axes {perm} into dst "
+                                     f"{dst.shape}; the transposes are {', '.join(map(str, DMA_TRANSPOSE_AXES))} "
+                                     f"(dst axis i = src axis axes[i])", value=dst.shape, limit=DMA_TRANSPOSE_AXES)
         if src.tensor.dtype != dst.tensor.dtype and str(self.spec.generation).lower().lstrip("v") == "2":
             raise DtypeError(f"data type: dma_transpose does not convert on NeuronCore-v2 ({self.spec.name}): "
                              f"src {dtypes.name(src.tensor.dtype)}, dst {dtypes.name(dst.tensor.dtype)}",
@@ -154,7 +239,7 @@ class DmaInstructions:
             values = np.asarray(src.values())
             if src.tensor.dtype != dst.tensor.dtype and dtypes.is_float(src.tensor.dtype):
                 values = values.astype(np.float32)
-            dst.write(np.ascontiguousarray(values.reshape(src.shape).T).astype(dst.tensor.dtype))
+            dst.write(np.ascontiguousarray(np.transpose(values.reshape(src.shape), perm)).astype(dst.tensor.dtype))
         return self._schedule_dma(dst, src, (src,), max(src.nbytes, dst.nbytes), queue, "dma_transpose")
 
     def _schedule_dma(self, dst, src, reads, nbytes, queue, opcode) -> int:

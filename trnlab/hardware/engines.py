@@ -176,7 +176,7 @@ class EngineTimes:
     LoadStationary and matmul; `vector_follows`: the Vector engine has issued in this launch."""
 
     __slots__ = ("spec", "free", "dma_engines", "hbm_channel", "bandwidth", "dma_latency", "ports", "load_end",
-                 "last_matmul_start", "vector_follows", "queue_heap")
+                 "last_matmul_start", "vector_follows", "queue_heap", "pe_blocks", "pe_seen")
 
     def __init__(self, spec, n_engines: int, hbm: Channel | None = None, bandwidth: float | None = None):
         self.spec = spec
@@ -191,6 +191,8 @@ class EngineTimes:
         self.vector_follows = False
         self.queue_heap: list = []
         self._heap_queues()
+        self.pe_blocks = [0.0] * 16      # tiling mode: when each 32 x 32 block of the PE array is free
+        self.pe_seen = 0.0               # free[PE] when the blocks were last brought up to date
 
     def _heap_queues(self) -> None:
         """The DMA queues as a heap of (free time, queue): its top is `first_free_queue`'s answer.
@@ -240,7 +242,7 @@ class EngineTimes:
 
     def tensor(self, ready: float, waited: int, new: bool, st_ready: float, st_waited: int,
                load_ns: float, dst_ready: float, dst_waited: int, group_ready: float, busy: float,
-               latency: float) -> tuple[float, float, float, int]:
+               latency: float, tiles: int = 0) -> tuple[float, float, float, int]:
         """(start, end, ready, waited) of a Tensor-engine instruction whose moving data is ready at
         `ready`: after the PE queue; with a `new` stationary tile (ready at `st_ready`),
         LoadStationary starts once the tile is ready and the previous matmul has taken its weights
@@ -248,7 +250,11 @@ class EngineTimes:
         the tile already loaded, no earlier than that load's end); then after the earlier accesses
         its result's region waits for (WAR / WAW: `dst_ready`). The array is busy `busy` ns; the
         result is in PSUM `latency` ns after the start, and no earlier than the accumulation group
-        it joins (`group_ready`)."""
+        it joins (`group_ready`). `tiles`: a matmul in tiling mode, the bit mask of the 32 x 32 PE
+        blocks it occupies (`tensor_tiled`); 0 for the whole array."""
+        if tiles:
+            return self.tensor_tiled(ready, waited, new, st_ready, st_waited, load_ns, dst_ready, dst_waited,
+                                     group_ready, busy, latency, tiles)
         free = self.free
         if free[PE] >= ready:
             ready, waited = free[PE], -1
@@ -267,6 +273,48 @@ class EngineTimes:
             result = group_ready
         self.last_matmul_start = ready
         free[PE] = end
+        return ready, end, result, waited
+
+    def tensor_tiled(self, ready: float, waited: int, new: bool, st_ready: float, st_waited: int,
+                     load_ns: float, dst_ready: float, dst_waited: int, group_ready: float, busy: float,
+                     latency: float, tiles: int) -> tuple[float, float, float, int]:
+        """`tensor` for a matmul in tiling mode (nki.isa.nc_matmul, "Tiling mode": several matmuls
+        with a stationary smaller than 128 x 128 "run in parallel" on row / column tiles of the PE
+        array). The queue still issues in order — an instruction starts no earlier than the one
+        before it started — but it waits only for the 32 x 32 blocks it occupies (bit b of `tiles`:
+        row block b // 4, column block b % 4), not for the whole array. LoadStationary is
+        unchanged (one load at a time). A whole-array instruction waits for every block (`free[PE]`
+        is the latest block's end). ASSUMED: AWS publishes no timing for tiling mode beyond
+        "in parallel"."""
+        free = self.free
+        blocks = self.pe_blocks
+        if self.pe_seen != free[PE]:          # a whole-array instruction ran since: all blocks until then
+            blocks[:] = [free[PE]] * 16
+        if self.last_matmul_start > ready:
+            ready, waited = self.last_matmul_start, -1
+        for b in range(16):
+            if tiles >> b & 1 and blocks[b] > ready:
+                ready, waited = blocks[b], -1
+        if new:
+            load_start = st_ready if st_ready > self.last_matmul_start else self.last_matmul_start
+            load_end = self.load_end = load_start + load_ns
+            if load_end > ready:
+                ready, waited = load_end, st_waited
+        elif self.load_end > ready:
+            ready = self.load_end
+        if dst_ready > ready:
+            ready, waited = dst_ready, dst_waited
+        end = ready + busy
+        result = ready + latency
+        if group_ready > result:
+            result = group_ready
+        self.last_matmul_start = ready
+        for b in range(16):
+            if tiles >> b & 1:
+                blocks[b] = end
+        if end > free[PE]:
+            free[PE] = end
+        self.pe_seen = free[PE]
         return ready, end, result, waited
 
     def dma(self, queue: int | None, ready: float, waited: int, fixed_ns: float, cycles: float,

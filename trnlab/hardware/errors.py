@@ -82,6 +82,13 @@ class MatmulShapeError(HardwareError):
     rule = "matmul tile shape"
 
 
+class PETilingError(MatmulShapeError):
+    """nc_matmul's tiling mode broken: tile_size / tile_position outside the PE array's row and
+    column tiles (2 x 64 from NeuronCore-v2, 4 x 32 from v3), or an operand larger than its tile
+    [NC-MATMUL, "Tiling mode"]."""
+    rule = "PE array tiling"
+
+
 class ShapeMismatchError(HardwareError):
     """Operands of an instruction have shapes that do not match."""
     rule = "shape mismatch"

@@ -463,12 +463,15 @@ def list_order(program: Program, spec=None, times: list | None = None) -> list[i
         elif kind == PE_OP:
             _, pre, _, st_deps, post, group, busy, lat, load, end_node, ready_node = op[:11]
             d = issues[k]
+            tiles = 0
             if d[0] == MATMUL:            # a new stationary tile: another, or rewritten since
                 st = d[2]                 # MatmulIssue.stationary
                 held = (st[0], st[1], version[st[0]])
                 new, stationary = held != stationary, held
+                tiles = d[10] if len(d) > 10 else 0          # MatmulIssue.tiles (tiling mode)
             else:
                 new, stationary = True, None
+                tiles = d[11] if len(d) > 11 else 0          # TensorIssue.tiles (tiling mode)
             ready_at = st_ready = dst_ready = group_ready = 0.0     # the latest of each node list
             for node in pre:
                 if T[node] > ready_at:
@@ -483,7 +486,7 @@ def list_order(program: Program, spec=None, times: list | None = None) -> list[i
                 if T[node] > group_ready:
                     group_ready = T[node]
             start, end, done, _ = engines.tensor(ready_at, -1, new, st_ready, -1, load, dst_ready, -1,
-                                                 group_ready, busy, lat)
+                                                 group_ready, busy, lat, tiles)
             T[end_node], T[ready_node] = end, done
             eid = 0
         elif kind == ENGINE_OP:

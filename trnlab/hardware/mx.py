@@ -36,7 +36,8 @@ NeuronCore-v4 and newer"):
   mode)" [ARCH-v4], "MX data-type Quantization": static + N/4 Vector cycles, N the source's elements
   per partition (`cost.cost`); the static part as for every Vector instruction.
 
-Not simulated (refused by name): row tiling (`tile_position` / `tile_size`) of nc_matmul_mx.
+Row tiling (`tile_position` / `tile_size`) of nc_matmul_mx: the rules and timing of nc_matmul's tiling
+mode (`tensor_engine.pe_tiles`), rows only.
 
 [MX] AWS Neuron docs, NKI API "nki.isa.quantize_mx", "nki.isa.nc_matmul_mx" (NKI 0.3+ pages).
 [ARCH-v4] AWS Neuron docs, Trainium3 architecture guide for NKI, "Quad-MXFP8/MXFP4 Matmul Performance".
@@ -53,7 +54,8 @@ import numpy as np
 from . import dtypes
 from .engines import DVE
 from .operands import _view
-from .errors import DtypeError, HardwareError, MatmulShapeError, MemoryPlacementError
+from .errors import DtypeError, HardwareError, MatmulShapeError, MemoryPlacementError, PETilingError
+from .tensor_engine import pe_tiles
 
 SCALE_DTYPES = (dtypes.uint8, dtypes.float8_e8m0fnu)
 float4_e2m1fn = np.dtype(ml_dtypes.float4_e2m1fn)            # one FP4 value per byte (for NumPy math)
@@ -243,8 +245,11 @@ def quantize_mx(self, dst, src, dst_scale) -> int:
     return self._issue(DVE, "quantize_mx", dur, (src,), dst, also_write=scale)
 
 
-def nc_matmul_mx(self, dst, stationary, moving, stationary_scale, moving_scale, accumulate=None) -> int:
-    """dst[M, N] (+)= the MX product of stationary x4 [K, M] and moving x4 [K, N] with their scales."""
+def nc_matmul_mx(self, dst, stationary, moving, stationary_scale, moving_scale, accumulate=None,
+                 tile_position=None, tile_size=None) -> int:
+    """dst[M, N] (+)= the MX product of stationary x4 [K, M] and moving x4 [K, N] with their scales.
+    ``tile_position`` / ``tile_size``: row tiling of the PE array ("For nc_matmul_mx, Tensor Engine
+    supports only row tiling mode": column_size 128, start_column 0; nki.isa.nc_matmul_mx)."""
     _need_v4(self, "nc_matmul_mx")
     dst, st, mv = _view(dst, "dst"), _view(stationary, "stationary"), _view(moving, "moving")
     st_s, mv_s = _view(stationary_scale, "stationary_scale"), _view(moving_scale, "moving_scale")
@@ -268,6 +273,14 @@ def nc_matmul_mx(self, dst, stationary, moving, stationary_scale, moving_scale, 
     if dst.tensor.dtype not in (dtypes.float32, dtypes.bfloat16):
         raise DtypeError(f"data type: nc_matmul_mx writes fp32 or bf16 to PSUM, dst is "
                          f"{dtypes.name(dst.tensor.dtype)}", value=dst.tensor.dtype, limit="float32")
+    tiles = 0
+    if tile_position is not None or tile_size is not None:
+        if tile_size is not None and len(tuple(tile_size)) == 2 and int(tuple(tile_size)[1]) != 128 or \
+                tile_position is not None and len(tuple(tile_position)) == 2 and int(tuple(tile_position)[1]) != 0:
+            raise PETilingError(f"PE array tiling: nc_matmul_mx tiles rows only (tile_size column_size 128, "
+                                f"tile_position start_column 0), got tile_position {tile_position}, tile_size "
+                                f"{tile_size}", value=(tile_position, tile_size), limit=("(r, 0)", "(rows, 128)"))
+        tiles = pe_tiles(self.spec, tile_position, tile_size, K, M)
     self._matmul_dtypes.add(dtypes.float8_e4m3)          # MFU against the fp8 peak (the MX rate)
     if self.full:
         for v in (st, mv):
@@ -286,7 +299,7 @@ def nc_matmul_mx(self, dst, stationary, moving, stationary_scale, moving_scale, 
         dst.write(product.reshape(dst.shape).astype(t.dtype))
     # one pass of N columns (cost._tensor_engine: K, M from the stationary, N from the moving)
     return self._pe_issue("nc_matmul_mx", st, (mv, st_s, mv_s), dst, 2.0 * 4 * K * M * N,
-                          st.nbytes + mv.nbytes + st_s.nbytes + mv_s.nbytes, dst.nbytes)
+                          st.nbytes + mv.nbytes + st_s.nbytes + mv_s.nbytes, dst.nbytes, tiles)
 
 
 class MxInstructions:

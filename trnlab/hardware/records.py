@@ -51,6 +51,7 @@ class MatmulIssue(NamedTuple):
     flops: float
     sbuf: int
     psum: int
+    tiles: int = 0              # tiling mode: the 32 x 32 PE blocks it occupies (engines.tensor_tiled)
 
 
 class TensorIssue(NamedTuple):
@@ -67,6 +68,7 @@ class TensorIssue(NamedTuple):
     flops: float
     sbuf: int
     psum: int
+    tiles: int = 0              # tiling mode (nc_matmul_mx row tiles): the PE blocks it occupies
 
 
 class DmaIssue(NamedTuple):
@@ -185,6 +187,7 @@ class PeOp(NamedTuple):
     sbuf: int
     psum: int
     note: str
+    tiles: int = 0              # tiling mode: the PE blocks it occupies (MatmulIssue.tiles)
 
 
 class DmaOp(NamedTuple):

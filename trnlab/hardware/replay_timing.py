@@ -206,7 +206,8 @@ def _resolve(program, issues, spec, layout, static) -> Resolved:
                 if r[0] in resident_reads:
                     resident_reads[r[0]].append((r[1], node))
         elif kind == MATMUL:
-            _, dref, sref, mref, busy, lat, load, flops, sbuf, psum = d
+            _, dref, sref, mref, busy, lat, load, flops, sbuf, psum = d[:10]
+            tiles = d[10] if len(d) > 10 else 0         # MatmulIssue.tiles (tiling mode)
             pre = []
             raw((mref,), pre)
             sv = (sref[0], sref[1], version[sref[0]])
@@ -220,7 +221,7 @@ def _resolve(program, issues, spec, layout, static) -> Resolved:
             end_node, ready_node = n_nodes, n_nodes + 1
             n_nodes += 2
             ops.append((PE_OP, dedupe(pre), new, dedupe(st_deps), dedupe(post), dedupe(group_deps),
-                            busy, lat, load, end_node, ready_node, "nc_matmul", flops, sbuf, psum, note))
+                            busy, lat, load, end_node, ready_node, "nc_matmul", flops, sbuf, psum, note, tiles))
             note_reads((sref, mref), (end_node,))
             note_write(dref, (ready_node,), True)
         elif kind == ISSUE:
@@ -242,7 +243,8 @@ def _resolve(program, issues, spec, layout, static) -> Resolved:
                 if r[0] in resident_reads:
                     resident_reads[r[0]].append((r[1], node))
         elif kind == PE_ISSUE:
-            _, opcode, sref, rrefs, dref, busy, lat, load, flops, sbuf, psum = d
+            _, opcode, sref, rrefs, dref, busy, lat, load, flops, sbuf, psum = d[:11]
+            tiles = d[11] if len(d) > 11 else 0         # TensorIssue.tiles (tiling mode)
             pre, st_deps, post = [], [], []
             raw(rrefs, pre)
             raw((sref,), st_deps)
@@ -252,7 +254,7 @@ def _resolve(program, issues, spec, layout, static) -> Resolved:
             n_nodes += 2
             # (as a matmul that always loads its stationary tile and joins no accumulation group)
             ops.append((PE_OP, dedupe(pre), True, dedupe(st_deps), dedupe(post), (), busy, lat, load,
-                            end_node, ready_node, opcode, flops, sbuf, psum, note))
+                            end_node, ready_node, opcode, flops, sbuf, psum, note, tiles))
             note_reads((sref,) + rrefs, (end_node,))
             note_write(dref, (ready_node,))
         elif kind == SEED:
@@ -420,7 +422,7 @@ def run_timing(compiled: Compiled, core, resident: dict, region: str = "") -> No
                 now = end
         elif kind == PE_OP:
             (_, pre, new, st_deps, post, group, busy, lat, load, end_node, ready_node, opcode, flops,
-             sbuf, psum, note) = op
+             sbuf, psum, note, tiles) = op
             start = 0.0
             w = -1
             for n in pre:
@@ -444,7 +446,7 @@ def run_timing(compiled: Compiled, core, resident: dict, region: str = "") -> No
                 if T[n] > group_ready:
                     group_ready = T[n]
             start, end, ready, w = tensor(start, w, new, st_ready, st_w, load, dst_ready, dst_w, group_ready,
-                                          busy, lat)
+                                          busy, lat, tiles)
             T[end_node] = end
             T[ready_node] = ready
             W[end_node] = W[ready_node] = idx

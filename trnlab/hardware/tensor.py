@@ -652,6 +652,23 @@ class View:
                 if self.size * 8 >= t.written.size and t.written.all():
                     _all_written(t)
 
+    def flat_positions(self) -> np.ndarray:
+        """The row-major element offset in its tensor of each element of this view (an int64 array
+        of the view's shape): what an access pattern's [[stride, count], ...] walks. Each axis's
+        coordinate is read through the view's own index from a stride-0 array of the tensor's shape,
+        so any NumPy index (ints, slices, index arrays) works and nothing of the tensor's size is made."""
+        t = self.tensor
+        index = self.index if self.index is not None else (slice(None),) * t.ndim
+        flat = np.zeros((), dtype=np.int64)
+        stride = 1
+        for axis in range(t.ndim - 1, -1, -1):
+            n = t.shape[axis]
+            coords = np.lib.stride_tricks.as_strided(np.arange(n, dtype=np.int64), shape=t.shape,
+                                                     strides=tuple(8 if k == axis else 0 for k in range(t.ndim)))
+            flat = flat + coords[index] * stride
+            stride *= n
+        return np.asarray(flat, dtype=np.int64).reshape(self.shape)
+
     def on(self, tensor: Tensor) -> "View":
         """This view's index on another tensor of the same shape, dtype and partition axis (a
         replay's fresh tensor), without parsing the index again."""

@@ -13,21 +13,55 @@ import numpy as np
 
 from . import cost, dtypes
 from .engines import PE
-from .errors import DtypeError, MatmulShapeError, MemoryPlacementError, PartitionAxisError, ShapeMismatchError, StartPartitionError
+from .errors import (DtypeError, MatmulShapeError, MemoryPlacementError, PartitionAxisError, PETilingError,
+                     ShapeMismatchError, StartPartitionError)
 from .operands import _view, start_partition_ok
 from .tensor import View
 from .dependencies import record_reads as _record_reads, record_write as _record_write, wait_reads as _wait_reads, wait_write as _wait_write
 
 
+def pe_tiles(spec, tile_position, tile_size, K: int, M: int) -> int:
+    """The 32 x 32 PE blocks a matmul in tiling mode occupies, as a bit mask (bit 4 * row block +
+    column block), after checking nki.isa.nc_matmul's "Tiling mode" rules: both tuples given; row
+    and column tile sizes 64 or 128 (2 x 64 tiles, NeuronCore-v2 on) or 32 (4 x 32 tiles, NeuronCore-v3
+    on); each start a multiple of its size inside the 128 x 128 array; the stationary's K rows
+    (partitions) within the row tile and its M columns (free size) within the column tile."""
+    if tile_position is None or tile_size is None or len(tuple(tile_position)) != 2 or len(tuple(tile_size)) != 2:
+        raise PETilingError(f"PE array tiling: tile_position {tile_position} and tile_size {tile_size} must both "
+                            f"be 2-tuples (start_row, start_column) and (row_size, column_size)",
+                            value=(tile_position, tile_size), limit="both set")
+    (row, col), (rows, cols) = (int(x) for x in tile_position), (int(x) for x in tile_size)
+    sizes = (32, 64, 128) if str(spec.generation).lower().lstrip("v") != "2" else (64, 128)
+    for what, size in (("row_size", rows), ("column_size", cols)):
+        if size not in sizes:
+            raise PETilingError(f"PE array tiling: {what} {size}; {spec.name} tiles the 128 x 128 PE array into "
+                                f"tiles of {', '.join(map(str, sizes))}", value=size, limit=sizes)
+    for what, start, size in (("start_row", row, rows), ("start_column", col, cols)):
+        if start < 0 or start % size or start + size > 128:
+            raise PETilingError(f"PE array tiling: {what} {start} must be a multiple of the tile size {size} "
+                                f"inside the 128 x 128 array", value=start, limit=size)
+    if K > rows or M > cols:
+        raise PETilingError(f"PE array tiling: stationary [K={K}, M={M}] does not fit the tile_size "
+                            f"({rows}, {cols}): K <= row_size, M <= column_size", value=(K, M), limit=(rows, cols))
+    mask = 0
+    for rb in range(row // 32, (row + rows) // 32):
+        for cb in range(col // 32, (col + cols) // 32):
+            mask |= 1 << (4 * rb + cb)
+    return mask
+
+
 class TensorEngineInstructions:
     """NeuronCore's Tensor-engine instructions (the core's machinery: `core.NeuronCore`)."""
 
-    def nc_matmul(self, dst, stationary, moving, accumulate=None) -> int:
+    def nc_matmul(self, dst, stationary, moving, accumulate=None, tile_position=None, tile_size=None) -> int:
         """dst[M, N] (+)= stationary[K, M].T @ moving[K, N] on the Tensor engine.
 
         Inputs in SBUF, output in PSUM (fp32; bf16 also on NeuronCore-v4), K <= 128 (partitions),
         M <= 128, N <= 512. ``accumulate``: True adds to dst, False overwrites it, None (default)
         adds if dst was already written and overwrites a fresh tile (NKI's PSUM accumulation).
+        ``tile_position=(start_row, start_column)``, ``tile_size=(row_size, column_size)``: tiling
+        mode, the matmul on a row x column tile of the PE array (`pe_tiles`), where matmuls on
+        other tiles run at the same time (`engines.EngineTimes.tensor_tiled`); the values are the same.
         """
         # The rules depend only on the operands' shapes and places: check each triple of operand
         # objects once (tiled loops reuse the same views) — the hot path of every GEMM.
@@ -39,6 +73,8 @@ class TensorEngineInstructions:
                 self._matmul_checked.clear()
             self._matmul_checked[key] = checked
         dst, st, mv, K, M, N, busy_ns, latency_ns, load_ns, flops, sbuf, psum = checked
+        tiles = 0 if tile_position is None and tile_size is None else \
+            pe_tiles(self.spec, tile_position, tile_size, K, M)
         if st.tensor.freed or mv.tensor.freed or dst.tensor.freed:
             for v, what in ((st, "stationary"), (mv, "moving"), (dst, "dst")):
                 _view(v, what)
@@ -61,7 +97,7 @@ class TensorEngineInstructions:
             st_ready, st_waited = 0.0, -1
         dst_ready, dst_waited, group_ready = _wait_write(dst, 0.0, -1, True)   # WAR / WAW on dst
         start, end, ready, waited = times.tensor(start, waited, new, st_ready, st_waited, load_ns,
-                                                 dst_ready, dst_waited, group_ready, busy_ns, latency_ns)
+                                                 dst_ready, dst_waited, group_ready, busy_ns, latency_ns, tiles)
         records = self._records
         idx = len(records)
         _record_reads((st, mv), end, idx)
@@ -175,9 +211,10 @@ class TensorEngineInstructions:
         if garbage is not None:
             dst.set_poison(garbage, origin)
 
-    def _pe_issue(self, opcode, st, reads, dst, flops, sbuf, psum):
+    def _pe_issue(self, opcode, st, reads, dst, flops, sbuf, psum, tiles: int = 0):
         """Schedule a Tensor-engine instruction other than nc_matmul (nc_transpose): the array
-        loads `st` as its stationary tile (in the background), then streams N columns."""
+        loads `st` as its stationary tile (in the background), then streams N columns (on the PE
+        blocks `tiles` in tiling mode: `pe_tiles`)."""
         busy_ns, latency_ns, load_ns = self._pe_cost(opcode, st, reads, dst)
         times = self.engine_times
         start, waited = _wait_reads(reads, 0.0, -1)
@@ -185,7 +222,7 @@ class TensorEngineInstructions:
         self._stationary = None
         dst_ready, dst_waited, _ = _wait_write(dst, 0.0, -1)
         start, end, ready, waited = times.tensor(start, waited, True, st_ready, st_waited, load_ns,
-                                                 dst_ready, dst_waited, 0.0, busy_ns, latency_ns)
+                                                 dst_ready, dst_waited, 0.0, busy_ns, latency_ns, tiles)
         idx = len(self._records)
         _record_reads((st,) + reads, end, idx)
         _record_write(dst, ready, idx)

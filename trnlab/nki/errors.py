@@ -30,6 +30,11 @@ class MaskError(NKIError):
     """A mask that cannot be turned into an instruction range (it must bound one iterator per clause)."""
 
 
+class ViewError(NKIError):
+    """A tensor view (`NkiTensor.slice`, `permute`, `reshape`, `.ap`, ...) that is not an access pattern
+    over the same bytes, or that would change an on-chip tensor's partition dimension."""
+
+
 def _is_internal(filename: str) -> bool:
     return os.path.abspath(filename).startswith(_INTERNAL_DIRS)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from trnlab.hardware.errors import MemoryPlacementError
+from trnlab.hardware.errors import MemoryPlacementError, ShapeMismatchError
 from trnlab.nki import issue
 from trnlab.nki.errors import NKIError
 from trnlab.nki.isa_binder import Dtype, Mask, Op, Tile, _engine, _finish, dge_mode, engine, instruction, oob_mode
@@ -27,6 +27,8 @@ def dma_copy(dst: Tile, src: Tile, dst_rmw_op: Op | None = None, oob_mode: oob_m
     if dst._gather is not None:
         raise NKIError("indirect DMA store (a scatter: dst indexed by a tile of indices) is not simulated; "
                        "trnlab simulates the indirect load (gather) only")
+    if src._dynamic is not None or dst._dynamic is not None:
+        return _dma_copy_indirect(dst, src, mask, oob_mode)
     launch = issue.begin()
     if src._gather is not None:
         if mask is not None:
@@ -42,6 +44,28 @@ def dma_copy(dst: Tile, src: Tile, dst_rmw_op: Op | None = None, oob_mode: oob_m
         launch.core.dma_copy_cast(dst=dst.hw_view(ranges), src=src.hw_view(ranges))
     else:
         _dma_cast_through_engine(launch, dst.hw_view(ranges), src.hw_view(ranges))
+    return None
+
+
+def _dma_copy_indirect(dst: NkiTensor, src: NkiTensor, mask, oob) -> None:
+    """dma_copy of an indirect view (`.ap(scalar_offset= / vector_offset=)`, `select` / `vector_select`
+    by a tile): the DMA reads the offsets from SBUF at run time (hardware `dma_copy_indirect`)."""
+    if src._dynamic is not None and dst._dynamic is not None:
+        raise NKIError("dma_copy with indirect views on both src and dst is not simulated")
+    if mask is not None:
+        raise NKIError("an indirect dma_copy (scalar_offset / vector_offset) with mask= is not simulated")
+    if np.dtype(dst.dtype) != np.dtype(src.dtype):
+        raise NKIError("an indirect dma_copy between dtypes is not simulated; cast on an engine")
+    side = "src" if src._dynamic is not None else "dst"
+    moving = src if side == "src" else dst
+    offsets, stride, per_row = moving._dynamic
+    static = moving._hw[moving._index] if moving._index is not None else moving._hw.full
+    launch = issue.begin()
+    skip = str(getattr(oob, "name", oob)).endswith("skip")
+    launch.core.dma_copy_indirect(dst=static if side == "dst" else dst.hw_view(),
+                                  src=static if side == "src" else src.hw_view(),
+                                  offsets=offsets.hw_view(), stride=int(stride), per_row=bool(per_row), side=side,
+                                  skip_out_of_bounds=skip)
     return None
 
 
@@ -68,31 +92,41 @@ def _dma_cast_through_engine(launch, dst, src) -> None:
 @instruction(functional=("src",))
 def dma_transpose(dst: Tile | None, src: Tile, axes: tuple | None = None, dge_mode: dge_mode = dge_mode.unknown,
                   name: str = "", *, mask: Mask | None = None, dtype: Dtype | None = None) -> Tile | None:
-    """Transpose a 2-D tile while moving it with a DMA: [A, B] -> [B, A] (HBM or SBUF source). The
-    source may be indexed with ints, slices or nl.arange / nl.mgrid iterators (a plain box)."""
+    """Transpose a tile while moving it with a DMA (HBM or SBUF source): 2-D [A, B] -> [B, A], and the
+    permutations AWS's dma_transpose page lists for 3-D, axes (2, 1, 0), and 4-D sources, axes
+    (3, 1, 2, 0): dst axis i is src axis axes[i]. The source may be indexed with ints, slices or
+    nl.arange / nl.mgrid iterators (a plain box), or be an access pattern (`.ap`, a view)."""
     src = issue.tile(src, "src")
-    if src.ndim != 2 or (axes is not None and tuple(axes) != (1, 0)):
-        raise NKIError(f"dma_transpose: trnlab transposes 2-D sources (axes=(1, 0)); got {src.shape}, axes={axes}")
+    default = {2: (1, 0), 3: (2, 1, 0), 4: (3, 1, 2, 0)}.get(src.ndim)
+    perm = default if axes is None else tuple(int(a) for a in axes)
+    if default is None or perm != default:
+        raise ShapeMismatchError(f"shape mismatch: dma_transpose of a {src.ndim}-d source {src.shape} with axes "
+                                 f"{axes}; AWS's dma_transpose takes (1, 0) for 2-d, (2, 1, 0) for 3-d and "
+                                 f"(3, 1, 2, 0) for 4-d sources", value=(src.shape, axes),
+                                 limit=((1, 0), (2, 1, 0), (3, 1, 2, 0)))
+    if src._gather is not None or getattr(src, "_dynamic", None) is not None:
+        raise NKIError("dma_transpose of an indirect source (vector_offset / a tile of indices: AWS's "
+                       "dma_gather_transpose) is not simulated")
     launch = issue.begin()
-    extents = src._hw.shape
-    box = src.hw_view().index
-    box = tuple(slice(0, n, 1) for n in extents) if box is None else (box if isinstance(box, tuple) else (box,))
-    if not all(isinstance(e, (slice, int, np.integer)) for e in box):
-        raise NKIError("dma_transpose: the source must be a plain box of its tensor (ints and slices, or "
-                       "nl.arange iterators with a positive step)")
-    source = src._hw[box]
+    source = src.hw_view()
+    if source.basic:
+        extents = src._hw.shape
+        box = source.index
+        box = tuple(slice(0, n, 1) for n in extents) if box is None else (box if isinstance(box, tuple) else (box,))
+        source = src._hw[box]
+    extra = {} if src.ndim == 2 else {"axes": perm}
 
     def emit(out, _accumulate):
         # the DMA engines transpose (in hardware from NeuronCore-v3 on; cost.dma_transpose_cost)
         if np.dtype(out.dtype) == np.dtype(src.dtype) or issue.dma_casts(launch.core):
-            launch.core.dma_transpose(dst=out.hw_view(), src=source)
+            launch.core.dma_transpose(dst=out.hw_view(), src=source, **extra)
         else:                                     # Trn1: stage in the source dtype, cast on an engine
             staged = launch.core.sbuf.allocate(tuple(out.shape), src.dtype, name="transpose_stage")
-            launch.core.dma_transpose(dst=staged.full, src=source)
+            launch.core.dma_transpose(dst=staged.full, src=source, **extra)
             launch.core.tensor_copy(dst=out.hw_view(), src=staged.full)
             launch.core.sbuf.free(staged)
 
-    return _finish(dst, emit, (src.shape[1], src.shape[0]), dtype or src.dtype, "sbuf")
+    return _finish(dst, emit, tuple(src.shape[a] for a in perm), dtype or src.dtype, "sbuf")
 
 
 @instruction(functional=("src",))

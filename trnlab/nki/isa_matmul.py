@@ -6,10 +6,11 @@ from __future__ import annotations
 import math
 
 from trnlab.hardware import dtypes as hw_dtypes
-from trnlab.hardware.errors import MatmulShapeError
+from trnlab.hardware.errors import MatmulShapeError, PETilingError
 from trnlab.nki import indexing, issue
 from trnlab.nki import perf_mode as _perf_mode
 from trnlab.nki.errors import NKIError
+from trnlab.nki.loop_index import plain
 from trnlab.nki.isa_binder import Dtype, Mask, Tile, _block_index, _engine, _finish, engine, instruction
 from trnlab.nki.isa_dma import _in_sbuf
 from trnlab.nki.tensor import NkiTensor
@@ -32,9 +33,12 @@ def nc_matmul(dst: Tile | None, stationary: Tile, moving: Tile, is_stationary_on
     for flag, value in (("is_stationary_onezero", is_stationary_onezero), ("is_moving_onezero", is_moving_onezero)):
         if value:
             raise NKIError(f"nc_matmul({flag}=True) is not simulated")
-    if tile_position or tile_size:
-        raise NKIError("nc_matmul(tile_position=, tile_size=): row/column tiling of the PE array is not simulated")
+    tiling = _tiling(tile_position, tile_size)
     double_row = _perf_mode.is_double_row(perf_mode)      # FP8 [K, 2, M] x [K, 2, N] (perf_mode.py)
+    if tiling and (double_row or is_transpose):
+        raise NKIError(f"nc_matmul(tile_position=, tile_size=) with "
+                       f"{'perf_mode=double_row' if double_row else 'is_transpose=True'}: tiling mode is simulated "
+                       f"for plain matmuls only")
     stationary, moving = issue.tile(stationary, "stationary"), issue.tile(moving, "moving")
     if dst is None:
         # functional style (beta 1): AWS's compiler moves a PSUM operand (e.g. an nc_transpose result)
@@ -78,7 +82,7 @@ def nc_matmul(dst: Tile | None, stationary: Tile, moving: Tile, is_stationary_on
             owners[key] = logical
         matmul = launch.core.nc_matmul_double_row if double_row else launch.core.nc_matmul
         matmul(dst=out.hw_view(ranges), stationary=stationary.hw_view(ranges),
-               moving=moving.hw_view(ranges), accumulate=flag)
+               moving=moving.hw_view(ranges), accumulate=flag, **tiling)
 
     if dst is not None:
         return _finish(dst, lambda out, _flag: emit(out, "destination"), None, None, ranges=ranges)
@@ -98,6 +102,20 @@ def nc_matmul(dst: Tile | None, stationary: Tile, moving: Tile, is_stationary_on
     if is_transpose:
         return _finish(None, emit, shape, dtype or stationary.dtype, "psum", ranges=ranges)
     return _finish(None, emit, shape, dtype or hw_dtypes.float32, "psum", ranges=ranges, accumulates=True)
+
+
+def _tiling(tile_position, tile_size) -> dict:
+    """The tiling-mode arguments for the core (nki.isa.nc_matmul, "Tiling mode": "tile_position and
+    tile_size must both be set to enable tiling mode"; their values may be affine expressions of
+    loop indices, read here as their values), or {} for the whole PE array."""
+    if not tile_position and not tile_size:
+        return {}
+    if not tile_position or not tile_size:
+        raise PETilingError(f"PE array tiling: tile_position={tile_position!r} and tile_size={tile_size!r}; "
+                            f"both must be set to enable tiling mode", value=(tile_position, tile_size),
+                            limit="both set")
+    return {"tile_position": tuple(int(plain(v)) for v in tile_position),
+            "tile_size": tuple(int(plain(v)) for v in tile_size)}
 
 
 @instruction(functional=("data",))

@@ -23,6 +23,8 @@ matmul, transpose, softmax) and here (slices, SPMD over cores, limits, constants
 """
 from __future__ import annotations
 
+import os
+
 import ml_dtypes
 import numpy as np
 
@@ -151,10 +153,14 @@ def static_cast(x, dtype):
 
 
 def shared_constant(constant, dtype=None, **kwargs) -> NkiTensor:
-    """An HBM tensor holding a compile-time constant (a NumPy array), shared by every program of the
-    launch; load it with nl.load. Like a kernel input it is in HBM before the kernel starts."""
+    """An HBM tensor holding a compile-time constant (a NumPy array, or the path of a ``.npy`` file:
+    "Can be a numpy array or a file path to a .npy file", nki.language.shared_constant, NKI 0.7), shared
+    by every program of the launch; load it with nl.load. Like a kernel input it is in HBM before the
+    kernel starts."""
     launch = _launches.current()
     launch.flush()
+    if isinstance(constant, (str, os.PathLike)):
+        constant = np.load(constant, allow_pickle=False)    # an array file, never pickled objects
     values = np.asarray(constant)
     values = values.astype(_dt.as_dtype(dtype) if dtype is not None else _dt.as_dtype(values.dtype))
     hw = launch.core.hbm.tensor(values, name=launch.fresh_name("constant"))

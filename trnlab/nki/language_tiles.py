@@ -395,7 +395,8 @@ def load(src, *, mask=None, dtype=None, **kwargs) -> NkiTensor:
     if src.buffer not in ("hbm", "shared_hbm", "private_hbm"):
         raise MemoryPlacementError(f"operand memory: nl.load reads HBM, but the source is in {src.buffer.upper()}"
                                    "; use nl.copy for on-chip copies", value=src.buffer, limit="hbm")
-    if _mask_split.has_multi_iterator_clause(mask):     # e.g. mask=(512 * i_p + i_f < n): one DMA per box
+    if _mask_split.has_multi_iterator_clause(mask) or src._dynamic is not None:
+        # e.g. mask=(512 * i_p + i_f < n): one DMA per box; an indirect view: one indirect DMA
         tile = ndarray(tuple(src.shape), dtype or src.dtype, buffer=sbuf, name="load")
         _isa.dma_copy(dst=tile, src=src, mask=mask)
         return tile

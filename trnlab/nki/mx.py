@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from trnlab.hardware import mx as _hw_mx  # noqa: F401  (installs the instructions on NeuronCore)
 from trnlab.nki import issue
-from trnlab.nki.errors import NKIError
 from trnlab.nki.isa_binder import Tile, instruction
+from trnlab.nki.isa_matmul import _tiling
 
 
 @instruction(functional=None)
@@ -29,11 +29,10 @@ def nc_matmul_mx(dst: Tile, stationary: Tile, moving: Tile, stationary_scale: Ti
     """dst[M, N] (+)= MX stationary x4 [K, M] by moving x4 [K, N] (MXFP8 or MXFP4 each), each value
     times its group's scale (a contraction of 4K values per partition column) on the Tensor engine;
     dst fp32 or bf16 in PSUM."""
-    if tile_position or tile_size:
-        raise NKIError("nc_matmul_mx(tile_position=, tile_size=): row tiling of the PE array is not simulated")
+    tiling = _tiling(tile_position, tile_size)      # row tiling (isa_matmul: both set, loop indices read)
     tiles = [issue.tile(t, what) for t, what in ((dst, "dst"), (stationary, "stationary"), (moving, "moving"),
                                                  (stationary_scale, "stationary_scale"), (moving_scale, "moving_scale"))]
     launch = issue.begin()
     d, st, mv, st_s, mv_s = (t.hw_view() for t in tiles)
     launch.core.nc_matmul_mx(dst=d, stationary=st, moving=mv, stationary_scale=st_s, moving_scale=mv_s,
-                             accumulate=accumulate)
+                             accumulate=accumulate, **tiling)

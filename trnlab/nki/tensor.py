@@ -22,7 +22,8 @@ import numpy as np
 from trnlab.hardware import dtypes as _dtypes
 from trnlab.hardware.errors import OutOfBoundsError, ShapeMismatchError
 from trnlab.nki import indexing
-from trnlab.nki.errors import NKIError, locate
+from trnlab.nki import tensor_views as _views
+from trnlab.nki.errors import NKIError, ViewError, locate
 from trnlab.nki.indexing import IndexExpr
 from trnlab.nki import loops as _loops
 from trnlab.nki.loop_index import plain_key
@@ -31,27 +32,10 @@ ON_CHIP = ("sbuf", "psum")
 HBM_KINDS = ("hbm", "shared_hbm", "private_hbm")
 
 
-def _as_box(index: tuple):
-    """Slices equal to the integer index arrays of an access pattern, if it is a strided box
-    (tensor axis d walks pattern axis d only, by a constant positive step), else None."""
-    if not index or any(a.ndim != len(index) for a in index):
-        return None
-    slices = []
-    for d, a in enumerate(index):
-        line = a[tuple(slice(None) if k == d else 0 for k in range(a.ndim))]
-        if not np.array_equal(a, np.broadcast_to(line.reshape([-1 if k == d else 1 for k in range(a.ndim)]), a.shape)):
-            return None
-        step = int(line[1] - line[0]) if line.size > 1 else 1
-        if step <= 0 or (line.size > 1 and not np.array_equal(np.diff(line), np.full(line.size - 1, step))):
-            return None
-        slices.append(slice(int(line[0]), int(line[-1]) + 1, step))
-    return tuple(slices)
-
-
 class NkiTensor:
     __slots__ = ("shape", "dtype", "buffer", "name", "_owner", "_hw", "_index", "_ap", "_emit",
                  "_launch", "_view_cache", "_storage", "_views", "_valid", "_valid_iterator", "_gather",
-                 "_rotate", "_block", "__weakref__")
+                 "_rotate", "_block", "_dynamic", "__weakref__")
 
     def __init__(self, shape, dtype, buffer, name=""):
         self.shape = tuple(shape)
@@ -72,6 +56,7 @@ class NkiTensor:
         self._gather = None           # indirect access table[ids_tile, ...]: the SBUF tile of row indices
         self._rotate = None           # direct allocation: per block axis, how many physical tiles it rotates over
         self._block = None            # a view of one block of such an allocation: (physical, logical) block index
+        self._dynamic = None          # indirect view: (SBUF tile of offsets, element stride, one per row?) (tensor_views)
 
     # -- construction ---------------------------------------------------------------------
     @classmethod
@@ -130,7 +115,13 @@ class NkiTensor:
         raise TypeError("iterate over tiles with nl.affine_range(n) and index them, not over the tensor")
 
     def __bool__(self):
-        raise NKIError("a tile has no truth value during tracing; compare with nl.greater/nl.where")
+        """A tensor is a Python object at trace time: true, as AWS's NkiTensor (which defines no truth
+        value), so ``if bias:`` tests that an optional tensor was given. The result of a functional call
+        (``if nl.greater(a, b):``) is a value only the chip computes: refused."""
+        if self._emit is not None:
+            raise NKIError("the result of an instruction has no truth value during tracing (the chip computes "
+                           "it); compare with nl.greater / nl.where, or select with a mask")
+        return True
 
     # -- indexing ---------------------------------------------------------------------
     def _ready(self) -> "NkiTensor":
@@ -158,9 +149,15 @@ class NkiTensor:
             if view is not None:
                 return view
         gathered = self._index is not None and any(isinstance(e, np.ndarray) for e in self._index)
-        if self._ap is not None or gathered:
-            raise NKIError("indexing a tile that was itself made with an access pattern (nl.arange/nl.mgrid, .ap) "
-                           "is not supported; index the original tensor once")
+        if self._ap is not None or gathered or self._dynamic is not None:
+            if any(isinstance(k, IndexExpr) for k in key) or self._dynamic is not None:
+                raise ViewError("indexing a tile made by an access pattern with nl.arange/nl.mgrid, or an indirect "
+                                "view, is not supported; index it with ints and slices, or index the original once")
+            # t.ap(...)[i, a:b]: the pattern's elements indexed (NumPy basic indexing), a view again
+            flat = _views.positions(self)[_expand_ellipsis(key, self.ndim)]
+            if self.buffer in ON_CHIP and flat.ndim == 1 and self.ndim > 1 and isinstance(key[0], slice):
+                flat = flat[:, None]            # on-chip tiles stay 2-D (see _keep_free_axis)
+            return _views.from_positions(self, flat, "indexing")
         owner = self._base()
         base = self._index if self._index is not None else tuple(slice(0, n, 1) for n in owner.shape)
         key = _expand_ellipsis(key, self.ndim)
@@ -322,6 +319,9 @@ class NkiTensor:
         """The hardware View of this tile, shrunk to `ranges` (iterator -> (lo, hi)) from a mask."""
         if self._emit is not None:
             self._ready()
+        if self._dynamic is not None:
+            raise ViewError(f"{self.name!r} is an indirect view (scalar_offset / vector_offset, select or "
+                            f"vector_select by a tile): only DMAs move it (nisa.dma_copy, nl.load, nl.store)")
         if self._ap is not None:
             return self._hw[_resolve_ap(self._ap, ranges, self.name)]
         if not ranges:
@@ -361,8 +361,7 @@ class NkiTensor:
                 stride *= n
             return self.ap([[stride, shape[0]]] + pattern[::-1])
         if self.buffer not in HBM_KINDS or self._index is not None or self._ap is not None:
-            raise NKIError("reshape is supported for whole HBM tensors (kernel arguments); reshape on-chip "
-                           "tiles by indexing or by allocating the shape you need")
+            return _views.reshape(self, shape)   # a view of a view: its elements in order, another shape
         if math.prod(shape) != math.prod(self.shape):
             raise ShapeMismatchError(f"shape mismatch: cannot reshape {self.shape} to {shape}",
                                      value=shape, limit=self.shape)
@@ -370,18 +369,58 @@ class NkiTensor:
         alias = hw.memory.alias(hw, shape)
         return NkiTensor.allocation(alias, self.buffer, self._launch)
 
-    def ap(self, pattern, offset: int = 0, dtype=None) -> "NkiTensor":
+    def ap(self, pattern, *pairs, offset: int = 0, scalar_offset=None, vector_offset=None, indirect_dim: int = 0,
+           dtype=None) -> "NkiTensor":
         """An access pattern in NKI's [[stride, count], ...] form over this tensor's row-major elements
-        (the first pair walks partitions): e.g. pool windows as trailing axes of a [C, H, W] tile.
+        (the first pair walks partitions): e.g. pool windows as trailing axes of a [C, H, W] tile
+        (NKI Access Patterns page: ``ap(pattern, offset, scalar_offset, vector_offset, indirect_dim,
+        dtype)``; the pairs may also be given one per argument, ``t.ap([32, 16], [1, 32])``).
         ``dtype=`` reads the elements as another type (uint32 words, or uint8 bytes, as 4-packed MX
         data: AWS's mxfp-matmul tutorial): the bits move unchanged (`hardware.dtypes.cast`). A type
         of another size re-reads a whole HBM tensor's bytes, its last axis scaled by the size ratio,
-        and the pattern counts elements of the new type."""
+        and the pattern counts elements of the new type.
+        ``scalar_offset=`` (an SBUF tile holding one integer, or an int) moves the whole access by that
+        many elements of dim ``indirect_dim``; ``vector_offset=`` (an SBUF tile with one integer per row)
+        starts row r of the access (the first pair) at offsets[r] along ``indirect_dim`` instead: an
+        indirect view, read at run time by the DMA that moves it."""
+        if pairs and isinstance(pairs[0], (list, tuple)):
+            pattern, pairs = [pattern] + [p for p in pairs if isinstance(p, (list, tuple))], ()
+        if pairs:                                  # the page's positional order after pattern
+            named = ("offset", "scalar_offset", "vector_offset", "indirect_dim", "dtype")
+            given = dict(zip(named, pairs))
+            offset = given.get("offset", offset)
+            scalar_offset = given.get("scalar_offset", scalar_offset)
+            vector_offset = given.get("vector_offset", vector_offset)
+            indirect_dim = given.get("indirect_dim", indirect_dim)
+            dtype = given.get("dtype", dtype)
         self._ready()
         if self._index is not None or self._ap is not None:
-            raise NKIError(".ap() is supported on a whole tensor or tile")
+            raise ViewError(".ap() of a tensor that is already indexed or viewed: \"cannot specify an access "
+                            "pattern on an already indexed tensor\" (NKI Access Patterns); call it on the tensor")
+        if scalar_offset is not None and vector_offset is not None:
+            raise ViewError(".ap(): at most one of scalar_offset and vector_offset")
         if dtype is not None and _dtypes.as_dtype(dtype).itemsize != np.dtype(self.dtype).itemsize:
-            return self._retyped(_dtypes.as_dtype(dtype)).ap(pattern, offset)
+            if scalar_offset is not None or vector_offset is not None:
+                raise ViewError(".ap(dtype=) of another element size with an indirect offset is not supported")
+            return self._retyped(_dtypes.as_dtype(dtype)).ap(pattern, offset=offset)
+        pattern = [[int(stride), int(count)] for stride, count in pattern]
+        dynamic = None
+        if scalar_offset is not None or vector_offset is not None:
+            if not 0 <= int(indirect_dim) < self.ndim:
+                raise ViewError(f".ap(indirect_dim={indirect_dim}) of a {self.ndim}-d tensor {self.shape}")
+            stride = math.prod(self.shape[int(indirect_dim) + 1:])    # elements per step of indirect_dim
+            if scalar_offset is not None and not isinstance(scalar_offset, NkiTensor):
+                offset = int(offset) + int(scalar_offset) * stride    # a value known at trace time
+            elif scalar_offset is not None:
+                dynamic = (_views._offsets(scalar_offset), stride, False)
+            else:
+                rows = pattern[0][1]
+                if _views._offsets(vector_offset).shape[0] != rows:
+                    raise ShapeMismatchError(f"shape mismatch: vector_offset {vector_offset.shape} gives "
+                                             f"{vector_offset.shape[0]} offsets for the {rows} rows of the "
+                                             f"pattern {pattern}", value=vector_offset.shape, limit=rows)
+                pattern[0][0] = 0                  # row r starts at offsets[r] x stride, not r x step
+                dynamic = (vector_offset, stride, True)
         flat = np.asarray(offset, dtype=np.int64)
         for axis, (stride, count) in enumerate(pattern):
             shape = [1] * len(pattern)
@@ -394,9 +433,10 @@ class NkiTensor:
         view = NkiTensor(flat.shape, self.dtype, self.buffer, self.name)
         view._owner, view._hw, view._launch = self._base(), self._hw, self._launch
         view._index = np.unravel_index(flat, self._hw.shape)
-        box = _as_box(view._index)
+        box = _views.as_box(view._index)
         if box is not None:         # a strided box: slices, so DMAs see its contiguous runs
             view._index = box
+        view._dynamic = dynamic
         return view
 
     def _retyped(self, dtype) -> "NkiTensor":
@@ -412,6 +452,54 @@ class NkiTensor:
         alias = hw.memory.alias(hw, tuple(self.shape[:-1]) + (last // new,), name=f"{hw.name}.as_{_dtypes.name(dtype)}",
                                 dtype=dtype)
         return NkiTensor.allocation(alias, self.buffer, self._launch)
+
+    # -- NKI 0.7 views (tensor_views.py): the same bytes, another access pattern --------------------
+    def slice(self, dim: int, start: int, end: int, step: int = 1) -> "NkiTensor":
+        return _views.slice_(self, dim, start, end, step)
+
+    def select(self, dim: int, index) -> "NkiTensor":
+        return _views.select(self, dim, index)
+
+    def vector_select(self, dim: int, vector_offset) -> "NkiTensor":
+        return _views.vector_select(self, dim, vector_offset)
+
+    def permute(self, dims) -> "NkiTensor":
+        return _views.permute(self, dims)
+
+    def broadcast(self, dim: int, size: int) -> "NkiTensor":
+        return _views.broadcast(self, dim, size)
+
+    def reshape_dim(self, dim: int, shape) -> "NkiTensor":
+        return _views.reshape_dim(self, dim, shape)
+
+    def flatten_dims(self, start_dim: int, end_dim: int) -> "NkiTensor":
+        return _views.flatten_dims(self, start_dim, end_dim)
+
+    def expand_dim(self, dim: int) -> "NkiTensor":
+        return _views.expand_dim(self, dim)
+
+    def squeeze_dim(self, dim: int) -> "NkiTensor":
+        return _views.squeeze_dim(self, dim)
+
+    def rearrange(self, src, dst=None, sizes=None, **axis_sizes) -> "NkiTensor":
+        return _views.rearrange(self, src, dst, sizes, **axis_sizes)
+
+    def get_pattern(self) -> list:
+        return _views.get_pattern(self)
+
+    @property
+    def offset(self) -> int:
+        """The element where the view's access pattern starts in its tensor."""
+        return _views.offset(self)
+
+    def is_contiguous(self) -> bool:
+        return _views.is_contiguous(self)
+
+    def is_indirect(self) -> bool:
+        return self._dynamic is not None or self._gather is not None
+
+    def indirect(self, *args, **kwargs):
+        return _views.indirect(self, *args, **kwargs)
 
     def broadcast_to(self, shape) -> "NkiTensor":
         return _OPERATIONS.language.broadcast_to(self, shape)

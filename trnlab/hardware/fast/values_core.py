@@ -37,7 +37,7 @@ class ValuesCore(NeuronCore):
     def _issue(self, eid, opcode, dur, reads, write, flops=0.0, also_write=None):
         return -1
 
-    def _pe_issue(self, opcode, st, reads, dst, flops, sbuf, psum):
+    def _pe_issue(self, opcode, st, reads, dst, flops, sbuf, psum, tiles=0):
         return -1
 
     def _schedule_dma(self, dst, src, reads, nbytes, queue, opcode) -> int:
@@ -46,12 +46,12 @@ class ValuesCore(NeuronCore):
     def _cost_ns(self, eid, opcode, reads, writes, **attrs) -> float:
         return 0.0
 
-    def nc_matmul(self, dst, stationary, moving, accumulate=None) -> int:
+    def nc_matmul(self, dst, stationary, moving, accumulate=None, tile_position=None, tile_size=None) -> int:
         dst, st, mv = _view(dst, "dst"), _view(stationary, "stationary"), _view(moving, "moving")
         self._matmul_values(dst, st, mv, st.partitions, st.free_size, mv.free_size, accumulate)
         return -1
 
-    def nc_matmul_starting(self, dst, stationary, moving, accumulate=None) -> int:
+    def nc_matmul_starting(self, dst, stationary, moving, accumulate=None, tile_position=None, tile_size=None) -> int:
         """nc_matmul ending a run of matmuls into its PSUM tile that nothing adds to before the
         tile is read (`values_order`): its products start computing in a worker thread now."""
         self.nc_matmul(dst, stationary, moving, accumulate)
@@ -59,7 +59,7 @@ class ValuesCore(NeuronCore):
         t.memory.start_pending(t)
         return -1
 
-    def nc_matmul_ready(self, dst, stationary, moving, accumulate=None) -> int:
+    def nc_matmul_ready(self, dst, stationary, moving, accumulate=None, tile_position=None, tile_size=None) -> int:
         """nc_matmul ending a run, followed by one ending another tile's run: its products start
         with that one's, merged with those that share their operands (`memory.start_pending`)."""
         self.nc_matmul(dst, stationary, moving, accumulate)

@@ -1,0 +1,310 @@
+"""`NkiTensor`'s views (NKI 0.7): the same bytes read another way, never a copy.
+
+AWS's NkiTensor page (nki.language.NkiTensor): "All view operations (slice, permute, reshape, etc.)
+return new NkiTensor objects that share the same underlying storage — no data is copied", and "On-chip
+tensors (SBUF, PSUM) have a partition dimension at dim 0 ... Most view operations cannot modify this
+dimension". The NKI Access Patterns page: the view primitives "are implemented on top of .ap(): each
+view method composes a hardware access pattern". The methods' arguments are those of AWS's NKI Library
+`TensorView` (its API page: slice(dim, start, end, step), select(dim, index), permute(dims),
+broadcast(dim, size), reshape_dim(dim, shape), flatten_dims(start_dim, end_dim), expand_dim(dim),
+squeeze_dim(dim), rearrange(src, dst, sizes), vector_select(dim, offsets)).
+
+Here a view is its elements' flat positions in the owner tensor (`positions`: an int array of the view's
+shape); a method rearranges that array with NumPy and `from_positions` makes it a view again — slices where
+it is a strided box, index arrays otherwise — after checking it is an access pattern
+(offset + sum of index x stride per axis, `pattern_of`). An instruction reading it reads the owner's
+elements in the view's order and is costed as that access (hardware/cost.py). A select or vector_select
+by a tile of indices gives an *indirect* view (`NkiTensor._dynamic`), which DMAs move (`dma_copy`).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from trnlab.nki.errors import NKIError, ViewError
+
+ON_CHIP = ("sbuf", "psum")
+
+
+def as_box(index: tuple):
+    """Slices equal to the integer index arrays of an access pattern, if it is a strided box
+    (tensor axis d walks pattern axis d only, by a constant positive step), else None."""
+    if not index or any(a.ndim != len(index) for a in index):
+        return None
+    slices = []
+    for d, a in enumerate(index):
+        line = a[tuple(slice(None) if k == d else 0 for k in range(a.ndim))]
+        if not np.array_equal(a, np.broadcast_to(line.reshape([-1 if k == d else 1 for k in range(a.ndim)]), a.shape)):
+            return None
+        step = int(line[1] - line[0]) if line.size > 1 else 1
+        if step <= 0 or (line.size > 1 and not np.array_equal(np.diff(line), np.full(line.size - 1, step))):
+            return None
+        slices.append(slice(int(line[0]), int(line[-1]) + 1, step))
+    return tuple(slices)
+
+
+def positions(t) -> np.ndarray:
+    """The flat (row-major) element positions in its owner tensor of each element of view `t`."""
+    t._ready()
+    if t._dynamic is not None or t._gather is not None:
+        raise ViewError(f"a view of an indirect access ({t.name!r}: a select / vector_select / .ap by a tile "
+                        f"of offsets) is moved by a DMA as it is; take the view before the indirect select")
+    flat = t.hw_view().flat_positions()
+    if flat.size != math.prod(t.shape):
+        raise ViewError(f"a view of {t.name!r} {t.shape}: its access reads {flat.size} elements")
+    return flat.reshape(t.shape)
+
+
+def pattern_of(flat: np.ndarray):
+    """(offset, [[stride, count], ...]) if `flat` is an access pattern (offset + sum of i_k x stride_k),
+    else None."""
+    if flat.size == 0:
+        return None
+    offset = int(flat.flat[0])
+    pattern, expected = [], np.full(flat.shape, offset, dtype=np.int64)
+    for axis, n in enumerate(flat.shape):
+        step = int(flat[tuple(1 if k == axis else 0 for k in range(flat.ndim))]) - offset if n > 1 else 0
+        pattern.append([step, n])
+        expected = expected + step * np.arange(n, dtype=np.int64).reshape([-1 if k == axis else 1
+                                                                            for k in range(flat.ndim)])
+    return (offset, pattern) if np.array_equal(expected, flat) else None
+
+
+def from_positions(t, flat: np.ndarray, what: str, dynamic=None, check: bool = True):
+    """A view of `t`'s owner whose elements are at `flat` (int array of the view's shape)."""
+    if check and flat.size and pattern_of(flat) is None:
+        raise ViewError(f"{what} of {t.name!r} {t.shape} is not an access pattern over its bytes (no single "
+                        f"stride per axis): copy it first")
+    hw = t._hw
+    view = type(t)(flat.shape, t.dtype, t.buffer, t.name)
+    view._owner, view._hw, view._launch = t._base(), hw, t._launch
+    index = np.unravel_index(flat, hw.shape) if flat.ndim else tuple(np.asarray(i) for i in np.unravel_index(flat, hw.shape))
+    box = as_box(index)
+    view._index = box if box is not None else index
+    view._dynamic = dynamic
+    return view
+
+
+def _dim(t, dim: int, what: str) -> int:
+    if not -t.ndim <= dim < t.ndim:
+        raise ViewError(f"{what}: dim {dim} of a {t.ndim}-d tensor {t.shape}")
+    return dim % t.ndim
+
+
+def _keep_partitions(t, dim: int, what: str) -> None:
+    if t.buffer in ON_CHIP and dim == 0:
+        raise ViewError(f"{what} on dim 0 of {t.buffer.upper()} tensor {t.name!r} {t.shape}: dim 0 is the partition "
+                        f"dimension, which views of on-chip tensors keep (nki.language.NkiTensor)")
+
+
+def slice_(t, dim: int, start: int, end: int, step: int = 1):
+    """Elements start, start + step, ... < end of `dim` (end clamped to the axis)."""
+    dim = _dim(t, dim, "slice")
+    end = min(int(end), t.shape[dim])
+    if start < 0 or end <= start or step <= 0:
+        raise ViewError(f"slice(dim={dim}, start={start}, end={end}, step={step}) of {t.shape}: need "
+                        f"0 <= start < end and step > 0")
+    key = tuple(slice(start, end, step) if k == dim else slice(None) for k in range(t.ndim))
+    return from_positions(t, positions(t)[key], "slice")
+
+
+def select(t, dim: int, index):
+    """Dim `dim` fixed at `index` (and removed): an int, or a [1, 1] SBUF tile of an integer read at run
+    time (an indirect view: AWS's TensorView select with a tile, .ap(scalar_offset=, indirect_dim=))."""
+    dim = _dim(t, dim, "select")
+    _keep_partitions(t, dim, "select")
+    flat = positions(t)
+    if isinstance(index, (int, np.integer)):
+        if not -t.shape[dim] <= index < t.shape[dim]:
+            raise ViewError(f"select(dim={dim}, index={index}) of {t.shape}: out of range")
+        return from_positions(t, np.take(flat, int(index), axis=dim), "select")
+    stride = _stride(flat, dim, t, "select")
+    return from_positions(t, np.take(flat, 0, axis=dim), "select", dynamic=(_offsets(index), stride, False))
+
+
+def vector_select(t, dim: int, offsets):
+    """Row r of dim 0 taken at offsets[r] (an SBUF tile with one integer per partition, read at run time):
+    an indirect view with offsets.shape[0] rows (AWS's TensorView vector_select: dim 0 only)."""
+    dim = _dim(t, dim, "vector_select")
+    if dim != 0:
+        raise ViewError(f"vector_select(dim={dim}): only dim 0 (each row its own offset)")
+    flat = positions(t)
+    stride = _stride(flat, 0, t, "vector_select")
+    rows = offsets.shape[0]
+    base = np.broadcast_to(flat[0:1], (rows,) + flat.shape[1:])
+    return from_positions(t, np.ascontiguousarray(base), "vector_select", dynamic=(_offsets(offsets), stride, True),
+                          check=False)
+
+
+def _stride(flat, dim, t, what) -> int:
+    pattern = pattern_of(flat)
+    stride = pattern[1][dim][0] if pattern is not None and t.shape[dim] > 1 else 0
+    if stride == 0:
+        hw_shape = t._hw.shape
+        stride = math.prod(hw_shape[1:]) if t.shape[dim] <= 1 else 0
+    if stride <= 0:
+        raise ViewError(f"{what} on dim {dim} of {t.name!r} {t.shape}: the dim has no positive stride")
+    return stride
+
+
+def _offsets(tile):
+    from trnlab.nki.tensor import NkiTensor      # (the tile class: imported late, tensor.py imports this module)
+    if not isinstance(tile, NkiTensor) or tile.buffer != "sbuf":
+        raise ViewError(f"an indirect offset must be an SBUF tile of integers, got "
+                        f"{getattr(tile, 'buffer', type(tile).__name__)}")
+    return tile
+
+
+def permute(t, dims):
+    """The axes in the order `dims` (dim 0 stays first on chip)."""
+    dims = tuple(int(d) for d in dims)
+    if sorted(dims) != list(range(t.ndim)):
+        raise ViewError(f"permute({dims}) of a {t.ndim}-d tensor: not a permutation of 0..{t.ndim - 1}")
+    if t.buffer in ON_CHIP and dims[0] != 0:
+        _keep_partitions(t, 0, f"permute({dims})")
+    return from_positions(t, np.transpose(positions(t), dims), "permute")
+
+
+def broadcast(t, dim: int, size: int):
+    """A size-1 `dim` repeated `size` times (stride 0)."""
+    dim = _dim(t, dim, "broadcast")
+    if t.shape[dim] != 1:
+        raise ViewError(f"broadcast(dim={dim}, size={size}) of {t.shape}: only a size-1 dim broadcasts")
+    _keep_partitions(t, dim, "broadcast")
+    shape = t.shape[:dim] + (int(size),) + t.shape[dim + 1:]
+    return from_positions(t, np.ascontiguousarray(np.broadcast_to(positions(t), shape)), "broadcast")
+
+
+def reshape_dim(t, dim: int, shape):
+    """`dim` split into `shape` (one -1 allowed)."""
+    dim = _dim(t, dim, "reshape_dim")
+    shape = _infer(tuple(int(n) for n in shape), t.shape[dim], f"reshape_dim({dim}, {shape})")
+    if len(shape) != 1:
+        _keep_partitions(t, dim, "reshape_dim")
+    return from_positions(t, positions(t).reshape(t.shape[:dim] + shape + t.shape[dim + 1:]), "reshape_dim")
+
+
+def flatten_dims(t, start_dim: int, end_dim: int):
+    """Dims start_dim .. end_dim (inclusive) merged into one (they must be contiguous in memory)."""
+    start_dim, end_dim = _dim(t, start_dim, "flatten_dims"), _dim(t, end_dim, "flatten_dims")
+    if start_dim >= end_dim:
+        raise ViewError(f"flatten_dims({start_dim}, {end_dim}): start_dim must be less than end_dim")
+    _keep_partitions(t, start_dim, "flatten_dims")
+    shape = t.shape[:start_dim] + (math.prod(t.shape[start_dim:end_dim + 1]),) + t.shape[end_dim + 1:]
+    return from_positions(t, positions(t).reshape(shape), f"flatten_dims({start_dim}, {end_dim})")
+
+
+def expand_dim(t, dim: int):
+    """A new size-1 dim at position `dim`."""
+    if not 0 <= dim <= t.ndim:
+        raise ViewError(f"expand_dim({dim}) of a {t.ndim}-d tensor")
+    _keep_partitions(t, dim, "expand_dim")
+    return from_positions(t, np.expand_dims(positions(t), dim), "expand_dim")
+
+
+def squeeze_dim(t, dim: int):
+    """A size-1 `dim` removed."""
+    dim = _dim(t, dim, "squeeze_dim")
+    if t.shape[dim] != 1:
+        raise ViewError(f"squeeze_dim({dim}) of {t.shape}: only a size-1 dim is removed")
+    _keep_partitions(t, dim, "squeeze_dim")
+    return from_positions(t, np.squeeze(positions(t), axis=dim), "squeeze_dim")
+
+
+def reshape(t, shape):
+    """A view's elements, in order, in another shape (on chip: the same partitions)."""
+    shape = _infer(tuple(int(n) for n in shape), math.prod(t.shape), f"reshape({shape})")
+    if t.buffer in ON_CHIP and shape[0] != t.shape[0]:
+        raise ViewError(f"reshape of {t.buffer.upper()} tensor {t.name!r} {t.shape} to {shape}: dim 0 is the "
+                        f"partition dimension and keeps its size")
+    return from_positions(t, positions(t).reshape(shape), f"reshape to {shape}")
+
+
+def rearrange(t, src, dst=None, sizes=None, **axis_sizes):
+    """einops-style: ``t.rearrange(('b', ('h', 'w'), 'c'), ('b', 'c', 'h', 'w'), {'h': 32})`` (AWS's
+    TensorView), or ``t.rearrange("b (h w) c -> b c h w", h=32)``: groups on the left split a dim, the
+    names reorder, groups on the right merge dims."""
+    sizes = dict(sizes or {}, **axis_sizes)
+    if dst is None:
+        if not isinstance(src, str) or "->" not in src:
+            raise ViewError("rearrange: give (src, dst) patterns or one 'src -> dst' string")
+        left, right = src.split("->")
+        src, dst = _parse(left), _parse(right)
+    src, dst = tuple(src), tuple(dst)
+    if len(src) != t.ndim:
+        raise ViewError(f"rearrange: pattern {src} names {len(src)} dims of a {t.ndim}-d tensor {t.shape}")
+    names, shape = [], []
+    for entry, n in zip(src, t.shape):
+        group = (entry,) if isinstance(entry, str) else tuple(entry)
+        known = [sizes.get(g) for g in group]
+        if known.count(None) > 1:
+            raise ViewError(f"rearrange: group {group} of size {n} needs the sizes of all but one of its names")
+        split = _infer(tuple(-1 if k is None else int(k) for k in known), n, f"rearrange group {group}")
+        names.extend(group)
+        shape.extend(split)
+    flat_dst = [name for entry in dst for name in ((entry,) if isinstance(entry, str) else entry)]
+    if sorted(flat_dst) != sorted(names):
+        raise ViewError(f"rearrange: {src} -> {dst} must use the same names on both sides")
+    flat = np.transpose(positions(t).reshape(shape), [names.index(n) for n in flat_dst])
+    out_shape = []
+    at = 0
+    for entry in dst:
+        k = 1 if isinstance(entry, str) else len(entry)
+        out_shape.append(math.prod(flat.shape[at:at + k]))
+        at += k
+    if t.buffer in ON_CHIP and (flat_dst[0] != names[0] or out_shape[0] != t.shape[0]):
+        _keep_partitions(t, 0, f"rearrange {src} -> {dst}")
+    return from_positions(t, flat.reshape(out_shape), f"rearrange {src} -> {dst}")
+
+
+def _parse(side: str) -> tuple:
+    out, group = [], None
+    for token in side.replace("(", " ( ").replace(")", " ) ").split():
+        if token == "(":
+            group = []
+        elif token == ")":
+            out.append(tuple(group))
+            group = None
+        elif group is not None:
+            group.append(token)
+        else:
+            out.append(token)
+    return tuple(out)
+
+
+def _infer(shape: tuple, total: int, what: str) -> tuple:
+    if shape.count(-1) > 1:
+        raise ViewError(f"{what}: at most one -1")
+    known = math.prod(n for n in shape if n != -1)
+    if -1 in shape:
+        if known <= 0 or total % known:
+            raise ViewError(f"{what}: {total} elements do not split into {shape}")
+        shape = tuple(total // known if n == -1 else n for n in shape)
+    if math.prod(shape) != total:
+        raise ViewError(f"{what}: {shape} holds {math.prod(shape)} elements, the dim has {total}")
+    return shape
+
+
+def get_pattern(t) -> list:
+    """The view's access pattern [[stride, count], ...] over its owner's elements (`t.offset` the start)."""
+    found = pattern_of(positions(t))
+    if found is None:
+        raise ViewError(f"{t.name!r} {t.shape} is not an access pattern")
+    return found[1]
+
+
+def offset(t) -> int:
+    found = pattern_of(positions(t))
+    return 0 if found is None else found[0]
+
+
+def is_contiguous(t) -> bool:
+    """Does the view cover its elements in storage order without gaps?"""
+    flat = positions(t).reshape(-1)
+    return bool(flat.size == 0 or np.array_equal(flat, flat[0] + np.arange(flat.size)))
+
+
+def indirect(t, *args, **kwargs):
+    raise NKIError("NkiTensor.indirect (Tensor Indirection: a compute instruction reading or writing columns "
+                   "named by an SBUF tile, NeuronCore-v4) is not simulated")
