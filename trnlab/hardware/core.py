@@ -330,6 +330,26 @@ class NeuronCore(TensorEngineInstructions, VectorInstructions, ReductionInstruct
                     mask |= bad.any(axis=1)[:, None]
             dst.set_poison(mask.reshape(dst.shape), origin)
 
+    def _garbage(self, v: View):
+        """Full mode: the float32 values of `v` per partition and, where it holds garbage (memory
+        never written, or computed from it), the [P, F] bool mask of those elements (else None)."""
+        bad = v.undefined()
+        vals = np.asarray(v.values(), dtype=np.float32).reshape(v.partitions, -1)
+        return vals, None if bad is None else bad.reshape(v.partitions, -1)
+
+    def _poison_from(self, dst: View, mask, *sources: View) -> None:
+        """Mark the elements `mask` of dst (any shape of dst's size; None: none) as garbage computed
+        from the garbage of `sources`, after dst was written: for instructions whose data flow is not
+        partition on partition (a transpose, a reduction over partitions, a DMA, a select), which
+        move garbage where they move data, as the chip does. Only a read that matters is an error:
+        the final read of an output (`View.check_initialized`)."""
+        if mask is None or not np.any(mask):
+            return
+        src = next((v for v in sources if v.tensor.poison_origin), sources[0])
+        origin = src.tensor.poison_origin or (f"{src.tensor.name!r}[{src._index_str()}] read never-written"
+                                              + (f" at {self.note}" if self.note else ""))
+        dst.set_poison(np.reshape(mask, dst.shape), origin)
+
     @staticmethod
     def _store(dst: View, values: np.ndarray):
         dst.write(np.asarray(values).reshape(dst.shape).astype(dst.tensor.dtype, copy=False))

@@ -88,11 +88,11 @@ class DmaInstructions:
             self._dma_copy_values(dst, src)
         return self._schedule_dma(dst, src, (src,), src.nbytes, queue, "dma_copy")
 
-    @staticmethod
-    def _dma_copy_values(dst: View, src: View) -> None:
+    def _dma_copy_values(self, dst: View, src: View) -> None:
         """Full mode: dst = src's values, unchanged (a DMA does not convert)."""
-        src.check_initialized()
+        garbage = _garbage_moved(dst, src)
         dst.write(np.reshape(src.values(), dst.shape))
+        self._poison_from(dst, garbage, src)
 
     def dma_gather(self, dst, src, indices, queue: int | None = None) -> int:
         """Indirect DMA: dst[r, ...] = src[indices[r], ...] for the R rows of dst (a gather).
@@ -132,8 +132,9 @@ class DmaInstructions:
             if bad.size:
                 raise OutOfBoundsError(f"out-of-bounds index: dma_gather row {int(bad[0])} of a source "
                                        f"with {n} rows", value=int(bad[0]), limit=n)
-            src.check_initialized()
+            garbage = _garbage_moved(dst, src)
             dst.write(np.asarray(src.values())[rows].reshape(dst.shape))
+            self._poison_from(dst, None if garbage is None else garbage[rows], src)
         whole = src.tensor.full                    # which rows is known only at run time
         nbytes = dst.nbytes
         return self._schedule_dma(dst, whole, (whole, idx), nbytes, queue, "dma_gather")
@@ -204,10 +205,11 @@ class DmaInstructions:
             raise ShapeMismatchError(f"shape mismatch: dma_copy src {src.shape} -> dst {dst.shape}",
                                      value=src.shape, limit=dst.shape)
         if self.full:
-            src.check_initialized()
+            garbage = _garbage_moved(dst, src)
             values = np.asarray(src.values(), dtype=np.float32) if dtypes.is_float(src.tensor.dtype) \
                 else np.asarray(src.values())
             dst.write(np.reshape(values, dst.shape).astype(dst.tensor.dtype))
+            self._poison_from(dst, garbage, src)
         return self._schedule_dma(dst, src, (src,), max(src.nbytes, dst.nbytes), queue, "dma_copy")
 
     def dma_transpose(self, dst, src, queue: int | None = None, axes: tuple | None = None) -> int:
@@ -235,11 +237,12 @@ class DmaInstructions:
                              f"src {dtypes.name(src.tensor.dtype)}, dst {dtypes.name(dst.tensor.dtype)}",
                              value=src.tensor.dtype, limit=dst.tensor.dtype)
         if self.full:
-            src.check_initialized()
+            garbage = _garbage_moved(dst, src)
             values = np.asarray(src.values())
             if src.tensor.dtype != dst.tensor.dtype and dtypes.is_float(src.tensor.dtype):
                 values = values.astype(np.float32)
             dst.write(np.ascontiguousarray(np.transpose(values.reshape(src.shape), perm)).astype(dst.tensor.dtype))
+            self._poison_from(dst, None if garbage is None else np.transpose(garbage.reshape(src.shape), perm), src)
         return self._schedule_dma(dst, src, (src,), max(src.nbytes, dst.nbytes), queue, "dma_transpose")
 
     def _schedule_dma(self, dst, src, reads, nbytes, queue, opcode) -> int:
@@ -281,3 +284,13 @@ class DmaInstructions:
             c = self._costs[key] = cost.cost(cost.Instruction(
                 opcode, "dma", (cost.operand(src, True),), (cost.operand(dst, True),)), self.spec)
         return c
+
+
+def _garbage_moved(dst: View, src: View):
+    """Full mode: where src holds garbage (memory never written, or computed from it), which a DMA
+    moves with the data within the chip (its later reads decide); a store of it into HBM is the
+    error (`UninitializedReadError`, naming where the garbage came from). None if src is clean."""
+    garbage = src.undefined()
+    if garbage is not None and dst.tensor.kind == "hbm":
+        src.check_initialized()
+    return garbage

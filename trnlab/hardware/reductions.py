@@ -41,12 +41,13 @@ class ReductionInstructions:
                                      f"{axes} gives {kept} elements, dst {dst.shape} has {dst.size}",
                                      value=dst.shape, limit=kept)
         if self.full:
-            x.check_initialized()
+            garbage = x.undefined()          # a result is garbage where a value it reduces was
             vals = np.asarray(x.values(), dtype=np.float32)
             out = fn(vals, axis=axes, keepdims=keepdims)
             if negate:
                 out = -out
             self._store(dst, out)
+            self._poison_from(dst, None if garbage is None else garbage.any(axis=axes), x)
         dur = self._cost_ns(eid, "tensor_reduce", (x,), (dst,))
         return self._issue(eid, "tensor_reduce", dur, (x,), dst)
 
@@ -130,7 +131,7 @@ class ReductionInstructions:
         c0, v0 = self._operand(initial, a.partitions, "tensor_tensor_scan", "initial")
         reads = (a, b) if v0 is None else (a, b, v0)
         if self.full:
-            x, y = self._inputs(a, b)
+            (x, bad_x), (y, bad_y) = self._garbage(a), self._garbage(b)
             carry = np.broadcast_to(np.asarray(c0, np.float32).reshape(-1, 1), (len(x), 1))[:, 0]
             out = np.empty_like(x)
             with np.errstate(all="ignore"):
@@ -139,6 +140,9 @@ class ReductionInstructions:
                     carry = (f1(y[:, i], t) if reverse1 else f1(t, y[:, i])).astype(np.float32)
                     out[:, i] = carry
             self._store(dst, out)
+            if bad_x is not None or bad_y is not None:   # garbage runs on along its partition
+                bad = (np.zeros_like(x, bool) if bad_x is None else bad_x) | (False if bad_y is None else bad_y)
+                self._poison_from(dst, np.logical_or.accumulate(bad, axis=1), a, b)
         dur = cost.tensor_tensor_scan_cycles(self.spec, a.free_size) * self._clock_ns[DVE]
         return self._issue(DVE, "tensor_tensor_scan", dur, reads, dst)
 
@@ -161,11 +165,14 @@ class ReductionInstructions:
         c0, v0 = self._operand(operand0, x.partitions, "tensor_scalar_reduce", "operand0")
         reads = (x,) if v0 is None else (x, v0)
         if self.full:
-            (vals,) = self._inputs(x)
+            vals, garbage = self._garbage(x)
             with np.errstate(all="ignore"):
                 out = f0(c0, vals) if reverse0 else f0(vals, c0)
             self._store(dst, out)
             self._store(r, fr(np.asarray(out, np.float32), axis=1, keepdims=True))
+            if garbage is not None:
+                self._poison_from(dst, garbage, x)
+                self._poison_from(r, garbage.any(axis=1), x)
         dur = cost.tensor_scalar_reduce_cycles(self.spec, x.free_size) * self._clock_ns[DVE]
         return self._issue(DVE, "tensor_scalar_reduce", dur, reads, dst, also_write=r)
 
@@ -182,10 +189,12 @@ class ReductionInstructions:
                                      f"partition of {x.free_size} elements, dst is {dst.shape}",
                                      value=dst.shape, limit=(1, x.free_size))
         if self.full:
-            x.check_initialized()
+            garbage = x.undefined()
             vals = np.asarray(x.values()).reshape(x.partitions, -1)
             if name not in ops.BITVEC:
                 vals = vals.astype(np.float32)
             self._store(dst, fn(vals, axis=0, keepdims=True))
+            # a column of the result is garbage where any partition of it was
+            self._poison_from(dst, None if garbage is None else garbage.reshape(x.partitions, -1).any(axis=0), x)
         cycles = cost.tensor_partition_reduce_cycles(self.spec, x.partitions, x.free_size)
         return self._issue(POOL, "tensor_partition_reduce", cycles * self._clock_ns[POOL], (x,), dst)

@@ -236,9 +236,10 @@ class TensorEngineInstructions:
         return c.cycles * pe_ns, c.latency_cycles * pe_ns, c.setup_cycles * pe_ns
 
     def _transpose_values(self, dst: View, src: View) -> None:
-        """Full mode: dst = src.T (nc_transpose on either engine)."""
-        (x,) = self._inputs(src)
+        """Full mode: dst = src.T (nc_transpose on either engine); garbage is transposed with it."""
+        x, garbage = self._garbage(src)
         self._store(dst, x.T)
+        self._poison_from(dst, None if garbage is None else garbage.T, src)
 
     def nc_transpose(self, dst, src) -> int:
         """dst[F, P] = src[P, F].T through the Tensor engine (a matmul by the identity): SBUF → PSUM."""

@@ -127,11 +127,13 @@ class VectorInstructions:
         c0, v0 = self._operand(operand0, x.partitions, "scalar_tensor_tensor", "operand0")
         reads = (x, other) if v0 is None else (x, v0, other)
         if self.full:
-            vals, rhs = self._inputs(x, other)
+            self._carried = []
+            vals, rhs = self._inputs(x, other, carry=True)
             with np.errstate(all="ignore"):
                 out = f0(c0, vals) if reverse0 else f0(vals, c0)
                 out = f1(rhs, out) if reverse1 else f1(out, rhs)
             self._store(dst, out)
+            self._carry_to(dst)
         fast = (x.tensor.dtype == dtypes.bfloat16 and other.tensor.dtype == dtypes.bfloat16
                 and name0 == "subtract" and name1 == "multiply")
         dur = self._cost_ns(eid, "scalar_tensor_tensor", (x, other), (dst,), fast_mode=fast)
@@ -239,9 +241,10 @@ class VectorInstructions:
         self._onchip(dst, "dst", "affine_select", psum_ok=False)
         self._same_tile(dst, x, "affine_select", "dst vs on_true")
         if self.full:
-            (vals,) = self._inputs(x)
+            vals, garbage = self._garbage(x)
             holds = np.broadcast_to(np.asarray(predicate, bool), x.shape).reshape(vals.shape)
             self._store(dst, np.where(holds, vals, np.float32(on_false_value)))
+            self._poison_from(dst, None if garbage is None else garbage & holds, x)  # where it was kept
         dur = self._cost_ns(POOL, "affine_select", (x,), (dst,))
         return self._issue(POOL, "affine_select", dur, (x,), dst)
 
@@ -275,11 +278,18 @@ class VectorInstructions:
         else:
             false_value = np.float32(on_false)
         if self.full:
-            flags, vals = self._inputs(pred, x)
+            (flags, bad_pred), (vals, bad_true) = self._garbage(pred), self._garbage(x)
             holds = (flags == 0) if reverse_pred else (flags != 0)
+            bad_false = None
             if other is not None:
-                (false_value,) = self._inputs(other)
+                false_value, bad_false = self._garbage(other)
             self._store(dst, np.where(holds, vals, false_value))
+            # garbage where the predicate was, or where the chosen value was
+            bad = np.zeros(vals.shape, bool)
+            for mask, where in ((bad_pred, True), (bad_true, holds), (bad_false, ~holds)):
+                if mask is not None:
+                    bad |= mask & where
+            self._poison_from(dst, bad, pred, x, *(() if other is None else (other,)))
         tiles = 3 if other is not None else 2
         dur = self._cost_ns(eid, "select", (pred, x), (dst,), inputs=tiles)
         return self._issue(eid, "select", dur, reads, dst)
@@ -343,11 +353,12 @@ class VectorInstructions:
         p, pv = self._operand(rate, x.partitions, "dropout", "rate")
         reads = (x,) if pv is None else (x, pv)
         if self.full:
-            (vals,) = self._inputs(x)
+            vals, garbage = self._garbage(x)
             rng = getattr(self, "_rng", None)
             if rng is None:
                 rng = self._rng = np.random.default_rng(0)
             keep = rng.random(vals.shape, dtype=np.float32) >= np.asarray(p, np.float32).reshape(-1, 1)
             self._store(dst, np.where(keep, vals, np.float32(0)))
+            self._poison_from(dst, None if garbage is None else garbage & keep, x)
         dur = cost.dropout_cycles(self.spec, x.free_size) * self._clock_ns[DVE]
         return self._issue(DVE, "dropout", dur, reads, dst)

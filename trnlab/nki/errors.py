@@ -35,6 +35,11 @@ class ViewError(NKIError):
     over the same bytes, or that would change an on-chip tensor's partition dimension."""
 
 
+class LaunchGridError(NKIError):
+    """An SPMD launch grid with an axis of no programs (`kernel[0]`): each axis counts the programs
+    along it (nki.language.num_programs), so every axis needs at least one."""
+
+
 def _is_internal(filename: str) -> bool:
     return os.path.abspath(filename).startswith(_INTERNAL_DIRS)
 

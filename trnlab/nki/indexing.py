@@ -179,18 +179,35 @@ class Grid(tuple):
 
 
 class _MGrid:
-    """nl.mgrid[0:128, 0:512] -> (i_p, i_f), each an iterator placed on its own axis (a `Grid`)."""
+    """nl.mgrid[0:128, 0:512] -> (i_p, i_f), each an iterator placed on its own axis (a `Grid`).
+
+    NKI's mgrid is NumPy's ("Same as NumPy mgrid", nki.language.mgrid page,
+    awsdocs-neuron.readthedocs-hosted.com nki/api/generated/nki.language.mgrid.html): every output is a dense array
+    of the grid's shape, so `.p` of one `mgrid[0:128, 0:512]` and `.p` of another are the same array.
+    Grids of one shape therefore share their iterators: `a[g1.p, g2.x]` is `a[g1.p, g1.x]`, and a
+    mask on `g2.p` bounds `g1.p` (`_ITERATORS`, by size, axis and number of axes)."""
 
     def __getitem__(self, key):
         single = not isinstance(key, tuple)
         key = (key,) if single else key
         ranges = [range(s.start or 0, s.stop, s.step or 1) for s in key]
-        grid = tuple(Iterator(len(r), axis, len(key)) for axis, r in enumerate(ranges))
+        grid = tuple(_grid_iterator(len(r), axis, len(key)) for axis, r in enumerate(ranges))
         out = Grid(IndexExpr(r.start, ((it, r.step),), grid) for r, it in zip(ranges, grid))
         return out[0] if single else out
 
 
 mgrid = _MGrid()
+
+_ITERATORS: dict[tuple[int, int, int], Iterator] = {}
+
+
+def _grid_iterator(size: int, axis: int, ndim: int) -> Iterator:
+    """The one iterator of every `nl.mgrid` axis of this size, position and grid rank."""
+    key = (size, axis, ndim)
+    it = _ITERATORS.get(key)
+    if it is None:
+        it = _ITERATORS[key] = Iterator(size, axis, ndim)
+    return it
 
 
 # the iterator of a mask that is a compile-time False: zero rows of the partition axis
@@ -250,8 +267,13 @@ def expr_iterators(key) -> list[Iterator]:
             for it in entry.grid:
                 seen.setdefault(id(it), it)
     used = {id(it) for entry in key if isinstance(entry, IndexExpr) for it, _ in entry.terms}
+    # an axis some index uses already has its iterator: an mgrid output spanning the same axis with
+    # the same size is the same dense array there (NumPy broadcasting: `a[i_p, g.x]` with
+    # `i_p = nl.arange(128)[:, None]` and `g = nl.mgrid[0:128, 0:512]` is a [128, 512] tile)
+    taken = {(it.axis, it.size) for k, it in seen.items() if k in used}
     # an mgrid axis of size 1 that the access does not use adds nothing
-    return sorted((it for k, it in seen.items() if k in used or it.size > 1), key=lambda it: it.axis)
+    return sorted((it for k, it in seen.items()
+                   if k in used or (it.size > 1 and (it.axis, it.size) not in taken)), key=lambda it: it.axis)
 
 
 def spreads(key, iterators: list[Iterator]) -> bool:

@@ -208,14 +208,18 @@ def _allocate(shape, dtype, buffer, name, launch, placement=None) -> NkiTensor:
             per_row = math.prod(int(n) for n in physical[partition_axis + 1:-1]) * _dt.as_dtype(dtype).itemsize
             physical = physical[:-1] + (_spec().psum_bank_bytes // per_row,)
         where = _placement(placement, shape, dtype, partition_axis, buffer)
+        tiles = _tile_offsets(placement, shape, physical, dtype, partition_axis, buffer) if partition_axis else None
         # the same direct allocation again (an nl.ndarray at a fixed address inside a loop) is the
-        # same bytes on the chip: one tile, whose writes and reads order the iterations
-        key = (buffer, where["offset"], tuple(int(n) for n in physical), str(_dt.as_dtype(dtype)), partition_axis)
+        # same bytes on the chip: one tile, whose writes and reads order the iterations. Only the
+        # same bytes for every block: two `psum.alloc(func)` tensors that agree on block 0 but not on
+        # the others are two tensors (each allocation's tiles are its own)
+        key = (buffer, where["offset"], tuple(int(n) for n in physical), str(_dt.as_dtype(dtype)), partition_axis,
+               None if tiles is None else tuple(tiles))
         hw = launch.placed.get(key)
         declared = launch.__dict__.setdefault("declared", {})
         if hw is None:
-            if partition_axis:
-                where["tiles"] = _tile_offsets(placement, shape, physical, dtype, partition_axis, buffer)
+            if tiles is not None:
+                where["tiles"] = tiles
             hw = memory.allocate(physical, dtype, name=name, partition_axis=partition_axis, placement=where)
             launch.placed[key] = hw
             declared[id(hw)] = 0

@@ -14,19 +14,33 @@ Not modelled: a core reading what another core wrote into a shared output during
 from __future__ import annotations
 
 import math
+import operator
 
-from trnlab.nki.errors import NKIError
+from trnlab.nki.errors import LaunchGridError, NKIError
 from trnlab.nki.language import nc, spmd_dim
 
 
 def grid_entry(entry):
     """A launch-grid axis as `Kernel` keeps it: an int, or an spmd_dim (which is an int) that
-    remembers its cores; a bare `nl.nc(k)` is the axis of k programs, program i on core i."""
+    remembers its cores; a bare `nl.nc(k)` is the axis of k programs, program i on core i.
+
+    An axis counts the programs along it ("Number of SPMD programs along the given axes in the
+    launch grid", nki.language.num_programs): `kernel[0]` would launch none and return no output,
+    so it is refused (LaunchGridError), as is a negative or non-integer size."""
     if isinstance(entry, spmd_dim):
-        return entry
-    if isinstance(entry, nc):
-        return spmd_dim(entry, 1)
-    return int(entry)
+        out = entry
+    elif isinstance(entry, nc):
+        out = spmd_dim(entry, 1)
+    else:
+        try:
+            out = operator.index(entry)
+        except TypeError:
+            raise LaunchGridError(f"SPMD launch grid: an axis is a number of programs (an int), "
+                                  f"got {entry!r}") from None
+    if int(out) < 1:
+        raise LaunchGridError(f"SPMD launch grid: an axis of {int(out)} programs; every axis needs at least 1 "
+                              f"(kernel[0] would run nothing and return no output)")
+    return out
 
 
 def cores_of(grid: tuple) -> int:

@@ -79,9 +79,12 @@ class ValuesCore(NeuronCore):
         into a tile only matmuls read (`_aliasing_loads`): the tile holds a view of the HBM values
         (copy on write, as a deferred matmul's snapshot) instead of a copy, where this run allows."""
         source = src.tensor
-        if source.written is not None or source.poison is not None:
-            src.check_initialized()
         t = dst.tensor
+        if (source.written is not None or source.poison is not None) and src.undefined() is not None:
+            if t._pending is not None:
+                t.reset()
+            self._dma_copy_values(dst, src)     # garbage to carry: the reference copy
+            return -1
         values = src.values()
         if values.shape != t.shape:
             values = values.reshape(t.shape)
