@@ -10,13 +10,13 @@ Inside the library's own pytest run (``--test-mode simulation``) it:
   compilation that sets it, and the output renaming reads it);
 - records every `trnlab.nki.run` (the call behind ``nki.cpu_simulate(kernel)[lnc](...)``): its
   simulated latency and the library's QoR metrics (`trnlab.nki.qor`);
-- in timing mode (``NKILIB_MODE=timing``) runs the kernels timing-only (no values: the large
-  shapes the library's simulation mode skips) and ends each test after the run, before the
-  harness compares values it does not have;
-- keeps the first ``NKILIB_MAX_TESTS`` tests of a file (full mode: the ``fast`` tests the
-  simulation mode runs; timing mode: the ones it skips for their size) and stops any test
-  after ``NKILIB_TEST_SECONDS`` (default 60);
-- writes one JSON line per test to ``NKILIB_RESULTS``.
+- keeps, per test file, the first ``NKILIB_MAX_FAST`` ``fast`` tests that the simulation mode runs
+  (full mode: values, compared by the harness with the library's references) and the first
+  ``NKILIB_MAX_TIMED`` tests it skips for their size (the production shapes: ``fast`` ones first);
+  those run timing-only (no values) and end after the kernel ran, before the harness compares
+  values it does not have (run with the harness's NKILIB_SIMULATION_RUN_ALL=1 so it keeps them);
+- stops any test after ``NKILIB_TEST_SECONDS`` (default 60);
+- writes one JSON line per test, and one per test file that fails to import, to ``NKILIB_RESULTS``.
 """
 from __future__ import annotations
 
@@ -27,9 +27,11 @@ import sys
 import time
 import types
 
-MODE = os.environ.get("NKILIB_MODE", "full")
+import pytest
+
 RESULTS = os.environ.get("NKILIB_RESULTS")
-MAX_TESTS = int(os.environ.get("NKILIB_MAX_TESTS", "0") or 0)
+MAX_FAST = int(os.environ.get("NKILIB_MAX_FAST", "4"))
+MAX_TIMED = int(os.environ.get("NKILIB_MAX_TIMED", "2"))
 TEST_SECONDS = int(os.environ.get("NKILIB_TEST_SECONDS", "60"))
 
 
@@ -94,6 +96,7 @@ _install_hook()
 _stand_in_missing_harness_files()
 
 _runs: list = []          # the KernelRuns of the test running now
+_mode = {"now": "full"}   # the running test's mode: "full" or "timing"
 
 
 def _record_runs() -> None:
@@ -102,11 +105,10 @@ def _record_runs() -> None:
     original = tnki.run
 
     def run(kernel, *args, timing_only=None, **kwargs):
-        if MODE == "timing":
-            timing_only = True
-        result = original(kernel, *args, timing_only=timing_only, **kwargs)
+        timing = _mode["now"] == "timing"
+        result = original(kernel, *args, timing_only=True if timing else timing_only, **kwargs)
         _runs.append(result)
-        if MODE == "timing":
+        if timing:
             raise TimedOnly()
         return result
 
@@ -128,18 +130,38 @@ def _large(item) -> bool:
     return bool(item.get_closest_marker("slow_simulation")) or any(p in item.name for p in _LARGE_SHAPE_PATTERNS)
 
 
+@pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config, items) -> None:
-    if MODE == "timing":
-        large = [i for i in items if _large(i)]
-        fast = [i for i in large if i.get_closest_marker("fast")]
-        chosen = fast or large
-    else:
-        chosen = [i for i in items if i.get_closest_marker("fast") and not _large(i)]
-    if MAX_TESTS:
-        chosen = chosen[:MAX_TESTS]
+    by_file: dict = {}
+    for item in items:
+        by_file.setdefault(str(item.fspath), []).append(item)
+    chosen = []
+    for file_items in by_file.values():
+        full = [i for i in file_items if i.get_closest_marker("fast") and not _large(i)]
+        large = [i for i in file_items if _large(i)]
+        timed = [i for i in large if i.get_closest_marker("fast")] or large
+        for item in full[:MAX_FAST]:
+            item._nkilib_mode = "full"
+            chosen.append(item)
+        for item in timed[:MAX_TIMED]:
+            item._nkilib_mode = "timing"
+            chosen.append(item)
     keep = set(map(id, chosen))
     config.hook.pytest_deselected(items=[i for i in items if id(i) not in keep])
     items[:] = [i for i in items if id(i) in keep]
+
+
+def pytest_collectreport(report) -> None:
+    if report.failed and RESULTS:
+        errors = [ln[1:].strip() for ln in str(report.longrepr).splitlines() if ln.startswith("E ")]
+        error = (errors[-1] if errors else _first_line(report))[:300]
+        _write({"nodeid": report.nodeid, "mode": "import", "outcome": "error", "error": error,
+                "wall_s": 0.0, "runs": 0})
+
+
+def _write(record: dict) -> None:
+    with open(RESULTS, "a") as f:
+        f.write(json.dumps(record) + "\n")
 
 
 def _alarm(signum, frame):
@@ -148,6 +170,7 @@ def _alarm(signum, frame):
 
 def pytest_runtest_setup(item) -> None:
     _runs.clear()
+    _mode["now"] = getattr(item, "_nkilib_mode", "full")
     item._nkilib_started = time.perf_counter()
     signal.signal(signal.SIGALRM, _alarm)
     signal.alarm(TEST_SECONDS)
@@ -161,7 +184,10 @@ def _first_line(report) -> str:
     crash = getattr(report.longrepr, "reprcrash", None)
     text = crash.message if crash is not None else str(report.longrepr)
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    return lines[0][:300] if lines else ""
+    line = lines[0] if lines else ""
+    for prefix in ("test.utils.exceptions.InferenceException: ", "test.utils.exceptions.ValidationException: "):
+        line = line.replace(prefix, "mismatch: " if "Validation" in prefix else "")
+    return line[:300]
 
 
 def pytest_runtest_logreport(report) -> None:
@@ -183,7 +209,7 @@ def pytest_runtest_logreport(report) -> None:
     elif report.skipped:
         error = _first_line(report)
     run = _runs[-1] if _runs else None
-    record = {"nodeid": report.nodeid, "mode": MODE, "outcome": outcome, "error": error,
+    record = {"nodeid": report.nodeid, "mode": _mode["now"], "outcome": outcome, "error": error,
               "wall_s": round(report.duration, 2), "runs": len(_runs)}
     if run is not None:
         record["latency_us"] = run.latency_ns / 1e3
@@ -191,5 +217,4 @@ def pytest_runtest_logreport(report) -> None:
         record["lnc"] = len(getattr(run, "cores", None) or [run.core])
         record["target"] = run.core.spec.name
     if RESULTS:
-        with open(RESULTS, "a") as f:
-            f.write(json.dumps(record) + "\n")
+        _write(record)
