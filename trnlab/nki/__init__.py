@@ -311,7 +311,9 @@ def _run_trace(kernel, args, kwargs, spec, grid, recorder, launch, names, alloca
     try:
         args = tuple(_trace_argument(a, names[i] if i < len(names) else f"arg{i}", launch)
                      for i, a in enumerate(args))
-        kwargs = {k: _trace_argument(v, k, launch) for k, v in kwargs.items()}
+        # keyword arrays become program inputs in name order, the order run() passes them in (the
+        # program cache keys kwargs by name; AWS's NKI Library harness calls kernels by keyword)
+        kwargs = {k: _trace_argument(kwargs[k], k, launch) for k in sorted(kwargs)}
         result = None
         for program_id in (_grid_points(grid) if points is None else points):
             launch.program_id = program_id
