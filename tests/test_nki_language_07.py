@@ -110,9 +110,19 @@ def test_nkiobject_builds_from_annotated_fields_by_keyword_or_in_order():
     assert (padded.rows, padded.cols, padded.pad, padded.tiles) == (128, 32, 4, 1)
 
 
-def test_nkiobject_refuses_unknown_or_repeated_fields_by_name():
-    with pytest.raises(TypeError, match="no field 'depth'"):
-        TileConfig(rows=128, depth=3)
+class Section(nl.NKIObject):
+    index = None          # plain class attributes, no annotations (as the NKI Library writes some)
+    offset = 0
+
+
+def test_nkiobject_keywords_set_any_attribute():
+    section = Section(index=3)
+    assert (section.index, section.offset) == (3, 0)
+    config = TileConfig(rows=128, depth=3)
+    assert (config.depth, config.tiles) == (3, 1)
+
+
+def test_nkiobject_refuses_too_many_or_repeated_fields_by_name():
     with pytest.raises(TypeError, match="twice"):
         TileConfig(128, rows=256)
     with pytest.raises(TypeError, match="takes 4 fields"):

@@ -9,8 +9,8 @@ Sources (AWS's NKI pages, checked against SDK 2.33 / NKI 0.7):
   ``x * sigmoid(1.702 x)``, the form the NKI Library's PyTorch references use for it.
 - nki.language.NKIObject ("Base class for NKI kernel dataclasses and configuration objects",
   ``__init__(self, **kwargs)``) and the NKI Language Guide's "classes" section: a subclass without an
-  ``__init__`` of its own gets one taking its annotated fields (by keyword or in order; a field not
-  given takes its class default, else None) and then calls ``__post_init__``; ``@dataclass``
+  ``__init__`` of its own gets one taking its annotated fields in order or any attribute by keyword
+  (a field not given takes its class default, else None) and then calls ``__post_init__``; ``@dataclass``
   subclasses keep the dataclass's ``__init__``.
 """
 from __future__ import annotations
@@ -45,25 +45,27 @@ class NKIObject:
         Dims(B=4, H=512).tiles   # 4
 
     Positional arguments fill the fields in the order they are annotated (base classes first); a
-    field not given takes its class default, else None; an unknown keyword is a TypeError that names
-    it. ``@dataclass`` subclasses (frozen or not) get the dataclass's own ``__init__``.
+    field not given takes its class default, else None; a keyword sets the attribute of its name,
+    annotated or not (AWS's ``__init__(self, **kwargs)``: the NKI Library builds classes whose fields
+    are plain class attributes this way). ``@dataclass`` subclasses (frozen or not) get the
+    dataclass's own ``__init__``.
     """
 
     def __init__(self, *args, **kwargs):
         fields = _fields(type(self))
         if len(args) > len(fields):
-            raise TypeError(f"{type(self).__name__}() takes {len(fields)} fields ({', '.join(fields)}), "
-                            f"got {len(args)} positional arguments")
+            raise TypeError(f"{type(self).__name__}() takes {len(fields)} fields in order "
+                            f"({', '.join(fields) or 'none annotated'}), got {len(args)} positional arguments")
         values = dict(zip(fields, args))
         for name, value in kwargs.items():
-            if name not in fields:
-                raise TypeError(f"{type(self).__name__}() has no field {name!r}; its fields: "
-                                f"{', '.join(fields) or '(none)'}")
             if name in values:
                 raise TypeError(f"{type(self).__name__}() got field {name!r} twice")
-            values[name] = value
+            values[name] = value          # any keyword: AWS's NKIObject.__init__(self, **kwargs)
         for name in fields:
-            setattr(self, name, values[name] if name in values else getattr(type(self), name, None))
+            if name not in values:
+                setattr(self, name, getattr(type(self), name, None))
+        for name, value in values.items():
+            setattr(self, name, value)
         post_init = getattr(self, "__post_init__", None)
         if post_init is not None:
             post_init()
