@@ -511,31 +511,44 @@ class _Measured(Kernel):
         elif self.options.get("save_trace_name"):
             # nki.benchmark(save_trace_name=...) also saves the run's trace (AWS's unit tests check it)
             result.timeline.to_chrome_trace(self.options["save_trace_name"])
+        if self.kind != "profile" and self.options.get("save_neff_name"):
+            _save_program(result, self.options["save_neff_name"])
         return result.outputs
 
 
-def _profile_paths(options: dict) -> tuple[str, str]:
-    """(trace path, summary path) of nki.profile's options. AWS's nki.profile: working_directory an
-    absolute path, save_trace_name default 'profile.ntff', overwrite default False (existing
-    artifacts are not replaced). NTFF is Neuron's binary format: trnlab writes Chrome/Perfetto JSON
-    under the same name with .json."""
+def _save_program(result: KernelRun, path: str) -> None:
+    """save_neff_name: the run's program where AWS's tools write the compiled NEFF — trnlab's program
+    JSON (`Program.save`) under the name asked; `python -m trnlab.nki profile` reads it. A launch
+    over several cores saves core 0's program."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    result.program.save(path)
+
+
+def _profile_paths(options: dict) -> tuple[str, str, str]:
+    """(trace path, summary path, program path) of nki.profile's options. AWS's nki.profile:
+    working_directory an absolute path, save_neff_name default 'file.neff', save_trace_name default
+    'profile.ntff', overwrite default False (existing artifacts are not replaced). NTFF is Neuron's
+    binary format: trnlab writes Chrome/Perfetto JSON under the same name with .json; the NEFF's name
+    holds trnlab's program JSON (`_save_program`)."""
     directory = options.get("working_directory") or os.getcwd()
     if not os.path.isabs(directory):
         raise NKIError(f"nki.profile: working_directory must be an absolute path, got {directory!r}")
     trace_name = os.path.splitext(options.get("save_trace_name") or "profile.ntff")[0] + ".json"
     trace_path = os.path.join(directory, trace_name)
     summary_path = os.path.join(directory, os.path.splitext(trace_name)[0] + "_summary.json")
+    program_path = os.path.join(directory, options.get("save_neff_name") or "file.neff")
     if not options.get("overwrite", False):
-        existing = [p for p in (trace_path, summary_path) if os.path.exists(p)]
+        existing = [p for p in (trace_path, summary_path, program_path) if os.path.exists(p)]
         if existing:
             raise FileExistsError(f"nki.profile: {existing[0]} exists and overwrite=False (AWS's default); "
                                   f"pass overwrite=True or another save_trace_name")
-    return trace_path, summary_path
+    return trace_path, summary_path, program_path
 
 
 def _write_profile(result: KernelRun, options: dict) -> dict:
-    trace_path, summary_path = _profile_paths(options)
+    trace_path, summary_path, program_path = _profile_paths(options)
     os.makedirs(os.path.dirname(trace_path), exist_ok=True)
+    _save_program(result, program_path)
     if hasattr(result, "chrome_trace"):          # an SPMD launch over several cores: every core's rows
         result.chrome_trace(trace_path)
     else:
@@ -544,7 +557,7 @@ def _write_profile(result: KernelRun, options: dict) -> dict:
     summary = profile.as_dict()
     with open(summary_path, "w") as f:
         json.dump(summary, f, indent=2, default=str)
-    return {"trace": trace_path, "summary": summary_path, "profile": profile}
+    return {"trace": trace_path, "summary": summary_path, "neff": program_path, "profile": profile}
 
 
 def _measuring(kind: str, kernel=None, **options):
@@ -557,19 +570,24 @@ def benchmark(kernel=None, **options):
     """@nki.benchmark(warmup=..., iters=..., save_neff_name=..., save_trace_name=..., target=...,
     timing_only=...): calling the kernel runs it once on the simulator (simulated time is
     deterministic: warmup and iters change nothing) and sets `kernel.benchmark_result`
-    (`.nc_latency.get_latency_percentile(p)` in µs, `.timeline`, `.profile`); save_trace_name also
-    writes the run's trace there (Chrome/Perfetto JSON)."""
+    (`.nc_latency.get_latency_percentile(p)` in µs, `.timeline`, `.profile`); save_neff_name writes
+    the run's program there (trnlab's program JSON: `python -m trnlab.nki profile FILE` prints
+    neuron-profile's summary fields), save_trace_name the run's trace (Chrome/Perfetto JSON)."""
     return _measuring("benchmark", kernel, **options)
 
 
 def profile(func=None, **options):
-    """@nki.profile(working_directory=..., save_trace_name=..., overwrite=False, profile_nth=1): run on
-    the simulator, write a Chrome / Perfetto trace and a profile summary JSON there, and set
+    """@nki.profile(working_directory=..., save_neff_name=..., save_trace_name=..., overwrite=False,
+    profile_nth=1): run on the simulator, write the program, a Chrome / Perfetto trace and a profile
+    summary JSON there, and set
     `kernel.profile_result`. As AWS's: working_directory is absolute, existing artifacts are kept
     unless overwrite=True (the simulation is deterministic, so profile_nth changes nothing)."""
     return _measuring("profile", func, **options)
 
 
 def baremetal(kernel=None, **options):
-    """nki.baremetal: there is no device here, so it runs on the simulator like nki.jit."""
+    """nki.baremetal: there is no device here, so it runs on the simulator like nki.jit; with
+    save_neff_name / save_trace_name it writes them as nki.benchmark does."""
+    if options.get("save_neff_name") or options.get("save_trace_name"):
+        return _measuring("benchmark", kernel, **options)
     return jit(kernel, **{k: v for k, v in options.items() if k in ("target", "timing_only")})
