@@ -9,7 +9,7 @@ import trnlab.nki as nki
 import trnlab.nki.isa as nisa
 import trnlab.nki.language as nl
 from trnlab.hardware.errors import (DtypeError, IndexError_, MemoryPlacementError, PartitionLimitError,
-                                    ShapeMismatchError)
+                                    ShapeMismatchError, StartPartitionError)
 
 from nki_isa_helpers import compute_records, run_both
 
@@ -178,7 +178,8 @@ def test_nc_stream_shuffle_moves_partitions_within_each_quadrant_and_255_keeps(m
 
 
 @pytest.mark.parametrize("case, error", [("short mask", ShapeMismatchError), ("dtype", DtypeError),
-                                         ("free size", ShapeMismatchError), ("outside src", IndexError_)])
+                                         ("free size", ShapeMismatchError), ("outside src", IndexError_),
+                                         ("start", StartPartitionError)])
 def test_nc_stream_shuffle_rules(case, error):
     @nki.jit
     def kernel(x):
@@ -187,9 +188,37 @@ def test_nc_stream_shuffle_rules(case, error):
                          dtype=nl.bfloat16 if case == "dtype" else x.dtype, buffer=nl.sbuf)
         src = nl.load(x)
         mask = [0] * 16 if case == "short mask" else ([5] * 32 if case == "outside src" else list(range(32)))
-        nisa.nc_stream_shuffle(dst=dst, src=src[0:4 if case == "outside src" else 32, :], shuffle_mask=mask)
+        rows = slice(0, 4) if case == "outside src" else (slice(8, 24) if case == "start" else slice(0, 32))
+        nisa.nc_stream_shuffle(dst=dst, src=src[rows, :], shuffle_mask=mask)
         nl.store(out, value=dst)
         return out
 
     with pytest.raises(error):
         nki.run(kernel, np.zeros((32, 8), np.float32))
+
+
+def test_instructions_in_an_affine_loop_are_stamped_to_the_same_program_as_traced_one_by_one():
+    """With the fast paths on, iterations 2 .. n-2 of an affine_range loop are stamped from the first
+    two (nki/loops.py); the run must equal the reference's, which traces every iteration."""
+    @nki.jit
+    def kernel(x, low, high):
+        out = nl.ndarray((128, 6 * 64), dtype=x.dtype, buffer=nl.shared_hbm)
+        bounds_lo, bounds_hi = nl.load(low), nl.load(high)
+        for i in nl.affine_range(6):
+            tile = nl.load(x[:, i * 64:(i + 1) * 64])
+            masked = nisa.range_select(tile, nl.greater_equal, nl.less, bounds_lo, bounds_hi,
+                                       range_start=i * 64, on_false_value=0.0)
+            shuffled = nl.ndarray((128, 64), dtype=x.dtype, buffer=nl.sbuf)
+            nisa.nc_stream_shuffle(dst=shuffled, src=masked, shuffle_mask=[31 - p for p in range(32)])
+            nl.store(out[:, i * 64:(i + 1) * 64], value=shuffled)
+        return out
+
+    rng = np.random.default_rng(14)
+    x = rng.normal(size=(128, 384)).astype(np.float32)
+    low = rng.integers(0, 200, size=(128, 1)).astype(np.float32)
+    high = low + 100
+    out = run_both(kernel, x, low, high).outputs
+    position = np.arange(384)[None, :]
+    masked = np.where((position >= low) & (position < high), x, 0.0)
+    reversed_in_quadrants = np.concatenate([masked[q * 32:(q + 1) * 32][::-1] for q in range(4)])
+    np.testing.assert_array_equal(out, reversed_in_quadrants)

@@ -378,3 +378,18 @@ def test_topk_rules():
         nki.run(_topk_kernel(16, 65, 1), x)
     with pytest.raises(DtypeError):                          # BF16 values
         nki.run(_topk_kernel(16, 16, 1), x.astype(np.float32))
+
+
+def test_the_top_k_loop_in_timing_mode_costs_the_same_and_survives_a_json_round_trip(tmp_path):
+    from trnlab.hardware.device import Device
+    from trnlab.hardware.program import Program
+    x = np.random.default_rng(13).normal(size=(128, 200)).astype(np.float32)
+    full = nki.run(_top16, x)
+    timing = nki.run(_top16, nki.ShapeDtype((128, 200), nl.float32), timing_only=True)
+    assert timing.latency_ns == pytest.approx(full.latency_ns)
+    program = nki.trace(_top16, x)
+    program.save(tmp_path / "top16.json")
+    loaded = Program.load(tmp_path / "top16.json")
+    again = Device("trn2", cores=1).run(loaded, x)
+    for a, b in zip(again.outputs, full.outputs):
+        np.testing.assert_array_equal(a, b)
