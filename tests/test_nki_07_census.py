@@ -17,6 +17,7 @@ TRNLAB = {"nki": "trnlab.nki", "nki.isa": "trnlab.nki.isa", "nki.language": "trn
 TABLE_TITLE = "## NKI 0.7 names and their status"
 NOT_SUPPORTED = "not supported"
 REFUSED = "present, refused by name"
+STATUS_HEADER = "| name | status | reason |"
 ROW = re.compile(r"^\| `(nki(?:\.[A-Za-z_][\w]*)*)` \| ([^|]+?) \| (.*?) \|$")
 
 
@@ -25,8 +26,11 @@ def _status_table() -> dict:
     text = (ROOT / "docs" / "nki_compat.md").read_text()
     assert TABLE_TITLE in text, f"docs/nki_compat.md has no section {TABLE_TITLE!r}"
     section = text.split(TABLE_TITLE, 1)[1].split("\n## ", 1)[0]
+    assert STATUS_HEADER in section, f"the section has no table headed {STATUS_HEADER!r}"
+    table = section.split(STATUS_HEADER, 1)[1].strip().split("\n\n", 1)[0]
     rows = {}
-    for line in section.splitlines():
+    for line in table.splitlines()[1:]:          # (after the |---| line)
+        assert ROW.match(line.strip()), f"not a row of the status table: {line!r}"
         match = ROW.match(line.strip())
         if match:
             name, status, reason = match.groups()
@@ -74,3 +78,16 @@ def test_names_refused_by_name_are_present():
     for key, (status, _) in TABLE.items():
         if status == REFUSED:
             assert _resolves(key), f"{key} is listed as {REFUSED!r} but does not resolve in trnlab"
+
+
+def test_the_counts_in_the_docs_are_the_census_counts():
+    text = (ROOT / "docs" / "nki_compat.md").read_text().split(TABLE_TITLE, 1)[1]
+    rows = dict((m, (int(a), int(b), int(c))) for m, a, b, c in
+                re.findall(r"^\| `?(nki[\w.]*|all)`? \| (\d+) \| (\d+) \| (\d+) \|$", text, flags=re.M))
+    modules = sorted({e["module"] for e in NAMES.values()})
+    for module in modules + ["all"]:
+        keys = [k for k, e in NAMES.items() if module in ("all", e["module"])]
+        present = sum(_resolves(k) for k in keys)
+        assert rows.get(module) == (len(keys), present, len(keys) - present), (
+            f"docs/nki_compat.md's census counts for {module}: {rows.get(module)}, the census: "
+            f"{(len(keys), present, len(keys) - present)}")

@@ -124,3 +124,26 @@ def test_one_rank_all_gather_v_runs_on_a_lone_core():
         return out
     out = nki.run(kernel, x, np.array([[8], [0]], np.uint32)).outputs
     np.testing.assert_array_equal(out, x)
+
+
+def test_rank_id_is_a_register_holding_each_ranks_id():
+    import trnlab.nki.isa as nisa
+    from trnlab.nki.isa_registers import RegisterValueError
+
+    def kernel(x):
+        out = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.shared_hbm)
+        nisa.register_store(out, ncc.rank_id())
+        return out
+    x = np.zeros((1, 1), np.float32)
+    _, runs = run_on(kernel, [(x,)] * 3)
+    assert [int(r.outputs[0, 0]) for r in runs] == [0, 1, 2]
+    with config.override(fast=False):
+        _, slow = run_on(kernel, [(x,)] * 3)
+    assert [int(r.outputs[0, 0]) for r in slow] == [0, 1, 2]
+    assert nki.run(nki.jit(kernel), x).outputs[0, 0] == 0                    # a core of no cluster: rank 0
+
+    def bounded(x):
+        nl.fori_loop(0, ncc.rank_id(), lambda i: None)
+        return x
+    with pytest.raises(RegisterValueError, match="rank id"):
+        nki.run(nki.jit(bounded), x)

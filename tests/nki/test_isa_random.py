@@ -9,7 +9,7 @@ import trnlab.nki.isa as nisa
 import trnlab.nki.language as nl
 from trnlab import config
 from trnlab.hardware.errors import DtypeError, EngineError, ShapeMismatchError
-from trnlab.hardware.system import GenerationError
+from trnlab.hardware.system import GenerationError, RandomRangeError
 
 P = 4
 
@@ -188,7 +188,7 @@ def test_rand2_needs_neuroncore_v4():
 
 
 def test_rand2_refuses_min_not_below_max():
-    with pytest.raises(ShapeMismatchError, match="min must be below max"):
+    with pytest.raises(RandomRangeError, match="min must be below max"):
         nki.run(_uniform_kernel(2.0, 1.0, False), _state(24), np.zeros((P, 1), np.float32),
                 np.ones((P, 1), np.float32), target="trn3")
 
@@ -224,3 +224,29 @@ def test_set_rng_seed_takes_one_32_bit_value():
         nki.run(_seeded_kernel(False), np.array([[1, 2]], np.int32))
     with pytest.raises(DtypeError, match="32-bit"):
         nki.run(_seeded_kernel(False), np.array([[1]], np.int16))
+
+
+def _language_rand_kernel(use_rand2: bool, buffer):
+    @nki.jit
+    def kernel(seed):
+        nl.random_seed(nl.load(seed))
+        if use_rand2:
+            vals = nl.ndarray((P, 32), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.rand2(vals, 0.0, 1.0)
+        else:
+            vals = nl.rand((P, 32), dtype=nl.float32, buffer=buffer)
+        if buffer is nl.shared_hbm and not use_rand2:
+            return vals
+        out = nl.ndarray((P, 32), dtype=nl.float32, buffer=nl.shared_hbm)
+        nl.store(out, value=vals)
+        return out
+    return kernel
+
+
+@pytest.mark.parametrize("buffer", [nl.sbuf, nl.shared_hbm])
+def test_nl_rand_is_uniform_in_0_1_from_the_seeded_vector_generators(buffer):
+    seed = np.array([[5]], np.int32)
+    values = nki.run(_language_rand_kernel(False, buffer), seed, target="trn3").outputs
+    assert values.min() >= 0.0 and values.max() < 1.0 and abs(values.mean() - 0.5) < 0.1
+    np.testing.assert_array_equal(values, nki.run(_language_rand_kernel(True, None), seed, target="trn3").outputs)
+    np.testing.assert_array_equal(values, nki.run(_language_rand_kernel(False, buffer), seed, target="trn3").outputs)

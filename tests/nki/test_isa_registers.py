@@ -145,3 +145,20 @@ def _bad_move_kernel():
         nisa.register_store(out, r)
         return out
     return kernel
+
+
+def test_while_reg_and_range_reg_read_a_register_known_at_trace_time():
+    @nki.jit
+    def kernel(x):
+        out = nl.ndarray((1, 1), dtype=nl.float32, buffer=nl.shared_hbm)
+        acc = nl.ndarray((1, 1), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.memset(acc, 0.0)
+        n = nisa.register_alloc(2)
+        for _ in range(n):                                   # 2 iterations
+            nisa.tensor_scalar(dst=acc, data=acc, op0=nl.add, operand0=1.0)
+        while n:                                             # 2 more, counting the register down
+            nisa.tensor_scalar(dst=acc, data=acc, op0=nl.add, operand0=10.0)
+            nisa.register_move(n, int(n) - 1)
+        nl.store(out, value=acc)
+        return out
+    assert nki.run(kernel, np.zeros((1, 1), np.float32)).outputs[0, 0] == 22.0

@@ -1,6 +1,7 @@
 """NKI 0.7's synchronisation and DMA-compute names: nisa.core_barrier (waits for this core's writes to the
-shared tensor), nisa.dma_compute (an fp32 sum inside a DMA engine), nisa.dma_engine, and nisa.sendrecv
-refused by name; values against NumPy, both call styles, named errors, fast on/off."""
+shared tensor, and on a cluster for the peer core), nisa.sendrecv (the two cores of a pair swap tiles),
+nisa.dma_compute (an fp32 sum inside a DMA engine), nisa.dma_engine; values against NumPy, both call
+styles, named errors, fast on/off."""
 import numpy as np
 import pytest
 
@@ -11,7 +12,9 @@ from trnlab import config
 from trnlab.hardware.errors import MemoryPlacementError
 from trnlab.hardware.system import GenerationError
 from trnlab.nki.errors import NKIError
-from trnlab.nki.isa_sync import NotSimulatedError
+from trnlab.distributed import topology
+from trnlab.distributed.cluster import Cluster
+from trnlab.hardware.collective import CollectiveError
 
 
 def _sum_kernel(style: str, out_dtype=nl.float32):
@@ -103,14 +106,68 @@ def test_core_barrier_takes_cores_0_and_1_only():
         nki.run(_barrier_kernel((0, 2)), np.zeros((8, 8), np.float32))
 
 
-def test_sendrecv_is_refused_by_name_and_dma_engine_has_aws_members():
-    @nki.jit
-    def kernel(x):
+def _exchange(x, peer: int):
+    t = nl.load(x)
+    got = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+    nisa.sendrecv(src=t, dst=got, send_to_rank=1 - peer, recv_from_rank=1 - peer, pipe_id=0,
+                  dma_engine=nisa.dma_engine.dma)
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    nl.store(out, value=got)
+    return out
+
+
+def _cluster_run(kernel, per_rank):
+    """Each rank's program (kernel traced with its keyword arguments) on a cluster of len(per_rank) ranks."""
+    programs = [nki.trace(nki.jit(kernel), *args, **kwargs) for args, kwargs in per_rank]
+    cluster = Cluster(topology.TRN2_48XLARGE, ranks=len(per_rank))
+    return cluster, cluster.run(programs, [args for args, _ in per_rank])
+
+
+def test_sendrecv_swaps_tiles_between_the_two_cores_of_each_pair(records):
+    xs = [np.full((4, 8), float(r), np.float32) for r in range(4)]
+    cluster, runs = _cluster_run(_exchange, [((x,), {"peer": r % 2}) for r, x in enumerate(xs)])
+    assert [run.outputs[0, 0] for run in runs] == [1.0, 0.0, 3.0, 2.0]
+    assert [row["ranks"] for row in cluster.log] == [[0, 1], [2, 3]]
+    with config.override(fast=False):
+        _, slow = _cluster_run(_exchange, [((x,), {"peer": r % 2}) for r, x in enumerate(xs)])
+    assert all(records(a) == records(b) for a, b in zip(runs, slow))
+
+
+def test_sendrecv_needs_its_peer_and_its_rules():
+    x = np.zeros((4, 8), np.float32)
+    with pytest.raises(CollectiveError, match="belongs to no cluster"):
+        nki.run(nki.jit(_exchange), x, peer=0)
+    with pytest.raises(CollectiveError, match="NeuronCore-v3"):
+        nki.run(nki.jit(_exchange), x, peer=0, target="trn1")
+
+    def both_send_to_one(x, peer):
         t = nl.load(x)
-        d = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
-        nisa.sendrecv(src=t, dst=d, send_to_rank=1, recv_from_rank=1, pipe_id=0,
-                      dma_engine=nisa.dma_engine.gpsimd_dma)
+        got = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+        nisa.sendrecv(t, got, 1, 1 - peer, 0)
         return x
-    with pytest.raises(NotSimulatedError, match="sendrecv is not simulated"):
-        nki.run(kernel, np.zeros((8, 8), np.float32))
+    with pytest.raises(CollectiveError, match="receives from core"):
+        _cluster_run(both_send_to_one, [((x,), {"peer": 0}), ((x,), {"peer": 1})])
     assert [m.name for m in nisa.dma_engine] == ["dma", "gpsimd_dma"]
+
+
+def _slow_writer(x, stores: int):
+    shared = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    t = nl.load(x)
+    for _ in range(stores):
+        nl.store(shared, value=t)
+    nisa.core_barrier(shared, (0, 1))
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    nl.store(out, value=nl.load(shared))
+    return out
+
+
+def test_core_barrier_waits_for_the_peer_core_of_the_pair():
+    x = np.ones((128, 512), np.float32)
+    cluster, runs = _cluster_run(_slow_writer, [((x,), {"stores": 1}), ((x,), {"stores": 20})])
+    barriers = [[r for r in cluster.core(k).timeline.records if r[1] == "core_barrier"][0] for k in range(2)]
+    last_store_of_the_slow_core = max(r[3] for r in cluster.core(1).timeline.records
+                                      if r[1] == "dma_copy" and r[3] <= barriers[1][2])
+    assert barriers[0][2] == barriers[1][2] > last_store_of_the_slow_core     # both start after the slow core
+    for k in range(2):                                # the loads after the barrier wait for it
+        after = [r for r in cluster.core(k).timeline.records if r[2] >= barriers[k][3]]
+        assert len(after) == 2

@@ -195,8 +195,8 @@ class Cluster:
         """The modelled time of one collective over `ranks` ranks of this cluster's topology."""
         # ASSUMED: a v collective costs an all-gather of its whole buffer (its counts are known only at
         # run time; an all-to-all sends (p-1)/p of each rank's buffer, as an all-gather of that size does)
-        op = {"collective_permute": "send_recv", "all_gather_v": "all_gather", "all_to_all_v": "all_gather"}.get(
-            opcode, opcode)
+        op = {"collective_permute": "send_recv", "sendrecv": "send_recv", "core_barrier": "send_recv",
+              "all_gather_v": "all_gather", "all_to_all_v": "all_gather"}.get(opcode, opcode)
         cal = self.calibration
         if op == "send_recv" or ranks == 1:
             return collectives.cost(op, nbytes, self.topology, "ring", max(ranks, 2) if op == "send_recv" else 1,
@@ -247,8 +247,9 @@ class Cluster:
 
 
 def _check_same(a: Request, b: Request) -> None:
-    if (a.opcode, tuple(a.src.shape), a.src.tensor.dtype, a.attrs) != (b.opcode, tuple(b.src.shape),
-                                                                        b.src.tensor.dtype, b.attrs):
+    same_attrs = a.opcode == "sendrecv" or a.attrs == b.attrs      # (sendrecv's ranks are each core's own)
+    if (a.opcode, tuple(a.src.shape), a.src.tensor.dtype) != (b.opcode, tuple(b.src.shape), b.src.tensor.dtype) \
+            or not same_attrs:
         raise CollectiveError(
             f"collective: ranks {a.rank} and {b.rank} met in different collectives: {a.opcode} of "
             f"{tuple(a.src.shape)} {a.src.tensor.dtype} {a.attrs} against {b.opcode} of {tuple(b.src.shape)} "
@@ -262,6 +263,11 @@ def _compute_values(opcode: str, requests: list[Request], algorithm: str, attrs:
     """Read every rank's src, run the collective, write every rank's dst (ranks in rank-list order)."""
     if opcode in hw_collective.V_OPCODES:       # counts read from each rank's metadata tensor
         hw_collective.variable_values(opcode, requests)
+        return
+    if opcode == "sendrecv":                    # the two cores of a logical core exchange tiles
+        hw_collective.sendrecv_values(requests)
+        return
+    if opcode == "core_barrier":                # a barrier moves no data
         return
     inputs = []
     for r in requests:

@@ -49,7 +49,8 @@ if TYPE_CHECKING:
     from .core import NeuronCore
 
 CC_ENGINES = ("cc0", "cc1")   # two CC cores per physical NeuronCore [CCO]
-OPCODES = ("all_reduce", "all_gather", "reduce_scatter", "collective_permute", "all_gather_v", "all_to_all_v")
+OPCODES = ("all_reduce", "all_gather", "reduce_scatter", "collective_permute", "all_gather_v", "all_to_all_v",
+           "sendrecv")
 V_OPCODES = ("all_gather_v", "all_to_all_v")       # counts read from a metadata tensor at run time
 REDUCE_OPS = ("add", "minimum", "maximum")
 
@@ -77,6 +78,8 @@ class Request:
         """The collective's size as nccl-tests and nccom-test count it: the all-reduce buffer, the
         all-gather output, the reduce-scatter input, the message of a permute (the v collectives:
         their whole buffers, ASSUMED — the counts are known only at run time)."""
+        if self.opcode == "core_barrier":
+            return 4                                 # a semaphore (ASSUMED)
         return self.dst.nbytes if self.opcode in ("all_gather", "all_gather_v") else self.src.nbytes
 
 
@@ -357,6 +360,46 @@ def variable_values(opcode: str, requests: list) -> None:
             dst.set_poison(garbage.reshape(dst.shape), f"{opcode}: elements of {dst.tensor.name!r} no chunk reached")
 
 
+# -- sendrecv: the two physical cores of a logical core exchange tiles (nki.isa.sendrecv) --------------
+def sendrecv(self: NeuronCore, dst, src, send_to_rank: int, recv_from_rank: int, stream: int = 0) -> int:
+    """Send src (SBUF) to core `send_to_rank`'s dst while receiving core `recv_from_rank`'s src into dst;
+    ranks 0 and 1 are the two cores of this rank's pair (ranks 2k, 2k + 1 of the cluster) [nki.isa.sendrecv].
+    Paired with the peer's sendrecv in program order, like any collective; NeuronCore-v3 and newer."""
+    src, dst = _as_view(src, "src", "sendrecv"), _as_view(dst, "dst", "sendrecv")
+    gen = int(str(self.spec.generation).lower().lstrip("v") or 3)
+    if gen < 3:
+        raise CollectiveError(f"collective: sendrecv needs NeuronCore-v3 or newer (logical cores), this core is "
+                              f"NeuronCore-v{gen}", value=f"v{gen}", limit="v3+")
+    if src.tensor.kind != "sbuf" or dst.tensor.kind != "sbuf":
+        raise CollectiveError(f"operand memory: sendrecv moves SBUF tiles, got {src.tensor.kind.upper()} -> "
+                              f"{dst.tensor.kind.upper()}", value=(src.tensor.kind, dst.tensor.kind), limit="sbuf")
+    if tuple(src.shape) != tuple(dst.shape) or src.tensor.dtype != dst.tensor.dtype:
+        raise CollectiveError(f"shape mismatch: sendrecv src {tuple(src.shape)} {src.tensor.dtype} and dst "
+                              f"{tuple(dst.shape)} {dst.tensor.dtype} must match", value=tuple(dst.shape),
+                              limit=tuple(src.shape))
+    for what, r in (("send_to_rank", send_to_rank), ("recv_from_rank", recv_from_rank)):
+        if int(r) not in (0, 1):
+            raise CollectiveError(f"collective: sendrecv {what} must be 0 or 1 (the two cores of a logical core), "
+                                  f"got {r}", value=r, limit=(0, 1))
+    rank = getattr(self, "_cc_rank", 0)
+    base = rank - rank % 2
+    attrs = {"send_to_rank": int(send_to_rank), "recv_from_rank": int(recv_from_rank)}
+    return issue_collective(self, "sendrecv", src, dst, (base, base + 1), attrs, stream)
+
+
+def sendrecv_values(requests: list) -> None:
+    """Full mode: each core's dst = the src of the core it receives from, which must send to it."""
+    by_local = {r.rank % 2: r for r in requests}
+    for r in requests:
+        source = by_local[r.attrs["recv_from_rank"]]
+        if source.attrs["send_to_rank"] != r.rank % 2:
+            raise CollectiveError(f"collective: sendrecv on rank {r.rank} receives from core "
+                                  f"{r.attrs['recv_from_rank']}, which sends to core {source.attrs['send_to_rank']}",
+                                  value=source.attrs["send_to_rank"], limit=r.rank % 2)
+        source.src.check_initialized()
+        r.dst.write(np.array(source.src.values()).reshape(r.dst.shape))
+
+
 class CollectiveInstructions:
     """NeuronCore's collective instructions (composed into `core.NeuronCore`)."""
     all_reduce = all_reduce
@@ -365,3 +408,4 @@ class CollectiveInstructions:
     collective_permute = collective_permute
     all_gather_v = all_gather_v
     all_to_all_v = all_to_all_v
+    sendrecv = sendrecv

@@ -1,16 +1,19 @@
-"""System instructions: the engines' random number generators and their scalar registers.
+"""System instructions: the engines' random number generators, their scalar registers, the core barrier
+and the DMA engines' arithmetic (dma_compute).
 
 NKI 0.7 names (AWS NKI API reference, awsdocs-neuron.readthedocs-hosted.com/en/v2.33.0/nki/api/
 generated/nki.isa.<name>.html), as methods of `NeuronCore` (`SystemInstructions`, composed into it):
 
     rng(dst, engine)              dst = 32 random bits per element, the low bits kept     Vector | GpSimd
     rand2(dst, low, high)         dst = uniform in [low, high] (NeuronCore-v4+)             Vector
+    rand(dst)                     dst = uniform in [0, 1) (nl.rand; any generation)        Vector
     rand_set_state(src, engine)   every lane's generator state = src's row (v3+)           GpSimd | Vector (v4+)
     rand_get_state(dst, engine)   dst's rows = every lane's generator state (v3+)          GpSimd | Vector (v4+)
     register_move(register, value, source)   register = value (or register `source`)      GpSimd (ASSUMED)
     register_load(register, src)  register = src's one 32-bit value (HBM or SBUF)           GpSimd (ASSUMED)
     register_store(dst, register) dst's one element = register                              GpSimd (ASSUMED)
-    core_barrier(data, engine)    wait for this core's writes to data (the peer: isa_sync.py)   GpSimd (default)
+    register_rank(register)       register = this core's rank (nki.collectives.rank_id)      GpSimd (ASSUMED)
+    core_barrier(data, engine)    wait for this core's writes to data and the peer core        GpSimd (default)
     dma_compute(dst, src0, ...)   dst = src0 + src1 + ... in fp32, cast to dst (v3+)             a DMA queue
 
 (`set_rng_seed` — nl.random_seed, nisa.set_rng_seed — is the Vector engine's, in `vector.py`; it seeds
@@ -29,7 +32,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import cost, prng
+from . import cost, dtypes, prng
 from .dependencies import record_reads, record_write, wait_reads, wait_write
 from .engines import DVE, POOL, port_needs
 from .errors import DtypeError, EngineError, HardwareError, MemoryPlacementError, ShapeMismatchError
@@ -41,13 +44,18 @@ _RNG_DTYPES = ("int8", "int16", "int32", "uint8", "uint16", "uint32")
 _RAND2_DTYPES = ("float8_e4m3", "float8_e5m2", "float16", "bfloat16", "float32", "tfloat32") + _RNG_DTYPES
 _ENGINE_NAMES = {None: None, "unknown": None, "vector": "dve", "dve": "dve", "gpsimd": "pool", "pool": "pool"}
 # instructions with state beyond their operands (the generators, the registers): kept in program order
-STATEFUL_OPCODES = ("rng", "rand2", "rand_set_state", "rand_get_state", "register_move", "register_load",
-                    "register_store", "core_barrier")
+STATEFUL_OPCODES = ("rng", "rand2", "rand", "rand_set_state", "rand_get_state", "register_move", "register_load",
+                    "register_store", "register_rank", "core_barrier")
 
 
 class GenerationError(HardwareError):
     """An instruction that this NeuronCore generation does not have."""
     rule = "NeuronCore generation"
+
+
+class RandomRangeError(HardwareError):
+    """rand2's range is empty: min must be below max (nki.isa.rand2: "min < max for valid range")."""
+    rule = "rand2 range"
 
 
 class RegisterError(HardwareError):
@@ -67,7 +75,8 @@ def _needs_generation(core, opcode: str, first: int) -> None:
 
 
 class SystemInstructions:
-    """NeuronCore's random number and register instructions (composed into `core.NeuronCore`)."""
+    """NeuronCore's random number, register, barrier and DMA-compute instructions (composed into
+    `core.NeuronCore`)."""
 
     # -- state kept on the core ----------------------------------------------------------------
     def _system_state(self) -> dict:
@@ -130,12 +139,12 @@ class SystemInstructions:
                               value=engine, limit=allowed)
         return DVE if key == "dve" else POOL
 
-    def _rng_operand(self, v: View, what: str, opcode: str, eid: int, dtypes: tuple, psum_ok: bool = True) -> None:
+    def _rng_operand(self, v: View, what: str, opcode: str, eid: int, allowed: tuple, psum_ok: bool = True) -> None:
         self._onchip(v, what, opcode, psum_ok=psum_ok and eid != POOL)
-        name = np.dtype(v.tensor.dtype).name if not hasattr(v.tensor.dtype, "name") else v.tensor.dtype.name
-        if name not in dtypes:
-            raise DtypeError(f"data type: {opcode} {what} must be one of {', '.join(dtypes)}, got {name}",
-                             value=name, limit=dtypes)
+        name = dtypes.name(v.tensor.dtype)
+        if name not in allowed:
+            raise DtypeError(f"data type: {opcode} {what} must be one of {', '.join(allowed)}, got {name}",
+                             value=name, limit=allowed)
 
     def _pass_ns(self, eid: int, free_size: int) -> float:
         """ASSUMED: one pass over `free_size` elements per lane, as a one-input Vector instruction."""
@@ -167,14 +176,25 @@ class SystemInstructions:
             lo_v = np.asarray(lo, np.float32).reshape(-1, 1)
             hi_v = np.asarray(hi, np.float32).reshape(-1, 1)
             if np.any(lo_v >= hi_v):
-                raise ShapeMismatchError(f"rand2 range: min must be below max, got min={lo_v.ravel()[:4]} "
+                raise RandomRangeError(f"rand2 range: min must be below max, got min={lo_v.ravel()[:4]} "
                                          f"max={hi_v.ravel()[:4]}", value=(lo, hi), limit="min < max")
             bits = prng.draw(self._prng_state("dve"), dst.free_size)[:dst.partitions]
             self._store(dst, prng.uniform(bits, lo_v, hi_v))
         elif not reads and float(lo) >= float(hi):
-            raise ShapeMismatchError(f"rand2 range: min must be below max, got min={lo}, max={hi}",
+            raise RandomRangeError(f"rand2 range: min must be below max, got min={lo}, max={hi}",
                                      value=(lo, hi), limit="min < max")
         return self._issue_system(DVE, "rand2", self._pass_ns(DVE, dst.free_size), reads, (dst,))
+
+    def rand(self, dst) -> int:
+        """dst = uniform random values in [0, 1), fp32 converted to dst's dtype [nki.language.rand], from the
+        Vector engine's generators (those nl.random_seed seeds). ASSUMED: one Vector instruction, rand2's
+        conversion with min 0, max 1, on every generation (AWS does not say how nl.rand is lowered)."""
+        dst = _view(dst, "dst")
+        self._rng_operand(dst, "dst", "rand", DVE, _RAND2_DTYPES)
+        if self.full:
+            bits = prng.draw(self._prng_state("dve"), dst.free_size)[:dst.partitions]
+            self._store(dst, prng.uniform(bits, 0.0, 1.0))
+        return self._issue_system(DVE, "rand", self._pass_ns(DVE, dst.free_size), (), (dst,))
 
     def _state_view(self, v, what: str, opcode: str, eid: int, sbuf_only: bool) -> View:
         v = _view(v, what)
@@ -261,15 +281,49 @@ class SystemInstructions:
             self._store(dst, value.astype(dst.tensor.dtype))
         return self._issue_system(POOL, "register_store", self._register_ns(), (), (dst,))
 
+    def register_rank(self, register: int) -> int:
+        """register = this core's rank in its cluster (0 on a core of no cluster) [nki.collectives.rank_id]."""
+        self._system_state()["registers"][int(register)] = int(getattr(self, "_cc_rank", 0) or 0)
+        return self._issue_system(POOL, "register_rank", self._register_ns(), (), ())
+
     # -- synchronisation --------------------------------------------------------------------------
     def core_barrier(self, data, engine="pool") -> int:
-        """One barrier instruction reading `data` (HBM) on `engine` [nki.isa.core_barrier]: it waits for this
-        core's earlier writes to data; ASSUMED cost: the engine's static overhead."""
+        """The barrier of the two cores of a pair over the shared HBM tensor `data` [nki.isa.core_barrier],
+        on `engine` (GpSimd by default): it waits for this core's earlier accesses to data (and later ones
+        wait for it: it counts as a write of data, values unchanged) and, on a core of a
+        `distributed.cluster.Cluster`, for the peer core (ranks 2k, 2k + 1) to reach its barrier — matched
+        in program order like a collective, the peer's semaphore arriving a send/recv of 4 bytes later
+        (ASSUMED). On a core alone it waits for nothing else. ASSUMED cost: the engine's static overhead.
+        Like a collective it is described with no duration of its own: its program is replayed
+        instruction by instruction (and keeps program order)."""
         data = _view(data, "data")
         eid = self._engine(engine, "core_barrier")
-        return self._issue_system(eid, "core_barrier", self.spec.vector_static_cycles * self._clock_ns[eid], (data,), ())
+        dur = self.spec.vector_static_cycles * self._clock_ns[eid]
+        describe = getattr(self, "_describe", None)
+        if describe is not None:                     # duration 0: timed by the run (the peer), not the trace
+            return describe(ComputeIssue(ISSUE, eid, "core_barrier", 0.0, (self._ref(data),), (self._ref(data),),
+                                         0.0, 0, 0, False, None, 0.0))
+        from .core import NeuronCore
+        if type(self)._issue is not NeuronCore._issue:
+            return -1                                # the values core (not used for such programs)
+        ready, waited = wait_reads((data,), 0.0, -1)
+        ready, waited, _ = wait_write(data, ready, waited)
+        fabric = getattr(self, "_cc_fabric", None)
+        if fabric is not None:
+            from .collective import Request
+            rank = self._cc_rank
+            pair = (rank - rank % 2, rank - rank % 2 + 1)
+            arrive = max(ready, self._free[eid])
+            _, peer_ready = fabric.collective(Request("core_barrier", rank, pair, data, data, arrive, {}, self))
+            if peer_ready > ready:
+                ready = peer_ready
+        idx = len(self._records)
+        start, end, waited = self.engine_times.compute(eid, ready, waited, dur, 0.0, (), idx)
+        record_reads((data,), end, idx)
+        record_write(data, end, idx)                 # what reads data after the barrier waits for it
+        return self._append(eid, "core_barrier", start, end, end, 0.0, 0, 0, 0, waited)
 
-
+    # -- arithmetic in the DMA engines ------------------------------------------------------------
     def dma_compute(self, dst, src0, src1=None, src2=None, src3=None, queue: int | None = None) -> int:
         """dst = src0 + src1 + ... (up to four sources), each converted to fp32, the sum converted to dst's
         dtype, computed inside a DMA engine [nki.isa.dma_compute: reduce_op nl.add, scales 1.0]; sources and

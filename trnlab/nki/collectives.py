@@ -25,8 +25,10 @@ NKI 0.7's variable-length collectives and the implicit ring permute:
 next rank of the list, on CC engine channel mod 2 — ASSUMED: the channels share the core's two CC cores.)
 
 Differences from AWS's module: srcs/dsts lists are issued pair by pair (no coalescing discount);
-``priority`` is accepted and has no effect; ``all_to_all``, ``collective_permute_implicit_reduce``,
-``collective_permute_implicit_current_processing_rank_id`` and ``rank_id`` are not simulated.
+``priority`` is accepted and has no effect; ``all_to_all``, ``collective_permute_implicit_reduce`` and
+``collective_permute_implicit_current_processing_rank_id`` are not simulated. ``rank_id()`` returns a
+register holding the rank when the program runs (`nisa.register_store` writes it to memory; a loop bounded
+by it is refused: a program is traced once for every rank).
 """
 from __future__ import annotations
 
@@ -172,3 +174,14 @@ def collective_permute_implicit(srcs_by_channel, dsts_by_channel, replica_group,
         launch = issue.begin()
         launch.core.collective_permute(dst=d.hw_view(), src=s.hw_view(), source_target_pairs=pairs,
                                        stream=int(channel) % 2)
+
+
+def rank_id(name=None):
+    """The rank of the running core within the collective group, as a VirtualRegister (its value is known
+    when the program runs on its rank, not while it is traced) [nki.collectives.rank_id]."""
+    from trnlab.nki.isa_registers import VirtualRegister
+    register = VirtualRegister()
+    register.origin = "the rank id (nki.collectives.rank_id), known when the program runs on its rank"
+    launch = issue.begin()
+    launch.core.register_rank(register=register.id)
+    return register

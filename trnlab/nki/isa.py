@@ -27,6 +27,9 @@ This module is the `nki.isa` namespace; the code is split by engine: `isa_binder
 types, enums, the binder), `isa_matmul.py` (Tensor engine), `isa_dma.py` (data movement),
 `isa_vector.py` (Vector, Scalar, GpSimd), `mx.py` (MX on NeuronCore-v4), `isa_select.py`,
 `isa_gather.py`, `isa_accumulate.py` (NKI 0.7's selections, gathers and shuffles, running reductions).
+`isa_vector.py` (Vector, Scalar, GpSimd), `mx.py` (MX on NeuronCore-v4), and NKI 0.7's system
+instructions: `isa_random.py` (rng, rand2, the generators' state, set_rng_seed), `isa_registers.py`
+(virtual registers), `isa_sync.py` (core_barrier, sendrecv, dma_compute, dma_engine).
 """
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""`nki.isa`'s random numbers (NKI 0.7): `rng`, `rand2`, `rand_get_state`, `rand_set_state`, `set_rng_seed`.
+"""`nki.isa`'s random numbers (NKI 0.7): `rng`, `rand2`, `rand_get_state`, `rand_set_state`, `set_rng_seed`,
+and `nki.language.rand` (a new tile of uniform values in [0, 1), nki.language.rand.html).
 
 Names, parameters and rules as AWS's pages (awsdocs-neuron.readthedocs-hosted.com/en/v2.33.0/nki/api/
 generated/nki.isa.rng.html, .rand2.html, .rand_get_state.html, .rand_set_state.html,
@@ -74,3 +75,18 @@ def set_rng_seed(src_seeds: Tile, name: str | None = None) -> None:
                          value=np.dtype(src.dtype).name, limit="32-bit")
     launch = issue.begin()
     launch.core.set_rng_seed(seed=src.hw_view())
+
+
+def rand(shape, dtype=np.float32, buffer=None, name: str = "", **kwargs) -> NkiTensor:
+    """nl.rand: a new tensor of `shape` on `buffer` (default SBUF) filled with values uniform in [0, 1)
+    from the Vector engine's generators (seeded by nl.random_seed / nisa.set_rng_seed); an HBM tensor
+    is filled through an SBUF tile and a DMA [nki.language.rand]."""
+    from trnlab.nki import language as nl          # (language imports this module's names)
+    target = nl.ndarray(shape, dtype, buffer=buffer, name=name)
+    tile = target if target.buffer in ("sbuf", "psum") else nl.ndarray(shape, dtype, buffer=nl.sbuf)
+    launch = issue.begin()
+    launch.core.rand(dst=tile.hw_view())
+    if tile is not target:
+        from trnlab.nki.isa_dma import dma_copy
+        dma_copy(dst=target, src=tile)
+    return target

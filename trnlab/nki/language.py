@@ -208,3 +208,5 @@ from trnlab.nki.device_loops import dynamic_range, fori_loop, while_loop  # noqa
 
 # NKI 0.7's names the NKI Library needs: more activations, NKIObject, nl.bool / nl.range (language_07.py)
 from trnlab.nki.language_07 import *  # noqa: E402,F401,F403
+# nl.rand: uniform values from the Vector engine's generators (isa_random.py)
+from trnlab.nki.isa_random import rand  # noqa: E402,F401

@@ -28,6 +28,7 @@ class ValuesCore(NeuronCore):
         self._act_regs = core._act_regs
         self._dve_regs = core._dve_regs
         self._system = core._system_state()        # the generators and registers (system.py)
+        self._cc_rank = getattr(core, "_cc_rank", 0)  # the rank a register_rank reads (system.py)
         rng = getattr(core, "_rng", None)
         if rng is not None:
             self._rng = rng
