@@ -9,7 +9,7 @@ import trnlab.nki.isa as nisa
 import trnlab.nki.language as nl
 from trnlab import config
 from trnlab.hardware.errors import OutOfBoundsError, ShapeMismatchError
-from trnlab.nki.errors import ViewError
+from trnlab.nki.errors import NKIError, ViewError
 
 from nki_kernels import views as V
 
@@ -124,3 +124,72 @@ def test_dma_transpose_refuses_permutations_aws_does_not_list():
 
     with pytest.raises(ShapeMismatchError, match=r"\(3, 1, 2, 0\) for 4-d"):
         nki.run(kernel, np.zeros((16, 4, 8), np.float32))
+
+
+@nki.jit
+def gather_rows_or_skip(table, ids):
+    """gather_rows with oob_mode.skip: rows whose offset is past the table keep the zeros set first."""
+    N, C = table.shape
+    P = ids.shape[0]
+    idx = nl.ndarray((P, 1), dtype=nl.int32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=idx, src=ids)
+    rows = nl.ndarray((P, C), dtype=table.dtype, buffer=nl.sbuf)
+    nisa.memset(dst=rows, value=0.0)
+    nisa.dma_copy(dst=rows, src=table.ap([[C, P], [1, C]], vector_offset=idx, indirect_dim=0),
+                  oob_mode=nisa.oob_mode.skip)
+    out = nl.ndarray((P, C), dtype=table.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=rows)
+    return out
+
+
+def test_oob_mode_skip_leaves_the_rows_past_the_tensor_unmoved():
+    table = RNG.normal(size=(10, 8)).astype(np.float32)
+    ids = np.array([[3], [12], [0], [10]], np.int32)
+    expected = np.zeros((4, 8), np.float32)
+    expected[0], expected[2] = table[3], table[0]
+    np.testing.assert_array_equal(nki.run(gather_rows_or_skip, table, ids).outputs, expected)
+    with pytest.raises(OutOfBoundsError):
+        nki.run(V.gather_rows, table, ids)
+
+
+def test_an_integer_scalar_offset_is_folded_at_trace_time_and_other_offsets_are_refused():
+    seen = {}
+
+    @nki.jit
+    def kernel(table, use_scalar):
+        if use_scalar:
+            table.ap([[16, 4], [1, 16]], scalar_offset=object(), indirect_dim=0)
+        view = table.ap([[16, 4], [1, 16]], offset=0, scalar_offset=2, indirect_dim=0)
+        seen["offset"] = view.offset
+        out = nl.ndarray((4, 16), dtype=table.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=view)
+        return out
+
+    table = np.arange(10 * 16, dtype=np.float32).reshape(10, 16)
+    np.testing.assert_array_equal(nki.run(kernel, table, False).outputs, table[2:6])
+    assert seen["offset"] == 32
+    with pytest.raises(ViewError, match="SBUF tile of integers"):
+        nki.run(kernel, table, True)
+
+
+def test_indirect_views_on_both_ends_of_a_dma_are_refused():
+    @nki.jit
+    def kernel(table, ids):
+        idx = nl.ndarray((4, 1), dtype=nl.int32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=idx, src=ids)
+        out = nl.ndarray((10, 8), dtype=table.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out.ap([[8, 4], [1, 8]], vector_offset=idx, indirect_dim=0),
+                      src=table.ap([[8, 4], [1, 8]], vector_offset=idx, indirect_dim=0))
+        return out
+
+    with pytest.raises(NKIError, match="both src and dst"):
+        nki.run(kernel, np.zeros((10, 8), np.float32), np.zeros((4, 1), np.int32))
+
+
+@pytest.mark.parametrize("columns", [1, 2])
+def test_an_indirect_dma_transpose_gathers_rows_then_transposes(columns):
+    import ml_dtypes
+    table = RNG.normal(size=(300, 64)).astype(ml_dtypes.bfloat16)
+    ids = RNG.integers(0, 300, size=(128, columns)).astype(np.int32)
+    rows = ids.T.reshape(-1)                       # "flat_indices = indices.T.flatten()"
+    np.testing.assert_array_equal(nki.run(V.gather_transpose, table, ids).outputs, table[rows].T)

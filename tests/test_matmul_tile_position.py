@@ -32,7 +32,9 @@ def test_row_tiled_matmuls_compute_each_product(rows):
     np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-4)
 
 
-def test_four_32_row_matmuls_run_at_once_on_their_row_tiles():
+@pytest.mark.parametrize("schedule", ["program", "list"])
+def test_four_32_row_matmuls_run_at_once_on_their_row_tiles(schedule, monkeypatch):
+    monkeypatch.setattr(nki, "SCHEDULE", schedule)
     a, b = _operands(32)
     tiled = _matmul_spans(nki.run(row_tiled_matmuls, a, b, rows=32, timing_only=True))
     whole = _matmul_spans(nki.run(whole_array_matmuls, a, b, timing_only=True))
@@ -107,3 +109,20 @@ def test_nc_matmul_mx_tiles_rows_only():
     from nki_kernels.pe_tiling import mx_matmul_on_row_tile
     with pytest.raises(PETilingError, match="tiles rows only"):
         nki.run(mx_matmul_on_row_tile, *_mx_operands(), columns=64)
+
+
+def test_tiling_mode_with_a_transpose_is_refused():
+    import trnlab.nki.isa as nisa
+    import trnlab.nki.language as nl
+    from trnlab.nki.errors import NKIError
+
+    @nki.jit
+    def kernel(x):
+        a = nl.ndarray((32, 32), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=a, src=x)
+        t = nl.ndarray((32, 32), dtype=x.dtype, buffer=nl.psum)
+        nisa.nc_matmul(dst=t, stationary=a, moving=a, is_transpose=True, tile_position=(0, 0), tile_size=(32, 32))
+        return x
+
+    with pytest.raises(NKIError, match="plain matmuls only"):
+        nki.run(kernel, np.zeros((32, 32), np.float32))

@@ -148,3 +148,32 @@ def test_shared_constant_reads_a_npy_file(tmp_path):
     np.save(path, constant)
     x = np.ones((128, 4), np.float32)
     np.testing.assert_array_equal(nki.run(V.constant_from_file, x, str(path)).outputs, x + constant)
+
+
+def test_a_block_of_a_block_tensor_is_selected_on_its_block_dim():
+    @nki.jit
+    def kernel(x):
+        T, K, M = x.shape
+        blocks = nl.ndarray((T, nl.par_dim(K), M), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=blocks, src=x)
+        view = blocks.select(0, 2).slice(1, 0, M, 2)          # dim 0 is the block dim here, not partitions
+        out = nl.ndarray(view.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=view)
+        return out
+
+    x = np.arange(4 * 16 * 8, dtype=np.float32).reshape(4, 16, 8)
+    np.testing.assert_array_equal(nki.run(kernel, x).outputs, x[2][:, ::2])
+
+
+def test_view_as_another_dtype_reads_the_same_bytes():
+    @nki.jit
+    def kernel(x):
+        words = x.view(nl.uint32)                              # [P, F] float32 -> [P, F] uint32, same bits
+        tile = nl.ndarray(words.shape, dtype=nl.uint32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=tile, src=words)
+        out = nl.ndarray(words.shape, dtype=nl.uint32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=tile)
+        return out
+
+    x = np.random.default_rng(4).normal(size=(16, 8)).astype(np.float32)
+    np.testing.assert_array_equal(nki.run(kernel, x).outputs, x.view(np.uint32))

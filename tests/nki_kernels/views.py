@@ -156,3 +156,20 @@ def optional_bias(x, bias=None):
     out = nl.ndarray((P, F), dtype=x.dtype, buffer=nl.shared_hbm)
     nisa.dma_copy(dst=out, src=a)
     return out
+
+
+@nki.jit
+def gather_transpose(table, ids):
+    """AWS's indirect transpose: rows table[ids[p]] ([F, C], ids [128, N] read column by column for
+    F = 128 N rows) transposed into SBUF [C, F] by nisa.dma_transpose of a vector_offset pattern."""
+    T, C = table.shape
+    P, N = ids.shape
+    F = P * N
+    idx = nl.ndarray((P, N), dtype=nl.int32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=idx, src=ids)
+    tile = nl.ndarray((C, F), dtype=table.dtype, buffer=nl.sbuf)
+    nisa.dma_transpose(dst=tile, src=table.ap(pattern=[[C, F], [1, C]], vector_offset=idx, indirect_dim=0),
+                       axes=(1, 0))
+    out = nl.ndarray((C, F), dtype=table.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=tile)
+    return out

@@ -28,8 +28,9 @@ def _check_dma_endpoints(src, dst) -> None:
                   value=(sk, dk), limit="SBUF/HBM endpoints")
 
 def _shifted(view: View, offsets: np.ndarray, stride: int, per_row: bool, skip: bool):
-    """(`view` moved by offsets x stride elements — one offset, or one per row —, the rows kept or None).
-    Out-of-bounds elements raise `OutOfBoundsError`, or (`skip`) drop their rows."""
+    """(the flat positions of `view` moved by offsets x stride elements — one offset, or one per row —,
+    the rows kept or None). Out-of-bounds elements raise `OutOfBoundsError`, or (`skip`) mark their rows
+    dropped (their positions then clipped into the tensor, unused)."""
     t = view.tensor
     flat = view.flat_positions()
     if per_row:
@@ -45,13 +46,8 @@ def _shifted(view: View, offsets: np.ndarray, stride: int, per_row: bool, skip: 
             raise OutOfBoundsError(f"out-of-bounds index: an indirect DMA reaches element {first} of "
                                    f"{t.name!r} {t.shape} ({size} elements) at run time", value=first, limit=size)
         keep = ~bad.reshape(bad.shape[0], -1).any(axis=1) if bad.ndim else np.array([False])
-        flat = flat[keep]
-    return View(t, np.unravel_index(flat, t.shape)), keep
-
-
-def _rows_of(view: View, keep: np.ndarray):
-    """The index of `view`'s rows where `keep` (an index into its tensor)."""
-    return np.unravel_index(view.flat_positions()[keep], view.tensor.shape)
+        flat = np.clip(flat, 0, size - 1)
+    return flat, keep
 
 
 # nki.isa.dma_transpose: "For 2-d input tile, the permutation will be [1, 0]; for 3-d [2, 1, 0]; for 4-d
@@ -156,7 +152,10 @@ class DmaInstructions:
         _check_dma_endpoints(src, dst)
         if side not in ("src", "dst"):
             raise ValueError(f"dma_copy_indirect: side is 'src' or 'dst', got {side!r}")
-        self._onchip(idx, "offsets", "dma_copy_indirect", psum_ok=False)
+        if idx.tensor.kind != "sbuf":             # (read in any order: [128, N] offsets column by column)
+            raise MemoryPlacementError(f"operand memory: dma_copy_indirect offsets {idx.tensor.name!r} are in "
+                                       f"{idx.tensor.kind.upper()}; the DMA reads them from SBUF",
+                                       value=idx.tensor.kind, limit="sbuf")
         if dtypes.is_float(idx.tensor.dtype):
             raise DtypeError(f"data type: an access pattern's scalar_offset / vector_offset must be integers, "
                              f"got {dtypes.name(idx.tensor.dtype)}", value=idx.tensor.dtype, limit="int32")
@@ -174,15 +173,21 @@ class DmaInstructions:
                                      f"{rows} rows {moving.shape}", value=idx.size, limit=rows)
         if self.full:
             idx.check_initialized()
-            shifted, keep = _shifted(moving, np.asarray(idx.values()).reshape(-1).astype(np.int64), int(stride),
-                                     per_row, skip_out_of_bounds)
+            flat, keep = _shifted(moving, np.asarray(idx.values()).reshape(-1).astype(np.int64), int(stride),
+                                  per_row, skip_out_of_bounds)
             fixed = dst if side == "src" else src
-            if keep is not None:                  # oob_mode.skip: only the rows inside the tensor move
-                fixed = View(fixed.tensor, _rows_of(fixed, keep))
-            if side == "src":
-                self._dma_copy_values(fixed, shifted)
-            else:
-                self._dma_copy_values(shifted, fixed)
+            pairs = [(View(moving.tensor, np.unravel_index(flat, moving.tensor.shape)), fixed)]
+            if keep is not None:                  # oob_mode.skip: only the rows inside the tensor move, one by one
+                fixed_flat = fixed.flat_positions().reshape(len(keep), -1)
+                flat = flat.reshape(len(keep), -1)
+                pairs = [(View(moving.tensor, np.unravel_index(flat[r], moving.tensor.shape)),
+                          View(fixed.tensor, np.unravel_index(fixed_flat[r], fixed.tensor.shape)))
+                         for r in np.flatnonzero(keep)]
+            for shifted, other in pairs:
+                if side == "src":
+                    self._dma_copy_values(other, shifted)
+                else:
+                    self._dma_copy_values(shifted, other)
         whole = moving.tensor.full
         if side == "src":
             return self._schedule_dma(dst, src, (whole, idx), src.nbytes, queue, "dma_copy_indirect")

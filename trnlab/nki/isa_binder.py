@@ -63,7 +63,8 @@ class dge_mode(enum.Enum):
 
 
 class oob_mode(enum.Enum):
-    """nki.isa.oob_mode: what a dynamic DMA does out of bounds (accepted; trnlab always raises)."""
+    """nki.isa.oob_mode: what a dynamic DMA does out of bounds (error: raise; skip: an indirect access
+    pattern's rows past the tensor are not moved, `hardware.dma.dma_copy_indirect`)."""
     error = 0
     skip = 1
 

@@ -9,7 +9,7 @@ from trnlab.hardware.errors import MemoryPlacementError, ShapeMismatchError
 from trnlab.nki import issue
 from trnlab.nki.errors import NKIError
 from trnlab.nki.isa_binder import Dtype, Mask, Op, Tile, _engine, _finish, dge_mode, engine, instruction, oob_mode
-from trnlab.nki.tensor import NkiTensor
+from trnlab.nki.tensor import _OPERATIONS, NkiTensor
 
 
 @instruction(functional=None)
@@ -104,9 +104,11 @@ def dma_transpose(dst: Tile | None, src: Tile, axes: tuple | None = None, dge_mo
                                  f"{axes}; AWS's dma_transpose takes (1, 0) for 2-d, (2, 1, 0) for 3-d and "
                                  f"(3, 1, 2, 0) for 4-d sources", value=(src.shape, axes),
                                  limit=((1, 0), (2, 1, 0), (3, 1, 2, 0)))
-    if src._gather is not None or getattr(src, "_dynamic", None) is not None:
-        raise NKIError("dma_transpose of an indirect source (vector_offset / a tile of indices: AWS's "
-                       "dma_gather_transpose) is not simulated")
+    if src._gather is not None:
+        raise NKIError("dma_transpose of a source indexed by a tile of indices is not simulated; use "
+                       ".ap(vector_offset=) (AWS's indirect transpose)")
+    if src._dynamic is not None:
+        return _indirect_transpose(dst, src, perm, dtype)
     launch = issue.begin()
     source = src.hw_view()
     if source.basic:
@@ -127,6 +129,22 @@ def dma_transpose(dst: Tile | None, src: Tile, axes: tuple | None = None, dge_mo
             launch.core.sbuf.free(staged)
 
     return _finish(dst, emit, tuple(src.shape[a] for a in perm), dtype or src.dtype, "sbuf")
+
+
+def _indirect_transpose(dst, src: NkiTensor, perm: tuple, dtype):
+    """dma_transpose of an indirect source (`.ap(vector_offset=)`: AWS's dma_gather_transpose, which
+    "effectively performs gathered = src[flat_indices, :]; dst = gathered.T"): the rows gathered by an
+    indirect DMA into an HBM scratch tensor, then transposed by the DMA engines into SBUF. ASSUMED:
+    the chip does it in one software-DGE transfer; here it costs the two."""
+    from trnlab.nki import launches
+    if src.buffer not in ("hbm", "shared_hbm", "private_hbm"):
+        raise NKIError("an indirect dma_transpose reads HBM (\"src tensor must be on HBM\", nki.isa.dma_transpose)")
+    scratch = _OPERATIONS.allocate(   # (the allocator nki.language installs on tiles)
+        tuple(src.shape), src.dtype, "hbm", "gather_transpose", launches.current())
+    dma_copy(dst=scratch, src=src)
+    if dst is None:
+        return dma_transpose(scratch, axes=perm, dtype=dtype)
+    return dma_transpose(dst=dst, src=scratch, axes=perm)
 
 
 @instruction(functional=("src",))

@@ -409,13 +409,19 @@ class NkiTensor:
             if not 0 <= int(indirect_dim) < self.ndim:
                 raise ViewError(f".ap(indirect_dim={indirect_dim}) of a {self.ndim}-d tensor {self.shape}")
             stride = math.prod(self.shape[int(indirect_dim) + 1:])    # elements per step of indirect_dim
-            if scalar_offset is not None and not isinstance(scalar_offset, NkiTensor):
+            if isinstance(scalar_offset, (int, np.integer)) or hasattr(scalar_offset, "__index__"):
                 offset = int(offset) + int(scalar_offset) * stride    # a value known at trace time
             elif scalar_offset is not None:
                 dynamic = (_views._offsets(scalar_offset), stride, False)
             else:
                 rows = pattern[0][1]
-                if _views._offsets(vector_offset).shape[0] != rows:
+                if (_views._offsets(vector_offset).ndim == 2 and vector_offset.shape[1] > 1
+                        and rows == math.prod(vector_offset.shape)):
+                    # [128, N] offsets for 128 x N rows: read column by column (nki.isa.dma_transpose's
+                    # indirect form: "flat_indices = indices.T.flatten()")
+                    vector_offset = _views.from_positions(
+                        vector_offset, _views.positions(vector_offset).T.reshape(rows, 1), "offsets", check=False)
+                if vector_offset.shape[0] != rows:
                     raise ShapeMismatchError(f"shape mismatch: vector_offset {vector_offset.shape} gives "
                                              f"{vector_offset.shape[0]} offsets for the {rows} rows of the "
                                              f"pattern {pattern}", value=vector_offset.shape, limit=rows)
@@ -504,8 +510,14 @@ class NkiTensor:
     def broadcast_to(self, shape) -> "NkiTensor":
         return _OPERATIONS.language.broadcast_to(self, shape)
 
-    def view(self, dtype):
-        raise NKIError("bit-casting views are not supported by trnlab.hardware")
+    def view(self, dtype) -> "NkiTensor":
+        """The same bytes read as `dtype` (NkiTensor.view(dtype), a reinterpreting view: the last axis
+        scaled by the size ratio): for a whole HBM tensor, as `.ap(dtype=)` reads it; refused on chip."""
+        self._ready()
+        if self.buffer in HBM_KINDS and self._index is None and self._ap is None:
+            return self._retyped(_dtypes.as_dtype(dtype))
+        raise ViewError(f"view({dtype}) of {self.name!r} ({self.buffer}, a view or on chip): trnlab reinterprets "
+                        f"whole HBM tensors only")
 
     # -- arithmetic (nl.add etc.) ------------------------------------------------------
     def __add__(self, other): return _OPERATIONS.language.add(self, other)

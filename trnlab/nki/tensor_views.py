@@ -92,8 +92,15 @@ def _dim(t, dim: int, what: str) -> int:
     return dim % t.ndim
 
 
+def _partition_dim(t) -> int:
+    """Which dim of `t` is the partition dim: the tensor's own for a whole block tensor
+    ``(B, par_dim(P), F)``, else 0 (views of on-chip tensors keep the partitions first)."""
+    whole = t._index is None and t._ap is None
+    return (getattr(t._hw, "partition_axis", 0) or 0) if whole else 0
+
+
 def _keep_partitions(t, dim: int, what: str) -> None:
-    if t.buffer in ON_CHIP and dim == 0:
+    if t.buffer in ON_CHIP and dim == _partition_dim(t):
         raise ViewError(f"{what} on dim 0 of {t.buffer.upper()} tensor {t.name!r} {t.shape}: dim 0 is the partition "
                         f"dimension, which views of on-chip tensors keep (nki.language.NkiTensor)")
 
@@ -161,8 +168,9 @@ def permute(t, dims):
     dims = tuple(int(d) for d in dims)
     if sorted(dims) != list(range(t.ndim)):
         raise ViewError(f"permute({dims}) of a {t.ndim}-d tensor: not a permutation of 0..{t.ndim - 1}")
-    if t.buffer in ON_CHIP and dims[0] != 0:
-        _keep_partitions(t, 0, f"permute({dims})")
+    pdim = _partition_dim(t)
+    if t.buffer in ON_CHIP and dims[pdim] != pdim:
+        _keep_partitions(t, pdim, f"permute({dims})")
     return from_positions(t, np.transpose(positions(t), dims), "permute")
 
 
@@ -215,7 +223,7 @@ def squeeze_dim(t, dim: int):
 def reshape(t, shape):
     """A view's elements, in order, in another shape (on chip: the same partitions)."""
     shape = _infer(tuple(int(n) for n in shape), math.prod(t.shape), f"reshape({shape})")
-    if t.buffer in ON_CHIP and shape[0] != t.shape[0]:
+    if t.buffer in ON_CHIP and _partition_dim(t) == 0 and shape[0] != t.shape[0]:
         raise ViewError(f"reshape of {t.buffer.upper()} tensor {t.name!r} {t.shape} to {shape}: dim 0 is the "
                         f"partition dimension and keeps its size")
     return from_positions(t, positions(t).reshape(shape), f"reshape to {shape}")
