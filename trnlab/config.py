@@ -60,6 +60,9 @@ SWITCHES: dict[str, Switch] = {s.name: s for s in (
     Switch("nc_version", "NKI_NC_VERSION", "", _text,
            "set by AWS's NKI Library harness before each simulated kernel (gen2|gen3|gen4); "
            "wins over NEURON_PLATFORM_TARGET_OVERRIDE"),
+    Switch("spill", "TRNLAB_SPILL", False, _flag,
+           "SBUF tiles that do not fit are spilled to HBM (hardware/spill.py, ASSUMED) instead of an "
+           "SBUFOverflowError; the profile counts the spilled bytes"),
 )}
 
 # Overrides are process-wide, not per thread: a run's worker threads must see the switches of the

@@ -26,6 +26,7 @@ def row_max_through_two_transposes(a_tensor):
     out = nl.ndarray((n, 1), dtype=nl.float32, buffer=nl.shared_hbm)
     i_p, i_f = nl.arange(128)[:, None], nl.arange(COLS)[None, :]
     tile = nl.load(a_tensor[i_p, i_f], mask=(i_p < n))           # [128, 64], rows n.. unwritten
+    assert tile.shape == (128, COLS)                               # all partitions, as on the chip
     flipped = nl.transpose(tile)                                   # [64, 128]: garbage columns n..
     back = nl.transpose(flipped)                                   # [128, 64]: garbage rows again
     row_max = nl.max(back, axis=1, keepdims=True)                  # a reduction reads every row

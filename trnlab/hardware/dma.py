@@ -291,11 +291,15 @@ class DmaInstructions:
         return c
 
 
+SPILL_SLOT = "spill "       # the name of an HBM slot the allocator spills a tile to (spill.py)
+
+
 def _garbage_moved(dst: View, src: View):
     """Full mode: where src holds garbage (memory never written, or computed from it), which a DMA
     moves with the data within the chip (its later reads decide); a store of it into HBM is the
-    error (`UninitializedReadError`, naming where the garbage came from). None if src is clean."""
+    error (`UninitializedReadError`, naming where the garbage came from) — except into a spill slot,
+    which only holds the tile's bytes until they come back. None if src is clean."""
     garbage = src.undefined()
-    if garbage is not None and dst.tensor.kind == "hbm":
+    if garbage is not None and dst.tensor.kind == "hbm" and not dst.tensor.name.startswith(SPILL_SLOT):
         src.check_initialized()
     return garbage

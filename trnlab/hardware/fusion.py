@@ -55,14 +55,33 @@ def allocate(program: Program, spec=None, *, fuse: bool = True) -> Program:
         return allocate_in_order(program, spec)
     except (SBUFOverflowError, PSUMOverflowError) as error:
         if _block_tensor_live(program, error) is None:
-            raise                             # no block tensor involved: nothing to fuse
-        if not fuse:
-            raise _noted(error, f"the kernel is marked nki.compiler.{SKIP}, so trnlab does not fuse its "
-                                f"loops") from None
-        fused, why = fuse_loops(program, error, spec)
-        if fused is None:
-            raise _noted(error, f"trnlab's loop fusion (trnlab.hardware.fusion) did not help: {why}") from None
-        return fused
+            refusal = error                   # no block tensor involved: nothing to fuse
+        elif not fuse:
+            refusal = _noted(error, f"the kernel is marked nki.compiler.{SKIP}, so trnlab does not fuse its loops")
+        else:
+            fused, why = fuse_loops(program, error, spec)
+            if fused is not None:
+                return fused
+            refusal = _noted(error, f"trnlab's loop fusion (trnlab.hardware.fusion) did not help: {why}")
+    spilled = _spilled(program, spec, refusal)
+    if spilled is None:
+        raise refusal
+    return spilled
+
+
+def _spilled(program: Program, spec, error: Exception) -> Program | None:
+    """The program with SBUF tiles spilled to HBM where they do not fit (`spill.py`, ASSUMED) when
+    the `spill` switch is on (TRNLAB_SPILL=1), else None: the last resort, after loop fusion."""
+    from trnlab import config
+    from .allocate import target_spec
+    from .spill import spill_to_fit
+    if not isinstance(error, SBUFOverflowError) or not config.get("spill"):
+        return None                       # (the refusal the course teaches: unchanged unless asked)
+    placed = spill_to_fit(program, target_spec(program, spec), error)
+    if placed is None:
+        raise _noted(error, "spilling tiles to HBM (TRNLAB_SPILL) cannot make it fit: the tiles one "
+                            "instruction touches, or the kernel's direct allocations, leave no room")
+    return placed
 
 
 def fuse_loops(program: Program, error: Exception, spec=None) -> tuple[Program | None, str]:

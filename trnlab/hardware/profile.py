@@ -6,7 +6,9 @@
 - MFU: tensor-engine FLOPs / (total time × peak FLOP/s of the dtype) [PERF];
 - MBU: HBM bytes / (total time × the core's HBM bandwidth) [PERF];
 - achieved TFLOPS, arithmetic intensity (FLOPs per HBM byte), bytes per memory level,
-  instruction counts per opcode and per engine.
+  instruction counts per opcode and per engine;
+- spilled bytes: the HBM bytes of the DMAs the allocator added where SBUF tiles did not fit
+  (`spill.py`, ASSUMED; their kernel line says ``spill: ...``), with a warning per spilled tensor.
 """
 from __future__ import annotations
 
@@ -16,7 +18,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .presets import CoreSpec
+from .records import HBM, NOTE
 from .timeline import Timeline
+
+SPILL_NOTE = "spill: "          # the kernel line of a spill DMA (spill.NOTE)
 
 
 def _union_length(starts: np.ndarray, ends: np.ndarray) -> float:
@@ -50,6 +55,8 @@ class Profile:
     dma_any_ns: float
     instructions: dict = field(default_factory=dict)       # opcode -> count
     engine_instructions: dict = field(default_factory=dict)
+    spilled_bytes: float = 0.0       # HBM bytes moved by spill DMAs (stores and reloads)
+    warnings: list = field(default_factory=list)           # one per spilled tensor
 
     @classmethod
     def from_timeline(cls, timeline: Timeline, spec: CoreSpec, dtype="bfloat16") -> "Profile":
@@ -59,6 +66,14 @@ class Profile:
         dma_rows = is_dma[c["engine"]] if c["n"] else np.zeros(0, bool)
         eng_counts = np.bincount(c["engine"], minlength=len(timeline.engines)) if c["n"] else \
             np.zeros(len(timeline.engines), int)
+        spilled, per_tile = 0.0, Counter()
+        for r in timeline.records:
+            note = r[NOTE]
+            if note and note.startswith(SPILL_NOTE):
+                spilled += r[HBM]
+                # "spill: reload 'tile' of <kernel line> ...": the tensor is the line that wrote it
+                tensor = note.split(" of ", 1)[1].split(" (again", 1)[0] if " of " in note else note
+                per_tile[tensor] += r[HBM]
         return cls(
             total_ns=timeline.total_ns, busy_ns=busy, flops=float(c["flops"].sum()),
             hbm_bytes=float(c["hbm"].sum()), sbuf_bytes=float(c["sbuf"].sum()),
@@ -68,6 +83,9 @@ class Profile:
             instructions=dict(Counter(c["opcode"])),
             engine_instructions={e: int(eng_counts[i]) for i, e in enumerate(timeline.engines)
                                  if eng_counts[i]},
+            spilled_bytes=spilled,
+            warnings=[f"SBUF overflow: the tiles written at {name} spilled to HBM ({moved / 1e6:.3f} MB of "
+                      f"spill DMAs; ASSUMED, trnlab.hardware.spill)" for name, moved in per_tile.most_common()],
         )
 
     # -- derived figures ----------------------------------------------------------------------------
@@ -123,7 +141,7 @@ class Profile:
                 "achieved_tflops": self.achieved_tflops,
                 "arithmetic_intensity": self.arithmetic_intensity,
                 "active": self.active, "bytes": self.bytes_by_level,
-                "instructions": self.instructions}
+                "instructions": self.instructions, "spilled_bytes": self.spilled_bytes}
 
     def summary(self) -> str:
         lines = [f"total time          {self.total_us:12.2f} us",
@@ -137,6 +155,9 @@ class Profile:
             lines.append(f"  {e:18s}{a:8.1%}")
         lines.append("instructions: " + ", ".join(f"{k} {v}" for k, v in
                                                   sorted(self.instructions.items())))
+        if self.spilled_bytes:
+            lines.append(f"spilled bytes       {self.spilled_bytes / 1e6:12.3f} MB       "
+                         f"(SBUF overflow, ASSUMED: see .warnings)")
         return "\n".join(lines)
 
     def __str__(self) -> str:

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from trnlab import config
 from trnlab.hardware import _gc
 from trnlab.hardware.program import ProgramCache
 from trnlab.nki import isa, language, typing  # noqa: F401  (nki.language / nki.isa / nki.typing)
@@ -237,7 +238,7 @@ def trace(kernel, *args, target=None, grid=None, points=None, **kwargs):
     points = None if points is None else tuple(tuple(p) for p in points)
     order = schedule_of(kernel)
     key = (kernel.func, grid, tuple(getattr(g, "cores", 1) for g in grid), points, spec.name, id(spec), order,
-           DROP_PSUM_ZEROING, _directive(kernel, "schedule"),
+           DROP_PSUM_ZEROING, _directive(kernel, "schedule"), config.get("spill"),
            tuple(_signature(a) for a in args), tuple((k, _signature(v)) for k, v in sorted(kwargs.items())))
     program = _PROGRAMS.get(key)
     if program is not None:
