@@ -11,7 +11,8 @@ simulation``) through trnlab's zero-edit import hook (benchmarks/nki_library_plu
 - timing-only: the tests the simulation mode skips for their size (the production shapes), costed
   without values.
 
-Each test is stopped after --seconds (60). The result per test (pass / mismatch / error with the
+Each test is stopped after --seconds (60). SBUF tiles that do not fit are spilled to HBM as AWS's
+compiler would (trnlab's TRNLAB_SPILL switch; --no-spill refuses them instead). The result per test (pass / mismatch / error with the
 first error line / timeout), its simulated latency and the library's QoR metrics computed from
 trnlab's timeline (`trnlab.nki.qor`) go to a JSON-lines file; the table is printed and, with --out,
 written as Markdown with the command and the library commit. The library is copied to /tmp first
@@ -76,6 +77,8 @@ def run_files(root: Path, paths: list[Path], results: Path, args, extra_plugins:
         "NKILIB_SIMULATION_RUN_ALL": "1",       # the harness's own switch: keep the large tests (run timing-only)
         "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
         "NEURON_PYTHONHASHSEED": "0", "PYTHONHASHSEED": "0",    # the harness seeds its sampled sweeps with it
+        # AWS's compiler spills what does not fit in SBUF; trnlab does with its spill switch
+        "TRNLAB_SPILL": "0" if args.no_spill else "1",
     })
     plugins = [x for p in extra_plugins + ["nki_library_plugin"] for x in ("-p", p)]
     command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *plugins,
@@ -164,6 +167,7 @@ def main(argv=None) -> int:
     parser.add_argument("--max-timed", type=int, default=2, help="production-shape tests per file, timing-only")
     parser.add_argument("--seconds", type=int, default=60, help="limit per test")
     parser.add_argument("--platform", default="trn2", help="the harness's --platform-target")
+    parser.add_argument("--no-spill", action="store_true", help="refuse SBUF overflows (TRNLAB_SPILL=0)")
     parser.add_argument("--out", type=Path, help="write the Markdown table here")
     parser.add_argument("--results", type=Path, help="JSON lines of every test (default: a file in /tmp)")
     parser.add_argument("--plugin", action="append", default=[], help="extra pytest plugin (development)")
