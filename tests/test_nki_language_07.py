@@ -25,6 +25,7 @@ def _torch_reference(name: str, x: np.ndarray) -> np.ndarray:
         "gelu_apprx_sigmoid_dx": lambda v: v * torch.sigmoid(1.702 * v),
         "gelu_dx": lambda v: torch.nn.functional.gelu(v),
         "silu_dx": lambda v: torch.nn.functional.silu(v),
+        "erf_dx": lambda v: torch.erf(v),
         "mish": lambda v: torch.nn.functional.mish(v),
     }[name]
     y = forward(t)
@@ -34,7 +35,7 @@ def _torch_reference(name: str, x: np.ndarray) -> np.ndarray:
     return y.detach().numpy()
 
 
-NEW_ACTIVATIONS = ["gelu_apprx_sigmoid", "gelu_apprx_sigmoid_dx", "gelu_dx", "silu_dx", "mish"]
+NEW_ACTIVATIONS = ["gelu_apprx_sigmoid", "gelu_apprx_sigmoid_dx", "gelu_dx", "silu_dx", "erf_dx", "mish"]
 
 
 @nki.jit
@@ -63,10 +64,11 @@ def test_activation_functions_match_pytorch_on_the_scalar_engine(name):
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.floats(-8, 8, allow_nan=False), st.sampled_from(["gelu_apprx_sigmoid", "gelu_dx", "silu_dx"]))
+@given(st.floats(-8, 8, allow_nan=False), st.sampled_from(["gelu_apprx_sigmoid", "gelu_dx", "silu_dx", "erf_dx"]))
 def test_derivative_functions_are_the_derivatives(x, name):
-    """gelu_dx / silu_dx / gelu_apprx_sigmoid_dx are the slopes of gelu / silu / gelu_apprx_sigmoid."""
-    base = {"gelu_apprx_sigmoid": "gelu_apprx_sigmoid", "gelu_dx": "gelu", "silu_dx": "silu"}[name]
+    """gelu_dx / silu_dx / erf_dx / gelu_apprx_sigmoid_dx are the slopes of gelu / silu / erf /
+    gelu_apprx_sigmoid."""
+    base = {"gelu_apprx_sigmoid": "gelu_apprx_sigmoid", "gelu_dx": "gelu", "silu_dx": "silu", "erf_dx": "erf"}[name]
     derivative = name if name.endswith("_dx") else "gelu_apprx_sigmoid_dx"
     f, df = ops.ACTIVATION[base], ops.ACTIVATION[derivative]
     h = 1e-5

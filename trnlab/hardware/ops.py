@@ -83,12 +83,13 @@ def _silu_dx(x):
 
 
 # NKI 0.7's further activation functions (nki.language pages: gelu_apprx_sigmoid, gelu_apprx_sigmoid_dx,
-# gelu_dx, silu_dx, mish). GELU's sigmoid approximation is x * sigmoid(1.702 x), the form AWS's NKI
+# gelu_dx, silu_dx, erf_dx, mish). GELU's sigmoid approximation is x * sigmoid(1.702 x), the form AWS's NKI
 # Library's PyTorch references use for it (ActFnType.Swish).
 ACTIVATION.update({
     "gelu_apprx_sigmoid": lambda x: x * _sigmoid(1.702 * x),
     "gelu_apprx_sigmoid_dx": lambda x: _silu_dx(1.702 * x),    # d/dx x*s(ax) = s(ax) + ax*s(ax)(1-s(ax))
     "gelu_dx": _gelu_dx, "silu_dx": _silu_dx,
+    "erf_dx": lambda x: 2.0 / np.sqrt(np.pi) * np.exp(-x * x),
     "mish": lambda x: x * np.tanh(np.logaddexp(0, x)),
 })
 

@@ -3,7 +3,7 @@ functions, `NKIObject` (configuration classes a kernel builds by keyword), and t
 library spells (`nl.bool`, `nl.range`). `language.py` re-exports everything here with one import.
 
 Sources (AWS's NKI pages, checked against SDK 2.33 / NKI 0.7):
-- nki.language.gelu_apprx_sigmoid, gelu_apprx_sigmoid_dx, gelu_dx, silu_dx, mish: element-wise
+- nki.language.gelu_apprx_sigmoid, gelu_apprx_sigmoid_dx, gelu_dx, silu_dx, erf_dx, mish: element-wise
   activation functions, ``f(x, *, dtype=None, mask=None)``, one Scalar-engine `activation` each (the
   functions' NumPy forms are in `trnlab.hardware.ops.ACTIVATION`). GELU's sigmoid approximation is
   ``x * sigmoid(1.702 x)``, the form the NKI Library's PyTorch references use for it.
@@ -23,6 +23,7 @@ gelu_apprx_sigmoid = _make_unary("gelu_apprx_sigmoid")          # x * sigmoid(1.
 gelu_apprx_sigmoid_dx = _make_unary("gelu_apprx_sigmoid_dx")    # its derivative
 gelu_dx = _make_unary("gelu_dx")                                # d/dx x * Phi(x)
 silu_dx = _make_unary("silu_dx")                                # d/dx x * sigmoid(x)
+erf_dx = _make_unary("erf_dx")                                  # d/dx erf(x) = 2/sqrt(pi) exp(-x^2)
 mish = _make_unary("mish")                                      # x * tanh(softplus(x))
 
 # -- names the NKI Library spells ------------------------------------------------------------------
@@ -85,5 +86,5 @@ def _fields(cls) -> list:
     return names
 
 
-__all__ = ["gelu_apprx_sigmoid", "gelu_apprx_sigmoid_dx", "gelu_dx", "silu_dx", "mish", "bool", "range",
+__all__ = ["gelu_apprx_sigmoid", "gelu_apprx_sigmoid_dx", "gelu_dx", "silu_dx", "erf_dx", "mish", "bool", "range",
            "NKIObject"]
