@@ -159,6 +159,45 @@ def details(records: list[dict]) -> str:
     return "\n".join(lines)
 
 
+PREAMBLE = """\
+Each row is one test file of the library (`test/integration/nkilib/<path>`), run by the library's own
+pytest harness in its CPU-simulation mode, unmodified, through trnlab's zero-edit import hook
+(`benchmarks/nki_library_plugin.py`). **Fast tests, full**: the file's `fast` tests that the
+library's simulation mode runs (up to {max_fast}), values compared by the harness with the library's
+PyTorch references at the test's tolerances. **Production shapes, timing-only**: the tests its
+simulation mode skips for their size (up to {max_timed}, `fast` ones first), costed without values.
+Every test is stopped after {seconds} s. SBUF tiles that do not fit are {spill}. Simulated µs: the
+launch's latency (LNC2 on trn2, as the harness launches: two physical cores). The QoR column gives the
+library's own metric names (its `test/utils/qor_collector.py`), computed from trnlab's timeline by
+`trnlab/nki/qor.py`, at the largest shape that ran. Results: pass / mismatch (the harness's
+comparison failed) / error (first line) / timeout; "timed" = ran timing-only.
+
+The harness at this commit does not run in simulation mode as published; the plugin stands in for
+what is missing: `test/utils/scripts/` and `test/utils/perf_analysis_private.py` (remote-hardware
+locking and trace analysis, absent from the repository, unused on a CPU), `neuron_dtypes` (AWS's host
+dtype helpers, served by the zero-edit hook) and the orchestrator's `_compiled_kernel` (read after
+simulation, set only by compilation).
+"""
+
+
+def render(rows: list, records: list, args, commit: str, command: str) -> str:
+    errors: dict = {}
+    for r in records:
+        if r["outcome"] in ("error", "mismatch", "timeout"):
+            errors.setdefault(r["error"][:160], []).append(r["nodeid"].split("::")[0].split("/")[-1])
+    summary = "\n".join(f"| {len(files)} | {err.replace('|', '/')} | {', '.join(sorted(set(files)))} |"
+                        for err, files in sorted(errors.items(), key=lambda kv: -len(kv[1])))
+    passed = sum(r["outcome"] == "passed" for r in records)
+    timed = sum(r["outcome"] == "timed" for r in records)
+    spill = "refused (--no-spill)" if args.no_spill else "spilled to HBM as AWS's compiler would (TRNLAB_SPILL=1)"
+    return (f"# AWS's NKI Library on trnlab\n\nProduced by `{command}` on library commit `{commit}` "
+            f"({time.strftime('%Y-%m-%d', time.gmtime())}): {len(rows)} test files, {len(records)} tests run, "
+            f"{passed} passed in full mode, {timed} ran timing-only.\n\n"
+            + PREAMBLE.format(max_fast=args.max_fast, max_timed=args.max_timed, seconds=args.seconds, spill=spill)
+            + f"\n{table(rows)}\n\n## Errors, by first line\n\n| tests | error | test files |\n|---|---|---|\n"
+            f"{summary}\n\n## Every test run\n\n{details(records)}\n")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--library", required=True, type=Path, help="a checkout of aws-neuron/nki-library")
@@ -170,17 +209,21 @@ def main(argv=None) -> int:
     parser.add_argument("--no-spill", action="store_true", help="refuse SBUF overflows (TRNLAB_SPILL=0)")
     parser.add_argument("--out", type=Path, help="write the Markdown table here")
     parser.add_argument("--results", type=Path, help="JSON lines of every test (default: a file in /tmp)")
+    parser.add_argument("--render", type=Path, help="make the table from this results file, running nothing")
     parser.add_argument("--plugin", action="append", default=[], help="extra pytest plugin (development)")
     args = parser.parse_args(argv)
 
     work = Path(tempfile.mkdtemp(prefix="nkilib-"))
     commit = copy_library(args.library.resolve(), work)
-    results = args.results or work / "results.jsonl"
-    results.parent.mkdir(parents=True, exist_ok=True)
-    results.write_text("")
-    rows, started = [], time.time()
+    rows, started, code = [], time.time(), 0
     paths = test_files(work, args.pattern)
-    code = run_files(work, paths, results, args, args.plugin)
+    if args.render:
+        results = args.render
+    else:
+        results = args.results or work / "results.jsonl"
+        results.parent.mkdir(parents=True, exist_ok=True)
+        results.write_text("")
+        code = run_files(work, paths, results, args, args.plugin)
     records = [json.loads(ln) for ln in results.read_text().splitlines()]
     for path in paths:
         name = kernel_name(work, path)
@@ -197,15 +240,14 @@ def main(argv=None) -> int:
         rows.append(row)
         print(f"{name:55s} {row['full'][:70]:70s} {row['full_us']:>14s} | {row['timing'][:40]:40s} "
               f"{row['timing_us']:>10s}", flush=True)
-    records = [json.loads(ln) for ln in results.read_text().splitlines()]
-    command = "python benchmarks/nki_library.py " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
-    text = (f"{table(rows)}\n\n## Every test run\n\n{details(records)}\n")
+    options = [f"--library {shlex.quote(str(args.library))}"] + ([f"-k {shlex.quote(args.pattern)}"] if args.pattern else []) \
+        + [f"--max-fast {args.max_fast}", f"--max-timed {args.max_timed}", f"--seconds {args.seconds}"] \
+        + (["--no-spill"] if args.no_spill else []) + ([f"--out {args.out}"] if args.out else [])
+    command = "python benchmarks/nki_library.py " + " ".join(options)
     print(f"\n{len(rows)} kernels, {len(records)} tests, {time.time() - started:.0f} s; results: {results}")
     if args.out:
-        header = (f"# AWS's NKI Library on trnlab\n\nProduced by `{command}` on library commit `{commit}` "
-                  f"({time.strftime('%Y-%m-%d', time.gmtime())}).\n\n")
-        args.out.write_text(header + text)
-    shutil.rmtree(work, ignore_errors=True) if args.results else None
+        args.out.write_text(render(rows, records, args, commit, command))
+    shutil.rmtree(work, ignore_errors=True)
     return 0 if code in (0, 1) else code
 
 
