@@ -131,11 +131,21 @@ def test_nkiobject_refuses_too_many_or_repeated_fields_by_name():
         TileConfig(1, 2, 3, 4, 5)
 
 
+@dataclass
+class Dims(nl.NKIObject):
+    rows: int
+    cols: int
+    groups: int = 1
+
+
 def test_nkiobject_dataclass_subclasses_keep_the_dataclass_init():
     config = FrozenConfig(scale=3.0)
     assert (config.scale, config.bias) == (3.0, 0.0)
     with pytest.raises(Exception):        # frozen: a dataclass's FrozenInstanceError
         config.scale = 1.0
+    dims = Dims(4, groups=2)              # a field without a default that is left out is None
+    assert (dims.rows, dims.cols, dims.groups) == (4, None, 2)
+    assert Dims(1, 2) == Dims(rows=1, cols=2)
 
 
 @nki.jit

@@ -11,7 +11,8 @@ Sources (AWS's NKI pages, checked against SDK 2.33 / NKI 0.7):
   ``__init__(self, **kwargs)``) and the NKI Language Guide's "classes" section: a subclass without an
   ``__init__`` of its own gets one taking its annotated fields in order or any attribute by keyword
   (a field not given takes its class default, else None) and then calls ``__post_init__``; ``@dataclass``
-  subclasses keep the dataclass's ``__init__``.
+  subclasses keep the dataclass's ``__init__``, a field without a default defaulting to None there too
+  (the NKI Library builds such a dataclass leaving a field out: mlp_tkg's dimension sizes).
 """
 from __future__ import annotations
 
@@ -49,8 +50,17 @@ class NKIObject:
     field not given takes its class default, else None; a keyword sets the attribute of its name,
     annotated or not (AWS's ``__init__(self, **kwargs)``: the NKI Library builds classes whose fields
     are plain class attributes this way). ``@dataclass`` subclasses (frozen or not) get the
-    dataclass's own ``__init__``.
+    dataclass's own ``__init__``, with None the default of every field that has none.
     """
+
+    def __init_subclass__(cls, **kwargs):
+        # an annotated field without a default defaults to None (AWS's language guide: ``x: int``
+        # gives ``__init__(self, x=None)``), for @dataclass subclasses too: the class attribute
+        # set here is the default the dataclass's __init__ takes
+        super().__init_subclass__(**kwargs)
+        for name, annotation in vars(cls).get("__annotations__", {}).items():
+            if name not in vars(cls) and "ClassVar" not in str(annotation) and "InitVar" not in str(annotation):
+                setattr(cls, name, None)
 
     def __init__(self, *args, **kwargs):
         fields = _fields(type(self))
