@@ -117,7 +117,19 @@ class Section(nl.NKIObject):
     offset = 0
 
 
+@dataclass
+class SectionFields(nl.NKIObject):
+    index = None          # plain class attributes under @dataclass: still fields, by keyword
+    offset = 0
+
+    def shifted(self):
+        return self.offset + 1
+
+
 def test_nkiobject_keywords_set_any_attribute():
+    section_fields = SectionFields(index=2, offset=5)
+    assert (section_fields.index, section_fields.offset, section_fields.shifted()) == (2, 5, 6)
+    assert SectionFields().offset == 0
     section = Section(index=3)
     assert (section.index, section.offset) == (3, 0)
     config = TileConfig(rows=128, depth=3)

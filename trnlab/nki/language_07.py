@@ -54,13 +54,20 @@ class NKIObject:
     """
 
     def __init_subclass__(cls, **kwargs):
-        # an annotated field without a default defaults to None (AWS's language guide: ``x: int``
-        # gives ``__init__(self, x=None)``), for @dataclass subclasses too: the class attribute
-        # set here is the default the dataclass's __init__ takes
+        # Fields, as AWS's NKI reads a configuration class: every annotated name, and every plain class
+        # attribute (a number, string, None, tuple...: the NKI Library writes some field lists that way,
+        # under @dataclass too). A field without a default defaults to None (the language guide:
+        # ``x: int`` gives ``__init__(self, x=None)``). Done here, at class creation, so a @dataclass
+        # decorator applied next sees them and its __init__ takes each by keyword.
         super().__init_subclass__(**kwargs)
-        for name, annotation in vars(cls).get("__annotations__", {}).items():
+        annotations = dict(vars(cls).get("__annotations__", {}))
+        for name, annotation in annotations.items():
             if name not in vars(cls) and "ClassVar" not in str(annotation) and "InitVar" not in str(annotation):
                 setattr(cls, name, None)
+        for name, value in list(vars(cls).items()):
+            if name not in annotations and _is_plain_field(name, value):
+                annotations[name] = "object"
+        cls.__annotations__ = annotations
 
     def __init__(self, *args, **kwargs):
         fields = _fields(type(self))
@@ -84,6 +91,14 @@ class NKIObject:
     def __repr__(self) -> str:
         fields = ", ".join(f"{k}={v!r}" for k, v in vars(self).items())
         return f"{type(self).__name__}({fields})"
+
+
+def _is_plain_field(name: str, value) -> bool:
+    """A class attribute that is a field's default: not a dunder, method, property, nested class or
+    mutable container (a dataclass refuses those as defaults)."""
+    if name.startswith("__") or callable(value) or isinstance(value, (classmethod, staticmethod, property)):
+        return False
+    return not isinstance(value, (list, dict, set))
 
 
 def _fields(cls) -> list:
