@@ -110,10 +110,12 @@ def result_cell(summary: dict, tail: str, code: int, mode: str) -> str:
             return "none" if mode == "timing" else "no fast test"
         return f"error: {tail}"
     ok = "timed" if mode == "timing" else "pass"
+    idle = sum(1 for r in summary["good"] if not r.get("runs"))
+    note = f" ({idle} ran no kernel)" if idle else ""
     if not summary["bad"]:
-        return f"{ok} {len(summary['good'])}/{summary['n']}"
+        return f"{ok} {len(summary['good'])}/{summary['n']}{note}"
     first = summary["bad"][0]
-    return f"{len(summary['good'])}/{summary['n']} {ok}; {first['outcome']}: {first['error']}"
+    return f"{len(summary['good'])}/{summary['n']} {ok}{note}; {first['outcome']}: {first['error']}"
 
 
 def time_cell(summary: dict) -> str:
@@ -150,6 +152,7 @@ def details(records: list[dict]) -> str:
     for r in records:
         q = r.get("qor") or {}
         result = r["outcome"] + (f": {r['error']}" if r["error"] and r["outcome"] != "skipped" else "")
+        result += " (the test ran no kernel)" if r["outcome"] == "passed" and not r.get("runs") else ""
         fmt = lambda key, spec: format(q[key], spec) if key in q else ""  # noqa: E731
         lines.append(f"| `{r['nodeid'].split('/')[-1]}` | {r['mode']} | {result.replace('|', '/')} | "
                      f"{r.get('latency_us', 0):.2f} | {fmt('InferenceTime', '.3e')} | "
