@@ -49,8 +49,9 @@ def copy_library(library: Path, dest: Path) -> str:
     return commit
 
 
-def test_files(root: Path, pattern: str | None) -> list[Path]:
-    """The library's test files that define tests (helpers such as *_utils.py hold none)."""
+def test_files(root: Path, pattern: str | None, start: str | None = None) -> list[Path]:
+    """The library's test files that define tests (helpers such as *_utils.py hold none); with
+    `start`, only from the first file whose path contains it on."""
     files = []
     for part in ("core", "experimental"):
         for path in sorted((root / TESTS / part).rglob("test_*.py")):
@@ -60,6 +61,9 @@ def test_files(root: Path, pattern: str | None) -> list[Path]:
             if pattern and pattern not in str(path.relative_to(root / TESTS)):
                 continue
             files.append(path)
+    if start:
+        first = next((i for i, f in enumerate(files) if start in str(f)), len(files))
+        files = files[first:]
     return files
 
 
@@ -205,6 +209,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--library", required=True, type=Path, help="a checkout of aws-neuron/nki-library")
     parser.add_argument("-k", dest="pattern", help="only test files whose path contains this")
+    parser.add_argument("--start", help="only the test files from the first whose path contains this on")
     parser.add_argument("--max-fast", type=int, default=4, help="fast tests per file in full mode (0: all)")
     parser.add_argument("--max-timed", type=int, default=2, help="production-shape tests per file, timing-only")
     parser.add_argument("--seconds", type=int, default=60, help="limit per test")
@@ -219,7 +224,7 @@ def main(argv=None) -> int:
     work = Path(tempfile.mkdtemp(prefix="nkilib-"))
     commit = copy_library(args.library.resolve(), work)
     rows, started, code = [], time.time(), 0
-    paths = test_files(work, args.pattern)
+    paths = test_files(work, args.pattern, args.start)
     if args.render:
         results = args.render
     else:

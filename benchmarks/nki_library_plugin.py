@@ -15,7 +15,8 @@ Inside the library's own pytest run (``--test-mode simulation``) it:
   ``NKILIB_MAX_TIMED`` tests it skips for their size (the production shapes: ``fast`` ones first);
   those run timing-only (no values) and end after the kernel ran, before the harness compares
   values it does not have (run with the harness's NKILIB_SIMULATION_RUN_ALL=1 so it keeps them);
-- stops any test after ``NKILIB_TEST_SECONDS`` (default 60);
+- stops any test after ``NKILIB_TEST_SECONDS`` (default 60), and limits the session's address space to
+  ``NKILIB_MEMORY_GB`` (default 12: a test that needs more fails with MemoryError);
 - writes one JSON line per test, and one per test file that fails to import, to ``NKILIB_RESULTS``.
 """
 from __future__ import annotations
@@ -92,6 +93,16 @@ def _stand_in_missing_harness_files() -> None:
         sys.modules["test.utils.perf_analysis_private"] = private
 
 
+def _limit_memory() -> None:
+    """A test that needs more than NKILIB_MEMORY_GB of address space fails with MemoryError instead
+    of the machine's OOM killer ending the whole session (and other programs)."""
+    import resource
+    limit = int(float(os.environ.get("NKILIB_MEMORY_GB", "12")) * 2**30)
+    if limit > 0:
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+
+_limit_memory()
 _install_hook()
 _stand_in_missing_harness_files()
 
