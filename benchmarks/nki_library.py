@@ -68,8 +68,17 @@ def test_files(root: Path, pattern: str | None, start: str | None = None) -> lis
 
 
 def run_files(root: Path, paths: list[Path], results: Path, args, extra_plugins: list[str]) -> int:
-    """Run the test files in one pytest session of the library's harness (a file that fails to import
-    is reported and the others go on); return pytest's exit code."""
+    """Run each test file in a pytest session of its own of the library's harness (a fresh process:
+    memory one file's tests leave behind does not reach the next); return the worst exit code."""
+    codes = []
+    for path in paths:
+        codes.append(run_session(root, [path], results, args, extra_plugins))
+        print(f"  {path.relative_to(root / TESTS)}: pytest exit {codes[-1]}", flush=True)
+    return max(codes, default=0)
+
+
+def run_session(root: Path, paths: list[Path], results: Path, args, extra_plugins: list[str]) -> int:
+    """One pytest session of the library's harness over `paths`; return pytest's exit code."""
     out_dir = Path(tempfile.mkdtemp(prefix="nkilib-out-"))
     env = dict(os.environ)
     env.update({
@@ -89,7 +98,7 @@ def run_files(root: Path, paths: list[Path], results: Path, args, extra_plugins:
                *[str(p.relative_to(root)) for p in paths], "--continue-on-collection-errors",
                "--test-mode", "simulation", "--platform-target", args.platform,
                "--output-directory", str(out_dir), "-q", "-n", "0", "-W", "ignore", "-rN", "--tb=no"]
-    with open(results.with_suffix(".log"), "w") as log:
+    with open(results.with_suffix(".log"), "a") as log:
         code = subprocess.run(command, cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT).returncode
     shutil.rmtree(out_dir, ignore_errors=True)
     return code
