@@ -250,3 +250,19 @@ def test_qor_of_a_two_core_launch_counts_both_cores():
     seconds = run.latency_ns * 1e-9
     assert metrics["MbuEstimatedPercent"] == pytest.approx(100 * 2 * x.nbytes / (seconds * 2 * spec.hbm_bandwidth))
     assert metrics["ProfilerMFU"] == 0.0
+
+
+@nki.jit
+def buffers_in_order(x):
+    """nl.ndarray / nl.zeros with the buffer given in order (AWS's ndarray(shape, dtype, buffer=None, name=''))."""
+    out = nl.ndarray(x.shape, x.dtype, nl.shared_hbm)
+    tile = nl.ndarray(x.shape, x.dtype, nl.sbuf, "tile")
+    nisa.dma_copy(dst=tile, src=x)
+    zeros = nl.zeros(x.shape, x.dtype, nl.sbuf)
+    nl.store(out, nl.add(tile, zeros))
+    return out
+
+
+def test_allocation_buffer_and_name_may_be_given_in_order():
+    x = np.arange(128 * 8, dtype=np.float32).reshape(128, 8)
+    np.testing.assert_array_equal(buffers_in_order(x), x)

@@ -314,8 +314,10 @@ def _tile_offsets(placement, shape, physical, dtype, partition_axis: int, buffer
     return offsets
 
 
-def ndarray(shape, dtype, *, buffer=None, name: str = "", **kwargs) -> NkiTensor:
-    """A new tensor (uninitialised) in `buffer` (default SBUF).
+def ndarray(shape, dtype, buffer=None, name: str = "", **kwargs) -> NkiTensor:
+    """A new tensor (uninitialised) in `buffer` (default SBUF); `buffer` and `name` may be given in
+    order, ``nl.ndarray(shape, dtype, nl.sbuf)``, as AWS's signature ``ndarray(shape, dtype, buffer=None,
+    name='')`` and its language guide allow.
 
     `buffer` may also be a direct allocation of nki.compiler (``ncc.sbuf.mod_alloc(base_addr=...)``,
     ``ncc.psum.mod_alloc(base_bank=...)``, ``ncc.sbuf.alloc(func)``): the allocator receives it as
@@ -356,30 +358,30 @@ def _declared_once(launch, placement, shape, dtype):
     return earlier[n] if n < len(earlier) else placement
 
 
-def empty(shape, dtype, *, buffer=None, name: str = "", **kwargs) -> NkiTensor:
+def empty(shape, dtype, buffer=None, name: str = "", **kwargs) -> NkiTensor:
     return ndarray(shape, dtype, buffer=buffer, name=name)
 
 
-def full(shape, fill_value, dtype, *, buffer=None, name: str = "", **kwargs) -> NkiTensor:
+def full(shape, fill_value, dtype, buffer=None, name: str = "", **kwargs) -> NkiTensor:
     """A new tensor filled with `fill_value` (one memset)."""
     tensor = ndarray(shape, dtype, buffer=buffer, name=name)
     _isa.memset(dst=tensor, value=fill_value)
     return tensor
 
 
-def zeros(shape, dtype, *, buffer=None, name: str = "", **kwargs) -> NkiTensor:
+def zeros(shape, dtype, buffer=None, name: str = "", **kwargs) -> NkiTensor:
     return full(shape, 0.0, dtype, buffer=buffer, name=name)
 
 
-def ones(shape, dtype, *, buffer=None, name: str = "", **kwargs) -> NkiTensor:
+def ones(shape, dtype, buffer=None, name: str = "", **kwargs) -> NkiTensor:
     return full(shape, 1.0, dtype, buffer=buffer, name=name)
 
 
-def zeros_like(a, dtype=None, *, buffer=None, name: str = "", **kwargs) -> NkiTensor:
+def zeros_like(a, dtype=None, buffer=None, name: str = "", **kwargs) -> NkiTensor:
     return zeros(a.shape, dtype or a.dtype, buffer=buffer or a.buffer, name=name)
 
 
-def ones_like(a, dtype=None, *, buffer=None, name: str = "", **kwargs) -> NkiTensor:
+def ones_like(a, dtype=None, buffer=None, name: str = "", **kwargs) -> NkiTensor:
     return ones(a.shape, dtype or a.dtype, buffer=buffer or a.buffer, name=name)
 
 
