@@ -266,3 +266,21 @@ def buffers_in_order(x):
 def test_allocation_buffer_and_name_may_be_given_in_order():
     x = np.arange(128 * 8, dtype=np.float32).reshape(128, 8)
     np.testing.assert_array_equal(buffers_in_order(x), x)
+
+
+@nki.jit
+def where_tiles_live(x):
+    """Each tensor's .buffer compared with the nl memories, as kernels branch on it."""
+    on_chip = nl.ndarray((128, 8), nl.float32, buffer=nl.sbuf)
+    out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+    assert on_chip.buffer == nl.sbuf and on_chip.buffer != nl.psum
+    assert x.buffer in (nl.hbm, nl.shared_hbm, nl.private_hbm) and out.buffer == nl.shared_hbm
+    nisa.dma_copy(dst=on_chip, src=x)
+    nl.store(out, on_chip)
+    return out
+
+
+def test_a_tensors_buffer_compares_equal_to_its_nl_memory():
+    x = np.ones((128, 8), np.float32)
+    np.testing.assert_array_equal(where_tiles_live(x), x)
+    assert nl.sbuf == "sbuf" and nl.sbuf != nl.hbm and len({nl.sbuf, nl.sbuf, nl.psum}) == 2

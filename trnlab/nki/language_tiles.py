@@ -39,8 +39,22 @@ tfloat32 = _dt.float32  # tf32 inputs are fp32 in memory; the Tensor engine's re
 
 # -- buffers ----------------------------------------------------------------------------------
 class _Buffer:
+    """nl.sbuf, nl.psum, nl.hbm, ...: a memory. A tensor's `.buffer` is the memory's name, and the two
+    compare equal (``t.buffer == nl.sbuf``), as AWS's kernels test where a tensor lives (the NKI
+    Library's router_topk takes SBUF or HBM inputs that way)."""
+
     def __init__(self, name: str):
         self.name = name
+
+    def __eq__(self, other) -> bool:
+        if isinstance(other, _Buffer):
+            return self.name == other.name
+        if isinstance(other, str):
+            return self.name == other
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self.name)
 
     def __repr__(self) -> str:
         return f"nl.{self.name}"
