@@ -191,6 +191,15 @@ def pytest_runtest_teardown(item) -> None:
     signal.alarm(0)
 
 
+def pytest_runtest_logfinish(nodeid, location) -> None:
+    # pytest keeps the last failure's traceback (sys.last_*, for post-mortem debugging), and with it
+    # the failed kernel run's arrays: drop it so the next test has the session's memory back
+    import gc
+    sys.last_type = sys.last_value = sys.last_traceback = None
+    _runs.clear()
+    gc.collect()
+
+
 def _first_line(report) -> str:
     crash = getattr(report.longrepr, "reprcrash", None)
     text = crash.message if crash is not None else str(report.longrepr)
