@@ -182,7 +182,9 @@ pytest harness in its CPU-simulation mode, unmodified, through trnlab's zero-edi
 library's simulation mode runs (up to {max_fast}), values compared by the harness with the library's
 PyTorch references at the test's tolerances. **Production shapes, timing-only**: the tests its
 simulation mode skips for their size (up to {max_timed}, `fast` ones first), costed without values.
-Every test is stopped after {seconds} s. SBUF tiles that do not fit are {spill}. Simulated µs: the
+Every test is stopped after {seconds} s; each file runs in a pytest session of its own, limited to
+12 GiB of address space (a test over it fails with MemoryError: the harness's float64 inputs and
+references at MoE sizes need more). SBUF tiles that do not fit are {spill}. Simulated µs: the
 launch's latency (LNC2 on trn2, as the harness launches: two physical cores). The QoR column gives the
 library's own metric names (its `test/utils/qor_collector.py`), computed from trnlab's timeline by
 `trnlab/nki/qor.py`, at the largest shape that ran. Results: pass / mismatch (the harness's
