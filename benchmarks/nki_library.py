@@ -179,7 +179,8 @@ PREAMBLE = """\
 Each row is one test file of the library (`test/integration/nkilib/<path>`), run by the library's own
 pytest harness in its CPU-simulation mode, unmodified, through trnlab's zero-edit import hook
 (`benchmarks/nki_library_plugin.py`). **Fast tests, full**: the file's `fast` tests that the
-library's simulation mode runs (up to {max_fast}), values compared by the harness with the library's
+library's simulation mode runs (up to {max_fast}; a file without `fast` tests: its first tests that
+mode runs), values compared by the harness with the library's
 PyTorch references at the test's tolerances. **Production shapes, timing-only**: the tests its
 simulation mode skips for their size (up to {max_timed}, `fast` ones first), costed without values.
 Every test is stopped after {seconds} s; each file runs in a pytest session of its own, limited to

@@ -11,7 +11,8 @@ Inside the library's own pytest run (``--test-mode simulation``) it:
 - records every `trnlab.nki.run` (the call behind ``nki.cpu_simulate(kernel)[lnc](...)``): its
   simulated latency and the library's QoR metrics (`trnlab.nki.qor`);
 - keeps, per test file, the first ``NKILIB_MAX_FAST`` ``fast`` tests that the simulation mode runs
-  (full mode: values, compared by the harness with the library's references) and the first
+  (full mode: values, compared by the harness with the library's references; a file without
+  ``fast`` tests: its first tests that the simulation mode runs) and the first
   ``NKILIB_MAX_TIMED`` tests it skips for their size (the production shapes: ``fast`` ones first);
   those run timing-only (no values) and end after the kernel ran, before the harness compares
   values it does not have (run with the harness's NKILIB_SIMULATION_RUN_ALL=1 so it keeps them);
@@ -149,6 +150,8 @@ def pytest_collection_modifyitems(config, items) -> None:
     chosen = []
     for file_items in by_file.values():
         full = [i for i in file_items if i.get_closest_marker("fast") and not _large(i)]
+        if not full:            # a file without fast tests: its first tests at sizes simulation mode runs
+            full = [i for i in file_items if not _large(i)]
         large = [i for i in file_items if _large(i)]
         timed = [i for i in large if i.get_closest_marker("fast")] or large
         for item in full[:MAX_FAST]:
