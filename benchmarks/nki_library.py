@@ -120,7 +120,7 @@ def summarize(records: list[dict], mode: str) -> dict:
 def result_cell(summary: dict, tail: str, code: int, mode: str) -> str:
     if not summary["n"]:
         if code in (0, 5):
-            return "none" if mode == "timing" else "no fast test"
+            return "none"       # every test skipped (e.g. TRN3 only) or none at these sizes
         return f"error: {tail}"
     ok = "timed" if mode == "timing" else "pass"
     idle = sum(1 for r in summary["good"] if not r.get("runs"))
@@ -189,7 +189,8 @@ references at MoE sizes need more). SBUF tiles that do not fit are {spill}. Simu
 launch's latency (LNC2 on trn2, as the harness launches: two physical cores). The QoR column gives the
 library's own metric names (its `test/utils/qor_collector.py`), computed from trnlab's timeline by
 `trnlab/nki/qor.py`, at the largest shape that ran. Results: pass / mismatch (the harness's
-comparison failed) / error (first line) / timeout; "timed" = ran timing-only.
+comparison failed) / error (first line) / timeout; "timed" = ran timing-only; "none" = no test of
+that kind ran (all skipped by the harness, e.g. TRN3-only MX tests, or none at those sizes).
 
 The harness at this commit does not run in simulation mode as published; the plugin stands in for
 what is missing: `test/utils/scripts/` and `test/utils/perf_analysis_private.py` (remote-hardware
