@@ -70,6 +70,29 @@ ACTIVATION = {
     "erf": _erf, "negative": np.negative,
 }
 
+
+def _gelu_dx(x):
+    """d/dx of x * Phi(x): Phi(x) + x * phi(x) (Phi, phi: the standard normal CDF and density)."""
+    return 0.5 * (1.0 + _erf(x / np.sqrt(2.0))) + x * np.exp(-0.5 * x * x) / np.sqrt(2.0 * np.pi)
+
+
+def _silu_dx(x):
+    """d/dx of x * sigmoid(x): s + x * s * (1 - s)."""
+    s = _sigmoid(x)
+    return s * (1.0 + x * (1.0 - s))
+
+
+# NKI 0.7's further activation functions (nki.language pages: gelu_apprx_sigmoid, gelu_apprx_sigmoid_dx,
+# gelu_dx, silu_dx, erf_dx, mish). GELU's sigmoid approximation is x * sigmoid(1.702 x), the form AWS's NKI
+# Library's PyTorch references use for it (ActFnType.Swish).
+ACTIVATION.update({
+    "gelu_apprx_sigmoid": lambda x: x * _sigmoid(1.702 * x),
+    "gelu_apprx_sigmoid_dx": lambda x: _silu_dx(1.702 * x),    # d/dx x*s(ax) = s(ax) + ax*s(ax)(1-s(ax))
+    "gelu_dx": _gelu_dx, "silu_dx": _silu_dx,
+    "erf_dx": lambda x: 2.0 / np.sqrt(np.pi) * np.exp(-x * x),
+    "mish": lambda x: x * np.tanh(np.logaddexp(0, x)),
+})
+
 _UFUNC_ALIASES = {
     np.add: "add", np.subtract: "subtract", np.multiply: "multiply", np.divide: "divide",
     np.maximum: "maximum", np.minimum: "minimum", np.power: "power", np.mod: "mod",

@@ -39,8 +39,22 @@ tfloat32 = _dt.float32  # tf32 inputs are fp32 in memory; the Tensor engine's re
 
 # -- buffers ----------------------------------------------------------------------------------
 class _Buffer:
+    """nl.sbuf, nl.psum, nl.hbm, ...: a memory. A tensor's `.buffer` is the memory's name, and the two
+    compare equal (``t.buffer == nl.sbuf``), as AWS's kernels test where a tensor lives (the NKI
+    Library's router_topk takes SBUF or HBM inputs that way)."""
+
     def __init__(self, name: str):
         self.name = name
+
+    def __eq__(self, other) -> bool:
+        if isinstance(other, _Buffer):
+            return self.name == other.name
+        if isinstance(other, str):
+            return self.name == other
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self.name)
 
     def __repr__(self) -> str:
         return f"nl.{self.name}"
@@ -317,8 +331,10 @@ def _tile_offsets(placement, shape, physical, dtype, partition_axis: int, buffer
     return offsets
 
 
-def ndarray(shape, dtype, *, buffer=None, name: str = "", **kwargs) -> NkiTensor:
-    """A new tensor (uninitialised) in `buffer` (default SBUF).
+def ndarray(shape, dtype, buffer=None, name: str = "", **kwargs) -> NkiTensor:
+    """A new tensor (uninitialised) in `buffer` (default SBUF); `buffer` and `name` may be given in
+    order, ``nl.ndarray(shape, dtype, nl.sbuf)``, as AWS's signature ``ndarray(shape, dtype, buffer=None,
+    name='')`` and its language guide allow.
 
     `buffer` may also be a direct allocation of nki.compiler (``ncc.sbuf.mod_alloc(base_addr=...)``,
     ``ncc.psum.mod_alloc(base_bank=...)``, ``ncc.sbuf.alloc(func)``): the allocator receives it as
@@ -359,30 +375,30 @@ def _declared_once(launch, placement, shape, dtype):
     return earlier[n] if n < len(earlier) else placement
 
 
-def empty(shape, dtype, *, buffer=None, name: str = "", **kwargs) -> NkiTensor:
+def empty(shape, dtype, buffer=None, name: str = "", **kwargs) -> NkiTensor:
     return ndarray(shape, dtype, buffer=buffer, name=name)
 
 
-def full(shape, fill_value, dtype, *, buffer=None, name: str = "", **kwargs) -> NkiTensor:
+def full(shape, fill_value, dtype, buffer=None, name: str = "", **kwargs) -> NkiTensor:
     """A new tensor filled with `fill_value` (one memset)."""
     tensor = ndarray(shape, dtype, buffer=buffer, name=name)
     _isa.memset(dst=tensor, value=fill_value)
     return tensor
 
 
-def zeros(shape, dtype, *, buffer=None, name: str = "", **kwargs) -> NkiTensor:
+def zeros(shape, dtype, buffer=None, name: str = "", **kwargs) -> NkiTensor:
     return full(shape, 0.0, dtype, buffer=buffer, name=name)
 
 
-def ones(shape, dtype, *, buffer=None, name: str = "", **kwargs) -> NkiTensor:
+def ones(shape, dtype, buffer=None, name: str = "", **kwargs) -> NkiTensor:
     return full(shape, 1.0, dtype, buffer=buffer, name=name)
 
 
-def zeros_like(a, dtype=None, *, buffer=None, name: str = "", **kwargs) -> NkiTensor:
+def zeros_like(a, dtype=None, buffer=None, name: str = "", **kwargs) -> NkiTensor:
     return zeros(a.shape, dtype or a.dtype, buffer=buffer or a.buffer, name=name)
 
 
-def ones_like(a, dtype=None, *, buffer=None, name: str = "", **kwargs) -> NkiTensor:
+def ones_like(a, dtype=None, buffer=None, name: str = "", **kwargs) -> NkiTensor:
     return ones(a.shape, dtype or a.dtype, buffer=buffer or a.buffer, name=name)
 
 

@@ -1,0 +1,276 @@
+"""Run AWS's NKI Library (its production kernels) on trnlab and print a table per kernel.
+
+    python benchmarks/nki_library.py --library /work/nkilib [--out docs/nki_library.md] [-k cumsum]
+
+For each kernel's test file under the library's test/integration/nkilib/{core,experimental}/ it runs
+the library's own pytest harness, unmodified, in its CPU-simulation mode (``--test-mode
+simulation``) through trnlab's zero-edit import hook (benchmarks/nki_library_plugin.py):
+
+- full mode: the file's ``fast`` tests that the simulation mode runs, compared by the harness with
+  the library's PyTorch references at those (small) shapes;
+- timing-only: the tests the simulation mode skips for their size (the production shapes), costed
+  without values.
+
+Each test is stopped after --seconds (60). SBUF tiles that do not fit are spilled to HBM as AWS's
+compiler would (trnlab's TRNLAB_SPILL switch; --no-spill refuses them instead). The result per test (pass / mismatch / error with the
+first error line / timeout), its simulated latency and the library's QoR metrics computed from
+trnlab's timeline (`trnlab.nki.qor`) go to a JSON-lines file; the table is printed and, with --out,
+written as Markdown with the command and the library commit. The library is copied to /tmp first
+(its harness writes in-tree); nothing is written into --library. A benchmark: run on demand, not in CI.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+TESTS = "test/integration/nkilib"
+
+
+def copy_library(library: Path, dest: Path) -> str:
+    """Copy the library's committed tree into `dest`; return its commit (or 'unknown')."""
+    try:
+        commit = subprocess.run(["git", "-C", str(library), "rev-parse", "HEAD"], capture_output=True,
+                                text=True, check=True).stdout.strip()
+        archive = subprocess.run(["git", "-C", str(library), "archive", "HEAD"], capture_output=True, check=True)
+        subprocess.run(["tar", "-x", "-C", str(dest)], input=archive.stdout, check=True)
+    except (subprocess.CalledProcessError, FileNotFoundError):
+        commit = "unknown"
+        shutil.copytree(library, dest, dirs_exist_ok=True, ignore=shutil.ignore_patterns(".git", "__pycache__"))
+    return commit
+
+
+def test_files(root: Path, pattern: str | None, start: str | None = None) -> list[Path]:
+    """The library's test files that define tests (helpers such as *_utils.py hold none); with
+    `start`, only from the first file whose path contains it on."""
+    files = []
+    for part in ("core", "experimental"):
+        for path in sorted((root / TESTS / part).rglob("test_*.py")):
+            text = path.read_text(errors="replace")
+            if "def test_" not in text:
+                continue
+            if pattern and pattern not in str(path.relative_to(root / TESTS)):
+                continue
+            files.append(path)
+    if start:
+        first = next((i for i, f in enumerate(files) if start in str(f)), len(files))
+        files = files[first:]
+    return files
+
+
+def run_files(root: Path, paths: list[Path], results: Path, args, extra_plugins: list[str]) -> int:
+    """Run each test file in a pytest session of its own of the library's harness (a fresh process:
+    memory one file's tests leave behind does not reach the next); return the worst exit code."""
+    codes = []
+    for path in paths:
+        codes.append(run_session(root, [path], results, args, extra_plugins))
+        print(f"  {path.relative_to(root / TESTS)}: pytest exit {codes[-1]}", flush=True)
+    return max(codes, default=0)
+
+
+def run_session(root: Path, paths: list[Path], results: Path, args, extra_plugins: list[str]) -> int:
+    """One pytest session of the library's harness over `paths`; return pytest's exit code."""
+    out_dir = Path(tempfile.mkdtemp(prefix="nkilib-out-"))
+    env = dict(os.environ)
+    env.update({
+        "PYTHONPATH": os.pathsep.join([str(REPO), str(HERE), str(root / "src")] +
+                                      [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]),
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "NKILIB_RESULTS": str(results), "NKILIB_MAX_FAST": str(args.max_fast),
+        "NKILIB_MAX_TIMED": str(args.max_timed), "NKILIB_TEST_SECONDS": str(args.seconds),
+        "NKILIB_SIMULATION_RUN_ALL": "1",       # the harness's own switch: keep the large tests (run timing-only)
+        "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+        "NEURON_PYTHONHASHSEED": "0", "PYTHONHASHSEED": "0",    # the harness seeds its sampled sweeps with it
+        # AWS's compiler spills what does not fit in SBUF; trnlab does with its spill switch
+        "TRNLAB_SPILL": "0" if args.no_spill else "1",
+    })
+    plugins = [x for p in extra_plugins + ["nki_library_plugin"] for x in ("-p", p)]
+    command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *plugins,
+               *[str(p.relative_to(root)) for p in paths], "--continue-on-collection-errors",
+               "--test-mode", "simulation", "--platform-target", args.platform,
+               "--output-directory", str(out_dir), "-q", "-n", "0", "-W", "ignore", "-rN", "--tb=no"]
+    with open(results.with_suffix(".log"), "a") as log:
+        code = subprocess.run(command, cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT).returncode
+    shutil.rmtree(out_dir, ignore_errors=True)
+    return code
+
+
+def kernel_name(root: Path, path: Path) -> str:
+    rel = path.relative_to(root / TESTS).with_suffix("")
+    return "/".join(rel.parts[:-1] + (rel.parts[-1].removeprefix("test_"),))
+
+
+def summarize(records: list[dict], mode: str) -> dict:
+    mine = [r for r in records if r["mode"] == mode and r["outcome"] != "skipped"]
+    ok = "timed" if mode == "timing" else "passed"
+    good = [r for r in mine if r["outcome"] == ok]
+    bad = [r for r in mine if r["outcome"] != ok]
+    return {"n": len(mine), "good": good, "bad": bad}
+
+
+def result_cell(summary: dict, tail: str, code: int, mode: str) -> str:
+    if not summary["n"]:
+        if code in (0, 5):
+            return "none"       # every test skipped (e.g. TRN3 only) or none at these sizes
+        return f"error: {tail}"
+    ok = "timed" if mode == "timing" else "pass"
+    idle = sum(1 for r in summary["good"] if not r.get("runs"))
+    note = f" ({idle} ran no kernel)" if idle else ""
+    if not summary["bad"]:
+        return f"{ok} {len(summary['good'])}/{summary['n']}{note}"
+    first = summary["bad"][0]
+    return f"{len(summary['good'])}/{summary['n']} {ok}{note}; {first['outcome']}: {first['error']}"
+
+
+def time_cell(summary: dict) -> str:
+    times = [r["latency_us"] for r in summary["good"] if "latency_us" in r]
+    if not times:
+        return ""
+    return f"{min(times):.1f}" if len(times) == 1 or min(times) == max(times) else f"{min(times):.1f}–{max(times):.1f}"
+
+
+def qor_cell(summary: dict) -> str:
+    runs = [r for r in summary["good"] if "qor" in r]
+    if not runs:
+        return ""
+    q = max(runs, key=lambda r: r["latency_us"])["qor"]     # the largest shape run
+    return (f"{q['TpbSgCyclesSum']:,} cyc, MBU {q['MbuEstimatedPercent']:.1f}%, "
+            f"MFU {q['ProfilerMFU']:.1f}%")
+
+
+def table(rows: list[dict]) -> str:
+    head = ("| kernel (test file) | fast tests, full vs AWS's reference | simulated µs | production shapes, "
+            "timing-only | simulated µs | QoR at the largest (TpbSgCyclesSum, MbuEstimatedPercent, ProfilerMFU) |\n"
+            "|---|---|---|---|---|---|")
+    lines = [head]
+    for r in rows:
+        cell = lambda s: s.replace("|", "\\|")  # noqa: E731
+        lines.append(f"| {r['kernel']} | {cell(r['full'])} | {r['full_us']} | {cell(r['timing'])} | "
+                     f"{r['timing_us']} | {r['qor']} |")
+    return "\n".join(lines)
+
+
+def details(records: list[dict]) -> str:
+    lines = ["| test | mode | result | simulated µs | InferenceTime s | ActiveInferenceTime s | TpbSgCyclesSum | "
+             "MbuEstimatedPercent | ProfilerMFU | LNC | wall s |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in records:
+        q = r.get("qor") or {}
+        result = r["outcome"] + (f": {r['error']}" if r["error"] and r["outcome"] != "skipped" else "")
+        result += " (the test ran no kernel)" if r["outcome"] == "passed" and not r.get("runs") else ""
+        fmt = lambda key, spec: format(q[key], spec) if key in q else ""  # noqa: E731
+        lines.append(f"| `{r['nodeid'].split('/')[-1]}` | {r['mode']} | {result.replace('|', '/')} | "
+                     f"{r.get('latency_us', 0):.2f} | {fmt('InferenceTime', '.3e')} | "
+                     f"{fmt('ActiveInferenceTime', '.3e')} | {fmt('TpbSgCyclesSum', ',')} | "
+                     f"{fmt('MbuEstimatedPercent', '.2f')} | {fmt('ProfilerMFU', '.2f')} | {r.get('lnc', '')} | "
+                     f"{r['wall_s']} |")
+    return "\n".join(lines)
+
+
+PREAMBLE = """\
+Each row is one test file of the library (`test/integration/nkilib/<path>`), run by the library's own
+pytest harness in its CPU-simulation mode, unmodified, through trnlab's zero-edit import hook
+(`benchmarks/nki_library_plugin.py`). **Fast tests, full**: the file's `fast` tests that the
+library's simulation mode runs (up to {max_fast}; a file without `fast` tests: its first tests that
+mode runs), values compared by the harness with the library's
+PyTorch references at the test's tolerances. **Production shapes, timing-only**: the tests its
+simulation mode skips for their size (up to {max_timed}, `fast` ones first), costed without values.
+Every test is stopped after {seconds} s; each file runs in a pytest session of its own, limited to
+12 GiB of address space (a test over it fails with MemoryError: the harness's float64 inputs and
+references at MoE sizes need more). SBUF tiles that do not fit are {spill}. Simulated µs: the
+launch's latency (LNC2 on trn2, as the harness launches: two physical cores). The QoR column gives the
+library's own metric names (its `test/utils/qor_collector.py`), computed from trnlab's timeline by
+`trnlab/nki/qor.py`, at the largest shape that ran. Results: pass / mismatch (the harness's
+comparison failed) / error (first line) / timeout; "timed" = ran timing-only; "none" = no test of
+that kind ran (all skipped by the harness, e.g. TRN3-only MX tests, or none at those sizes).
+
+The harness at this commit does not run in simulation mode as published; the plugin stands in for
+what is missing: `test/utils/scripts/` and `test/utils/perf_analysis_private.py` (remote-hardware
+locking and trace analysis, absent from the repository, unused on a CPU), `neuron_dtypes` (AWS's host
+dtype helpers, served by the zero-edit hook) and the orchestrator's `_compiled_kernel` (read after
+simulation, set only by compilation).
+"""
+
+
+def render(rows: list, records: list, args, commit: str, command: str) -> str:
+    errors: dict = {}
+    for r in records:
+        if r["outcome"] in ("error", "mismatch", "timeout"):
+            errors.setdefault(r["error"][:160], []).append(r["nodeid"].split("::")[0].split("/")[-1])
+    summary = "\n".join(f"| {len(files)} | {err.replace('|', '/')} | {', '.join(sorted(set(files)))} |"
+                        for err, files in sorted(errors.items(), key=lambda kv: -len(kv[1])))
+    passed = sum(r["outcome"] == "passed" for r in records)
+    timed = sum(r["outcome"] == "timed" for r in records)
+    spill = "refused (--no-spill)" if args.no_spill else "spilled to HBM as AWS's compiler would (TRNLAB_SPILL=1)"
+    return (f"# AWS's NKI Library on trnlab\n\nProduced by `{command}` on library commit `{commit}` "
+            f"({time.strftime('%Y-%m-%d', time.gmtime())}): {len(rows)} test files, {len(records)} tests run, "
+            f"{passed} passed in full mode, {timed} ran timing-only.\n\n"
+            + PREAMBLE.format(max_fast=args.max_fast, max_timed=args.max_timed, seconds=args.seconds, spill=spill)
+            + f"\n{table(rows)}\n\n## Errors, by first line\n\n| tests | error | test files |\n|---|---|---|\n"
+            f"{summary}\n\n## Every test run\n\n{details(records)}\n")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--library", required=True, type=Path, help="a checkout of aws-neuron/nki-library")
+    parser.add_argument("-k", dest="pattern", help="only test files whose path contains this")
+    parser.add_argument("--start", help="only the test files from the first whose path contains this on")
+    parser.add_argument("--max-fast", type=int, default=4, help="fast tests per file in full mode (0: all)")
+    parser.add_argument("--max-timed", type=int, default=2, help="production-shape tests per file, timing-only")
+    parser.add_argument("--seconds", type=int, default=60, help="limit per test")
+    parser.add_argument("--platform", default="trn2", help="the harness's --platform-target")
+    parser.add_argument("--no-spill", action="store_true", help="refuse SBUF overflows (TRNLAB_SPILL=0)")
+    parser.add_argument("--out", type=Path, help="write the Markdown table here")
+    parser.add_argument("--results", type=Path, help="JSON lines of every test (default: a file in /tmp)")
+    parser.add_argument("--render", type=Path, help="make the table from this results file, running nothing")
+    parser.add_argument("--plugin", action="append", default=[], help="extra pytest plugin (development)")
+    args = parser.parse_args(argv)
+
+    work = Path(tempfile.mkdtemp(prefix="nkilib-"))
+    commit = copy_library(args.library.resolve(), work)
+    rows, started, code = [], time.time(), 0
+    paths = test_files(work, args.pattern, args.start)
+    if args.render:
+        results = args.render
+    else:
+        results = args.results or work / "results.jsonl"
+        results.parent.mkdir(parents=True, exist_ok=True)
+        results.write_text("")
+        code = run_files(work, paths, results, args, args.plugin)
+    records = [json.loads(ln) for ln in results.read_text().splitlines()]
+    for path in paths:
+        name = kernel_name(work, path)
+        rel = str(path.relative_to(work / "test"))
+        mine = [r for r in records if r["nodeid"].split("::")[0].endswith(rel)]
+        imported = [r for r in mine if r["mode"] == "import"]
+        row = {"kernel": name, "full": "", "full_us": "", "timing": "", "timing_us": "", "qor": ""}
+        for mode in ("full", "timing"):
+            summary = summarize(mine, mode)
+            tail = imported[0]["error"] if imported else ""
+            row[mode] = result_cell(summary, tail, 2 if imported else 0, mode)
+            row[mode + "_us"] = time_cell(summary)
+            row["qor"] = qor_cell(summary) or row["qor"]
+        rows.append(row)
+        print(f"{name:55s} {row['full'][:70]:70s} {row['full_us']:>14s} | {row['timing'][:40]:40s} "
+              f"{row['timing_us']:>10s}", flush=True)
+    options = [f"--library {shlex.quote(str(args.library))}"] + ([f"-k {shlex.quote(args.pattern)}"] if args.pattern else []) \
+        + [f"--max-fast {args.max_fast}", f"--max-timed {args.max_timed}", f"--seconds {args.seconds}"] \
+        + (["--no-spill"] if args.no_spill else []) + ([f"--out {args.out}"] if args.out else [])
+    command = "python benchmarks/nki_library.py " + " ".join(options)
+    print(f"\n{len(rows)} kernels, {len(records)} tests, {time.time() - started:.0f} s; results: {results}")
+    if args.out:
+        args.out.write_text(render(rows, records, args, commit, command))
+    shutil.rmtree(work, ignore_errors=True)
+    return 0 if code in (0, 1) else code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
