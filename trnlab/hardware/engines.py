@@ -258,6 +258,16 @@ class EngineTimes:
         free = self.free
         if free[PE] >= ready:
             ready, waited = free[PE], -1
+        ready, end, result, waited = self._matmul_start(ready, waited, new, st_ready, st_waited, load_ns,
+                                                        dst_ready, dst_waited, group_ready, busy, latency)
+        free[PE] = end
+        return ready, end, result, waited
+
+    def _matmul_start(self, ready: float, waited: int, new: bool, st_ready: float, st_waited: int,
+                      load_ns: float, dst_ready: float, dst_waited: int, group_ready: float, busy: float,
+                      latency: float) -> tuple[float, float, float, int]:
+        """The part of `tensor` / `tensor_tiled` after the array (or its blocks) is free: LoadStationary
+        of a `new` tile, then the result region's WAR / WAW wait; (start, end, result ready, waited)."""
         if new:
             load_start = st_ready if st_ready > self.last_matmul_start else self.last_matmul_start
             load_end = self.load_end = load_start + load_ns
@@ -267,13 +277,11 @@ class EngineTimes:
             ready = self.load_end
         if dst_ready > ready:
             ready, waited = dst_ready, dst_waited
-        end = ready + busy
         result = ready + latency
         if group_ready > result:
             result = group_ready
         self.last_matmul_start = ready
-        free[PE] = end
-        return ready, end, result, waited
+        return ready, ready + busy, result, waited
 
     def tensor_tiled(self, ready: float, waited: int, new: bool, st_ready: float, st_waited: int,
                      load_ns: float, dst_ready: float, dst_waited: int, group_ready: float, busy: float,
@@ -295,20 +303,8 @@ class EngineTimes:
         for b in range(16):
             if tiles >> b & 1 and blocks[b] > ready:
                 ready, waited = blocks[b], -1
-        if new:
-            load_start = st_ready if st_ready > self.last_matmul_start else self.last_matmul_start
-            load_end = self.load_end = load_start + load_ns
-            if load_end > ready:
-                ready, waited = load_end, st_waited
-        elif self.load_end > ready:
-            ready = self.load_end
-        if dst_ready > ready:
-            ready, waited = dst_ready, dst_waited
-        end = ready + busy
-        result = ready + latency
-        if group_ready > result:
-            result = group_ready
-        self.last_matmul_start = ready
+        ready, end, result, waited = self._matmul_start(ready, waited, new, st_ready, st_waited, load_ns,
+                                                        dst_ready, dst_waited, group_ready, busy, latency)
         for b in range(16):
             if tiles >> b & 1:
                 blocks[b] = end
