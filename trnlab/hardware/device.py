@@ -216,7 +216,10 @@ class Device:
         read by every core; each core writes its own copy of each output, and the result holds, per
         output, what the cores wrote there (an element no core wrote stays unwritten). The cores'
         DMAs share the device's HBM channel, so memory-bound programs slow each other down once
-        together they need more than the device's bandwidth."""
+        together they need more than the device's bandwidth. The programs run together, one thread per
+        core under the rendezvous of a `trnlab.distributed.cluster.Cluster` of these cores (launch core i
+        = rank i): the Nth sendrecv / core_barrier of core 0 meets the Nth of core 1, each waiting for the
+        other; a program runs on until it waits, so programs without them replay one after another."""
         cores = list(range(len(programs))) if cores is None else [int(c) for c in cores]
         if len(cores) != len(programs) or len(set(cores)) != len(cores):
             raise DeviceError(f"run_spmd: {len(programs)} programs need as many distinct cores, got {cores}")
