@@ -24,6 +24,10 @@ so a run is deterministic; a rank that waits for a collective passes the baton o
 still running waits for a collective the others never issue (mismatched programs), the run stops
 with a `CollectiveError` naming who waits for what — never a hang.
 
+The same rendezvous serves the cores of one `nl.nc(2)` SPMD launch: `Device.run_spmd` builds a Cluster
+over the device's cores of the launch (``Cluster(chip_cores(chip), device=..., cores=...)``) and runs
+each core's replay with `Cluster.run_each`, so their sendrecv / core_barrier meet as ranks 0, 1.
+
 Not modelled: the DMA engines the CC cores share with compute ([CCO] describes the contention);
 strided replica groups are costed as the first ranks of the topology (`Topology.group`).
 """
