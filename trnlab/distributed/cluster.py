@@ -24,6 +24,10 @@ so a run is deterministic; a rank that waits for a collective passes the baton o
 still running waits for a collective the others never issue (mismatched programs), the run stops
 with a `CollectiveError` naming who waits for what — never a hang.
 
+The same rendezvous serves the cores of one `nl.nc(2)` SPMD launch: `Device.run_spmd` builds a Cluster
+over the device's cores of the launch (``Cluster(chip_cores(chip), device=..., cores=...)``) and runs
+each core's replay with `Cluster.run_each`, so their sendrecv / core_barrier meet as ranks 0, 1.
+
 Not modelled: the DMA engines the CC cores share with compute ([CCO] describes the contention);
 strided replica groups are costed as the first ranks of the topology (`Topology.group`).
 """
@@ -51,23 +55,35 @@ class Cluster:
     """`ranks` ranks of `topology` (default all; one Device per chip, or the cores of one chip)."""
 
     def __init__(self, topology: Topology, ranks: int | None = None, mode: str = "full",
-                 algorithm: str | None = None, calibration=None):
+                 algorithm: str | None = None, calibration=None, device: Device | None = None,
+                 cores: list | None = None):
         self.topology = topology
         self.ranks = topology.ranks if ranks is None else int(ranks)
         self.mode = mode
         self.algorithm = algorithm  # None: the fastest the model offers for each size
         self.calibration = calibration  # None: the documented link figures; topology.NCCOM_TRN1: fitted
-        self.devices: list[Device] = devices(topology, mode=mode, count=self.ranks)
-        if topology.rank_name == "core":
-            self.cores = [(self.devices[0], r) for r in range(self.ranks)]
+        if device is not None:                  # given cores of an existing device (an SPMD launch's)
+            self.devices: list[Device] = [device]
+            self.cores = [(device, int(c)) for c in (cores if cores is not None else range(self.ranks))]
         else:
-            self.cores = [(d, 0) for d in self.devices]
+            self.devices = devices(topology, mode=mode, count=self.ranks)
+            if topology.rank_name == "core":
+                self.cores = [(self.devices[0], r) for r in range(self.ranks)]
+            else:
+                self.cores = [(d, 0) for d in self.devices]
         for rank, (device, c) in enumerate(self.cores):
             core = device.cores[c]
             core._cc_fabric = self
             core._cc_rank = rank
         self.log: list[dict] = []   # one row per resolved collective (op, ranks, bytes, algorithm, times)
         self._reset()
+
+    def release(self) -> None:
+        """Detach the cores from this fabric (they run alone again)."""
+        for device, c in self.cores:
+            core = device.cores[c]
+            if getattr(core, "_cc_fabric", None) is self:
+                del core._cc_fabric, core._cc_rank
 
     def __repr__(self) -> str:
         return f"Cluster({self.topology.name}, {self.ranks} ranks, mode={self.mode!r})"
@@ -94,15 +110,24 @@ class Cluster:
         if len(programs) != self.ranks or len(args) != self.ranks:
             raise ValueError(f"{self.ranks} ranks need {self.ranks} programs and argument tuples, got "
                              f"{len(programs)} and {len(args)}")
+
+        def replay(rank: int) -> Run:
+            device, c = self.cores[rank]
+            return device.run(programs[rank], *args[rank], core=c, region=region)
+        return self.run_each(replay)
+
+    def run_each(self, body_of_rank, label: str = "rank") -> list:
+        """Run `body_of_rank(r)` for every rank r together, one thread per rank under the baton (the
+        rendezvous of the collectives they issue); returns each rank's result. `Device.run_spmd` runs
+        the cores of one launch through it (label "core")."""
         self._reset()
-        runs: list[Run | None] = [None] * self.ranks
+        runs: list = [None] * self.ranks
         errors: list[BaseException | None] = [None] * self.ranks
 
         def body(rank: int) -> None:
             try:
                 self._wait_turn(rank)
-                device, c = self.cores[rank]
-                runs[rank] = device.run(programs[rank], *args[rank], core=c, region=region)
+                runs[rank] = body_of_rank(rank)
             except _Abort:
                 pass
             except BaseException as error:  # noqa: BLE001 - handed to the caller below
@@ -132,7 +157,7 @@ class Cluster:
             rank = errors.index(first)
             if isinstance(first, CollectiveError) or not first.args:
                 raise first
-            first.args = (f"rank {rank}: {first.args[0]}",) + tuple(first.args[1:])
+            first.args = (f"{label} {rank}: {first.args[0]}",) + tuple(first.args[1:])
             raise first
         return runs
 

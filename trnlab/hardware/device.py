@@ -216,7 +216,10 @@ class Device:
         read by every core; each core writes its own copy of each output, and the result holds, per
         output, what the cores wrote there (an element no core wrote stays unwritten). The cores'
         DMAs share the device's HBM channel, so memory-bound programs slow each other down once
-        together they need more than the device's bandwidth."""
+        together they need more than the device's bandwidth. The programs run together, one thread per
+        core under the rendezvous of a `trnlab.distributed.cluster.Cluster` of these cores (launch core i
+        = rank i): the Nth sendrecv / core_barrier of core 0 meets the Nth of core 1, each waiting for the
+        other; a program runs on until it waits, so programs without them replay one after another."""
         cores = list(range(len(programs))) if cores is None else [int(c) for c in cores]
         if len(cores) != len(programs) or len(set(cores)) != len(cores):
             raise DeviceError(f"run_spmd: {len(programs)} programs need as many distinct cores, got {cores}")
@@ -242,17 +245,31 @@ class Device:
                 shared.append(self.hbm.allocate(b.shape, b.dtype, name=name))
         self._launches += 1
         label = region or f"{first.name}#{self._launches}"
-        runs, per_core = [], []
+        per_core: list = [None] * len(programs)
+
+        def replay(i: int) -> Run:
+            program, nc = programs[i], self.cores[cores[i]]
+            resident = {bid: t for (_, bid), t in zip(program.inputs, shared)}
+            start = len(nc.timeline.records)
+            nc.barrier()
+            per_core[i] = (program, execute(program, nc, [None] * len(args), region=label, hbm_tensors=resident),
+                           resident)
+            return Run(outputs=None, core=nc, region=label, first=start, end=len(nc.timeline.records),
+                       timing_only=not self.full)
+
+        fabric = None
+        if len(cores) > 1 and not any(hasattr(self.cores[c], "_cc_fabric") for c in cores):
+            # the cores meet at their sendrecv / core_barrier: run them together under the rendezvous a
+            # Cluster gives its ranks (launch core i = rank i; the Nth sendrecv of core 0 meets core 1's Nth)
+            from trnlab.distributed.cluster import Cluster
+            from trnlab.distributed.topology import chip_cores
+            fabric = Cluster(chip_cores(self.chip), ranks=len(cores), mode=self.mode, device=self, cores=cores)
         try:
-            for program, c in zip(programs, cores):
-                nc = self.cores[c]
-                resident = {bid: t for (_, bid), t in zip(program.inputs, shared)}
-                start = len(nc.timeline.records)
-                nc.barrier()
-                tensors = execute(program, nc, [None] * len(args), region=label, hbm_tensors=resident)
-                per_core.append((program, tensors, resident))
-                runs.append(Run(outputs=None, core=nc, region=label, first=start,
-                                end=len(nc.timeline.records), timing_only=not self.full))
+            if fabric is not None:
+                runs = fabric.run_each(replay, label="core")
+            else:
+                runs = [replay(i) for i in range(len(programs))]
+            per_core = [p for p in per_core if p is not None]
             outputs = None
             if self.full:
                 gathered = {}
@@ -265,7 +282,9 @@ class Device:
             else:
                 outputs = read_outputs(first, {}, False)
         finally:
-            for program, tensors, resident in per_core:
+            if fabric is not None:
+                fabric.release()
+            for program, tensors, resident in (p for p in per_core if p is not None):
                 for bid, t in tensors.items():
                     if bid not in resident and not t.freed:
                         self.hbm.free(t)

@@ -8,15 +8,16 @@ nki.isa.core_barrier.html, .sendrecv.html, .dma_compute.html, .dma_engine.html).
   reach before any can proceed", for two cores sharing an HBM stack that wrote disjoint parts of
   `data`; "currently only cores=(0, 1) is supported". One instruction on GpSimd (or the engine given)
   that waits for this core's earlier writes to `data` and, on a core of a cluster, for the peer core
-  of its pair (ranks 2k, 2k + 1) to reach its barrier (`hardware/system.py`). Cost ASSUMED: the
+  of its pair (ranks 2k, 2k + 1; an nl.nc(2) launch's two cores) to reach its barrier (`hardware/system.py`). Cost ASSUMED: the
   engine's static overhead after the peer's semaphore (a 4-byte send/recv) arrives.
 - `dma_compute(dst, srcs, reduce_op, scales)`: dst = the fp32 sum of the sources converted to dst's
   dtype, one DMA instruction (`hardware/system.py`; ASSUMED cost: one DMA of dst's bytes).
-- `sendrecv(src, dst, send_to_rank, recv_from_rank)`: a collective of the two cores of a pair (ranks 2k,
-  2k + 1 of a `trnlab.distributed.cluster.Cluster`), matched in program order like AWS's ("the Nth
+- `sendrecv(src, dst, send_to_rank, recv_from_rank)`: a collective of the two cores of a pair (the two
+  cores of an `nl.nc(2)` launch, which `Device.run_spmd` runs together under a Cluster's rendezvous, or
+  ranks 2k, 2k + 1 of a `trnlab.distributed.cluster.Cluster`), matched in program order like AWS's ("the Nth
   sendrecv on one rank rendezvous with the Nth sendrecv on the peer rank", nki.lnc.sendrecv), on CC
-  engine cc0 (ASSUMED), costed as a send/recv of src's bytes over the cluster's topology. On a core of
-  no cluster it is refused by name (`CollectiveError`: the peer's program is not running).
+  engine cc0 (ASSUMED), costed as a send/recv of src's bytes over the cluster's topology. On a lone core
+  (a one-core launch) it is refused by name (`CollectiveError`: the peer's program is not running).
 """
 from __future__ import annotations
 
@@ -50,8 +51,9 @@ def core_barrier(data: NkiTensor, cores, engine: engine = engine.gpsimd, name: s
 def sendrecv(src: NkiTensor, dst: NkiTensor, send_to_rank, recv_from_rank, pipe_id=None,
              dma_engine: dma_engine = dma_engine.dma, name: str | None = None) -> None:
     """Send src to core `send_to_rank`'s dst while receiving core `recv_from_rank`'s src into dst (SBUF
-    tiles; ranks 0 / 1: the two physical cores of a logical core) [nki.isa.sendrecv]. Runs on a
-    `trnlab.distributed.cluster.Cluster` whose ranks 2k, 2k + 1 are the pairs; `pipe_id` and
+    tiles; ranks 0 / 1: the two physical cores of a logical core) [nki.isa.sendrecv]. Runs between the
+    cores of an `nl.nc(2)` launch or on a `trnlab.distributed.cluster.Cluster` whose ranks 2k, 2k + 1
+    are the pairs; `pipe_id` and
     `dma_engine` are accepted (AWS: pipe_id "remains ignored")."""
     src, dst = issue.tile(src, "src"), issue.tile(dst, "dst")
     launch = issue.begin()

@@ -5,7 +5,8 @@ physical NeuronCores (AWS's nki.language.nc and nki.language.spmd_dim pages give
 `trnlab.nki.language.spmd_dim.core_of`). trnlab traces one program per core — the grid points that
 core runs, in grid order — and launches them together on one simulated device
 (`Device.run_spmd`): the cores share the arguments in HBM and the chip's HBM bandwidth, each
-writes its part of the `nl.shared_hbm` outputs. A grid without such an axis stays on one core, its
+writes its part of the `nl.shared_hbm` outputs, and the cores meet at their `nisa.sendrecv` /
+`nisa.core_barrier` (the Nth of core 0 with the Nth of core 1, as on a `Cluster`). A grid without such an axis stays on one core, its
 programs one after another (the single-core path in `trnlab.nki.run`).
 
 Not modelled: a core reading what another core wrote into a shared output during the same launch
