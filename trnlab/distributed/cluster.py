@@ -24,9 +24,10 @@ so a run is deterministic; a rank that waits for a collective passes the baton o
 still running waits for a collective the others never issue (mismatched programs), the run stops
 with a `CollectiveError` naming who waits for what — never a hang.
 
-The same rendezvous serves the cores of one `nl.nc(2)` SPMD launch: `Device.run_spmd` builds a Cluster
-over the device's cores of the launch (``Cluster(chip_cores(chip), device=..., cores=...)``) and runs
-each core's replay with `Cluster.run_each`, so their sendrecv / core_barrier meet as ranks 0, 1.
+The same rendezvous serves the cores of one `nl.nc(2)` SPMD launch: `Device.run_spmd` borrows
+`run_cores_together` (lent through the package's entry point "trnlab.spmd_rendezvous", so hardware never
+imports this layer), a Cluster over the launch's cores of that device whose `run_each` replays each
+core, so their sendrecv / core_barrier meet as ranks 0, 1.
 
 Not modelled: the DMA engines the CC cores share with compute ([CCO] describes the contention);
 strided replica groups are costed as the first ranks of the topology (`Topology.group`).
@@ -38,7 +39,7 @@ import threading
 import numpy as np
 
 from trnlab.distributed import collectives
-from trnlab.distributed.topology import Topology, devices
+from trnlab.distributed.topology import Topology, chip_cores, devices
 from trnlab.hardware import collective as hw_collective
 from trnlab.hardware.collective import CollectiveError, Request
 from trnlab.hardware.device import Device, Run
@@ -338,3 +339,14 @@ def _store(dst, values: np.ndarray) -> None:
 
 
 __all__ = ["Cluster", "CollectiveError", "hw_collective"]
+
+
+def run_cores_together(device: Device, cores: list, body_of_core, label: str = "core") -> list:
+    """Run `body_of_core(i)` for the cores `cores` of `device` together under a Cluster of those cores
+    (launch core i = rank i), then detach them: the rendezvous `Device.run_spmd` borrows for an SPMD
+    launch over several cores (lent through the entry point "trnlab.spmd_rendezvous")."""
+    fabric = Cluster(chip_cores(device.chip), ranks=len(cores), mode=device.mode, device=device, cores=cores)
+    try:
+        return fabric.run_each(body_of_core, label=label)
+    finally:
+        fabric.release()

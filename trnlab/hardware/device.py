@@ -37,6 +37,23 @@ from .tensor import Tensor
 from .timeline import Timeline, write_chrome_trace
 
 
+_RENDEZVOUS: list = []     # what the distributed layer lends (at most one), found once
+
+
+def _rendezvous():
+    """The function that runs an SPMD launch's cores together, so that their sendrecv / core_barrier
+    meet: `trnlab.distributed` lends it through the package's entry point (pyproject.toml, group
+    "trnlab.spmd_rendezvous"), as training lends the compiler its gradient path — hardware, a layer
+    below, never imports it. None if the package is not installed (the cores then replay one after
+    another, and a sendrecv finds no peer)."""
+    if not _RENDEZVOUS:
+        from importlib.metadata import entry_points
+        _RENDEZVOUS.extend(entry.load() for entry in entry_points(group="trnlab.spmd_rendezvous"))
+        if not _RENDEZVOUS:
+            _RENDEZVOUS.append(None)
+    return _RENDEZVOUS[0]
+
+
 class DeviceError(ValueError):
     """A tensor or program used on the wrong device or core."""
 
@@ -216,9 +233,9 @@ class Device:
         read by every core; each core writes its own copy of each output, and the result holds, per
         output, what the cores wrote there (an element no core wrote stays unwritten). The cores'
         DMAs share the device's HBM channel, so memory-bound programs slow each other down once
-        together they need more than the device's bandwidth. The programs run together, one thread per
-        core under the rendezvous of a `trnlab.distributed.cluster.Cluster` of these cores (launch core i
-        = rank i): the Nth sendrecv / core_barrier of core 0 meets the Nth of core 1, each waiting for the
+        together they need more than the device's bandwidth. The programs run together under the
+        rendezvous the distributed layer lends (`_rendezvous`: a Cluster of these cores, launch core i =
+        rank i): the Nth sendrecv / core_barrier of core 0 meets the Nth of core 1, each waiting for the
         other; a program runs on until it waits, so programs without them replay one after another."""
         cores = list(range(len(programs))) if cores is None else [int(c) for c in cores]
         if len(cores) != len(programs) or len(set(cores)) != len(cores):
@@ -257,16 +274,13 @@ class Device:
             return Run(outputs=None, core=nc, region=label, first=start, end=len(nc.timeline.records),
                        timing_only=not self.full)
 
-        fabric = None
-        if len(cores) > 1 and not any(hasattr(self.cores[c], "_cc_fabric") for c in cores):
-            # the cores meet at their sendrecv / core_barrier: run them together under the rendezvous a
-            # Cluster gives its ranks (launch core i = rank i; the Nth sendrecv of core 0 meets core 1's Nth)
-            from trnlab.distributed.cluster import Cluster
-            from trnlab.distributed.topology import chip_cores
-            fabric = Cluster(chip_cores(self.chip), ranks=len(cores), mode=self.mode, device=self, cores=cores)
+        together = _rendezvous() if len(cores) > 1 and not any(
+            hasattr(self.cores[c], "_cc_fabric") for c in cores) else None
         try:
-            if fabric is not None:
-                runs = fabric.run_each(replay, label="core")
+            if together is not None:
+                # the cores meet at their sendrecv / core_barrier: they run together under the rendezvous the
+                # distributed layer lends (launch core i = rank i; the Nth sendrecv of core 0 meets core 1's Nth)
+                runs = together(self, cores, replay, "core")
             else:
                 runs = [replay(i) for i in range(len(programs))]
             per_core = [p for p in per_core if p is not None]
@@ -282,8 +296,6 @@ class Device:
             else:
                 outputs = read_outputs(first, {}, False)
         finally:
-            if fabric is not None:
-                fabric.release()
             for program, tensors, resident in (p for p in per_core if p is not None):
                 for bid, t in tensors.items():
                     if bid not in resident and not t.freed:
