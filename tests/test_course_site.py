@@ -8,6 +8,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from trnlab.course import site as site_module
 from trnlab.course.__main__ import main as course_main
 from trnlab.course.site import (
     WIDGET_STATE, WIDGET_VIEW, build_site, check_site, course_notebooks, notebook_title, relink_notebooks,
@@ -114,3 +115,20 @@ def test_links_between_notebooks_point_at_their_pages():
     assert nb.cells[0].source == (
         "see [03](03_matmul.html#tiles), <a href='04_core.html'>04</a>"
         " and [upstream](https://github.com/x/y/blob/main/n.ipynb)")
+
+
+def test_inline_math_is_drawn_offline_and_money_stays_text():
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_markdown_cell(
+        r"tiles of $A^\top$, `$not_math$` in code, $7.07 against $13.13, a \$5 bill, and $V$.")]
+    assert site_module.render_math(nb) == 2
+    text = nb.cells[0].source
+    assert text.count('<img class="math"') == 2 and 'alt="A^\\top"' in text and 'alt="V"' in text
+    assert "`$not_math$`" in text and "$7.07 against $13.13" in text and r"\$5" in text
+
+
+@pytest.mark.slow
+def test_every_formula_in_the_course_is_drawn(site):
+    pages = {p.name: p.read_text() for p in site.glob("*.html")}
+    assert any(re.search(r'<img[^>]+class="math"[^>]+src="data:image/svg', text) for text in pages.values())
+    assert not any("$QK^\\top$" in text or "$A^\\top$" in text for text in pages.values())

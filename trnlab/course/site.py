@@ -12,8 +12,10 @@ downloads from the web at build time (mystmd issue #1451, "Allow `myst build` wi
 web assets"), and mystmd is a Node package outside requirements.txt. nbconvert is already installed
 (JupyterLab and nbgrader depend on it) and runs offline. Its ``lab`` template loads require.js,
 MathJax and the widget manager from CDNs; the template below removes those loads, so a page needs
-nothing but itself (CSS inlined, figures as ``data:`` PNGs). Consequences: LaTeX in the text shows as
-its source, and a widget shows its state when the notebook was executed — its controls as disabled
+nothing but itself (CSS inlined, figures as ``data:`` PNGs). Math in the text (``$QK^\\top$``) is drawn
+at build time by matplotlib's mathtext into inline SVG images (MathJax would come from a CDN; mathtext
+covers the TeX subset the course uses and raises on anything else, so the build fails rather than show
+TeX source). A widget shows its state when the notebook was executed — its controls as disabled
 form fields with their stored values, and what its Output area displayed — since its JavaScript
 (@jupyter-widgets/html-manager) is not installed locally and would come from a CDN.
 
@@ -23,8 +25,10 @@ file in the site, and no script, stylesheet, font, image or frame is loaded from
 
 from __future__ import annotations
 
+import base64
 import copy
 import html
+import io
 import re
 import time
 from dataclasses import dataclass
@@ -168,6 +172,40 @@ def static_widgets(nb) -> int:
     return replaced
 
 
+# ---------------------------------------------------------------- math, drawn offline
+
+# Inline math as Pandoc and Jupyter read it: `$` with no space after it, closing `$` with no space
+# before it and no digit after it (so "$7.07 against $13.13" stays money), `\$` is a dollar sign.
+_INLINE_MATH = re.compile(r"(?<![\\$])\$(?=\S)([^$\n]+?)(?<=\S)(?<!\\)\$(?![\d$])")
+_CODE = re.compile(r"(```.*?```|`[^`\n]*`)", re.S)
+
+
+def math_svg(tex: str) -> str:
+    """One inline formula as an ``<img>`` holding matplotlib's SVG of it."""
+    from matplotlib import mathtext
+
+    buffer = io.BytesIO()
+    mathtext.math_to_image(f"${tex}$", buffer, format="svg", dpi=72)
+    data = base64.b64encode(buffer.getvalue()).decode("ascii")
+    alt = html.escape(tex, quote=True)
+    return (f'<img class="math" alt="{alt}" title="{alt}" '
+            f'src="data:image/svg+xml;base64,{data}" style="vertical-align: middle; height: 1.1em">')
+
+
+def render_math(nb) -> int:
+    """Replace inline ``$...$`` in markdown cells (outside code) by drawn formulas; return how many."""
+    drawn = 0
+    for cell in nb.cells:
+        if cell.cell_type != "markdown" or "$" not in cell.source:
+            continue
+        parts = _CODE.split(cell.source)
+        for i in range(0, len(parts), 2):          # even parts are text, odd parts code
+            parts[i], count = _INLINE_MATH.subn(lambda m: math_svg(m.group(1)), parts[i])
+            drawn += count
+        cell.source = "".join(parts)
+    return drawn
+
+
 # ---------------------------------------------------------------- pages
 
 _IPYNB_LINK = re.compile(r"(\]\(|href=[\"'])((?![a-z]+:)[^)\"'#]*?)\.ipynb(?=[)#\"'])")
@@ -220,6 +258,7 @@ def build_site(out: Path, notebooks: list[Path] | None = None) -> list[Page]:
     for i, (page, nb) in enumerate(zip(pages, books)):
         nb = copy.deepcopy(nb)
         static_widgets(nb)
+        render_math(nb)
         relink_notebooks(nb)
         nb.metadata["title"] = page.title
         body, _ = exporter.from_notebook_node(
