@@ -168,3 +168,23 @@ def test_the_two_training_step_times_say_why_they_differ():
     assert "training step" in _all_outputs(_notebook("10"))
     text = _all_markdown(_notebook("10"))
     assert "sums of kernel latencies" in text and "Notebook 07's compiled training step" in text
+
+
+MONEY_AS_MATH = re.compile(r"(?<!\\)\$(?=\d)")
+
+
+def money_read_as_math(path: Path) -> list[str]:
+    """Unescaped `$` before a digit in markdown, outside code: JupyterLab pairs every two `$` into inline
+    math (its latex splitter has no Pandoc-style digit rule), so "$7.07 against $13.13" would be typeset
+    as a formula. Money is written `\\$7.07`."""
+    found = []
+    for i, cell in enumerate(json.loads(path.read_text(encoding="utf-8"))["cells"]):
+        if cell["cell_type"] == "markdown":
+            text = re.sub(r"```.*?```|`[^`\n]*`", "", _text(cell), flags=re.S)
+            found += [f"cell {i}: {text[m.start():m.start() + 12]!r}" for m in MONEY_AS_MATH.finditer(text)]
+    return found
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem[:2] for p in NOTEBOOKS])
+def test_money_in_the_text_is_escaped_so_jupyterlab_does_not_typeset_it(path):
+    assert money_read_as_math(path) == []
