@@ -16,7 +16,7 @@ h_s[c, t-1] + delta * u * B[b, s, t]. Channels on the partitions, seq_len along 
 Per (state, channel tile, chunk) the instructions are the page's: one Scalar-engine `activation`
 exp(delta * A) (the multiply folded into the activation's scale), three Vector `tensor_tensor`
 multiplies (delta * u, by B, by C; B and C broadcast across partitions on the Tensor engine), one
-`tensor_tensor_scan`, one add into the accumulator. Our own code, in NKI's functional style.
+`tensor_tensor_scan`, one add into the accumulator (`_times_row`: the broadcasts). Our own code, in NKI's functional style.
 """
 from __future__ import annotations
 
@@ -25,14 +25,27 @@ import trnlab.nki.isa as nisa
 import trnlab.nki.language as nl
 
 
-def _state_step(delta_t, u_t, A_col, B_row, C_row, initial):
+def _times_row(x, row, ones_row):
+    """x [P, T] times row [1, T] broadcast across the partitions. The broadcast is a Tensor-engine matmul
+    of a ones column into PSUM (512 columns per matmul, a PSUM bank) and the multiply reads it there:
+    no PSUM -> SBUF copy. ASSUMED: what AWS's compiler emits for the page's `B_i.broadcast_to(...)`
+    (the page names the TensorE broadcast; `nl.broadcast_to` in trnlab copies it to SBUF)."""
+    P, T = x.shape
+    width = min(T, nl.tile_size.gemm_moving_fmax)
+    out = nl.ndarray((P, T), dtype=x.dtype, buffer=nl.sbuf)
+    for c0 in range(0, T, width):
+        spread = nisa.nc_matmul(ones_row, row[0:1, c0:c0 + width])                     # [P, width] PSUM
+        out[0:P, c0:c0 + width] = nisa.tensor_tensor(x[0:P, c0:c0 + width], spread, op=nl.multiply)
+    return out
+
+
+def _state_step(delta_t, u_t, A_col, B_row, C_row, initial, ones_row):
     """One state on one [128, T] chunk: returns (C * scan, scan). A_col [128, 1]; B_row, C_row [1, T]."""
-    P, T = delta_t.shape
     delta_A = nisa.activation(op=nl.exp, data=delta_t, scale=A_col)                    # [P, T] ScalarE
     delta_u = nisa.tensor_tensor(delta_t, u_t, op=nl.multiply)                         # [P, T] VectorE
-    delta_Bu = nisa.tensor_tensor(delta_u, B_row.broadcast_to((P, T)), op=nl.multiply)
+    delta_Bu = _times_row(delta_u, B_row, ones_row)
     scan = nisa.tensor_tensor_scan(delta_A, delta_Bu, initial=initial, op0=nl.multiply, op1=nl.add)
-    return nisa.tensor_tensor(scan, C_row.broadcast_to((P, T)), op=nl.multiply), scan
+    return _times_row(scan, C_row, ones_row), scan
 
 
 @nki.jit
@@ -44,6 +57,7 @@ def mamba_v1(delta, u, A, B, C):
     n_tiles = channels // P
     assert channels % P == 0, f"channels={channels} must be a multiple of {P}"
     out = nl.ndarray((batch, channels, seq_len), dtype=delta.dtype, buffer=nl.shared_hbm)
+    ones_row = nl.ones((1, P), dtype=delta.dtype, buffer=nl.sbuf)        # [K=1, M=128]: the broadcast's stationary
     for b in nl.affine_range(batch):
         acc = nl.zeros((n_tiles, nl.par_dim(P), seq_len), dtype=delta.dtype, buffer=nl.sbuf)
         for s in nl.affine_range(state_size):
@@ -54,7 +68,7 @@ def mamba_v1(delta, u, A, B, C):
                 A_col = nl.load(A[ch, s:s + 1])                             # [128, 1]
                 B_row = nl.load(B[b, s:s + 1, 0:seq_len])                   # [1, seq_len]
                 C_row = nl.load(C[b, s:s + 1, 0:seq_len])
-                scan_C, _ = _state_step(delta_t, u_t, A_col, B_row, C_row, 0.0)
+                scan_C, _ = _state_step(delta_t, u_t, A_col, B_row, C_row, 0.0, ones_row)
                 acc[t, 0:P, 0:seq_len] += scan_C
         for t in nl.affine_range(n_tiles):
             nl.store(out[b, t * P:(t + 1) * P, 0:seq_len], acc[t, 0:P, 0:seq_len])
@@ -69,6 +83,7 @@ def mamba_v2(delta, u, A, B, C):
     P = nl.tile_size.pmax
     assert channels % P == 0, f"channels={channels} must be a multiple of {P}"
     out = nl.ndarray((batch, channels, seq_len), dtype=delta.dtype, buffer=nl.shared_hbm)
+    ones_row = nl.ones((1, P), dtype=delta.dtype, buffer=nl.sbuf)        # [K=1, M=128]: the broadcast's stationary
     for b in nl.affine_range(batch):
         for t in nl.affine_range(channels // P):
             ch = slice(t * P, (t + 1) * P)
@@ -79,7 +94,7 @@ def mamba_v2(delta, u, A, B, C):
                 A_col = nl.load(A[ch, s:s + 1])
                 B_row = nl.load(B[b, s:s + 1, 0:seq_len])
                 C_row = nl.load(C[b, s:s + 1, 0:seq_len])
-                scan_C, _ = _state_step(delta_t, u_t, A_col, B_row, C_row, 0.0)
+                scan_C, _ = _state_step(delta_t, u_t, A_col, B_row, C_row, 0.0, ones_row)
                 acc[0:P, 0:seq_len] += scan_C
             nl.store(out[b, ch, 0:seq_len], acc[0:P, 0:seq_len])
     return out
@@ -94,6 +109,7 @@ def mamba_v3(delta, u, A, B, C, SEQ_TILE: int = 512):
     assert channels % P == 0, f"channels={channels} must be a multiple of {P}"
     assert seq_len % SEQ_TILE == 0, f"seq_len={seq_len} must be a multiple of SEQ_TILE={SEQ_TILE}"
     out = nl.ndarray((batch, channels, seq_len), dtype=delta.dtype, buffer=nl.shared_hbm)
+    ones_row = nl.ones((1, P), dtype=delta.dtype, buffer=nl.sbuf)        # [K=1, M=128]: the broadcast's stationary
     for b in nl.affine_range(batch):
         for t in nl.affine_range(channels // P):
             ch = slice(t * P, (t + 1) * P)
@@ -107,7 +123,8 @@ def mamba_v3(delta, u, A, B, C, SEQ_TILE: int = 512):
                     cols = slice(k * SEQ_TILE, (k + 1) * SEQ_TILE)
                     B_row = nl.load(B[b, s:s + 1, cols])
                     C_row = nl.load(C[b, s:s + 1, cols])
-                    scan_C, scan = _state_step(delta_t[0:P, cols], u_t[0:P, cols], A_col, B_row, C_row, carry)
+                    scan_C, scan = _state_step(delta_t[0:P, cols], u_t[0:P, cols], A_col, B_row, C_row, carry,
+                                                ones_row)
                     carry[0:P, 0:1] = nl.copy(scan[0:P, SEQ_TILE - 1:SEQ_TILE])
                     acc[0:P, cols] += scan_C
             nl.store(out[b, ch, 0:seq_len], acc[0:P, 0:seq_len])
