@@ -11,7 +11,7 @@ h_s[c, t-1] + delta * u * B[b, s, t]. Channels on the partitions, seq_len along 
 - ``mamba_v2``  loops batch > channel tile > state: delta and u loaded once per channel tile, the
                 accumulator is one [128, seq_len] tile per channel tile (the loops reordered and fused).
 - ``mamba_v3``  v2 with seq_len in SEQ_TILE chunks inside the state loop; the scan carries its last
-                column into the next chunk through `initial`.
+                column into the next chunk through `initial`; C * scan is written to PSUM (as AWS's v3).
 
 Per (state, channel tile, chunk) the instructions are the page's: one Scalar-engine `activation`
 exp(delta * A) (the multiply folded into the activation's scale), three Vector `tensor_tensor`
@@ -25,27 +25,29 @@ import trnlab.nki.isa as nisa
 import trnlab.nki.language as nl
 
 
-def _times_row(x, row, ones_row):
+def _times_row(x, row, ones_row, buffer=nl.sbuf):
     """x [P, T] times row [1, T] broadcast across the partitions. The broadcast is a Tensor-engine matmul
     of a ones column into PSUM (512 columns per matmul, a PSUM bank) and the multiply reads it there:
     no PSUM -> SBUF copy. ASSUMED: what AWS's compiler emits for the page's `B_i.broadcast_to(...)`
     (the page names the TensorE broadcast; `nl.broadcast_to` in trnlab copies it to SBUF)."""
     P, T = x.shape
     width = min(T, nl.tile_size.gemm_moving_fmax)
-    out = nl.ndarray((P, T), dtype=x.dtype, buffer=nl.sbuf)
+    out = nl.ndarray((P, T), dtype=x.dtype, buffer=buffer)
     for c0 in range(0, T, width):
         spread = nisa.nc_matmul(ones_row, row[0:1, c0:c0 + width])                     # [P, width] PSUM
         out[0:P, c0:c0 + width] = nisa.tensor_tensor(x[0:P, c0:c0 + width], spread, op=nl.multiply)
     return out
 
 
-def _state_step(delta_t, u_t, A_col, B_row, C_row, initial, ones_row):
-    """One state on one [128, T] chunk: returns (C * scan, scan). A_col [128, 1]; B_row, C_row [1, T]."""
+def _state_step(delta_t, u_t, A_col, B_row, C_row, initial, ones_row, scan_C_buffer=nl.sbuf):
+    """One state on one [128, T] chunk: returns (C * scan, scan). A_col [128, 1]; B_row, C_row [1, T].
+    scan_C_buffer=nl.psum (v3, as AWS's v3): the product lands in PSUM, so the add into the SBUF
+    accumulator has one input in PSUM (N Vector cycles instead of 2N in fp32, [TT-COST])."""
     delta_A = nisa.activation(op=nl.exp, data=delta_t, scale=A_col)                    # [P, T] ScalarE
     delta_u = nisa.tensor_tensor(delta_t, u_t, op=nl.multiply)                         # [P, T] VectorE
     delta_Bu = _times_row(delta_u, B_row, ones_row)
     scan = nisa.tensor_tensor_scan(delta_A, delta_Bu, initial=initial, op0=nl.multiply, op1=nl.add)
-    return _times_row(scan, C_row, ones_row), scan
+    return _times_row(scan, C_row, ones_row, scan_C_buffer), scan
 
 
 @nki.jit
@@ -124,7 +126,7 @@ def mamba_v3(delta, u, A, B, C, SEQ_TILE: int = 512):
                     B_row = nl.load(B[b, s:s + 1, cols])
                     C_row = nl.load(C[b, s:s + 1, cols])
                     scan_C, scan = _state_step(delta_t[0:P, cols], u_t[0:P, cols], A_col, B_row, C_row, carry,
-                                                ones_row)
+                                                ones_row, scan_C_buffer=nl.psum)
                     carry[0:P, 0:1] = nl.copy(scan[0:P, SEQ_TILE - 1:SEQ_TILE])
                     acc[0:P, cols] += scan_C
             nl.store(out[b, ch, 0:seq_len], acc[0:P, 0:seq_len])
