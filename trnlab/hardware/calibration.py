@@ -175,7 +175,10 @@ def load(path: str | Path) -> dict:
 
 
 def _pct(x, sign: bool = True):
-    return "–" if x is None else (f"{100 * x:+.0f} %" if sign else f"{100 * x:.0f} %")
+    if x is None:
+        return "–"
+    text = f"{100 * x:+.0f} %" if sign else f"{100 * x:.0f} %"
+    return text.replace("-0 %", "+0 %")
 
 
 def _us(x):
