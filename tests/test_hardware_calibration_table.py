@@ -87,3 +87,8 @@ def test_the_committed_json_matches_the_rows():
         row = cal.BY_ID[r["id"]]
         assert r["half"] == row.half and r["published_us"] == row.latency_us and r["url"] == cal.SOURCES[row.source]
     assert "|" in cal.format_table(data)
+
+
+def test_the_table_in_the_docs_is_the_committed_json():
+    docs = (Path(__file__).resolve().parent.parent / "docs" / "calibration.md").read_text()
+    assert cal.format_table(cal.load(JSON_PATH)) in docs
