@@ -7,7 +7,8 @@ HBM outputs of the same kind;
 `nki.run(kernel, *args, timing_only=True)` (with `nki.ShapeDtype` arguments) gives its simulated time
 without computing values. Shapes: any; leading axes are flattened by the caller ((B, T, C) ->
 (B*T, C)); integer ids are int32. `python -m trnlab.kernels` prints the simulated time of each kernel
-at tiny-GPT sizes. The matmul optimization ladder of notebook 05 lives in `matmul_ladder.py`.
+at tiny-GPT sizes. The matmul optimization ladder of notebook 05 lives in `matmul_ladder.py`; the
+kernels of the calibration table (docs/calibration.md) in `vector_add.py` (CS149) and `mamba.py` (AWS).
 
 Forward                                     Backward
 matmul        a @ b, any M, K, N             matmul_backward        (g @ b.T, a.T @ g)

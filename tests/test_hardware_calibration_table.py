@@ -1,0 +1,94 @@
+"""The calibration table (docs/calibration.md): published rows well-formed, halves fixed, the renderer reads the JSON.
+
+No timing here (benchmarks/calibration_table.py measures); these check the data and the arithmetic.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from trnlab.hardware import calibration as cal
+
+JSON_PATH = Path(__file__).resolve().parent.parent / "notebooks" / "data" / "calibration.json"
+
+
+def test_every_row_names_its_source_conditions_and_half():
+    assert len(cal.ROWS) >= 10
+    assert len({r.id for r in cal.ROWS}) == len(cal.ROWS)
+    for row in cal.ROWS:
+        assert row.source in cal.SOURCES and cal.SOURCES[row.source].startswith("https://")
+        assert row.kernel and row.shape and row.dtype and row.measured and row.why_half
+        assert row.chip in ("trn1", "trn2")
+        assert row.half in (cal.CALIBRATION, cal.HELD_BACK)
+        assert row.latency_us is not None or row.active, f"{row.id} publishes no figure"
+        assert all(engine in ("dma", "pe", "dve") and 0 <= pct <= 100 for engine, pct in row.active.items())
+
+
+def test_both_halves_hold_latency_rows_and_every_source_is_split():
+    for half in (cal.CALIBRATION, cal.HELD_BACK):
+        assert sum(r.half == half and r.latency_us is not None for r in cal.ROWS) >= 5
+    for source in cal.SOURCES:
+        halves = {r.half for r in cal.ROWS if r.source == source}
+        assert halves == {cal.CALIBRATION, cal.HELD_BACK}, f"{source} is not split between the halves"
+
+
+def test_the_rows_that_fitted_a_constant_are_in_the_calibration_half():
+    # docs/calibration.md: dma_descriptor_ns was fitted on the Trn1 hoisted latency, bounded by Trn2's
+    assert cal.BY_ID["mm-trn1-hoisted"].half == cal.CALIBRATION
+    assert cal.BY_ID["opt-trn2-hoisted"].half == cal.CALIBRATION
+
+
+def test_lessons_pair_rows_of_one_source_with_published_latencies():
+    for slow, fast in cal.LESSONS:
+        a, b = cal.BY_ID[slow], cal.BY_ID[fast]
+        assert a.source == b.source and a.latency_us and b.latency_us
+
+
+def _fake_results():
+    # ours = published × a known factor: the errors and ratios follow by arithmetic
+    results = []
+    for i, row in enumerate(cal.ROWS):
+        ours_us = None if row.latency_us is None else row.latency_us * (1.2 if i % 2 else 0.9)
+        results.append(cal.result(row, ours_us, {e: p - 3.0 for e, p in row.active.items()}))
+    return results
+
+
+def test_errors_summary_and_lessons_are_computed_from_the_figures():
+    results = _fake_results()
+    s = cal.summary(results)
+    for half in (cal.CALIBRATION, cal.HELD_BACK):
+        assert s[half]["max_latency_error"] in (pytest.approx(0.2), pytest.approx(0.1))
+        assert s[half]["over_25_percent"] == 0
+        assert s[half]["active_within_5_points"] == s[half]["active_figures"]
+    by_id = {r["id"]: r for r in results}
+    for lesson in cal.lessons(results):
+        a, b = by_id[lesson["slower"]], by_id[lesson["faster"]]
+        assert lesson["ours"] == pytest.approx(a["ours_us"] / b["ours_us"])
+        assert lesson["holds"] == (lesson["same_order"] and 1 / 1.5 <= lesson["factor"] <= 1.5)
+
+
+def test_the_renderer_works_from_the_json(tmp_path):
+    path = tmp_path / "calibration.json"
+    cal.save(_fake_results(), path)
+    data = cal.load(path)
+    table = cal.format_table(data)
+    assert all(row.id in table for row in cal.ROWS)
+    assert cal.CALIBRATION in table and cal.HELD_BACK in table
+    fig = cal.plot_errors(data)
+    assert len(fig.axes[0].patches) >= sum(r.latency_us is not None for r in cal.ROWS)
+
+
+def test_the_committed_json_matches_the_rows():
+    data = json.loads(JSON_PATH.read_text())
+    assert [r["id"] for r in data["rows"]] == [row.id for row in cal.ROWS]
+    for r in data["rows"]:
+        row = cal.BY_ID[r["id"]]
+        assert r["half"] == row.half and r["published_us"] == row.latency_us and r["url"] == cal.SOURCES[row.source]
+    assert "|" in cal.format_table(data)
+
+
+def test_the_table_in_the_docs_is_the_committed_json():
+    docs = (Path(__file__).resolve().parent.parent / "docs" / "calibration.md").read_text()
+    assert cal.format_table(cal.load(JSON_PATH)) in docs
