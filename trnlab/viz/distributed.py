@@ -98,7 +98,7 @@ def plot_collective_cost(topology: Topology, op: str = "all_reduce", sizes: np.n
         try:
             times = [collectives.cost(op, s, topology, algorithm, ranks).time_ns / 1e3 for s in sizes]
         except ValueError:
-            continue  # not possible on this topology (e.g. rdh on 144 ranks)
+            continue  # not possible on this topology (e.g. rdh on 12 ranks)
         ax.loglog(sizes, times, label=algorithm, color=COLOURS[i])
     ax.set_xlabel("size of the tensor (bytes)")
     ax.set_ylabel("time (µs)")
