@@ -319,13 +319,14 @@ def mean_hops(topology: Topology) -> float:
 
 
 def _flat_cost(op: str, nbytes: float, p: int, bandwidth: float, hop_ns: float, algorithm: str,
-               topology: Topology) -> tuple[float, float, int, float]:
-    """(latency, transfer, steps, bytes per rank) of one collective over p ranks of one level."""
+               topology: Topology, switched: bool = False) -> tuple[float, float, int, float]:
+    """(latency, transfer, steps, bytes per rank) of one collective over p ranks of one level;
+    `switched`: a level above the server joined by a switch (mesh in one hop)."""
     if p == 1:
         return 0.0, 0.0, 0, 0.0
     if op == "all_reduce" and algorithm != "tree":
-        rs = _flat_cost("reduce_scatter", nbytes, p, bandwidth, hop_ns, algorithm, topology)
-        ag = _flat_cost("all_gather", nbytes, p, bandwidth, hop_ns, algorithm, topology)
+        rs = _flat_cost("reduce_scatter", nbytes, p, bandwidth, hop_ns, algorithm, topology, switched)
+        ag = _flat_cost("all_gather", nbytes, p, bandwidth, hop_ns, algorithm, topology, switched)
         return rs[0] + ag[0], rs[1] + ag[1], rs[2] + ag[2], rs[3] + ag[3]
     share = (p - 1) / p * nbytes  # what one rank sends in a reduce-scatter or an all-gather
     if algorithm == "ring":
@@ -335,6 +336,8 @@ def _flat_cost(op: str, nbytes: float, p: int, bandwidth: float, hop_ns: float, 
             raise ValueError(f"recursive doubling-halving needs a power-of-two group, got {p} ranks")
         steps = int(math.log2(p))
         return steps * hop_ns, share / bandwidth * 1e9, steps, share
+    if algorithm == "mesh" and switched:
+        return hop_ns, share / bandwidth * 1e9, 1, share
     if algorithm == "mesh":
         if not topology.supports("mesh"):
             raise ValueError(f"mesh needs routed or switched paths; {topology.name} is a {topology.kind}")
@@ -377,19 +380,20 @@ def level_costs(op: str, nbytes: float, topology: Topology, algorithm: str = "ri
     the levels, all-reduce on the top one, all-gather back down, so each level pays, for its share, an
     all-reduce over its own link; all-gather and reduce-scatter pay one pass per level. `algorithm`
     runs in the server; above it `inter_algorithm` (default the same, or ring where that is not
-    possible: mesh and tree are in-server algorithms here, rdh needs a power of two)."""
+    possible: tree is an in-server algorithm here, mesh needs a switch between the servers — Trn3's
+    "inter_kind" — and rdh a power of two)."""
     return _stages(op, nbytes, topology.group(ranks or topology.ranks), algorithm, inter_algorithm)
 
 
 def _stages(op: str, nbytes: float, group: Topology, algorithm: str, inter_algorithm: str | None) -> list[LevelCost]:
     stages, share = [], float(nbytes)
     for level, size, link in group.levels():
-        alg = algorithm
+        alg, switched = algorithm, level == "between servers" and group.inter_kind == "switch"
         if level != "in server":
             alg = inter_algorithm or algorithm
-            if alg == "rdh" and not is_power_of_two(size) or alg in ("mesh", "tree"):
+            if alg == "rdh" and not is_power_of_two(size) or alg == "tree" or alg == "mesh" and not switched:
                 alg = "ring"
-        lat, tr, steps, sent = _flat_cost(op, share, size, link.bandwidth, link.hop_latency_ns, alg, group)
+        lat, tr, steps, sent = _flat_cost(op, share, size, link.bandwidth, link.hop_latency_ns, alg, group, switched)
         stages.append(LevelCost(level, size, link.name, link.bandwidth, share, lat, tr, steps, sent, alg))
         share /= size  # the level above carries 1/size of it: this group's ranks work in parallel
     return stages
