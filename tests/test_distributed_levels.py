@@ -116,3 +116,22 @@ def test_the_trn2_run_is_compared_with_the_model_and_the_gaps_reported():
     small, large = rows[0], rows[-1]
     assert small["measured / documented"] > 10  # a ~300 µs floor the link figures do not contain
     assert 0.5 < large["measured / calibrated"] < 2
+
+
+def test_the_figures_docs_quote_for_a_gen2_all_reduce():
+    """docs/distributed.md, "Trn3 as built": the per-level model against the single NeuronLink-v4 figure."""
+    one_figure = GEN2.derive(ranks_per_server=144, servers=1, racks=1, intra=T.NEURONLINK_V4, inter=None,
+                             rack_link=None)
+    big = C.cost("all_reduce", 2**30, GEN2, "ring")
+    assert [round(s.time_ns / 1e3) for s in C.level_costs("all_reduce", 2**30, GEN2, "ring")] == [6300, 1636, 120]
+    assert round(big.time_ns / 1e3) == 8055
+    assert big.time_ns / C.cost("all_reduce", 2**30, one_figure, "ring").time_ns == pytest.approx(6.4, abs=0.05)
+    small = (C.cost("all_reduce", 2**10, GEN2, "ring").time_ns, C.cost("all_reduce", 2**10, one_figure, "ring").time_ns)
+    assert [round(t / 1e3) for t in small] == [63, 429]
+    assert sum(link.bandwidth for _, _, link in GEN2.levels()) == 704e9
+
+
+def test_the_trn2_table_in_the_docs_is_the_one_validation_prints():
+    from pathlib import Path
+    docs = (Path(__file__).parent.parent / "docs" / "distributed.md").read_text()
+    assert validation.markdown(validation.trn2_rows()) in docs
