@@ -54,13 +54,13 @@ def numerics(ranks: int = 8, mib: int = 16) -> None:
 def model() -> None:
     from trnlab.distributed import collectives, topology, validation
     print("modelled all-reduce over all chips of each system (best algorithm; documented links | calibrated)")
-    print(f"  {'system':26} {'size':>6} {'algorithm':28} {'time (µs)':>11} {'busbw (GB/s)':>13} "
+    print(f"  {'system':26} {'size':>6} {'algorithm':32} {'time (µs)':>11} {'busbw (GB/s)':>13} "
           f"{'calibrated (µs)':>16} {'busbw (GB/s)':>13}")
     for name in topology.SYSTEMS:
         for size, label in ((2**10, "1 KiB"), (2**20, "1 MiB"), (2**30, "1 GiB")):
             c = collectives.best_algorithm("all_reduce", size, topology.get(name))
             k = collectives.best_algorithm("all_reduce", size, topology.get(name), calibration=topology.NCCOM_TRN1)
-            print(f"  {name:26} {label:>6} {c.algorithm:28} {c.time_ns / 1e3:11,.1f} {c.busbw / 1e9:13,.1f} "
+            print(f"  {name:26} {label:>6} {c.algorithm:32} {c.time_ns / 1e3:11,.1f} {c.busbw / 1e9:13,.1f} "
                   f"{k.time_ns / 1e3:16,.1f} {k.busbw / 1e9:13,.1f}")
     check = validation.textbook_check()
     print(f"\ntextbook: ring all-reduce of {check['bytes']:,} B over {check['ranks']} ranks sends 2(p-1)/p·B = "

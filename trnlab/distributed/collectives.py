@@ -14,7 +14,7 @@ the ring animation of notebook 08 draws, and what the byte counts below are chec
 **Time.** `cost(op, nbytes, topology, algorithm)` returns how long a collective takes over the links
 of a `Topology`: steps × per-hop latency + bytes on the busiest link / bandwidth, with the
 hierarchical algorithm (intra-server, then inter-server, then intra-server) when the group spans
-servers [CC-inter]. Functions take sizes and a topology and return durations: a `cluster.Cluster`
+servers [CC-inter], one stage per level when it also spans racks (Trn3: `level_costs`). Functions take sizes and a topology and return durations: a `cluster.Cluster`
 uses them to time the collective *instructions* programs issue on each core's CC engines
 (`trnlab.hardware.collective`); `issue` draws one on a hand-built `Timeline` track (the large-model
 pictures of `scaling.dp_step_timeline`).
