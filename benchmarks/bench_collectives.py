@@ -4,6 +4,7 @@
     python benchmarks/bench_collectives.py --numerics  # wall time of the executed algorithms only
     python benchmarks/bench_collectives.py --model     # the modelled times per preset only
     python benchmarks/bench_collectives.py --scaling   # DP / TP / PP scaling of a 7B-class model per preset
+    python benchmarks/bench_collectives.py --levels    # Trn3's per-level fabric against one link figure
 
 Numerics: a ring / rdh / mesh all-reduce of p float32 arrays executed step by step, against NumPy's
 ``np.sum(np.stack(arrays), axis=0)`` on the same arrays (the baseline, measured in the same run).
@@ -13,6 +14,9 @@ Model: the modelled all-reduce time and bus bandwidth on each preset for 1 KiB, 
 documented link figures and the calibrated model), the textbook check, and the validation against
 nccom-test's published runs with the fitted constants and the gap per case (docs/distributed.md).
 Scaling: throughput against chips, the share of the step in communication, per preset, for DP, TP, PP.
+Levels: an all-reduce over 4, 72 and 144 chips of a Trn3 Gen2 UltraServer, stage by stage over the
+sled / rack / racks links (trn3-arch's 256 / 320 / 128 GB/s), against the baseline of the same run:
+the single-figure model trnlab used before (every chip on NeuronLink-v4 through one switch, 2.56 TB/s).
 """
 from __future__ import annotations
 
@@ -50,13 +54,13 @@ def numerics(ranks: int = 8, mib: int = 16) -> None:
 def model() -> None:
     from trnlab.distributed import collectives, topology, validation
     print("modelled all-reduce over all chips of each system (best algorithm; documented links | calibrated)")
-    print(f"  {'system':26} {'size':>6} {'algorithm':28} {'time (µs)':>11} {'busbw (GB/s)':>13} "
+    print(f"  {'system':26} {'size':>6} {'algorithm':32} {'time (µs)':>11} {'busbw (GB/s)':>13} "
           f"{'calibrated (µs)':>16} {'busbw (GB/s)':>13}")
     for name in topology.SYSTEMS:
         for size, label in ((2**10, "1 KiB"), (2**20, "1 MiB"), (2**30, "1 GiB")):
             c = collectives.best_algorithm("all_reduce", size, topology.get(name))
             k = collectives.best_algorithm("all_reduce", size, topology.get(name), calibration=topology.NCCOM_TRN1)
-            print(f"  {name:26} {label:>6} {c.algorithm:28} {c.time_ns / 1e3:11,.1f} {c.busbw / 1e9:13,.1f} "
+            print(f"  {name:26} {label:>6} {c.algorithm:32} {c.time_ns / 1e3:11,.1f} {c.busbw / 1e9:13,.1f} "
                   f"{k.time_ns / 1e3:16,.1f} {k.busbw / 1e9:13,.1f}")
     check = validation.textbook_check()
     print(f"\ntextbook: ring all-reduce of {check['bytes']:,} B over {check['ranks']} ranks sends 2(p-1)/p·B = "
@@ -72,6 +76,27 @@ def model() -> None:
     rows = validation.published_rows()
     print(validation.markdown(rows))
     print(validation.markdown(validation.gap_summary(rows)))
+    print("\nnccom-test's --show-algorithm run (16 ranks, platform not named; read as 4 Trn2 chips at LNC=2)")
+    print(validation.markdown(validation.trn2_rows()))
+
+
+def levels() -> None:
+    from trnlab.distributed import collectives, topology
+    per_level = topology.TRN3_ULTRASERVER_GEN2
+    one_figure = per_level.derive(name="one NeuronLink-v4 figure", ranks_per_server=per_level.ranks, servers=1,
+                                  racks=1, intra=topology.NEURONLINK_V4, inter=None, rack_link=None)
+    print(f"ring all-reduce on {per_level.name}: per-level fabric vs the baseline (one NeuronLink-v4 figure, "
+          f"{topology.NEURONLINK_V4.bandwidth / 1e9:,.0f} GB/s per chip, all chips on one switch)")
+    print(f"  {'chips':>5} {'size':>6} {'per level (µs)':>15} {'baseline (µs)':>14} {'ratio':>7}  stages (µs)")
+    for chips in (4, 72, 144):
+        for size, label in ((2**10, "1 KiB"), (2**20, "1 MiB"), (2**30, "1 GiB")):
+            ours = collectives.cost("all_reduce", size, per_level, "ring", chips)
+            base = collectives.cost("all_reduce", size, one_figure, "ring", chips)
+            stages = collectives.level_costs("all_reduce", size, per_level, "ring", chips)
+            slowest = max(stages, key=lambda s: s.time_ns)
+            cells = ", ".join(f"{s.level} ×{s.group} {s.time_ns / 1e3:,.1f}" for s in stages)
+            print(f"  {chips:5} {label:>6} {ours.time_ns / 1e3:15,.1f} {base.time_ns / 1e3:14,.1f} "
+                  f"{ours.time_ns / base.time_ns:7.2f}  {cells}  (slowest: {slowest.level})")
 
 
 def scaling_tables(model_name: str = "7B-class", global_batch: int = 128) -> None:
@@ -96,12 +121,15 @@ def main() -> None:
     parser.add_argument("--numerics", action="store_true")
     parser.add_argument("--model", action="store_true")
     parser.add_argument("--scaling", action="store_true")
+    parser.add_argument("--levels", action="store_true")
     args = parser.parse_args()
-    both = not (args.numerics or args.model or args.scaling)
+    both = not (args.numerics or args.model or args.scaling or args.levels)
     if args.numerics or both:
         numerics()
     if args.model or both:
         model()
+    if args.levels or both:
+        levels()
     if args.scaling or both:
         scaling_tables()
 

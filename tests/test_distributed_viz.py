@@ -35,7 +35,7 @@ def test_ring_picture_has_a_circle_and_a_grid_and_refuses_steps_past_the_end():
 
 
 def test_cost_scaling_and_memory_plots_draw_one_line_or_bar_per_series():
-    fig = dviz.plot_collective_cost(topology.TRN3_ULTRASERVER_GEN2)  # rdh impossible on 144 ranks: left out
+    fig = dviz.plot_collective_cost(topology.TRN2_48XLARGE, ranks=12)  # rdh impossible on 12 ranks: left out
     assert sorted(line.get_label() for line in fig.axes[0].get_lines()) == ["mesh", "ring", "tree"]
     plt.close(fig)
     m = scaling.MODELS["GPT-2 small (124M)"]
@@ -44,4 +44,12 @@ def test_cost_scaling_and_memory_plots_draw_one_line_or_bar_per_series():
     plt.close(fig)
     fig = dviz.plot_memory({"1 chip": scaling.memory_per_chip(m, 1)}, topology.TRN2_48XLARGE.hbm_bytes_per_rank)
     assert len(fig.axes[0].patches) == 4  # weights, gradients, optimizer, activations
+    plt.close(fig)
+
+
+def test_the_levels_plot_draws_one_bar_per_level_and_one_segment_per_stage():
+    fig = dviz.plot_levels(topology.TRN3_ULTRASERVER_GEN2)  # groups of 4, 72 and 144 chips: 1 + 2 + 3 stages
+    ax_bw, ax_t = fig.axes[:2]
+    assert len(ax_bw.patches) == 3 and len(ax_t.patches) == 6
+    assert [tuple(p.get_edgecolor()) for p in ax_t.patches].count((0.0, 0.0, 0.0, 1.0)) == 3  # one outlined a bar
     plt.close(fig)

@@ -1,7 +1,8 @@
 """Many cores, chips and servers: topologies, collectives, data / tensor / pipeline parallelism,
 scaling estimates, and a real multi-process training run on torch.distributed (gloo).
 
-- `topology`: the ranks of a chip, a server or an UltraServer and their links (NeuronLink, EFA).
+- `topology`: the ranks of a chip, a server or an UltraServer and their links (NeuronLink, Trn3's PCIe
+  switch levels, EFA).
 - `collectives`: all-reduce, all-gather, reduce-scatter, send/recv — executed on NumPy arrays per rank
   (ring, tree, recursive doubling-halving, mesh) and costed over a topology's links.
 - `cluster`: the ranks as simulated NeuronCores running programs whose collectives are instructions on

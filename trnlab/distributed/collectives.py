@@ -14,7 +14,7 @@ the ring animation of notebook 08 draws, and what the byte counts below are chec
 **Time.** `cost(op, nbytes, topology, algorithm)` returns how long a collective takes over the links
 of a `Topology`: steps × per-hop latency + bytes on the busiest link / bandwidth, with the
 hierarchical algorithm (intra-server, then inter-server, then intra-server) when the group spans
-servers [CC-inter]. Functions take sizes and a topology and return durations: a `cluster.Cluster`
+servers [CC-inter], one stage per level when it also spans racks (Trn3: `level_costs`). Functions take sizes and a topology and return durations: a `cluster.Cluster`
 uses them to time the collective *instructions* programs issue on each core's CC engines
 (`trnlab.hardware.collective`); `issue` draws one on a hand-built `Timeline` track (the large-model
 pictures of `scaling.dp_step_timeline`).
@@ -319,13 +319,14 @@ def mean_hops(topology: Topology) -> float:
 
 
 def _flat_cost(op: str, nbytes: float, p: int, bandwidth: float, hop_ns: float, algorithm: str,
-               topology: Topology) -> tuple[float, float, int, float]:
-    """(latency, transfer, steps, bytes per rank) of one collective over p ranks of one level."""
+               topology: Topology, switched: bool = False) -> tuple[float, float, int, float]:
+    """(latency, transfer, steps, bytes per rank) of one collective over p ranks of one level;
+    `switched`: a level above the server joined by a switch (mesh in one hop)."""
     if p == 1:
         return 0.0, 0.0, 0, 0.0
     if op == "all_reduce" and algorithm != "tree":
-        rs = _flat_cost("reduce_scatter", nbytes, p, bandwidth, hop_ns, algorithm, topology)
-        ag = _flat_cost("all_gather", nbytes, p, bandwidth, hop_ns, algorithm, topology)
+        rs = _flat_cost("reduce_scatter", nbytes, p, bandwidth, hop_ns, algorithm, topology, switched)
+        ag = _flat_cost("all_gather", nbytes, p, bandwidth, hop_ns, algorithm, topology, switched)
         return rs[0] + ag[0], rs[1] + ag[1], rs[2] + ag[2], rs[3] + ag[3]
     share = (p - 1) / p * nbytes  # what one rank sends in a reduce-scatter or an all-gather
     if algorithm == "ring":
@@ -335,6 +336,8 @@ def _flat_cost(op: str, nbytes: float, p: int, bandwidth: float, hop_ns: float, 
             raise ValueError(f"recursive doubling-halving needs a power-of-two group, got {p} ranks")
         steps = int(math.log2(p))
         return steps * hop_ns, share / bandwidth * 1e9, steps, share
+    if algorithm == "mesh" and switched:
+        return hop_ns, share / bandwidth * 1e9, 1, share
     if algorithm == "mesh":
         if not topology.supports("mesh"):
             raise ValueError(f"mesh needs routed or switched paths; {topology.name} is a {topology.kind}")
@@ -350,15 +353,63 @@ def _flat_cost(op: str, nbytes: float, p: int, bandwidth: float, hop_ns: float, 
     raise ValueError(f"unknown algorithm {algorithm!r}; choose one of {ALGORITHMS}")
 
 
+@dataclass(frozen=True)
+class LevelCost:
+    """One stage of a hierarchical collective: the level it runs on, how many ranks each of its
+    groups has, the link, the share of the tensor it works on, and its time."""
+    level: str
+    group: int
+    link: str
+    bandwidth: float   # bytes/s per rank on this level's link
+    nbytes: float      # the share of the tensor this stage works on (the whole tensor / lower groups)
+    latency_ns: float
+    transfer_ns: float
+    steps: int
+    bytes_per_rank: float
+    algorithm: str
+
+    @property
+    def time_ns(self) -> float:
+        return self.latency_ns + self.transfer_ns
+
+
+def level_costs(op: str, nbytes: float, topology: Topology, algorithm: str = "ring", ranks: int | None = None,
+                inter_algorithm: str | None = None) -> list[LevelCost]:
+    """The stages of the hierarchical collective over `ranks` ranks, innermost level first [CC-inter].
+    Level l works on nbytes / (the group sizes of the levels below it): all-reduce = reduce-scatter up
+    the levels, all-reduce on the top one, all-gather back down, so each level pays, for its share, an
+    all-reduce over its own link; all-gather and reduce-scatter pay one pass per level. `algorithm`
+    runs in the server; above it `inter_algorithm` (default the same, or ring where that is not
+    possible: tree is an in-server algorithm here, mesh needs a switch between the servers — Trn3's
+    "inter_kind" — and rdh a power of two)."""
+    return _stages(op, nbytes, topology.group(ranks or topology.ranks), algorithm, inter_algorithm)
+
+
+def _stages(op: str, nbytes: float, group: Topology, algorithm: str, inter_algorithm: str | None) -> list[LevelCost]:
+    stages, share = [], float(nbytes)
+    for level, size, link in group.levels():
+        alg, switched = algorithm, level == "between servers" and group.inter_kind == "switch"
+        if level != "in server":
+            alg = inter_algorithm or algorithm
+            if alg == "rdh" and not is_power_of_two(size) or alg == "tree" or alg == "mesh" and not switched:
+                alg = "ring"
+        lat, tr, steps, sent = _flat_cost(op, share, size, link.bandwidth, link.hop_latency_ns, alg, group, switched)
+        stages.append(LevelCost(level, size, link.name, link.bandwidth, share, lat, tr, steps, sent, alg))
+        share /= size  # the level above carries 1/size of it: this group's ranks work in parallel
+    return stages
+
+
 def cost(op: str, nbytes: float, topology: Topology, algorithm: str = "ring", ranks: int | None = None,
          inter_algorithm: str | None = None, launch_ns: float = 0.0, calibration=None) -> CollectiveCost:
     """Modelled time of one collective of `nbytes` over `ranks` ranks (default: all) of `topology`.
 
-    A group inside one server runs the algorithm over the server's link. A group across servers runs
-    the hierarchical algorithm [CC-inter]: all-reduce = intra reduce-scatter + inter all-reduce of
-    1/ranks_per_server of the data + intra all-gather; all-gather = inter then intra; reduce-scatter =
-    intra then inter. `inter_algorithm` (default: the same, or ring where that is not possible) is
-    used between servers. `launch_ns` is a fixed cost per collective (software; 0 unless given).
+    A group inside one server runs the algorithm over the server's link. A group across servers (and
+    racks) runs the hierarchical algorithm [CC-inter], one stage per level (`level_costs`): all-reduce
+    = intra reduce-scatter + inter all-reduce of 1/ranks_per_server of the data + intra all-gather, and
+    on three levels the middle all-reduce splits the same way again; all-gather = outer levels first;
+    reduce-scatter = inner levels first. The time is the sum of the stages, so no collective is faster
+    than its slowest stage. `inter_algorithm` (default: the same, or ring where that is not possible)
+    is used above the server. `launch_ns` is a fixed cost per collective (software; 0 unless given).
     `calibration` (a `topology.Calibration`, e.g. `topology.NCCOM_TRN1`) corrects the links and adds
     its fixed cost: the model fitted to AWS's measurements instead of the documented link figures.
     """
@@ -371,25 +422,24 @@ def cost(op: str, nbytes: float, topology: Topology, algorithm: str = "ring", ra
     if nbytes < 0:
         raise ValueError(f"a collective moves a non-negative number of bytes, got {nbytes}")
     group = topology.group(ranks or topology.ranks)
-    p_in, servers = group.ranks_per_server, group.servers
     if op == "send_recv":
-        link = group.intra if servers == 1 else group.inter
-        bw = link.bandwidth / (group.intra_links if servers == 1 else 1)
+        # to the farthest rank of the group, over the outermost level it spans (one of the server's links)
+        link, bw = group.intra, group.intra.bandwidth / group.intra_links
+        if group.racks > 1:
+            link, bw = group.rack_link, group.rack_link.bandwidth
+        elif group.servers > 1:
+            link, bw = group.inter, group.inter.bandwidth
         return CollectiveCost(op, "p2p", group.ranks, int(nbytes), launch_ns + link.hop_latency_ns,
                               nbytes / bw * 1e9, 1, nbytes)
-    lat, tr, steps, sent = _flat_cost(op, nbytes, p_in, group.intra.bandwidth, group.intra.hop_latency_ns,
-                                      algorithm, group)
-    if servers > 1:
-        inter_alg = inter_algorithm or algorithm
-        if inter_alg == "rdh" and not is_power_of_two(servers) or inter_alg in ("mesh", "tree"):
-            inter_alg = "ring"
-        # the inter stage carries 1/p_in of the data per rank: all p_in ranks of a server work in parallel
-        inter = _flat_cost(op, nbytes / p_in, servers, group.inter.bandwidth, group.inter.hop_latency_ns,
-                           inter_alg, group)
-        # (all-gather runs the inter stage first, reduce-scatter last: the sum is the same)
-        lat, tr, steps, sent = lat + inter[0], tr + inter[1], steps + inter[2], sent + inter[3]
-        algorithm = f"hierarchical {algorithm} + {inter_alg}"
-    return CollectiveCost(op, algorithm, group.ranks, int(nbytes), launch_ns + lat, tr, steps, sent)
+    if algorithm not in ALGORITHMS:
+        raise ValueError(f"unknown algorithm {algorithm!r}; choose one of {ALGORITHMS}")
+    stages = _stages(op, nbytes, group, algorithm, inter_algorithm)
+    if group.servers > 1 or group.racks > 1:
+        inner = stages[0].algorithm if group.ranks_per_server > 1 else algorithm
+        algorithm = f"hierarchical {inner} + " + " + ".join(s.algorithm for s in stages if s.level != "in server")
+    return CollectiveCost(op, algorithm, group.ranks, int(nbytes), launch_ns + sum(s.latency_ns for s in stages),
+                          sum(s.transfer_ns for s in stages), sum(s.steps for s in stages),
+                          sum(s.bytes_per_rank for s in stages))
 
 
 def best_algorithm(op: str, nbytes: float, topology: Topology, ranks: int | None = None,

@@ -145,8 +145,15 @@ def _group(topology: Topology, size: int, stride: int) -> Topology:
         return topology.group(size)
     per_server = max(1, topology.ranks_per_server // stride)
     servers = max(1, size // per_server)
-    return dataclasses.replace(topology, name=f"{topology.name}[{size}/{stride}]", ranks_per_server=size // servers,
-                               servers=servers, inter=topology.inter or topology.efa)
+    name = f"{topology.name}[{size}/{stride}]"
+    racks = min(topology.racks, math.ceil(size * stride / topology.ranks_per_rack))
+    if racks > 1:  # the group spans racks (Trn3): `size / racks` ranks in each, `per_server` a server
+        per_rack = size // racks
+        servers = max(1, per_rack // per_server)
+        return dataclasses.replace(topology, name=name, ranks_per_server=per_rack // servers, servers=servers,
+                                   racks=racks)
+    return dataclasses.replace(topology, name=name, ranks_per_server=size // servers, servers=servers,
+                               inter=topology.inter or topology.efa, racks=1, rack_link=None)
 
 
 def estimate(model: ModelShape, topology: Topology, global_batch: int, dp: int = 1, tp: int = 1, pp: int = 1,

@@ -19,14 +19,29 @@ presets does not hold live here, each with its public source:
 - [HW-trn3] "Amazon EC2 Trn3 Architecture" (about-neuron/arch/neuron-hardware/trn3-arch): Gen1
   UltraServer = 4 servers × 16 chips, Gen2 = 36 servers × 4 chips, both all-to-all through
   NeuronSwitch-v1; NeuronLink-v4 2,048 GiB/s per chip (⚠ "Trainium3 Architecture" says 2.56 TB/s per
-  chip: we keep presets.TRN3.link_bandwidth = 2.56 TB/s and note the other); EFA 12,800 / 28,800 Gbps.
+  chip); EFA 12,800 / 28,800 Gbps.
+- [HW-trn3-fabric] the same page, section "Trn3 UltraServer Connectivity and Networking" (Neuron SDK
+  2.29, Apr 2026; github aws-neuron/aws-neuron-sdk commit 539a73c): "a PCIe switch-based interconnect
+  architecture for all chip-to-chip communication". Its bandwidth summary, per chip:
+  "Intra-server (within sled)" 256 GB/s, "4 × PCIe Gen6 x8 via intra-server switch" (a sled holds
+  4 chips); "Inter-server (within rack)" 320 GB/s, "5 × PCIe Gen6 x8 via inter-server switch";
+  "Inter-rack" 128 GB/s, "2 × PCIe Gen6 x8 direct links" ("chips in corresponding positions across
+  racks are connected via dedicated direct PCIe links"). The text calls each figure "bidirectional";
+  PCIe 6.0 runs 64 GT/s per lane (PCI-SIG), about 64 GB/s each way on an x8 link, so 4 × x8 is
+  256 GB/s *each way*: we take the figures per direction (a ring step sends and receives at once).
+  If they are the sum of both directions every level is half as fast (``derive`` the links).
+  These three levels replace, for Trn3, the single NeuronLink-v4 figure (704 GB/s together, not
+  2.56 TB/s: the page gives no reconciliation).
 - [CC-intra] "Intra-node Collective Communications with AWS Neuron"
   (neuron-runtime/explore/intranode-collective-comm): "the per-hop latency of Ring/KangaRing is about
   1-2 us (HBM load dependent)"; algorithms Ring, Mesh, KangaRing, RDH; the 2-D torus "can also be seen
   as a 4D hyper-cube".
 - [CC-inter] "Inter-node Collective Communications with AWS Neuron"
   (neuron-runtime/explore/internode-collective-comm): over EFA "the per-hop or point-to-point latency
-  is ~15us"; Ring, Mesh, RDH between nodes; hierarchical = intra-node stage + inter-node stage.
+  is ~15us"; Ring, Mesh, RDH between nodes; hierarchical = intra-node stage + inter-node stage
+  ("Global AllReduce = intra-node ReduceScatter + inter-node AllReduce + intra-node AllGather").
+  AWS describes two tiers; for Trn3's three (sled, rack, racks) we apply the same split recursively
+  (our extrapolation: no page describes the runtime's three-level schedule).
 - [DMA] NKI "Introduction to DMA" (nki/about/nki-dma-overview): 16 DMA engines per core,
   27.2 GB/s each (v2/v3), 38.4 GB/s (v4) — the on-chip core-to-core path.
 
@@ -50,6 +65,9 @@ EFA_HOP_NS = 15.0 * NS_PER_US         # "~15us" per hop between nodes
 # a hop through NeuronSwitch; they are NeuronLink too, so we use the in-node figure.
 ULTRASERVER_HOP_NS = NEURONLINK_HOP_NS
 SWITCH_HOP_NS = NEURONLINK_HOP_NS
+# ASSUMED: [HW-trn3-fabric] gives no latency for a hop through Trn3's PCIe switches or its direct
+# inter-rack links ("avoids additional switch hops"); we use the in-node NeuronLink figure for all three.
+PCIE_HOP_NS = NEURONLINK_HOP_NS
 
 GBPS = 1e9 / 8  # one gigabit per second, in bytes per second
 
@@ -101,8 +119,10 @@ class Link:
 
 @dataclass(frozen=True)
 class Topology:
-    """Ranks in `servers` groups of `ranks_per_server`; `intra` joins ranks of one server (wired as
-    `shape`), `inter` joins servers (None for one server).
+    """Ranks in `servers` groups of `ranks_per_server`, in `racks` racks; `intra` joins ranks of one
+    server (wired as `shape`), `inter` joins the servers of a rack (None for one server), `rack_link`
+    joins racks (None for one rack). `servers` counts the servers of one rack (of the whole topology
+    when racks == 1). A level's link figure is per rank: all of a rank's wires of that level together.
 
     kind of the in-server wiring:
       "ring"     a ring (or what a ring algorithm sees of it)
@@ -123,17 +143,32 @@ class Topology:
     chip: presets.ChipSpec = presets.TRN2
     efa: Link | None = None   # the network beyond this topology (EFA), for many of them
     notes: str = ""
+    racks: int = 1
+    rack_link: Link | None = None  # joins racks: chip i of a rack to chip i of the others [HW-trn3-fabric]
 
     def __post_init__(self) -> None:
-        if self.ranks_per_server < 1 or self.servers < 1:
-            raise ValueError(f"a topology needs at least one rank and one server, got "
-                             f"{self.ranks_per_server} ranks × {self.servers} servers")
+        if self.ranks_per_server < 1 or self.servers < 1 or self.racks < 1:
+            raise ValueError(f"a topology needs at least one rank, one server and one rack, got "
+                             f"{self.ranks_per_server} ranks × {self.servers} servers × {self.racks} racks")
         if self.servers > 1 and self.inter is None:
             raise ValueError(f"{self.name}: {self.servers} servers need an inter-server link")
+        if self.racks > 1 and self.rack_link is None:
+            raise ValueError(f"{self.name}: {self.racks} racks need an inter-rack link")
 
     @property
     def ranks(self) -> int:
+        return self.ranks_per_server * self.servers * self.racks
+
+    @property
+    def ranks_per_rack(self) -> int:
         return self.ranks_per_server * self.servers
+
+    def levels(self) -> list[tuple[str, int, Link]]:
+        """(level, group size, link) from the innermost out, the levels this topology spans (a level of
+        size 1 is left out): what the hierarchical collectives run over, one stage per level."""
+        out = [("in server", self.ranks_per_server, self.intra), ("between servers", self.servers, self.inter),
+               ("between racks", self.racks, self.rack_link)]
+        return [(name, size, link) for name, size, link in out if size > 1]
 
     @property
     def intra_links(self) -> int:
@@ -158,16 +193,23 @@ class Topology:
         return True
 
     def group(self, size: int) -> "Topology":
-        """The sub-topology a group of `size` ranks sees (the first ranks, filling servers first)."""
+        """The sub-topology a group of `size` ranks sees (the first ranks, filling servers, then racks)."""
         if not 1 <= size <= self.ranks:
             raise ValueError(f"group of {size} ranks does not fit {self.name}: it has {self.ranks} ranks")
+        name = f"{self.name}[{size}]"
         if size <= self.ranks_per_server:
-            return dataclasses.replace(self, name=f"{self.name}[{size}]", ranks_per_server=size, servers=1,
-                                       inter=None)
+            return dataclasses.replace(self, name=name, ranks_per_server=size, servers=1, inter=None,
+                                       racks=1, rack_link=None)
         if size % self.ranks_per_server:
             raise ValueError(f"a group of {size} ranks across servers must fill whole servers of "
                              f"{self.ranks_per_server} ranks on {self.name}")
-        return dataclasses.replace(self, name=f"{self.name}[{size}]", servers=size // self.ranks_per_server)
+        if size <= self.ranks_per_rack:
+            return dataclasses.replace(self, name=name, servers=size // self.ranks_per_server, racks=1,
+                                       rack_link=None)
+        if size % self.ranks_per_rack:
+            raise ValueError(f"a group of {size} ranks across racks must fill whole racks of "
+                             f"{self.ranks_per_rack} ranks on {self.name}")
+        return dataclasses.replace(self, name=name, racks=size // self.ranks_per_rack)
 
     def derive(self, name: str | None = None, **changes) -> "Topology":
         """A copy with some fields changed, e.g. ``derive(servers=8, inter=EFA_TRN2)``."""
@@ -179,6 +221,8 @@ class Topology:
             "servers": self.servers, f"{self.intra.name} (GB/s per rank)": self.intra.bandwidth / 1e9,
             "hop (µs)": self.intra.hop_latency_ns / 1e3,
             "between servers (GB/s per rank)": (self.inter.bandwidth / 1e9) if self.inter else None,
+            "racks": self.racks,
+            "between racks (GB/s per rank)": (self.rack_link.bandwidth / 1e9) if self.rack_link else None,
         }
 
 
@@ -201,6 +245,17 @@ NEURONLINK_V3_ULTRA = Link("NeuronLink-v3 (between instances)", presets.TRN2_ULT
                            ULTRASERVER_HOP_NS, "256 GB/s per chip between instances [HW-trn2]; latency ASSUMED")
 NEURONLINK_V4 = Link("NeuronLink-v4 via NeuronSwitch", presets.TRN3.link_bandwidth, SWITCH_HOP_NS,
                      "2.56 TB/s per chip (⚠ 2,048 GiB/s in [HW-trn3]); latency ASSUMED")
+# Trn3's switched PCIe Gen6 fabric, one Link per level [HW-trn3-fabric]; bytes/s per chip, per direction
+PCIE_GEN6_X8 = 64e9  # 64 GT/s × 8 lanes ÷ 8 bits, one direction (PCI-SIG PCIe 6.0); FLIT overhead ignored
+TRN3_IN_SERVER = Link("Trn3 PCIe switch in server", 4 * PCIE_GEN6_X8, PCIE_HOP_NS,
+                      "256 GB/s per chip, 4 × PCIe Gen6 x8 via intra-server switch [HW-trn3-fabric]; "
+                      "latency ASSUMED", links=4)
+TRN3_BETWEEN_SERVERS = Link("Trn3 PCIe switch between servers", 5 * PCIE_GEN6_X8, PCIE_HOP_NS,
+                            "320 GB/s per chip, 5 × PCIe Gen6 x8 via inter-server switch [HW-trn3-fabric]; "
+                            "latency ASSUMED", links=5)
+TRN3_BETWEEN_RACKS = Link("Trn3 direct PCIe between racks", 2 * PCIE_GEN6_X8, PCIE_HOP_NS,
+                          "128 GB/s per chip, 2 × PCIe Gen6 x8 direct links [HW-trn3-fabric]; latency ASSUMED",
+                          links=2)
 # EFA: the instance's network bandwidth shared by its 16 chips
 EFA_TRN1 = Link("EFA (trn1)", 800 * GBPS / 16, EFA_HOP_NS, "800 Gbps per trn1.32xlarge [HW-trn1] ÷ 16 chips; ~15 µs [CC-inter]")
 EFA_TRN2 = Link("EFA (trn2)", 3200 * GBPS / 16, EFA_HOP_NS, "3,200 Gbps per trn2.48xlarge [HW-trn2] ÷ 16 chips; ~15 µs [CC-inter]")
@@ -227,12 +282,22 @@ TRN2_ULTRASERVER = Topology(
     "Trn2 UltraServer", "torus", 16, 4, NEURONLINK_V3, inter=NEURONLINK_V3_ULTRA, inter_kind="ring",
     shape=(4, 4), chip=presets.TRN2, efa=EFA_TRN2,
     notes="4 × trn2.48xlarge; chips with the same coordinates form rings of 4 [HW-trn2]")
+# Trn3: sleds of 4 chips [HW-trn3-fabric] on the intra-server switch, the sleds of a rack on the
+# inter-server switch, racks joined chip-to-chip by direct links. ASSUMED: how many sleds a rack holds —
+# AWS gives 144 = 36 servers × 4 chips (Gen2) and 64 = 4 servers × 16 chips (Gen1) but no rack count;
+# the headline of SemiAnalysis's "AWS Trainium3 Deep Dive" (Dec 2025, third-party) names the scale-up
+# racks "NL72x2/NL32x2", which we read as two racks of 72 (Gen2) and of 32 (Gen1) chips. Gen1's "server of 16 chips" is taken as 4 sleds of 4,
+# the only sled the connectivity section describes.
 TRN3_ULTRASERVER_GEN1 = Topology(
-    "Trn3 UltraServer (Gen1)", "switch", 64, 1, NEURONLINK_V4, chip=presets.TRN3, efa=EFA_TRN3,
-    notes="4 servers × 16 chips, all-to-all through NeuronSwitch-v1: one scale-up domain [HW-trn3]")
+    "Trn3 UltraServer (Gen1)", "switch", 4, 8, TRN3_IN_SERVER, inter=TRN3_BETWEEN_SERVERS, inter_kind="switch",
+    chip=presets.TRN3, efa=EFA_TRN3, racks=2, rack_link=TRN3_BETWEEN_RACKS,
+    notes="64 chips, all-to-all over NeuronSwitch-v1 [HW-trn3]: sleds of 4 on a PCIe switch, 8 sleds a rack "
+          "on another, 2 racks by direct links [HW-trn3-fabric]; sleds per rack ASSUMED")
 TRN3_ULTRASERVER_GEN2 = Topology(
-    "Trn3 UltraServer (Gen2)", "switch", 144, 1, NEURONLINK_V4, chip=presets.TRN3, efa=EFA_TRN3,
-    notes="36 servers × 4 chips, two levels of NeuronSwitch-v1: one scale-up domain [HW-trn3]")
+    "Trn3 UltraServer (Gen2)", "switch", 4, 18, TRN3_IN_SERVER, inter=TRN3_BETWEEN_SERVERS, inter_kind="switch",
+    chip=presets.TRN3, efa=EFA_TRN3, racks=2, rack_link=TRN3_BETWEEN_RACKS,
+    notes="36 servers × 4 chips [HW-trn3]: sleds of 4 on a PCIe switch, 18 sleds a rack on another, "
+          "2 racks by direct links [HW-trn3-fabric]; sleds per rack ASSUMED")
 
 TOPOLOGIES: dict[str, Topology] = {t.name: t for t in (
     chip_cores(presets.TRN1), chip_cores(presets.TRN2), chip_cores(presets.TRN3),
@@ -250,8 +315,9 @@ def cluster(base: Topology, instances: int) -> Topology:
     """`instances` copies of a server joined by EFA (e.g. 8 × trn2.48xlarge = 128 chips)."""
     if base.efa is None:
         raise ValueError(f"{base.name} has no EFA link to build a cluster from")
-    if base.servers != 1:
-        raise ValueError(f"build clusters from one server, not from {base.name} ({base.servers} servers)")
+    if base.servers != 1 or base.racks != 1:
+        raise ValueError(f"build clusters from one server, not from {base.name} ({base.servers} servers, "
+                         f"{base.racks} racks)")
     return dataclasses.replace(base, name=f"{instances} × {base.name} (EFA)", servers=instances, inter=base.efa,
                                inter_kind="efa")
 
@@ -297,7 +363,8 @@ def calibrated(t: Topology, calibration: Calibration = NCCOM_TRN1) -> Topology:
             link, name=f"{link.name} (calibrated)", bandwidth=min(link.bandwidth, cap),
             hop_latency_ns=calibration.hop_ns if hop and calibration.hop_ns is not None else link.hop_latency_ns,
             source=f"{link.source}; {calibration.name}")
-    # only NeuronLink/on-chip steps take the fitted step latency; EFA keeps its documented ~15 us
+    # only NeuronLink/PCIe/on-chip steps take the fitted step latency; EFA keeps its documented ~15 us
     inter_is_neuronlink = t.inter is not None and t.inter_kind != "efa"
     return dataclasses.replace(t, name=f"{t.name} ({calibration.name})", intra=fix(t.intra, True),
-                               inter=fix(t.inter, inter_is_neuronlink), efa=fix(t.efa, False))
+                               inter=fix(t.inter, inter_is_neuronlink), efa=fix(t.efa, False),
+                               rack_link=fix(t.rack_link, True))

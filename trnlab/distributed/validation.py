@@ -14,7 +14,14 @@ up-to-date", so they validate orders of magnitude, not the last percent:
 - ``nccom-test -r 32 ... allg``: 32 ranks of one trn1.32xlarge, 1 KiB … 512 KiB;
 - ``nccom-test -r 64 -N 2 ... allr``: 64 ranks on two trn1.32xlarge (EFA between them), 8 B … 1 GiB.
 
-Its times are P50 latencies in µs. Against these the documented model (AWS's link figures, no
+Its times are P50 latencies in µs. The same guide (SDK 2.28 on) prints one run whose platform it does
+not name, ``nccom-test -r 16 allr -b 4 -e 1gb -f 16 -d fp32 --show-algorithm``, with the algorithm
+the runtime chose per size (mesh, rdh, kangaring); KangaRing is described for LNC=2 ranks, four to a
+chip, on the 2-D torus (neuron-runtime/explore/intranode-collective-comm), so we read it as 16
+logical cores = 4 chips of a trn2.48xlarge (`trn2_rows`). AWS publishes no Trn3 collective
+measurement: the Trn3 per-level figures are unvalidated.
+
+Against the trn1 runs the documented model (AWS's link figures, no
 software cost) is 2-100× optimistic. `fit_nccom` finds why, from three rows: a fixed cost per
 collective (~52 µs), a ring step of ~3.2 µs (the docs say 1-2 µs), and ~57 GB/s per core — two DMA
 engines' worth, not the sixteen of a core. `topology.NCCOM_TRN1` holds those fitted constants; the
@@ -86,6 +93,42 @@ def trn1_core_topologies() -> dict[str, topology.Topology]:
     two = dataclasses.replace(server, name="2 × trn1.32xlarge (64 cores)", servers=2, inter=efa_core, inter_kind="efa")
     return {"2 cores of one Trainium, all-reduce": chip, "32 cores of trn1.32xlarge, all-gather": server,
             "64 cores of 2 × trn1.32xlarge, all-reduce": two}
+
+
+# nccom-test guide, "Example results with --show-algorithm flag": (bytes, time:avg µs, AWS's algorithm)
+PUBLISHED_TRN2_16 = [(4, 299.91, "mesh"), (32, 299.69, "mesh"), (512, 299.82, "mesh"), (8192, 299.74, "mesh"),
+                     (131072, 574.15, "mesh"), (2097152, 686.32, "rdh"), (33554432, 2754.15, "kangaring"),
+                     (536870912, 9689.51, "kangaring")]
+
+
+def trn2_logical_cores(chips: int = 4) -> topology.Topology:
+    """16 ranks of a trn2.48xlarge at LNC=2 (our reading of the run above): 4 logical cores a chip,
+    each 2 physical cores (their DMA engines for the on-chip stage); `chips` chips on a row of the
+    4×4 torus, a ring, each rank with a quarter of its chip's NeuronLink."""
+    chip = topology.presets.TRN2
+    on_chip = topology.on_chip_link(chip.core)
+    logical = Link("on-chip DMA (LNC=2 core)", 2 * on_chip.bandwidth, on_chip.hop_latency_ns, on_chip.source + "; × 2 cores")
+    v3 = topology.NEURONLINK_V3
+    share = Link("NeuronLink-v3 (per LNC=2 core)", v3.bandwidth / 4, v3.hop_latency_ns, v3.source + "; ÷ 4 ranks")
+    return topology.Topology(f"{chips} × Trainium2 at LNC=2 ({4 * chips} ranks)", "ring", 4, chips, logical,
+                             inter=share, inter_kind="ring", rank_name="core", chip=chip)
+
+
+def trn2_rows() -> list[dict]:
+    """The Trn2 run (platform inferred) against the documented model (fastest algorithm) and the
+    trn1-fitted calibration (ring; its DMA cap doubled: a rank is two physical cores), with the ratios."""
+    topo, rows = trn2_logical_cores(), []
+    # the trn1 fit's cap is per physical core; an LNC=2 rank drives the CC streams of two
+    lnc2 = dataclasses.replace(topology.NCCOM_TRN1, name="fitted to nccom-test (trn1), LNC=2 ranks",
+                               cc_dma_engines=2 * topology.CC_DMA_ENGINES)
+    for size, measured, aws_algorithm in PUBLISHED_TRN2_16:
+        documented = collectives.best_algorithm("all_reduce", size, topo)
+        fitted = collectives.cost("all_reduce", size, topo, "ring", calibration=lnc2).time_ns / 1e3
+        rows.append({"bytes": size, "measured (µs)": measured, "AWS's algorithm": aws_algorithm,
+                     "documented model (µs)": documented.time_ns / 1e3, "our algorithm": documented.algorithm,
+                     "measured / documented": measured / (documented.time_ns / 1e3),
+                     "calibrated (trn1 fit) (µs)": fitted, "measured / calibrated": measured / fitted})
+    return rows
 
 
 def _row(label: str, size: int) -> float:

@@ -1,5 +1,5 @@
-"""Pictures of many chips: the ring all-reduce step by step, collective cost against size, scaling
-curves, memory per chip against HBM.
+"""Pictures of many chips: the ring all-reduce step by step, collective cost against size, a
+collective's stages level by level, scaling curves, memory per chip against HBM.
 
 Everything is drawn from the package's own results: the ring picture replays the `Schedule` that
 `collectives.ring_all_reduce` recorded while it summed real arrays; the curves come from
@@ -98,7 +98,7 @@ def plot_collective_cost(topology: Topology, op: str = "all_reduce", sizes: np.n
         try:
             times = [collectives.cost(op, s, topology, algorithm, ranks).time_ns / 1e3 for s in sizes]
         except ValueError:
-            continue  # not possible on this topology (e.g. rdh on 144 ranks)
+            continue  # not possible on this topology (e.g. rdh on 12 ranks)
         ax.loglog(sizes, times, label=algorithm, color=COLOURS[i])
     ax.set_xlabel("size of the tensor (bytes)")
     ax.set_ylabel("time (µs)")
@@ -107,6 +107,38 @@ def plot_collective_cost(topology: Topology, op: str = "all_reduce", sizes: np.n
     ax.legend(fontsize=8)
     ax.figure.tight_layout()
     return ax.figure
+
+
+def plot_levels(topology: Topology, op: str = "all_reduce", nbytes: float = 2**30,
+                groups: tuple[int, ...] | None = None, algorithm: str = "ring") -> Figure:
+    """Left: each level's link bandwidth per chip. Right: one bar per group size, split into the stages
+    of the hierarchical collective (`collectives.level_costs`), the longest stage outlined."""
+    levels = topology.levels()
+    groups = groups or tuple(sorted({math.prod(size for _, size, _ in levels[:i + 1]) for i in range(len(levels))}))
+    fig, (ax_bw, ax_t) = plt.subplots(1, 2, figsize=(10, 3.2), gridspec_kw={"width_ratios": [1, 2]})
+    names = [name for name, _, _ in levels]
+    ax_bw.bar([n.replace(" ", "\n", 1) for n in names], [link.bandwidth / 1e9 for _, _, link in levels],
+              color=COLOURS[:len(levels)])
+    ax_bw.set_ylabel("GB/s per chip")
+    ax_bw.set_title(f"{topology.name}: the link of each level", fontsize=9)
+    ax_bw.tick_params(axis="x", labelsize=8)
+    for row, ranks in enumerate(groups):
+        stages = collectives.level_costs(op, nbytes, topology, algorithm, ranks)
+        slowest = max(stages, key=lambda s: s.time_ns)
+        left = 0.0
+        for stage in stages:
+            width = stage.time_ns / 1e3
+            ax_t.barh(row, width, left=left, color=COLOURS[names.index(stage.level)],
+                      edgecolor="black" if stage is slowest else "none", linewidth=1.5,
+                      label=stage.level if row == len(groups) - 1 else None)
+            left += width
+    ax_t.set_yticks(range(len(groups)), [f"{g} chips" for g in groups])
+    ax_t.set_xlabel("time (µs)")
+    size = f"{nbytes / 2**30:g} GiB" if nbytes >= 2**30 else f"{nbytes / 2**20:g} MiB"
+    ax_t.set_title(f"{algorithm} {op.replace('_', '-')} of {size}, stage by stage (outlined: the longest)", fontsize=9)
+    ax_t.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.0, 0.5))
+    fig.tight_layout()
+    return fig
 
 
 def plot_scaling(curves: dict[str, list[scaling.StepEstimate]], axes: tuple | None = None) -> Figure:

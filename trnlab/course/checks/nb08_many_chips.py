@@ -26,7 +26,8 @@ def ring_time_us(nbytes: int, ranks: int, link_gbps: float, hop_us: float) -> fl
 
 
 COLLECTIVE_MODELS = ("trnlab.distributed.collectives.cost", "trnlab.distributed.collectives.best_algorithm",
-                     "trnlab.distributed.collectives.bus_factor", "trnlab.distributed.collectives._flat_cost")
+                     "trnlab.distributed.collectives.bus_factor", "trnlab.distributed.collectives._flat_cost",
+                     "trnlab.distributed.collectives.level_costs", "trnlab.distributed.collectives._stages")
 
 
 @exercise("nb08_ring_time", notebook=NOTEBOOK, points=2, answer="ring_all_reduce_us",
