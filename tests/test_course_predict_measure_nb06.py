@@ -73,7 +73,7 @@ def test_lazy_one_row_as_measured_in_the_notebook_misses_the_throughput_target()
     assert result.status == "failed" and "throughput target missed" in result.message
     assert "reference's 0.404 µs per row (batch 128, 51.7 µs)" in result.message and "(9348%)" in result.message
     assert "every call reads all 8.4 MB of weights (23.2 µs at HBM bandwidth)" in result.message
-    assert "1 row fills only 1/128 of a 128-row stripe" in result.message
+    assert "1 row fills only 1/128 of a 128-row stripe (the tiling pass's m) and pays for a full one" in result.message
 
 
 def test_a_partial_stripe_misses_the_throughput_target_and_says_so(reference):

@@ -90,8 +90,8 @@ def _stripes(batch: int) -> str:
     if not last:
         return ""
     if n == 1:
-        rows = "1 row fills" if batch == 1 else f"{batch} rows fill"
-        return f"; {rows} only {batch}/{STRIPE} of a {STRIPE}-row stripe (the tiling pass's m) and pay for a full one"
+        rows, pay = ("1 row fills", "pays") if batch == 1 else (f"{batch} rows fill", "pay")
+        return f"; {rows} only {batch}/{STRIPE} of a {STRIPE}-row stripe (the tiling pass's m) and {pay} for a full one"
     return (f"; {batch} rows run as {n} stripes of {STRIPE} (the tiling pass's m), the last only {last}/{STRIPE} "
             f"full and as slow as a full one")
 
