@@ -162,7 +162,8 @@ def _kernel_case(kernel: str, label: str, shapes: list[list[int]]) -> dict:
 
 
 SPEEDUP_CASES = [
-    _kernel_case("linear", "linear [2048, 2048] @ [2048, 2048] (a wide model's MLP)", [[2048, 2048], [2048, 2048], [2048]]),
+    _kernel_case("linear", "linear [2048, 2048] @ [2048, 2048] (a wide model's MLP)",
+                 [[2048, 2048], [2048, 2048], [2048]]),
     _kernel_case("add", "residual add [4096, 2048]", [[4096, 2048], [4096, 2048]]),
     _kernel_case("gelu", "GELU [4096, 2048]", [[4096, 2048]]),
     _kernel_case("layer_norm", "layer_norm [32, 64] (the tiny GPT's ln_1)", [[32, 64], [64], [64]]),
@@ -196,7 +197,8 @@ def _why(case: dict, old_us: float) -> str:
     memory_us = case["hbm_bytes"] / dma_bandwidth(old) * 1e6
     peak_old, peak_new = old.peak_flops("bfloat16"), new.peak_flops("bfloat16")
     peaks = f"the peak {peak_old / 1e12:.1f} → {peak_new / 1e12:.1f} TFLOPS per core, {peak_new / peak_old:.2f}×"
-    rate = f"{dma_bandwidth(old) / 1e9:.0f} → {dma_bandwidth(new) / 1e9:.0f} GB/s, {dma_bandwidth(new) / dma_bandwidth(old):.2f}×"
+    rate = (f"{dma_bandwidth(old) / 1e9:.0f} → {dma_bandwidth(new) / 1e9:.0f} GB/s, "
+            f"{dma_bandwidth(new) / dma_bandwidth(old):.2f}×")
     if max(compute_us, memory_us) < 0.5 * old_us:
         return (f"it is latency-bound: the roofline accounts for {max(compute_us, memory_us):.2f} µs of its "
                 f"{old_us:.2f} µs on {OLD}; the rest is fixed costs (a DMA takes {old.dma_latency_ns / 1e3:.1f} µs "
@@ -237,6 +239,6 @@ class GenerationSpeedup:
         old_us, new_us = kernel_latency_us(case, OLD), kernel_latency_us(case, NEW)
         measured = old_us / new_us
         if abs(got - measured) > SPEEDUP_TOLERANCE * measured:
-            raise CheckFailed(f"{job}: prediction missed — expected within {SPEEDUP_TOLERANCE:.0%} of the measured "
-                              f"speed-up {measured:.2f}× ({old_us:.2f} → {new_us:.2f} µs on one core), you predicted "
-                              f"{got:.2f}× ({got / measured - 1:+.0%}); {_why(case, old_us)}")
+            raise CheckFailed(f"{job}: prediction missed — expected within {SPEEDUP_TOLERANCE:.0%} of the "
+                              f"measured speed-up {measured:.2f}× ({old_us:.2f} → {new_us:.2f} µs on one core), "
+                              f"you predicted {got:.2f}× ({got / measured - 1:+.0%}); {_why(case, old_us)}")
