@@ -3,7 +3,8 @@
 Every expected value comes from `trnlab.economics` itself, in the judging process: the calculator's
 estimate for a system built from the exercise's numbers, the HBM traffic `forward_ops` counts for a
 real model's linear layers, and the MFU `mfu_for_saving` solves for. While the student's function
-runs, the economics modules it would reproduce are switched off.
+runs, the economics modules it would reproduce are switched off. The fourth exercise is judged
+against the simulator: library kernels run timing-only on one simulated Trn2 and Trn3 core.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from trnlab.course.exercises import exercise
 from trnlab.economics import claims, cost
 from trnlab.economics.figures import ASSUMED, Accelerator, Sourced, System
 from trnlab.economics.fit import forward_ops, linear_sizes
+from trnlab.hardware import presets
 from trnlab.model.gpt import GPTConfig, layer_costs
 
 NOTEBOOK = "10_generations_cost_and_energy"
@@ -135,3 +137,108 @@ class LinearIntensity:
                 f"expected {expected:.4f} FLOP/byte, got {got:.4f} for (rows, d_in, d_out, dtype_bytes) = "
                 f"{tuple(case['shape'])} (FLOPs = 2·rows·d_in·d_out; bytes = every element read or written once: "
                 "the input x, the weight W, the bias b and the output y, each times dtype_bytes)")
+
+
+# -- 4. how much faster on Trn3? predict, then measure ------------------------------------------------
+# Library kernels of the course model's kinds, at shapes that are plainly compute-bound, memory-bound
+# or latency-bound. The student predicts each kernel's speed-up from one Trn2 core to one Trn3 core
+# from its FLOPs and HBM bytes (plain data in the case, counted by formula); the judge runs the kernel
+# on both simulated cores (timing-only) and holds the prediction to SPEEDUP_TOLERANCE. The two cores
+# have the same Tensor-engine peak; a Trn3 core's DMA engines move more bytes per second.
+OLD, NEW = "trn2", "trn3"
+SPEEDUP_TOLERANCE = 0.10   # a prediction within 10 % of the measured speed-up, either way
+
+
+def _kernel_case(kernel: str, label: str, shapes: list[list[int]]) -> dict:
+    """A kernel call as plain data, with the FLOPs it must do on the Tensor engine and its HBM bytes
+    (every input read once, the output written once, bf16)."""
+    if kernel == "linear":
+        (m, k), (_, n), _ = shapes
+        flops, out = 2 * m * k * n, m * n
+    else:                                   # elementwise and norms: no Tensor-engine work
+        flops, out = 0, math.prod(shapes[0])
+    hbm_bytes = 2 * (sum(math.prod(s) for s in shapes) + out)
+    return {"kernel": kernel, "label": label, "shapes": shapes, "flops": float(flops), "hbm_bytes": float(hbm_bytes)}
+
+
+SPEEDUP_CASES = [
+    _kernel_case("linear", "linear [2048, 2048] @ [2048, 2048] (a wide model's MLP)",
+                 [[2048, 2048], [2048, 2048], [2048]]),
+    _kernel_case("add", "residual add [4096, 2048]", [[4096, 2048], [4096, 2048]]),
+    _kernel_case("gelu", "GELU [4096, 2048]", [[4096, 2048]]),
+    _kernel_case("layer_norm", "layer_norm [32, 64] (the tiny GPT's ln_1)", [[32, 64], [64], [64]]),
+    _kernel_case("add", "residual add [8, 64] (a decode step of the tiny GPT)", [[8, 64], [8, 64]]),
+]
+
+_LATENCY_US: dict[tuple, float] = {}
+
+
+def kernel_latency_us(case: dict, target: str) -> float:
+    """Simulated µs of the case's kernel on one core of `target`, timing-only (once per process)."""
+    key = (case["kernel"], str(case["shapes"]), target)
+    if key not in _LATENCY_US:
+        import trnlab.nki as nki
+        from trnlab.kernels import KERNELS
+
+        args = [nki.ShapeDtype(tuple(shape), "bfloat16") for shape in case["shapes"]]
+        _LATENCY_US[key] = nki.run(KERNELS[case["kernel"]][0], *args, target=target, timing_only=True).latency_us
+    return _LATENCY_US[key]
+
+
+def dma_bandwidth(core: presets.CoreSpec) -> float:
+    """Bytes/s one core's transfers reach: its DMA engines' rate, at most its share of the chip's HBM."""
+    return min(core.hbm_bandwidth, core.dma_engines * core.dma_engine_bandwidth)
+
+
+def _why(case: dict, old_us: float) -> str:
+    """Which limit sets the kernel's time on the old core, and what the new core changes about it."""
+    old, new = presets.CORES[OLD], presets.CORES[NEW]
+    compute_us = case["flops"] / old.peak_flops("bfloat16") * 1e6
+    memory_us = case["hbm_bytes"] / dma_bandwidth(old) * 1e6
+    peak_old, peak_new = old.peak_flops("bfloat16"), new.peak_flops("bfloat16")
+    peaks = f"the peak {peak_old / 1e12:.1f} → {peak_new / 1e12:.1f} TFLOPS per core, {peak_new / peak_old:.2f}×"
+    rate = (f"{dma_bandwidth(old) / 1e9:.0f} → {dma_bandwidth(new) / 1e9:.0f} GB/s, "
+            f"{dma_bandwidth(new) / dma_bandwidth(old):.2f}×")
+    if max(compute_us, memory_us) < 0.5 * old_us:
+        return (f"it is latency-bound: the roofline accounts for {max(compute_us, memory_us):.2f} µs of its "
+                f"{old_us:.2f} µs on {OLD}; the rest is fixed costs (a DMA takes {old.dma_latency_ns / 1e3:.1f} µs "
+                f"to start on {OLD} and {new.dma_latency_ns / 1e3:.1f} µs on {NEW}; every instruction has its "
+                f"overhead), which neither {peaks}, nor the bytes per second ({rate}) shorten")
+    if compute_us >= memory_us:
+        return (f"it is compute-bound ({case['flops'] / case['hbm_bytes']:.0f} FLOP/byte, right of both cores' "
+                f"ridges): its time follows {peaks}, not the bytes per second ({rate})")
+    engines = {core: core.dma_engines * core.dma_engine_bandwidth / 1e9 for core in (old, new)}
+    return (f"it is memory-bound ({case['flops'] / case['hbm_bytes']:.1f} FLOP/byte): its time follows the bytes "
+            f"per second one core's transfers reach — the lesser of its share of the chip's HBM bandwidth and "
+            f"what its {old.dma_engines} DMA engines move: {OLD} {old.hbm_bandwidth / 1e9:.0f} and {engines[old]:.0f} "
+            f"GB/s, {NEW} {new.hbm_bandwidth / 1e9:.0f} and {engines[new]:.0f} GB/s, so {rate}; not {peaks}, and "
+            f"not the HBM share alone ({new.hbm_bandwidth / old.hbm_bandwidth:.2f}×)")
+
+
+# No asks_for: the package has no function that predicts a speed-up; the simulator (`nki.run`) is the
+# measurement the statement hands the student, and the presets are the figures to predict from.
+@exercise("nb10_generation_speedup", notebook=NOTEBOOK, points=3, answer="predict_speedup",
+          title="Predict, then measure: how much faster is a kernel on Trn3?")
+class GenerationSpeedup:
+    def cases(rng):
+        # rows of at least 4 KiB (shorter ones are DMA-descriptor-bound: notebook 04), and a tiny norm
+        rows, cols = [int(n) for n in rng.choice([[2048, 2048], [4096, 2048], [2048, 4096], [8192, 2048]])]
+        tiny_rows, tiny_cols = int(rng.integers(8, 65)), int(rng.choice([32, 64]))
+        drawn = [_kernel_case("add", f"residual add [{rows}, {cols}]", [[rows, cols], [rows, cols]]),
+                 _kernel_case("layer_norm", f"layer_norm [{tiny_rows}, {tiny_cols}]",
+                              [[tiny_rows, tiny_cols], [tiny_cols], [tiny_cols]])]
+        return SPEEDUP_CASES + drawn
+
+    def run(predict_speedup, case):
+        return plain.number(predict_speedup(case["flops"], case["hbm_bytes"]), "the predicted speed-up")
+
+    def judge(case, got):
+        job = f"{case['label']}, {OLD} → {NEW}"
+        if not math.isfinite(got) or got <= 0:
+            raise CheckFailed(f"{job}: expected a positive speed-up (old time / new time), got {got!r}")
+        old_us, new_us = kernel_latency_us(case, OLD), kernel_latency_us(case, NEW)
+        measured = old_us / new_us
+        if abs(got - measured) > SPEEDUP_TOLERANCE * measured:
+            raise CheckFailed(f"{job}: prediction missed — expected within {SPEEDUP_TOLERANCE:.0%} of the "
+                              f"measured speed-up {measured:.2f}× ({old_us:.2f} → {new_us:.2f} µs on one core), "
+                              f"you predicted {got:.2f}× ({got / measured - 1:+.0%}); {_why(case, old_us)}")
