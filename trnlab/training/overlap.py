@@ -63,6 +63,7 @@ def default_placement(step: TrainStep) -> dict:
 def _indices(step: TrainStep, placement: dict) -> dict:
     """The placement as {parameter: call index}, checked: every parameter once, each after its gradient."""
     index = {call.region: i for i, call in enumerate(step.calls) if call.kind == "kernel" and call.phase == "backward"}
+    order = {region: k for k, (region, _) in enumerate(backward_calls(step))}
     missing = [n for n in step.names if n not in placement]
     unknown = [n for n in placement if n not in step.names]
     if missing or unknown:
@@ -77,7 +78,7 @@ def _indices(step: TrainStep, placement: dict) -> dict:
                                  f"(backward_calls(step) lists them)")
         if index[region] < index[ready[n]]:
             raise PlacementError(f"update before its gradient: {n}'s AdamW is placed after {region}, but "
-                                 f"{ready[n]} ({index[ready[n]] - index[region]} calls later) still writes "
+                                 f"{ready[n]} ({order[ready[n]] - order[region]} backward calls later) still writes "
                                  f"its gradient")
         out[n] = index[region]
     return out
