@@ -1,0 +1,118 @@
+"""Notebook 07's "predict, then measure" exercise: AdamW's updates placed inside the backward of the
+compiled training step, replayed on the simulated trn2 and held to a target stated up front (the
+updates add at most 120 % of the reference placement's time to the forward and backward), with a
+predicted step time within 5 %. The verdicts of a wrong, a lazy and a reasoned-but-different answer,
+and feedback that names the choice that broke the target. The step is compiled and each placement
+replayed once per process (the checker memoises them), so the module takes seconds."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from trnlab.course.exercises import run_check
+from trnlab.course.solve import SOLUTIONS_DIR
+
+SEED = 3
+ID = "nb07_overlap_optimizer"
+
+
+def _solution(wrong: bool = False):
+    namespace: dict = {}
+    exec(Path(SOLUTIONS_DIR, f"{ID}{'.wrong' if wrong else ''}.py").read_text(), namespace)
+    return namespace["place_updates"]
+
+
+@pytest.fixture(scope="module")
+def backward() -> list:
+    """The backward as the answer sees it; compiling it here measures nothing yet."""
+    from trnlab.course.checks import nb07_training
+    from trnlab.training import overlap
+
+    return [(region, list(params)) for region, params in overlap.backward_calls(nb07_training.overlap_step("trn2"))]
+
+
+def _ready(backward) -> dict:
+    ready = {}
+    for region, params in backward:
+        for name in params:
+            ready[name] = region          # the last call that writes the gradient
+    return ready
+
+
+def _delayed(calls_later: int, predict=None):
+    """Each update `calls_later` backward calls after its gradient is finished; the prediction of the
+    reference solution (forward + backward, the updates after the last call at the default tail's
+    average, half that for one inside the backward), or `predict(placement, regions)`."""
+    def place_updates(backward):
+        regions = [region for region, _ in backward]
+        placement = {n: regions[min(regions.index(r) + calls_later, len(regions) - 1)] for n, r in _ready(backward).items()}
+        if predict is not None:
+            return {"placement": placement, "predicted_us": predict(placement, regions)}
+        after_end = sum(r == regions[-1] for r in placement.values())
+        inside = len(placement) - after_end
+        return {"placement": placement, "predicted_us": 302.9 + 49.5 / 16 * (after_end + inside / 2)}
+
+    return place_updates
+
+
+def test_overlap_reference_solution_passes():
+    result = run_check(ID, _solution(), seed=SEED, local=True)
+    assert result.passed, result.message
+
+
+def test_overlap_two_calls_later_is_reasoned_but_different_and_passes():
+    # two backward calls after the gradient instead of one: 5 µs faster than the reference, same prediction
+    result = run_check(ID, _delayed(2), seed=SEED, local=True)
+    assert result.passed, result.message
+
+
+def test_overlap_wrong_answer_updates_the_tied_token_table_before_its_gradient_is_finished():
+    result = run_check(ID, _solution(wrong=True), seed=SEED, local=True)
+    assert result.status == "failed" and "update before its gradient" in result.message
+    assert "wte.weight's AdamW is placed after backward/matmul.0" in result.message
+    assert "backward/embedding_backward.1 (35 backward calls later) still writes its gradient" in result.message
+
+
+def test_overlap_copying_the_hint_misses_the_target_and_names_the_queue():
+    # "each update as soon as its gradient is ready", read as: directly behind the call that finishes it
+    def place_updates(backward):
+        return {"placement": _ready(backward), "predicted_us": 303.0}
+
+    result = run_check(ID, place_updates, seed=SEED, local=True)
+    assert result.status == "failed" and "overlap target missed" in result.message
+    assert "at most 120% of the reference's 31.7 µs" in result.message and "your step takes 350.8 µs" in result.message
+    assert "15 of your 16 updates sit directly behind the call that finishes their gradient" in result.message
+    assert "the backward — the step's critical path — waits behind it" in result.message
+
+
+def test_overlap_no_overlap_misses_the_target_and_says_the_updates_wait_for_the_last_call(backward):
+    def place_updates(backward):
+        return {"placement": {n: backward[-1][0] for n in _ready(backward)}, "predicted_us": 352.5}
+
+    result = run_check(ID, place_updates, seed=SEED, local=True)
+    assert result.status == "failed" and "overlap target missed" in result.message and "(156%)" in result.message
+    assert "15 of your 16 updates still wait for the backward's last call (backward/embedding_backward.1)" in result.message
+
+
+def test_overlap_updates_issued_too_late_bunch_up_after_the_backward():
+    result = run_check(ID, _delayed(8), seed=SEED, local=True)
+    assert result.status == "failed" and "overlap target missed" in result.message and "(133%)" in result.message
+    assert "10 of your 16 updates are issued more than 3 calls after their gradient" in result.message
+
+
+def test_overlap_prediction_that_hides_every_update_misses_and_is_told_they_are_not_free():
+    # the lazy prediction: the step is its forward and backward, the updates fully hidden
+    result = run_check(ID, _delayed(1, lambda placement, regions: 302.9), seed=SEED, local=True)
+    assert result.status == "failed" and "the prediction missed" in result.message
+    assert "you predicted 302.9 µs (-9%)" in result.message and "measured 334.6 µs" in result.message
+    assert "an update inside the backward is not free" in result.message
+
+
+def test_overlap_refuses_a_region_that_is_no_backward_call(backward):
+    def place_updates(backward):
+        return {"placement": {n: "forward/matmul.0" for n in _ready(backward)}, "predicted_us": 330.0}
+
+    result = run_check(ID, place_updates, seed=SEED, local=True)
+    assert result.status == "failed" and "'forward/matmul.0' is not a backward kernel call" in result.message
