@@ -1,7 +1,7 @@
 """Notebook 07's "predict, then measure" exercise: AdamW's updates placed inside the backward of the
-compiled training step, replayed on the simulated trn2 and held to a target stated up front (the
-updates add at most 120 % of the reference placement's time to the forward and backward), with a
-predicted step time within 5 %. The verdicts of a wrong, a lazy and a reasoned-but-different answer,
+compiled training step (notebook 07's one-block GPT, and two blocks), replayed on the simulated trn2
+and held to a target stated up front (the updates add at most 120 % of the reference placement's time
+to the forward and backward), with a predicted step time within 5 %. The verdicts of a wrong, a lazy and a reasoned-but-different answer,
 and feedback that names the choice that broke the target. The step is compiled and each placement
 replayed once per process (the checker memoises them), so the module takes seconds."""
 
@@ -24,15 +24,6 @@ def _solution(wrong: bool = False):
     return namespace["place_updates"]
 
 
-@pytest.fixture(scope="module")
-def backward() -> list:
-    """The backward as the answer sees it; compiling it here measures nothing yet."""
-    from trnlab.course.checks import nb07_training
-    from trnlab.training import overlap
-
-    return [(region, list(params)) for region, params in overlap.backward_calls(nb07_training.overlap_step("trn2"))]
-
-
 def _ready(backward) -> dict:
     ready = {}
     for region, params in backward:
@@ -44,15 +35,17 @@ def _ready(backward) -> dict:
 def _delayed(calls_later: int, predict=None):
     """Each update `calls_later` backward calls after its gradient is finished; the prediction of the
     reference solution (forward + backward, the updates after the last call at the default tail's
-    average, half that for one inside the backward), or `predict(placement, regions)`."""
-    def place_updates(backward):
+    average, half that for one inside the backward), or `predict(default)`."""
+    def place_updates(backward, default):
         regions = [region for region, _ in backward]
         placement = {n: regions[min(regions.index(r) + calls_later, len(regions) - 1)] for n, r in _ready(backward).items()}
         if predict is not None:
-            return {"placement": placement, "predicted_us": predict(placement, regions)}
+            return {"placement": placement, "predicted_us": predict(default)}
         after_end = sum(r == regions[-1] for r in placement.values())
         inside = len(placement) - after_end
-        return {"placement": placement, "predicted_us": 302.9 + 49.5 / 16 * (after_end + inside / 2)}
+        per_update = default["optimizer_us"] / len(placement)
+        predicted = default["forward_us"] + default["backward_us"] + per_update * (after_end + inside / 2)
+        return {"placement": placement, "predicted_us": predicted}
 
     return place_updates
 
@@ -77,8 +70,8 @@ def test_overlap_wrong_answer_updates_the_tied_token_table_before_its_gradient_i
 
 def test_overlap_copying_the_hint_misses_the_target_and_names_the_queue():
     # "each update as soon as its gradient is ready", read as: directly behind the call that finishes it
-    def place_updates(backward):
-        return {"placement": _ready(backward), "predicted_us": 303.0}
+    def place_updates(backward, default):
+        return {"placement": _ready(backward), "predicted_us": default["forward_us"] + default["backward_us"]}
 
     result = run_check(ID, place_updates, seed=SEED, local=True)
     assert result.status == "failed" and "overlap target missed" in result.message
@@ -87,9 +80,9 @@ def test_overlap_copying_the_hint_misses_the_target_and_names_the_queue():
     assert "the backward — the step's critical path — waits behind it" in result.message
 
 
-def test_overlap_no_overlap_misses_the_target_and_says_the_updates_wait_for_the_last_call(backward):
-    def place_updates(backward):
-        return {"placement": {n: backward[-1][0] for n in _ready(backward)}, "predicted_us": 352.5}
+def test_overlap_no_overlap_misses_the_target_and_says_the_updates_wait_for_the_last_call():
+    def place_updates(backward, default):
+        return {"placement": {n: backward[-1][0] for n in _ready(backward)}, "predicted_us": sum(default.values())}
 
     result = run_check(ID, place_updates, seed=SEED, local=True)
     assert result.status == "failed" and "overlap target missed" in result.message and "(156%)" in result.message
@@ -104,14 +97,15 @@ def test_overlap_updates_issued_too_late_bunch_up_after_the_backward():
 
 def test_overlap_prediction_that_hides_every_update_misses_and_is_told_they_are_not_free():
     # the lazy prediction: the step is its forward and backward, the updates fully hidden
-    result = run_check(ID, _delayed(1, lambda placement, regions: 302.9), seed=SEED, local=True)
+    result = run_check(ID, _delayed(1, lambda default: default["forward_us"] + default["backward_us"]),
+                       seed=SEED, local=True)
     assert result.status == "failed" and "the prediction missed" in result.message
     assert "you predicted 302.9 µs (-9%)" in result.message and "measured 334.6 µs" in result.message
     assert "an update inside the backward is not free" in result.message
 
 
-def test_overlap_refuses_a_region_that_is_no_backward_call(backward):
-    def place_updates(backward):
+def test_overlap_refuses_a_region_that_is_no_backward_call():
+    def place_updates(backward, default):
         return {"placement": {n: "forward/matmul.0" for n in _ready(backward)}, "predicted_us": 330.0}
 
     result = run_check(ID, place_updates, seed=SEED, local=True)

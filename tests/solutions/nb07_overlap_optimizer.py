@@ -1,4 +1,4 @@
-def place_updates(backward):
+def place_updates(backward, default):
     regions = [region for region, _ in backward]
     ready = {}                                   # parameter -> the LAST call that writes its gradient
     for region, params in backward:              # (the tied token table is written twice)
@@ -8,9 +8,11 @@ def place_updates(backward):
     # first, and the backward (the critical path) waits. One call later, the next backward call goes
     # first and the update fills the engines' waits.
     placement = {name: regions[min(regions.index(r) + 1, len(regions) - 1)] for name, r in ready.items()}
-    # the forward and backward (302.9 µs), the updates left after the backward's last call at the
-    # default tail's average (49.5 µs / 16 updates each), and about half that for each one inside it
-    per_update = 49.5 / 16
-    after_end = sum(1 for name in placement if placement[name] == regions[-1])
+    # predicted: the forward and backward, the updates left after the backward's last call at the
+    # default tail's average each, and about half that for each one inside the backward (not free:
+    # it shares the engines with the backward's calls)
+    per_update = default["optimizer_us"] / len(placement)
+    after_end = sum(1 for region in placement.values() if region == regions[-1])
     inside = len(placement) - after_end
-    return {"placement": placement, "predicted_us": 302.9 + after_end * per_update + inside * per_update / 2}
+    predicted = default["forward_us"] + default["backward_us"] + per_update * (after_end + inside / 2)
+    return {"placement": placement, "predicted_us": predicted}

@@ -74,12 +74,12 @@ def _indices(step: TrainStep, placement: dict) -> dict:
     for n in step.names:
         region = placement[n]
         if region not in index:
-            raise PlacementError(f"placement of {n}'s update: {region!r} is not a backward kernel call "
-                                 f"(backward_calls(step) lists them)")
+            raise PlacementError(f"placement of {n}'s update: {region!r} is not a backward kernel call; "
+                                 f"expected one of the regions backward_calls(step) lists")
         if index[region] < index[ready[n]]:
             raise PlacementError(f"update before its gradient: {n}'s AdamW is placed after {region}, but "
                                  f"{ready[n]} ({order[ready[n]] - order[region]} backward calls later) still writes "
-                                 f"its gradient")
+                                 f"its gradient; expected {ready[n]} or a later call")
         out[n] = index[region]
     return out
 

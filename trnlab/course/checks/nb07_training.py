@@ -127,59 +127,69 @@ class StepMemory:
 
 
 # -- 3. the optimizer inside the backward: predict, then measure --------------------------------------
-# The answer, `place_updates(backward)`, gets the backward as plain data — [(region, [parameters whose
-# gradient the call writes]), ...] in program order — and returns where each AdamW update goes and the
-# step time the student predicts. The judge compiles notebook 07's one-block step itself, replays the
-# placement on the simulated chip (`overlap.simulate_placement`) and holds it to the targets below.
-OVERLAP_TARGETS = ["trn2"]
+# The answer, `place_updates(backward, default)`, gets the backward as plain data — [(region,
+# [parameters whose gradient the call writes]), ...] in program order — and the default step's phase
+# times ({"forward_us", "backward_us", "optimizer_us"}: every update after the backward), and returns
+# where each AdamW update goes and the step time the student predicts. The judge compiles the step
+# itself (notebook 07's one-block GPT, and the same with two blocks), replays the placement on the
+# simulated chip (`overlap.simulate_placement`) and holds it to the targets below.
+OVERLAP_CASES = [("trn2", 1), ("trn2", 2)]         # (target, n_layer)
 OVERHEAD_TARGET = 1.2          # what the optimizer adds to the step: at most 120 % of the reference's
 PREDICTION_TOLERANCE = 0.05    # the predicted step within 5 % of the measured one
 
 _STEPS: dict = {}
 
 
-def overlap_step(target: str):
-    """Notebook 07's one-block training step (batch 4 × 24 tokens) for `target`, compiled once per process."""
-    if target not in _STEPS:
+def overlap_step(target: str, n_layer: int = 1):
+    """Notebook 07's training step (batch 4 × 24 tokens, `n_layer` blocks) for `target`, compiled once
+    per process."""
+    key = (target, n_layer)
+    if key not in _STEPS:
         from trnlab.training import AdamWConfig, compile_train_step
         from trnlab.training.run import tiny_model, train_batches
         batch = train_batches(steps=1, batch_size=4, seed=0)[0]
-        _STEPS[target] = compile_train_step(tiny_model(seed=0), batch, target=target,
-                                            optimizer=AdamWConfig(lr=3e-3, betas=(0.9, 0.95), weight_decay=0.1))
-    return _STEPS[target]
+        _STEPS[key] = compile_train_step(tiny_model(seed=0, n_layer=n_layer), batch, target=target,
+                                         optimizer=AdamWConfig(lr=3e-3, betas=(0.9, 0.95), weight_decay=0.1))
+    return _STEPS[key]
 
 
 _MEASURED: dict = {}
 
 
-def measure_placement(target: str, placement: dict):
+def measure_placement(target: str, n_layer: int, placement: dict):
     """The replayed step's profile for `placement` (memoised: the judge measures a placement once)."""
     from trnlab.training import overlap
-    key = (target, tuple(sorted(placement.items())))
+    key = (target, n_layer, tuple(sorted(placement.items())))
     if key not in _MEASURED:
-        _MEASURED[key] = overlap.simulate_placement(overlap_step(target), placement)
+        _MEASURED[key] = overlap.simulate_placement(overlap_step(target, n_layer), placement)
     return _MEASURED[key]
 
 
-def reference_placement(target: str) -> dict:
+def reference_placement(target: str, n_layer: int) -> dict:
     """Each update one backward call after the call that finishes its gradient (or last, if none is left)."""
     from trnlab.training import overlap
-    step = overlap_step(target)
+    step = overlap_step(target, n_layer)
     regions = [region for region, _ in overlap.backward_calls(step)]
     return {n: regions[min(regions.index(r) + 1, len(regions) - 1)] for n, r in overlap.ready_after(step).items()}
 
 
-def forward_backward_us(target: str) -> float:
-    """The forward and backward of the default step (the updates after them): the floor of any placement."""
+def default_phases_us(target: str, n_layer: int) -> dict:
+    """The default step's phase times (every update after the backward), in µs."""
     from trnlab.training import overlap
-    default = measure_placement(target, overlap.default_placement(overlap_step(target)))
-    return (default.phase_ns["forward"] + default.phase_ns["backward"]) / 1e3
+    default = measure_placement(target, n_layer, overlap.default_placement(overlap_step(target, n_layer)))
+    return {f"{phase}_us": round(default.phase_ns[phase] / 1e3, 3) for phase in ("forward", "backward", "optimizer")}
 
 
-def _placement_cause(target: str, placement: dict, tail_us: float) -> str:
+def forward_backward_us(target: str, n_layer: int) -> float:
+    """The forward and backward of the default step: the floor of any placement."""
+    default = default_phases_us(target, n_layer)
+    return default["forward_us"] + default["backward_us"]
+
+
+def _placement_cause(target: str, n_layer: int, placement: dict, tail_us: float) -> str:
     """Which choice of the placement kept the updates from hiding."""
     from trnlab.training import overlap
-    step = overlap_step(target)
+    step = overlap_step(target, n_layer)
     calls = overlap.backward_calls(step)
     regions = [region for region, _ in calls]
     ready = overlap.ready_after(step)
@@ -208,13 +218,14 @@ def _placement_cause(target: str, placement: dict, tail_us: float) -> str:
 class OverlapOptimizer:
     def cases(rng):
         from trnlab.training import overlap
-        return [{"target": target, "backward": [[region, list(params)] for region, params in
-                                                overlap.backward_calls(overlap_step(target))]}
-                for target in OVERLAP_TARGETS]
+        return [{"target": target, "n_layer": n_layer, "default": default_phases_us(target, n_layer),
+                 "backward": [[region, list(params)] for region, params in
+                              overlap.backward_calls(overlap_step(target, n_layer))]}
+                for target, n_layer in OVERLAP_CASES]
 
     def run(place_updates, case):
         calls = [(region, list(params)) for region, params in case["backward"]]
-        plan = place_updates(calls)
+        plan = place_updates(calls, dict(case["default"]))
         if type(plan) is not dict or set(plan) != {"placement", "predicted_us"}:
             raise CheckFailed(f"expected {{'placement': {{parameter: region}}, 'predicted_us': µs}}, got {plan!r:.80}")
         placement = plan["placement"]
@@ -225,18 +236,18 @@ class OverlapOptimizer:
 
     def judge(case, got):
         from trnlab.training import overlap
-        target = case["target"]
-        job = f"notebook 07's step on {target}"
+        target, n_layer = case["target"], case["n_layer"]
+        job = f"the {n_layer}-block step on {target}"
         if type(got) is not list or len(got) != 2 or type(got[0]) is not dict or type(got[1]) is not float \
                 or not math.isfinite(got[1]):
             raise CheckFailed(f"{job}: expected a placement and a predicted step time, got {got!r:.80}")
         placement, predicted = got
         try:
-            measured = measure_placement(target, placement)
+            measured = measure_placement(target, n_layer, placement)
         except overlap.PlacementError as error:
             raise CheckFailed(f"{job}: {error}") from None
-        floor = forward_backward_us(target)
-        reference = measure_placement(target, reference_placement(target)).total_us
+        floor = forward_backward_us(target, n_layer)
+        reference = measure_placement(target, n_layer, reference_placement(target, n_layer)).total_us
         step_us = measured.total_us
         overhead, reference_overhead = step_us - floor, reference - floor
         if overhead > OVERHEAD_TARGET * reference_overhead:
@@ -245,7 +256,7 @@ class OverlapOptimizer:
                 f"reference's {reference_overhead:.1f} µs to the forward and backward's {floor:.1f} µs (a step of at "
                 f"most {floor + OVERHEAD_TARGET * reference_overhead:.1f} µs); your step takes {step_us:.1f} µs, the "
                 f"updates add {overhead:.1f} µs ({overhead / reference_overhead:.0%}). "
-                f"{_placement_cause(target, placement, measured.phase_ns['optimizer'] / 1e3).capitalize()}")
+                f"{_placement_cause(target, n_layer, placement, measured.phase_ns['optimizer'] / 1e3).capitalize()}")
         if abs(predicted - step_us) > PREDICTION_TOLERANCE * step_us:
             why = (": an update inside the backward is not free — it shares the engines with the backward's calls"
                    if predicted < step_us else
