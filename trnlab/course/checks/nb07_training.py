@@ -217,15 +217,14 @@ def _placement_cause(target: str, n_layer: int, placement: dict, tail_us: float)
           title="Predict, then measure: AdamW inside the backward, within 120 % of the reference's overhead")
 class OverlapOptimizer:
     def cases(rng):
-        from trnlab.training import overlap
-        return [{"target": target, "n_layer": n_layer, "default": default_phases_us(target, n_layer),
-                 "backward": [[region, list(params)] for region, params in
-                              overlap.backward_calls(overlap_step(target, n_layer))]}
-                for target, n_layer in OVERLAP_CASES]
+        return [{"target": target, "n_layer": n_layer} for target, n_layer in OVERLAP_CASES]
 
     def run(place_updates, case):
-        calls = [(region, list(params)) for region, params in case["backward"]]
-        plan = place_updates(calls, dict(case["default"]))
+        # the answer's inputs are made here, beside it (compiling the step): drawing the cases stays free
+        from trnlab.training import overlap
+        step = overlap_step(case["target"], case["n_layer"])
+        calls = [(region, list(params)) for region, params in overlap.backward_calls(step)]
+        plan = place_updates(calls, dict(default_phases_us(case["target"], case["n_layer"])))
         if type(plan) is not dict or set(plan) != {"placement", "predicted_us"}:
             raise CheckFailed(f"expected {{'placement': {{parameter: region}}, 'predicted_us': µs}}, got {plan!r:.80}")
         placement = plan["placement"]
