@@ -110,3 +110,24 @@ def test_overlap_refuses_a_region_that_is_no_backward_call():
 
     result = run_check(ID, place_updates, seed=SEED, local=True)
     assert result.status == "failed" and "'forward/matmul.0' is not a backward kernel call" in result.message
+
+
+# -- nb07_step_flops: the hint names the term that is off ---------------------------------------------
+
+
+def _flops(L, C, V, B, T):
+    return 6 * (L * 12 * C * C + V * C) * B * T + 12 * L * B * T * T * C
+
+
+def test_step_flops_backward_counted_once_is_told_it_does_twice_the_forward():
+    result = run_check("nb07_step_flops", lambda L, C, V, B, T: 2 * _flops(L, C, V, B, T) / 3, seed=SEED, local=True)
+    assert result.status == "failed" and "twice the forward's matmul work" in result.message
+
+
+def test_step_flops_with_the_optimizer_counted_in_is_told_adamw_is_not_matmul_flops():
+    def with_adamw(L, C, V, B, T):     # 12 element-wise FLOPs per matmul weight for the AdamW update
+        return _flops(L, C, V, B, T) + 12 * (L * 12 * C * C + V * C)
+
+    result = run_check("nb07_step_flops", with_adamw, seed=SEED, local=True)
+    assert result.status == "failed" and "12 FLOPs per matmul weight more than 6·N·tokens plus attention" in result.message
+    assert "the AdamW update is element-wise work on the Vector engine, not matmul FLOPs" in result.message

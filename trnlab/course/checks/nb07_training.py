@@ -78,6 +78,13 @@ class StepFlops:
         elif _close(got, 6 * _params(case) * B * T + attention) or _close(got, 6 * _params(case) * B * T):
             hint = (": 6·N counts the matmul weights only (12·C² per block and the lm_head's V·C), not biases, "
                     "norms or the position table")
+        elif _close(got, 2 * want / 3):
+            hint = (": the backward is counted as much as the forward; it does twice the forward's matmul work "
+                    "(one matmul for the input's gradient and one for the weight's: 4 FLOPs per weight and token)")
+        elif (per := _per_parameter(got - want, case)) is not None:
+            hint = (f": that is {per[0]:g} FLOPs per {per[1]} more than 6·N·tokens plus attention — the AdamW update "
+                    f"is element-wise work on the Vector engine, not matmul FLOPs; the count is the forward's and "
+                    f"backward's matmuls only")
         elif _close(got, want / B):
             hint = ": that is one sequence; the step runs batch × seq_len tokens"
         elif _close(got, 6 * (12 * C * C + V * C) * B * T + attention / L):
@@ -86,6 +93,17 @@ class StepFlops:
             hint = (f" — it is made of 6·N·tokens = {dense:.6g} (N = 12·C²·n_layer + V·C = {n:,} matmul weights, "
                     f"{B * T} tokens) plus the attention matmuls {attention:.6g}; yours is {got - want:+.6g} off")
         raise CheckFailed(f"expected {want:.6g} FLOPs for {_what(case)}, got {got:.6g}{hint}")
+
+
+def _per_parameter(extra: float, case: dict):
+    """(k, what) if `extra` is k (1 to 24) FLOPs per parameter or per matmul weight: an optimizer counted in."""
+    C = case["n_embd"]
+    for count, what in ((_params(case), "parameter"), (case["n_layer"] * 12 * C * C + case["vocab_size"] * C,
+                                                       "matmul weight")):
+        k = extra / count
+        if 0.5 <= k <= 24.5 and _close(extra, round(k) * count):
+            return round(k), what
+    return None
 
 
 # -- 2. the memory a step holds -------------------------------------------------------------------------
