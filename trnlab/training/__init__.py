@@ -8,7 +8,8 @@
 Modules: `capture` (AOT Autograd's joint forward + backward graph), `lower` (the training lowering:
 transposes folded into matmuls, bias fused, one kernel call per op), `step` (one traced program of
 forward, backward and AdamW, replayed per step), `run` (the same batches through PyTorch and the
-device), `checkpoint` (safetensors + JSON, resume), `report` (time, MFU, FLOPs, cost to train).
+device), `checkpoint` (safetensors + JSON, resume), `report` (time, MFU, FLOPs, cost to train), `overlap`
+(AdamW's updates placed inside the backward, replayed).
 """
 from trnlab.training import aot  # noqa: F401  (lends torch.compile(backend="trnlab") its gradient path)
 from trnlab.training.checkpoint import load_train_state, save_train_state

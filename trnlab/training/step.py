@@ -183,35 +183,49 @@ class TrainStep:
         return list(self.constants) + params + list(self.joint.batch_inputs) + \
             [f"exp_avg.{n}" for n in self.names] + [f"exp_avg_sq.{n}" for n in self.names] + ["hyper"]
 
-    def _step_function(self):
+    def _step_function(self, placement: dict | None = None):
+        """The traced step. `placement` maps a parameter to the call index after which its AdamW update
+        is issued (`overlap.py`); by default every update follows the whole backward, in `names` order."""
         import trnlab.nki as nki
         from trnlab.kernels.adamw import adamw
         from trnlab.kernels.elementwise import add
         names = self._input_names()
         calls, joint, opt = self.calls, self.joint, self.optimizer
+        last = len(calls) - 1
+        after: dict = {}
+        for n in self.names:
+            i = last if placement is None else placement[n]
+            while i < last and calls[i + 1].kind == "view":      # the call's outputs as the graph names them
+                i += 1
+            after.setdefault(i, []).append(n)
 
         shaped = _shaped
 
+        def update(values: dict, n: str) -> tuple:
+            view = _param_view(self.params[n].shape)
+            parts = [shaped(values[gname], view) for gname in self.grad_values[n]]
+            grad = parts[0]
+            for k, extra in enumerate(parts[1:]):            # a tied weight: its gradients meet
+                with nki.region(f"backward/tied_grad.{n}.{k}"):
+                    grad = add(grad, extra)
+            with nki.region(f"optimizer/adamw.{n}"):
+                p, m, v = adamw(shaped(values[joint.param_inputs[n][0]], view), grad,
+                                shaped(values[f"exp_avg.{n}"], view), shaped(values[f"exp_avg_sq.{n}"], view),
+                                values["hyper"], beta1=float(opt.betas[0]), beta2=float(opt.betas[1]),
+                                eps=float(opt.eps), weight_decay=float(self.decay[n]))
+            return p, m, v, grad
+
         def train_step(*arrays):
             values = dict(zip(names, arrays))
-            run_calls(calls, values)
-            new_params, new_m, new_v, grads = [], [], [], []
-            for n in self.names:
-                view = _param_view(self.params[n].shape)
-                parts = [shaped(values[gname], view) for gname in self.grad_values[n]]
-                grad = parts[0]
-                for k, extra in enumerate(parts[1:]):            # a tied weight: its gradients meet
-                    with nki.region(f"backward/tied_grad.{n}.{k}"):
-                        grad = add(grad, extra)
-                with nki.region(f"optimizer/adamw.{n}"):
-                    p, m, v = adamw(shaped(values[joint.param_inputs[n][0]], view), grad,
-                                    shaped(values[f"exp_avg.{n}"], view), shaped(values[f"exp_avg_sq.{n}"], view),
-                                    values["hyper"], beta1=float(opt.betas[0]), beta2=float(opt.betas[1]),
-                                    eps=float(opt.eps), weight_decay=float(self.decay[n]))
-                new_params.append(p)
-                new_m.append(m)
-                new_v.append(v)
-                grads.append(grad)
+            done = {}
+            if placement is None:
+                run_calls(calls, values)
+            for i, call in enumerate(calls):
+                if placement is not None:
+                    run_calls([call], values)
+                for n in after.get(i, ()):
+                    done[n] = update(values, n)
+            new_params, new_m, new_v, grads = ([done[n][k] for n in self.names] for k in range(4))
             return (shaped(values[self.loss_value], (1,)), *new_params, *new_m, *new_v, *grads)
 
         return train_step
@@ -241,18 +255,19 @@ class TrainStep:
             self.times["trace"] = time.perf_counter() - t0
         return self.program
 
-    def simulate(self, target: str | None = None) -> StepProfile:
+    def simulate(self, target: str | None = None, placement: dict | None = None) -> StepProfile:
         """The simulated cost of one step on `target` (default: the step's own) in timing-only mode: the
         same program traced for that generation's core, costed without computing values (fast, for
-        large batches); the parameters and optimizer state do not change."""
+        large batches); the parameters and optimizer state do not change. `placement`: where each
+        AdamW update is issued ({parameter: call index}, `overlap.py`); None: after the backward."""
         import trnlab.nki as nki
         from trnlab.hardware.device import Device
         target = target or self.target
         args = self._arguments(np.zeros(self.batch_shape[0], np.int64), np.zeros(self.batch_shape[1], np.int64),
                                self.optimizer.lr)
         t0 = time.perf_counter()
-        program = self.program if target == self.target and self.program is not None else \
-            nki.trace(self._step_function(), *args, target=target)
+        program = self.program if target == self.target and self.program is not None and placement is None \
+            else nki.trace(self._step_function(placement), *args, target=target)
         run = Device(target, mode="timing", cores=1).run(program, *args, region="step")
         profile = self._profile(run, time.perf_counter() - t0)
         profile.target = target
