@@ -358,6 +358,15 @@ def _run_trace(kernel, args, kwargs, spec, grid, recorder, launch, names, alloca
             program.schedule_edges = resolve(edges, getattr(launch, "instruction_names", {}))
         except Exception as error:
             raise locate(error)
+    dependencies = launch.__dict__.get("dependency_edges")
+    if dependencies:                         # handle.depends_on(...) (instruction_handles.py)
+        from trnlab.nki import instruction_handles
+        try:
+            pairs = instruction_handles.resolve(dependencies, program)
+        except Exception as error:
+            raise locate(error)
+        program.schedule_edges = tuple(sorted(set(getattr(program, "schedule_edges", ())) | set(pairs)))
+        edges = edges or pairs
     program.no_reorder = bool(getattr(launch, "no_reorder", False))   # a loop said ncc.no_reorder()
     program.inlined_regions = frozenset(getattr(launch, "inlined", ()))  # regions of inlined kernels
     try:
@@ -369,8 +378,9 @@ def _run_trace(kernel, args, kwargs, spec, grid, recorder, launch, names, alloca
     except Exception as error:
         raise locate(error)
     if edges and allocated is not program:
-        raise NKIError("with_schedule: this kernel's loops are fused to fit the memory (hardware/fusion.py), "
-                       "which reorders its instructions; scheduling edges are not supported on such kernels")
+        raise NKIError("with_schedule / depends_on: this kernel's loops are fused to fit the memory "
+                       "(hardware/fusion.py), which reorders its instructions; scheduling edges are not supported "
+                       "on such kernels")
     return allocated
 
 
