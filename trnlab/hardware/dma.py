@@ -90,6 +90,14 @@ class DmaInstructions:
         dst.write(np.reshape(src.values(), dst.shape))
         self._poison_from(dst, garbage, src)
 
+    def _dma_cast_values(self, dst: View, src: View) -> None:
+        """Full mode: dst = src's values converted to dst's dtype, as a DMA that casts (dma_copy_cast)."""
+        garbage = _garbage_moved(dst, src)
+        values = np.asarray(src.values(), dtype=np.float32) if dtypes.is_float(src.tensor.dtype) \
+            else np.asarray(src.values())
+        dst.write(np.reshape(values, dst.shape).astype(dst.tensor.dtype))
+        self._poison_from(dst, garbage, src)
+
     def dma_gather(self, dst, src, indices, queue: int | None = None) -> int:
         """Indirect DMA: dst[r, ...] = src[indices[r], ...] for the R rows of dst (a gather).
 
@@ -145,7 +153,8 @@ class DmaInstructions:
         pattern with the offset 0. An element outside the tensor raises `OutOfBoundsError`
         (oob_mode.error), or with `skip_out_of_bounds` its row is not moved (oob_mode.skip). Which
         elements move is known only at run time: the transfer waits for (or, writing, claims) the
-        whole tensor on that side; it is costed as the access pattern it is (descriptors per run)."""
+        whole tensor on that side; it is costed as the access pattern it is (descriptors per run). Between
+        dtypes it converts as `dma_copy_cast` does (NeuronCore-v3/-v4; refused on NeuronCore-v2)."""
         dst = _view(dst, "dst")
         src = _view(src, "src")
         idx = _view(offsets, "offsets")
@@ -162,9 +171,11 @@ class DmaInstructions:
         if src.size != dst.size:
             raise ShapeMismatchError(f"shape mismatch: dma_copy src {src.shape} -> dst {dst.shape}",
                                      value=src.shape, limit=dst.shape)
-        if src.tensor.dtype != dst.tensor.dtype:
-            raise DtypeError(f"data type: an indirect dma_copy does not convert: src "
-                             f"{dtypes.name(src.tensor.dtype)}, dst {dtypes.name(dst.tensor.dtype)}",
+        cast = src.tensor.dtype != dst.tensor.dtype
+        if cast and str(self.spec.generation).lower().lstrip("v") == "2":
+            raise DtypeError(f"data type: an indirect dma_copy does not convert on NeuronCore-v2 ({self.spec.name}): "
+                             f"src {dtypes.name(src.tensor.dtype)}, dst {dtypes.name(dst.tensor.dtype)}; cast with "
+                             f"tensor_copy on an engine (DMA casts from NeuronCore-v3 / Trn2 on)",
                              value=src.tensor.dtype, limit=dst.tensor.dtype)
         moving = src if side == "src" else dst
         rows = moving.shape[0] if moving.shape else 1
@@ -183,15 +194,17 @@ class DmaInstructions:
                 pairs = [(View(moving.tensor, np.unravel_index(flat[r], moving.tensor.shape)),
                           View(fixed.tensor, np.unravel_index(fixed_flat[r], fixed.tensor.shape)))
                          for r in np.flatnonzero(keep)]
+            copy = self._dma_cast_values if cast else self._dma_copy_values
             for shifted, other in pairs:
                 if side == "src":
-                    self._dma_copy_values(other, shifted)
+                    copy(other, shifted)
                 else:
-                    self._dma_copy_values(shifted, other)
+                    copy(shifted, other)
         whole = moving.tensor.full
+        nbytes = max(src.nbytes, dst.nbytes)       # a cast: costed as dma_copy_cast, the larger byte count
         if side == "src":
-            return self._schedule_dma(dst, src, (whole, idx), src.nbytes, queue, "dma_copy_indirect")
-        return self._schedule_dma(whole, src, (src, idx), src.nbytes, queue, "dma_copy_indirect")
+            return self._schedule_dma(dst, src, (whole, idx), nbytes, queue, "dma_copy_indirect")
+        return self._schedule_dma(whole, src, (src, idx), nbytes, queue, "dma_copy_indirect")
 
     def dma_copy_cast(self, dst, src, queue: int | None = None) -> int:
         """dma_copy that converts src's dtype to dst's on the way, which NeuronCore-v3/-v4 DMA engines

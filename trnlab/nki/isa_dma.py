@@ -49,13 +49,12 @@ def dma_copy(dst: Tile, src: Tile, dst_rmw_op: Op | None = None, oob_mode: oob_m
 
 def _dma_copy_indirect(dst: NkiTensor, src: NkiTensor, mask, oob) -> None:
     """dma_copy of an indirect view (`.ap(scalar_offset= / vector_offset=)`, `select` / `vector_select`
-    by a tile): the DMA reads the offsets from SBUF at run time (hardware `dma_copy_indirect`)."""
+    by a tile): the DMA reads the offsets from SBUF at run time (hardware `dma_copy_indirect`); between
+    dtypes it casts on the way as a direct dma_copy does on NeuronCore-v3/-v4 (refused on NeuronCore-v2)."""
     if src._dynamic is not None and dst._dynamic is not None:
         raise NKIError("dma_copy with indirect views on both src and dst is not simulated")
     if mask is not None:
         raise NKIError("an indirect dma_copy (scalar_offset / vector_offset) with mask= is not simulated")
-    if np.dtype(dst.dtype) != np.dtype(src.dtype):
-        raise NKIError("an indirect dma_copy between dtypes is not simulated; cast on an engine")
     side = "src" if src._dynamic is not None else "dst"
     moving = src if side == "src" else dst
     offsets, stride, per_row = moving._dynamic
