@@ -230,6 +230,27 @@ class DmaInstructions:
             self._poison_from(dst, garbage, src)
         return self._schedule_dma(dst, src, (src,), max(src.nbytes, dst.nbytes), queue, "dma_copy")
 
+    def dma_copy_bytes(self, dst, src, queue: int | None = None) -> int:
+        """dma_copy of src's bytes into dst unchanged, the two of different element types and sizes: an
+        on-chip tile read as another type (NKI's ``sbuf_tile.ap(pattern, dtype=...)``, NKI Access
+        Patterns). The bytes of src's elements in order become dst's elements in order (little-endian,
+        as NumPy's ``.view``); both ends hold the same number of bytes. Costed as a copy of those bytes."""
+        dst = _view(dst, "dst")
+        src = _view(src, "src")
+        _check_dma_endpoints(src, dst)
+        if src.nbytes != dst.nbytes:
+            raise ShapeMismatchError(f"shape mismatch: dma_copy of {src.nbytes} bytes ({src.shape} "
+                                     f"{dtypes.name(src.tensor.dtype)}) into {dst.nbytes} bytes ({dst.shape} "
+                                     f"{dtypes.name(dst.tensor.dtype)})", value=src.nbytes, limit=dst.nbytes)
+        if self.full:
+            garbage = _garbage_moved(dst, src)
+            raw = np.ascontiguousarray(np.asarray(src.values()).astype(src.tensor.dtype, copy=False))
+            dst.write(raw.view(np.uint8).view(dst.tensor.dtype).reshape(dst.shape))
+            if garbage is not None:               # an element's garbage spreads to the bytes it held
+                per_byte = np.repeat(np.reshape(garbage, -1), src.tensor.itemsize)
+                self._poison_from(dst, per_byte.reshape(-1, dst.tensor.itemsize).any(axis=1), src)
+        return self._schedule_dma(dst, src, (src,), src.nbytes, queue, "dma_copy")
+
     def dma_transpose(self, dst, src, queue: int | None = None, axes: tuple | None = None) -> int:
         """dst[B, A] = src[A, B].T moved by a DMA (nisa.dma_transpose, nl.load_transpose2d): src in
         HBM or SBUF, dst in SBUF (or HBM). From NeuronCore-v3 on the DMA engines transpose in

@@ -29,6 +29,8 @@ def dma_copy(dst: Tile, src: Tile, dst_rmw_op: Op | None = None, oob_mode: oob_m
                        "trnlab simulates the indirect load (gather) only")
     if src._dynamic is not None or dst._dynamic is not None:
         return _dma_copy_indirect(dst, src, mask, oob_mode)
+    if src._bitcast is not None or dst._bitcast is not None:
+        return _dma_copy_bytes(dst, src, mask)
     launch = issue.begin()
     if src._gather is not None:
         if mask is not None:
@@ -65,6 +67,24 @@ def _dma_copy_indirect(dst: NkiTensor, src: NkiTensor, mask, oob) -> None:
                                   src=static if side == "src" else src.hw_view(),
                                   offsets=offsets.hw_view(), stride=int(stride), per_row=bool(per_row), side=side,
                                   skip_out_of_bounds=skip)
+    return None
+
+
+def _dma_copy_bytes(dst: NkiTensor, src: NkiTensor, mask) -> None:
+    """dma_copy of an on-chip tile's bytes read as another element size (``sbuf_tile.ap(pattern,
+    dtype=...)``, `tensor_views.bytes_view`) on either end: the DMA moves the bytes unchanged, so the two
+    ends hold the same number of bytes and the type of the end that is not a byte view (hardware
+    `dma_copy_bytes`)."""
+    if mask is not None:
+        raise NKIError("a dma_copy of a tile read as another element size (.ap(dtype=)) with mask= is not simulated")
+    dst_bytes = dst._bitcast if dst._bitcast is not None else dst
+    src_bytes = src._bitcast if src._bitcast is not None else src
+    if np.dtype(dst.dtype) != np.dtype(src.dtype):
+        raise NKIError(f"dma_copy of a tile read as another element size (.ap(dtype=)): src is read as "
+                       f"{np.dtype(src.dtype).name}, dst as {np.dtype(dst.dtype).name}; the bytes move unchanged, "
+                       f"so both ends are read as one type")
+    launch = issue.begin()
+    launch.core.dma_copy_bytes(dst=dst_bytes.hw_view(), src=src_bytes.hw_view())
     return None
 
 
