@@ -202,7 +202,8 @@ Two files fail on the library's own test code at this commit, on any backend (no
 `core/qkv/test_qkv_tkg.py` uses `Platforms` in a decorator without importing it (NameError when the
 file is imported); `core/attention/test_gen_mask_tkg.py`'s `_run_test` reads
 `kernel_input["mask_out_hbm"]` while its input generator names that key `"mask_out_hbm.must_alias_input"`
-(and `UnitTestFramework` passes the unfiltered dict): KeyError before any kernel runs.
+(and `UnitTestFramework` passes the unfiltered dict): KeyError before any kernel runs (the file's
+`TestGenMaskTkgHbm` tests, which call the orchestrator directly, run).
 """
 
 
