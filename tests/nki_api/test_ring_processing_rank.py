@@ -73,3 +73,29 @@ def test_processing_rank_id_is_known_only_at_run_time_and_counts_from_zero():
         return x
     with pytest.raises(NKIError, match="counts ring steps from 0"):
         nki.run(nki.jit(negative), x)
+
+
+def ring_all_gather(x):
+    """Each rank's [1, 8] chunk goes around the ring; in iteration i the chunk held is written into row
+    `processing rank id` of the result through ``.ap(scalar_offset=register)`` (AWS's documented use)."""
+    group = ncc.ReplicaGroup([list(range(RANKS))])
+    result = nl.ndarray((RANKS, 8), dtype=x.dtype, buffer=nl.shared_hbm)
+    held = x
+    for i in range(RANKS):
+        if i:
+            received = nl.ndarray((1, 8), dtype=x.dtype, buffer=nl.shared_hbm)
+            ncc.collective_permute_implicit(srcs_by_channel=[[held]], dsts_by_channel=[[received]],
+                                            replica_group=group)
+            held = received
+        owner = ncc.collective_permute_implicit_current_processing_rank_id(iteration_id=i, replica_group=group)
+        nisa.dma_copy(dst=result.ap([[8, 1], [1, 8]], scalar_offset=owner, indirect_dim=0), src=held)
+    return result
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_a_ring_all_gather_places_each_chunk_by_the_processing_rank_register(fast):
+    chunks = [np.full((1, 8), float(r), np.float32) + np.arange(8, dtype=np.float32) for r in range(RANKS)]
+    with config.override(fast=fast):
+        runs = run_on(ring_all_gather, [(c,) for c in chunks])
+    for run in runs:
+        np.testing.assert_array_equal(run.outputs, np.concatenate(chunks))

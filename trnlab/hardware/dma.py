@@ -155,17 +155,32 @@ class DmaInstructions:
         elements move is known only at run time: the transfer waits for (or, writing, claims) the
         whole tensor on that side; it is costed as the access pattern it is (descriptors per run). Between
         dtypes it converts as `dma_copy_cast` does (NeuronCore-v3/-v4; refused on NeuronCore-v2)."""
+        return self._copy_indirect(dst, src, _view(offsets, "offsets"), None, stride, per_row, side,
+                                   skip_out_of_bounds, queue, "dma_copy_indirect")
+
+    def dma_copy_register_offset(self, dst, src, register: int, stride: int, side: str = "src",
+                                 skip_out_of_bounds: bool = False, queue: int | None = None) -> int:
+        """dma_copy_indirect whose scalar offset is a register's value when the program runs (NKI's
+        ``tensor.ap(..., scalar_offset=register)``, e.g. the rank a ring collective's data came from:
+        nki.collectives.collective_permute_implicit_current_processing_rank_id). A register instruction
+        (`system.py`): kept in program order with the instructions that set registers (STATEFUL_OPCODES)."""
+        return self._copy_indirect(dst, src, None, int(register), stride, False, side, skip_out_of_bounds, queue,
+                                   "dma_copy_register_offset")
+
+    def _copy_indirect(self, dst, src, idx, register, stride, per_row, side, skip_out_of_bounds, queue, opcode):
+        """The two indirect copies: offsets from the SBUF view `idx`, or (idx None) from `register`."""
         dst = _view(dst, "dst")
         src = _view(src, "src")
-        idx = _view(offsets, "offsets")
         _check_dma_endpoints(src, dst)
         if side not in ("src", "dst"):
             raise ValueError(f"dma_copy_indirect: side is 'src' or 'dst', got {side!r}")
-        if idx.tensor.kind != "sbuf":             # (read in any order: [128, N] offsets column by column)
+        if idx is None:
+            pass                                  # the offset is a register's (dma_copy_register_offset)
+        elif idx.tensor.kind != "sbuf":             # (read in any order: [128, N] offsets column by column)
             raise MemoryPlacementError(f"operand memory: dma_copy_indirect offsets {idx.tensor.name!r} are in "
                                        f"{idx.tensor.kind.upper()}; the DMA reads them from SBUF",
                                        value=idx.tensor.kind, limit="sbuf")
-        if dtypes.is_float(idx.tensor.dtype):
+        elif dtypes.is_float(idx.tensor.dtype):
             raise DtypeError(f"data type: an access pattern's scalar_offset / vector_offset must be integers, "
                              f"got {dtypes.name(idx.tensor.dtype)}", value=idx.tensor.dtype, limit="int32")
         if src.size != dst.size:
@@ -179,13 +194,21 @@ class DmaInstructions:
                              value=src.tensor.dtype, limit=dst.tensor.dtype)
         moving = src if side == "src" else dst
         rows = moving.shape[0] if moving.shape else 1
-        if per_row and idx.size != rows:
+        if per_row and idx is not None and idx.size != rows:
             raise ShapeMismatchError(f"shape mismatch: vector_offset has {idx.size} offsets for an access of "
                                      f"{rows} rows {moving.shape}", value=idx.size, limit=rows)
         if self.full:
-            idx.check_initialized()
-            flat, keep = _shifted(moving, np.asarray(idx.values()).reshape(-1).astype(np.int64), int(stride),
-                                  per_row, skip_out_of_bounds)
+            if idx is None:
+                registers = self._system_state()["registers"]
+                if register not in registers:
+                    from .system import RegisterError
+                    raise RegisterError(f"register: an indirect dma_copy's scalar_offset is register {register}, "
+                                        f"which holds no value", value=register, limit="an initialised register")
+                offsets = np.array([np.uint32(registers[register]).view(np.int32)], np.int64)
+            else:
+                idx.check_initialized()
+                offsets = np.asarray(idx.values()).reshape(-1).astype(np.int64)
+            flat, keep = _shifted(moving, offsets, int(stride), per_row, skip_out_of_bounds)
             fixed = dst if side == "src" else src
             pairs = [(View(moving.tensor, np.unravel_index(flat, moving.tensor.shape)), fixed)]
             if keep is not None:                  # oob_mode.skip: only the rows inside the tensor move, one by one
@@ -202,9 +225,10 @@ class DmaInstructions:
                     copy(shifted, other)
         whole = moving.tensor.full
         nbytes = max(src.nbytes, dst.nbytes)       # a cast: costed as dma_copy_cast, the larger byte count
+        reads = () if idx is None else (idx,)
         if side == "src":
-            return self._schedule_dma(dst, src, (whole, idx), nbytes, queue, "dma_copy_indirect")
-        return self._schedule_dma(whole, src, (src, idx), nbytes, queue, "dma_copy_indirect")
+            return self._schedule_dma(dst, src, (whole,) + reads, nbytes, queue, opcode)
+        return self._schedule_dma(whole, src, (src,) + reads, nbytes, queue, opcode)
 
     def dma_copy_cast(self, dst, src, queue: int | None = None) -> int:
         """dma_copy that converts src's dtype to dst's on the way, which NeuronCore-v3/-v4 DMA engines

@@ -46,7 +46,7 @@ _RAND2_DTYPES = ("float8_e4m3", "float8_e5m2", "float16", "bfloat16", "float32",
 _ENGINE_NAMES = {None: None, "unknown": None, "vector": "dve", "dve": "dve", "gpsimd": "pool", "pool": "pool"}
 # instructions with state beyond their operands (the generators, the registers): kept in program order
 STATEFUL_OPCODES = ("rng", "rand2", "rand", "rand_set_state", "rand_get_state", "register_move", "register_load",
-                    "register_store", "register_rank", "core_barrier")
+                    "register_store", "register_rank", "core_barrier", "dma_copy_register_offset")
 
 
 class GenerationError(HardwareError):

@@ -9,6 +9,7 @@ from trnlab.hardware.errors import MemoryPlacementError, ShapeMismatchError
 from trnlab.nki import issue
 from trnlab.nki.errors import NKIError
 from trnlab.nki.isa_binder import Dtype, Mask, Op, Tile, _engine, _finish, dge_mode, engine, instruction, oob_mode
+from trnlab.nki.isa_registers import VirtualRegister
 from trnlab.nki.tensor import _OPERATIONS, NkiTensor
 
 
@@ -63,6 +64,11 @@ def _dma_copy_indirect(dst: NkiTensor, src: NkiTensor, mask, oob) -> None:
     static = moving._hw[moving._index] if moving._index is not None else moving._hw.full
     launch = issue.begin()
     skip = str(getattr(oob, "name", oob)).endswith("skip")
+    if isinstance(offsets, VirtualRegister):  # .ap(scalar_offset=register): the register's value at run time
+        launch.core.dma_copy_register_offset(dst=static if side == "dst" else dst.hw_view(),
+                                             src=static if side == "src" else src.hw_view(), register=offsets.id,
+                                             stride=int(stride), side=side, skip_out_of_bounds=skip)
+        return None
     launch.core.dma_copy_indirect(dst=static if side == "dst" else dst.hw_view(),
                                   src=static if side == "src" else src.hw_view(),
                                   offsets=offsets.hw_view(), stride=int(stride), per_row=bool(per_row), side=side,
@@ -156,6 +162,9 @@ def _indirect_transpose(dst, src: NkiTensor, perm: tuple, dtype):
     indirect DMA into an HBM scratch tensor, then transposed by the DMA engines into SBUF. ASSUMED:
     the chip does it in one software-DGE transfer; here it costs the two."""
     from trnlab.nki import launches
+    if isinstance(src._dynamic[0], VirtualRegister):
+        raise NKIError("dma_transpose of a view offset by a register (.ap(scalar_offset=register)) is not "
+                       "simulated; move it with dma_copy, then transpose")
     if src.buffer not in ("hbm", "shared_hbm", "private_hbm"):
         raise NKIError("an indirect dma_transpose reads HBM (\"src tensor must be on HBM\", nki.isa.dma_transpose)")
     scratch = _OPERATIONS.allocate(   # (the allocator nki.language installs on tiles)

@@ -430,7 +430,9 @@ class NkiTensor:
             if not 0 <= int(indirect_dim) < self.ndim:
                 raise ViewError(f".ap(indirect_dim={indirect_dim}) of a {self.ndim}-d tensor {self.shape}")
             stride = math.prod(self.shape[int(indirect_dim) + 1:])    # elements per step of indirect_dim
-            if isinstance(scalar_offset, (int, np.integer)) or hasattr(scalar_offset, "__index__"):
+            if _is_register(scalar_offset) and scalar_offset.value is None:
+                dynamic = (scalar_offset, stride, False)              # read from the register at run time
+            elif isinstance(scalar_offset, (int, np.integer)) or hasattr(scalar_offset, "__index__"):
                 offset = int(offset) + int(scalar_offset) * stride    # a value known at trace time
             elif scalar_offset is not None:
                 dynamic = (_views._offsets(scalar_offset), stride, False)
@@ -694,3 +696,9 @@ def _assign(dst: NkiTensor, value) -> None:
         _OPERATIONS.isa.memset(dst=dst, value=value)
         return
     raise NKIError(f"cannot assign a {type(value).__name__} to a tile")
+
+
+def _is_register(value) -> bool:
+    """Is `value` an nki.isa.VirtualRegister (a scalar_offset read from a register when the program runs)?"""
+    return type(value).__name__ == "VirtualRegister" and type(value).__module__ == "trnlab.nki.isa_registers"
+
