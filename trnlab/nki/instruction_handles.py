@@ -88,7 +88,7 @@ class NkiInstruction:
         return f"NkiInstruction({name.strip() or '-'}, instructions {self.instructions.start}..{self.instructions.stop - 1})"
 
 
-def issued(call, bound: dict, name: str | None):
+def issued(call, name: str | None):
     """Run one destination-style nki.isa call and return its handle (the instructions it appended)."""
     launch = launches.active()
     program = getattr(getattr(launch, "core", None), "program", None)

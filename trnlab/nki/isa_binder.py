@@ -204,7 +204,7 @@ def instruction(functional: tuple[str, ...] | None):
             if bound[signature.destination[0]] is None:      # functional style: the result tile
                 return issue_call(bound)
             # destination style: NKI 0.7's instruction handle (nki.isa.NkiInstruction, instruction_handles.py)
-            return _handles.issued(lambda: issue_call(bound), bound, bound.get("name"))
+            return _handles.issued(lambda: issue_call(bound), bound.get("name"))
 
         call.signature = signature
         return call
