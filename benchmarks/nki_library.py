@@ -197,6 +197,13 @@ what is missing: `test/utils/scripts/` and `test/utils/perf_analysis_private.py`
 locking and trace analysis, absent from the repository, unused on a CPU), `neuron_dtypes` (AWS's host
 dtype helpers, served by the zero-edit hook) and the orchestrator's `_compiled_kernel` (read after
 simulation, set only by compilation).
+
+Two files fail on the library's own test code at this commit, on any backend (not worked around):
+`core/qkv/test_qkv_tkg.py` uses `Platforms` in a decorator without importing it (NameError when the
+file is imported); `core/attention/test_gen_mask_tkg.py`'s `_run_test` reads
+`kernel_input["mask_out_hbm"]` while its input generator names that key `"mask_out_hbm.must_alias_input"`
+(and `UnitTestFramework` passes the unfiltered dict): KeyError before any kernel runs (the file's
+`TestGenMaskTkgHbm` tests, which call the orchestrator directly, run).
 """
 
 

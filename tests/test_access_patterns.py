@@ -8,7 +8,7 @@ import trnlab.nki as nki
 import trnlab.nki.isa as nisa
 import trnlab.nki.language as nl
 from trnlab import config
-from trnlab.hardware.errors import OutOfBoundsError, ShapeMismatchError
+from trnlab.hardware.errors import DtypeError, OutOfBoundsError, ShapeMismatchError
 from trnlab.nki.errors import NKIError, ViewError
 
 from nki_kernels import views as V
@@ -213,7 +213,8 @@ def test_an_indirect_dma_transpose_gathers_rows_then_transposes(columns):
     np.testing.assert_array_equal(nki.run(V.gather_transpose, table, ids).outputs, table[rows].T)
 
 
-def test_an_indirect_dma_between_dtypes_is_refused():
+def test_an_indirect_dma_between_dtypes_is_refused_on_neuroncore_v2_only():
+    # (casting on NeuronCore-v3/-v4: tests/nki_api/test_indirect_dma_cast.py)
     @nki.jit
     def kernel(table, ids):
         idx = nl.ndarray((4, 1), dtype=nl.int32, buffer=nl.sbuf)
@@ -222,5 +223,6 @@ def test_an_indirect_dma_between_dtypes_is_refused():
         nisa.dma_copy(dst=rows, src=table.ap([[8, 4], [1, 8]], vector_offset=idx, indirect_dim=0))
         return table
 
-    with pytest.raises(NKIError, match="between dtypes"):
-        nki.run(kernel, np.zeros((10, 8), np.float32), np.zeros((4, 1), np.int32))
+    nki.run(kernel, np.zeros((10, 8), np.float32), np.zeros((4, 1), np.int32))
+    with pytest.raises(DtypeError, match="does not convert on NeuronCore-v2"):
+        nki.run(kernel, np.zeros((10, 8), np.float32), np.zeros((4, 1), np.int32), target="trn1")

@@ -90,6 +90,14 @@ class DmaInstructions:
         dst.write(np.reshape(src.values(), dst.shape))
         self._poison_from(dst, garbage, src)
 
+    def _dma_cast_values(self, dst: View, src: View) -> None:
+        """Full mode: dst = src's values converted to dst's dtype, as a DMA that casts (dma_copy_cast)."""
+        garbage = _garbage_moved(dst, src)
+        values = np.asarray(src.values(), dtype=np.float32) if dtypes.is_float(src.tensor.dtype) \
+            else np.asarray(src.values())
+        dst.write(np.reshape(values, dst.shape).astype(dst.tensor.dtype))
+        self._poison_from(dst, garbage, src)
+
     def dma_gather(self, dst, src, indices, queue: int | None = None) -> int:
         """Indirect DMA: dst[r, ...] = src[indices[r], ...] for the R rows of dst (a gather).
 
@@ -145,36 +153,62 @@ class DmaInstructions:
         pattern with the offset 0. An element outside the tensor raises `OutOfBoundsError`
         (oob_mode.error), or with `skip_out_of_bounds` its row is not moved (oob_mode.skip). Which
         elements move is known only at run time: the transfer waits for (or, writing, claims) the
-        whole tensor on that side; it is costed as the access pattern it is (descriptors per run)."""
+        whole tensor on that side; it is costed as the access pattern it is (descriptors per run). Between
+        dtypes it converts as `dma_copy_cast` does (NeuronCore-v3/-v4; refused on NeuronCore-v2)."""
+        return self._copy_indirect(dst, src, _view(offsets, "offsets"), None, stride, per_row, side,
+                                   skip_out_of_bounds, queue, "dma_copy_indirect")
+
+    def dma_copy_register_offset(self, dst, src, register: int, stride: int, side: str = "src",
+                                 skip_out_of_bounds: bool = False, queue: int | None = None) -> int:
+        """dma_copy_indirect whose scalar offset is a register's value when the program runs (NKI's
+        ``tensor.ap(..., scalar_offset=register)``, e.g. the rank a ring collective's data came from:
+        nki.collectives.collective_permute_implicit_current_processing_rank_id). A register instruction
+        (`system.py`): kept in program order with the instructions that set registers (STATEFUL_OPCODES)."""
+        return self._copy_indirect(dst, src, None, int(register), stride, False, side, skip_out_of_bounds, queue,
+                                   "dma_copy_register_offset")
+
+    def _copy_indirect(self, dst, src, idx, register, stride, per_row, side, skip_out_of_bounds, queue, opcode):
+        """The two indirect copies: offsets from the SBUF view `idx`, or (idx None) from `register`."""
         dst = _view(dst, "dst")
         src = _view(src, "src")
-        idx = _view(offsets, "offsets")
         _check_dma_endpoints(src, dst)
         if side not in ("src", "dst"):
             raise ValueError(f"dma_copy_indirect: side is 'src' or 'dst', got {side!r}")
-        if idx.tensor.kind != "sbuf":             # (read in any order: [128, N] offsets column by column)
+        if idx is None:
+            pass                                  # the offset is a register's (dma_copy_register_offset)
+        elif idx.tensor.kind != "sbuf":             # (read in any order: [128, N] offsets column by column)
             raise MemoryPlacementError(f"operand memory: dma_copy_indirect offsets {idx.tensor.name!r} are in "
                                        f"{idx.tensor.kind.upper()}; the DMA reads them from SBUF",
                                        value=idx.tensor.kind, limit="sbuf")
-        if dtypes.is_float(idx.tensor.dtype):
+        elif dtypes.is_float(idx.tensor.dtype):
             raise DtypeError(f"data type: an access pattern's scalar_offset / vector_offset must be integers, "
                              f"got {dtypes.name(idx.tensor.dtype)}", value=idx.tensor.dtype, limit="int32")
         if src.size != dst.size:
             raise ShapeMismatchError(f"shape mismatch: dma_copy src {src.shape} -> dst {dst.shape}",
                                      value=src.shape, limit=dst.shape)
-        if src.tensor.dtype != dst.tensor.dtype:
-            raise DtypeError(f"data type: an indirect dma_copy does not convert: src "
-                             f"{dtypes.name(src.tensor.dtype)}, dst {dtypes.name(dst.tensor.dtype)}",
+        cast = src.tensor.dtype != dst.tensor.dtype
+        if cast and str(self.spec.generation).lower().lstrip("v") == "2":
+            raise DtypeError(f"data type: an indirect dma_copy does not convert on NeuronCore-v2 ({self.spec.name}): "
+                             f"src {dtypes.name(src.tensor.dtype)}, dst {dtypes.name(dst.tensor.dtype)}; cast with "
+                             f"tensor_copy on an engine (DMA casts from NeuronCore-v3 / Trn2 on)",
                              value=src.tensor.dtype, limit=dst.tensor.dtype)
         moving = src if side == "src" else dst
         rows = moving.shape[0] if moving.shape else 1
-        if per_row and idx.size != rows:
+        if per_row and idx is not None and idx.size != rows:
             raise ShapeMismatchError(f"shape mismatch: vector_offset has {idx.size} offsets for an access of "
                                      f"{rows} rows {moving.shape}", value=idx.size, limit=rows)
         if self.full:
-            idx.check_initialized()
-            flat, keep = _shifted(moving, np.asarray(idx.values()).reshape(-1).astype(np.int64), int(stride),
-                                  per_row, skip_out_of_bounds)
+            if idx is None:
+                registers = self._system_state()["registers"]
+                if register not in registers:
+                    from .system import RegisterError
+                    raise RegisterError(f"register: an indirect dma_copy's scalar_offset is register {register}, "
+                                        f"which holds no value", value=register, limit="an initialised register")
+                offsets = np.array([np.uint32(registers[register]).view(np.int32)], np.int64)
+            else:
+                idx.check_initialized()
+                offsets = np.asarray(idx.values()).reshape(-1).astype(np.int64)
+            flat, keep = _shifted(moving, offsets, int(stride), per_row, skip_out_of_bounds)
             fixed = dst if side == "src" else src
             pairs = [(View(moving.tensor, np.unravel_index(flat, moving.tensor.shape)), fixed)]
             if keep is not None:                  # oob_mode.skip: only the rows inside the tensor move, one by one
@@ -183,15 +217,18 @@ class DmaInstructions:
                 pairs = [(View(moving.tensor, np.unravel_index(flat[r], moving.tensor.shape)),
                           View(fixed.tensor, np.unravel_index(fixed_flat[r], fixed.tensor.shape)))
                          for r in np.flatnonzero(keep)]
+            copy = self._dma_cast_values if cast else self._dma_copy_values
             for shifted, other in pairs:
                 if side == "src":
-                    self._dma_copy_values(other, shifted)
+                    copy(other, shifted)
                 else:
-                    self._dma_copy_values(shifted, other)
+                    copy(shifted, other)
         whole = moving.tensor.full
+        nbytes = max(src.nbytes, dst.nbytes)       # a cast: costed as dma_copy_cast, the larger byte count
+        reads = () if idx is None else (idx,)
         if side == "src":
-            return self._schedule_dma(dst, src, (whole, idx), src.nbytes, queue, "dma_copy_indirect")
-        return self._schedule_dma(whole, src, (src, idx), src.nbytes, queue, "dma_copy_indirect")
+            return self._schedule_dma(dst, src, (whole,) + reads, nbytes, queue, opcode)
+        return self._schedule_dma(whole, src, (src,) + reads, nbytes, queue, opcode)
 
     def dma_copy_cast(self, dst, src, queue: int | None = None) -> int:
         """dma_copy that converts src's dtype to dst's on the way, which NeuronCore-v3/-v4 DMA engines
@@ -216,6 +253,27 @@ class DmaInstructions:
             dst.write(np.reshape(values, dst.shape).astype(dst.tensor.dtype))
             self._poison_from(dst, garbage, src)
         return self._schedule_dma(dst, src, (src,), max(src.nbytes, dst.nbytes), queue, "dma_copy")
+
+    def dma_copy_bytes(self, dst, src, queue: int | None = None) -> int:
+        """dma_copy of src's bytes into dst unchanged, the two of different element types and sizes: an
+        on-chip tile read as another type (NKI's ``sbuf_tile.ap(pattern, dtype=...)``, NKI Access
+        Patterns). The bytes of src's elements in order become dst's elements in order (little-endian,
+        as NumPy's ``.view``); both ends hold the same number of bytes. Costed as a copy of those bytes."""
+        dst = _view(dst, "dst")
+        src = _view(src, "src")
+        _check_dma_endpoints(src, dst)
+        if src.nbytes != dst.nbytes:
+            raise ShapeMismatchError(f"shape mismatch: dma_copy of {src.nbytes} bytes ({src.shape} "
+                                     f"{dtypes.name(src.tensor.dtype)}) into {dst.nbytes} bytes ({dst.shape} "
+                                     f"{dtypes.name(dst.tensor.dtype)})", value=src.nbytes, limit=dst.nbytes)
+        if self.full:
+            garbage = _garbage_moved(dst, src)
+            raw = np.ascontiguousarray(np.asarray(src.values()).astype(src.tensor.dtype, copy=False))
+            dst.write(raw.view(np.uint8).view(dst.tensor.dtype).reshape(dst.shape))
+            if garbage is not None:               # an element's garbage spreads to the bytes it held
+                per_byte = np.repeat(np.reshape(garbage, -1), src.tensor.itemsize)
+                self._poison_from(dst, per_byte.reshape(-1, dst.tensor.itemsize).any(axis=1), src)
+        return self._schedule_dma(dst, src, (src,), src.nbytes, queue, "dma_copy")
 
     def dma_transpose(self, dst, src, queue: int | None = None, axes: tuple | None = None) -> int:
         """dst[B, A] = src[A, B].T moved by a DMA (nisa.dma_transpose, nl.load_transpose2d): src in

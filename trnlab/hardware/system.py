@@ -12,7 +12,8 @@ generated/nki.isa.<name>.html), as methods of `NeuronCore` (`SystemInstructions`
     register_move(register, value, source)   register = value (or register `source`)      GpSimd (ASSUMED)
     register_load(register, src)  register = src's one 32-bit value (HBM or SBUF)           GpSimd (ASSUMED)
     register_store(dst, register) dst's one element = register                              GpSimd (ASSUMED)
-    register_rank(register)       register = this core's rank (nki.collectives.rank_id)      GpSimd (ASSUMED)
+    register_rank(register, ring, iteration)  register = this core's rank, or (ring) the rank whose data
+                                  it holds after `iteration` ring steps                  GpSimd (ASSUMED)
     core_barrier(data, engine)    wait for this core's writes to data and the peer core        GpSimd (default)
     dma_compute(dst, src0, ...)   dst = src0 + src1 + ... in fp32, cast to dst (v3+)             a DMA queue
 
@@ -45,7 +46,7 @@ _RAND2_DTYPES = ("float8_e4m3", "float8_e5m2", "float16", "bfloat16", "float32",
 _ENGINE_NAMES = {None: None, "unknown": None, "vector": "dve", "dve": "dve", "gpsimd": "pool", "pool": "pool"}
 # instructions with state beyond their operands (the generators, the registers): kept in program order
 STATEFUL_OPCODES = ("rng", "rand2", "rand", "rand_set_state", "rand_get_state", "register_move", "register_load",
-                    "register_store", "register_rank", "core_barrier")
+                    "register_store", "register_rank", "core_barrier", "dma_copy_register_offset")
 
 
 class GenerationError(HardwareError):
@@ -281,9 +282,17 @@ class SystemInstructions:
             self._store(dst, value.astype(dst.tensor.dtype))
         return self._issue_system(POOL, "register_store", self._register_ns(), (), (dst,))
 
-    def register_rank(self, register: int) -> int:
-        """register = this core's rank in its cluster (0 on a core of no cluster) [nki.collectives.rank_id]."""
-        self._system_state()["registers"][int(register)] = int(getattr(self, "_cc_rank", 0) or 0)
+    def register_rank(self, register: int, ring: tuple = (), iteration: int = 0) -> int:
+        """register = this core's rank in its cluster (0 on a core of no cluster) [nki.collectives.rank_id];
+        with `ring` (the rank lists of an implicit ring permute), the rank whose data this rank holds after
+        `iteration` ring steps: its own at 0, then its predecessors' in turn
+        [nki.collectives.collective_permute_implicit_current_processing_rank_id]."""
+        rank = int(getattr(self, "_cc_rank", 0) or 0)
+        for group in ring:
+            if rank in group:                       # each step receives the predecessor's data
+                rank = int(group[(list(group).index(rank) - int(iteration)) % len(group)])
+                break
+        self._system_state()["registers"][int(register)] = rank
         return self._issue_system(POOL, "register_rank", self._register_ns(), (), ())
 
     # -- synchronisation --------------------------------------------------------------------------

@@ -201,6 +201,10 @@ class Kernel:
             # program): inline it, its instructions in a region named after it (noted as an inlined
             # kernel's: the list schedule may interleave it with its caller, as AWS's compiler does)
             launches.active().__dict__.setdefault("inlined", set()).add(self.func.__name__)
+            from trnlab.nki.compile_config import check_nested
+            check_nested(getattr(launches.active(), "kernel_config", (None, None)),
+                         (_directive(self, "compile_config"), _directive(self, "specialization_config")),
+                         self.func.__name__)
             with region(self.func.__name__):
                 return self.func(*args, **kwargs)
         return run(self, *args, **kwargs).outputs
@@ -210,16 +214,28 @@ class Kernel:
         return f"nki.jit({self.func.__name__}){grid}"
 
 
-def jit(func=None, *, target=None, platform_target=None, timing_only: bool = False, mode=None, **kwargs):
+def jit(func=None, *, target=None, platform_target=None, timing_only: bool = False, mode=None,
+        compile_config=None, specialization_config=None, **kwargs):
     """Decorator making an NKI kernel: `@nki.jit` or `@nki.jit(target="trn1")`.
 
     `mode`, `platform_target` and the other options of AWS's jit are accepted; `platform_target`
-    picks the preset like `target`.
+    picks the preset like `target`. NKI 0.7's `compile_config=nki.compiler.CompileConfig(...)` and
+    `specialization_config=nki.compiler.SpecializationConfig(...)` are honoured or refused option by
+    option (`compile_config.py`).
     """
+    from trnlab.nki.compile_config import check_jit_arguments
+    check_jit_arguments(compile_config, specialization_config)
+
     def wrap(f):
-        if isinstance(f, Kernel):
-            return f
-        return Kernel(f, target=target or platform_target, timing_only=timing_only)
+        kernel = f if isinstance(f, Kernel) else Kernel(f, target=target or platform_target, timing_only=timing_only)
+        if compile_config is None and specialization_config is None:
+            return kernel
+        if kernel is f:                   # nki.jit(compile_config=...)(kernel): a configured copy
+            kernel = Kernel(f.func, f.grid, f.target, f.timing_only)
+            kernel.nki_directives = dict(f.__dict__.get("nki_directives", {}))
+        kernel.nki_directives = {**kernel.__dict__.get("nki_directives", {}), "compile_config": compile_config,
+                                 "specialization_config": specialization_config}
+        return kernel
     return wrap(func) if func is not None else wrap
 
 
@@ -240,7 +256,7 @@ def trace(kernel, *args, target=None, grid=None, points=None, **kwargs):
     points = None if points is None else tuple(tuple(p) for p in points)
     order = schedule_of(kernel)
     key = (kernel.func, grid, tuple(getattr(g, "cores", 1) for g in grid), points, spec.name, id(spec), order,
-           DROP_PSUM_ZEROING, _directive(kernel, "schedule"), config.get("spill"),
+           DROP_PSUM_ZEROING, _directive(kernel, "schedule"), _directive(kernel, "compile_config"), config.get("spill"),
            tuple(_signature(a) for a in args), tuple((k, _signature(v)) for k, v in sorted(kwargs.items())))
     program = _PROGRAMS.get(key)
     if program is not None:
@@ -311,6 +327,10 @@ def _trace_once(kernel: Kernel, args, kwargs, spec, grid: tuple, concrete, point
 
 
 def _run_trace(kernel, args, kwargs, spec, grid, recorder, launch, names, allocate, points=None):
+    from trnlab.nki import compile_config as _config
+    compile_config = _directive(kernel, "compile_config")
+    _config.check_before_trace(compile_config, kernel.func.__name__)
+    launch.kernel_config = (compile_config, _directive(kernel, "specialization_config"))
     launches.push(launch)
     try:
         args = tuple(_trace_argument(a, names[i] if i < len(names) else f"arg{i}", launch)
@@ -338,16 +358,44 @@ def _run_trace(kernel, args, kwargs, spec, grid, recorder, launch, names, alloca
             program.schedule_edges = resolve(edges, getattr(launch, "instruction_names", {}))
         except Exception as error:
             raise locate(error)
+    dependencies = launch.__dict__.get("dependency_edges")
+    if dependencies:                         # handle.depends_on(...) (instruction_handles.py)
+        from trnlab.nki import instruction_handles
+        try:
+            pairs = instruction_handles.resolve(dependencies, program)
+        except Exception as error:
+            raise locate(error)
+        program.schedule_edges = tuple(sorted(set(getattr(program, "schedule_edges", ())) | set(pairs)))
+        edges = edges or pairs
     program.no_reorder = bool(getattr(launch, "no_reorder", False))   # a loop said ncc.no_reorder()
     program.inlined_regions = frozenset(getattr(launch, "inlined", ()))  # regions of inlined kernels
     try:
-        allocated = allocate(program, spec, fuse=not _directive(kernel, "skip_middle_end_transformations"))
+        _config.check_after_trace(compile_config, program, kernel.func.__name__)
+        if compile_config is not None and compile_config.surfaces_allocation_failure:
+            allocated = _allocate_without_fallback(program, spec)
+        else:
+            allocated = allocate(program, spec, fuse=not _directive(kernel, "skip_middle_end_transformations"))
     except Exception as error:
         raise locate(error)
     if edges and allocated is not program:
-        raise NKIError("with_schedule: this kernel's loops are fused to fit the memory (hardware/fusion.py), "
-                       "which reorders its instructions; scheduling edges are not supported on such kernels")
+        raise NKIError("with_schedule / depends_on: this kernel's loops are fused to fit the memory "
+                       "(hardware/fusion.py), which reorders its instructions; scheduling edges are not supported "
+                       "on such kernels")
     return allocated
+
+
+def _allocate_without_fallback(program, spec):
+    """CompileConfig(nki_alloc_fallback=False): the kernel's own allocation, in the order written; an
+    SBUF/PSUM overflow is raised instead of trnlab's fallbacks (loop fusion, spilling)."""
+    from trnlab.hardware.errors import PSUMOverflowError, SBUFOverflowError
+    from trnlab.hardware.fusion import allocate_in_order
+    try:
+        return allocate_in_order(program, spec)
+    except (SBUFOverflowError, PSUMOverflowError) as error:
+        error.args = (f"{error.args[0] if error.args else error} (CompileConfig(nki_alloc_fallback=False): the "
+                      f"allocation failure surfaces; trnlab's fallbacks — loop fusion, spilling — do not run)",
+                      ) + tuple(error.args[1:])
+        raise
 
 
 def _directive(kernel: Kernel, name: str):

@@ -27,10 +27,12 @@ NKI 0.7's variable-length collectives and the implicit ring permute:
 next rank of the list, on CC engine channel mod 2 — ASSUMED: the channels share the core's two CC cores.)
 
 Differences from AWS's module: srcs/dsts lists are issued pair by pair (no coalescing discount);
-``priority`` is accepted and has no effect; ``collective_permute_implicit_current_processing_rank_id`` is
-not simulated. ``rank_id()`` returns a
-register holding the rank when the program runs (`nisa.register_store` writes it to memory; a loop bounded
-by it is refused: a program is traced once for every rank).
+``priority`` is accepted and has no effect. ``rank_id()`` and
+``collective_permute_implicit_current_processing_rank_id(iteration_id, replica_group)`` return a register
+holding, when the program runs, the rank (or the rank whose data the ring has brought after
+``iteration_id`` steps: its own at 0, then its predecessors') — `nisa.register_store` writes it to memory,
+``tensor.ap(scalar_offset=register)`` uses it as a dynamic offset; a loop bounded by it is refused: a
+program is traced once for every rank.
 """
 from __future__ import annotations
 
@@ -226,4 +228,29 @@ def rank_id(name=None):
     register.origin = "the rank id (nki.collectives.rank_id), known when the program runs on its rank"
     launch = issue.begin()
     launch.core.register_rank(register=register.id)
+    return register
+
+
+def collective_permute_implicit_current_processing_rank_id(iteration_id: int, replica_group, channel_id: int = 0,
+                                                           num_channels: int = 1, name=None):
+    """The rank whose data this rank processes in ring iteration ``iteration_id`` of
+    collective_permute_implicit(_reduce) over ``replica_group``: its own rank at iteration 0, then the
+    rank of the data received from its predecessors, going back around its rank list one rank per
+    iteration [nki.collectives.collective_permute_implicit_current_processing_rank_id, v2.33]. A
+    VirtualRegister, as rank_id's: known when the program runs on its rank. Every channel of trnlab's
+    ring permute follows the same ring, so ``channel_id`` does not change the rank."""
+    from trnlab.nki.isa_registers import VirtualRegister
+    iteration = getattr(iteration_id, "value", iteration_id)         # a register known at trace time
+    if isinstance(iteration, bool) or not isinstance(iteration, int) and not hasattr(iteration, "__index__"):
+        raise NKIError(f"collective_permute_implicit_current_processing_rank_id: iteration_id is a Python int "
+                       f"(or a loop index) known when the kernel is traced, got {iteration_id!r}")
+    if int(iteration) < 0:
+        raise NKIError(f"collective_permute_implicit_current_processing_rank_id: iteration_id counts ring steps "
+                       f"from 0, got {int(iteration)}")
+    groups = _groups(replica_group)
+    register = VirtualRegister()
+    register.origin = (f"the rank processed in ring iteration {int(iteration)} (nki.collectives."
+                       f"collective_permute_implicit_current_processing_rank_id), known when the program runs")
+    launch = issue.begin()
+    launch.core.register_rank(register=register.id, ring=tuple(tuple(g) for g in groups), iteration=int(iteration))
     return register

@@ -12,6 +12,8 @@ Names and parameters follow the NKI API reference (nki.compiler.*, NKI "beta 2" 
 - **Kernel decorators.** `skip_middle_end_transformations`, `enable_stack_allocator`, `force_auto_alloc`
   mark a kernel (the attribute records the directive; the simulator's scheduling is its own).
 - **Loop directives.** ``nl.sequential_range(n, directives=ncc.no_reorder())`` and ``ncc.multi_buffer(k)``.
+- **NKI 0.7's per-kernel configuration.** `CompileConfig`, `SpecializationConfig`, `AddressRotation`,
+  passed to ``nki.jit(compile_config=..., specialization_config=...)`` (`compile_config.py`).
 """
 from __future__ import annotations
 
@@ -19,7 +21,9 @@ import math
 from dataclasses import dataclass
 from typing import Callable
 
-__all__ = ["sbuf", "psum", "skip_middle_end_transformations", "enable_stack_allocator", "force_auto_alloc",
+from trnlab.nki.compile_config import AddressRotation, CompileConfig, SpecializationConfig  # noqa: E402,F401
+
+__all__ = ["CompileConfig", "SpecializationConfig", "AddressRotation", "sbuf", "psum", "skip_middle_end_transformations", "enable_stack_allocator", "force_auto_alloc",
            "no_reorder", "multi_buffer", "ModAlloc", "PsumModAlloc", "CustomAlloc", "AutoAlloc"]
 
 

@@ -62,3 +62,6 @@ from trnlab.nki.isa_random import rand2, rand_get_state, rand_set_state, rng, se
 from trnlab.nki.isa_registers import (VirtualRegister, register_alloc, register_load, register_move,  # noqa: E402,F401
                                       register_store)
 from trnlab.nki.isa_sync import core_barrier, dma_compute, dma_engine, sendrecv  # noqa: E402,F401
+
+# NKI 0.7's instruction handles: what a destination-style call returns (instruction_handles.py)
+from trnlab.nki.instruction_handles import NkiInstruction, dependency  # noqa: E402,F401

@@ -14,6 +14,7 @@ from typing import Callable, Union
 from trnlab.hardware import dtypes as hw_dtypes
 from trnlab.nki import issue, launches
 from trnlab.nki import mask_split as _mask_split
+from trnlab.nki import instruction_handles as _handles
 from trnlab.nki import schedule as _schedule
 from trnlab.nki.errors import NKIError
 from trnlab.nki.indexing import Predicate
@@ -190,14 +191,20 @@ def instruction(functional: tuple[str, ...] | None):
         signature = Signature.of(impl, functional)
         SIGNATURES[impl.__name__] = signature
 
-        @functools.wraps(impl)
-        def call(*args, **kwargs):
-            bound = signature.bind(args, kwargs)
+        def issue_call(bound):
             if _mask_split.has_multi_iterator_clause(bound.get("mask")):   # e.g. mask=(i_p >= i_f)
                 return _mask_split.call_split(impl, bound, impl.__name__)
             if bound.get("name"):               # a named instruction (kernel.with_schedule: schedule.py)
                 return _schedule.named(bound["name"], lambda: impl(**bound))
             return impl(**bound)
+
+        @functools.wraps(impl)
+        def call(*args, **kwargs):
+            bound = signature.bind(args, kwargs)
+            if bound[signature.destination[0]] is None:      # functional style: the result tile
+                return issue_call(bound)
+            # destination style: NKI 0.7's instruction handle (nki.isa.NkiInstruction, instruction_handles.py)
+            return _handles.issued(lambda: issue_call(bound), bound.get("name"))
 
         call.signature = signature
         return call
@@ -216,7 +223,8 @@ def _block_index(view: NkiTensor) -> tuple:
 
 def _finish(dst: NkiTensor | None, emit, shape, dtype, buffer: str = "sbuf", ranges: dict | None = None,
             accumulates: bool = False, storage: tuple | None = None) -> NkiTensor | None:
-    """Destination style: issue into dst now (returns None). Functional: a pending tile."""
+    """Destination style: issue into dst now (returns None; the binder makes it an instruction handle).
+    Functional: a pending tile."""
     if dst is not None:
         if not issue.skipped(ranges):
             emit(issue.tile(dst, "dst"), None)

@@ -9,6 +9,7 @@ from trnlab.hardware.errors import MemoryPlacementError, ShapeMismatchError
 from trnlab.nki import issue
 from trnlab.nki.errors import NKIError
 from trnlab.nki.isa_binder import Dtype, Mask, Op, Tile, _engine, _finish, dge_mode, engine, instruction, oob_mode
+from trnlab.nki.isa_registers import VirtualRegister
 from trnlab.nki.tensor import _OPERATIONS, NkiTensor
 
 
@@ -29,6 +30,8 @@ def dma_copy(dst: Tile, src: Tile, dst_rmw_op: Op | None = None, oob_mode: oob_m
                        "trnlab simulates the indirect load (gather) only")
     if src._dynamic is not None or dst._dynamic is not None:
         return _dma_copy_indirect(dst, src, mask, oob_mode)
+    if src._bitcast is not None or dst._bitcast is not None:
+        return _dma_copy_bytes(dst, src, mask)
     launch = issue.begin()
     if src._gather is not None:
         if mask is not None:
@@ -49,23 +52,45 @@ def dma_copy(dst: Tile, src: Tile, dst_rmw_op: Op | None = None, oob_mode: oob_m
 
 def _dma_copy_indirect(dst: NkiTensor, src: NkiTensor, mask, oob) -> None:
     """dma_copy of an indirect view (`.ap(scalar_offset= / vector_offset=)`, `select` / `vector_select`
-    by a tile): the DMA reads the offsets from SBUF at run time (hardware `dma_copy_indirect`)."""
+    by a tile): the DMA reads the offsets from SBUF at run time (hardware `dma_copy_indirect`); between
+    dtypes it casts on the way as a direct dma_copy does on NeuronCore-v3/-v4 (refused on NeuronCore-v2)."""
     if src._dynamic is not None and dst._dynamic is not None:
         raise NKIError("dma_copy with indirect views on both src and dst is not simulated")
     if mask is not None:
         raise NKIError("an indirect dma_copy (scalar_offset / vector_offset) with mask= is not simulated")
-    if np.dtype(dst.dtype) != np.dtype(src.dtype):
-        raise NKIError("an indirect dma_copy between dtypes is not simulated; cast on an engine")
     side = "src" if src._dynamic is not None else "dst"
     moving = src if side == "src" else dst
     offsets, stride, per_row = moving._dynamic
     static = moving._hw[moving._index] if moving._index is not None else moving._hw.full
     launch = issue.begin()
     skip = str(getattr(oob, "name", oob)).endswith("skip")
+    if isinstance(offsets, VirtualRegister):  # .ap(scalar_offset=register): the register's value at run time
+        launch.core.dma_copy_register_offset(dst=static if side == "dst" else dst.hw_view(),
+                                             src=static if side == "src" else src.hw_view(), register=offsets.id,
+                                             stride=int(stride), side=side, skip_out_of_bounds=skip)
+        return None
     launch.core.dma_copy_indirect(dst=static if side == "dst" else dst.hw_view(),
                                   src=static if side == "src" else src.hw_view(),
                                   offsets=offsets.hw_view(), stride=int(stride), per_row=bool(per_row), side=side,
                                   skip_out_of_bounds=skip)
+    return None
+
+
+def _dma_copy_bytes(dst: NkiTensor, src: NkiTensor, mask) -> None:
+    """dma_copy of an on-chip tile's bytes read as another element size (``sbuf_tile.ap(pattern,
+    dtype=...)``, `tensor_views.bytes_view`) on either end: the DMA moves the bytes unchanged, so the two
+    ends hold the same number of bytes and the type of the end that is not a byte view (hardware
+    `dma_copy_bytes`)."""
+    if mask is not None:
+        raise NKIError("a dma_copy of a tile read as another element size (.ap(dtype=)) with mask= is not simulated")
+    dst_bytes = dst._bitcast if dst._bitcast is not None else dst
+    src_bytes = src._bitcast if src._bitcast is not None else src
+    if np.dtype(dst.dtype) != np.dtype(src.dtype):
+        raise NKIError(f"dma_copy of a tile read as another element size (.ap(dtype=)): src is read as "
+                       f"{np.dtype(src.dtype).name}, dst as {np.dtype(dst.dtype).name}; the bytes move unchanged, "
+                       f"so both ends are read as one type")
+    launch = issue.begin()
+    launch.core.dma_copy_bytes(dst=dst_bytes.hw_view(), src=src_bytes.hw_view())
     return None
 
 
@@ -137,6 +162,9 @@ def _indirect_transpose(dst, src: NkiTensor, perm: tuple, dtype):
     indirect DMA into an HBM scratch tensor, then transposed by the DMA engines into SBUF. ASSUMED:
     the chip does it in one software-DGE transfer; here it costs the two."""
     from trnlab.nki import launches
+    if isinstance(src._dynamic[0], VirtualRegister):
+        raise NKIError("dma_transpose of a view offset by a register (.ap(scalar_offset=register)) is not "
+                       "simulated; move it with dma_copy, then transpose")
     if src.buffer not in ("hbm", "shared_hbm", "private_hbm"):
         raise NKIError("an indirect dma_transpose reads HBM (\"src tensor must be on HBM\", nki.isa.dma_transpose)")
     scratch = _OPERATIONS.allocate(   # (the allocator nki.language installs on tiles)

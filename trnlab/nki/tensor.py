@@ -35,7 +35,7 @@ HBM_KINDS = ("hbm", "shared_hbm", "private_hbm")
 class NkiTensor:
     __slots__ = ("shape", "dtype", "buffer", "name", "_owner", "_hw", "_index", "_ap", "_emit",
                  "_launch", "_view_cache", "_storage", "_views", "_valid", "_valid_iterator", "_gather",
-                 "_rotate", "_block", "_dynamic", "__weakref__")
+                 "_rotate", "_block", "_dynamic", "_bitcast", "__weakref__")
 
     def __init__(self, shape, dtype, buffer, name=""):
         self.shape = tuple(shape)
@@ -57,6 +57,8 @@ class NkiTensor:
         self._rotate = None           # direct allocation: per block axis, how many physical tiles it rotates over
         self._block = None            # a view of one block of such an allocation: (physical, logical) block index
         self._dynamic = None          # indirect view: (SBUF tile of offsets, element stride, one per row?) (tensor_views)
+        self._bitcast = None          # an on-chip tile's bytes read as another element size: the view of
+        #                               the whole elements it covers (tensor_views.bytes_view; DMAs move it)
 
     # -- construction ---------------------------------------------------------------------
     @classmethod
@@ -135,6 +137,9 @@ class NkiTensor:
     def __getitem__(self, key) -> "NkiTensor":
         if self._emit is not None:
             self._ready()
+        if self._bitcast is not None:
+            raise ViewError(_views.BYTES_VIEW_RULE.format(name=self.name, dtype=_dtypes.name(self.dtype),
+                                                          own=_dtypes.name(self._bitcast.dtype)))
         key = plain_key(key if type(key) is tuple else (key,))   # loop indices: their values (loop_index.py)
         if key and isinstance(key[0], NkiTensor):
             return self._indirect(key)
@@ -322,6 +327,9 @@ class NkiTensor:
         if self._dynamic is not None:
             raise ViewError(f"{self.name!r} is an indirect view (scalar_offset / vector_offset, select or "
                             f"vector_select by a tile): only DMAs move it (nisa.dma_copy, nl.load, nl.store)")
+        if self._bitcast is not None:
+            raise ViewError(_views.BYTES_VIEW_RULE.format(name=self.name, dtype=_dtypes.name(self.dtype),
+                                                          own=_dtypes.name(self._bitcast.dtype)))
         if self._ap is not None:
             return self._hw[_resolve_ap(self._ap, ranges, self.name)]
         if not ranges:
@@ -380,7 +388,8 @@ class NkiTensor:
         ``dtype=`` reads the elements as another type (uint32 words, or uint8 bytes, as 4-packed MX
         data: AWS's mxfp-matmul tutorial): the bits move unchanged (`hardware.dtypes.cast`). A type
         of another size re-reads a whole HBM tensor's bytes, its last axis scaled by the size ratio,
-        and the pattern counts elements of the new type.
+        and the pattern counts elements of the new type; on an SBUF tile the same reading is a view of
+        the tile's bytes that a DMA moves (`tensor_views.bytes_view`).
         ``scalar_offset=`` (an SBUF tile holding one integer, or an int) moves the whole access by that
         many elements of dim ``indirect_dim``; ``vector_offset=`` (an SBUF tile with one integer per row)
         starts row r of the access (the first pair) at offsets[r] along ``indirect_dim`` instead: an
@@ -412,6 +421,8 @@ class NkiTensor:
         if dtype is not None and _dtypes.as_dtype(dtype).itemsize != np.dtype(self.dtype).itemsize:
             if scalar_offset is not None or vector_offset is not None:
                 raise ViewError(".ap(dtype=) of another element size with an indirect offset is not supported")
+            if self.buffer in ON_CHIP:           # the tile's bytes as the other type: a DMA moves them
+                return _views.bytes_view(self, _dtypes.as_dtype(dtype), pattern, offset)
             return self._retyped(_dtypes.as_dtype(dtype)).ap(pattern, offset=offset)
         pattern = [[int(stride), int(count)] for stride, count in pattern]
         dynamic = None
@@ -419,7 +430,9 @@ class NkiTensor:
             if not 0 <= int(indirect_dim) < self.ndim:
                 raise ViewError(f".ap(indirect_dim={indirect_dim}) of a {self.ndim}-d tensor {self.shape}")
             stride = math.prod(self.shape[int(indirect_dim) + 1:])    # elements per step of indirect_dim
-            if isinstance(scalar_offset, (int, np.integer)) or hasattr(scalar_offset, "__index__"):
+            if _is_register(scalar_offset) and scalar_offset.value is None:
+                dynamic = (scalar_offset, stride, False)              # read from the register at run time
+            elif isinstance(scalar_offset, (int, np.integer)) or hasattr(scalar_offset, "__index__"):
                 offset = int(offset) + int(scalar_offset) * stride    # a value known at trace time
             elif scalar_offset is not None:
                 dynamic = (_views._offsets(scalar_offset), stride, False)
@@ -683,3 +696,9 @@ def _assign(dst: NkiTensor, value) -> None:
         _OPERATIONS.isa.memset(dst=dst, value=value)
         return
     raise NKIError(f"cannot assign a {type(value).__name__} to a tile")
+
+
+def _is_register(value) -> bool:
+    """Is `value` an nki.isa.VirtualRegister (a scalar_offset read from a register when the program runs)?"""
+    return type(value).__name__ == "VirtualRegister" and type(value).__module__ == "trnlab.nki.isa_registers"
+

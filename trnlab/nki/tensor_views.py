@@ -352,3 +352,39 @@ def is_contiguous(t) -> bool:
 def indirect(t, *args, **kwargs):
     raise NKIError("NkiTensor.indirect (Tensor Indirection: a compute instruction reading or writing columns "
                    "named by an SBUF tile, NeuronCore-v4) is not simulated")
+
+
+BYTES_VIEW_RULE = ("{name!r} reads an on-chip tile's {own} elements as {dtype} (.ap(dtype=) of another element "
+                   "size): only a DMA moves such a view (nisa.dma_copy); an engine reads a tile in its own type — "
+                   "copy the bytes with a DMA first")
+
+
+def bytes_view(t, dtype, pattern, offset: int = 0):
+    """An on-chip tile's bytes read as `dtype`, another element size (``sbuf_tile.ap(pattern, dtype=...)``,
+    NKI Access Patterns): the pattern counts elements of the new type over the tile's row-major bytes, the
+    first pair walking the partitions. The view keeps the whole old elements it covers (`_bitcast`, an
+    ordinary access pattern of the tile) and only a DMA moves it, byte for byte (hardware
+    `dma_copy_bytes`). A pattern that reads part of an old element is refused by name."""
+    old, new = np.dtype(t.dtype).itemsize, np.dtype(dtype).itemsize
+    pattern = [[int(stride), int(count)] for stride, count in pattern]
+    row_bytes = math.prod(t.shape[1:]) * old
+    if row_bytes % new:
+        raise ViewError(f".ap(dtype={np.dtype(dtype).name}) of {t.name!r} {t.shape} {np.dtype(t.dtype).name}: a "
+                        f"partition's {row_bytes} bytes do not hold whole {new}-byte elements")
+    if new < old:                          # r new elements make one old element: whole groups only
+        r = old // new
+        *outer, (last_stride, last_count) = pattern
+        if last_stride != 1 or last_count % r or int(offset) % r or any(s % r for s, _ in outer):
+            raise ViewError(f".ap(dtype={np.dtype(dtype).name}) of {t.name!r} ({np.dtype(t.dtype).name}): the "
+                            f"pattern {pattern} at offset {offset} reads part of a {old}-byte element; trnlab moves "
+                            f"an on-chip tile's bytes as whole {np.dtype(t.dtype).name} elements (runs of {r} "
+                            f"{np.dtype(dtype).name} elements starting at a multiple of {r})")
+        covered = t.ap([[s // r, c] for s, c in outer] + [[1, last_count // r]], offset=int(offset) // r)
+    else:                                  # one new element spans r old elements
+        r = new // old
+        covered = t.ap([[s * r, c] for s, c in pattern] + [[1, r]], offset=int(offset) * r)
+    view = type(t)(tuple(c for _, c in pattern), dtype, t.buffer, t.name)
+    view._owner, view._hw, view._launch = t._base(), t._hw, t._launch
+    view._bitcast = covered
+    return view
+

@@ -1,0 +1,91 @@
+"""``sbuf_tile.ap(pattern, dtype=...)`` of another element size (NKI Access Patterns: the pattern counts
+elements of the new type over the tile's bytes): a DMA moves the tile's bytes unchanged — e.g. fp32
+scales stored as the fp8 bytes of an HBM row, as a quantizing kernel appends its dequantization scales.
+Values against NumPy's ``.view``; an engine reading such a view and a pattern that splits an element are
+refused by name; fast paths on and off."""
+import ml_dtypes
+import numpy as np
+import pytest
+
+import trnlab.nki as nki
+import trnlab.nki.isa as nisa
+import trnlab.nki.language as nl
+from trnlab import config
+from trnlab.nki.errors import ViewError
+
+RNG = np.random.default_rng(3)
+
+
+@nki.jit
+def scales_as_fp8_bytes(scales):
+    """out[p, 0:4] = the 4 bytes of the fp32 scale of row p, as float8_e4m3 elements."""
+    P = scales.shape[0]
+    tile = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=tile, src=scales)
+    out = nl.ndarray((P, 4), dtype=nl.float8_e4m3, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=tile.ap(pattern=[[4, P], [1, 4]], dtype=nl.float8_e4m3))
+    return out
+
+
+@nki.jit
+def bf16_pairs_as_fp32(x):
+    """out[p, j] = the fp32 word made of bf16 elements 2j, 2j + 1 of row p (x: [P, 8] bf16)."""
+    P, F = x.shape
+    tile = nl.ndarray((P, F), dtype=nl.bfloat16, buffer=nl.sbuf)
+    nisa.dma_copy(dst=tile, src=x)
+    out = nl.ndarray((P, F // 2), dtype=nl.float32, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=tile.ap([[F // 2, P], [1, F // 2]], dtype=nl.float32))
+    return out
+
+
+@nki.jit
+def fp8_bytes_into_an_fp32_tile(raw):
+    """The reverse direction: raw [P, 4] fp8 bytes land in an fp32 SBUF tile read as fp8, then go out as fp32."""
+    P = raw.shape[0]
+    tile = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=tile.ap([[4, P], [1, 4]], dtype=nl.float8_e4m3), src=raw)
+    out = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=tile)
+    return out
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_an_sbuf_tile_read_as_a_smaller_type_moves_its_bytes(fast, records):
+    scales = RNG.uniform(0.01, 4.0, size=(128, 1)).astype(np.float32)
+    with config.override(fast=fast):
+        run = nki.run(scales_as_fp8_bytes, scales)
+    assert run.outputs.dtype == np.dtype(nl.float8_e4m3)
+    np.testing.assert_array_equal(run.outputs.view(np.uint8), scales.view(np.uint8).reshape(128, 4))
+
+
+def test_an_sbuf_tile_read_as_a_larger_type_moves_its_bytes():
+    x = RNG.normal(size=(64, 8)).astype(ml_dtypes.bfloat16)
+    out = nki.run(bf16_pairs_as_fp32, x).outputs
+    np.testing.assert_array_equal(out, x.view(np.float32))
+
+
+def test_a_dma_writes_bytes_into_an_sbuf_tile_read_as_another_type():
+    scales = RNG.uniform(0.01, 4.0, size=(32, 1)).astype(np.float32)
+    raw = scales.view(np.uint8).reshape(32, 4).view(np.dtype(nl.float8_e4m3))
+    np.testing.assert_array_equal(nki.run(fp8_bytes_into_an_fp32_tile, raw).outputs, scales)
+
+
+def test_an_engine_reading_a_bytes_view_and_a_pattern_splitting_an_element_are_refused():
+    def engine_reads(x):
+        tile = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=tile, src=x)
+        out = nl.ndarray((128, 4), dtype=nl.float8_e4m3, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=out, src=tile.ap([[4, 128], [1, 4]], dtype=nl.float8_e4m3))
+        return x
+
+    def splits(x):
+        tile = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=tile, src=x)
+        out = nl.ndarray((128, 2), dtype=nl.float8_e4m3, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=tile.ap([[4, 128], [1, 2]], dtype=nl.float8_e4m3))
+        return out
+    x = np.ones((128, 1), np.float32)
+    with pytest.raises(ViewError, match="only a DMA moves such a view"):
+        nki.run(nki.jit(engine_reads), x)
+    with pytest.raises(ViewError, match="reads part of a 4-byte element"):
+        nki.run(nki.jit(splits), x)
