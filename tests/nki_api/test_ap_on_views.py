@@ -122,3 +122,26 @@ def test_ap_past_the_end_fails_at_the_instruction_that_uses_it():
 
     with pytest.raises(Exception, match=r"out-of-bounds access pattern on .* elements \[24, 1536\] of 1536"):
         nki.run(kernel, np.zeros((64, 24), np.float32))
+
+
+@nki.jit
+def copy_into_right_half(x):
+    # x [128, 128]; written into columns 128..255 of a [128, 256] tile through a pattern whose last
+    # pair is [0, 1] (as the NKI Library's output projection writes when B x S > one PSUM bank):
+    # 16384 positions, more than NumPy 2.4's np.unravel_index gets right for a trailing size-1 axis
+    src = nl.ndarray((128, 128), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=src, src=x)
+    wide = nl.ndarray((128, 256), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.memset(dst=wide, value=0.0)
+    nisa.tensor_copy(dst=wide.ap(pattern=[[256, 128], [1, 128], [0, 1]], offset=128),
+                     src=src.ap(pattern=[[128, 128], [1, 128], [0, 1]], offset=0))
+    out = nl.ndarray((128, 256), dtype=x.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=wide)
+    return out
+
+
+def test_pattern_ending_in_a_count_one_pair_walks_every_partition():
+    x = RNG.normal(size=(128, 128)).astype(np.float32)
+    out = run_both(copy_into_right_half, x).outputs
+    np.testing.assert_array_equal(out[:, 128:], x)
+    np.testing.assert_array_equal(out[:, :128], 0.0)

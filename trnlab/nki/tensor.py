@@ -21,6 +21,7 @@ import numpy as np
 
 from trnlab.hardware import dtypes as _dtypes
 from trnlab.hardware.errors import OutOfBoundsError, ShapeMismatchError
+from trnlab.hardware.tensor import unravel
 from trnlab.nki import indexing
 from trnlab.nki import tensor_views as _views
 from trnlab.nki.errors import NKIError, ViewError, locate
@@ -460,7 +461,7 @@ class NkiTensor:
         view = NkiTensor(flat.shape, self.dtype, self.buffer, self.name)
         view._invalid = invalid
         view._owner, view._hw, view._launch = self._base(), self._hw, self._launch
-        view._index = np.unravel_index(flat + base, self._hw.shape)
+        view._index = unravel(flat + base, self._hw.shape)
         box = _views.as_box(view._index)
         if box is not None:         # a strided box: slices, so DMAs see its contiguous runs
             view._index = box
