@@ -296,6 +296,30 @@ def test_nonzero_with_count_rules():
         nki.run(_nonzero, np.zeros((16, 8), np.float32), np.zeros((16, 8), np.int32))
 
 
+@nki.jit
+def _nonzero_of_one_row(x, store_row: int = 0):
+    # x [1, T]: loaded into partition 0 of a [128, T] tile (the others never written), found on every
+    # 16th partition by the GpSimd cores, and row `store_row` of the result stored
+    T = x.shape[1]
+    tile = nl.ndarray((128, T), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=tile[0, :], src=x[0, :])
+    found = nl.ndarray((128, T + 1), dtype=nl.int32, buffer=nl.sbuf)
+    nisa.nonzero_with_count(dst=found, src=tile, index_offset=0, padding_val=-1)
+    out = nl.ndarray((1, T + 1), dtype=nl.int32, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out[0, :], src=found[store_row, :])
+    return out
+
+
+def test_nonzero_with_count_of_never_written_partitions_gives_garbage_rows_that_only_a_store_rejects():
+    x = np.zeros((1, 32), np.float32)
+    x[0, [3, 17]] = 1.0
+    out = run_both(_nonzero_of_one_row, x, target="trn2").outputs
+    np.testing.assert_array_equal(out[0], [3, 17] + [-1] * 30 + [2])
+    with pytest.raises(Exception, match=r"uninitialized read: 33 of 33 elements .*\[16, 0:33\] hold garbage .*"
+                                        r"nonzero_with_count read never-written .* partition 16"):
+        nki.run(_nonzero_of_one_row, x, store_row=16, target="trn2")
+
+
 # -- sequence_bounds ---------------------------------------------------------------------------------------
 def _bounds_reference(ids):
     n = len(ids)

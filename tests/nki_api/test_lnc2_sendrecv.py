@@ -75,3 +75,32 @@ def test_lnc2_core_barrier_meets_the_peer_core():
     last_store_1 = max(r[3] for r in _records(run)[1] if r[2] < b1[2])
     assert b0[2] == b1[2] >= last_store_1                        # both start when the later core arrives
     np.testing.assert_array_equal(run.outputs, x)
+
+
+@nki.jit
+def padded_max_exchange(x, store_padding: bool = False):
+    """x [2 * 20, 8]: each core's 20 rows' maxima in a tile padded to 32 partitions (an extended
+    instruction wants multiples of 16), exchanged whole; only the 20 written rows are used."""
+    core = nl.program_id(0)
+    rows = nl.ds(core * 20, 20)
+    tile = nl.ndarray((20, 8), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=tile, src=x[rows, :])
+    both = nl.ndarray((32, 2), dtype=x.dtype, buffer=nl.sbuf)      # rows 20..31: never written
+    nisa.tensor_reduce(dst=both[0:20, 0:1], op=nl.maximum, data=tile, axis=1, keepdims=True)
+    nisa.sendrecv(src=both[:, 0:1], dst=both[:, 1:2], send_to_rank=1 - core, recv_from_rank=1 - core, pipe_id=0)
+    best = nl.ndarray((32, 1), dtype=x.dtype, buffer=nl.sbuf)
+    used = 32 if store_padding else 20
+    nisa.tensor_reduce(dst=best[0:used], op=nl.maximum, data=both[0:used, :], axis=1, keepdims=True)
+    out = nl.ndarray((2 * used, 1), dtype=x.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out[nl.ds(core * used, used), :], src=best[0:used])
+    return out
+
+
+def test_lnc2_sendrecv_moves_never_written_padding_as_garbage_and_only_a_store_of_it_fails():
+    # the exchange is a DMA between the cores' SBUFs: like a dma_copy within the chip it carries the
+    # padding partitions' garbage along; storing the padding to HBM is the error, naming its origin
+    x = np.random.default_rng(2).standard_normal((40, 8)).astype(np.float32)
+    both = np.maximum(x[:20].max(axis=1), x[20:].max(axis=1))[:, None]
+    np.testing.assert_array_equal(nki.run(padded_max_exchange[nl.nc(2)], x).outputs, np.concatenate([both, both]))
+    with pytest.raises(Exception, match=r"uninitialized read: .*garbage.*sendrecv from core"):
+        nki.run(padded_max_exchange[nl.nc(2)], x, store_padding=True)

@@ -453,8 +453,16 @@ def sendrecv_values(requests: list) -> None:
             raise CollectiveError(f"collective: sendrecv on rank {r.rank} receives from core "
                                   f"{r.attrs['recv_from_rank']}, which sends to core {source.attrs['send_to_rank']}",
                                   value=source.attrs["send_to_rank"], limit=r.rank % 2)
-        source.src.check_initialized()
+        # a DMA from one core's SBUF into the other's: garbage (memory never written, e.g. the padding
+        # partitions of a tile) moves with the data, as a dma_copy within the chip moves it; a later read
+        # that matters (a store to HBM) is the error, naming where it came from
+        garbage = source.src.undefined()
         r.dst.write(np.array(source.src.values()).reshape(r.dst.shape))
+        if garbage is not None:
+            src = source.src
+            origin = src.tensor.poison_origin or (f"sendrecv from core {source.rank % 2}: {src.tensor.name!r}"
+                                                  f"[{src._index_str()}] read never-written")
+            r.dst.set_poison(garbage.reshape(r.dst.shape), origin)
 
 
 class CollectiveInstructions:

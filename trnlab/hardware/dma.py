@@ -14,7 +14,7 @@ from .errors import DtypeError, EngineError, MemoryPlacementError, OutOfBoundsEr
 from .operands import _view
 from .dependencies import (record_reads as _record_reads, record_write as _record_write,
                            wait_reads as _wait_reads, wait_write as _wait_write)
-from .tensor import View
+from .tensor import View, unravel
 
 
 
@@ -210,12 +210,12 @@ class DmaInstructions:
                 offsets = np.asarray(idx.values()).reshape(-1).astype(np.int64)
             flat, keep = _shifted(moving, offsets, int(stride), per_row, skip_out_of_bounds)
             fixed = dst if side == "src" else src
-            pairs = [(View(moving.tensor, np.unravel_index(flat, moving.tensor.shape)), fixed)]
+            pairs = [(View(moving.tensor, unravel(flat, moving.tensor.shape)), fixed)]
             if keep is not None:                  # oob_mode.skip: only the rows inside the tensor move, one by one
                 fixed_flat = fixed.flat_positions().reshape(len(keep), -1)
                 flat = flat.reshape(len(keep), -1)
-                pairs = [(View(moving.tensor, np.unravel_index(flat[r], moving.tensor.shape)),
-                          View(fixed.tensor, np.unravel_index(fixed_flat[r], fixed.tensor.shape)))
+                pairs = [(View(moving.tensor, unravel(flat[r], moving.tensor.shape)),
+                          View(fixed.tensor, unravel(fixed_flat[r], fixed.tensor.shape)))
                          for r in np.flatnonzero(keep)]
             copy = self._dma_cast_values if cast else self._dma_copy_values
             for shifted, other in pairs:

@@ -248,6 +248,9 @@ class SelectInstructions:
             old = np.asarray(dst.values()).reshape(dst.partitions, -1).copy()
             garbage = dst.undefined()
             garbage = None if garbage is None else garbage.reshape(old.shape).copy()
+            undefined = x.undefined()
+            undefined = None if undefined is None else undefined.reshape(x.partitions, -1)
+            origin = ""
             for p in rows:
                 row = vals[p]
                 hits = np.flatnonzero(row != 0)
@@ -255,15 +258,21 @@ class SelectInstructions:
                 out[:hits.size] = hits + int(index_offset)
                 out[-1] = hits.size
                 old[p] = out
-                if garbage is not None:
-                    garbage[p] = False
-            undefined = x.undefined()               # only the rows it reads must be defined
-            if undefined is not None and undefined.reshape(x.partitions, -1)[rows].any():
-                x.check_initialized()
+                bad = undefined is not None and bool(undefined[p].any())
+                if bad or garbage is not None:
+                    # a row read with garbage (a partition never written, e.g. a kernel that fills only
+                    # partition 0) gives a whole row of garbage, as the GpSimd core computes it; only a
+                    # later read that matters (a store to HBM) is the error
+                    if garbage is None:
+                        garbage = np.zeros(old.shape, dtype=bool)
+                    garbage[p] = bad
+                    if bad and not origin:
+                        origin = x.tensor.poison_origin or (f"nonzero_with_count read never-written "
+                                                            f"{x.tensor.name!r} partition {x.part_start + p}")
             dst.write(old.reshape(dst.shape).astype(dst.tensor.dtype))
             if garbage is not None:
-                dst.set_poison(garbage.reshape(dst.shape), f"nonzero_with_count left {dst.tensor.name!r} "
-                               f"partitions it does not write unwritten")
+                dst.set_poison(garbage.reshape(dst.shape), origin or f"nonzero_with_count left "
+                               f"{dst.tensor.name!r} partitions it does not write unwritten")
         dur = self._cost_ns(POOL, "nonzero_with_count", (x,), (dst,))
         return self._issue(POOL, "nonzero_with_count", dur, (x, dst), dst)
 

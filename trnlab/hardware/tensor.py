@@ -326,6 +326,22 @@ def fresh_like(proto: Tensor, memory) -> Tensor:
     return t
 
 
+def unravel(flat, shape) -> tuple:
+    """The coordinates in `shape` of row-major positions `flat` (np.unravel_index's result).
+
+    Computed by division: NumPy 2.4's np.unravel_index returns wrong coordinates for an index array of
+    more than 8192 elements whose last axis has size 1 (e.g. an access pattern ending in [0, 1])."""
+    flat = np.asarray(flat, dtype=np.int64)
+    if flat.size and (flat.min() < 0 or flat.max() >= math.prod(shape)):
+        raise ValueError(f"index {int(flat.max()) if flat.max() >= math.prod(shape) else int(flat.min())} "
+                         f"is out of bounds for array with size {math.prod(shape)}")
+    coords = []
+    for n in reversed(tuple(shape)):
+        coords.append(flat % n)
+        flat = flat // n
+    return tuple(reversed(coords))
+
+
 def _bounds_error(tensor, axis, value, n):
     return IndexError_(f"index out of range: index {value} on axis {axis} of {tensor.name!r} "
                        f"with size {n}", value=value, limit=n)

@@ -192,6 +192,9 @@ def instruction(functional: tuple[str, ...] | None):
         SIGNATURES[impl.__name__] = signature
 
         def issue_call(bound):
+            for value in bound.values():        # an .ap() past its tensor fails where an instruction uses it
+                if type(value) is NkiTensor and value._invalid is not None:
+                    raise value._invalid
             if _mask_split.has_multi_iterator_clause(bound.get("mask")):   # e.g. mask=(i_p >= i_f)
                 return _mask_split.call_split(impl, bound, impl.__name__)
             if bound.get("name"):               # a named instruction (kernel.with_schedule: schedule.py)

@@ -53,10 +53,12 @@ class VirtualRegister:
         """The value, or RegisterValueError naming where it came from and what needed it."""
         if self.value is None:
             raise RegisterValueError(
-                f"{what}: register {self.id} is {self.origin}, so its value is known only when the program "
-                f"runs; trnlab traces a kernel once per input shapes and cannot unroll a loop whose bound or "
-                f"condition depends on data — use a Python int, or a register set with register_alloc(x) / "
-                f"register_move / register_load from a constant tensor")
+                f"data-dependent loop bound: {what}: register {self.id} is {self.origin}, so its value is "
+                f"known only when the program runs; trnlab traces a kernel once per input shapes into one "
+                f"program, which cannot repeat a loop a number of times read from data (the trip count must "
+                f"be known while tracing) — give the bound as a Python int (a shape, or an int argument of "
+                f"the kernel), or set the register with register_alloc(x) / register_move / register_load "
+                f"from a constant tensor (nl.shared_constant)")
         return self.value
 
     def __bool__(self) -> bool:          # ``while reg:`` (the parser frontend's form)

@@ -21,6 +21,7 @@ import numpy as np
 
 from trnlab.hardware import dtypes as _dtypes
 from trnlab.hardware.errors import OutOfBoundsError, ShapeMismatchError
+from trnlab.hardware.tensor import unravel
 from trnlab.nki import indexing
 from trnlab.nki import tensor_views as _views
 from trnlab.nki.errors import NKIError, ViewError, locate
@@ -35,7 +36,7 @@ HBM_KINDS = ("hbm", "shared_hbm", "private_hbm")
 class NkiTensor:
     __slots__ = ("shape", "dtype", "buffer", "name", "_owner", "_hw", "_index", "_ap", "_emit",
                  "_launch", "_view_cache", "_storage", "_views", "_valid", "_valid_iterator", "_gather",
-                 "_rotate", "_block", "_dynamic", "_bitcast", "__weakref__")
+                 "_rotate", "_block", "_dynamic", "_bitcast", "_invalid", "__weakref__")
 
     def __init__(self, shape, dtype, buffer, name=""):
         self.shape = tuple(shape)
@@ -59,6 +60,7 @@ class NkiTensor:
         self._dynamic = None          # indirect view: (SBUF tile of offsets, element stride, one per row?) (tensor_views)
         self._bitcast = None          # an on-chip tile's bytes read as another element size: the view of
         #                               the whole elements it covers (tensor_views.bytes_view; DMAs move it)
+        self._invalid = None          # an .ap() past its tensor: the error an instruction using it raises
 
     # -- construction ---------------------------------------------------------------------
     @classmethod
@@ -137,6 +139,8 @@ class NkiTensor:
     def __getitem__(self, key) -> "NkiTensor":
         if self._emit is not None:
             self._ready()
+        if self._invalid is not None:
+            raise self._invalid
         if self._bitcast is not None:
             raise ViewError(_views.BYTES_VIEW_RULE.format(name=self.name, dtype=_dtypes.name(self.dtype),
                                                           own=_dtypes.name(self._bitcast.dtype)))
@@ -322,6 +326,8 @@ class NkiTensor:
     # -- the hardware view an instruction uses --------------------------------------------
     def hw_view(self, ranges: dict | None = None):
         """The hardware View of this tile, shrunk to `ranges` (iterator -> (lo, hi)) from a mask."""
+        if self._invalid is not None:
+            raise self._invalid
         if self._emit is not None:
             self._ready()
         if self._dynamic is not None:
@@ -455,13 +461,20 @@ class NkiTensor:
             shape = [1] * len(pattern)
             shape[axis] = count
             flat = flat + stride * np.arange(count, dtype=np.int64).reshape(shape)
+        invalid = None
         if flat.size and (flat.min() < 0 or flat.max() >= math.prod(self.shape)):
-            raise OutOfBoundsError(f"out-of-bounds access pattern on {self.name or 'tensor'} {self.shape}: "
-                                   f"elements [{flat.min()}, {flat.max()}] of {math.prod(self.shape)}",
-                                   value=(int(flat.min()), int(flat.max())), limit=math.prod(self.shape))
+            # an access pattern is a description until an instruction reads or writes through it (NKI
+            # Access Patterns: views "are consumed by NKI ISA instructions"): a kernel may build one for a
+            # loop step it then skips (`if h < H: nc_matmul(..., stationary=w.ap(...))`); the first
+            # instruction that uses it raises
+            invalid = OutOfBoundsError(f"out-of-bounds access pattern on {self.name or 'tensor'} {self.shape}: "
+                                       f"elements [{flat.min()}, {flat.max()}] of {math.prod(self.shape)}",
+                                       value=(int(flat.min()), int(flat.max())), limit=math.prod(self.shape))
+            flat = np.clip(flat, 0, math.prod(self.shape) - 1)
         view = NkiTensor(flat.shape, self.dtype, self.buffer, self.name)
+        view._invalid = invalid
         view._owner, view._hw, view._launch = self._base(), self._hw, self._launch
-        view._index = np.unravel_index(flat + base, self._hw.shape)
+        view._index = unravel(flat + base, self._hw.shape)
         box = _views.as_box(view._index)
         if box is not None:         # a strided box: slices, so DMAs see its contiguous runs
             view._index = box

@@ -22,6 +22,7 @@ import math
 
 import numpy as np
 
+from trnlab.hardware.tensor import unravel
 from trnlab.nki.errors import NKIError, ViewError
 
 ON_CHIP = ("sbuf", "psum")
@@ -79,7 +80,7 @@ def from_positions(t, flat: np.ndarray, what: str, dynamic=None, check: bool = T
     hw = t._hw
     view = type(t)(flat.shape, t.dtype, t.buffer, t.name)
     view._owner, view._hw, view._launch = t._base(), hw, t._launch
-    index = np.unravel_index(flat, hw.shape) if flat.ndim else tuple(np.asarray(i) for i in np.unravel_index(flat, hw.shape))
+    index = unravel(flat, hw.shape) if flat.ndim else tuple(np.asarray(i) for i in unravel(flat, hw.shape))
     box = as_box(index)
     view._index = box if box is not None else index
     view._dynamic = dynamic
