@@ -19,6 +19,7 @@ import math
 
 import numpy as np
 
+from trnlab import config as _config
 from trnlab.hardware import dtypes as _dtypes
 from trnlab.hardware.errors import OutOfBoundsError, ShapeMismatchError
 from trnlab.nki import indexing
@@ -437,18 +438,25 @@ class NkiTensor:
                                              f"pattern {pattern}", value=vector_offset.shape, limit=rows)
                 pattern[0][0] = 0                  # row r starts at offsets[r] x stride, not r x step
                 dynamic = (vector_offset, stride, True)
-        flat = np.asarray(offset, dtype=np.int64)
-        for axis, (stride, count) in enumerate(pattern):
-            shape = [1] * len(pattern)
-            shape[axis] = count
-            flat = flat + stride * np.arange(count, dtype=np.int64).reshape(shape)
-        if flat.size and (flat.min() < 0 or flat.max() >= math.prod(self.shape)):
-            raise OutOfBoundsError(f"out-of-bounds access pattern on {self.name or 'tensor'} {self.shape}: "
-                                   f"elements [{flat.min()}, {flat.max()}] of {math.prod(self.shape)}",
-                                   value=(int(flat.min()), int(flat.max())), limit=math.prod(self.shape))
-        view = NkiTensor(flat.shape, self.dtype, self.buffer, self.name)
-        view._owner, view._hw, view._launch = self._base(), self._hw, self._launch
-        view._index = np.unravel_index(flat + base, self._hw.shape)
+        if _config.fast():
+            # from the pattern alone: its bounds, and the index arrays (tensor_views.pattern_index)
+            reached = _views.pattern_bounds(pattern, int(offset))
+            if reached is not None and (reached[0] < 0 or reached[1] >= math.prod(self.shape)):
+                raise _out_of_bounds(self, *reached)
+            view = NkiTensor(tuple(count for _, count in pattern), self.dtype, self.buffer, self.name)
+            view._owner, view._hw, view._launch = self._base(), self._hw, self._launch
+            view._index = _views.pattern_index(pattern, int(offset) + base, self._hw.shape)
+        else:                                      # the reference: every element's position
+            flat = np.asarray(offset, dtype=np.int64)
+            for axis, (stride, count) in enumerate(pattern):
+                shape = [1] * len(pattern)
+                shape[axis] = count
+                flat = flat + stride * np.arange(count, dtype=np.int64).reshape(shape)
+            if flat.size and (flat.min() < 0 or flat.max() >= math.prod(self.shape)):
+                raise _out_of_bounds(self, int(flat.min()), int(flat.max()))
+            view = NkiTensor(flat.shape, self.dtype, self.buffer, self.name)
+            view._owner, view._hw, view._launch = self._base(), self._hw, self._launch
+            view._index = np.unravel_index(flat + base, self._hw.shape)
         box = _views.as_box(view._index)
         if box is not None:         # a strided box: slices, so DMAs see its contiguous runs
             view._index = box
@@ -683,3 +691,10 @@ def _assign(dst: NkiTensor, value) -> None:
         _OPERATIONS.isa.memset(dst=dst, value=value)
         return
     raise NKIError(f"cannot assign a {type(value).__name__} to a tile")
+
+
+def _out_of_bounds(t, lowest: int, highest: int) -> OutOfBoundsError:
+    """An access pattern reaching outside tensor `t` (elements lowest..highest of its row-major ones)."""
+    size = math.prod(t.shape)
+    return OutOfBoundsError(f"out-of-bounds access pattern on {t.name or 'tensor'} {t.shape}: "
+                            f"elements [{lowest}, {highest}] of {size}", value=(lowest, highest), limit=size)
