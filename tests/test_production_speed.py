@@ -140,7 +140,7 @@ def _patterns(draw):
     return shape, pattern, start
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(_patterns())
 def test_pattern_index_is_numpys_unravel_of_every_position(case):
     shape, pattern, start = case
@@ -155,3 +155,48 @@ def test_pattern_index_is_numpys_unravel_of_every_position(case):
     for g, e in zip(got, expected):
         assert g.dtype == e.dtype and g.shape == e.shape and np.array_equal(g, e)
     assert views.pattern_bounds(pattern, start) == (int(flat.min()), int(flat.max()))
+
+
+@nki.jit
+def ap_in_affine_loop(x, w):
+    """out[c] = w[c] . windows of x[c] — per channel c an nl.affine_range iteration whose loads are
+    .ap() patterns with offsets in c (the NKI Library's depthwise conv layout, [C, W] and [C, S])."""
+    C, W = x.shape
+    _, S = w.shape
+    Q = W - S + 1
+    out = nl.ndarray((C, Q), dtype=x.dtype, buffer=nl.shared_hbm)
+    for c in nl.affine_range(C):
+        window = nl.ndarray((S, Q), dtype=x.dtype, buffer=nl.sbuf)          # [S partitions, Q]
+        nisa.dma_copy(dst=window, src=x.ap(pattern=[[1, S], [1, Q]], offset=c * W))
+        weights = nl.ndarray((S, 1), dtype=w.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=weights, src=w.ap(pattern=[[1, S], [1, 1]], offset=c * S))
+        acc = nl.ndarray((1, Q), dtype=nl.float32, buffer=nl.psum)
+        nisa.nc_matmul(dst=acc, stationary=weights, moving=window)
+        row = nl.ndarray((1, Q), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=row, src=acc)
+        nisa.dma_copy(dst=out.ap(pattern=[[Q, 1], [1, Q]], offset=c * Q), src=row)
+    return out
+
+
+@needs_stamping
+def test_a_loop_whose_access_patterns_move_with_its_index_stamps_and_gives_the_reference_program():
+    args = (SD((8, 96), "float32"), SD((8, 32), "float32"))
+    count = [0]
+    original = loops.Loop.after_second
+
+    def counting(self):
+        original(self)
+        count[0] += self.degraded is None
+    loops.Loop.after_second = counting
+    try:
+        fast = _trace(ap_in_affine_loop, *args, fast=True)
+    finally:
+        loops.Loop.after_second = original
+    assert count[0] == 1 and loops.fallbacks == []           # the channel loop stamped
+    reference = _trace(ap_in_affine_loop, *args, fast=False)
+    assert loops.first_difference(fast, reference) == ""
+    x = np.random.default_rng(3).normal(size=args[0].shape).astype(np.float32)
+    w = np.random.default_rng(4).normal(size=args[1].shape).astype(np.float32)
+    windows = np.lib.stride_tricks.sliding_window_view(x, 32, axis=1)          # [C, Q, S]
+    expected = np.einsum("cqs,cs->cq", windows, w)
+    np.testing.assert_allclose(nki.run(ap_in_affine_loop, x, w).outputs, expected, rtol=1e-4, atol=1e-4)

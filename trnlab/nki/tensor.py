@@ -27,7 +27,7 @@ from trnlab.nki import tensor_views as _views
 from trnlab.nki.errors import NKIError, ViewError, locate
 from trnlab.nki.indexing import IndexExpr
 from trnlab.nki import loops as _loops
-from trnlab.nki.loop_index import plain_key
+from trnlab.nki.loop_index import plain, plain_key
 
 ON_CHIP = ("sbuf", "psum")
 HBM_KINDS = ("hbm", "shared_hbm", "private_hbm")
@@ -415,6 +415,7 @@ class NkiTensor:
                 raise ViewError(".ap(dtype=) of another element size with an indirect offset is not supported")
             return self._retyped(_dtypes.as_dtype(dtype)).ap(pattern, offset=offset)
         pattern = [[int(stride), int(count)] for stride, count in pattern]
+        offset = plain(offset)      # a loop index: the positions, hence the index arrays, are affine in it
         dynamic = None
         if scalar_offset is not None or vector_offset is not None:
             if not 0 <= int(indirect_dim) < self.ndim:
