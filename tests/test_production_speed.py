@@ -200,3 +200,72 @@ def test_a_loop_whose_access_patterns_move_with_its_index_stamps_and_gives_the_r
     windows = np.lib.stride_tricks.sliding_window_view(x, 32, axis=1)          # [C, Q, S]
     expected = np.einsum("cqs,cs->cq", windows, w)
     np.testing.assert_allclose(nki.run(ap_in_affine_loop, x, w).outputs, expected, rtol=1e-4, atol=1e-4)
+
+
+@nki.jit
+def remainder_tiles(x):
+    """Copy x [S, 64] through SBUF in tiles of 128 rows, the last one shorter (AWS's
+    ``size = min(TILE, S - start)`` idiom): a comparison whose answer changes in the last iteration."""
+    S, F = x.shape
+    TILE = nl.tile_size.pmax
+    out = nl.ndarray((S, F), dtype=x.dtype, buffer=nl.shared_hbm)
+    for k in nl.affine_range((S + TILE - 1) // TILE):
+        start = k * TILE
+        size = min(TILE, S - start)
+        t = nl.ndarray((TILE, F), dtype=x.dtype, buffer=nl.sbuf)
+        if size < TILE:
+            nisa.memset(t, 0)                   # only the remainder tile
+        nisa.dma_copy(dst=t[0:size, :], src=x[start:start + size, :])
+        nisa.dma_copy(dst=out[start:start + size, :], src=t[0:size, :])
+    return out
+
+
+def _stamps(kernel, *args) -> tuple:
+    """(how many loop executions stamped, did one peel its last iteration), tracing with the fast paths."""
+    seen = []
+    original = loops.Loop.after_second
+
+    def watching(self):
+        original(self)
+        if self.degraded is None:
+            seen.append(self)
+    loops.Loop.after_second = watching
+    try:
+        program = _trace(kernel, *args, fast=True)
+    finally:
+        loops.Loop.after_second = original
+    return program, len(seen), any(loop.peel for loop in seen)
+
+
+@needs_stamping
+@pytest.mark.parametrize("rows, stamps, peeled", [(128 * 6 - 3, 1, True), (128 * 6, 1, False),
+                                                  (128 * 4 + 1, 1, True), (128 * 3 + 1, 0, False)])
+def test_a_remainder_tile_peels_the_last_iteration_and_gives_the_reference_program(rows, stamps, peeled):
+    args = (SD((rows, 64), "float32"),)
+    fast, stamped, peel = _stamps(remainder_tiles, *args)
+    assert (stamped, peel) == (stamps, peeled)             # 5 iterations is the least a loop peels
+    assert loops.first_difference(fast, _trace(remainder_tiles, *args, fast=False)) == ""
+    x = np.random.default_rng(5).normal(size=(rows, 64)).astype(np.float32)
+    np.testing.assert_array_equal(nki.run(remainder_tiles, x).outputs, x)
+
+
+@nki.jit
+def changes_midway(x):
+    """A comparison whose answer changes in the middle of the loop: not peeled, traced concretely."""
+    S, F = x.shape
+    out = nl.ndarray((S, F), dtype=x.dtype, buffer=nl.shared_hbm)
+    for k in nl.affine_range(S // 128):
+        t = nl.ndarray((128, F), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x[k * 128:(k + 1) * 128, :])
+        if k * 128 >= S // 2:
+            nisa.memset(t, 0)
+        nisa.dma_copy(dst=out[k * 128:(k + 1) * 128, :], src=t)
+    return out
+
+
+@needs_stamping
+def test_a_comparison_that_changes_midway_is_not_peeled():
+    args = (SD((128 * 8, 32), "float32"),)
+    fast, stamped, _ = _stamps(changes_midway, *args)
+    assert stamped == 0
+    assert loops.first_difference(fast, _trace(changes_midway, *args, fast=False)) == ""

@@ -60,10 +60,11 @@ def _index_node(x, ints: list, consts: list):
         base = x.flat[0]
         lines = x[tuple(slice(0, 1) if st == 0 else slice(None) for st in x.strides)] if 0 in x.strides else x
         ints.append(int(base))
-        relative = lines - base
+        relative = lines - base                 # C-contiguous: so is relative + any integer
         relative.flags.writeable = False
         consts.append(relative)
-        consts.append(x.shape)
+        consts.append((x.shape, tuple(0 if n == 1 and m != 1 else st for n, m, st in
+                                      zip(relative.shape, x.shape, relative.strides))))
         return "a"
     return _node(x, ints, consts)
 
@@ -150,7 +151,10 @@ def _code(node, counters: list, lines: list) -> str:
         i, c = counters
         counters[0] += 1
         counters[1] += 2
-        return f"_broadcast(k[{c}] + v[o+{i}], k[{c + 1}])"
+        name = f"a{len(lines)}"     # (a read-only view of shape, strides k[c+1]: np.broadcast_to, faster)
+        lines.append(f"{name} = k[{c}] + v[o+{i}]; {name} = _ndarray(k[{c + 1}][0], {name}.dtype, {name}, 0, "
+                     f"k[{c + 1}][1]); {name}.flags.writeable = False")
+        return name
     kind = node[0]
     if kind == "R":                 # a part an earlier record of this iteration built (_Template)
         c = counters[1]
@@ -218,7 +222,7 @@ def _builder(node):
         body = "".join(f"    {line}\n" for line in lines)
         source = f"def build(v, o, k, s=None):\n{body}    return {result}\n"
         scope = {"_new": object.__new__, "_Access": Access, "_Instruction": Instruction, "_Buffer": Buffer,
-                 "slice": slice, "str": str, "_broadcast": np.broadcast_to}
+                 "slice": slice, "str": str, "_ndarray": np.ndarray}
         exec(compile(source, "<trnlab.nki.loops builder>", "exec"), scope)
         fn = _BUILDERS[node] = scope["build"]
         fn.ints, fn.consts = counters

@@ -142,6 +142,7 @@ class Loop:
         self.stamped = False
         self.degraded = None      # why the loop runs concretely after all
         self.current = None       # the iteration running (0, 1 or n-1)
+        self.peel = False         # the last iteration is traced concretely, unchecked (loop_index)
         self.marks = []           # per boundary: (instructions, buffers, names)
 
     def _fail(self, reason: str):
@@ -169,6 +170,11 @@ class Loop:
             launch.flush()
             self.tracer.flushed = (pending, len(program.instructions), len(program.buffers), self)
         self.marks.append((len(program.instructions), len(program.buffers), dict(launch.names)))
+
+    def checked_end(self) -> int:
+        """One past the last iteration checked against the prediction (n-1, or n-2 when the last
+        iteration is peeled): iterations 2 .. checked_end() - 2 are stamped."""
+        return len(self.values) - self.peel
 
     def index(self, j: int) -> LoopIndex:
         self.current = j
@@ -229,7 +235,7 @@ class Loop:
                     outside = bids[moving][~own]
         self.outside_slots = outside
         self.first, self.v0, self.dv, self.name_step = first, v0, dv, step
-        n = len(self.values)
+        n = self.checked_end()      # stamped: iterations 2 .. n-2
         instructions = i1 - i0
         plan = []
         o = 0
@@ -291,7 +297,7 @@ class Loop:
         record_of = []                          # int position -> record index in the iteration
         for r, node in enumerate(nodes):
             record_of.extend([r] * _ints(node))
-        n = len(self.values)
+        n = self.checked_end()
         for p in sorted(int(p) for p in slots):
             r = record_of[p]
             for j in range(2, n - 1):
@@ -310,7 +316,7 @@ class Loop:
         il, bl, _ = self.marks[3]
         ie, be, names = self.marks[4]
         program = self.tracer.program
-        n = len(self.values)
+        n = self.checked_end()          # the iteration checked is n-1 of these
         try:
             last = _Records(self.tracer, program.instructions[il:ie], program.buffers[bl:be])
             again0 = _Records(self.tracer, [], program.buffers[b0:b1])
@@ -380,8 +386,10 @@ class LoopTracer:
             if loop.degraded is None:
                 loop.after_second()                     # stamps 2 .. n-2, or degrades
             if loop.degraded is None:
-                yield loop.index(n - 1)
+                yield loop.index(loop.checked_end() - 1)
                 loop.finish()
+                if loop.peel:                           # the last iteration: traced as it is
+                    yield values[n - 1]
             else:
                 for j in range(2, n):
                     yield values[j]
