@@ -185,7 +185,7 @@ def _same_everywhere(k: "LoopIndex", method, args) -> bool:
     # ones and iteration n-2, which is checked against the prediction instead (loops.Loop)
     if _config.fast() and len(terms) == 1:
         loop = terms[0][0]
-        if (len(loop.values) >= PEEL_ITERATIONS and (loop.peel or not loop.stamped)
+        if (len(loop.values) >= PEEL_ITERATIONS and (getattr(loop, "peel", False) or not loop.stamped)
                 and loop.current < len(loop.values) - 1 and all(compare(x) == first for x in grid[:-1])):
             loop.peel = True
             return True
