@@ -269,3 +269,65 @@ def test_a_comparison_that_changes_midway_is_not_peeled():
     fast, stamped, _ = _stamps(changes_midway, *args)
     assert stamped == 0
     assert loops.first_difference(fast, _trace(changes_midway, *args, fast=False)) == ""
+
+
+@nki.jit
+def hoisted_loads(lhsT, rhs):
+    """AWS's hoisted-load tutorial style: each K column of tiles loaded once into a Python list
+    (``tiles.append(t)``), then read by index in the matmul loop."""
+    K, M = lhsT.shape
+    _, N = rhs.shape
+    result = nl.ndarray((M, N), dtype=lhsT.dtype, buffer=nl.shared_hbm)
+    for m in nl.affine_range(M // 128):
+        lhsT_tiles = []
+        for k in nl.affine_range(K // 128):
+            t = nl.ndarray((128, 128), dtype=lhsT.dtype, buffer=nl.sbuf)
+            nisa.dma_copy(dst=t, src=lhsT[k * 128:(k + 1) * 128, m * 128:(m + 1) * 128])
+            lhsT_tiles.append(t)
+        for n in nl.affine_range(N // 512):
+            rhs_tiles = []
+            for k in nl.affine_range(K // 128):
+                t = nl.ndarray((128, 512), dtype=rhs.dtype, buffer=nl.sbuf)
+                nisa.dma_copy(dst=t, src=rhs[k * 128:(k + 1) * 128, n * 512:(n + 1) * 512])
+                rhs_tiles.append(t)
+            acc = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+            for k in nl.affine_range(K // 128):
+                nisa.nc_matmul(dst=acc, stationary=lhsT_tiles[k], moving=rhs_tiles[k])
+            out = nl.ndarray((128, 512), dtype=result.dtype, buffer=nl.sbuf)
+            nisa.tensor_copy(dst=out, src=acc)
+            nisa.dma_copy(dst=result[m * 128:(m + 1) * 128, n * 512:(n + 1) * 512], src=out)
+    return result
+
+
+@needs_stamping
+def test_loops_that_append_their_tiles_to_a_list_stamp_and_give_the_reference_program():
+    args = (SD((768, 512), "float32"), SD((768, 2048), "float32"))
+    fast, stamped, _ = _stamps(hoisted_loads, *args)
+    assert loops.fallbacks == [] and stamped > 0
+    assert loops.first_difference(fast, _trace(hoisted_loads, *args, fast=False)) == ""
+    a = np.random.default_rng(6).normal(size=args[0].shape).astype(np.float32)
+    b = np.random.default_rng(7).normal(size=args[1].shape).astype(np.float32)
+    np.testing.assert_allclose(nki.run(hoisted_loads, a, b).outputs, a.T @ b, rtol=1e-4, atol=1e-3)
+
+
+@nki.jit
+def appends_views(x):
+    """Appends a view of each tile (not the tile itself): the loop runs concretely."""
+    R, C = x.shape
+    out = nl.ndarray((R, C), dtype=x.dtype, buffer=nl.shared_hbm)
+    halves = []
+    for r in nl.affine_range(R // 128):
+        t = nl.ndarray((128, C), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x[r * 128:(r + 1) * 128, :])
+        halves.append(t[0:64, :])
+    for r in nl.affine_range(R // 128):
+        nisa.dma_copy(dst=out[r * 128:r * 128 + 64, :], src=halves[r])
+    return out
+
+
+@needs_stamping
+def test_a_list_of_views_is_not_stamped_and_still_gives_the_reference_program():
+    args = (SD((128 * 6, 32), "float32"),)
+    fast = _trace(appends_views, *args, fast=True)
+    assert any("halves" in why for _, why in loops.fallbacks)
+    assert loops.first_difference(fast, _trace(appends_views, *args, fast=False)) == ""
