@@ -326,8 +326,8 @@ class Loop:
             _note_stamped_tiles(program, plan[instructions:], buffers[b0:b1], v0, dv, n)
         if outside is not None:
             self._touch_outside(outside, first.nodes[:instructions], v0, dv, i0, instructions, buffers)
-        for tiles, first, entry in self.growing:   # tiles.append(t): the stamped iterations' tiles
-            tiles.extend(_stamped_tile(self.tracer, entry, first + j * (b1 - b0)) for j in range(2, n - 1))
+        for tiles, bid0, entry in self.growing:    # tiles.append(t): the stamped iterations' tiles
+            tiles.extend(_stamped_tile(self.tracer, entry, bid0 + j * (b1 - b0)) for j in range(2, n - 1))
         names = self.tracer.launch.names
         for key, d in step.items():
             names[key] = n2.get(key, 0) + (n - 3) * d
@@ -412,8 +412,8 @@ class Loop:
         for key, expected in self.expected_names.items():
             if names.get(key, 0) != expected:
                 self._fail(f"allocation names {key!r} counted differently in the last iteration")
-        for tiles, first, _ in self.growing:
-            if len(tiles) < n or _fresh_tile(self.tracer, tiles[-1]) != first + (n - 1) * (b1 - b0):
+        for tiles, bid0, _ in self.growing:
+            if len(tiles) < n or _fresh_tile(self.tracer, tiles[-1]) != bid0 + (n - 1) * (b1 - b0):
                 self._fail("a list the loop appends its tiles to did not get the last iteration's")
 
     def abandon(self):
