@@ -387,10 +387,10 @@ def test_a_list_of_tiles_in_irregular_order_indexed_by_the_iterator_falls_back()
 @needs_stamping
 def test_a_loop_that_stamps_in_a_kernel_with_one_that_cannot_still_stamps():
     from trnlab.kernels import matmul_ladder
-    args = (SD((512, 512), "bfloat16"), SD((512, 2048), "bfloat16"))
-    _, fallbacks = assert_same_program(matmul_ladder.matmul_hoisted, *args)
-    assert fallbacks                                          # the K loops index Python lists of tiles
-    assert _stamped_loops(matmul_ladder.matmul_hoisted, *args) > 0   # the m and n loops still stamp
+    args = (SD((2048, 2048), "float32"), SD((2048, 2048), "float32"))
+    _, fallbacks = assert_same_program(matmul_ladder.matmul_fully_blocked, *args)
+    assert fallbacks                                          # loops index nested lists of tiles
+    assert _stamped_loops(matmul_ladder.matmul_fully_blocked, *args) > 0   # the others still stamp
 
 
 # -- errors name the user's line, as in the concrete trace -------------------------------------------

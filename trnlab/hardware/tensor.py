@@ -493,11 +493,16 @@ class View:
                                       f"{arr.dtype} on axis {axis} of {tensor.name!r}",
                                       value=str(arr.dtype), limit="int")
                 if arr.size:
-                    amin, amax = int(arr.min()), int(arr.max())
+                    # a broadcast array (zero strides: an access pattern's) repeats its lines: reduce those
+                    lines = arr[tuple(0 if st == 0 else slice(None) for st in arr.strides)] if 0 in arr.strides else arr
+                    amin, amax = int(lines.min()), int(lines.max())
                     if amin < -n or amax >= n:
                         raise _bounds_error(tensor, axis, amax if amax >= n else amin, n)
-                    arr = np.where(arr < 0, arr + n, arr)
-                    lo, hi = int(arr.min()), int(arr.max()) + 1
+                    if amin < 0:                # negative indices count from the end
+                        arr = np.where(arr < 0, arr + n, arr)
+                        lo, hi = int(arr.min()), int(arr.max()) + 1
+                    else:
+                        lo, hi = amin, amax + 1
                 else:
                     lo = hi = 0
                 if axis == pa and arr.size:
@@ -511,10 +516,13 @@ class View:
             box.append(lo)
             box.append(hi)
         index = tuple(fixed)
-        dummy = np.lib.stride_tricks.as_strided(np.zeros(1, np.int8), shape=shape,
-                                                strides=(0,) * len(shape))
         self.index = index
-        self.shape = dummy[index].shape
+        if all(type(i) is np.ndarray for i in index) and len(index) == len(shape):
+            self.shape = np.broadcast_shapes(*(i.shape for i in index))   # every axis indexed by an array
+        else:                           # slices among the arrays: NumPy's rules place the axes
+            dummy = np.lib.stride_tricks.as_strided(np.zeros(1, np.int8), shape=shape,
+                                                    strides=(0,) * len(shape))
+            self.shape = dummy[index].shape
         self.box = tuple(box)
         self.basic = False
         if pa is None:

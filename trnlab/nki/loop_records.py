@@ -36,7 +36,10 @@ def _node(x, ints: list, consts: list):
         consts.append(x)
         return "c"
     if t is Access:
-        return ("A", _node(x.buffer, ints, consts), _node(x.index, ints, consts))
+        index = x.index
+        if type(index) is tuple and any(type(e) is np.ndarray for e in index):
+            return ("A", _node(x.buffer, ints, consts), ("t",) + tuple([_index_node(e, ints, consts) for e in index]))
+        return ("A", _node(x.buffer, ints, consts), _node(index, ints, consts))
     if t is dict:
         if all(type(key) is str for key in x):
             return ("d", tuple(x)) + tuple([_node(v, ints, consts) for v in x.values()])
@@ -46,6 +49,24 @@ def _node(x, ints: list, consts: list):
         return ("l",) + tuple([_node(e, ints, consts) for e in x])
     consts.append(x)
     return "c"
+
+
+def _index_node(x, ints: list, consts: list):
+    """An entry of an access's index. An integer index array (an access pattern's, `NkiTensor.ap`)
+    is its first element — an integer, affine in the loop index when the pattern's offset is — and,
+    as constants, its elements relative to that (kept as small as its broadcast lines) and its
+    shape: `_code` rebuilds it as a broadcast view."""
+    if type(x) is np.ndarray and x.dtype.kind == "i" and x.ndim and x.size:
+        base = x.flat[0]
+        lines = x[tuple(slice(0, 1) if st == 0 else slice(None) for st in x.strides)] if 0 in x.strides else x
+        ints.append(int(base))
+        relative = lines - base                 # C-contiguous: so is relative + any integer
+        relative.flags.writeable = False
+        consts.append(relative)
+        consts.append((x.shape, tuple(0 if n == 1 and m != 1 else st for n, m, st in
+                                      zip(relative.shape, x.shape, relative.strides))))
+        return "a"
+    return _node(x, ints, consts)
 
 
 def _buffer_node(b: Buffer, ints: list, consts: list):
@@ -126,6 +147,14 @@ def _code(node, counters: list, lines: list) -> str:
         counters[0] += 1
         counters[1] += 2
         return f"slice(v[o+{i}], v[o+{i}]+k[{c}], k[{c + 1}])"
+    if node == "a":                 # an index array: its first element + the relative elements, broadcast
+        i, c = counters
+        counters[0] += 1
+        counters[1] += 2
+        name = f"a{len(lines)}"     # (a read-only view of shape, strides k[c+1]: np.broadcast_to, faster)
+        lines.append(f"{name} = k[{c}] + v[o+{i}]; {name} = _ndarray(k[{c + 1}][0], {name}.dtype, {name}, 0, "
+                     f"k[{c + 1}][1]); {name}.flags.writeable = False")
+        return name
     kind = node[0]
     if kind == "R":                 # a part an earlier record of this iteration built (_Template)
         c = counters[1]
@@ -193,7 +222,7 @@ def _builder(node):
         body = "".join(f"    {line}\n" for line in lines)
         source = f"def build(v, o, k, s=None):\n{body}    return {result}\n"
         scope = {"_new": object.__new__, "_Access": Access, "_Instruction": Instruction, "_Buffer": Buffer,
-                 "slice": slice, "str": str}
+                 "slice": slice, "str": str, "_ndarray": np.ndarray}
         exec(compile(source, "<trnlab.nki.loops builder>", "exec"), scope)
         fn = _BUILDERS[node] = scope["build"]
         fn.ints, fn.consts = counters
@@ -213,7 +242,7 @@ def _bid_slots(node) -> tuple:
 
         def walk(n):
             nonlocal at
-            if n == "i" or n == "s":
+            if n == "i" or n == "s" or n == "a":
                 at += 1
                 return
             if n == "c":
@@ -235,7 +264,7 @@ def _ints(node) -> int:
     """How many integers a record structure holds."""
     count = _INTS.get(node)
     if count is None:
-        if node == "i" or node == "s":
+        if node == "i" or node == "s" or node == "a":
             count = 1
         elif node == "c":
             count = 0
@@ -260,7 +289,7 @@ def _nconsts(node) -> int:
             count = 0
         elif node == "c":
             count = 1
-        elif node == "s":
+        elif node == "s" or node == "a":
             count = 2
         elif node[0] == "d":
             count = sum(_nconsts(n) for n in node[2:])
@@ -337,10 +366,10 @@ class _Template:
             if out is not None:
                 out[1].append(f"k[{cp}]" if node == "c" else path)
             return "c"
-        if node == "i" or node == "s":
+        if node == "i" or node == "s" or node == "a":
             if out is not None:
                 out[0].append(ip)
-                if node == "s":
+                if node != "i":
                     out[1].extend((f"k[{cp}]", f"k[{cp + 1}]"))
             return node
         kind = node[0]

@@ -33,7 +33,8 @@ Here a loop of n >= 4 iterations whose body uses its iterator only affinely is t
 Soundness. Before anything is stamped, every doubt runs the loop concretely from where it is (the
 records so far are the concrete trace's): a non-affine use, iterations 0 and 1 differing, plain
 Python state carried between them (an ``int``/``float``/``str`` local that changes, a list or dict
-whose length changes), an HBM tensor allocated in the body. After stamping, a surprise — the last
+whose length changes — but a list each iteration appends its own fresh tile to is extended with the
+stamped iterations' tiles), an HBM tensor allocated in the body. After stamping, a surprise — the last
 iteration not as predicted, a loop index used after its loop, a ``break`` in the last iteration —
 and, at any time, a result pending at an iteration boundary that the next statement assigns
 (the boundary issued it into a tile of its own) raises `Retrace`: tracing
@@ -109,6 +110,40 @@ def _state(frame) -> dict:
     return state
 
 
+def _lists(frame) -> dict:
+    """The loop's frame's lists by name: (the list, its length)."""
+    return {name: (value, len(value)) for name, value in frame.f_locals.items() if type(value) is list}
+
+
+_VIEW_FIELDS = ("_owner", "_index", "_ap", "_emit", "_storage", "_valid", "_valid_iterator", "_gather",
+                "_rotate", "_block", "_dynamic")
+
+
+def _fresh_tile(tracer, t):
+    """The buffer id of `t` if it is a whole on-chip tile as `nl.ndarray` made it (no view, nothing
+    pending, no direct placement), else None."""
+    if type(t).__name__ != "NkiTensor" or t.buffer not in ("sbuf", "psum") or t._hw is None:   # (tensor.py is above)
+        return None
+    if any(getattr(t, f) is not None for f in _VIEW_FIELDS) or t._hw.shape != t.shape:
+        return None
+    bid = tracer.recorder._ids.get(id(t._hw))
+    if bid is None or tracer.program.buffers[bid].placement:
+        return None
+    return bid
+
+
+def _stamped_tile(tracer, like, bid: int):
+    """The tile object of stamped buffer `bid`: a tile like `like` (iteration 0's) for that buffer."""
+    hw0 = like._hw
+    Tensor = type(hw0)
+    buffer = tracer.program.buffers[bid]
+    hw = Tensor(hw0.memory, hw0.shape, hw0.dtype, buffer.name, hw0.partition_axis, 0, False)
+    recorder = tracer.recorder
+    recorder._ids[id(hw)] = bid
+    recorder._tensors.append(hw)                # kept alive, so that ids stay unique
+    return type(like).allocation(hw, like.buffer, tracer.launch, shape=like.shape)
+
+
 class _Records:
     """The flattened records of one iteration: structure, integers, constants."""
 
@@ -142,6 +177,7 @@ class Loop:
         self.stamped = False
         self.degraded = None      # why the loop runs concretely after all
         self.current = None       # the iteration running (0, 1 or n-1)
+        self.peel = False         # the last iteration is traced concretely, unchecked (loop_index)
         self.marks = []           # per boundary: (instructions, buffers, names)
 
     def _fail(self, reason: str):
@@ -170,24 +206,36 @@ class Loop:
             self.tracer.flushed = (pending, len(program.instructions), len(program.buffers), self)
         self.marks.append((len(program.instructions), len(program.buffers), dict(launch.names)))
 
+    def checked_end(self) -> int:
+        """One past the last iteration checked against the prediction (n-1, or n-2 when the last
+        iteration is peeled): iterations 2 .. checked_end() - 2 are stamped."""
+        return len(self.values) - self.peel
+
     def index(self, j: int) -> LoopIndex:
         self.current = j
         return LoopIndex(self.values[j], ((self, self.values.step),))
 
     def begin(self):
         self._boundary()
+        self.lists = _lists(self.frame)
 
     def after_first(self):
         self._boundary()
         self.state = _state(self.frame)
+        self.lists1 = _lists(self.frame)
 
     def after_second(self):
         """Check iterations 0 and 1 against each other, then stamp iterations 2 .. n-2."""
         self._boundary()
-        if _state(self.frame) != self.state:
-            changed = sorted(name for name, v in _state(self.frame).items() if self.state.get(name) != v)
-            return self.degrade(f"Python state carried between iterations: {', '.join(changed) or '?'}")
         (i0, b0, n0), (i1, b1, n1), (i2, b2, n2) = self.marks
+        self.growing = []
+        now = _state(self.frame)
+        if now != self.state:
+            changed = sorted(name for name, v in now.items() if self.state.get(name) != v)
+            changed += sorted(name for name in self.state if name not in now)
+            self.growing = self._growing(changed, b0, b1)
+            if self.growing is None:
+                return self.degrade(f"Python state carried between iterations: {', '.join(changed) or '?'}")
         program = self.tracer.program
         buffers = program.buffers
         if any(buffers[b].memory not in ("sbuf", "psum") for b in range(b0, b2)):
@@ -229,7 +277,7 @@ class Loop:
                     outside = bids[moving][~own]
         self.outside_slots = outside
         self.first, self.v0, self.dv, self.name_step = first, v0, dv, step
-        n = len(self.values)
+        n = self.checked_end()      # stamped: iterations 2 .. n-2
         instructions = i1 - i0
         plan = []
         o = 0
@@ -278,6 +326,8 @@ class Loop:
             _note_stamped_tiles(program, plan[instructions:], buffers[b0:b1], v0, dv, n)
         if outside is not None:
             self._touch_outside(outside, first.nodes[:instructions], v0, dv, i0, instructions, buffers)
+        for tiles, bid0, entry in self.growing:    # tiles.append(t): the stamped iterations' tiles
+            tiles.extend(_stamped_tile(self.tracer, entry, bid0 + j * (b1 - b0)) for j in range(2, n - 1))
         names = self.tracer.launch.names
         for key, d in step.items():
             names[key] = n2.get(key, 0) + (n - 3) * d
@@ -286,12 +336,41 @@ class Loop:
         self.expected_names = {key: names.get(key, 0) + d for key, d in step.items()}
         self.marks.append((len(program.instructions), len(program.buffers), None))
 
+    def _growing(self, changed: list, b0: int, b1: int):
+        """The lists among the `changed` locals that each iteration appends one tile of its own to
+        (``tiles.append(t)``, t a fresh on-chip tile of the body: iteration j's is the body's buffer
+        first + j x step): [(list, first buffer id, iteration 0's tile)], or None if any changed
+        local is something else."""
+        frame_locals = self.frame.f_locals
+        found, seen = [], set()
+        for name in changed:
+            tiles = frame_locals.get(name)
+            before, after_first = self.lists.get(name), self.lists1.get(name)
+            if type(tiles) is not list or before is None or after_first is None:
+                return None
+            if before[0] is not tiles or after_first[0] is not tiles:
+                return None
+            l0 = before[1]
+            if after_first[1] != l0 + 1 or len(tiles) != l0 + 2:
+                return None
+            if id(tiles) in seen:
+                return None                     # one list under two names: would be appended to twice
+            seen.add(id(tiles))
+            e0, e1 = tiles[l0], tiles[l0 + 1]
+            bid0, bid1 = _fresh_tile(self.tracer, e0), _fresh_tile(self.tracer, e1)
+            if bid0 is None or bid1 is None or not b0 <= bid0 < b1 or bid1 != bid0 + (b1 - b0):
+                return None
+            if (e0.shape, e0.dtype, e0.buffer) != (e1.shape, e1.dtype, e1.buffer):
+                return None
+            found.append((tiles, bid0, e0))
+        return found
+
     def _touch_outside(self, slots, nodes, v0, dv, i0, per_iteration, buffers):
         """First and last uses of buffers outside the body that stamped records read."""
         record_of = []                          # int position -> record index in the iteration
         for r, node in enumerate(nodes):
             record_of.extend([r] * _ints(node))
-        n = len(self.values)
+        n = self.checked_end()
         for p in sorted(int(p) for p in slots):
             r = record_of[p]
             for j in range(2, n - 1):
@@ -310,7 +389,7 @@ class Loop:
         il, bl, _ = self.marks[3]
         ie, be, names = self.marks[4]
         program = self.tracer.program
-        n = len(self.values)
+        n = self.checked_end()          # the iteration checked is n-1 of these
         try:
             last = _Records(self.tracer, program.instructions[il:ie], program.buffers[bl:be])
             again0 = _Records(self.tracer, [], program.buffers[b0:b1])
@@ -333,6 +412,9 @@ class Loop:
         for key, expected in self.expected_names.items():
             if names.get(key, 0) != expected:
                 self._fail(f"allocation names {key!r} counted differently in the last iteration")
+        for tiles, bid0, _ in self.growing:
+            if len(tiles) < n or _fresh_tile(self.tracer, tiles[-1]) != bid0 + (n - 1) * (b1 - b0):
+                self._fail("a list the loop appends its tiles to did not get the last iteration's")
 
     def abandon(self):
         """The loop was left early (break, or an error in its body)."""
@@ -380,8 +462,10 @@ class LoopTracer:
             if loop.degraded is None:
                 loop.after_second()                     # stamps 2 .. n-2, or degrades
             if loop.degraded is None:
-                yield loop.index(n - 1)
+                yield loop.index(loop.checked_end() - 1)
                 loop.finish()
+                if loop.peel:                           # the last iteration: traced as it is
+                    yield values[n - 1]
             else:
                 for j in range(2, n):
                     yield values[j]

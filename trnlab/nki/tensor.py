@@ -19,6 +19,7 @@ import math
 
 import numpy as np
 
+from trnlab import config as _config
 from trnlab.hardware import dtypes as _dtypes
 from trnlab.hardware.errors import OutOfBoundsError, ShapeMismatchError
 from trnlab.hardware.tensor import unravel
@@ -27,7 +28,7 @@ from trnlab.nki import tensor_views as _views
 from trnlab.nki.errors import NKIError, ViewError, locate
 from trnlab.nki.indexing import IndexExpr
 from trnlab.nki import loops as _loops
-from trnlab.nki.loop_index import plain_key
+from trnlab.nki.loop_index import plain, plain_key
 
 ON_CHIP = ("sbuf", "psum")
 HBM_KINDS = ("hbm", "shared_hbm", "private_hbm")
@@ -431,6 +432,7 @@ class NkiTensor:
                 return _views.bytes_view(self, _dtypes.as_dtype(dtype), pattern, offset)
             return self._retyped(_dtypes.as_dtype(dtype)).ap(pattern, offset=offset)
         pattern = [[int(stride), int(count)] for stride, count in pattern]
+        offset = plain(offset)      # a loop index: the positions, hence the index arrays, are affine in it
         dynamic = None
         if scalar_offset is not None or vector_offset is not None:
             if not 0 <= int(indirect_dim) < self.ndim:
@@ -456,25 +458,32 @@ class NkiTensor:
                                              f"pattern {pattern}", value=vector_offset.shape, limit=rows)
                 pattern[0][0] = 0                  # row r starts at offsets[r] x stride, not r x step
                 dynamic = (vector_offset, stride, True)
-        flat = np.asarray(offset, dtype=np.int64)
-        for axis, (stride, count) in enumerate(pattern):
-            shape = [1] * len(pattern)
-            shape[axis] = count
-            flat = flat + stride * np.arange(count, dtype=np.int64).reshape(shape)
-        invalid = None
-        if flat.size and (flat.min() < 0 or flat.max() >= math.prod(self.shape)):
-            # an access pattern is a description until an instruction reads or writes through it (NKI
-            # Access Patterns: views "are consumed by NKI ISA instructions"): a kernel may build one for a
-            # loop step it then skips (`if h < H: nc_matmul(..., stationary=w.ap(...))`); the first
-            # instruction that uses it raises
-            invalid = OutOfBoundsError(f"out-of-bounds access pattern on {self.name or 'tensor'} {self.shape}: "
-                                       f"elements [{flat.min()}, {flat.max()}] of {math.prod(self.shape)}",
-                                       value=(int(flat.min()), int(flat.max())), limit=math.prod(self.shape))
-            flat = np.clip(flat, 0, math.prod(self.shape) - 1)
-        view = NkiTensor(flat.shape, self.dtype, self.buffer, self.name)
-        view._invalid = invalid
-        view._owner, view._hw, view._launch = self._base(), self._hw, self._launch
-        view._index = unravel(flat + base, self._hw.shape)
+        view = None
+        if _config.fast():
+            # from the pattern alone: its bounds, and the index arrays (tensor_views.pattern_index)
+            reached = _views.pattern_bounds(pattern, int(offset))
+            if reached is None or (reached[0] >= 0 and reached[1] < math.prod(self.shape)):
+                view = NkiTensor(tuple(count for _, count in pattern), self.dtype, self.buffer, self.name)
+                view._owner, view._hw, view._launch = self._base(), self._hw, self._launch
+                view._index = _views.pattern_index(pattern, int(offset) + base, self._hw.shape)
+        if view is None:                           # the reference: every element's position
+            flat = np.asarray(offset, dtype=np.int64)
+            for axis, (stride, count) in enumerate(pattern):
+                shape = [1] * len(pattern)
+                shape[axis] = count
+                flat = flat + stride * np.arange(count, dtype=np.int64).reshape(shape)
+            invalid = None
+            if flat.size and (flat.min() < 0 or flat.max() >= math.prod(self.shape)):
+                # an access pattern is a description until an instruction reads or writes through it (NKI
+                # Access Patterns: views "are consumed by NKI ISA instructions"): a kernel may build one for a
+                # loop step it then skips (`if h < H: nc_matmul(..., stationary=w.ap(...))`); the first
+                # instruction that uses it raises
+                invalid = _out_of_bounds(self, int(flat.min()), int(flat.max()))
+                flat = np.clip(flat, 0, math.prod(self.shape) - 1)
+            view = NkiTensor(flat.shape, self.dtype, self.buffer, self.name)
+            view._invalid = invalid
+            view._owner, view._hw, view._launch = self._base(), self._hw, self._launch
+            view._index = unravel(flat + base, self._hw.shape)
         box = _views.as_box(view._index)
         if box is not None:         # a strided box: slices, so DMAs see its contiguous runs
             view._index = box
@@ -715,3 +724,9 @@ def _is_register(value) -> bool:
     """Is `value` an nki.isa.VirtualRegister (a scalar_offset read from a register when the program runs)?"""
     return type(value).__name__ == "VirtualRegister" and type(value).__module__ == "trnlab.nki.isa_registers"
 
+
+def _out_of_bounds(t, lowest: int, highest: int) -> OutOfBoundsError:
+    """An access pattern reaching outside tensor `t` (elements lowest..highest of its row-major ones)."""
+    size = math.prod(t.shape)
+    return OutOfBoundsError(f"out-of-bounds access pattern on {t.name or 'tensor'} {t.shape}: "
+                            f"elements [{lowest}, {highest}] of {size}", value=(lowest, highest), limit=size)

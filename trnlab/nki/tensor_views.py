@@ -45,6 +45,69 @@ def as_box(index: tuple):
     return tuple(slices)
 
 
+def pattern_bounds(pattern, offset: int):
+    """(lowest, highest) flat position an access pattern [[stride, count], ...] from `offset` reaches,
+    from the pattern alone; None if it reaches none (a count of 0)."""
+    lo = hi = int(offset)
+    for stride, count in pattern:
+        if count <= 0:
+            return None
+        reach = stride * (count - 1)
+        if reach < 0:
+            lo += reach
+        else:
+            hi += reach
+    return lo, hi
+
+
+def pattern_index(pattern, start: int, shape: tuple) -> tuple:
+    """``unravel(start + sum_k i_k x stride_k, shape)`` for an access pattern
+    [[stride, count], ...] (start and every position inside `shape`), built from the pattern: the
+    same int arrays, element for element.
+
+    The fast path (`config.fast()`) of `NkiTensor.ap`: NumPy's unravel divides every element by
+    every axis's row size. When the start and each stride split into per-axis coordinates that
+    never carry into the next axis over the whole pattern (the usual case: a pattern that walks
+    rows, columns and tiles of the tensor), coordinate d is start_d + sum_k i_k x stride_k,d,
+    a few broadcast adds; otherwise NumPy's unravel (the reference)."""
+    counts = tuple(count for _, count in pattern)
+    split = _split(start, shape) if counts and min(counts) > 0 else None
+    parts = [_split(stride, shape) if stride >= 0 else None for stride, _ in pattern]
+    if split is not None and all(p is not None for p in parts):
+        reach = [split[d] + sum(p[d] * (count - 1) for p, count in zip(parts, counts))
+                 for d in range(len(shape))]
+        if all(r < n for r, n in zip(reach, shape)):
+            # each coordinate array is a broadcast (read-only) view of the sum of its lines: the
+            # pattern's size in memory, not its elements' (an index array is only ever read)
+            coordinates = []
+            for d in range(len(shape)):
+                coordinate = np.full([1] * len(counts), split[d], dtype=np.intp)
+                for k, p in enumerate(parts):
+                    if p[d]:
+                        line = [1] * len(counts)
+                        line[k] = counts[k]
+                        coordinate = coordinate + p[d] * np.arange(counts[k], dtype=np.intp).reshape(line)
+                coordinates.append(np.broadcast_to(coordinate, counts))
+            return tuple(coordinates)
+    flat = np.asarray(start, dtype=np.int64)
+    for axis, (stride, count) in enumerate(pattern):
+        line = [1] * len(pattern)
+        line[axis] = count
+        flat = flat + stride * np.arange(count, dtype=np.int64).reshape(line)
+    return unravel(flat, shape)   # NumPy 2.4's unravel_index is wrong past 8192 positions ending in [.., 1]
+
+
+def _split(position: int, shape: tuple):
+    """Row-major coordinates of flat `position` in `shape` (each inside its axis), or None."""
+    if position < 0 or position >= math.prod(shape):
+        return None
+    coordinates = []
+    for n in reversed(shape):
+        position, c = divmod(position, n)
+        coordinates.append(c)
+    return coordinates[::-1]
+
+
 def positions(t) -> np.ndarray:
     """The flat (row-major) element positions in its owner tensor of each element of view `t`."""
     t._ready()
