@@ -36,7 +36,8 @@ NEW, OLD = "trn3", "trn2"
 TIME_TARGET = 1.20          # the student's Trn3 time at most 120 % of the reference's, measured in the same run
 VECTOR_LIMIT = 0.85         # a Vector engine busier than this sets the kernel's time
 # The course library's add kernels (and the 1-D vector add of the DMA lesson): the student writes one.
-PACKAGE_ADDS = ("trnlab.kernels.elementwise", "trnlab.kernels.pointwise.binary", "trnlab.kernels.vector_add")
+PACKAGE_ADDS = ("trnlab.kernels.elementwise.add", "trnlab.kernels.pointwise.binary",
+                "trnlab.kernels.vector_add.vector_add_stream", "trnlab.kernels.vector_add.vector_add_rows")
 TIMED_SHAPES = [(1024, 2048), (2048, 2048), (4096, 2048), (1024, 4096), (2048, 4096), (1024, 8192)]
 
 
