@@ -137,8 +137,8 @@ def why_slow(case: dict, yours: dict, yours_old: dict, reference: dict, referenc
                 f"a descriptor takes at least {new.dma_descriptor_ns:.0f} ns whatever it carries, and {row} bytes "
                 f"take {row / new.dma_engine_bandwidth * 1e9:.0f} ns at a {NEW} DMA engine's "
                 f"{new.dma_engine_bandwidth / 1e9:.0f} GB/s ({row / old.dma_engine_bandwidth * 1e9:.0f} ns at "
-                f"{OLD}'s {old.dma_engine_bandwidth / 1e9:.0f}): below {_kib(knee_new)} per partition on {NEW} "
-                f"({_kib(knee_old)} on {OLD}) the descriptor's fixed cost, not bandwidth, sets the time — "
+                f"{OLD}'s {old.dma_engine_bandwidth / 1e9:.0f}): below {knee_new:,.0f} bytes per partition on {NEW} "
+                f"({knee_old:,.0f} on {OLD}) the descriptor's fixed cost, not bandwidth, sets the time — "
                 f"{descriptors} descriptors × {new.dma_descriptor_ns:.0f} ns over {new.dma_engines} engines = "
                 f"{paced_us:.1f} µs, on {NEW} as on {OLD}, so your kernel gains {gain:.2f}× where the reference "
                 f"gains {gain_ref:.2f}×. Move at least 4 KiB per partition in each DMA")
@@ -148,7 +148,7 @@ def why_slow(case: dict, yours: dict, yours_old: dict, reference: dict, referenc
         lanes = new.partitions // new.dma_engines
         return (f"your tiles use {partitions} of the {new.partitions} partitions: an instruction's time is set "
                 f"by its free size, not its partitions, so each add does {partitions}/{new.partitions} of the "
-                f"work it could ({vector}), and a DMA of {partitions} partitions runs on "
+                f"work it could — {vector} — and a DMA of {partitions} partitions runs on "
                 f"{-(-partitions // lanes)} of the {new.dma_engines} DMA engines (one per {lanes} partitions)")
     if yours["vector_busy"] >= VECTOR_LIMIT:
         return vector
