@@ -136,9 +136,9 @@ DTYPE = "bfloat16"
 # the limit and (1, 1, 1) takes 2.7-4.0x the reference's time. Measured on every shape the cases can draw
 # (python benchmarks/nb05_blocks.py): reasoned answers — M and K blocks of up to 16 tiles that leave
 # room for a second K block, chosen by reuse (tm * tk), by balance or by the largest M block — run within
-# 100-110 % of the reference; blocks capped at 8 tiles fail on odd tile counts (9, 27: a block of 3) at
-# 122-168 %; filling SBUF with no room to prefetch reaches 123 % once; copying AWS's (16, 2, 8) overflows
-# SBUF or does not divide the shape; no fixed answer divides every shape.
+# 100-110 % of the reference; blocks capped at 8 tiles fail on 9 of the 34 shapes (odd tile counts such as
+# 9 and 27 get blocks of 3; up to 168 %); filling SBUF with no room to prefetch fails on 3 (up to 133 %);
+# copying AWS's (16, 2, 8) overflows SBUF or does not divide the shape; no fixed answer divides every shape.
 TIME_TARGET = 1.20
 
 
