@@ -157,6 +157,25 @@ def test_pattern_index_is_numpys_unravel_of_every_position(case):
     assert views.pattern_bounds(pattern, start) == (int(flat.min()), int(flat.max()))
 
 
+def _held_bytes(array: np.ndarray) -> int:
+    """Bytes of the buffer an array (or the view it is) keeps alive."""
+    while isinstance(array.base, np.ndarray):
+        array = array.base
+    return array.nbytes
+
+
+def test_pattern_index_holds_the_patterns_lines_not_one_integer_per_element():
+    # issue 21: the NKI Library's MoE kernels read [128, 3584] tiles by .ap patterns that are not
+    # boxes (here: a transposing walk of a [64 tokens, 3584] HBM tensor), thousands of them; an index
+    # array of int64 per element (3.5 MiB per coordinate) filled the 12 GiB the harness allows
+    pattern, shape = [[1, 3584], [3584, 64]], (64, 3584)        # view [3584, 64]: element (h, t) at [t, h]
+    rows, columns = views.pattern_index(pattern, 0, shape)
+    assert rows.shape == columns.shape == (3584, 64)
+    assert np.array_equal(rows, np.broadcast_to(np.arange(64), (3584, 64)))
+    assert np.array_equal(columns, np.broadcast_to(np.arange(3584)[:, None], (3584, 64)))
+    assert _held_bytes(rows) <= 64 * 8 and _held_bytes(columns) <= 3584 * 8
+
+
 @nki.jit
 def ap_in_affine_loop(x, w):
     """out[c] = w[c] . windows of x[c] — per channel c an nl.affine_range iteration whose loads are
