@@ -12,6 +12,8 @@ import trnlab.nki.language as nl
 from trnlab import config
 from trnlab.hardware.errors import DtypeError
 
+from nki_kernels import views
+
 RNG = np.random.default_rng(5)
 
 
@@ -26,23 +28,6 @@ def gather_rows_as_bf16(table, ids):
     nisa.dma_copy(dst=rows, src=table.ap([[C, P], [1, C]], vector_offset=idx, indirect_dim=0))
     out = nl.ndarray((P, C), dtype=nl.bfloat16, buffer=nl.shared_hbm)
     nisa.dma_copy(dst=out, src=rows)
-    return out
-
-
-@nki.jit
-def scatter_bf16_rows_into_fp32(table, ids, values):
-    """out = table with out[ids[p]] = fp32(values[p]): the indirect side is the destination."""
-    N, C = table.shape
-    P = ids.shape[0]
-    out = nl.ndarray((N, C), dtype=table.dtype, buffer=nl.shared_hbm)
-    whole = nl.ndarray((N, C), dtype=table.dtype, buffer=nl.sbuf)
-    nisa.dma_copy(dst=whole, src=table)
-    nisa.dma_copy(dst=out, src=whole)
-    idx = nl.ndarray((P, 1), dtype=nl.int32, buffer=nl.sbuf)
-    nisa.dma_copy(dst=idx, src=ids)
-    rows = nl.ndarray((P, C), dtype=values.dtype, buffer=nl.sbuf)
-    nisa.dma_copy(dst=rows, src=values)
-    nisa.dma_copy(dst=out.ap([[C, P], [1, C]], vector_offset=idx, indirect_dim=0), src=rows)
     return out
 
 
@@ -62,7 +47,7 @@ def test_an_indirect_scatter_between_dtypes_casts_each_row():
     values = RNG.normal(size=(64, 16)).astype(ml_dtypes.bfloat16)
     expected = table.copy()
     expected[ids[:, 0]] = values.astype(np.float32)
-    np.testing.assert_array_equal(nki.run(scatter_bf16_rows_into_fp32, table, ids, values).outputs, expected)
+    np.testing.assert_array_equal(nki.run(views.scatter_rows, table, ids, values).outputs, expected)
 
 
 def test_neuroncore_v2_dmas_do_not_convert():

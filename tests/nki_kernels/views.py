@@ -99,7 +99,8 @@ def gather_rows(table, ids):
 
 @nki.jit
 def scatter_rows(table, ids, values):
-    """out = table with out[ids[p]] = values[p]: a vector_offset on the destination (a scatter)."""
+    """out = table with out[ids[p]] = values[p]: a vector_offset on the destination (a scatter); values of
+    another dtype are cast by that indirect DMA."""
     N, C = table.shape
     P = ids.shape[0]
     out = nl.ndarray((N, C), dtype=table.dtype, buffer=nl.shared_hbm)
@@ -108,7 +109,7 @@ def scatter_rows(table, ids, values):
     nisa.dma_copy(dst=out, src=whole)
     idx = nl.ndarray((P, 1), dtype=nl.int32, buffer=nl.sbuf)
     nisa.dma_copy(dst=idx, src=ids)
-    rows = nl.ndarray((P, C), dtype=table.dtype, buffer=nl.sbuf)
+    rows = nl.ndarray((P, C), dtype=values.dtype, buffer=nl.sbuf)
     nisa.dma_copy(dst=rows, src=values)
     nisa.dma_copy(dst=out.ap([[C, P], [1, C]], vector_offset=idx, indirect_dim=0), src=rows)
     return out
