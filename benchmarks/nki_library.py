@@ -198,12 +198,18 @@ locking and trace analysis, absent from the repository, unused on a CPU), `neuro
 dtype helpers, served by the zero-edit hook) and the orchestrator's `_compiled_kernel` (read after
 simulation, set only by compilation).
 
-Two files fail on the library's own test code at this commit, on any backend (not worked around):
-`core/qkv/test_qkv_tkg.py` uses `Platforms` in a decorator without importing it (NameError when the
-file is imported); `core/attention/test_gen_mask_tkg.py`'s `_run_test` reads
-`kernel_input["mask_out_hbm"]` while its input generator names that key `"mask_out_hbm.must_alias_input"`
-(and `UnitTestFramework` passes the unfiltered dict): KeyError before any kernel runs (the file's
-`TestGenMaskTkgHbm` tests, which call the orchestrator directly, run).
+Six files fail on the library's own code at this commit, on any backend (not worked around):
+- `core/qkv/test_qkv_tkg.py` uses `Platforms` in a decorator without importing it (NameError when the
+  file is imported);
+- `core/attention/test_gen_mask_tkg.py`'s `_run_test` reads `kernel_input["mask_out_hbm"]` while its
+  input generator names that key `"mask_out_hbm.must_alias_input"` (and `UnitTestFramework` passes the
+  unfiltered dict): KeyError before any kernel runs (the file's `TestGenMaskTkgHbm` tests, which call
+  the orchestrator directly, run);
+- `core/mlp/test_mlp_cte.py`, `core/mlp/test_mlp_tkg.py` and `experimental/transformer/test_transformer_tkg.py`
+  import `core/mlp/mlp.py`, whose line 203 repeats the end of a docstring after its closing quotes
+  (IndentationError when the module is compiled, by any Python);
+- `experimental/subkernels/test_topk_reduce.py` imports `nkilib.experimental.subkernels.topk_reduce`,
+  a package the repository does not contain at this commit (ModuleNotFoundError).
 """
 
 
