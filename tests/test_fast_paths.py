@@ -137,6 +137,23 @@ def test_the_collector_and_blas_threads_come_back_after_a_run_that_raises(fast):
     assert gc.isenabled() and _threads() == threads_before
 
 
+@pytest.mark.parametrize("fast", [True, False])
+def test_scheduling_pauses_the_collector_only_on_the_fast_path(fast, monkeypatch):
+    """The list schedule creates only objects that stay alive: on the fast path the collector is
+    paused while it runs (hardware/_gc.py), and enabled again afterwards."""
+    from trnlab.hardware import instruction_order, list_schedule
+    monkeypatch.setattr(nki, "SCHEDULE", "program")
+    args = gpt_arguments(batch=1, seq=128, d_model=128, n_head=4, vocab=64, dtype="float32")["matmul"]
+    program = nki.trace(KERNELS["matmul"][0], *args, target="trn2")
+    order = list_schedule.list_order
+    during = []
+    monkeypatch.setattr(list_schedule, "list_order", lambda *a, **k: during.append(gc.isenabled()) or order(*a, **k))
+    with config.override(fast=fast):
+        scheduled = instruction_order.scheduled(program, "list")
+    assert during == [not fast] and gc.isenabled()
+    assert scheduled.schedule == "list" and len(scheduled) == len(program)
+
+
 def test_blas_threads_default_leaves_blas_alone(monkeypatch):
     monkeypatch.setenv("TRNLAB_BLAS_THREADS", "default")
     monkeypatch.setattr(_blas, "_find", lambda: pytest.fail("BLAS was switched"))

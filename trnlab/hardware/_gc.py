@@ -1,4 +1,4 @@
-"""Pause Python's cyclic garbage collector while a program is traced, resolved or replayed.
+"""Pause Python's cyclic garbage collector while a program is traced, resolved, scheduled or replayed.
 
 Fast path (`trnlab.config.fast()`; with it off `paused()` does nothing). It changes the user's
 process only for the block: the collector is enabled again when the outermost block ends, by an

@@ -29,6 +29,7 @@ from heapq import heappop, heappush
 
 import numpy as np
 
+from . import _gc
 from .allocate import allocate
 from .program import Program
 
@@ -205,4 +206,7 @@ def scheduled(program: Program, schedule: str = DEFAULT, **options) -> Program:
         raise ValueError(f"unknown schedule {schedule!r}; choose one of {SCHEDULES}")
     if schedule == "program":
         return program
-    return list_schedule(program, **options) if schedule == "list" else hoist_loads(program, **options)
+    # scheduling only creates objects that stay alive (a graph, an order, the new program's
+    # records): the collector's scans of them free nothing (hardware/_gc.py; a fast path)
+    with _gc.paused():
+        return list_schedule(program, **options) if schedule == "list" else hoist_loads(program, **options)
