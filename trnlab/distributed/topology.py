@@ -98,6 +98,12 @@ class Calibration:
 
 DOCUMENTED = Calibration("documented link figures")
 NCCOM_TRN1 = Calibration("fitted to nccom-test (trn1)", NCCOM_LAUNCH_NS, NCCOM_HOP_NS, CC_DMA_ENGINES)
+# The guide re-ran the same 32-rank all-gather command with SDK 2.24 (Jun 2025): 6.16 us at 1 KiB where the
+# 2023 run took 151 us. The runtime's fixed cost fell ~25x; the documented 1-2 us hop and a mesh step now
+# explain the rest. FITTED by `validation.fit_recent()` to that one row (the fastest algorithm, documented
+# hop, the trn1 fit's 2 DMA engines); every other post-2024 row is held out (validation.validate_rows()).
+NCCOM_RECENT_LAUNCH_NS = 4.65 * NS_PER_US  # FITTED: 32-rank all-gather of 1 KiB, SDK 2.24 (6.16 us) - one mesh step
+NCCOM_RECENT = Calibration("fitted to nccom-test (SDK 2.24+)", NCCOM_RECENT_LAUNCH_NS, None, CC_DMA_ENGINES)
 
 
 
