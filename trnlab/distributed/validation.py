@@ -26,6 +26,15 @@ software cost) is 2-100× optimistic. `fit_nccom` finds why, from three rows: a 
 collective (~52 µs), a ring step of ~3.2 µs (the docs say 1-2 µs), and ~57 GB/s per core — two DMA
 engines' worth, not the sixteen of a core. `topology.NCCOM_TRN1` holds those fitted constants; the
 calibrated model is then checked against the other rows.
+
+Every run (issue 25): `runs()` gathers every published measurement the model can run — the runs
+above, the guide's later examples (SDK 2.24-2.28, time:avg, platform not named: each with our
+reading) and a two-node trn1 run from aws/aws-k8s-tester's end-to-end test — each with its source and
+conditions; `validate_rows()` gives measured, documented model and calibrated model with the error
+and whether the row was fitted or held out (`python benchmarks/bench_collectives.py --validate`).
+The guide's SDK 2.24 re-run of the 32-rank trn1 command shows the fixed cost fell ~25× (151 → 6.16
+µs at 1 KiB); `topology.NCCOM_RECENT` is fitted to that one row (`fit_recent`), the rest held out.
+`NOT_COMPARED` lists the figures found and not compared, with the reason.
 """
 
 from __future__ import annotations
