@@ -117,6 +117,8 @@ def validate() -> None:
     rows = validation.validate_rows()
     print(validation.markdown(rows))
     print(validation.markdown(validation.validate_summary(rows)))
+    print("\nthe unnamed platforms read the other way:")
+    print(validation.markdown(validation.alternative_readings()))
     print("\npublished figures not compared:")
     for what, why in validation.NOT_COMPARED:
         print(f"  - {what}: {why}")
