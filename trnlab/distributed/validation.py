@@ -274,6 +274,7 @@ def _recent_lnc2() -> topology.Calibration:
 
 SDK224_32RANK = ((1 * KiB, 6.16), (8 * KiB, 6.48), (64 * KiB, 8.17), (512 * KiB, 23.16))
 SDK228_8RANK = ((1 * KiB, 10.0), (8 * KiB, 10.22), (64 * KiB, 11.31), (512 * KiB, 14.83))
+PERMUTE_8RANK = ((32 * MiB, 894.24),)
 
 
 def runs() -> list[Run]:
@@ -316,7 +317,7 @@ def runs() -> list[Run]:
         Run("permute-8rank", GUIDE + ", --custom-src-target-pairs (pairs 0<->1, 2<->3, the rest to themselves)",
             "nccom-test -r 8 --custom-src-target-pairs pairs.json permute", "Nov 2025", "not named",
             "not named; read as ranks 0<->1 = the 2 cores of one Trainium (send/receive)", "send_recv", 2, "uint8",
-            "avg", ((32 * MiB, 894.24),), chip, topology.NCCOM_RECENT),
+            "avg", PERMUTE_8RANK, chip, topology.NCCOM_RECENT),
         Run("sdk228-8rank-allg", GUIDE + ", --stats",
             "nccom-test -r 8 --minbytes 1kb --maxbytes 1mb --stepfactor 8 --datatype fp32 --stats avg p25 p50 p90 "
             "p99 --iters 1000 allg", "2.28", "not named",
@@ -401,20 +402,27 @@ def validate_summary(rows: list[dict] | None = None) -> list[dict]:
 
 
 def alternative_readings() -> list[dict]:
-    """The two unnamed-platform runs read the other way, to show what the reading decides: the SDK
-    2.24 32-rank all-gather as 8 Trainium2 chips at LNC=2 (where the documented model, which has no
-    software cost, would take longer than the measurement: that reading is inconsistent), and the SDK
-    2.28 8-rank all-gather as 8 cores (4 chips) of a trn1.32xlarge."""
+    """The unnamed-platform runs read the other way, to show what the reading decides: the SDK 2.24
+    32-rank all-gather as 8 Trainium2 chips at LNC=2 (where the documented model, which has no
+    software cost, would take longer than the measurement: that reading is inconsistent), the SDK 2.28
+    8-rank all-gather as 8 cores (4 chips) of a trn1.32xlarge, and the permute's ranks 0<->1 as two
+    LNC=2 ranks of one Trainium2."""
     server = trn1_core_topologies()["32 cores of trn1.32xlarge, all-gather"]
     rows = []
-    for label, points, topo, calibration in (
-            ("SDK 2.24 32-rank all-gather read as 8 Trainium2 chips at LNC=2", SDK224_32RANK,
+    for label, op, points, topo, calibration in (
+            ("SDK 2.24 32-rank all-gather read as 8 Trainium2 chips at LNC=2", "all_gather", SDK224_32RANK,
              trn2_logical_cores(8), _recent_lnc2()),
-            ("SDK 2.28 8-rank all-gather read as 4 trn1 chips (8 cores)", SDK228_8RANK, server.group(8),
-             topology.NCCOM_RECENT)):
+            ("SDK 2.28 8-rank all-gather read as 4 trn1 chips (8 cores)", "all_gather", SDK228_8RANK,
+             server.group(8), topology.NCCOM_RECENT),
+            ("8-rank permute read as 2 LNC=2 ranks of one Trainium2", "send_recv", PERMUTE_8RANK,
+             trn2_logical_cores(1), _recent_lnc2())):
         for size, measured in points:
-            d = collectives.best_algorithm("all_gather", size, topo).time_ns / 1e3
-            k = collectives.best_algorithm("all_gather", size, topo, calibration=calibration).time_ns / 1e3
+            if op == "send_recv":
+                d = collectives.cost(op, size, topo).time_ns / 1e3
+                k = collectives.cost(op, size, topo, calibration=calibration).time_ns / 1e3
+            else:
+                d = collectives.best_algorithm(op, size, topo).time_ns / 1e3
+                k = collectives.best_algorithm(op, size, topo, calibration=calibration).time_ns / 1e3
             rows.append({"reading": label, "bytes": size, "measured (µs)": measured, "documented (µs)": d,
                          "error": f"{d / measured - 1:+.0%}", "calibrated (µs)": k,
                          "error (calibrated)": f"{k / measured - 1:+.0%}"})
