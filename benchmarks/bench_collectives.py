@@ -117,6 +117,8 @@ def validate() -> None:
     rows = validation.validate_rows()
     print(validation.markdown(rows))
     print(validation.markdown(validation.validate_summary(rows)))
+    print("\nwhich bandwidth each run can test (the calibrated model's bandwidth term per level):")
+    print(validation.markdown(validation.binding_limits()))
     print("\nthe unnamed platforms read the other way:")
     print(validation.markdown(validation.alternative_readings()))
     print("\npublished figures not compared:")

@@ -32,7 +32,8 @@ def test_the_validation_table_in_the_docs_is_the_one_the_benchmark_prints():
     docs = (ROOT / "docs" / "distributed.md").read_text()
     rows = validation.validate_rows()
     for table in (validation.markdown(rows), validation.markdown(validation.validate_summary(rows)),
-                  validation.markdown(validation.alternative_readings())):
+                  validation.markdown(validation.alternative_readings()),
+                  validation.markdown(validation.binding_limits())):
         assert table in printed and table in docs
     assert "unvalidated" in printed
 
@@ -66,6 +67,12 @@ def test_the_other_reading_of_the_sdk_2_24_run_would_make_the_documented_model_s
     rows = [r for r in validation.alternative_readings() if "8 Trainium2 chips" in r["reading"]]
     # a model with no software cost cannot be slower than the hardware: that reading is inconsistent
     assert any(r["documented (µs)"] > r["measured (µs)"] for r in rows)
+
+
+def test_only_efa_binds_before_the_dma_cap_so_no_neuronlink_figure_is_tested():
+    rows = validation.binding_limits()
+    assert {r["link"] for r in rows if r["bound by"] == "link"} == {"EFA (per core)"}
+    assert any("NeuronLink" in r["link"] and r["bound by"] == "DMA engines" for r in rows)
 
 
 def test_no_published_run_is_read_as_trn3_so_its_fabric_stays_assumed():

@@ -429,6 +429,24 @@ def alternative_readings() -> list[dict]:
     return rows
 
 
+def binding_limits() -> list[dict]:
+    """Per run and level: the link's bandwidth per rank, the calibration's DMA-engine cap, and which
+    of the two the calibrated model's bandwidth term uses — i.e. which figure the run can test."""
+    rows, seen = [], set()
+    for run in runs():
+        cap = topology.cc_bandwidth_cap(run.topology, run.calibration)
+        group = run.topology.group(run.ranks) if run.op != "send_recv" else run.topology
+        for level, size, link in group.levels() or [("in server", 1, group.intra)]:
+            key = (run.topology.name, run.calibration.name, level)
+            if key in seen:
+                continue
+            seen.add(key)
+            rows.append({"run": run.key, "level": level, "link": link.name,
+                         "link (GB/s per rank)": link.bandwidth / 1e9, "DMA cap (GB/s per rank)": cap / 1e9,
+                         "bound by": "link" if link.bandwidth < cap else "DMA engines"})
+    return rows
+
+
 def fit_recent() -> dict:
     """`topology.NCCOM_RECENT`'s fixed cost from the one row it is fitted to: the SDK 2.24 32-rank
     all-gather of 1 KiB less the documented model's fastest algorithm there (one mesh step)."""
