@@ -79,3 +79,8 @@ def test_no_published_run_is_read_as_trn3_so_its_fabric_stays_assumed():
     assert not any("Trn3" in run.reading or run.topology.chip is T.presets.TRN3 for run in validation.runs())
     for link in (T.TRN3_IN_SERVER, T.TRN3_BETWEEN_SERVERS, T.TRN3_BETWEEN_RACKS):
         assert "ASSUMED" in link.source
+    # the docs' one consequence that holds on Trn3: 8 cores x 2 engines x 38.4 GB/s does not cap below its links
+    for t in (T.TRN3_ULTRASERVER_GEN1, T.TRN3_ULTRASERVER_GEN2):
+        for calibration in (T.NCCOM_TRN1, T.NCCOM_RECENT):
+            cap = T.cc_bandwidth_cap(t, calibration)
+            assert cap == pytest.approx(614.4e9) and all(link.bandwidth < cap for _, _, link in t.levels())
