@@ -247,9 +247,10 @@ GUIDE = "Neuron docs, nccom-test User Guide (tools/neuron-sys-tools/nccom-test),
 @dataclasses.dataclass(frozen=True)
 class Run:
     """One published collective measurement and the conditions it was run under. `platform` is what
-    the source states; `reading` is the machine we model it on where the source names none.
-    `calibration` is the fitted model for its runtime era (`topology.NCCOM_TRN1` for the 2023 runs,
-    `topology.NCCOM_RECENT` for the runs of 2025 on, SDK 2.21 to 2.28); `fit` holds the sizes used to fit it (the others are held out)."""
+    the source states; `reading` is the machine we model it on. `calibration` is the fitted model of
+    its runtime era (`topology.NCCOM_TRN1` for the 2023 runs, `topology.NCCOM_RECENT` for those of
+    2025 on, SDK 2.21 to 2.28), its DMA-engine cap scaled by `lnc` (`fitted()`); `fit` holds the sizes
+    used to fit it (the others are held out)."""
     key: str
     source: str
     command: str
@@ -263,13 +264,19 @@ class Run:
     points: tuple       # ((bytes, measured µs), ...)
     topology: "topology.Topology"
     calibration: "topology.Calibration"
-    lnc: int = 1        # physical cores per rank: the calibration's DMA-engine cap scales with it
+    lnc: int = 1        # physical cores per rank (LNC): a rank drives the CC streams of each of them
     fit: frozenset = frozenset()
 
+    def fitted(self) -> topology.Calibration:
+        return _per_rank(self.calibration, self.lnc)
 
-def _recent_lnc2() -> topology.Calibration:
-    return dataclasses.replace(topology.NCCOM_RECENT, name=topology.NCCOM_RECENT.name + ", LNC=2 ranks",
-                               cc_dma_engines=2 * topology.CC_DMA_ENGINES)
+
+def _per_rank(calibration: topology.Calibration, lnc: int) -> topology.Calibration:
+    """The calibration for ranks of `lnc` physical cores: its per-core DMA-engine cap times lnc."""
+    if lnc == 1:
+        return calibration
+    return dataclasses.replace(calibration, name=f"{calibration.name}, LNC={lnc} ranks",
+                               cc_dma_engines=lnc * calibration.cc_dma_engines)
 
 
 SDK224_32RANK = ((1 * KiB, 6.16), (8 * KiB, 6.48), (64 * KiB, 8.17), (512 * KiB, 23.16))
@@ -278,20 +285,24 @@ PERMUTE_8RANK = ((32 * MiB, 894.24),)
 
 
 def runs() -> list[Run]:
-    """The runs compared, oldest first. Platforms the guide does not name are read as trn1 where the
-    command is the trn1 run's own (same flags) and as Trn2 at LNC=2 where AWS's algorithm names
-    (KangaRing) only exist there; the reading is printed with every row."""
+    """The runs compared, oldest first. The guide names no platform: its 2023 runs are read as trn1
+    (it then covered Trn1 and Inf2, and only trn1 has 32 or 64 cores), the later ones as trn1 where
+    the command is the 2023 trn1 run's own and as Trn2 at LNC=2 where the release also printed
+    KangaRing, a Trn2 algorithm (`alternative_readings` gives the other reading); the reading is
+    printed with every row."""
     tops = trn1_core_topologies()
     chip, server, two = (tops[k] for k in PUBLISHED)
-    trn1 = "trn1 (the guide's runs before Trn2, May 2023)"
+    trn1 = "not named; the guide then covered Trn1 and Inf2 only (32 and 64 ranks exist only on trn1)"
     same_cmd = "not named; read as trn1.32xlarge, 32 cores (the 2023 trn1 run's command)"
     return [
         Run("trn1-2core-allr", GUIDE + ", 2 rank all-reduce 1 KiB-1 GiB",
             "nccom-test -r 2 --minbytes 1kb --maxbytes 1gb --stepfactor 4 --datatype fp32 allr", "2.10", trn1,
-            "2 cores of one Trainium", "all_reduce", 2, "fp32", "P50", tuple(PUBLISHED[list(PUBLISHED)[0]][2]),
+            "2 cores of one Trainium (an Inferentia2 also has 2)", "all_reduce", 2, "fp32", "P50",
+            tuple(PUBLISHED[list(PUBLISHED)[0]][2]),
             chip, topology.NCCOM_TRN1, fit=frozenset({1 * KiB, 1 * GiB})),
         Run("trn1-2core-32MiB", GUIDE + ", quick environment validation", "nccom-test -r 2 allr", "2.10", trn1,
-            "2 cores of one Trainium", "all_reduce", 2, "uint8", "P50", ((32 * MiB, 768),), chip, topology.NCCOM_TRN1),
+            "2 cores of one Trainium (an Inferentia2 also has 2)", "all_reduce", 2, "uint8", "P50",
+            ((32 * MiB, 768),), chip, topology.NCCOM_TRN1),
         Run("trn1-32core-allg", GUIDE + ", 32 rank all-gather",
             "nccom-test -r 32 --minbytes 1kb --maxbytes 1mb --stepfactor 8 --datatype fp32 --check allg", "2.10",
             trn1, "trn1.32xlarge, 32 cores", "all_gather", 32, "fp32", "P50", tuple(PUBLISHED[list(PUBLISHED)[1]][2]),
@@ -322,11 +333,12 @@ def runs() -> list[Run]:
             "nccom-test -r 8 --minbytes 1kb --maxbytes 1mb --stepfactor 8 --datatype fp32 --stats avg p25 p50 p90 "
             "p99 --iters 1000 allg", "2.28", "not named",
             "not named; read as 2 Trainium2 chips at LNC=2 (printed in the release that printed the KangaRing run)",
-            "all_gather", 8, "fp32", "avg", SDK228_8RANK, trn2_logical_cores(2), _recent_lnc2(), lnc=2),
+            "all_gather", 8, "fp32", "avg", SDK228_8RANK, trn2_logical_cores(2), topology.NCCOM_RECENT, lnc=2),
         Run("sdk228-16rank-allr", GUIDE + ", --show-algorithm (mesh, rdh, kangaring by size)",
             "nccom-test -r 16 allr -b 4 -e 1gb -f 16 -d fp32 --show-algorithm", "2.28", "not named",
             "not named; read as 4 Trainium2 chips at LNC=2 (KangaRing is a Trn2 LNC=2 algorithm)", "all_reduce", 16,
-            "fp32", "avg", tuple((b, t) for b, t, _ in PUBLISHED_TRN2_16), trn2_logical_cores(), _recent_lnc2(), lnc=2),
+            "fp32", "avg", tuple((b, t) for b, t, _ in PUBLISHED_TRN2_16), trn2_logical_cores(), topology.NCCOM_RECENT,
+            lnc=2),
     ]
 
 
@@ -354,10 +366,10 @@ def _calibrated_cost(run: Run, size: int) -> collectives.CollectiveCost:
     """The fitted model for the run's era: the 2023 fit was made with ring steps, so it keeps ring; the
     SDK 2.24 fit takes the fastest algorithm, as the runtime does by size."""
     if run.op == "send_recv":
-        return collectives.cost("send_recv", size, run.topology, calibration=run.calibration)
+        return collectives.cost("send_recv", size, run.topology, calibration=run.fitted())
     if run.calibration is topology.NCCOM_TRN1:
-        return collectives.cost(run.op, size, run.topology, "ring", run.ranks, calibration=run.calibration)
-    return collectives.best_algorithm(run.op, size, run.topology, run.ranks, calibration=run.calibration)
+        return collectives.cost(run.op, size, run.topology, "ring", run.ranks, calibration=run.fitted())
+    return collectives.best_algorithm(run.op, size, run.topology, run.ranks, calibration=run.fitted())
 
 
 def validate_rows() -> list[dict]:
@@ -396,7 +408,7 @@ def validate_summary(rows: list[dict] | None = None) -> list[dict]:
         cal = [_error(r, "error (calibrated)") for r in held]
         out.append({"run": run.key, "conditions": f"{run.reading}; {run.op.replace('_', '-')}, {run.ranks} ranks, "
                                                   f"{run.dtype}, {run.stat}",
-                    "calibration": run.calibration.name, "documented error": f"{min(doc):+.0%} … {max(doc):+.0%}",
+                    "calibration": run.fitted().name, "documented error": f"{min(doc):+.0%} … {max(doc):+.0%}",
                     "calibrated error (held out)": f"{min(cal):+.0%} … {max(cal):+.0%}" if cal else "(all fitted)"})
     return out
 
@@ -411,11 +423,11 @@ def alternative_readings() -> list[dict]:
     rows = []
     for label, op, points, topo, calibration in (
             ("SDK 2.24 32-rank all-gather read as 8 Trainium2 chips at LNC=2", "all_gather", SDK224_32RANK,
-             trn2_logical_cores(8), _recent_lnc2()),
+             trn2_logical_cores(8), _per_rank(topology.NCCOM_RECENT, 2)),
             ("SDK 2.28 8-rank all-gather read as 4 trn1 chips (8 cores)", "all_gather", SDK228_8RANK,
              server.group(8), topology.NCCOM_RECENT),
             ("8-rank permute read as 2 LNC=2 ranks of one Trainium2", "send_recv", PERMUTE_8RANK,
-             trn2_logical_cores(1), _recent_lnc2())):
+             trn2_logical_cores(1), _per_rank(topology.NCCOM_RECENT, 2))):
         for size, measured in points:
             if op == "send_recv":
                 d = collectives.cost(op, size, topo).time_ns / 1e3
@@ -434,10 +446,10 @@ def binding_limits() -> list[dict]:
     of the two the calibrated model's bandwidth term uses — i.e. which figure the run can test."""
     rows, seen = [], set()
     for run in runs():
-        cap = topology.cc_bandwidth_cap(run.topology, run.calibration)
+        cap = topology.cc_bandwidth_cap(run.topology, run.fitted())
         group = run.topology.group(run.ranks) if run.op != "send_recv" else run.topology
         for level, size, link in group.levels() or [("in server", 1, group.intra)]:
-            key = (run.topology.name, run.calibration.name, level)
+            key = (run.topology.name, run.fitted().name, level)
             if key in seen:
                 continue
             seen.add(key)
