@@ -111,7 +111,8 @@ def validate() -> None:
     print(f"calibrations: {topology.NCCOM_TRN1.name} (fixed {topology.NCCOM_LAUNCH_NS / 1e3:.0f} µs, ring step "
           f"{topology.NCCOM_HOP_NS / 1e3:.1f} µs, {topology.CC_DMA_ENGINES} DMA engines per core); "
           f"{topology.NCCOM_RECENT.name} (fixed {topology.NCCOM_RECENT_LAUNCH_NS / 1e3:.2f} µs = "
-          f"{fit['measured (µs)']} µs measured - {fit['documented model (µs)']:.2f} µs of one {fit['algorithm']} step; "
+          f"{fit['measured (µs)']} µs measured - {fit['documented model (µs)']:.2f} µs of one "
+          f"{fit['algorithm']} step; "
           f"documented hop; {topology.CC_DMA_ENGINES} DMA engines per core)")
     print("error = model / measured - 1; role 'fit': the row fitted the calibration, 'held out': it did not")
     rows = validation.validate_rows()

@@ -105,7 +105,8 @@ NCCOM_TRN1 = Calibration("fitted to nccom-test (trn1)", NCCOM_LAUNCH_NS, NCCOM_H
 # explain the rest. FITTED by `validation.fit_recent()` to that one row (the fastest algorithm, documented
 # hop, the trn1 fit's 2 DMA engines); every other post-2024 row is held out (validation.validate_rows()).
 NCCOM_RECENT_LAUNCH_NS = 4.65 * NS_PER_US  # FITTED: 32-rank all-gather of 1 KiB, SDK 2.24 (6.16 us) - one mesh step
-NCCOM_RECENT = Calibration("fitted to nccom-test (2025 runtime, SDK 2.24)", NCCOM_RECENT_LAUNCH_NS, None, CC_DMA_ENGINES)
+NCCOM_RECENT = Calibration("fitted to nccom-test (2025 runtime, SDK 2.24)", NCCOM_RECENT_LAUNCH_NS, None,
+                           CC_DMA_ENGINES)
 
 
 
