@@ -5,6 +5,7 @@
     python benchmarks/bench_collectives.py --model     # the modelled times per preset only
     python benchmarks/bench_collectives.py --scaling   # DP / TP / PP scaling of a 7B-class model per preset
     python benchmarks/bench_collectives.py --levels    # Trn3's per-level fabric against one link figure
+    python benchmarks/bench_collectives.py --validate  # the cost model against every published measurement
 
 Numerics: a ring / rdh / mesh all-reduce of p float32 arrays executed step by step, against NumPy's
 ``np.sum(np.stack(arrays), axis=0)`` on the same arrays (the baseline, measured in the same run).
@@ -17,6 +18,11 @@ Scaling: throughput against chips, the share of the step in communication, per p
 Levels: an all-reduce over 4, 72 and 144 chips of a Trn3 Gen2 UltraServer, stage by stage over the
 sled / rack / racks links (trn3-arch's 256 / 320 / 128 GB/s), against the baseline of the same run:
 the single-figure model trnlab used before (every chip on NeuronLink-v4 through one switch, 2.56 TB/s).
+Validate: every published nccom-test run trnlab can model (`validation.runs()`: source, command, platform
+or our reading of it, collective, ranks, dtype, sizes) run through the cost model under the same
+conditions: measured, the documented model and the calibrated model of the run's runtime era, each with
+its error, which rows fitted the calibration and which are held out, and the figures not compared and
+why. No Trn3 (or Trn2 UltraServer) collective measurement is published: those models are unvalidated.
 """
 from __future__ import annotations
 
@@ -99,6 +105,29 @@ def levels() -> None:
                   f"{ours.time_ns / base.time_ns:7.2f}  {cells}  (slowest: {slowest.level})")
 
 
+def validate() -> None:
+    from trnlab.distributed import topology, validation
+    fit = validation.fit_recent()
+    print(f"calibrations: {topology.NCCOM_TRN1.name} (fixed {topology.NCCOM_LAUNCH_NS / 1e3:.0f} µs, ring step "
+          f"{topology.NCCOM_HOP_NS / 1e3:.1f} µs, {topology.CC_DMA_ENGINES} DMA engines per core); "
+          f"{topology.NCCOM_RECENT.name} (fixed {topology.NCCOM_RECENT_LAUNCH_NS / 1e3:.2f} µs = "
+          f"{fit['measured (µs)']} µs measured - {fit['documented model (µs)']:.2f} µs of one "
+          f"{fit['algorithm']} step; "
+          f"documented hop; {topology.CC_DMA_ENGINES} DMA engines per core)")
+    print("error = model / measured - 1; role 'fit': the row fitted the calibration, 'held out': it did not")
+    rows = validation.validate_rows()
+    print(validation.markdown(rows))
+    print(validation.markdown(validation.validate_summary(rows)))
+    print("\nwhich bandwidth each run can test (the calibrated model's bandwidth term per level):")
+    print(validation.markdown(validation.binding_limits()))
+    print("\nthe unnamed platforms read the other way:")
+    print(validation.markdown(validation.alternative_readings()))
+    print("\npublished figures not compared:")
+    for what, why in validation.NOT_COMPARED:
+        print(f"  - {what}: {why}")
+    print("no Trn3 or Trn2 UltraServer collective measurement is published: their models are unvalidated")
+
+
 def scaling_tables(model_name: str = "7B-class", global_batch: int = 128) -> None:
     from trnlab.distributed import scaling, topology
     model = scaling.MODELS[model_name]
@@ -122,14 +151,17 @@ def main() -> None:
     parser.add_argument("--model", action="store_true")
     parser.add_argument("--scaling", action="store_true")
     parser.add_argument("--levels", action="store_true")
+    parser.add_argument("--validate", action="store_true")
     args = parser.parse_args()
-    both = not (args.numerics or args.model or args.scaling or args.levels)
+    both = not (args.numerics or args.model or args.scaling or args.levels or args.validate)
     if args.numerics or both:
         numerics()
     if args.model or both:
         model()
     if args.levels or both:
         levels()
+    if args.validate or both:
+        validate()
     if args.scaling or both:
         scaling_tables()
 
