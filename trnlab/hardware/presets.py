@@ -104,6 +104,7 @@ class CoreSpec:
     dma_latency_ns: float = 1300.0
     dma_descriptor_ns: float = 150.0
     dma_min_burst_bytes: int = 64               # a strided run moves at least this (ASSUMED)
+    dma_issue_ns: float = 0.0                   # per transfer on the core's one issuer (0: none; engines.py)
     dma_transpose_efficiency_hbm: float = 0.0   # hardware DMA transpose HBM -> SBUF (0: none)
     dma_transpose_efficiency_sbuf: float = 0.0  # ... SBUF -> SBUF
     # shared memory ports [ARCH-v2], [ARCH-v3-PAR]
