@@ -87,8 +87,9 @@ class _nothing:
         return False
 
 
-# The candidate mechanisms for the largest misses (docs/calibration.md, "What was tried"), each with its
-# constants fitted on rows of the CALIBRATION half only (the derivation beside each), NOT the model:
+# The candidate mechanisms for the largest misses (docs/calibration.md, "What was tried for the largest
+# misses"), each with its constants fitted on rows of the CALIBRATION half only (the derivation beside
+# each), NOT the model:
 # `--what-if NAME` runs every row under one of them and prints both halves and the lessons.
 #   spec:     fields of the row's chip's CoreSpec replaced (`CoreSpec.derive`), per chip
 #   start_us: a fixed start-up per kernel execution added to every latency (ASSUMED: AWS's Mamba page
@@ -120,13 +121,14 @@ def what_if(name: str, rows: list[cal.Row]) -> list[dict]:
     targets = {chip: presets.core_spec(chip).derive(**fields) for chip, fields in case["spec"].items()}
     results = []
     for row in rows:
+        t0 = time.perf_counter()
         options = case["options"] if row.source == "CS149" else {}
         latency_us, active, note = RUNNERS[row.source](row, target=targets.get(row.chip), **options)
         latency_us += case["start_us"]
         res = cal.result(row, latency_us if row.latency_us is not None else None, active, note)
         res["ours_us"] = latency_us
         results.append(res)
-        _print(row, res, latency_us, note, 0.0)
+        _print(row, res, latency_us, note, round(time.perf_counter() - t0, 1))
     return results
 
 
