@@ -176,7 +176,8 @@ class EngineTimes:
     LoadStationary and matmul; `vector_follows`: the Vector engine has issued in this launch."""
 
     __slots__ = ("spec", "free", "dma_engines", "hbm_channel", "bandwidth", "dma_latency", "ports", "load_end",
-                 "last_matmul_start", "vector_follows", "queue_heap", "pe_blocks", "pe_seen")
+                 "last_matmul_start", "vector_follows", "queue_heap", "pe_blocks", "pe_seen", "dma_issue",
+                 "issuer")
 
     def __init__(self, spec, n_engines: int, hbm: Channel | None = None, bandwidth: float | None = None):
         self.spec = spec
@@ -185,6 +186,8 @@ class EngineTimes:
         self.hbm_channel = hbm or Channel()
         self.bandwidth = bandwidth or spec.hbm_bandwidth
         self.dma_latency = spec.dma_latency_ns
+        self.dma_issue = spec.dma_issue_ns      # ns per transfer on the core's one issuer (0: none)
+        self.issuer = Channel()          # the time the issuer is busy issuing transfers
         self.ports: dict = {}
         self.load_end = 0.0
         self.last_matmul_start = 0.0
@@ -323,7 +326,10 @@ class EngineTimes:
         (`engine_ns`) and, if it moves `hbm_bytes` > 0 through HBM, of the HBM channel (at
         `bandwidth` bytes/s) have passed, each in its channel's earliest free slot at or after the
         engines begin. Then the channels forget what ended before the earliest a later transfer
-        can begin (the first queue free + the fixed latency)."""
+        can begin (the first queue free + the fixed latency). With `spec.dma_issue_ns` > 0 every
+        transfer of the core also needs that long on one shared issuer (its descriptors generated
+        by the engine that issues it), in the issuer's earliest free slot at or after it is ready;
+        it starts there (a throughput limit on many tiny transfers; each one's latency unchanged)."""
         heap = self.queue_heap
         first, q = heap[0]
         if queue is not None:
@@ -333,6 +339,13 @@ class EngineTimes:
         queue_free = free[eid]
         if queue_free >= ready:
             ready, waited = queue_free, -1
+        issue = self.dma_issue
+        if issue:                        # the issuer: `issue` ns per transfer, its earliest free slot
+            slot = self.issuer.reserve(ready, issue)
+            if slot > ready:
+                ready, waited = slot, -1
+            if len(self.issuer.ends) > PRUNE_ABOVE:
+                self.issuer.prune(first)
         begin = ready + fixed_ns
         end = begin + cycles
         dma, hbm = self.dma_engines, self.hbm_channel

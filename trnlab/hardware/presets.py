@@ -25,6 +25,10 @@ Every number here comes from a public AWS page (the keys are those of ``shared/H
 - [ISA] NKI API pages (nki.isa.nc_matmul, nki.isa.tensor_scalar, ...)
 - [DGE] NKI "Descriptor Generation Engine (DGE) Reference" (nki/deep-dives/nki-dge): a DMA
   descriptor holds the source and destination addresses, the transfer shape and stride pattern.
+- [DMA-ISSUE] Neuron Explorer "How to identify and reduce inefficient DMA transfers"
+  (tools/neuron-explorer/how-to-reduce-inefficient-dma-transfers, 2026-11): a transfer has a fixed
+  cost independent of its size, part of it that "its descriptors have to be generated (by the
+  compute engine that issues it)"; no figure.
 
 Numbers that are *not* published are marked ASSUMED with the reason for the value chosen.
 Where two public pages disagree (⚠ in HARDWARE.md), the choice and the other figure are noted.
@@ -74,7 +78,8 @@ class CoreSpec:
       chunks) × max(chunk / `dma_engine_bandwidth`, `dma_descriptor_ns`), sharing the core's DMA
       engines and `hbm_bandwidth` with the other transfers in flight; a row with a stride is one
       descriptor, its runs counted as at least `dma_min_burst_bytes`; a hardware DMA transpose
-      (v3+) runs at `dma_transpose_efficiency_hbm` / `_sbuf` of the 16 engines' rate;
+      (v3+) runs at `dma_transpose_efficiency_hbm` / `_sbuf` of the 16 engines' rate; each transfer
+      also takes `dma_issue_ns` on the core's one issuer (0 in every preset: a calibration candidate);
     - shared ports: `sbuf_port_shared` (Vector and GpSimd take turns on SBUF) and `psum_port`
       ("core": Vector and Scalar take turns on all of PSUM; "bank": only on the same bank).
     """
@@ -104,6 +109,10 @@ class CoreSpec:
     dma_latency_ns: float = 1300.0
     dma_descriptor_ns: float = 150.0
     dma_min_burst_bytes: int = 64               # a strided run moves at least this (ASSUMED)
+    # a fixed time per transfer on the core's one issuer [DMA-ISSUE] (engines.EngineTimes.dma). ASSUMED,
+    # 0 (none) in every preset: the CS149 rows fit 478 ns on Trn2 but the held-back half does not
+    # improve as a whole with it (docs/calibration.md, "What was tried for the largest misses")
+    dma_issue_ns: float = 0.0
     dma_transpose_efficiency_hbm: float = 0.0   # hardware DMA transpose HBM -> SBUF (0: none)
     dma_transpose_efficiency_sbuf: float = 0.0  # ... SBUF -> SBUF
     # shared memory ports [ARCH-v2], [ARCH-v3-PAR]

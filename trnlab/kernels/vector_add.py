@@ -13,7 +13,7 @@ kernels of that shape (written for this course in NKI's destination style, not t
 
 ``ONE_BUFFER=True`` allocates the tiles once, before the loop: every step then waits for the previous
 one to release their bytes (what the chip's measurements suggest its compiler does with the
-middle end skipped; docs/calibration.md, "What the calibration half says").
+middle end skipped; docs/calibration.md, "What was tried for the largest misses", candidate (a)).
 
 `benchmarks/calibration_table.py` runs them at the lab's sizes against a student's published times
 (docs/calibration.md, source [CS149]).
