@@ -79,7 +79,8 @@ def indirect(t, index, num_elem: int | None = None):
                                  f"columns [NkiTensor.indirect]", value=count, limit=capacity)
     view = type(t)((P, count), t.dtype, t.buffer, t.name)
     view._owner, view._hw, view._launch = t._base(), t._hw, t._launch
-    view._index = t._index
+    # never "a whole tensor" (index None), so that indexing it meets the indirect-view refusal (tensor.py)
+    view._index = t._index if t._index is not None else tuple(slice(0, n, 1) for n in t._base().shape)
     view._dynamic = Indirection(t, index, count)
     return view
 

@@ -1,0 +1,271 @@
+"""Tensor Indirection (`NkiTensor.indirect`, NeuronCore-v4 / Trn3): a compute instruction gathers the columns
+of an on-chip tile, or scatters its result into them, at offsets it reads from an SBUF uint16 tile when it
+runs; 16 partitions share their offsets (AWS's snake order). Values against NumPy (fast paths on and off,
+the same timeline in timing mode), the dependency on the index tile's producer, and the named refusals."""
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import trnlab.nki as nki
+import trnlab.nki.isa as nisa
+import trnlab.nki.language as nl
+from trnlab.hardware.errors import (DtypeError, EngineError, GenerationError, MemoryPlacementError,
+                                    ShapeMismatchError)
+from trnlab.hardware.indirection import IndirectionOffsetError, IndirectionOperandError
+from trnlab.nki.errors import ViewError
+
+from nki_isa_helpers import run_both
+
+RNG = np.random.default_rng(21)
+
+
+def expected_offsets(index: np.ndarray, count: int) -> np.ndarray:
+    """[P, count]: partition p's offsets, as AWS's NkiTensor.indirect page states them for one group of
+    16 partitions (offset i at index[i % 16, i // 16]), each group reading its own 16 rows."""
+    P = index.shape[0]
+    out = np.empty((P, count), np.int64)
+    for p in range(P):
+        group = index[16 * (p // 16): 16 * (p // 16) + 16]
+        rows = group.shape[0]
+        out[p] = [group[i % rows, i // rows] for i in range(count)]
+    return out
+
+
+def _gather_then_scale(count):
+    @nki.jit
+    def gather_then_scale(table, columns):
+        """out = 2 * table's columns at the offsets (a gather into a dense tile, then arithmetic on it)."""
+        P, F = table.shape
+        data = nl.ndarray((P, F), dtype=table.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=data, src=table)
+        idx = nl.ndarray(columns.shape, dtype=nl.uint16, buffer=nl.sbuf)
+        nisa.dma_copy(dst=idx, src=columns)
+        dense = nl.ndarray((P, count), dtype=table.dtype, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=dense, src=data.indirect(idx, num_elem=count))
+        scaled = nl.ndarray((P, count), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_scalar(dst=scaled, data=dense, op0=nl.multiply, operand0=2.0)
+        out = nl.ndarray((P, count), dtype=nl.float32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=scaled)
+        return out
+
+    return gather_then_scale
+
+
+@settings(max_examples=10, deadline=None)
+@given(partitions=st.sampled_from([8, 16, 48, 128]), free=st.integers(1, 300), k=st.integers(1, 3),
+       seed=st.integers(0, 2**16), data=st.data())
+def test_a_gather_reads_each_partition_groups_offsets(partitions, free, k, seed, data):
+    rng = np.random.default_rng(seed)
+    table = rng.normal(size=(partitions, free)).astype(np.float32)
+    columns = rng.integers(0, free, size=(partitions, k)).astype(np.uint16)
+    count = data.draw(st.integers(1, min(16, partitions) * k))
+    run = run_both(_gather_then_scale(count), table, columns, target="trn3")
+    cols = expected_offsets(columns.astype(np.int64), count)
+    np.testing.assert_array_equal(run.outputs, 2 * np.take_along_axis(table, cols, axis=1))
+
+
+def test_the_offsets_are_read_when_the_program_runs():
+    """One traced program, two index tiles: the columns follow the data, not the trace."""
+    kernel = _gather_then_scale(4)
+    table = RNG.normal(size=(32, 40)).astype(np.float32)
+    for seed in (1, 2):
+        columns = np.random.default_rng(seed).integers(0, 40, size=(32, 1)).astype(np.uint16)
+        run = nki.run(kernel, table, columns, target="trn3")
+        np.testing.assert_array_equal(run.outputs, 2 * np.take_along_axis(table, expected_offsets(columns, 4), 1))
+
+
+@nki.jit
+def scatter_sum(base, a, b, columns):
+    """out = base with a + b written to the columns the offsets name (a scatter of a dense result)."""
+    P, F = base.shape
+    out_tile = nl.ndarray((P, F), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=out_tile, src=base)
+    x = nl.ndarray(a.shape, dtype=nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=x, src=a)
+    y = nl.ndarray(b.shape, dtype=nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=y, src=b)
+    idx = nl.ndarray(columns.shape, dtype=nl.uint16, buffer=nl.sbuf)
+    nisa.dma_copy(dst=idx, src=columns)
+    nisa.tensor_tensor(dst=out_tile.indirect(idx, num_elem=a.shape[1]), data1=x, data2=y, op=nl.add)
+    out = nl.ndarray((P, F), dtype=nl.float32, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=out_tile)
+    return out
+
+
+def test_a_scatter_writes_a_dense_result_to_the_chosen_columns():
+    P, F, n = 64, 50, 5
+    base = RNG.normal(size=(P, F)).astype(np.float32)
+    a, b = RNG.normal(size=(2, P, n)).astype(np.float32)
+    # distinct columns within each group of 16 partitions (a scatter naming a column twice: last wins)
+    columns = np.zeros((P, 1), np.uint16)
+    for g in range(P // 16):
+        columns[16 * g: 16 * g + n, 0] = RNG.permutation(F)[:n]
+    run = run_both(scatter_sum, base, a, b, columns, target="trn3")
+    expected = base.copy()
+    np.put_along_axis(expected, expected_offsets(columns, n), a + b, axis=1)
+    np.testing.assert_array_equal(run.outputs, expected)
+
+
+@nki.jit
+def activation_gather_and_scatter(table, columns):
+    """exp of the gathered columns, written back over the same columns (Scalar engine; PSUM input)."""
+    P, F = table.shape
+    acc = nl.ndarray((P, F), dtype=nl.float32, buffer=nl.psum)
+    staged = nl.ndarray((P, F), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=staged, src=table)
+    nisa.tensor_copy(dst=acc, src=staged)
+    idx = nl.ndarray(columns.shape, dtype=nl.uint16, buffer=nl.sbuf)
+    nisa.dma_copy(dst=idx, src=columns)
+    nisa.activation(dst=staged.indirect(idx, num_elem=3), op=nl.exp, data=acc.indirect(idx, num_elem=3))
+    out = nl.ndarray((P, F), dtype=nl.float32, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=staged)
+    return out
+
+
+def test_activation_gathers_from_psum_and_scatters_into_sbuf():
+    table = RNG.normal(size=(16, 12)).astype(np.float32)
+    columns = np.array([[7], [2], [11]] + [[0]] * 13, np.uint16)
+    run = run_both(activation_gather_and_scatter, table, columns, target="trn3")
+    expected = table.copy()
+    expected[:, [7, 2, 11]] = np.exp(table[:, [7, 2, 11]])
+    np.testing.assert_allclose(run.outputs, expected, rtol=1e-6)
+
+
+def test_timing_mode_gives_the_same_timeline():
+    table = RNG.normal(size=(128, 64)).astype(np.float32)
+    columns = RNG.integers(0, 64, size=(128, 2)).astype(np.uint16)
+    kernel = _gather_then_scale(20)
+    full = nki.run(kernel, table, columns, target="trn3")
+    timing = nki.run(kernel, table, columns, target="trn3", timing_only=True)
+    fields = lambda run: [(r.engine, r.opcode, r.start_ns, r.end_ns) for r in run.timeline]  # noqa: E731
+    assert fields(full) == fields(timing)
+
+
+@nki.jit
+def gather_after_slow_index(table, columns, big):
+    """The index tile's DMA is queued behind a large transfer: the gather must wait for it."""
+    P, F = table.shape
+    data = nl.ndarray((P, F), dtype=table.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=data, src=table)
+    filler = nl.ndarray(big.shape, dtype=big.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=filler, src=big)
+    idx = nl.ndarray(columns.shape, dtype=nl.uint16, buffer=nl.sbuf)
+    nisa.dma_copy(dst=idx, src=columns)
+    dense = nl.ndarray((P, 4), dtype=table.dtype, buffer=nl.sbuf)
+    nisa.tensor_copy(dst=dense, src=data.indirect(idx, num_elem=4))
+    out = nl.ndarray((P, 4), dtype=table.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=dense)
+    return out
+
+
+def test_the_instruction_waits_for_the_index_tiles_producer():
+    table = RNG.normal(size=(128, 64)).astype(np.float32)
+    columns = RNG.integers(0, 64, size=(128, 1)).astype(np.uint16)
+    big = np.zeros((128, 16384), np.float32)
+    run = nki.run(gather_after_slow_index, table, columns, big, target="trn3")
+    records = [run.timeline[i] for i in range(len(run.timeline))]
+    dmas = [r for r in records if r.engine.startswith("dma")]
+    copy = next(r for r in records if r.opcode == "tensor_copy")
+    index_dma = dmas[2]                               # table, filler, then the index tile
+    assert index_dma.end_ns > dmas[0].end_ns          # the index arrives last ...
+    assert copy.start_ns >= index_dma.end_ns          # ... and the gather starts after it
+
+
+# -- refusals ----------------------------------------------------------------------------------------------
+def _one_copy(index_dtype=nl.uint16, index_rows=None, count=4, engine=nisa.engine.unknown, into_psum=False):
+    @nki.jit
+    def kernel(table, columns):
+        P, F = table.shape
+        data = nl.ndarray((P, F), dtype=table.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=data, src=table)
+        staged = nl.ndarray(columns.shape, dtype=columns.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=staged, src=columns)
+        idx = nl.ndarray((index_rows or P, columns.shape[1]), dtype=index_dtype, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=idx, src=staged[0:index_rows or P])
+        dense = nl.ndarray((P, count), dtype=table.dtype, buffer=nl.psum if into_psum else nl.sbuf)
+        if into_psum:   # a scatter into PSUM on the Scalar engine
+            nisa.tensor_copy(dst=dense.indirect(idx, num_elem=count), src=data[:, 0:count], engine=engine)
+        else:
+            nisa.tensor_copy(dst=dense, src=data.indirect(idx, num_elem=count), engine=engine)
+        out = nl.ndarray((P, count), dtype=table.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=dense)
+        return out
+
+    return kernel
+
+
+TABLE = RNG.normal(size=(32, 16)).astype(np.float32)
+COLUMNS = RNG.integers(0, 16, size=(32, 1)).astype(np.uint16)
+
+
+@pytest.mark.parametrize("target", ["trn1", "trn2"])
+def test_neuroncore_v2_and_v3_refuse_tensor_indirection(target):
+    with pytest.raises(GenerationError, match="needs NeuronCore-v4"):
+        nki.run(_one_copy(), TABLE, COLUMNS, target=target)
+
+
+def test_the_index_is_uint16():
+    with pytest.raises(DtypeError, match="uint16"):
+        nki.run(_one_copy(index_dtype=nl.int32), TABLE, COLUMNS, target="trn3")
+
+
+def test_the_index_has_the_data_partitions():
+    with pytest.raises(ShapeMismatchError, match=r"must be \(P, K\) with P = 32"):
+        nki.run(_one_copy(index_rows=16), TABLE, COLUMNS, target="trn3")
+
+
+def test_num_elem_fits_in_a_partition_groups_offsets():
+    with pytest.raises(ShapeMismatchError, match="holds 16 offsets"):
+        nki.run(_one_copy(count=17), TABLE, COLUMNS, target="trn3")
+
+
+def test_an_offset_out_of_range_is_named_when_it_is_read():
+    columns = COLUMNS.copy()
+    columns[18, 0] = 16                               # group 1's offset 2: one past the 16 columns
+    with pytest.raises(IndirectionOffsetError, match=r"offset 16 .* past the 16 elements per partition"):
+        nki.run(_one_copy(), TABLE, columns, target="trn3")
+    nki.run(_one_copy(), TABLE, columns, target="trn3", timing_only=True)   # no values: nothing read
+
+
+def test_engines_that_do_not_take_indirection_are_refused():
+    with pytest.raises(EngineError, match="tensor_copy cannot run on"):
+        nki.run(_one_copy(engine=nisa.engine.gpsimd), TABLE, COLUMNS, target="trn3")
+
+
+def test_the_scalar_engine_does_not_scatter_into_psum():
+    with pytest.raises(MemoryPlacementError, match="Scalar engine scatters into PSUM"):
+        nki.run(_one_copy(engine=nisa.engine.scalar, into_psum=True), TABLE, COLUMNS, target="trn3")
+
+
+@nki.jit
+def indirect_second_operand(table, columns):
+    P, F = table.shape
+    data = nl.ndarray((P, F), dtype=table.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=data, src=table)
+    idx = nl.ndarray(columns.shape, dtype=nl.uint16, buffer=nl.sbuf)
+    nisa.dma_copy(dst=idx, src=columns)
+    dense = nl.ndarray((P, 4), dtype=table.dtype, buffer=nl.sbuf)
+    nisa.tensor_tensor(dst=dense, data1=data[:, 0:4], data2=data.indirect(idx, num_elem=4), op=nl.add)
+    return dense
+
+
+def test_data2_of_tensor_tensor_is_not_indirect():
+    with pytest.raises(IndirectionOperandError, match="tensor_tensor data2 does not take"):
+        nki.run(indirect_second_operand, TABLE, COLUMNS, target="trn3")
+
+
+@nki.jit
+def view_of_an_indirect_view(table, columns):
+    data = nl.ndarray(table.shape, dtype=table.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=data, src=table)
+    idx = nl.ndarray(columns.shape, dtype=nl.uint16, buffer=nl.sbuf)
+    nisa.dma_copy(dst=idx, src=columns)
+    gathered = data.indirect(idx, num_elem=4)
+    assert gathered.is_indirect() and gathered.shape == (32, 4)
+    return gathered[:, 0:2]
+
+
+def test_an_indirect_view_is_not_viewed_again():
+    with pytest.raises(ViewError, match="indirect view"):
+        nki.run(view_of_an_indirect_view, TABLE, COLUMNS, target="trn3")
