@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 import trnlab.nki as nki
 import trnlab.nki.isa as nisa
 import trnlab.nki.language as nl
-from trnlab.hardware.errors import (DtypeError, EngineError, GenerationError, MemoryPlacementError,
+from trnlab.hardware.errors import (DtypeError, EngineError, GenerationError, MemoryPlacementError, StartPartitionError,
                                     ShapeMismatchError)
 from trnlab.hardware.indirection import IndirectionOffsetError, IndirectionOperandError
 from trnlab.nki.errors import ViewError
@@ -269,3 +269,45 @@ def view_of_an_indirect_view(table, columns):
 def test_an_indirect_view_is_not_viewed_again():
     with pytest.raises(ViewError, match="indirect view"):
         nki.run(view_of_an_indirect_view, TABLE, COLUMNS, target="trn3")
+
+
+@nki.jit
+def index_off_a_quadrant(table, columns):
+    P, F = table.shape
+    data = nl.ndarray((P, F), dtype=table.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=data, src=table)
+    idx = nl.ndarray((2 * P, 1), dtype=nl.uint16, buffer=nl.sbuf)
+    nisa.dma_copy(dst=idx[16:16 + P], src=columns)
+    dense = nl.ndarray((P, 4), dtype=table.dtype, buffer=nl.sbuf)
+    nisa.tensor_copy(dst=dense, src=data.indirect(idx[16:16 + P], num_elem=4))
+    return dense
+
+
+def test_the_index_starts_on_a_quadrant():
+    with pytest.raises(StartPartitionError, match="multiple of 32"):
+        nki.run(index_off_a_quadrant, TABLE, COLUMNS, target="trn3")
+
+
+def _other_use(use):
+    @nki.jit
+    def kernel(table, columns):
+        P, F = table.shape
+        data = nl.ndarray((P, F), dtype=table.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=data, src=table)
+        idx = nl.ndarray(columns.shape, dtype=nl.uint16, buffer=nl.sbuf)
+        nisa.dma_copy(dst=idx, src=columns)
+        out = nl.ndarray((P, 4), dtype=table.dtype, buffer=nl.shared_hbm)
+        if use == "dma":
+            nisa.dma_copy(dst=out, src=data.indirect(idx, num_elem=4))
+        else:
+            total = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.tensor_reduce(dst=total, op=nl.add, data=data.indirect(idx, num_elem=4), axis=1)
+        return out
+
+    return kernel
+
+
+@pytest.mark.parametrize("use", ["dma", "tensor_reduce"])
+def test_other_instructions_refuse_an_indirect_view_by_name(use):
+    with pytest.raises(ViewError, match="Tensor Indirection view: only the dst and the gathered input"):
+        nki.run(_other_use(use), TABLE, COLUMNS, target="trn3")
