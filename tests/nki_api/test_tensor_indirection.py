@@ -311,3 +311,35 @@ def _other_use(use):
 def test_other_instructions_refuse_an_indirect_view_by_name(use):
     with pytest.raises(ViewError, match="Tensor Indirection view: only the dst and the gathered input"):
         nki.run(_other_use(use), TABLE, COLUMNS, target="trn3")
+
+
+@nki.jit
+def gather_per_tile(table, columns):
+    """A loop of tiles, each gathering its own columns (the loop's instructions stamped by the fast path)."""
+    T, P, F = table.shape
+    out = nl.ndarray((T, P, 4), dtype=nl.float32, buffer=nl.shared_hbm)
+    for t in nl.affine_range(T):
+        data = nl.ndarray((P, F), dtype=table.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=data, src=table[t])
+        idx = nl.ndarray((P, 1), dtype=nl.uint16, buffer=nl.sbuf)
+        nisa.dma_copy(dst=idx, src=columns[t])
+        dense = nl.ndarray((P, 4), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_tensor(dst=dense, data1=data.indirect(idx, num_elem=4), data2=data[:, 0:4], op=nl.subtract)
+        nisa.dma_copy(dst=out[t], src=dense)
+    return out
+
+
+def test_a_loop_of_gathers_traced_once_and_saved(tmp_path):
+    table = RNG.normal(size=(6, 32, 20)).astype(np.float32)
+    columns = RNG.integers(0, 20, size=(6, 32, 1)).astype(np.uint16)
+    run = run_both(gather_per_tile, table, columns, target="trn3")
+    expected = np.stack([np.take_along_axis(table[t], expected_offsets(columns[t], 4), 1) - table[t][:, 0:4]
+                         for t in range(6)])
+    np.testing.assert_array_equal(run.outputs, expected)
+    program = nki.trace(gather_per_tile, table, columns, target="trn3")
+    program.save(tmp_path / "gather.json")
+    loaded = type(program).load(tmp_path / "gather.json")
+    indirect = lambda p: [i for i in p.instructions if i.opcode == "tensor_indirect"]  # noqa: E731
+    assert len(indirect(loaded)) == 6
+    assert [i.attrs for i in indirect(loaded)] == [i.attrs for i in indirect(program)]
+    assert indirect(loaded)[0].attrs["attrs"] == {"op": "subtract", "engine": "dve"}
