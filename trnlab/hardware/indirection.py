@@ -48,8 +48,14 @@ ACCEPTS = {
     "tensor_copy": ("src", (DVE, ACT)),
     "tensor_tensor": ("data1", (DVE, POOL)),
     "tensor_scalar": ("data", (DVE, ACT, POOL)),
-    "activation": ("data", (ACT,)),
+    "activation": ("data", (ACT,)),             # and activation_reduce (activation with reduce_res)
+    "activate2": ("data", (ACT,)),
+    "tensor_reduce": ("data", (DVE,)),
+    "tensor_scalar_reduce": ("data", (DVE,)),
+    "tensor_scalar_cumulative": ("src", (DVE,)),
+    "exponential": ("src", (DVE,)),
 }
+SCALAR_ENGINE = ("activation", "activate2")     # their engine when none is named
 
 
 class IndirectionOperandError(HardwareError):
@@ -86,10 +92,11 @@ class IndirectionInstructions:
     def tensor_indirect(self, opcode: str, dst, data, dst_index=None, data_index=None, dst_count: int = 0,
                         data_count: int = 0, data2=None, operand0=None, operand1=None, bias=None, scale=1.0,
                         reduce_res=None, attrs: dict | None = None) -> int:
-        """Instruction `opcode` (tensor_copy, tensor_tensor, tensor_scalar, activation) with its input
+        """Instruction `opcode` (one of `ACCEPTS`) with its input
         `data` gathered (`data_index`: the SBUF index tile, `data_count` columns) and / or its `dst`
         scattered (`dst_index`, `dst_count`); `data` and `dst` are the views `.indirect()` was called on.
-        `attrs`: the instruction's other parameters (op, op0, reverse0, ..., engine)."""
+        `attrs`: the instruction's other parameters (op, op0, reverse0, ..., engine); `operand0` / `operand1`
+        its scalar-or-[P, 1] operands (operand0/1, imm0/1, max_value)."""
         attrs = dict(attrs or {})
         dst, data = _view(dst, "dst"), _view(data, "data")
         self._check_indirection(opcode, dst, data, dst_index, data_index, attrs.get("engine"))
@@ -110,7 +117,9 @@ class IndirectionInstructions:
             del self._issue
 
     def _dense(self, opcode, dst, data, data2, operand0, operand1, bias, scale, reduce_res, attrs) -> int:
-        engine = attrs.pop("engine", None) or "vector"
+        """The dense instruction on the gathered / scattered views (operand0 / operand1: the instruction's
+        scalar-or-[P, 1] operands, imm0 / imm1 / max_value by its own names)."""
+        engine = attrs.pop("engine", None) or ("act" if opcode in SCALAR_ENGINE else "vector")
         if opcode == "tensor_copy":
             return self.tensor_copy(dst=dst, src=data, engine=engine)
         if opcode == "tensor_tensor":
@@ -118,7 +127,19 @@ class IndirectionInstructions:
         if opcode == "tensor_scalar":
             return self.tensor_scalar(dst=dst, data=data, operand0=operand0, operand1=operand1, engine=engine,
                                       **attrs)
-        return self.activation(dst=dst, data=data, bias=bias, scale=scale, reduce_res=reduce_res, **attrs)
+        if opcode == "activation":
+            return self.activation(dst=dst, data=data, bias=bias, scale=scale, reduce_res=reduce_res, **attrs)
+        if opcode == "activate2":
+            return self.activate2(dst=dst, data=data, imm0=operand0, imm1=operand1, reduce_res=reduce_res,
+                                  engine=engine, **attrs)
+        if opcode == "tensor_reduce":           # the gathered view is [P, num_elem]: reduced along its columns
+            return self.tensor_reduce(dst=dst, data=data, axis=(1,), keepdims=len(dst.shape) == 2, engine=engine,
+                                      **attrs)
+        if opcode == "tensor_scalar_reduce":
+            return self.tensor_scalar_reduce(dst=dst, data=data, operand0=operand0, reduce_res=reduce_res, **attrs)
+        if opcode == "tensor_scalar_cumulative":
+            return self.tensor_scalar_cumulative(dst=dst, src=data, imm0=operand0, imm1=operand1, **attrs)
+        return self.exponential(dst=dst, src=data, max_value=operand0, reduce_res=reduce_res, **attrs)
 
     def _check_indirection(self, opcode, dst, data, dst_index, data_index, engine) -> None:
         """The rules of AWS's "Tensor indirection" paragraphs that do not depend on the offsets' values."""
@@ -131,7 +152,7 @@ class IndirectionInstructions:
                                           f"simulated; trnlab simulates it on {', '.join(ACCEPTS)}",
                                           value=opcode, limit=tuple(ACCEPTS))
         what, engines = ACCEPTS[opcode]
-        eid = self._engine(engine if engine is not None else ("act" if opcode == "activation" else "vector"),
+        eid = self._engine(engine if engine is not None else ("act" if opcode in SCALAR_ENGINE else "vector"),
                            opcode, engines)
         for view, index, name in ((data, data_index, what), (dst, dst_index, "dst")):
             if index is None:

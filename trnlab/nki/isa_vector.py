@@ -127,6 +127,10 @@ def tensor_scalar_reduce(dst: Tile | None, data: Tile, op0: Op, operand0: Operan
     launch = issue.begin()
 
     def emit(out, _accumulate):
+        if _ti.uses(out, data, operand0, reduce_res):   # Tensor Indirection: offsets read when it runs
+            return _ti.emit(launch, "tensor_scalar_reduce", out, data, ranges,
+                            {"op0": first, "reduce_op": reduction, "reverse0": bool(reverse0)},
+                            operand0=operand0, reduce_res=reduce_res)
         launch.core.tensor_scalar_reduce(dst=out.hw_view(ranges), data=data.hw_view(ranges), op0=first,
                                          operand0=_scalar_operand(operand0, ranges), reduce_op=reduction,
                                          reduce_res=reduce_res.hw_view(ranges), reverse0=bool(reverse0))
@@ -153,6 +157,8 @@ def tensor_reduce(dst: Tile | None, op: Op, data: Tile, axis: int | tuple, negat
     out_ranges = {it: r for it, r in ranges.items() if it.axis not in axes} if ranges else ranges
 
     def emit(out, _accumulate):
+        if _ti.uses(out, data):                  # Tensor Indirection: the offsets are read when it runs
+            return _ti.emit(launch, "tensor_reduce", out, data, ranges, {"op": opcode, "negate": bool(negate)})
         # trnlab keeps reduced axes as size-1 dims in memory, so [P] and [P, 1] results look alike
         view = out.hw_view(out_ranges)
         launch.core.tensor_reduce(dst=view, data=data.hw_view(ranges), op=opcode, axis=axes, negate=bool(negate),
