@@ -409,3 +409,58 @@ def test_activate2_gathers_and_scatters_in_place():
     expected = table.copy()
     expected[:, [4, 9]] = np.exp(2 * table[:, [4, 9]] + 1)
     np.testing.assert_allclose(run.outputs, expected, rtol=2e-6)
+
+
+@nki.jit
+def default_count(table, columns):
+    data = nl.ndarray(table.shape, dtype=table.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=data, src=table)
+    idx = nl.ndarray(columns.shape, dtype=nl.uint16, buffer=nl.sbuf)
+    nisa.dma_copy(dst=idx, src=columns)
+    gathered = data.indirect(idx)
+    dense = nl.ndarray(gathered.shape, dtype=table.dtype, buffer=nl.sbuf)
+    nisa.tensor_copy(dst=dense, src=gathered)
+    out = nl.ndarray(gathered.shape, dtype=table.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=dense)
+    return out
+
+
+@pytest.mark.parametrize("partitions", [8, 16, 64])
+def test_num_elem_defaults_to_the_offsets_a_group_holds(partitions):
+    table = RNG.normal(size=(partitions, 30)).astype(np.float32)
+    columns = RNG.integers(0, 30, size=(partitions, 2)).astype(np.uint16)
+    out = nki.run(default_count, table, columns, target="trn3").outputs
+    count = min(16, partitions) * 2                   # index.size for up to 16 partitions
+    assert out.shape == (partitions, count)
+    np.testing.assert_array_equal(out, np.take_along_axis(table, expected_offsets(columns, count), axis=1))
+
+
+def test_a_scatter_naming_a_column_twice_keeps_the_last_write():
+    base = np.zeros((16, 8), np.float32)
+    a = np.tile(np.arange(1, 4, dtype=np.float32), (16, 1))
+    columns = np.array([[5], [5], [2]] + [[0]] * 13, np.uint16)
+    out = nki.run(scatter_sum, base, a, np.zeros_like(a), columns, target="trn3").outputs
+    assert (out[:, 5] == 2).all() and (out[:, 2] == 3).all() and (out[:, [0, 1, 3, 4, 6, 7]] == 0).all()
+
+
+@nki.jit
+def bf16_copies(table, columns):
+    """A bf16 copy of 64 contiguous columns, then of 64 gathered ones."""
+    data = nl.ndarray(table.shape, dtype=nl.bfloat16, buffer=nl.sbuf)
+    nisa.dma_copy(dst=data, src=table)
+    idx = nl.ndarray(columns.shape, dtype=nl.uint16, buffer=nl.sbuf)
+    nisa.dma_copy(dst=idx, src=columns)
+    dense = nl.ndarray((128, 64), dtype=nl.bfloat16, buffer=nl.sbuf)
+    nisa.tensor_copy(dst=dense, src=data[:, 0:64])
+    gathered = nl.ndarray((128, 64), dtype=nl.bfloat16, buffer=nl.sbuf)
+    nisa.tensor_copy(dst=gathered, src=data.indirect(idx, num_elem=64))
+    out = nl.ndarray((128, 64), dtype=nl.bfloat16, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=gathered)
+    return out
+
+
+def test_a_gathered_input_is_costed_without_the_contiguous_performance_mode():
+    table = np.zeros((128, 256), np.float32)
+    run = nki.run(bf16_copies, table, np.zeros((128, 4), np.uint16), target="trn3", timing_only=True)
+    contiguous, gathered = [r.duration_ns for r in run.timeline if r.opcode == "tensor_copy"]
+    assert gathered > contiguous
