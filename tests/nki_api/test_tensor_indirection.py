@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import trnlab.nki as nki
+import trnlab.nki.compiler as ncc
 import trnlab.nki.isa as nisa
 import trnlab.nki.language as nl
 from trnlab.hardware.errors import (DtypeError, EngineError, GenerationError, MemoryPlacementError, StartPartitionError,
@@ -464,3 +465,32 @@ def test_a_gathered_input_is_costed_without_the_contiguous_performance_mode():
     run = nki.run(bf16_copies, table, np.zeros((128, 4), np.uint16), target="trn3", timing_only=True)
     contiguous, gathered = [r.duration_ns for r in run.timeline if r.opcode == "tensor_copy"]
     assert gathered > contiguous
+
+
+@nki.jit
+def scatter_into_a_placed_block(base, values, columns):
+    """A scatter into one block of a tensor the kernel placed itself (ncc.sbuf.mod_alloc): the block keeps
+    the columns the scatter does not write."""
+    B, P, F = base.shape
+    blocks = nl.ndarray((B, nl.par_dim(P), F), dtype=nl.float32, buffer=ncc.sbuf.mod_alloc(base_addr=0, num_free_tiles=(2,)))
+    for b in range(B):
+        nisa.dma_copy(dst=blocks[b], src=base[b])
+    x = nl.ndarray(values.shape, dtype=nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=x, src=values)
+    idx = nl.ndarray(columns.shape, dtype=nl.uint16, buffer=nl.sbuf)
+    nisa.dma_copy(dst=idx, src=columns)
+    nisa.tensor_copy(dst=blocks[1].indirect(idx, num_elem=values.shape[1]), src=x)
+    out = nl.ndarray((B, P, F), dtype=nl.float32, buffer=nl.shared_hbm)
+    for b in range(B):
+        nisa.dma_copy(dst=out[b], src=blocks[b])
+    return out
+
+
+def test_a_scatter_into_a_placed_block_keeps_its_other_columns():
+    base = RNG.normal(size=(2, 16, 12)).astype(np.float32)
+    values = RNG.normal(size=(16, 2)).astype(np.float32)
+    columns = np.array([[3], [8]] + [[0]] * 14, np.uint16)
+    out = nki.run(scatter_into_a_placed_block, base, values, columns, target="trn3").outputs
+    expected = base.copy()
+    expected[1][:, [3, 8]] = values
+    np.testing.assert_array_equal(out, expected)
