@@ -472,7 +472,8 @@ def scatter_into_a_placed_block(base, values, columns):
     """A scatter into one block of a tensor the kernel placed itself (ncc.sbuf.mod_alloc): the block keeps
     the columns the scatter does not write."""
     B, P, F = base.shape
-    blocks = nl.ndarray((B, nl.par_dim(P), F), dtype=nl.float32, buffer=ncc.sbuf.mod_alloc(base_addr=0, num_free_tiles=(2,)))
+    blocks = nl.ndarray((B, nl.par_dim(P), F), dtype=nl.float32,
+                        buffer=ncc.sbuf.mod_alloc(base_addr=0, num_free_tiles=(2,)))
     for b in range(B):
         nisa.dma_copy(dst=blocks[b], src=base[b])
     x = nl.ndarray(values.shape, dtype=nl.float32, buffer=nl.sbuf)

@@ -31,7 +31,7 @@ import numpy as np
 
 from . import dtypes
 from .engines import ACT, DVE, POOL
-from .errors import (DtypeError, EngineError, GenerationError, HardwareError, IndexError_, MemoryPlacementError,
+from .errors import (DtypeError, GenerationError, HardwareError, IndexError_, MemoryPlacementError,
                      ShapeMismatchError, StartPartitionError)
 from .operands import _view
 from .tensor import View, unravel
@@ -39,7 +39,6 @@ from .tensor import View, unravel
 GROUP = 16                     # partitions sharing one list of offsets (Vector / Scalar / GpSimd)
 QUADRANT = 32                  # an index tile starts on a quadrant boundary
 INDEX_DTYPE = "uint16"
-ENGINE_NAMES = {DVE: "Vector", ACT: "Scalar", POOL: "GpSimd"}
 
 # instruction -> (its input that may be gathered, the engines that run it with indirection) [nki.isa.<name>,
 # "Tensor indirection"]; dst may be scattered in each. Other operands (data2, operand0/1, bias, scale,
@@ -161,8 +160,8 @@ class IndirectionInstructions:
             self._onchip(view, name, opcode)
             if index.tensor.kind != "sbuf":
                 raise MemoryPlacementError(f"operand memory: {opcode} {name}'s index {index.tensor.name!r} is in "
-                                           f"{index.tensor.kind.upper()}; an index tile is in SBUF", value=index.tensor.kind,
-                                           limit="sbuf")
+                                           f"{index.tensor.kind.upper()}; an index tile is in SBUF",
+                                           value=index.tensor.kind, limit="sbuf")
             if dtypes.name(index.tensor.dtype) != INDEX_DTYPE:
                 raise DtypeError(f"data type: {opcode} {name}'s index is {dtypes.name(index.tensor.dtype)}; an index "
                                  f"tile holds uint16 offsets [NKI Tensor Indirection]",

@@ -2,9 +2,11 @@
 
 ``data.indirect(idx)`` is a view of the columns of the on-chip tile `data` whose positions along the free
 dimension an SBUF ``uint16`` tile `idx` holds (``(P, K)``, P = data's partitions; each group of 16
-partitions reads its own 16 rows of `idx`, in AWS's snake order). It has shape ``(P, num_elem)``; as an
-input of ``tensor_copy`` / ``tensor_tensor`` (data1) / ``tensor_scalar`` / ``activation`` it is a gather, as
-their ``dst`` a scatter [nki.language.NkiTensor.indirect, v2.33.0; "NKI Tensor Indirection"]:
+partitions reads its own 16 rows of `idx`, in AWS's snake order). It has shape ``(P, num_elem)``; as the
+input of ``tensor_copy``, ``tensor_tensor`` (data1), ``tensor_scalar``, ``activation`` (``activation_reduce``),
+``activate2``, ``tensor_reduce``, ``tensor_scalar_reduce``, ``tensor_scalar_cumulative`` or ``exponential``
+(`hardware.indirection.ACCEPTS`) it is a gather, as their ``dst`` a scatter [nki.language.NkiTensor.indirect,
+v2.33.0; "NKI Tensor Indirection"]:
 
     idx = nl.ndarray((128, 1), dtype=nl.uint16, buffer=nl.sbuf)     # column numbers, per 16 partitions
     nisa.dma_copy(dst=idx, src=columns)
