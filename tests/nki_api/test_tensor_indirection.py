@@ -495,3 +495,28 @@ def test_a_scatter_into_a_placed_block_keeps_its_other_columns():
     expected = base.copy()
     expected[1][:, [3, 8]] = values
     np.testing.assert_array_equal(out, expected)
+
+
+@nki.jit
+def gather_from_a_slice(table, columns):
+    """Offsets count the columns of the sliced view .indirect() is called on."""
+    P, F = table.shape
+    data = nl.ndarray((P, F), dtype=table.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=data, src=table)
+    idx = nl.ndarray(columns.shape, dtype=nl.uint16, buffer=nl.sbuf)
+    nisa.dma_copy(dst=idx, src=columns)
+    dense = nl.ndarray((P, 3), dtype=table.dtype, buffer=nl.sbuf)
+    nisa.tensor_copy(dst=dense, src=data[:, 8:24].indirect(idx, num_elem=3))
+    out = nl.ndarray((P, 3), dtype=table.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=dense)
+    return out
+
+
+def test_offsets_count_the_columns_of_the_view():
+    table = RNG.normal(size=(16, 32)).astype(np.float32)
+    columns = np.array([[0], [15], [4]] + [[0]] * 13, np.uint16)
+    out = nki.run(gather_from_a_slice, table, columns, target="trn3").outputs
+    np.testing.assert_array_equal(out, table[:, [8, 23, 12]])
+    columns[1, 0] = 16                                # past the slice's 16 columns, inside the tile
+    with pytest.raises(IndirectionOffsetError, match="past the 16 elements"):
+        nki.run(gather_from_a_slice, table, columns, target="trn3")
