@@ -41,6 +41,7 @@ from .profile import Profile
 from .reductions import ReductionInstructions
 from .accumulate import AccumulateInstructions
 from .gather import GatherInstructions
+from .indirection import IndirectionInstructions
 from .select import SelectInstructions
 from .system import SystemInstructions
 from .tensor import View
@@ -62,7 +63,7 @@ _record_write = dependencies.record_write
 class NeuronCore(TensorEngineInstructions, VectorInstructions, ReductionInstructions, DmaInstructions,
                  MxInstructions, DoubleRowInstructions, CollectiveInstructions,
                  SelectInstructions, GatherInstructions, AccumulateInstructions,
-                 SystemInstructions):
+                 SystemInstructions, IndirectionInstructions):
     """One simulated NeuronCore. ``mode="full"`` computes values and time, ``"timing"`` time only."""
 
     def __init__(self, spec: "CoreSpec | str" = "trn2", mode: str = "full", name: str = "core0",

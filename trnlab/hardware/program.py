@@ -49,7 +49,8 @@ READABLE = (1, 2)    # versions this trnlab loads (a version 1 program has the d
 WRITES = ("dst", "reduce_res", "dst_scale", "dst_idx")   # dst_scale: quantize_mx (hardware/mx.py); dst_idx: nc_match_replace8
 # opcodes whose dst keeps the values they do not overwrite (a predicated copy, a shuffle's kept
 # partitions, ...): their dst is read as well as written (hardware/select.py, gather.py)
-READS_DST = frozenset(("tensor_copy_predicated", "nc_stream_shuffle", "nonzero_with_count", "topk"))
+READS_DST = frozenset(("tensor_copy_predicated", "nc_stream_shuffle", "nonzero_with_count", "topk",
+                       "tensor_indirect"))     # tensor_indirect: a scatter keeps the columns it does not write
 
 
 @dataclass

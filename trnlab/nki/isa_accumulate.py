@@ -9,6 +9,7 @@ reference, v2.31.0 / v2.33.0 pages "nki.isa.<name>"); the hardware side, rules a
 from __future__ import annotations
 
 from trnlab.nki import issue
+from trnlab.nki import tensor_indirection as _ti
 from trnlab.nki.isa_binder import (Dtype, Op, Operand, Tile, _engine, _finish, engine, instruction, op_name,
                                    reduce_cmd)
 from trnlab.nki.isa_vector import _scalar_operand
@@ -30,6 +31,10 @@ def tensor_scalar_cumulative(dst: Tile | None, src: Tile, op0: Op, op1: Op, imm0
     launch = issue.begin()
 
     def emit(out, _accumulate):
+        if _ti.uses(out, src, imm0, imm1):       # Tensor Indirection: the offsets are read when it runs
+            return _ti.emit(launch, "tensor_scalar_cumulative", out, src, None,
+                            {"op0": op_name(op0), "op1": op_name(op1), "reduce_cmd": _command(reduce_cmd)},
+                            operand0=imm0, operand1=imm1)
         launch.core.tensor_scalar_cumulative(dst=out.hw_view(), src=src.hw_view(), op0=op_name(op0),
                                              op1=op_name(op1), imm0=_scalar_operand(imm0, {}),
                                              imm1=None if imm1 is None else _scalar_operand(imm1, {}),
@@ -50,6 +55,10 @@ def exponential(dst: Tile | None, src: Tile, max_value: Operand = 0.0, reduce_re
     launch = issue.begin()
 
     def emit(out, _accumulate):
+        if _ti.uses(out, src, max_value, result):   # Tensor Indirection: the offsets are read when it runs
+            return _ti.emit(launch, "exponential", out, src, None,
+                            {"reduce_cmd": _command(reduce_cmd), "reduce_init": float(reduce_init)},
+                            operand0=max_value, reduce_res=result)
         launch.core.exponential(dst=out.hw_view(), src=src.hw_view(), max_value=_scalar_operand(max_value, {}),
                                 reduce_res=None if result is None else result.hw_view(),
                                 reduce_cmd=_command(reduce_cmd), reduce_init=_scalar_operand(reduce_init, {}))
@@ -71,6 +80,13 @@ def activate2(dst: Tile | None, op: Op, data: Tile, imm0: Operand, imm1: Operand
     launch = issue.begin()
 
     def emit(out, _accumulate):
+        if _ti.uses(out, data, imm0, imm1, result):   # Tensor Indirection: the offsets are read when it runs
+            return _ti.emit(launch, "activate2", out, data, None,
+                            {"op": op_name(op), "op0": op_name(op0), "op1": op_name(op1),
+                             "relu_param": float(relu_param), "reverse0": bool(reverse0), "reverse1": bool(reverse1),
+                             "reduce_op": None if reduce_op is None else op_name(reduce_op),
+                             "reduce_cmd": _command(reduce_cmd), "engine": engine_name},
+                            operand0=imm0, operand1=imm1, reduce_res=result)
         launch.core.activate2(dst=out.hw_view(), op=op_name(op), data=data.hw_view(),
                               imm0=_scalar_operand(imm0, {}), imm1=_scalar_operand(imm1, {}),
                               op0=op_name(op0), op1=op_name(op1), relu_param=float(relu_param),

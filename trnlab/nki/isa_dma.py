@@ -7,7 +7,8 @@ import numpy as np
 
 from trnlab.hardware.errors import MemoryPlacementError, ShapeMismatchError
 from trnlab.nki import issue
-from trnlab.nki.errors import NKIError
+from trnlab.nki import tensor_indirection as _ti
+from trnlab.nki.errors import NKIError, ViewError
 from trnlab.nki.isa_binder import Dtype, Mask, Op, Tile, _engine, _finish, dge_mode, engine, instruction, oob_mode
 from trnlab.nki.isa_registers import VirtualRegister
 from trnlab.nki.tensor import _OPERATIONS, NkiTensor
@@ -60,6 +61,8 @@ def _dma_copy_indirect(dst: NkiTensor, src: NkiTensor, mask, oob) -> None:
         raise NKIError("an indirect dma_copy (scalar_offset / vector_offset) with mask= is not simulated")
     side = "src" if src._dynamic is not None else "dst"
     moving = src if side == "src" else dst
+    if _ti.of(moving) is not None:
+        raise ViewError(_ti.of(moving).refusal + "; a DMA moves the tile itself")
     offsets, stride, per_row = moving._dynamic
     static = moving._hw[moving._index] if moving._index is not None else moving._hw.full
     launch = issue.begin()
@@ -185,6 +188,8 @@ def tensor_copy(dst: Tile | None, src: Tile, engine: engine = engine.unknown, na
     launch = issue.begin()
 
     def emit(out, _accumulate):
+        if _ti.uses(out, src):                   # Tensor Indirection: the offsets are read when it runs
+            return _ti.emit(launch, "tensor_copy", out, src, ranges, {"engine": engine_name})
         if out.buffer not in ("sbuf", "psum") or src.buffer not in ("sbuf", "psum"):
             raise MemoryPlacementError(
                 f"operand memory: tensor_copy runs on an on-chip engine and needs SBUF/PSUM operands, got "

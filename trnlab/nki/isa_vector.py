@@ -11,6 +11,7 @@ from trnlab.hardware import dtypes as hw_dtypes
 from trnlab.hardware import ops as hw_ops
 from trnlab.hardware.errors import ShapeMismatchError
 from trnlab.nki import indexing, issue
+from trnlab.nki import tensor_indirection as _ti
 from trnlab.nki.errors import NKIError
 from trnlab.nki.indexing import IndexExpr, Predicate
 from trnlab.nki.isa_binder import (Dtype, Mask, Op, Operand, Shape, Tile, _engine, _finish, engine, instruction,
@@ -60,6 +61,9 @@ def tensor_tensor(dst: Tile | None, data1: Tile, data2: Tile, op: Op, engine: en
     launch = issue.begin()
 
     def emit(out, _accumulate):
+        if _ti.uses(out, data1, data2):          # Tensor Indirection: the offsets are read when it runs
+            return _ti.emit(launch, "tensor_tensor", out, data1, ranges, {"op": opcode, "engine": engine_name},
+                            data2=data2)
         launch.core.tensor_tensor(dst=out.hw_view(ranges), data1=data1.hw_view(ranges),
                                   data2=data2.hw_view(ranges), op=opcode, engine=engine_name)
 
@@ -99,6 +103,10 @@ def tensor_scalar(dst: Tile | None, data: Tile, op0: Op, operand0: Operand, reve
     launch = issue.begin()
 
     def emit(out, _accumulate):
+        if _ti.uses(out, data, operand0, operand1):   # Tensor Indirection: the offsets are read when it runs
+            return _ti.emit(launch, "tensor_scalar", out, data, ranges,
+                            {"op0": first, "reverse0": bool(reverse0), "op1": second, "reverse1": bool(reverse1),
+                             "engine": engine_name}, operand0=operand0, operand1=operand1)
         launch.core.tensor_scalar(dst=out.hw_view(ranges), data=data.hw_view(ranges), op0=first,
                                   operand0=_scalar_operand(operand0, ranges), reverse0=bool(reverse0), op1=second,
                                   operand1=_scalar_operand(operand1, ranges), reverse1=bool(reverse1),
@@ -119,6 +127,10 @@ def tensor_scalar_reduce(dst: Tile | None, data: Tile, op0: Op, operand0: Operan
     launch = issue.begin()
 
     def emit(out, _accumulate):
+        if _ti.uses(out, data, operand0, reduce_res):   # Tensor Indirection: offsets read when it runs
+            return _ti.emit(launch, "tensor_scalar_reduce", out, data, ranges,
+                            {"op0": first, "reduce_op": reduction, "reverse0": bool(reverse0)},
+                            operand0=operand0, reduce_res=reduce_res)
         launch.core.tensor_scalar_reduce(dst=out.hw_view(ranges), data=data.hw_view(ranges), op0=first,
                                          operand0=_scalar_operand(operand0, ranges), reduce_op=reduction,
                                          reduce_res=reduce_res.hw_view(ranges), reverse0=bool(reverse0))
@@ -145,6 +157,8 @@ def tensor_reduce(dst: Tile | None, op: Op, data: Tile, axis: int | tuple, negat
     out_ranges = {it: r for it, r in ranges.items() if it.axis not in axes} if ranges else ranges
 
     def emit(out, _accumulate):
+        if _ti.uses(out, data):                  # Tensor Indirection: the offsets are read when it runs
+            return _ti.emit(launch, "tensor_reduce", out, data, ranges, {"op": opcode, "negate": bool(negate)})
         # trnlab keeps reduced axes as size-1 dims in memory, so [P] and [P, 1] results look alike
         view = out.hw_view(out_ranges)
         launch.core.tensor_reduce(dst=view, data=data.hw_view(ranges), op=opcode, axis=axes, negate=bool(negate),
@@ -204,6 +218,10 @@ def _activation(dst, op, data, bias, scale, reduce_op, reduce_res, command, mask
     launch = issue.begin()
 
     def emit(out, _accumulate):
+        if _ti.uses(out, data, bias, scale, reduce_res):   # Tensor Indirection: offsets read when it runs
+            return _ti.emit(launch, "activation", out, data, ranges,
+                            {"op": opcode, "reduce_op": op_name(reduce_op) if reduce_op is not None else None,
+                             "reduce_cmd": command}, bias=bias, scale=scale, reduce_res=reduce_res)
         launch.core.activation(dst=out.hw_view(ranges), data=data.hw_view(ranges), op=opcode,
                                scale=_scalar_operand(scale, ranges),
                                bias=None if bias is None else _scalar_operand(bias, ranges),

@@ -332,7 +332,8 @@ class NkiTensor:
         if self._emit is not None:
             self._ready()
         if self._dynamic is not None:
-            raise ViewError(f"{self.name!r} is an indirect view (scalar_offset / vector_offset, select or "
+            raise ViewError(getattr(self._dynamic, "refusal", None) or   # .indirect(): tensor_indirection.py
+                            f"{self.name!r} is an indirect view (scalar_offset / vector_offset, select or "
                             f"vector_select by a tile): only DMAs move it (nisa.dma_copy, nl.load, nl.store)")
         if self._bitcast is not None:
             raise ViewError(_views.BYTES_VIEW_RULE.format(name=self.name, dtype=_dtypes.name(self.dtype),

@@ -414,8 +414,9 @@ def is_contiguous(t) -> bool:
 
 
 def indirect(t, *args, **kwargs):
-    raise NKIError("NkiTensor.indirect (Tensor Indirection: a compute instruction reading or writing columns "
-                   "named by an SBUF tile, NeuronCore-v4) is not simulated")
+    """Tensor Indirection (NeuronCore-v4): `tensor_indirection.indirect`."""
+    from trnlab.nki import tensor_indirection    # (it imports the tile class, which imports this module)
+    return tensor_indirection.indirect(t, *args, **kwargs)
 
 
 BYTES_VIEW_RULE = ("{name!r} reads an on-chip tile's {own} elements as {dtype} (.ap(dtype=) of another element "

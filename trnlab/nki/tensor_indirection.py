@@ -1,0 +1,120 @@
+"""`NkiTensor.indirect(index, num_elem)`: Tensor Indirection (NeuronCore-v4, Trn3) in the kernel language.
+
+``data.indirect(idx)`` is a view of the columns of the on-chip tile `data` whose positions along the free
+dimension an SBUF ``uint16`` tile `idx` holds (``(P, K)``, P = data's partitions; each group of 16
+partitions reads its own 16 rows of `idx`, in AWS's snake order). It has shape ``(P, num_elem)``; as the
+input of ``tensor_copy``, ``tensor_tensor`` (data1), ``tensor_scalar``, ``activation`` (``activation_reduce``),
+``activate2``, ``tensor_reduce``, ``tensor_scalar_reduce``, ``tensor_scalar_cumulative`` or ``exponential``
+(`hardware.indirection.ACCEPTS`) it is a gather, as their ``dst`` a scatter [nki.language.NkiTensor.indirect,
+v2.33.0; "NKI Tensor Indirection"]:
+
+    idx = nl.ndarray((128, 1), dtype=nl.uint16, buffer=nl.sbuf)     # column numbers, per 16 partitions
+    nisa.dma_copy(dst=idx, src=columns)
+    nisa.tensor_copy(dst=dense, src=table.indirect(idx, num_elem=8))  # dense[p, i] = table[p, offset i]
+
+The offsets are data: the instruction reads them when it runs (hardware `tensor_indirect`, in
+`hardware/indirection.py`, with the rules and the costs). The view itself is held in the tile's
+``_dynamic`` field (an `Indirection`), so every other view operation and every other instruction refuses
+it, as AWS's "indirect views cannot be re-indirected" says.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from trnlab.hardware import dtypes as hw_dtypes
+from trnlab.hardware.errors import DtypeError, GenerationError, ShapeMismatchError
+from trnlab.hardware.indirection import ACCEPTS, INDEX_DTYPE, IndirectionOperandError, group_capacity
+from trnlab.nki.errors import NKIError, ViewError
+
+ON_CHIP = ("sbuf", "psum")
+
+
+@dataclass(frozen=True)
+class Indirection:
+    """What a view made by `.indirect()` holds: the tile it indexes, the index tile, its column count."""
+    data: object                  # the NkiTensor .indirect() was called on
+    index: object                 # the SBUF uint16 NkiTensor of offsets
+    count: int                    # num_elem
+
+    @property
+    def refusal(self) -> str:
+        return (f"{getattr(self.data, 'name', '')!r}.indirect(...) is a Tensor Indirection view: only the dst and "
+                f"the gathered input of {', '.join(ACCEPTS)} take it (nki.isa's \"Tensor indirection\" paragraphs)")
+
+
+def indirect(t, index, num_elem: int | None = None):
+    """`t`'s columns at the offsets in `index` (see the module docstring)."""
+    from trnlab.nki import launches
+    from trnlab.nki.tensor import NkiTensor      # (tensor.py imports tensor_views, which calls this)
+    t._ready()
+    if t._dynamic is not None or t._gather is not None:
+        raise ViewError(f".indirect() of {t.name!r}, already an indirect view: \"indirect views cannot be "
+                        f"re-indirected\" [NkiTensor.is_indirect]")
+    if t.buffer not in ON_CHIP:
+        raise ViewError(f".indirect() of {t.name!r} in {t.buffer}: Tensor Indirection reads SBUF or PSUM tiles "
+                        f"(HBM: an indirect DMA, .ap(vector_offset=))")
+    spec = launches.current().core.spec
+    if spec.generation < "v4":
+        raise GenerationError(f"generation: tensor indirection (.indirect()) needs NeuronCore-v4 or newer (Trn3); "
+                              f"{spec.name} is NeuronCore-{spec.generation} [nki.language.NkiTensor.indirect]",
+                              value=spec.generation, limit="v4")
+    if not isinstance(index, NkiTensor) or index.buffer != "sbuf":
+        raise ViewError(f".indirect(index) of {t.name!r}: the index is an SBUF tile of uint16 offsets, got "
+                        f"{getattr(index, 'buffer', type(index).__name__)}")
+    if hw_dtypes.name(hw_dtypes.as_dtype(index.dtype)) != INDEX_DTYPE:
+        raise DtypeError(f"data type: .indirect(index) of {t.name!r}: the index is "
+                         f"{hw_dtypes.name(hw_dtypes.as_dtype(index.dtype))}; it holds uint16 offsets "
+                         f"[NKI Tensor Indirection]", value=hw_dtypes.name(hw_dtypes.as_dtype(index.dtype)),
+                         limit=INDEX_DTYPE)
+    P = t.shape[0]
+    if len(index.shape) != 2 or index.shape[0] != P:
+        raise ShapeMismatchError(f"shape mismatch: .indirect(index) of {t.name!r} {t.shape}: the index "
+                                 f"{tuple(index.shape)} must be (P, K) with P = {P} [NkiTensor.indirect]",
+                                 value=tuple(index.shape), limit=(P, "K"))
+    capacity = group_capacity(P, index.shape[1])
+    # AWS: "Defaults to index.size" — the offsets of a view of up to 16 partitions; with more partitions each
+    # group of 16 has its own rows, so (ASSUMED reading) the default is the offsets one group holds
+    count = capacity if num_elem is None else int(num_elem)
+    if not 1 <= count <= capacity:
+        raise ShapeMismatchError(f"shape mismatch: .indirect(num_elem={count}) of {t.name!r}: each group of "
+                                 f"{min(16, P)} partitions holds {capacity} offsets in an index of {index.shape[1]} "
+                                 f"columns [NkiTensor.indirect]", value=count, limit=capacity)
+    view = type(t)((P, count), t.dtype, t.buffer, t.name)
+    view._owner, view._hw, view._launch = t._base(), t._hw, t._launch
+    # never "a whole tensor" (index None), so that indexing it meets the indirect-view refusal (tensor.py)
+    view._index = t._index if t._index is not None else tuple(slice(0, n, 1) for n in t._base().shape)
+    view._dynamic = Indirection(t, index, count)
+    return view
+
+
+def of(t):
+    """The `Indirection` of tile `t`, or None."""
+    dynamic = getattr(t, "_dynamic", None)
+    return dynamic if isinstance(dynamic, Indirection) else None
+
+
+def uses(*tiles) -> bool:
+    """Is any of `tiles` a Tensor Indirection view?"""
+    return any(of(t) is not None for t in tiles)
+
+
+def emit(launch, opcode: str, dst, data, ranges, attrs: dict, **operands) -> None:
+    """Issue `opcode` with `dst` and / or `data` indirect: hardware ``tensor_indirect`` on the views
+    `.indirect()` was called on and their index tiles. `operands`: the instruction's other operands, as
+    its hardware method takes them (views or numbers); none of them may be indirect."""
+    if ranges:
+        raise NKIError(f"{opcode} with an .indirect() view and mask= is not simulated")
+    for name, value in operands.items():
+        if uses(value):
+            raise IndirectionOperandError(f"tensor indirection operand: {opcode} {name} does not take an "
+                                          f".indirect() view; only dst and {ACCEPTS[opcode][0]} do "
+                                          f"[nki.isa.{opcode}]", value=name, limit=("dst", ACCEPTS[opcode][0]))
+        if hasattr(value, "hw_view"):
+            operands[name] = value.hw_view()
+        elif value is not None and not isinstance(value, str):
+            operands[name] = float(value)            # a number operand (operand0, scale, ...)
+    into, source = of(dst), of(data)
+    launch.core.tensor_indirect(
+        opcode=opcode, dst=(into.data if into else dst).hw_view(), data=(source.data if source else data).hw_view(),
+        dst_index=into.index.hw_view() if into else None, data_index=source.index.hw_view() if source else None,
+        dst_count=into.count if into else 0, data_count=source.count if source else 0, attrs=attrs, **operands)
