@@ -140,12 +140,16 @@ def _rank_list(replica_group, core: NeuronCore, opcode: str) -> tuple:
     return _slots(lists[seen[rank]], core)
 
 
-def _check(opcode: str, src: View, dst: View, members: tuple, collective_dim: int = 0, op: str | None = None) -> None:
+def _check(opcode: str, src: View, dst: View, members: tuple, collective_dim: int = 0, op: str | None = None,
+           implicit: bool = False) -> None:
     sk, dk = src.tensor.kind, dst.tensor.kind
     if "psum" in (sk, dk) or sk != dk:
         raise CollectiveError(f"operand memory: {opcode} needs src and dst both in HBM or both in SBUF, got "
                               f"{sk.upper()} -> {dk.upper()}", value=(sk, dk), limit="HBM/HBM or SBUF/SBUF")
-    if opcode in ("collective_permute", "all_to_all") and sk != "hbm":
+    # the explicit permute: "Tensors must reside on HBM. SBUF is not currently supported for collective_permute"
+    # (nki.collectives.collective_permute); the implicit ring permutes' pages state no such rule, and AWS's
+    # NKI Library passes them SBUF tiles (experimental/collectives/fg_allgather.py)
+    if opcode in ("collective_permute", "all_to_all") and sk != "hbm" and not implicit:
         raise CollectiveError(f"operand memory: {opcode} moves HBM tensors only, got {sk.upper()}",
                               value=sk, limit="hbm")
     if src.tensor.dtype != dst.tensor.dtype:
@@ -271,9 +275,10 @@ def reduce_scatter(self: NeuronCore, dst, src, replica_group, collective_dim: in
                             {"collective_dim": collective_dim, "op": op}, stream)
 
 
-def collective_permute(self: NeuronCore, dst, src, source_target_pairs, stream: int = 0) -> int:
+def collective_permute(self: NeuronCore, dst, src, source_target_pairs, stream: int = 0, implicit: bool = False) -> int:
     """Send src to the target of every (source = this rank, target) pair; receive dst from the source of
-    the pair whose target is this rank (dst is left as it is if none) — send/recv."""
+    the pair whose target is this rank (dst is left as it is if none) — send/recv. `implicit`: a ring
+    permute of nki.collectives.collective_permute_implicit (SBUF tiles allowed)."""
     src, dst = _as_view(src, "src", "collective_permute"), _as_view(dst, "dst", "collective_permute")
     pairs = [(int(s), int(t)) for s, t in source_target_pairs]
     members = tuple(sorted({r for pair in pairs for r in pair}))
@@ -285,7 +290,7 @@ def collective_permute(self: NeuronCore, dst, src, source_target_pairs, stream: 
     if len(set(targets)) != len(targets):
         raise CollectiveError(f"collective: collective_permute receives at most one message per rank; targets "
                               f"{targets}", value=targets, limit="distinct targets")
-    _check("collective_permute", src, dst, members)
+    _check("collective_permute", src, dst, members, implicit=implicit)
     slot_pairs = [(a, b) for a, b in zip(_slots([s for s, _ in pairs], self), _slots(targets, self))]
     return issue_collective(self, "collective_permute", src, dst, _slots(members, self),
                             {"source_target_pairs": slot_pairs}, stream)
@@ -327,8 +332,8 @@ def collective_permute_reduce(self: NeuronCore, dst, src0, src1, source_target_p
         raise CollectiveError(f"shape mismatch: collective_permute_reduce operands {tuple(src0.shape)} "
                               f"{src0.tensor.dtype} and {tuple(src1.shape)} {src1.tensor.dtype} must match",
                               value=tuple(src1.shape), limit=tuple(src0.shape))
-    _check("collective_permute", src0, dst, members, op=op)
-    _check("collective_permute", src1, dst, members)
+    _check("collective_permute", src0, dst, members, op=op, implicit=True)     # always a ring (implicit)
+    _check("collective_permute", src1, dst, members, implicit=True)
     slot_pairs = [(a, b) for a, b in zip(_slots([s for s, _ in pairs], self), _slots([t for _, t in pairs], self))]
     return issue_collective(self, "collective_permute_reduce", src0, dst, _slots(members, self),
                             {"source_target_pairs": slot_pairs, "op": op}, stream, meta=src1)

@@ -42,7 +42,7 @@ class ValuesCore(NeuronCore):
     def _pe_issue(self, opcode, st, reads, dst, flops, sbuf, psum, tiles=0):
         return -1
 
-    def _schedule_dma(self, dst, src, reads, nbytes, queue, opcode) -> int:
+    def _schedule_dma(self, dst, src, reads, nbytes, queue, opcode, costed_dst=None) -> int:
         return -1
 
     def _cost_ns(self, eid, opcode, reads, writes, **attrs) -> float:
