@@ -167,3 +167,34 @@ def test_every_rank_runs_the_same_specialization(aws):
             ((np.ones((128, 4), np.float32), ncc.ReplicaGroup([[1, 0]])), {})])
     with pytest.raises(MultiRankInputError, match="needs 2"):
         nki.multi_rank_simulate(kernel, world_size=2, per_rank_inputs=[((np.ones((128, 4), np.float32), group), {})])
+
+
+def test_a_write_at_the_ranks_offset_costs_the_bytes_it_moves_not_the_whole_tensor(aws):
+    """out.ap(scalar_offset=rank) as a DMA's dst: where it lands is known at run time (it claims the whole
+    tensor for ordering) but it moves one tile, costed as a plain write of that tile."""
+    nki, nl, nisa, ncc = aws
+
+    @nki.jit
+    def place_at_rank(x):
+        rows, cols = x.shape
+        big = nl.ndarray((64 * rows, cols), dtype=x.dtype, buffer=nl.private_hbm)       # 64 ranks' places
+        out = nl.ndarray((rows, cols), dtype=x.dtype, buffer=nl.shared_hbm)
+        tile = nl.ndarray((rows, cols), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=tile, src=x)
+        at_rank = [[cols, rows], [1, cols]]
+        nisa.dma_copy(dst=big.ap(pattern=at_rank, scalar_offset=ncc.rank_id(), indirect_dim=0), src=tile)
+        back = nl.ndarray((rows, cols), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=back, src=big.ap(pattern=at_rank, scalar_offset=ncc.rank_id(), indirect_dim=0))
+        nisa.dma_copy(dst=out, src=back)                                                   # a plain write
+        return out
+
+    xs = [np.full((128, 512), float(r + 1), np.float32) for r in range(2)]
+    run = nki.multi_rank_run(place_at_rank, world_size=2, per_rank_inputs=[((x,), {}) for x in xs])
+    np.testing.assert_array_equal(run.outputs[1], xs[1])
+    c = run.cores[1].timeline.columns()
+    took = [(op, e - s, h) for op, s, e, h in zip(c["opcode"], c["start"], c["end"], c["hbm"])
+            if op.startswith("dma_copy")]
+    scatter, gather = [t for t in took if t[0] == "dma_copy_register_offset"]
+    plain = took[-1]                                               # SBUF -> the [128, 512] output
+    assert scatter[2] == gather[2] == plain[2] == 128 * 512 * 4   # HBM bytes: one tile each
+    assert scatter[1] == pytest.approx(plain[1], rel=0.01)
