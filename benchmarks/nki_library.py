@@ -186,7 +186,8 @@ simulation mode skips for their size (up to {max_timed}, `fast` ones first), cos
 Every test is stopped after {seconds} s; each file runs in a pytest session of its own, limited to
 12 GiB of address space (a test over it fails with MemoryError: the harness's float64 inputs and
 references at MoE sizes need more). SBUF tiles that do not fit are {spill}. Simulated µs: the
-launch's latency (LNC2 on trn2, as the harness launches: two physical cores). The QoR column gives the
+launch's latency (LNC2 on trn2, as the harness launches: two physical cores; a test of several collective
+ranks: all its ranks run at once, the latency is the last result on any rank). The QoR column gives the
 library's own metric names (its `test/utils/qor_collector.py`), computed from trnlab's timeline by
 `trnlab/nki/qor.py`, at the largest shape that ran. Results: pass / mismatch (the harness's
 comparison failed) / error (first line) / timeout; "timed" = ran timing-only; "none" = no test of
@@ -195,8 +196,12 @@ that kind ran (all skipped by the harness, e.g. TRN3-only MX tests, or none at t
 The harness at this commit does not run in simulation mode as published; the plugin stands in for
 what is missing: `test/utils/scripts/` and `test/utils/perf_analysis_private.py` (remote-hardware
 locking and trace analysis, absent from the repository, unused on a CPU), `neuron_dtypes` (AWS's host
-dtype helpers, served by the zero-edit hook) and the orchestrator's `_compiled_kernel` (read after
-simulation, set only by compilation).
+dtype helpers, served by the zero-edit hook), the orchestrator's `_compiled_kernel` (read after
+simulation, set only by compilation) and, for tests of `collective_ranks` > 1, the simulation of all
+ranks (the harness's simulation mode runs one rank: a `PerRankLazyInputGenerator` has no `.items()`):
+every rank runs at once through `nki.multi_rank_run` on a trnlab Cluster, each with its own inputs,
+and rank r's outputs go to `output_worker_<r>/`, where the harness's validator compares them with the
+library's per-rank references.
 
 Two files fail on the library's own test code at this commit, on any backend (not worked around):
 `core/qkv/test_qkv_tkg.py` uses `Platforms` in a decorator without importing it (NameError when the
