@@ -29,6 +29,12 @@ The same rendezvous serves the cores of one `nl.nc(2)` SPMD launch: `Device.run_
 imports this layer), a Cluster over the launch's cores of that device whose `run_each` replays each
 core, so their sendrecv / core_barrier meet as ranks 0, 1.
 
+Ranks of LNC=2 (``Cluster(..., lnc=2, slots=[(device, core), ...])``, what `trnlab.nki.multi_rank_run`
+builds for ``kernel[nl.nc(2)]``): rank r is a logical core of physical cores ("slots") 2r, 2r + 1, every
+slot runs on its own thread under the baton; replica groups name logical ranks and each physical core's
+collectives meet the same-numbered core of the other ranks (`hardware.collective.logical_rank`), while
+its sendrecv / core_barrier meet its own rank's other core. `log` names logical ranks (and the core).
+
 Not modelled: the DMA engines the CC cores share with compute ([CCO] describes the contention);
 strided replica groups are costed as the first ranks of the topology (`Topology.group`).
 """
