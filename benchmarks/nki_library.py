@@ -92,6 +92,7 @@ def run_session(root: Path, paths: list[Path], results: Path, args, extra_plugin
         "NEURON_PYTHONHASHSEED": "0", "PYTHONHASHSEED": "0",    # the harness seeds its sampled sweeps with it
         # AWS's compiler spills what does not fit in SBUF; trnlab does with its spill switch
         "TRNLAB_SPILL": "0" if args.no_spill else "1",
+        "NKILIB_FULL_LARGE": "1" if args.full_large else "0",
     })
     plugins = [x for p in extra_plugins + ["nki_library_plugin"] for x in ("-p", p)]
     command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *plugins,
@@ -240,6 +241,8 @@ def main(argv=None) -> int:
     parser.add_argument("--seconds", type=int, default=60, help="limit per test")
     parser.add_argument("--platform", default="trn2", help="the harness's --platform-target")
     parser.add_argument("--no-spill", action="store_true", help="refuse SBUF overflows (TRNLAB_SPILL=0)")
+    parser.add_argument("--full-large", action="store_true",
+                        help="run the production-shape tests in full mode too (values compared), not timing-only")
     parser.add_argument("--out", type=Path, help="write the Markdown table here")
     parser.add_argument("--results", type=Path, help="JSON lines of every test (default: a file in /tmp)")
     parser.add_argument("--render", type=Path, help="make the table from this results file, running nothing")
@@ -275,7 +278,8 @@ def main(argv=None) -> int:
               f"{row['timing_us']:>10s}", flush=True)
     options = [f"--library {shlex.quote(str(args.library))}"] + ([f"-k {shlex.quote(args.pattern)}"] if args.pattern else []) \
         + [f"--max-fast {args.max_fast}", f"--max-timed {args.max_timed}", f"--seconds {args.seconds}"] \
-        + (["--no-spill"] if args.no_spill else []) + ([f"--out {args.out}"] if args.out else [])
+        + (["--no-spill"] if args.no_spill else []) + (["--full-large"] if args.full_large else []) \
+        + ([f"--out {args.out}"] if args.out else [])
     command = "python benchmarks/nki_library.py " + " ".join(options)
     print(f"\n{len(rows)} kernels, {len(records)} tests, {time.time() - started:.0f} s; results: {results}")
     if args.out:

@@ -24,6 +24,7 @@ Inside the library's own pytest run (``--test-mode simulation``) it:
   ``NKILIB_MAX_TIMED`` tests it skips for their size (the production shapes: ``fast`` ones first);
   those run timing-only (no values) and end after the kernel ran, before the harness compares
   values it does not have (run with the harness's NKILIB_SIMULATION_RUN_ALL=1 so it keeps them);
+  with ``NKILIB_FULL_LARGE=1`` (``--full-large``) they run in full mode too, values compared;
 - stops any test after ``NKILIB_TEST_SECONDS`` (default 60), and limits the session's address space to
   ``NKILIB_MEMORY_GB`` (default 12: a test that needs more fails with MemoryError);
 - writes one JSON line per test, and one per test file that fails to import, to ``NKILIB_RESULTS``.
@@ -43,6 +44,7 @@ RESULTS = os.environ.get("NKILIB_RESULTS")
 MAX_FAST = int(os.environ.get("NKILIB_MAX_FAST", "4"))
 MAX_TIMED = int(os.environ.get("NKILIB_MAX_TIMED", "2"))
 TEST_SECONDS = int(os.environ.get("NKILIB_TEST_SECONDS", "60"))
+FULL_LARGE = os.environ.get("NKILIB_FULL_LARGE") == "1"
 
 
 class TimedOnly(BaseException):
@@ -242,7 +244,7 @@ def pytest_collection_modifyitems(config, items) -> None:
             item._nkilib_mode = "full"
             chosen.append(item)
         for item in timed[:MAX_TIMED]:
-            item._nkilib_mode = "timing"
+            item._nkilib_mode = "full" if FULL_LARGE else "timing"
             chosen.append(item)
     keep = set(map(id, chosen))
     config.hook.pytest_deselected(items=[i for i in items if id(i) not in keep])
