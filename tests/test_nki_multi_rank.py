@@ -198,3 +198,20 @@ def test_a_write_at_the_ranks_offset_costs_the_bytes_it_moves_not_the_whole_tens
     plain = took[-1]                                               # SBUF -> the [128, 512] output
     assert scatter[2] == gather[2] == plain[2] == 128 * 512 * 4   # HBM bytes: one tile each
     assert scatter[1] == pytest.approx(plain[1], rel=0.01)
+
+
+def test_timing_only_gives_the_full_runs_timeline_without_values(aws):
+    nki, nl, nisa, ncc = aws
+    xs = [np.full((128, 64), float(r), np.float32) for r in range(2)]
+    inputs = [((x, ncc.ReplicaGroup([[0, 1]])), {}) for x in xs]
+    full = nki.multi_rank_run(_all_reduce_kernel(aws), world_size=2, per_rank_inputs=inputs)
+    timing = nki.multi_rank_run(_all_reduce_kernel(aws), world_size=2, per_rank_inputs=inputs, timing_only=True)
+    assert timing.outputs == [None, None] and full.outputs[0] is not None
+    assert [r[:4] for r in timing.timeline().records] == [r[:4] for r in full.timeline().records]
+
+
+def test_a_kernel_with_collectives_on_one_core_names_the_multi_rank_entry_point(aws):
+    nki, nl, nisa, ncc = aws
+    from trnlab.hardware.collective import CollectiveError
+    with pytest.raises(CollectiveError, match="multi_rank_simulate"):
+        nki.simulate(_all_reduce_kernel(aws))(np.ones((128, 4), np.float32), ncc.ReplicaGroup([[0, 1]]))

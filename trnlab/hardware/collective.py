@@ -229,7 +229,8 @@ def issue_collective(core: NeuronCore, opcode: str, src, dst, members: tuple, at
             dst.write(np.reshape(value, dst.shape).astype(dst.tensor.dtype, copy=False))
     else:
         raise CollectiveError(f"collective: {opcode} over ranks {list(members)} on a core that belongs to no "
-                              f"cluster; run the program on all ranks with trnlab.distributed.cluster.Cluster",
+                              f"cluster; run the kernel on all ranks with nki.multi_rank_simulate (a program: "
+                              f"trnlab.distributed.cluster.Cluster)",
                               value=len(members), limit=1)
     idx = len(core._records)
     dependencies.record_reads(reads, end, idx)
