@@ -171,6 +171,8 @@ def _simulate_ranks(kernel_under_test) -> list:
     _runs.append(run)
     if timing:
         raise TimedOnly()
+    if kernel_under_test.validation_args is None:       # as the harness's own simulation path refuses it
+        raise ValueError("Simulation mode requires validation_args to verify outputs")
     golden = kernel_under_test.validation_args.golden_output
     outputs = []
     for r, result in enumerate(run.outputs):
