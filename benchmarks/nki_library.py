@@ -92,6 +92,7 @@ def run_session(root: Path, paths: list[Path], results: Path, args, extra_plugin
         "NEURON_PYTHONHASHSEED": "0", "PYTHONHASHSEED": "0",    # the harness seeds its sampled sweeps with it
         # AWS's compiler spills what does not fit in SBUF; trnlab does with its spill switch
         "TRNLAB_SPILL": "0" if args.no_spill else "1",
+        "NKILIB_FULL_LARGE": "1" if args.full_large else "0",
     })
     plugins = [x for p in extra_plugins + ["nki_library_plugin"] for x in ("-p", p)]
     command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *plugins,
@@ -186,7 +187,8 @@ simulation mode skips for their size (up to {max_timed}, `fast` ones first), cos
 Every test is stopped after {seconds} s; each file runs in a pytest session of its own, limited to
 12 GiB of address space (a test over it fails with MemoryError: the harness's float64 inputs and
 references at MoE sizes need more). SBUF tiles that do not fit are {spill}. Simulated µs: the
-launch's latency (LNC2 on trn2, as the harness launches: two physical cores). The QoR column gives the
+launch's latency (LNC2 on trn2, as the harness launches: two physical cores; a test of several collective
+ranks: all its ranks run at once, the latency is the last result on any rank). The QoR column gives the
 library's own metric names (its `test/utils/qor_collector.py`), computed from trnlab's timeline by
 `trnlab/nki/qor.py`, at the largest shape that ran. Results: pass / mismatch (the harness's
 comparison failed) / error (first line) / timeout; "timed" = ran timing-only; "none" = no test of
@@ -195,8 +197,12 @@ that kind ran (all skipped by the harness, e.g. TRN3-only MX tests, or none at t
 The harness at this commit does not run in simulation mode as published; the plugin stands in for
 what is missing: `test/utils/scripts/` and `test/utils/perf_analysis_private.py` (remote-hardware
 locking and trace analysis, absent from the repository, unused on a CPU), `neuron_dtypes` (AWS's host
-dtype helpers, served by the zero-edit hook) and the orchestrator's `_compiled_kernel` (read after
-simulation, set only by compilation).
+dtype helpers, served by the zero-edit hook), the orchestrator's `_compiled_kernel` (read after
+simulation, set only by compilation) and, for tests of `collective_ranks` > 1, the simulation of all
+ranks (the harness's simulation mode runs one rank: a `PerRankLazyInputGenerator` has no `.items()`):
+every rank runs at once through `nki.multi_rank_run` on a trnlab Cluster, each with its own inputs,
+and rank r's outputs go to `output_worker_<r>/`, where the harness's validator compares them with the
+library's per-rank references.
 
 Six files fail on the library's own code at this commit, on any backend (not worked around):
 - `core/qkv/test_qkv_tkg.py` uses `Platforms` in a decorator without importing it (NameError when the
@@ -241,6 +247,8 @@ def main(argv=None) -> int:
     parser.add_argument("--seconds", type=int, default=60, help="limit per test")
     parser.add_argument("--platform", default="trn2", help="the harness's --platform-target")
     parser.add_argument("--no-spill", action="store_true", help="refuse SBUF overflows (TRNLAB_SPILL=0)")
+    parser.add_argument("--full-large", action="store_true",
+                        help="run the production-shape tests in full mode too (values compared), not timing-only")
     parser.add_argument("--out", type=Path, help="write the Markdown table here")
     parser.add_argument("--results", type=Path, help="JSON lines of every test (default: a file in /tmp)")
     parser.add_argument("--render", type=Path, help="make the table from this results file, running nothing")
@@ -276,7 +284,8 @@ def main(argv=None) -> int:
               f"{row['timing_us']:>10s}", flush=True)
     options = [f"--library {shlex.quote(str(args.library))}"] + ([f"-k {shlex.quote(args.pattern)}"] if args.pattern else []) \
         + [f"--max-fast {args.max_fast}", f"--max-timed {args.max_timed}", f"--seconds {args.seconds}"] \
-        + (["--no-spill"] if args.no_spill else []) + ([f"--out {args.out}"] if args.out else [])
+        + (["--no-spill"] if args.no_spill else []) + (["--full-large"] if args.full_large else []) \
+        + ([f"--out {args.out}"] if args.out else [])
     command = "python benchmarks/nki_library.py " + " ".join(options)
     print(f"\n{len(rows)} kernels, {len(records)} tests, {time.time() - started:.0f} s; results: {results}")
     if args.out:

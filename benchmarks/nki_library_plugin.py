@@ -8,14 +8,23 @@ Inside the library's own pytest run (``--test-mode simulation``) it:
   ``test/utils/perf_analysis_private.py``: remote-hardware locking and trace analysis, unused on
   a CPU) and sets the orchestrator's ``_compiled_kernel`` to None (simulation mode skips the
   compilation that sets it, and the output renaming reads it);
-- records every `trnlab.nki.run` (the call behind ``nki.cpu_simulate(kernel)[lnc](...)``): its
-  simulated latency and the library's QoR metrics (`trnlab.nki.qor`);
+- runs a kernel of ``InferenceArgs(collective_ranks=N > 1)`` on all N ranks at once: the harness's
+  simulation mode runs one rank only (its ``simulation_setup.simulate_kernel`` calls ``.items()`` on a
+  ``PerRankLazyInputGenerator``, and a dict input runs on a lone core); the orchestrator's
+  ``_run_simulator_inference`` is stood in for, for such tests only: each rank's inputs
+  (``for_rank(r)``, or the one dict for every rank) go to `trnlab.nki.multi_rank_run` (AWS's
+  ``nki.multi_rank_simulate``: a Cluster of N ranks, LNC = the test's ``logical_nc_config``), and rank r's
+  outputs are written to ``output_worker_<r>/`` as the hardware path leaves them, so the harness's own
+  ``OutputValidator`` compares every rank with the library's per-rank references;
+- records every `trnlab.nki.run` (the call behind ``nki.cpu_simulate(kernel)[lnc](...)``) and every
+  multi-rank run: its simulated latency and the library's QoR metrics (`trnlab.nki.qor`);
 - keeps, per test file, the first ``NKILIB_MAX_FAST`` ``fast`` tests that the simulation mode runs
   (full mode: values, compared by the harness with the library's references; a file without
   ``fast`` tests: its first tests that the simulation mode runs) and the first
   ``NKILIB_MAX_TIMED`` tests it skips for their size (the production shapes: ``fast`` ones first);
   those run timing-only (no values) and end after the kernel ran, before the harness compares
   values it does not have (run with the harness's NKILIB_SIMULATION_RUN_ALL=1 so it keeps them);
+  with ``NKILIB_FULL_LARGE=1`` (``--full-large``) they run in full mode too, values compared;
 - stops any test after ``NKILIB_TEST_SECONDS`` (default 60), and limits the session's address space to
   ``NKILIB_MEMORY_GB`` (default 12: a test that needs more fails with MemoryError);
 - writes one JSON line per test, and one per test file that fails to import, to ``NKILIB_RESULTS``.
@@ -35,6 +44,7 @@ RESULTS = os.environ.get("NKILIB_RESULTS")
 MAX_FAST = int(os.environ.get("NKILIB_MAX_FAST", "4"))
 MAX_TIMED = int(os.environ.get("NKILIB_MAX_TIMED", "2"))
 TEST_SECONDS = int(os.environ.get("NKILIB_TEST_SECONDS", "60"))
+FULL_LARGE = os.environ.get("NKILIB_FULL_LARGE") == "1"
 
 
 class TimedOnly(BaseException):
@@ -140,10 +150,77 @@ def _record_runs() -> None:
 _record_runs()
 
 
-def pytest_configure(config) -> None:
+def _simulate_ranks(kernel_under_test) -> list:
+    """Run a collective_ranks > 1 test's kernel on all its ranks: per rank, {output name: array}."""
+    import numpy as np
+
+    import trnlab.nki as tnki
+    from test.utils.common_dataclasses import PerRankLazyInputGenerator, normalize_golden_output
+    ranks = kernel_under_test.inference_args.collective_ranks
+    inputs = kernel_under_test.kernel_input or {}
+    per_rank = [inputs.for_rank(r) if isinstance(inputs, PerRankLazyInputGenerator) else inputs for r in range(ranks)]
+    # the harness strips the graph compiler's alias suffix before simulating (simulation_setup.simulate_kernel)
+    per_rank = [((), {k.removesuffix(".must_alias_input"): v for k, v in d.items()}) for d in per_rank]
+    os.environ["NKI_NC_VERSION"] = kernel_under_test.compiler_input.platform_target.get_nc_gen()
+    kernel = kernel_under_test.kernel_func
+    lnc = kernel_under_test.compiler_input.logical_nc_config
+    if lnc > 1:
+        kernel = tnki.jit(kernel)[tnki.language.nc(lnc)]
+    timing = _mode["now"] == "timing"
+    run = tnki.multi_rank_run(kernel, world_size=ranks, per_rank_inputs=per_rank, timing_only=timing)
+    _runs.append(run)
+    if timing:
+        raise TimedOnly()
+    if kernel_under_test.validation_args is None:       # as the harness's own simulation path refuses it
+        raise ValueError("Simulation mode requires validation_args to verify outputs")
+    golden = kernel_under_test.validation_args.golden_output
+    outputs = []
+    for r, result in enumerate(run.outputs):
+        result = [] if result is None else list(result) if isinstance(result, (list, tuple)) else [result]
+        names = normalize_golden_output(golden, rank_id=r)
+        if len(result) != len(names):
+            raise RuntimeError(f"rank {r}: kernel returned {len(result)} outputs but expected {len(names)}: "
+                               f"{list(names)}")
+        outputs.append({n: np.asarray(o, dtype=g.dtype) for n, o, g in zip(names, result, names.values())})
+    return outputs
+
+
+def _stand_in_multi_rank_simulation(orchestrator) -> None:
+    cls = orchestrator.Orchestrator
+    if getattr(cls._run_simulator_inference, "_trnlab_multi_rank", False):
+        return
+    single = cls._run_simulator_inference
+    from test.utils.common_dataclasses import INF_ARTIFACT_DIR_NAME
+    from test.utils.exceptions import InferenceException
+    from test.utils.metrics_collector import MetricName
+
+    def _run_simulator_inference(self, kernel_under_test):
+        if kernel_under_test.inference_args.collective_ranks <= 1:
+            return single(self, kernel_under_test)
+        try:
+            with self.emitter.get_collector().timer(MetricName.SIMULATION_TIME):
+                outputs = _simulate_ranks(kernel_under_test)
+        except Exception as e:
+            raise InferenceException(str(e)) from e
+        base = os.path.join(self.fs_config.artifacts_output_directory_path, INF_ARTIFACT_DIR_NAME)
+        for r, tensors in enumerate(outputs):        # as the hardware path leaves per-rank outputs
+            self.__dump_tensors__(os.path.join(base, f"output_worker_{r}"), tensors, lambda n: n)
+        return base
+    _run_simulator_inference._trnlab_multi_rank = True
+    cls._run_simulator_inference = _run_simulator_inference
+
+
+def _patch_orchestrator() -> None:
     orchestrator = sys.modules.get("test.utils.test_orchestrator")
-    if orchestrator is not None and not hasattr(orchestrator.Orchestrator, "_compiled_kernel"):
+    if orchestrator is None:
+        return
+    if not hasattr(orchestrator.Orchestrator, "_compiled_kernel"):
         orchestrator.Orchestrator._compiled_kernel = None
+    _stand_in_multi_rank_simulation(orchestrator)
+
+
+def pytest_configure(config) -> None:
+    _patch_orchestrator()
 
 
 def _large(item) -> bool:
@@ -154,6 +231,7 @@ def _large(item) -> bool:
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config, items) -> None:
+    _patch_orchestrator()                  # the test files have imported the orchestrator by now
     by_file: dict = {}
     for item in items:
         by_file.setdefault(str(item.fspath), []).append(item)
@@ -168,7 +246,7 @@ def pytest_collection_modifyitems(config, items) -> None:
             item._nkilib_mode = "full"
             chosen.append(item)
         for item in timed[:MAX_TIMED]:
-            item._nkilib_mode = "timing"
+            item._nkilib_mode = "full" if FULL_LARGE else "timing"
             chosen.append(item)
     keep = set(map(id, chosen))
     config.hook.pytest_deselected(items=[i for i in items if id(i) not in keep])
@@ -247,7 +325,9 @@ def pytest_runtest_logreport(report) -> None:
     if run is not None:
         record["latency_us"] = run.latency_ns / 1e3
         record["qor"] = qor(run)
-        record["lnc"] = len(getattr(run, "cores", None) or [run.core])
+        record["lnc"] = getattr(run, "lnc", None) or len(getattr(run, "cores", None) or [run.core])
+        if getattr(run, "world_size", None):
+            record["ranks"] = run.world_size
         record["target"] = run.core.spec.name
     if RESULTS:
         _write(record)

@@ -29,6 +29,12 @@ The same rendezvous serves the cores of one `nl.nc(2)` SPMD launch: `Device.run_
 imports this layer), a Cluster over the launch's cores of that device whose `run_each` replays each
 core, so their sendrecv / core_barrier meet as ranks 0, 1.
 
+Ranks of LNC=2 (``Cluster(..., lnc=2, slots=[(device, core), ...])``, what `trnlab.nki.multi_rank_run`
+builds for ``kernel[nl.nc(2)]``): rank r is a logical core of physical cores ("slots") 2r, 2r + 1, every
+slot runs on its own thread under the baton; replica groups name logical ranks and each physical core's
+collectives meet the same-numbered core of the other ranks (`hardware.collective.logical_rank`), while
+its sendrecv / core_barrier meet its own rank's other core. `log` names logical ranks (and the core).
+
 Not modelled: the DMA engines the CC cores share with compute ([CCO] describes the contention);
 strided replica groups are costed as the first ranks of the topology (`Topology.group`).
 """
@@ -57,13 +63,20 @@ class Cluster:
 
     def __init__(self, topology: Topology, ranks: int | None = None, mode: str = "full",
                  algorithm: str | None = None, calibration=None, device: Device | None = None,
-                 cores: list | None = None):
+                 cores: list | None = None, lnc: int = 1, slots: list | None = None):
         self.topology = topology
         self.ranks = topology.ranks if ranks is None else int(ranks)
         self.mode = mode
         self.algorithm = algorithm  # None: the fastest the model offers for each size
         self.calibration = calibration  # None: the documented link figures; topology.NCCOM_TRN1: fitted
-        if device is not None:                  # given cores of an existing device (an SPMD launch's)
+        # LNC=k: each rank is a logical core of k physical cores, slots r*k .. r*k + k - 1 (`slots`: the
+        # (device, core) of every slot, rank-major); their collectives meet lane by lane
+        # (hardware.collective.logical_rank), their sendrecv / core_barrier within the rank
+        self.lnc = int(lnc)
+        if slots is not None:
+            self.devices = list(dict.fromkeys(d for d, _ in slots))
+            self.cores = [(d, int(c)) for d, c in slots]
+        elif device is not None:                # given cores of an existing device (an SPMD launch's)
             self.devices: list[Device] = [device]
             self.cores = [(device, int(c)) for c in (cores if cores is not None else range(self.ranks))]
         else:
@@ -72,10 +85,15 @@ class Cluster:
                 self.cores = [(self.devices[0], r) for r in range(self.ranks)]
             else:
                 self.cores = [(d, 0) for d in self.devices]
-        for rank, (device, c) in enumerate(self.cores):
+        if len(self.cores) != self.ranks * self.lnc:
+            raise ValueError(f"{self.ranks} ranks of LNC={self.lnc} need {self.ranks * self.lnc} cores, got "
+                             f"{len(self.cores)}")
+        for slot, (device, c) in enumerate(self.cores):
             core = device.cores[c]
             core._cc_fabric = self
-            core._cc_rank = rank
+            core._cc_rank = slot
+            if self.lnc > 1:
+                core._cc_lnc = self.lnc
         self.log: list[dict] = []   # one row per resolved collective (op, ranks, bytes, algorithm, times)
         self._reset()
 
@@ -85,18 +103,28 @@ class Cluster:
             core = device.cores[c]
             if getattr(core, "_cc_fabric", None) is self:
                 del core._cc_fabric, core._cc_rank
+                core.__dict__.pop("_cc_lnc", None)
 
     def __repr__(self) -> str:
         return f"Cluster({self.topology.name}, {self.ranks} ranks, mode={self.mode!r})"
 
-    def core(self, rank: int):
-        device, c = self.cores[rank]
+    @property
+    def slots(self) -> int:
+        """The physical cores taking part: ranks x LNC."""
+        return len(self.cores)
+
+    def core(self, slot: int):
+        """The NeuronCore of fabric slot `slot` (the rank itself at LNC=1)."""
+        device, c = self.cores[slot]
         return device.cores[c]
+
+    def slot_name(self, slot: int) -> str:
+        return f"rank{slot}" if self.lnc == 1 else f"rank{slot // self.lnc}.core{slot % self.lnc}"
 
     # -- running ---------------------------------------------------------------------------------
     def _reset(self) -> None:
         self._cond = threading.Condition()
-        self._state = ["ready"] * self.ranks     # ready | blocked | done
+        self._state = ["ready"] * self.slots     # ready | blocked | done
         self._running: int | None = None
         self._error: BaseException | None = None
         self._pending: dict = {}                 # (members, k) -> {rank: Request}
@@ -107,6 +135,9 @@ class Cluster:
     def run(self, program, args: list, region: str | None = None) -> list[Run]:
         """Replay `program` (or one program per rank) on every rank, `args[r]` being rank r's
         argument tuple; returns each rank's `Run`."""
+        if self.lnc > 1:
+            raise ValueError("Cluster.run replays one program per rank (LNC=1); ranks of LNC=2 run their SPMD "
+                             "launches with trnlab.nki.multi_rank_run")
         programs = program if isinstance(program, (list, tuple)) else [program] * self.ranks
         if len(programs) != self.ranks or len(args) != self.ranks:
             raise ValueError(f"{self.ranks} ranks need {self.ranks} programs and argument tuples, got "
@@ -122,8 +153,8 @@ class Cluster:
         rendezvous of the collectives they issue); returns each rank's result. `Device.run_spmd` runs
         the cores of one launch through it (label "core")."""
         self._reset()
-        runs: list = [None] * self.ranks
-        errors: list[BaseException | None] = [None] * self.ranks
+        runs: list = [None] * self.slots
+        errors: list[BaseException | None] = [None] * self.slots
 
         def body(rank: int) -> None:
             try:
@@ -143,8 +174,8 @@ class Cluster:
                     if self._running == rank:
                         self._pass_on(rank)
 
-        threads = [threading.Thread(target=body, args=(r,), name=f"rank{r}", daemon=True)
-                   for r in range(self.ranks)]
+        threads = [threading.Thread(target=body, args=(r,), name=self.slot_name(r), daemon=True)
+                   for r in range(self.slots)]
         with self._cond:
             self._running = 0
         for t in threads:
@@ -158,7 +189,8 @@ class Cluster:
             rank = errors.index(first)
             if isinstance(first, CollectiveError) or not first.args:
                 raise first
-            first.args = (f"{label} {rank}: {first.args[0]}",) + tuple(first.args[1:])
+            where = f"{label} {rank}" if self.lnc == 1 else f"{label} {rank // self.lnc} (core {rank % self.lnc})"
+            first.args = (f"{where}: {first.args[0]}",) + tuple(first.args[1:])
             raise first
         return runs
 
@@ -172,14 +204,14 @@ class Cluster:
 
     def _pass_on(self, rank: int) -> None:
         """Give the baton to the next ready rank after `rank` (caller holds the lock)."""
-        for k in range(1, self.ranks + 1):
-            q = (rank + k) % self.ranks
+        for k in range(1, self.slots + 1):
+            q = (rank + k) % self.slots
             if self._state[q] == "ready":
                 self._running = q
                 self._cond.notify_all()
                 return
         self._running = None
-        blocked = [r for r in range(self.ranks) if self._state[r] == "blocked"]
+        blocked = [r for r in range(self.slots) if self._state[r] == "blocked"]
         if blocked and self._error is None:
             waits = "; ".join(f"rank {r} waits in {self._waiting[r]}" for r in blocked)
             self._error = CollectiveError(
@@ -241,26 +273,30 @@ class Cluster:
         end = start + c.time_ns
         for q in members:
             self._results[(q, key)] = (start, end)
-        self.log.append({"op": first.opcode, "ranks": list(members), "bytes": first.nbytes,
-                         "algorithm": c.algorithm, "start_ns": start, "end_ns": end})
+        entry = {"op": first.opcode, "ranks": [m // self.lnc for m in members], "bytes": first.nbytes,
+                 "algorithm": c.algorithm, "start_ns": start, "end_ns": end}
+        if self.lnc > 1:
+            entry["core"] = members[0] % self.lnc          # the lane: the ranks' physical core that met
+        self.log.append(entry)
         if self.mode == "full":
             _compute_values(first.opcode, [requests[q] for q in members], c.algorithm, first.attrs)
 
     # -- what happened ---------------------------------------------------------------------------
     def timelines(self) -> list[Timeline]:
-        return [self.core(r).timeline for r in range(self.ranks)]
+        return [self.core(r).timeline for r in range(self.slots)]
 
     def timeline(self, ranks=None, merge_dma: bool = True) -> Timeline:
         """One Timeline of several ranks (default all): tracks "rank0 pe", "rank0 dma", "rank0 cc0", …
-        (the DMA queues of a rank merged into one track unless `merge_dma=False`)."""
-        ranks = range(self.ranks) if ranks is None else ranks
+        (the DMA queues of a rank merged into one track unless `merge_dma=False`; at LNC=2 "rank0.core1 pe",
+        and `ranks` counts slots)."""
+        ranks = range(self.slots) if ranks is None else ranks
         engines: list[str] = []
         records = []
         for r in ranks:
             t = self.core(r).timeline
             mapping = {}
             for eid, name in enumerate(t.engines):
-                track = f"rank{r} " + ("dma" if merge_dma and name.startswith("dma") else name)
+                track = f"{self.slot_name(r)} " + ("dma" if merge_dma and name.startswith("dma") else name)
                 if track not in engines:
                     engines.append(track)
                 mapping[eid] = engines.index(track)
@@ -316,6 +352,13 @@ def _compute_values(opcode: str, requests: list[Request], algorithm: str, attrs:
         return
     p = len(requests)
     op = attrs.get("op", "add")
+    if attrs.get("collective_dim", 0) == 1:     # a 2D SBUF tile split along its free dim: gather columns
+        inputs = [x.T for x in inputs]
+        dsts = [r.dst for r in requests]
+        outs = _along_dim0(opcode, inputs, name, op, p)
+        for dst, out in zip(dsts, outs):
+            _store(dst, np.reshape(out, (dst.shape[1], dst.shape[0])).T)
+        return
     if opcode == "all_reduce":
         outs = collectives.all_reduce(inputs, name) if op == "add" else [_REDUCE[op].reduce(inputs)] * p
     elif opcode == "reduce_scatter":
@@ -332,6 +375,18 @@ def _compute_values(opcode: str, requests: list[Request], algorithm: str, attrs:
         outs = collectives.all_gather(inputs, name)
     for r, out in zip(requests, outs):
         _store(r.dst, out)
+
+
+def _along_dim0(opcode: str, inputs: list, name: str, op: str, p: int) -> list:
+    """all_gather / reduce_scatter of (transposed) tiles along dim 0, flat results."""
+    name = name if name != "tree" else "ring"
+    if opcode == "all_gather":
+        return collectives.all_gather(inputs, name)
+    if op == "add":
+        return collectives.reduce_scatter(inputs, name)
+    total = _REDUCE[op].reduce(inputs)
+    rows = total.shape[0] // p
+    return [total[i * rows:(i + 1) * rows] for i in range(p)]
 
 
 def _store(dst, values: np.ndarray) -> None:

@@ -25,9 +25,10 @@ values. A core outside a cluster runs collectives over one-rank groups only (a c
 
 Rules checked (from the ``nki.collectives`` pages [NKI-CC]): src and dst both in HBM or both in SBUF
 (never PSUM, never mixed); collective_permute on HBM only; reduce ops add / minimum / maximum;
-``collective_dim`` 0 only; the rank lists of a replica group do not overlap and contain this rank;
-shapes: all_reduce keeps the shape, all_gather multiplies dim 0 by the group size, reduce_scatter
-divides it.
+``collective_dim`` 0 (or 1 for 2D SBUF tiles, as the all_gather page allows); the rank lists of a replica group do not overlap and contain this rank;
+shapes: all_reduce keeps the shape, all_gather multiplies dim ``collective_dim`` by the group size,
+reduce_scatter divides it. With LNC=2 ranks (a Cluster of ``lnc=2``), each physical core's collectives
+meet the same-numbered core of the other ranks (`logical_rank`).
 
 [CCO] AWS Neuron docs, "Compute-Communication Overlap in Neuron" (neuron-runtime/explore/compute-comm-overlap).
 [NKI-CC] AWS Neuron docs, NKI API "nki.collectives" (all_reduce, all_gather, reduce_scatter,
@@ -99,13 +100,31 @@ def _describing(core) -> bool:
     return core.name == "trace" or hasattr(core, "_describe")
 
 
+def logical_rank(core) -> tuple[int, int, int]:
+    """(rank, lane, lnc) of `core` in its fabric: the fabric numbers physical cores ("slots"); with LNC=k
+    the k cores of logical rank r are slots r*k .. r*k + k - 1, lane c being the core's place in its
+    logical core (nl.program_id(0) of an LNC launch). Replica groups and rank_id name logical ranks; the
+    collectives of lane c meet the lane-c cores of the other ranks (ASSUMED: each physical core of an
+    LNC=2 rank runs its own collectives, with the same-numbered core of every other rank)."""
+    slot = int(getattr(core, "_cc_rank", 0) or 0)
+    lnc = int(getattr(core, "_cc_lnc", 1) or 1)
+    return slot // lnc, slot % lnc, lnc
+
+
+def _slots(ranks, core) -> tuple:
+    """The fabric slots (physical cores) of logical `ranks` in `core`'s lane."""
+    _, lane, lnc = logical_rank(core)
+    return tuple(int(r) * lnc + lane for r in ranks)
+
+
 def _rank_list(replica_group, core: NeuronCore, opcode: str) -> tuple:
-    """This core's rank list of `replica_group` (while tracing, with no rank yet: the first list)."""
+    """This core's rank list of `replica_group` (while tracing, with no rank yet: the first list), as
+    the fabric slots of its lane (the logical ranks themselves at LNC=1)."""
     lists = [tuple(int(r) for r in group) for group in getattr(replica_group, "groups", replica_group)]
     if not lists or not all(lists):
         raise CollectiveError(f"collective: {opcode} needs a replica group of non-empty rank lists, got {lists}",
                               value=lists, limit="non-empty lists")
-    rank = getattr(core, "_cc_rank", None)
+    rank = logical_rank(core)[0] if hasattr(core, "_cc_rank") else None
     if rank is None:
         rank = lists[0][0] if _describing(core) else 0
     seen: dict[int, int] = {}
@@ -118,15 +137,19 @@ def _rank_list(replica_group, core: NeuronCore, opcode: str) -> tuple:
     if rank not in seen:
         raise CollectiveError(f"collective: {opcode} on rank {rank}, which is in no rank list of {lists}",
                               value=rank, limit=lists)
-    return lists[seen[rank]]
+    return _slots(lists[seen[rank]], core)
 
 
-def _check(opcode: str, src: View, dst: View, members: tuple, collective_dim: int = 0, op: str | None = None) -> None:
+def _check(opcode: str, src: View, dst: View, members: tuple, collective_dim: int = 0, op: str | None = None,
+           implicit: bool = False) -> None:
     sk, dk = src.tensor.kind, dst.tensor.kind
     if "psum" in (sk, dk) or sk != dk:
         raise CollectiveError(f"operand memory: {opcode} needs src and dst both in HBM or both in SBUF, got "
                               f"{sk.upper()} -> {dk.upper()}", value=(sk, dk), limit="HBM/HBM or SBUF/SBUF")
-    if opcode in ("collective_permute", "all_to_all") and sk != "hbm":
+    # the explicit permute: "Tensors must reside on HBM. SBUF is not currently supported for collective_permute"
+    # (nki.collectives.collective_permute); the implicit ring permutes' pages state no such rule, and AWS's
+    # NKI Library passes them SBUF tiles (experimental/collectives/fg_allgather.py)
+    if opcode in ("collective_permute", "all_to_all") and sk != "hbm" and not implicit:
         raise CollectiveError(f"operand memory: {opcode} moves HBM tensors only, got {sk.upper()}",
                               value=sk, limit="hbm")
     if src.tensor.dtype != dst.tensor.dtype:
@@ -135,17 +158,19 @@ def _check(opcode: str, src: View, dst: View, members: tuple, collective_dim: in
     if op is not None and op not in REDUCE_OPS:
         raise CollectiveError(f"collective: {opcode} reduces with one of {REDUCE_OPS}, got {op!r}",
                               value=op, limit=REDUCE_OPS)
-    if collective_dim != 0:
-        raise CollectiveError(f"collective: {opcode} splits along collective_dim 0 only, got {collective_dim}",
-                              value=collective_dim, limit=0)
-    p = len(members)
     s, d = tuple(src.shape), tuple(dst.shape)
+    # "Currently only 0 is supported for HBM tensors. For SBUF tensors, 0 or 1 is supported as SBUF
+    # collectives currently only operate on 2D tensors with a single free dimension" (nki.collectives.all_gather)
+    if collective_dim != 0 and not (collective_dim == 1 and sk == "sbuf" and len(s) == 2):
+        raise CollectiveError(f"collective: {opcode} splits along collective_dim 0 (or 1, for 2D SBUF tiles), got "
+                              f"{collective_dim} on a {len(s)}D {sk.upper()} tensor", value=collective_dim, limit=0)
+    p, k = len(members), int(collective_dim)
+    scaled = lambda f: s[:k] + (f(s[k]),) + s[k + 1:] if s else s   # noqa: E731
     want = {"all_reduce": s, "collective_permute": s, "all_to_all": s,
-            "all_gather": (s[0] * p,) + s[1:] if s else s,
-            "reduce_scatter": (s[0] // p,) + s[1:] if s else s}[opcode]
-    if opcode in ("reduce_scatter", "all_to_all") and s and s[0] % p:
-        raise CollectiveError(f"shape mismatch: {opcode} over {p} ranks needs dim 0 of src {s} divisible "
-                              f"by {p}", value=s[0], limit=p)
+            "all_gather": scaled(lambda n: n * p), "reduce_scatter": scaled(lambda n: n // p)}[opcode]
+    if opcode in ("reduce_scatter", "all_to_all") and s and s[k] % p:
+        raise CollectiveError(f"shape mismatch: {opcode} over {p} ranks needs dim {k} of src {s} divisible "
+                              f"by {p}", value=s[k], limit=p)
     if d != want:
         raise CollectiveError(f"shape mismatch: {opcode} over {p} ranks of src {s} needs dst {want}, got {d}",
                               value=d, limit=want)
@@ -204,7 +229,8 @@ def issue_collective(core: NeuronCore, opcode: str, src, dst, members: tuple, at
             dst.write(np.reshape(value, dst.shape).astype(dst.tensor.dtype, copy=False))
     else:
         raise CollectiveError(f"collective: {opcode} over ranks {list(members)} on a core that belongs to no "
-                              f"cluster; run the program on all ranks with trnlab.distributed.cluster.Cluster",
+                              f"cluster; run the kernel on all ranks with nki.multi_rank_simulate (a program: "
+                              f"trnlab.distributed.cluster.Cluster)",
                               value=len(members), limit=1)
     idx = len(core._records)
     dependencies.record_reads(reads, end, idx)
@@ -250,13 +276,14 @@ def reduce_scatter(self: NeuronCore, dst, src, replica_group, collective_dim: in
                             {"collective_dim": collective_dim, "op": op}, stream)
 
 
-def collective_permute(self: NeuronCore, dst, src, source_target_pairs, stream: int = 0) -> int:
+def collective_permute(self: NeuronCore, dst, src, source_target_pairs, stream: int = 0, implicit: bool = False) -> int:
     """Send src to the target of every (source = this rank, target) pair; receive dst from the source of
-    the pair whose target is this rank (dst is left as it is if none) — send/recv."""
+    the pair whose target is this rank (dst is left as it is if none) — send/recv. `implicit`: a ring
+    permute of nki.collectives.collective_permute_implicit (SBUF tiles allowed)."""
     src, dst = _as_view(src, "src", "collective_permute"), _as_view(dst, "dst", "collective_permute")
     pairs = [(int(s), int(t)) for s, t in source_target_pairs]
     members = tuple(sorted({r for pair in pairs for r in pair}))
-    rank = getattr(self, "_cc_rank", members[0] if members and _describing(self) else 0)
+    rank = logical_rank(self)[0] if hasattr(self, "_cc_rank") else (members[0] if members and _describing(self) else 0)
     if rank not in members:
         raise CollectiveError(f"collective: collective_permute on rank {rank}, which is in no pair of {pairs}",
                               value=rank, limit=pairs)
@@ -264,9 +291,10 @@ def collective_permute(self: NeuronCore, dst, src, source_target_pairs, stream: 
     if len(set(targets)) != len(targets):
         raise CollectiveError(f"collective: collective_permute receives at most one message per rank; targets "
                               f"{targets}", value=targets, limit="distinct targets")
-    _check("collective_permute", src, dst, members)
-    return issue_collective(self, "collective_permute", src, dst, members,
-                            {"source_target_pairs": pairs}, stream)
+    _check("collective_permute", src, dst, members, implicit=implicit)
+    slot_pairs = [(a, b) for a, b in zip(_slots([s for s, _ in pairs], self), _slots(targets, self))]
+    return issue_collective(self, "collective_permute", src, dst, _slots(members, self),
+                            {"source_target_pairs": slot_pairs}, stream)
 
 
 def all_to_all(self: NeuronCore, dst, src, replica_group, collective_dim: int = 0, stream: int = 0) -> int:
@@ -305,10 +333,11 @@ def collective_permute_reduce(self: NeuronCore, dst, src0, src1, source_target_p
         raise CollectiveError(f"shape mismatch: collective_permute_reduce operands {tuple(src0.shape)} "
                               f"{src0.tensor.dtype} and {tuple(src1.shape)} {src1.tensor.dtype} must match",
                               value=tuple(src1.shape), limit=tuple(src0.shape))
-    _check("collective_permute", src0, dst, members, op=op)
-    _check("collective_permute", src1, dst, members)
-    return issue_collective(self, "collective_permute_reduce", src0, dst, members,
-                            {"source_target_pairs": pairs, "op": op}, stream, meta=src1)
+    _check("collective_permute", src0, dst, members, op=op, implicit=True)     # always a ring (implicit)
+    _check("collective_permute", src1, dst, members, implicit=True)
+    slot_pairs = [(a, b) for a, b in zip(_slots([s for s, _ in pairs], self), _slots([t for _, t in pairs], self))]
+    return issue_collective(self, "collective_permute_reduce", src0, dst, _slots(members, self),
+                            {"source_target_pairs": slot_pairs, "op": op}, stream, meta=src1)
 
 
 def permute_reduce_values(requests: list) -> None:
@@ -380,7 +409,7 @@ def variable_values(opcode: str, requests: list) -> None:
     chunk from the list's i-th rank starts at i * slot (the all_gather_v page; ASSUMED for all_to_all_v).
     Elements no chunk reaches keep their values (garbage if never written)."""
     p = len(requests)
-    ranks = [r.rank for r in requests]
+    ranks = [logical_rank(r.core)[0] if r.core is not None else r.rank for r in requests]   # metadata columns
     srcs, metas = [], []
     for r in requests:
         r.src.check_initialized()

@@ -70,8 +70,8 @@ class DescribingCore(NeuronCore):
         return self._describe(TensorIssue(PE_ISSUE, opcode, self._ref(st), tuple(self._ref(v) for v in reads),
                                           self._ref(dst), busy_ns, latency_ns, load_ns, flops, sbuf, psum, tiles))
 
-    def _schedule_dma(self, dst, src, reads, nbytes, queue, opcode) -> int:
-        c = self._dma_cost(dst, src, nbytes, opcode)
+    def _schedule_dma(self, dst, src, reads, nbytes, queue, opcode, costed_dst=None) -> int:
+        c = self._dma_cost(dst if costed_dst is None else costed_dst, src, nbytes, opcode)
         sbuf = (nbytes if src.tensor.kind == "sbuf" else 0) + (nbytes if dst.tensor.kind == "sbuf" else 0)
         return self._describe(DmaIssue(DMA, opcode, self._ref(dst), tuple(self._ref(v) for v in reads),
                                        nbytes, self._dma_queue(queue), c.fixed_ns, c.cycles,

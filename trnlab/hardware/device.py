@@ -143,6 +143,54 @@ class SpmdRun:
         return self.latency_ns / 1e3
 
 
+class SpmdLaunch:
+    """One SPMD launch in progress (`Device.spmd_launch`): its arguments are in HBM."""
+
+    def __init__(self, device: "Device", programs: list, cores: list, args: tuple, shared: list, label: str):
+        self.device, self.programs, self.cores, self.args, self.shared = device, programs, cores, args, shared
+        self.label = label
+        self.per_core: list = [None] * len(programs)
+
+    def replay(self, i: int) -> Run:
+        """Replay program i on its core (on the calling thread)."""
+        program, nc = self.programs[i], self.device.cores[self.cores[i]]
+        resident = {bid: t for (_, bid), t in zip(program.inputs, self.shared)}
+        start = len(nc.timeline.records)
+        nc.barrier()
+        self.per_core[i] = (program, execute(program, nc, [None] * len(self.args), region=self.label,
+                                             hbm_tensors=resident), resident)
+        return Run(outputs=None, core=nc, region=self.label, first=start, end=len(nc.timeline.records),
+                   timing_only=not self.device.full)
+
+    def finish(self, runs: list) -> "SpmdRun":
+        """The launch's outputs: per output, what the cores wrote there."""
+        device, first = self.device, self.programs[0]
+        per_core = [p for p in self.per_core if p is not None]
+        if device.full:
+            gathered = {}
+            columns = [_output_buffers(p.outputs) for p, _, _ in per_core]
+            for j, bid0 in enumerate(columns[0]):
+                gathered[bid0] = device._gather([t[col[j]] for (_, t, _), col in zip(per_core, columns)])
+            outputs = read_outputs(first, gathered, True)
+            for t in gathered.values():
+                device.hbm.free(t)
+        else:
+            outputs = read_outputs(first, {}, False)
+        return SpmdRun(outputs=outputs, runs=runs, timing_only=not device.full)
+
+    def release(self) -> None:
+        """Free the launch's HBM tensors (the cores' own and the arguments it put there)."""
+        for program, tensors, resident in (p for p in self.per_core if p is not None):
+            for bid, t in tensors.items():
+                if bid not in resident and not t.freed:
+                    self.device.hbm.free(t)
+        for value, t in zip(self.args, self.shared):
+            if not isinstance(value, Tensor):
+                self.device.hbm.free(t)
+        self.per_core = [None] * len(self.programs)
+        self.shared = []
+
+
 def _output_buffers(structure) -> list:
     """The buffer ids of a program's return structure, in order."""
     if isinstance(structure, dict) and set(structure) == {"buffer", "index"}:
@@ -237,6 +285,26 @@ class Device:
         rendezvous the distributed layer lends (`_rendezvous`: a Cluster of these cores, launch core i =
         rank i): the Nth sendrecv / core_barrier of core 0 meets the Nth of core 1, each waiting for the
         other; a program runs on until it waits, so programs without them replay one after another."""
+        launch = self.spmd_launch(programs, *args, cores=cores, region=region)
+        cores = launch.cores
+        together = _rendezvous() if len(cores) > 1 and not any(
+            hasattr(self.cores[c], "_cc_fabric") for c in cores) else None
+        try:
+            if together is not None:
+                # the cores meet at their sendrecv / core_barrier: they run together under the rendezvous the
+                # distributed layer lends (launch core i = rank i; the Nth sendrecv of core 0 meets core 1's Nth)
+                runs = together(self, cores, launch.replay, "core")
+            else:
+                runs = [launch.replay(i) for i in range(len(programs))]
+            return launch.finish(runs)
+        finally:
+            launch.release()
+
+    def spmd_launch(self, programs: list, *args, cores: list | None = None,
+                    region: str | None = None) -> "SpmdLaunch":
+        """The parts of `run_spmd`, for a caller that runs the cores itself (a Cluster of LNC=2 ranks runs
+        every core of every rank together): the arguments put in HBM once; then `replay(i)` per core,
+        `finish(runs)` for the launch's outputs, and `release()`."""
         cores = list(range(len(programs))) if cores is None else [int(c) for c in cores]
         if len(cores) != len(programs) or len(set(cores)) != len(cores):
             raise DeviceError(f"run_spmd: {len(programs)} programs need as many distinct cores, got {cores}")
@@ -261,49 +329,7 @@ class Device:
             else:
                 shared.append(self.hbm.allocate(b.shape, b.dtype, name=name))
         self._launches += 1
-        label = region or f"{first.name}#{self._launches}"
-        per_core: list = [None] * len(programs)
-
-        def replay(i: int) -> Run:
-            program, nc = programs[i], self.cores[cores[i]]
-            resident = {bid: t for (_, bid), t in zip(program.inputs, shared)}
-            start = len(nc.timeline.records)
-            nc.barrier()
-            per_core[i] = (program, execute(program, nc, [None] * len(args), region=label, hbm_tensors=resident),
-                           resident)
-            return Run(outputs=None, core=nc, region=label, first=start, end=len(nc.timeline.records),
-                       timing_only=not self.full)
-
-        together = _rendezvous() if len(cores) > 1 and not any(
-            hasattr(self.cores[c], "_cc_fabric") for c in cores) else None
-        try:
-            if together is not None:
-                # the cores meet at their sendrecv / core_barrier: they run together under the rendezvous the
-                # distributed layer lends (launch core i = rank i; the Nth sendrecv of core 0 meets core 1's Nth)
-                runs = together(self, cores, replay, "core")
-            else:
-                runs = [replay(i) for i in range(len(programs))]
-            per_core = [p for p in per_core if p is not None]
-            outputs = None
-            if self.full:
-                gathered = {}
-                columns = [_output_buffers(p.outputs) for p, _, _ in per_core]
-                for j, bid0 in enumerate(columns[0]):
-                    gathered[bid0] = self._gather([t[col[j]] for (_, t, _), col in zip(per_core, columns)])
-                outputs = read_outputs(first, gathered, True)
-                for t in gathered.values():
-                    self.hbm.free(t)
-            else:
-                outputs = read_outputs(first, {}, False)
-        finally:
-            for program, tensors, resident in (p for p in per_core if p is not None):
-                for bid, t in tensors.items():
-                    if bid not in resident and not t.freed:
-                        self.hbm.free(t)
-            for value, t in zip(args, shared):
-                if not isinstance(value, Tensor):
-                    self.hbm.free(t)
-        return SpmdRun(outputs=outputs, runs=runs, timing_only=not self.full)
+        return SpmdLaunch(self, programs, cores, args, shared, region or f"{first.name}#{self._launches}")
 
     def _gather(self, parts: list) -> Tensor:
         """One tensor holding, element by element, what each of `parts` (the cores' copies of one

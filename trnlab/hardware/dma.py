@@ -228,7 +228,9 @@ class DmaInstructions:
         reads = () if idx is None else (idx,)
         if side == "src":
             return self._schedule_dma(dst, src, (whole,) + reads, nbytes, queue, opcode)
-        return self._schedule_dma(whole, src, (src,) + reads, nbytes, queue, opcode)
+        # the write claims the whole tensor (where it lands is known at run time) but moves the access
+        # pattern: costed as the unshifted dst view, not as a write of the whole tensor
+        return self._schedule_dma(whole, src, (src,) + reads, nbytes, queue, opcode, costed_dst=dst)
 
     def dma_copy_cast(self, dst, src, queue: int | None = None) -> int:
         """dma_copy that converts src's dtype to dst's on the way, which NeuronCore-v3/-v4 DMA engines
@@ -308,12 +310,13 @@ class DmaInstructions:
             self._poison_from(dst, None if garbage is None else np.transpose(garbage.reshape(src.shape), perm), src)
         return self._schedule_dma(dst, src, (src,), max(src.nbytes, dst.nbytes), queue, "dma_transpose")
 
-    def _schedule_dma(self, dst, src, reads, nbytes, queue, opcode) -> int:
-        """Schedule a DMA of `nbytes` from src to dst (after `reads` are ready) on a queue."""
+    def _schedule_dma(self, dst, src, reads, nbytes, queue, opcode, costed_dst=None) -> int:
+        """Schedule a DMA of `nbytes` from src to dst (after `reads` are ready) on a queue; `costed_dst`:
+        the view the transfer is costed as writing, if not all of `dst` (an indirect write)."""
         sk, dk = src.tensor.kind, dst.tensor.kind
         ready, waited = _wait_reads(reads, 0.0, -1)
         ready, waited, _ = _wait_write(dst, ready, waited)
-        c = self._dma_cost(dst, src, nbytes, opcode)
+        c = self._dma_cost(dst if costed_dst is None else costed_dst, src, nbytes, opcode)
         hbm = c.hbm_bytes
         eid, start, end, waited = self.engine_times.dma(self._dma_queue(queue), ready, waited, c.fixed_ns,
                                                  c.cycles, c.dma_engine_ns, hbm)

@@ -287,7 +287,7 @@ class SystemInstructions:
         with `ring` (the rank lists of an implicit ring permute), the rank whose data this rank holds after
         `iteration` ring steps: its own at 0, then its predecessors' in turn
         [nki.collectives.collective_permute_implicit_current_processing_rank_id]."""
-        rank = int(getattr(self, "_cc_rank", 0) or 0)
+        rank = int(getattr(self, "_cc_rank", 0) or 0) // int(getattr(self, "_cc_lnc", 1) or 1)   # the logical rank
         for group in ring:
             if rank in group:                       # each step receives the predecessor's data
                 rank = int(group[(list(group).index(rank) - int(iteration)) % len(group)])

@@ -26,6 +26,8 @@ one after another on the same core and share `nl.shared_hbm` outputs; a grid axi
 schedules every instruction without computing values (outputs are None): for large shapes.
 
 `nki.simulate_kernel` / `nki.simulate` / `nki.cpu_simulate` (AWS's CPU-simulator entry points) return outputs;
+`nki.multi_rank_simulate` runs a kernel with collectives on every rank at once, each rank its own inputs
+(`multi_rank.py`, on a `trnlab.distributed.cluster.Cluster`);
 `nki.benchmark` and `nki.profile` (on real hardware, device measurements) return the simulated
 latency, timeline and profile, and `nki.profile` writes a Chrome/Perfetto trace.
 """
@@ -50,7 +52,8 @@ from trnlab.nki.errors import _notes as _error_notes
 from trnlab.nki.platform import default_target
 from trnlab.nki.tensor import NkiTensor
 
-__all__ = ["jit", "run", "trace", "region", "simulate_kernel", "simulate", "cpu_simulate", "benchmark", "profile", "baremetal", "KernelRun",
+__all__ = ["jit", "run", "trace", "region", "simulate_kernel", "simulate", "cpu_simulate", "multi_rank_simulate",
+           "multi_rank_run", "benchmark", "profile", "baremetal", "KernelRun",
            "ShapeDtype", "NKIError", "language", "isa", "tensor"]
 
 tensor = NkiTensor  # nki.tensor: the type of kernel arguments and tiles (for annotations)
@@ -675,3 +678,6 @@ def baremetal(kernel=None, **options):
     if options.get("save_neff_name") or options.get("save_trace_name"):
         return _measuring("benchmark", kernel, **options)
     return jit(kernel, **{k: v for k, v in options.items() if k in ("target", "timing_only")})
+
+
+from trnlab.nki.multi_rank import multi_rank_run, multi_rank_simulate  # noqa: E402  (uses the names above)

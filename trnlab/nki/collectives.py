@@ -189,7 +189,7 @@ def collective_permute_implicit(srcs_by_channel, dsts_by_channel, replica_group,
         s, d = _single(srcs, dsts, "collective_permute_implicit")
         launch = issue.begin()
         launch.core.collective_permute(dst=d.hw_view(), src=s.hw_view(), source_target_pairs=pairs,
-                                       stream=int(channel) % 2)
+                                       stream=int(channel) % 2, implicit=True)
 
 
 def collective_permute_implicit_reduce(srcs0_by_channel, srcs1_by_channel, dsts_by_channel, replica_group, op,

@@ -29,6 +29,7 @@ class ValuesCore(NeuronCore):
         self._dve_regs = core._dve_regs
         self._system = core._system_state()        # the generators and registers (system.py)
         self._cc_rank = getattr(core, "_cc_rank", 0)  # the rank a register_rank reads (system.py)
+        self._cc_lnc = getattr(core, "_cc_lnc", 1)
         rng = getattr(core, "_rng", None)
         if rng is not None:
             self._rng = rng
@@ -41,7 +42,7 @@ class ValuesCore(NeuronCore):
     def _pe_issue(self, opcode, st, reads, dst, flops, sbuf, psum, tiles=0):
         return -1
 
-    def _schedule_dma(self, dst, src, reads, nbytes, queue, opcode) -> int:
+    def _schedule_dma(self, dst, src, reads, nbytes, queue, opcode, costed_dst=None) -> int:
         return -1
 
     def _cost_ns(self, eid, opcode, reads, writes, **attrs) -> float:
