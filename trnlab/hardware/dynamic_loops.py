@@ -162,7 +162,7 @@ def register_values(program: Program, loop: Loop, registers: list, core, args: l
     from .replay import execute
     sub, inputs = _sub_program(program, backward_slice(program, loop.begin, registers))
     arrays = []
-    for position, name, bid in inputs:
+    for position, name, bid in inputs:             # (bid: the argument's buffer in `program`)
         value = args[position] if position < len(args) else None
         if value is None and hbm_tensors and bid in hbm_tensors:
             tensor = hbm_tensors[bid]
@@ -183,7 +183,7 @@ def register_values(program: Program, loop: Loop, registers: list, core, args: l
 
 def _sub_program(program: Program, indices: list) -> tuple[Program, list]:
     """The instructions `indices` of `program` as a program of their own (the buffers they touch,
-    renumbered, at their addresses); and its inputs as (argument position, name, new buffer id)."""
+    renumbered, at their addresses); and its inputs as (argument position, name, buffer id in `program`)."""
     buffers = program.buffers
     used: dict[int, int] = {}
 
@@ -205,9 +205,9 @@ def _sub_program(program: Program, indices: list) -> tuple[Program, list]:
         b.alias_of = None if b.alias_of is None else used[b.alias_of]
         table.append(b)
     _live_ranges(table, instructions)
-    inputs = [(position, name, used[bid]) for position, (name, bid) in enumerate(program.inputs) if bid in used]
+    inputs = [(position, name, bid) for position, (name, bid) in enumerate(program.inputs) if bid in used]
     sub = Program(name=f"{program.name}.trip_count", target=program.target, buffers=table,
-                  instructions=instructions, inputs=[(name, bid) for _, name, bid in inputs], outputs=None,
+                  instructions=instructions, inputs=[(name, used[bid]) for _, name, bid in inputs], outputs=None,
                   allocated=True, spec=program.spec, matmul_dtypes=set(program.matmul_dtypes))
     return sub, inputs
 
