@@ -133,7 +133,7 @@ class Loop:
     def __str__(self) -> str:
         index = "" if self.index is None else f"reg{self.index} in "
         where = f"  # {self.line}" if self.line else ""
-        return (f"for {index}dynamic_range({self.bound(self.start)}, {self.bound(self.stop)}, {self.step}): "
+        return (f"for {index}range({self.bound(self.start)}, {self.bound(self.stop)}, {self.step}): "
                 f"instructions {self.begin}..{self.end - 1}{where}")
 
 
