@@ -107,3 +107,34 @@ def test_the_fast_paths_agree_with_the_reference_on_every_repetition(timing_only
 def test_a_register_holding_garbage_does_not_hang_the_run():
     with pytest.raises(TripCountError, match="would run .* times"):
         nki.run(count_nested, np.array([[2 ** 31 - 1]], np.int32), np.array([[1]], np.int32))
+
+
+def test_the_list_schedule_reorders_within_the_body_never_across_it():
+    program = nki.trace(add_first_rows, A, B, np.array([[128]], np.int32))
+    (loop,) = program.loops
+    assert program.schedule == "list"
+    inside = [i.region for i in program.instructions[loop.begin:loop.end]]
+    outside = [i.region for i in program.instructions[:loop.begin] + program.instructions[loop.end:]]
+    assert all(r.startswith("dynamic_range@") for r in inside) and not any(r.startswith("dynamic_range@") for r in outside)
+
+
+def test_both_cores_of_an_lnc2_launch_run_the_loop():
+    out = nki.cpu_simulate(add_first_rows)[2](A, B, np.array([[256]], np.int32))
+    np.testing.assert_array_equal(out, _rows(A, B, 2))
+
+
+def test_a_while_loop_on_a_run_time_condition_is_refused_by_name():
+    import trnlab.nki.isa as nisa
+    import trnlab.nki.language as nl
+    from trnlab.nki.isa_registers import RegisterValueError
+
+    @nki.jit
+    def kernel(flag):
+        staged = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=staged, src=flag)
+        condition = nisa.register_alloc()
+        nisa.register_load(condition, staged)
+        nl.while_loop(condition, lambda r: r)
+        return flag
+    with pytest.raises(RegisterValueError, match="nl.while_loop: the condition: register .* known only when the"):
+        nki.run(kernel, np.array([[1]], np.int32))
