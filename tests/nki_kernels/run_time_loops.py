@@ -91,3 +91,28 @@ def sum_of_active_blocks(x, flags):
         nisa.tensor_tensor(dst=acc, data1=acc, data2=block, op=nl.add)
     nisa.dma_copy(dst=out, src=acc)
     return out
+
+
+@nki.jit
+def halve_until_zero(x, times):
+    """x / 2**times with a while loop whose condition is read from data: the counter lives in SBUF,
+    each iteration halves x, decrements the counter and loads it into the register it returns
+    (AWS's while_loop example's shape: the condition is "known only within the loop")."""
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x)
+    counter = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=counter, src=times)
+    condition = nisa.register_alloc()
+    nisa.register_load(condition, counter)
+
+    def body(remaining):
+        nisa.tensor_scalar(dst=t, data=t, op0=nl.multiply, operand0=0.5)
+        nisa.tensor_scalar(dst=counter, data=counter, op0=nl.subtract, operand0=1)
+        following = nisa.register_alloc()
+        nisa.register_load(following, counter)
+        return following
+
+    nl.while_loop(condition, body)
+    nisa.dma_copy(dst=out, src=t)
+    return out

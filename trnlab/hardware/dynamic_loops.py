@@ -1,8 +1,8 @@
 """Loops the device runs: a program's `Loop`s, repeated as many times as their registers say.
 
 NKI's compiled loops whose bound is a register known only when the kernel runs (`nl.dynamic_range`,
-`nl.fori_loop` with a `VirtualRegister` bound loaded from a kernel input or from values the chip
-computed) are not unrolled while tracing. As AWS's compiler does ("a single copy of the body is
+`nl.fori_loop`, `nl.while_loop` with a `VirtualRegister` loaded from a kernel input or from values
+the chip computed) are not unrolled while tracing. As AWS's compiler does ("a single copy of the body is
 generated and the hardware iterates over it at runtime", NKI Dynamic Loops deep dive,
 awsdocs-neuron.readthedocs-hosted.com/en/latest/nki/deep-dives/nki-dynamic-loops.html), the trace
 puts the body in the program once and records a `program.Loop`: the body's instructions, its
@@ -25,6 +25,10 @@ executes, one loop at a time in program order:
    the body get a buffer per repetition at the body's address (the same bytes every iteration, as
    on the chip); tiles live across the loop keep theirs, live over the whole loop
    (`close_live_ranges`, applied before allocation: the loop's back edge keeps them alive).
+
+A while loop (``kind == "while"``) goes one iteration at a time: its condition register read where it
+starts (1.), and if nonzero one repetition of the body, the register the body returned moved into the
+condition (ASSUMED: one register instruction), and the loop again after it.
 
 The result is an ordinary allocated program, cached per trip counts on the program, that every
 backend runs as it runs any other: each repetition checked, costed and, in full mode, computed.
@@ -91,16 +95,27 @@ def concrete(program: Program, core, args: list, hbm_tensors: dict | None = None
     cache = program.derived.get("concrete")
     if cache is None:
         cache = program.derived.put("concrete", {})
-    current, counts = program, ()
+    current, counts, whiles = program, (), 0
     while current.loops:
         loop = current.loops[0]
-        values = iteration_values(current, loop, core, args, hbm_tensors)
-        counts += ((values.start, len(values)),)
+        if loop.kind == "while":               # one iteration at a time: the condition, then the body
+            condition = loop.start["register"]
+            go = register_values(current, loop, [condition], core, args, hbm_tensors)[condition] != 0
+            whiles += 1
+            if whiles > MAX_TRIPS:
+                raise TripCountError(f"run-time trip count: the while loop at {loop.line or 'its kernel line'} "
+                                     f"ran {MAX_TRIPS} times and its condition is still nonzero",
+                                     value=whiles, limit=MAX_TRIPS)
+            step, make = ("while", go), (lambda p, go=go: expand(p, [None] if go else [], keep=go))
+        else:
+            values = iteration_values(current, loop, core, args, hbm_tensors)
+            step, make = (values.start, len(values)), (lambda p, values=values: expand(p, values))
+        counts += (step,)
         expanded = cache.get(counts)
         if expanded is None:
             if len(cache) >= _CACHED:
                 cache.pop(next(iter(cache)))
-            expanded = cache[counts] = expand(current, values)
+            expanded = cache[counts] = make(current)
         current = expanded
     return current
 
@@ -221,23 +236,35 @@ def _live_ranges(buffers: list, instructions: list) -> None:
             b.last = k
 
 
-def expand(program: Program, values: range) -> Program:
+def expand(program: Program, values, keep: bool = False) -> Program:
     """`program` with its first loop replaced by a repetition of its body per iteration value in
-    `values` (module docstring); the loops nested in it are repeated with it, the later ones move."""
+    `values` (module docstring); the loops nested in it are repeated with it, the later ones move.
+    `keep`: the loop stays after the repetitions, still to run (a while loop, one iteration at a time)."""
     loop = program.loops[0]
     begin, end = loop.begin, loop.end
     body = program.instructions[begin:end]
     buffers = [copy.copy(b) for b in program.buffers]
-    # tiles of the body alone: a buffer per repetition (the first keeps the body's)
+    # tiles of the body alone: a buffer per repetition (the loop's own copy keeps the body's)
     local = [b.id for b in program.buffers
              if b.on_chip and b.first >= 0 and begin <= b.first and b.last < end]
     blocks = dict(program.blocks)
     instructions = list(program.instructions[:begin])
     loops = []
     region = body[0].region if body else ""
+    nested = [inner for inner in program.loops[1:] if inner.begin >= begin and inner.end <= end]
+
+    def place_body(remap: dict):
+        shift = len(instructions) - begin
+        loops.extend(dataclasses.replace(inner, begin=inner.begin + shift, end=inner.end + shift) for inner in nested)
+        for ins in body:
+            if remap and any(a.buffer in remap for a in ins.operands.values()):
+                ins = dataclasses.replace(ins, operands={n: Access(remap.get(a.buffer, a.buffer), a.index)
+                                                         for n, a in ins.operands.items()})
+            instructions.append(ins)
+
     for j, value in enumerate(values):
         remap = {}
-        if j:
+        if j or keep:
             for bid in local:
                 b = copy.copy(program.buffers[bid])
                 b.id = remap[bid] = len(buffers)
@@ -249,15 +276,15 @@ def expand(program: Program, values: range) -> Program:
         if loop.index is not None:             # the iterator update: the index register holds this value
             instructions.append(Instruction("register_move", "pool", {}, {"register": loop.index, "value": value},
                                             loop.line, region, loop.source))
+        place_body(remap)
+        condition = loop.start["register"] if loop.kind == "while" else None
+        if condition is not None and loop.next not in (None, condition):   # the next condition moves in
+            instructions.append(Instruction("register_move", "pool", {}, {"register": condition, "source": loop.next},
+                                            loop.line, region, loop.source))
+    if keep:
         shift = len(instructions) - begin
-        for inner in program.loops[1:]:
-            if inner.begin >= begin and inner.end <= end:
-                loops.append(dataclasses.replace(inner, begin=inner.begin + shift, end=inner.end + shift))
-        for ins in body:
-            if remap and any(a.buffer in remap for a in ins.operands.values()):
-                ins = dataclasses.replace(ins, operands={n: Access(remap.get(a.buffer, a.buffer), a.index)
-                                                         for n, a in ins.operands.items()})
-            instructions.append(ins)
+        loops.append(dataclasses.replace(loop, begin=begin + shift, end=end + shift))
+        place_body({})
     shift = len(instructions) - end
     for later in program.loops[1:]:
         if later.begin >= end:
@@ -269,7 +296,8 @@ def expand(program: Program, values: range) -> Program:
     _live_ranges(buffers, instructions)
     new = copy.copy(program)
     new.__dict__.pop("_derived", None)
-    new.instructions, new.buffers, new.blocks, new.loops = instructions, buffers, blocks, loops
+    new.instructions, new.buffers, new.blocks = instructions, buffers, blocks
+    new.loops = sorted(loops, key=lambda inner: (inner.begin, -inner.end))
     new.issue_spec = None                     # described again when it first runs (as a loaded program)
     new.revision = 0
     return new

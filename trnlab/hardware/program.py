@@ -126,11 +126,17 @@ class Loop:
     index: int | None = None         # the iterator's register id
     line: str = ""                   # the kernel line of the loop
     source: tuple | None = None      # (path, line number, function)
+    kind: str = "for"                # "for": start..stop by step; "while": while register `start` != 0
+    next: int | None = None          # "while": the register the body returns (moved into `start` after it)
 
     def bound(self, value) -> str:
         return f"reg{value['register']}" if isinstance(value, dict) else str(value)
 
     def __str__(self) -> str:
+        if self.kind == "while":
+            then = "" if self.next in (None, self.start["register"]) else f", then reg{self.start['register']} = reg{self.next}"
+            where = f"  # {self.line}" if self.line else ""
+            return (f"while {self.bound(self.start)} != 0{then}: instructions {self.begin}..{self.end - 1}{where}")
         index = "" if self.index is None else f"reg{self.index} in "
         where = f"  # {self.line}" if self.line else ""
         return (f"for {index}range({self.bound(self.start)}, {self.bound(self.stop)}, {self.step}): "

@@ -17,9 +17,11 @@ nki.language.fori_loop, while_loop pages). Two cases here:
   nki.language.fori_loop), and the trace records a `program.Loop`. The device reads the register
   and repeats the body when the program runs (`trnlab/hardware/dynamic_loops.py`).
 
-`nl.while_loop` / ``while reg:`` with a run-time condition are refused by name
-(`RegisterValueError`): their trip count is found only by running the body, which a program that
-is plain data does not do while it is traced; use `nl.fori_loop` / `nl.dynamic_range` with the count.
+`nl.while_loop(init, body_fun)` with a run-time condition is such a loop too: the body traced once,
+the register it returns moved into the condition after each iteration, the device checking the
+condition before each. ``while reg:`` on a run-time register is refused by name
+(`RegisterValueError`): a Python ``while`` runs while the kernel is traced (AWS's tracer frontend
+raises TypeError there; its parser frontend is not Python).
 """
 from __future__ import annotations
 
@@ -52,9 +54,10 @@ def _step(step, call: str) -> int:
     return int(step)
 
 
-def _device_loop(start, stop, step: int, call: str):
+def _device_loop(start, stop, step: int, call: str, kind: str = "for"):
     """Trace the body of a loop bounded by a run-time register once, as a `program.Loop`: yields the
-    iterator (a VirtualRegister), records the loop when the body is done."""
+    iterator (a VirtualRegister; for a while loop, the condition register), records the loop when the
+    body is done (a while loop's body sends the register it returned)."""
     from trnlab.hardware.program import Loop
     launch = launches.current()
     recorder = launch.core
@@ -69,15 +72,25 @@ def _device_loop(start, stop, step: int, call: str):
         run_concretely(launch, f"the run-time loop {call}")
     site = user_site(2)
     line = site_note(site)
+    source = None if site is None else (site[0].co_filename, site[1], site[0].co_name)
+    begin = len(program.instructions)
+    if kind == "while":
+        with recorder.region(f"{call.split('.')[-1]}@{site[1] if site else '?'}"):
+            returned = yield start
+            launch.flush()
+        if not isinstance(returned, VirtualRegister):
+            raise NKIError(f"{call}: body_fun must return the next condition register (a VirtualRegister), got "
+                           f"{type(returned).__name__}")
+        program.loops.append(Loop(begin, len(program.instructions), {"register": start.id}, None, 1, None, line,
+                                  source, kind="while", next=returned.id))
+        return
     bounds = [{"register": b.id} if _run_time(b) else _static(b, "bound", call) for b in (start, stop)]
     index = VirtualRegister()
     index.origin = f"the iteration value of the run-time loop {call} at {line or 'its line'}"
-    begin = len(program.instructions)
     with recorder.region(f"{call.split('.')[-1]}@{site[1] if site else '?'}"):
         yield index
         launch.flush()
-    program.loops.append(Loop(begin, len(program.instructions), bounds[0], bounds[1], step, index.id, line,
-                              None if site is None else (site[0].co_filename, site[1], site[0].co_name)))
+    program.loops.append(Loop(begin, len(program.instructions), bounds[0], bounds[1], step, index.id, line, source))
 
 
 def fori_loop(lower, upper, body_fun, step: int = 1, unroll: bool = False) -> None:
@@ -102,7 +115,17 @@ def while_loop(init, body_fun) -> None:
     """nl.while_loop(init, body_fun): r = init; while r != 0: r = body_fun(r).
 
     The condition is a Python int or a VirtualRegister whose value is known at trace time (the body
-    may update it with register_move / register_load and return it); a run-time register is refused."""
+    may update it with register_move / register_load and return it): traced per iteration. A register
+    known only at run time makes a loop the device runs (module docstring): the body is traced once
+    with `init` as r, and the register it returns is moved into `init` after each iteration."""
+    if _run_time(init):
+        loop = _device_loop(init, None, 1, "nl.while_loop", kind="while")
+        returned = body_fun(next(loop))
+        try:
+            loop.send(returned)
+        except StopIteration:
+            pass
+        return
     condition = init
     for _ in range(MAX_WHILE_ITERATIONS):
         if _static(condition, "the condition", "nl.while_loop") == 0:

@@ -15,7 +15,8 @@ In trnlab a register is two things:
   from a tensor whose contents the program fixes (a constant: `nl.shared_constant`, an `HBM` tensor
   made from an array inside the kernel). A loop bounded by such a register is traced per iteration
   (`device_loops.py`). A register loaded from a kernel input or from values computed on the chip is
-  known only when the program runs: a loop it bounds (`nl.fori_loop`, `nl.dynamic_range`) is put in
+  known only when the program runs: a loop it bounds (`nl.fori_loop`, `nl.dynamic_range`,
+  `nl.while_loop`) is put in
   the program once and repeated by the device (`trnlab/hardware/dynamic_loops.py`); Python control
   flow on it (``while reg:``, ``if``, ``range(reg)``, ``int(reg)``), which runs while the kernel is
   traced, is refused by name (`RegisterValueError`) — AWS's tracer frontend raises TypeError there
