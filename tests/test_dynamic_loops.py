@@ -121,6 +121,10 @@ def test_the_list_schedule_reorders_within_the_body_never_across_it():
 def test_both_cores_of_an_lnc2_launch_run_the_loop():
     out = nki.cpu_simulate(add_first_rows)[2](A, B, np.array([[256]], np.int32))
     np.testing.assert_array_equal(out, _rows(A, B, 2))
+    import trnlab.nki.language as nl                 # timing-only: the trip count's argument as an array
+    one, two = (nki.run(add_first_rows[nl.nc(2)], A, B, np.array([[t * 128]], np.int32), timing_only=True)
+                for t in (1, 2))
+    assert two.latency_ns > one.latency_ns
 
 
 @pytest.mark.parametrize("times", [0, 1, 3])

@@ -269,7 +269,10 @@ class Device:
             resident = {bid: t for (_, bid), t in zip(program.inputs, shared)}
             start = len(nc.timeline.records)
             nc.barrier()
-            per_core[i] = (program, execute(program, nc, [None] * len(args), region=label, hbm_tensors=resident),
+            # the arrays too (the resident copies are what runs): a trip count read from data finds its
+            # values there in timing-only mode (dynamic_loops.py)
+            arrays = [None if isinstance(v, Tensor) else v for v in args]
+            per_core[i] = (program, execute(program, nc, arrays, region=label, hbm_tensors=resident),
                            resident)
             return Run(outputs=None, core=nc, region=label, first=start, end=len(nc.timeline.records),
                        timing_only=not self.full)

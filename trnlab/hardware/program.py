@@ -44,6 +44,8 @@ from . import dtypes
 FORMAT = "trnlab.program"
 VERSION = 3          # 2: the directives (no_reorder, inlined_regions, blocks, spec, matmul_dtypes); 3: loops
 READABLE = (1, 2, 3) # versions this trnlab loads (a version 1 program has the default directives, 1-2 no loops)
+# a program without loops is saved as version 2, so a trnlab that reads only 1-2 loads it; one with
+# loops needs a reader that runs them
 
 # operands an instruction writes; every other operand is read (nc_matmul may also read its dst)
 WRITES = ("dst", "reduce_res", "dst_scale", "dst_idx")   # dst_scale: quantize_mx (hardware/mx.py); dst_idx: nc_match_replace8
@@ -272,7 +274,7 @@ class Program:
     # -- JSON ----------------------------------------------------------------------------------
     def to_json(self) -> dict:
         return {
-            "format": FORMAT, "version": VERSION, "name": self.name, "target": self.target,
+            "format": FORMAT, "version": VERSION if self.loops else 2, "name": self.name, "target": self.target,
             "allocated": self.allocated, "schedule": self.schedule,
             "no_reorder": self.no_reorder, "inlined_regions": sorted(self.inlined_regions),
             "blocks": [[t, b, list(block)] for t, (b, block) in sorted(self.blocks.items())],
