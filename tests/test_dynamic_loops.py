@@ -154,3 +154,20 @@ def test_python_control_flow_on_a_run_time_register_is_refused_by_name():
         return flag
     with pytest.raises(RegisterValueError, match="while reg: register .* known only when the program runs"):
         nki.run(kernel, np.array([[1]], np.int32))
+
+
+def test_a_trip_count_from_the_random_generators_is_refused_by_name():
+    import trnlab.nki.isa as nisa
+    import trnlab.nki.language as nl
+
+    @nki.jit
+    def kernel(x):
+        bits = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+        nisa.rng(dst=bits)
+        count = nisa.register_alloc()
+        nisa.register_load(count, bits)
+        for _ in nl.dynamic_range(count):
+            nisa.dma_copy(dst=x, src=x)
+        return x
+    with pytest.raises(TripCountError, match="run-time trip count: the loop bound depends on rng"):
+        nki.run(kernel, np.zeros((1, 1), np.float32))

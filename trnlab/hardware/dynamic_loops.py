@@ -48,6 +48,7 @@ import dataclasses
 
 import numpy as np
 
+from .collective import OPCODES as COLLECTIVE_OPCODES
 from .errors import HardwareError
 from .program import Access, Instruction, Loop, Program
 
@@ -55,9 +56,8 @@ MAX_TRIPS = 1 << 20          # a register holding garbage would repeat a body fo
 _CACHED = 16                 # expanded programs kept per program (per trip counts)
 # instructions a trip count may not depend on: their values come from another core or from the
 # engines' random state, which a run of the slice alone would not reproduce
-_NOT_REPLAYABLE = frozenset(("core_barrier", "sendrecv", "all_reduce", "all_gather", "reduce_scatter",
-                             "collective_permute", "all_to_all", "rng", "rand", "rand2", "rand_set_state",
-                             "rand_get_state", "set_rng_seed", "dropout"))
+_NOT_REPLAYABLE = frozenset(COLLECTIVE_OPCODES + ("core_barrier", "rng", "rand", "rand2", "rand_set_state",
+                                                  "rand_get_state", "set_rng_seed", "dropout"))
 _REGISTER_WRITERS = frozenset(("register_move", "register_load", "register_rank"))
 
 
