@@ -63,10 +63,28 @@ def allocate(program: Program, spec=None, *, fuse: bool = True) -> Program:
             if fused is not None:
                 return fused
             refusal = _noted(error, f"trnlab's loop fusion (trnlab.hardware.fusion) did not help: {why}")
+    early = _evacuated_early(program, spec, refusal) if fuse else None   # (only what failed before)
+    if early is not None:
+        return early
     spilled = _spilled(program, spec, refusal)
     if spilled is None:
         raise refusal
     return spilled
+
+
+def _evacuated_early(program: Program, spec, error: Exception) -> Program | None:
+    """The program with PSUM accumulators copied out as soon as they are final (`psum_evacuation.py`,
+    ASSUMED), allocated, if PSUM overflowed and that makes it fit; else None."""
+    from .psum_evacuation import evacuated_order
+    if not isinstance(error, PSUMOverflowError) or any(b.placement for b in program.buffers if b.on_chip):
+        return None
+    order = evacuated_order(program, _ORDERED_OPCODES)
+    if order is None:
+        return None
+    try:
+        return reorder(program, order, "evacuated")
+    except (SBUFOverflowError, PSUMOverflowError):
+        return None
 
 
 def _spilled(program: Program, spec, error: Exception) -> Program | None:
