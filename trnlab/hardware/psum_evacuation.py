@@ -15,9 +15,11 @@ accumulator's last write — each tile then lives from its first matmul to its c
 reads or touches what it writes (the buffers' roots compared whole: conservative), none is an
 instruction kept in program order (state beyond its operands: `fusion._ORDERED_OPCODES`), all of
 them lie in its region, and the reader itself writes no PSUM tile. `fusion.allocate` tries it when
-an allocation runs out of PSUM, under the rules of its loop fusion (not for
-``skip_middle_end_transformations`` kernels nor for kernels with direct allocations); a program that
-fits in its own order keeps it.
+an allocation runs out of PSUM and loop fusion did not help, under the rules of its loop fusion (not
+for ``skip_middle_end_transformations`` kernels nor for kernels with direct allocations), and only
+when the ``psum_evacuation`` switch is on (TRNLAB_PSUM_EVACUATION=1; `benchmarks/nki_library.py`
+sets it, as it sets TRNLAB_SPILL): off, nine live accumulators stay the PSUMOverflowError the course
+and the known-bad corpus teach. A program that fits in its own order keeps it.
 """
 from __future__ import annotations
 
