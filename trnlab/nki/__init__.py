@@ -256,7 +256,8 @@ def trace(kernel, *args, target=None, grid=None, points=None, **kwargs):
     points = None if points is None else tuple(tuple(p) for p in points)
     order = schedule_of(kernel)
     key = (kernel.func, grid, tuple(getattr(g, "cores", 1) for g in grid), points, spec.name, id(spec), order,
-           DROP_PSUM_ZEROING, _directive(kernel, "schedule"), _directive(kernel, "compile_config"), config.get("spill"), config.get("psum_evacuation"),
+           DROP_PSUM_ZEROING, _directive(kernel, "schedule"), _directive(kernel, "compile_config"), config.get("spill"),
+           config.get("psum_evacuation"),
            tuple(_signature(a) for a in args), tuple((k, _signature(v)) for k, v in sorted(kwargs.items())))
     program = _PROGRAMS.get(key)
     if program is not None:
