@@ -10,7 +10,7 @@ from trnlab import config
 from trnlab.hardware.dynamic_loops import TripCountError
 from trnlab.hardware.program import Program
 
-from nki_kernels.run_time_loops import add_first_rows, count_nested, halve_until_zero, sum_of_active_blocks
+from nki_kernels.run_time_loops import add_first_rows, add_n_times, count_nested, halve_until_zero, sum_of_active_blocks
 
 
 def _records(run) -> list:
@@ -70,6 +70,33 @@ def test_a_trip_count_computed_on_the_chip():
         k = sum(flags)
         out = nki.run(sum_of_active_blocks, x, np.array([flags], np.int32)).outputs
         np.testing.assert_allclose(out, x[:k].sum(axis=0), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("times", [0, 1, 5])
+def test_tiles_carried_across_the_loop_keep_their_bytes_over_every_iteration(times):
+    # a block tensor's tiles live before, inside and after the loop; the body's own tiles must not
+    # take their bytes in between (the loop's back edge keeps them live: close_live_ranges)
+    x = np.random.default_rng(3).normal(size=(2, 128, 512)).astype(np.float32)
+    out = nki.run(add_n_times, x, np.array([[times]], np.int32)).outputs
+    np.testing.assert_allclose(out, (times + 1) * x, rtol=1e-5)
+
+
+def test_a_tile_the_body_shares_with_the_code_before_it_is_live_over_the_whole_loop():
+    from trnlab.hardware.dynamic_loops import close_live_ranges
+    from trnlab.hardware.program import Access, Buffer, Instruction, Loop
+
+    def tile(i):
+        return Buffer(i, f"t{i}", "sbuf", (128, 512), "float32", partition_axis=0)
+    carried, local, after = tile(0), tile(1), tile(2)
+    ops = [{"dst": Access(0)}, {"dst": Access(0)}, {"dst": Access(1)}, {"dst": Access(1)}, {"dst": Access(2)}]
+    program = Program("p", "trn2", buffers=[carried, local, after],
+                      instructions=[Instruction("memset", "dve", o, {"value": 0.0}) for o in ops],
+                      loops=[Loop(1, 4, 0, {"register": 7})])
+    for b, (first, last) in zip(program.buffers, [(0, 1), (2, 3), (4, 4)]):
+        b.first, b.last = first, last
+    close_live_ranges(program)
+    # read by iteration k+1 after the body's last use in iteration k: live to the body's end
+    assert [(b.first, b.last) for b in program.buffers] == [(0, 3), (2, 3), (4, 4)]
 
 
 def test_the_time_grows_with_the_trip_count_read_from_the_data():

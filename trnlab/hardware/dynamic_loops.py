@@ -76,7 +76,11 @@ def _root(buffers: list, bid: int) -> int:
 def close_live_ranges(program: Program) -> None:
     """Sort the loops and make every on-chip buffer that a loop's body shares with the code
     around it live over the whole loop (the back edge: iteration k+1 reads what the code before
-    the loop, or iteration k, left there). Called before allocation."""
+    the loop, or iteration k, left there). Called before allocation; the tiles the allocation splits
+    (block tensors, direct allocations: `allocate.py`) are split first, so that theirs are closed too."""
+    from .allocate import split_block_tensors, split_direct_allocations
+    split_direct_allocations(program)
+    split_block_tensors(program)
     program.loops.sort(key=lambda loop: (loop.begin, -loop.end))
     for loop in program.loops:
         if loop.begin >= loop.end:
