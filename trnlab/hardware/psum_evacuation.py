@@ -4,8 +4,8 @@ order it is written, still runs.
 AWS's MoE kernels (NKI Library, ``compute_gate_and_up_projections_shard_on_intermediate``) allocate
 one PSUM tile per (block column, intermediate tile), accumulate every one of them over the hidden
 dimension in one loop nest, and copy them out of PSUM only in a second loop nest after it: in that
-order all of them are live at once (at the production shapes 48 tiles of 2 KiB per partition, PSUM
-16 KiB). The kernels run on the chip, so AWS's compiler does not allocate them in that order; it does
+order all of them are live at once (at the production shape of the library's
+``test_moe_cte_unified``, more 2 KiB tiles per partition than PSUM's 16 KiB hold). The kernels run on the chip, so AWS's compiler does not allocate them in that order; it does
 not document what it does. ASSUMED here: it schedules before it allocates, and an instruction that
 only reads a finished accumulator (one no later instruction writes) may issue right after the
 accumulator's last write — each tile then lives from its first matmul to its copy out.
