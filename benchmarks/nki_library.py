@@ -12,7 +12,8 @@ simulation``) through trnlab's zero-edit import hook (benchmarks/nki_library_plu
   without values.
 
 Each test is stopped after --seconds (60). SBUF tiles that do not fit are spilled to HBM as AWS's
-compiler would (trnlab's TRNLAB_SPILL switch; --no-spill refuses them instead). The result per test (pass / mismatch / error with the
+compiler would (trnlab's TRNLAB_SPILL switch), and PSUM accumulators that outgrow PSUM in the order written are
+copied out once final (TRNLAB_PSUM_EVACUATION, ASSUMED; --no-spill refuses both instead). The result per test (pass / mismatch / error with the
 first error line / timeout), its simulated latency and the library's QoR metrics computed from
 trnlab's timeline (`trnlab.nki.qor`) go to a JSON-lines file; the table is printed and, with --out,
 written as Markdown with the command and the library commit. The library is copied to /tmp first
@@ -92,6 +93,8 @@ def run_session(root: Path, paths: list[Path], results: Path, args, extra_plugin
         "NEURON_PYTHONHASHSEED": "0", "PYTHONHASHSEED": "0",    # the harness seeds its sampled sweeps with it
         # AWS's compiler spills what does not fit in SBUF; trnlab does with its spill switch
         "TRNLAB_SPILL": "0" if args.no_spill else "1",
+        # and it schedules before it allocates: PSUM accumulators copied out once final (ASSUMED)
+        "TRNLAB_PSUM_EVACUATION": "0" if args.no_spill else "1",
         "NKILIB_FULL_LARGE": "1" if args.full_large else "0",
     })
     plugins = [x for p in extra_plugins + ["nki_library_plugin"] for x in ("-p", p)]
@@ -228,7 +231,9 @@ def render(rows: list, records: list, args, commit: str, command: str) -> str:
                         for err, files in sorted(errors.items(), key=lambda kv: -len(kv[1])))
     passed = sum(r["outcome"] == "passed" for r in records)
     timed = sum(r["outcome"] == "timed" for r in records)
-    spill = "refused (--no-spill)" if args.no_spill else "spilled to HBM as AWS's compiler would (TRNLAB_SPILL=1)"
+    spill = "refused (--no-spill)" if args.no_spill else ("spilled to HBM as AWS's compiler would (TRNLAB_SPILL=1), "
+                                                          "PSUM accumulators copied out once final "
+                                                          "(TRNLAB_PSUM_EVACUATION=1)")
     return (f"# AWS's NKI Library on trnlab\n\nProduced by `{command}` on library commit `{commit}` "
             f"({time.strftime('%Y-%m-%d', time.gmtime())}): {len(rows)} test files, {len(records)} tests run, "
             f"{passed} passed in full mode, {timed} ran timing-only.\n\n"
@@ -246,7 +251,7 @@ def main(argv=None) -> int:
     parser.add_argument("--max-timed", type=int, default=2, help="production-shape tests per file, timing-only")
     parser.add_argument("--seconds", type=int, default=60, help="limit per test")
     parser.add_argument("--platform", default="trn2", help="the harness's --platform-target")
-    parser.add_argument("--no-spill", action="store_true", help="refuse SBUF overflows (TRNLAB_SPILL=0)")
+    parser.add_argument("--no-spill", action="store_true", help="refuse SBUF and PSUM overflows (TRNLAB_SPILL=0, TRNLAB_PSUM_EVACUATION=0)")
     parser.add_argument("--full-large", action="store_true",
                         help="run the production-shape tests in full mode too (values compared), not timing-only")
     parser.add_argument("--out", type=Path, help="write the Markdown table here")

@@ -57,6 +57,9 @@ SWITCHES: dict[str, Switch] = {s.name: s for s in (
     Switch("spill", "TRNLAB_SPILL", False, _flag,
            "SBUF tiles that do not fit are spilled to HBM (hardware/spill.py, ASSUMED) instead of an "
            "SBUFOverflowError; the profile counts the spilled bytes"),
+    Switch("psum_evacuation", "TRNLAB_PSUM_EVACUATION", False, _flag,
+           "PSUM accumulators that do not fit in the order written are copied out right after their last "
+           "write (hardware/psum_evacuation.py, ASSUMED) instead of a PSUMOverflowError"),
     Switch("nki_force", "TRNLAB_NKI_FORCE", False, _flag,
            "zero-edit runs (trnlab.nki.zero_edit) serve AWS's nki / neuronxcc module names even where a "
            "real installation of them is importable"),

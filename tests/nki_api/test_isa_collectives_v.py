@@ -142,8 +142,15 @@ def test_rank_id_is_a_register_holding_each_ranks_id():
     assert [int(r.outputs[0, 0]) for r in slow] == [0, 1, 2]
     assert nki.run(nki.jit(kernel), x).outputs[0, 0] == 0                    # a core of no cluster: rank 0
 
-    def bounded(x):
-        nl.fori_loop(0, ncc.rank_id(), lambda i: None)
-        return x
-    with pytest.raises(RegisterValueError, match="rank id"):
-        nki.run(nki.jit(bounded), x)
+    def bounded(x):                      # a loop the device runs, as many times as the rank says
+        import trnlab.nki.isa as nisa
+        out = nl.ndarray((1, 1), dtype=nl.float32, buffer=nl.shared_hbm)
+        count = nl.ndarray((1, 1), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.memset(dst=count, value=0.0)
+        nl.fori_loop(0, ncc.rank_id(), lambda i: nisa.tensor_scalar(dst=count, data=count, op0=nl.add, operand0=1.0))
+        nisa.dma_copy(dst=out, src=count)
+        return out
+    _, runs = run_on(bounded, [(x,)] * 3)
+    assert [int(r.outputs[0, 0]) for r in runs] == [0, 1, 2]
+    with pytest.raises(RegisterValueError, match="rank id"):          # Python cannot branch on it
+        nki.run(nki.jit(lambda x: x if ncc.rank_id() else x), x)

@@ -1,7 +1,8 @@
 """NKI 0.7's virtual registers (nisa.register_alloc, register_move, register_load, register_store) and
 the compiled loops they bound (nl.fori_loop, nl.while_loop, nl.dynamic_range): a register whose value
 is known while the kernel is traced bounds a loop; a value loaded from data flows through the core's
-registers at run time; a loop bounded by data is refused by name."""
+registers at run time; a loop bounded by data is in the program and repeats as the data says
+(tests/test_dynamic_loops.py); Python control flow on a run-time register is refused by name."""
 import numpy as np
 import pytest
 
@@ -93,7 +94,7 @@ def test_a_value_loaded_at_run_time_is_stored_back(value, records):
     assert {r[0] for r in records(run) if r[1].startswith("register_")} == {"pool"}
 
 
-def test_a_loop_bounded_by_data_is_refused_by_name():
+def test_a_loop_bounded_by_data_runs_as_many_times_as_the_data_says():
     @nki.jit
     def kernel(bound):
         out = nl.ndarray((1, 1), dtype=nl.float32, buffer=nl.shared_hbm)
@@ -104,9 +105,18 @@ def test_a_loop_bounded_by_data_is_refused_by_name():
         nl.fori_loop(0, n, lambda i: nisa.tensor_scalar(dst=acc, data=acc, op0=nl.add, operand0=1.0))
         nl.store(out, value=acc)
         return out
-    with pytest.raises(RegisterValueError, match="data-dependent loop bound: nl.fori_loop: upper: register .* "
-                                                 "known only when the program runs.*Python int"):
-        nki.run(kernel, np.array([[3]], np.int32))
+    for n in (0, 3, 7):                  # the loop is in the program; the device reads the register
+        assert nki.run(kernel, np.array([[n]], np.int32)).outputs[0, 0] == n
+
+    @nki.jit
+    def branching(bound):
+        n = nisa.register_alloc()
+        nisa.register_load(n, bound)
+        while n:                          # a Python while: its condition is needed while tracing
+            pass
+        return bound
+    with pytest.raises(RegisterValueError, match="while reg: register .* known only when the program runs"):
+        nki.run(branching, np.array([[3]], np.int32))
 
 
 def test_register_load_takes_one_32_bit_element():

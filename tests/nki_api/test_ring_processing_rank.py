@@ -60,13 +60,20 @@ def test_processing_rank_id_names_the_rank_whose_data_the_ring_brought(groups, f
 
 
 def test_processing_rank_id_is_known_only_at_run_time_and_counts_from_zero():
-    def bounded(x):
+    def bounded(x):                      # a loop the device runs, as many times as the register says
+        out = nl.ndarray((1, 1), dtype=nl.float32, buffer=nl.shared_hbm)
+        count = nl.ndarray((1, 1), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.memset(dst=count, value=0.0)
         nl.fori_loop(0, ncc.collective_permute_implicit_current_processing_rank_id(1, ncc.ReplicaGroup([[0, 1]])),
-                     lambda i: None)
-        return x
+                     lambda i: nisa.tensor_scalar(dst=count, data=count, op0=nl.add, operand0=1.0))
+        nisa.dma_copy(dst=out, src=count)
+        return out
     x = np.zeros((1, 1), np.float32)
-    with pytest.raises(RegisterValueError, match="ring iteration 1"):
-        nki.run(nki.jit(bounded), x)
+    # rank 0 of the ring [0, 1] holds its predecessor's (rank 1's) data after one step
+    assert nki.run(nki.jit(bounded), x).outputs[0, 0] == 1
+    with pytest.raises(RegisterValueError, match="ring iteration 1"):   # Python cannot branch on it
+        nki.run(nki.jit(lambda x: x if ncc.collective_permute_implicit_current_processing_rank_id(
+            1, ncc.ReplicaGroup([[0, 1]])) else x), x)
 
     def negative(x):
         ncc.collective_permute_implicit_current_processing_rank_id(-1, ncc.ReplicaGroup([[0, 1]]))

@@ -157,7 +157,10 @@ class SpmdLaunch:
         resident = {bid: t for (_, bid), t in zip(program.inputs, self.shared)}
         start = len(nc.timeline.records)
         nc.barrier()
-        self.per_core[i] = (program, execute(program, nc, [None] * len(self.args), region=self.label,
+        # the arrays too (the resident copies are what runs): a trip count read from data finds its
+        # values there in timing-only mode (dynamic_loops.py)
+        arrays = [None if isinstance(v, Tensor) else v for v in self.args]
+        self.per_core[i] = (program, execute(program, nc, arrays, region=self.label,
                                              hbm_tensors=resident), resident)
         return Run(outputs=None, core=nc, region=self.label, first=start, end=len(nc.timeline.records),
                    timing_only=not self.device.full)

@@ -63,10 +63,35 @@ def allocate(program: Program, spec=None, *, fuse: bool = True) -> Program:
             if fused is not None:
                 return fused
             refusal = _noted(error, f"trnlab's loop fusion (trnlab.hardware.fusion) did not help: {why}")
+    early = _evacuated_early(program, spec, refusal) if fuse else None   # (only what failed before)
+    if early is not None:
+        return early
     spilled = _spilled(program, spec, refusal)
     if spilled is None:
         raise refusal
     return spilled
+
+
+def _evacuated_early(program: Program, spec, error: Exception) -> Program | None:
+    """The program with PSUM accumulators copied out as soon as they are final (`psum_evacuation.py`,
+    ASSUMED), allocated, if PSUM overflowed, the `psum_evacuation` switch is on
+    (TRNLAB_PSUM_EVACUATION=1) and that makes it fit (its SBUF spilled if it then overflows SBUF and
+    the `spill` switch is on); else None."""
+    from trnlab import config
+    from .psum_evacuation import evacuated_order
+    if not isinstance(error, PSUMOverflowError) or not config.get("psum_evacuation") \
+            or any(b.placement for b in program.buffers if b.on_chip):
+        return None                       # (the refusal the course teaches: unchanged unless asked)
+    order = evacuated_order(program, _ORDERED_OPCODES)
+    if order is None:
+        return None
+    evacuated = reorder(program, order, "evacuated", allocate_it=False)
+    try:
+        return allocate_in_order(evacuated, spec)
+    except PSUMOverflowError:
+        return None
+    except SBUFOverflowError as error:      # the copies' SBUF results now live earlier: spilled if asked
+        return _spilled(evacuated, spec, error)
 
 
 def _spilled(program: Program, spec, error: Exception) -> Program | None:

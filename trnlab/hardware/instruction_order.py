@@ -87,11 +87,12 @@ def hoist_loads(program: Program, window: int = 32) -> Program:
 
 
 def reorder(program: Program, order: list[int], name: str, keep_offsets: bool = False,
-            subset: bool = False) -> Program:
+            subset: bool = False, allocate_it: bool = True) -> Program:
     """A copy of `program` with its instructions in `order` and live ranges recomputed; allocated
     again, or (`keep_offsets`) with every tile at its address in `program` — then no two tiles
     that share a byte may be live at once in the new order (ValueError naming them if they are).
-    `subset`: `order` may leave instructions out (each kept one at most once)."""
+    `subset`: `order` may leave instructions out (each kept one at most once). `allocate_it=False`:
+    returned unallocated (the caller allocates it, with its own fallbacks)."""
     n = len(program.instructions)
     unique = len(set(order)) == len(order) and (not order or (min(order) >= 0 and max(order) < n))
     if not unique or (not subset and len(order) != n):
@@ -122,7 +123,7 @@ def reorder(program: Program, order: list[int], name: str, keep_offsets: bool = 
         new.allocated = True
         return new
     new.allocated = False
-    return allocate(new, program.spec)
+    return allocate(new, program.spec) if allocate_it else new
 
 
 def _whole(program: Program, access) -> bool:

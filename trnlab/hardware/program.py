@@ -42,8 +42,10 @@ import numpy as np
 from . import dtypes
 
 FORMAT = "trnlab.program"
-VERSION = 2          # 2: the directives (no_reorder, inlined_regions, blocks, spec, matmul_dtypes)
-READABLE = (1, 2)    # versions this trnlab loads (a version 1 program has the default directives)
+VERSION = 3          # 2: the directives (no_reorder, inlined_regions, blocks, spec, matmul_dtypes); 3: loops
+READABLE = (1, 2, 3) # versions this trnlab loads (a version 1 program has the default directives, 1-2 no loops)
+# a program without loops is saved as version 2, so a trnlab that reads only 1-2 loads it; one with
+# loops needs a reader that runs them
 
 # operands an instruction writes; every other operand is read (nc_matmul may also read its dst)
 WRITES = ("dst", "reduce_res", "dst_scale", "dst_idx")   # dst_scale: quantize_mx (hardware/mx.py); dst_idx: nc_match_replace8
@@ -114,6 +116,37 @@ class Instruction:
 
 
 @dataclass
+class Loop:
+    """A loop the device runs (`nl.dynamic_range`, `nl.fori_loop` with a register bound): its body,
+    instructions ``begin .. end-1``, is in the program once; each bound is an int or the id of the
+    register holding it (``{"register": id}``), read when the program runs; ``index`` is the register
+    the body reads the iteration value from (`dynamic_loops.py` runs it)."""
+    begin: int
+    end: int
+    start: object                    # int | {"register": id}
+    stop: object                     # int | {"register": id}
+    step: int = 1
+    index: int | None = None         # the iterator's register id
+    line: str = ""                   # the kernel line of the loop
+    source: tuple | None = None      # (path, line number, function)
+    kind: str = "for"                # "for": start..stop by step; "while": while register `start` != 0
+    next: int | None = None          # "while": the register the body returns (moved into `start` after it)
+
+    def bound(self, value) -> str:
+        return f"reg{value['register']}" if isinstance(value, dict) else str(value)
+
+    def __str__(self) -> str:
+        if self.kind == "while":
+            then = "" if self.next in (None, self.start["register"]) else f", then reg{self.start['register']} = reg{self.next}"
+            where = f"  # {self.line}" if self.line else ""
+            return (f"while {self.bound(self.start)} != 0{then}: instructions {self.begin}..{self.end - 1}{where}")
+        index = "" if self.index is None else f"reg{self.index} in "
+        where = f"  # {self.line}" if self.line else ""
+        return (f"for {index}range({self.bound(self.start)}, {self.bound(self.stop)}, {self.step}): "
+                f"instructions {self.begin}..{self.end - 1}{where}")
+
+
+@dataclass
 class Program:
     """A traced kernel: instructions + buffer table. See the module docstring."""
     name: str
@@ -131,6 +164,7 @@ class Program:
                                                  # (allocate.split_block_tensors)
     spec: object = None                          # the CoreSpec traced for (None: the preset `target` names)
     matmul_dtypes: set = field(default_factory=set)   # input dtypes of its matmuls (MFU's peak)
+    loops: list = field(default_factory=list)    # the loops the device runs (`Loop`), by begin
     # the CoreSpec the instructions' `issue` descriptions were made for (like them, not saved:
     # described again on the first run of a loaded program)
     issue_spec: object = field(default=None, repr=False, compare=False)
@@ -212,6 +246,9 @@ class Program:
             par = "" if b.partition_axis is None else f" par={b.partition_axis}"
             lines.append(f"  %{b.id:<4} {b.name:<18} {where:<12} {_shape(b.shape):<16} {b.dtype:<9}"
                          f"{par} {b.role:<8} live {live}")
+        if self.loops:
+            lines.append("loops (run by the device, their bodies listed once):")
+            lines += [f"  L{n} {loop}" for n, loop in enumerate(self.loops)]
         streams: dict[str, list[int]] = {}
         for k, ins in enumerate(self.instructions):
             key = _engine_group(ins.engine) if by_engine else "all"
@@ -232,17 +269,19 @@ class Program:
         attrs = ", ".join(f"{name}={_attr(v)}" for name, v in ins.attrs.items() if v is not None)
         where = f"  # {ins.line}" if ins.line else ""
         region = f" <{ins.region}>" if ins.region else ""
-        return f"{k:>6} {ins.opcode}({ops}{', ' if attrs and ops else ''}{attrs}){region}{where}"
+        inside = "".join(f" [L{n}]" for n, loop in enumerate(self.loops) if loop.begin <= k < loop.end)
+        return f"{k:>6}{inside} {ins.opcode}({ops}{', ' if attrs and ops else ''}{attrs}){region}{where}"
 
     # -- JSON ----------------------------------------------------------------------------------
     def to_json(self) -> dict:
         return {
-            "format": FORMAT, "version": VERSION, "name": self.name, "target": self.target,
+            "format": FORMAT, "version": VERSION if self.loops else 2, "name": self.name, "target": self.target,
             "allocated": self.allocated, "schedule": self.schedule,
             "no_reorder": self.no_reorder, "inlined_regions": sorted(self.inlined_regions),
             "blocks": [[t, b, list(block)] for t, (b, block) in sorted(self.blocks.items())],
             "spec": _encode_spec(self.spec, self.target),
             "matmul_dtypes": sorted(dtypes.name(d) for d in self.matmul_dtypes),
+            "loops": [{k: _encode(v) for k, v in dataclasses.asdict(loop).items()} for loop in self.loops],
             "inputs": [[n, b] for n, b in self.inputs], "outputs": _encode(self.outputs),
             "buffers": [{"id": b.id, "name": b.name, "memory": b.memory, "shape": list(b.shape),
                          "dtype": b.dtype, "partition_axis": b.partition_axis, "role": b.role,
@@ -281,7 +320,8 @@ class Program:
                    inlined_regions=frozenset(doc.get("inlined_regions", ())),
                    blocks={t: (b, tuple(block)) for t, b, block in doc.get("blocks", ())},
                    spec=_decode_spec(doc.get("spec"), doc["target"]),
-                   matmul_dtypes={dtypes.as_dtype(d) for d in doc.get("matmul_dtypes", ())})
+                   matmul_dtypes={dtypes.as_dtype(d) for d in doc.get("matmul_dtypes", ())},
+                   loops=[Loop(**{k: _decode(v) for k, v in loop.items()}) for loop in doc.get("loops", ())])
 
     def dumps(self) -> str:
         return json.dumps(self.to_json(), separators=(",", ":"))

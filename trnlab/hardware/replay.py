@@ -112,7 +112,13 @@ def execute(program: Program, core, args: list, region: str = "", hbm_tensors: d
     Fast path (`trnlab.config.fast()`, unless ``checked=True``): wherever that is exact, the times
     come from the compiled program (`compiled.py`: the same timeline, without the rule checks the
     trace already made) and, in full mode, the values from the values replay
-    (`fast/values_replay.py`: the core's NumPy code, without the scheduling)."""
+    (`fast/values_replay.py`: the core's NumPy code, without the scheduling).
+
+    A program with loops the device runs (`program.loops`) runs as the straight-line program its
+    registers make of it (`dynamic_loops.concrete`): every path below sees each iteration."""
+    if program.loops:
+        from .dynamic_loops import concrete
+        program = concrete(program, core, args, hbm_tensors)
     if not checked and config.fast():
         from .replay_timing import can_run, compiled_for, run_timing
         from .fast.values_replay import run_values, values_ok

@@ -260,17 +260,22 @@ def trace(kernel, *args, target=None, grid=None, points=None, **kwargs):
     order = schedule_of(kernel)
     key = (kernel.func, grid, tuple(getattr(g, "cores", 1) for g in grid), points, spec.name, id(spec), order,
            DROP_PSUM_ZEROING, _directive(kernel, "schedule"), _directive(kernel, "compile_config"), config.get("spill"),
+           config.get("psum_evacuation"),
            tuple(_signature(a) for a in args), tuple((k, _signature(v)) for k, v in sorted(kwargs.items())))
     program = _PROGRAMS.get(key)
     if program is not None:
         return program
     program = _trace(kernel, args, kwargs, spec, grid, points)
-    if DROP_PSUM_ZEROING and not _directive(kernel, "skip_middle_end_transformations"):
+    if DROP_PSUM_ZEROING and not _directive(kernel, "skip_middle_end_transformations") and not program.loops:
         from trnlab.hardware.instruction_order import drop_zeroing_memsets
         program = drop_zeroing_memsets(program)
     if not program.no_reorder:
         from trnlab.hardware.instruction_order import default_for, scheduled
-        program = scheduled(program, order or default_for(program))
+        if program.loops:                     # the list schedule keeps each loop's body (a region) whole
+            from trnlab.hardware.dynamic_loops import scheduled_keeping_loops
+            program = scheduled_keeping_loops(program, order or default_for(program))
+        else:
+            program = scheduled(program, order or default_for(program))
     _PROGRAMS.put(key, program)
     return program
 
@@ -374,7 +379,12 @@ def _run_trace(kernel, args, kwargs, spec, grid, recorder, launch, names, alloca
     program.inlined_regions = frozenset(getattr(launch, "inlined", ()))  # regions of inlined kernels
     try:
         _config.check_after_trace(compile_config, program, kernel.func.__name__)
-        if compile_config is not None and compile_config.surfaces_allocation_failure:
+        if program.loops:                    # loops the device runs (hardware/dynamic_loops.py): their
+            from trnlab.hardware.dynamic_loops import close_live_ranges   # tiles live over the back edge,
+            from trnlab.hardware.fusion import allocate_in_order           # and nothing moves across them
+            close_live_ranges(program)
+            allocated = allocate_in_order(program, spec)
+        elif compile_config is not None and compile_config.surfaces_allocation_failure:
             allocated = _allocate_without_fallback(program, spec)
         else:
             allocated = allocate(program, spec, fuse=not _directive(kernel, "skip_middle_end_transformations"))

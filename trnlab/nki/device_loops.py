@@ -1,23 +1,35 @@
 """NKI's compiled loops: `nl.fori_loop`, `nl.while_loop` (NKI 0.7) and `nl.dynamic_range` (beta 1).
 
 On the chip these run as loops on the device (a compare-and-branch per iteration) instead of being
-unrolled while the kernel is traced (AWS's "NKI Loops" / "NKI Control Flow" deep dives and the
-nki.language.fori_loop, while_loop pages). trnlab traces each iteration, so a loop whose bounds are
-known at trace time (Python ints) runs exactly as its unrolled body; the per-iteration branch costs
-no time here (AWS publishes no figure for it — ASSUMED 0).
+unrolled while the kernel is traced (AWS's "NKI Loops" / "NKI Dynamic Loops" deep dives and the
+nki.language.fori_loop, while_loop pages). Two cases here:
 
-A bound or condition may be a register (`nisa.register_alloc`, `register_move`, `register_load`:
-`isa_registers.py`) whose value is known while the kernel is traced — set from an int, or loaded
-from a constant tensor. A register known only at run time (loaded from a kernel input or from values
-the chip computes) is refused by name (`RegisterValueError`): the kernel is traced once per input
-shapes, so a loop whose trip count depends on the data cannot be unrolled.
+- bounds known at trace time (Python ints, or registers whose value is known while tracing: set
+  from an int, or loaded from a constant tensor — `isa_registers.py`): the body is traced once per
+  iteration, exactly as its unrolled form; the per-iteration branch costs no time here (AWS
+  publishes no figure for it — ASSUMED 0). Every kernel that ran before run-time loops existed keeps
+  its program and timeline;
+- a bound held in a register known only when the program runs (loaded from a kernel input or from
+  values the chip computed): the loop is **in the program**, as AWS's compiler emits it ("a single
+  copy of the body is generated and the hardware iterates over it at runtime"). The body is traced
+  once, in a region of its own (so a reordering schedule keeps it whole), with the iterator a
+  `VirtualRegister` ("The body receives the current iteration value i as a VirtualRegister",
+  nki.language.fori_loop), and the trace records a `program.Loop`. The device reads the register
+  and repeats the body when the program runs (`trnlab/hardware/dynamic_loops.py`).
+
+`nl.while_loop(init, body_fun)` with a run-time condition is such a loop too: the body traced once,
+the register it returns moved into the condition after each iteration, the device checking the
+condition before each. ``while reg:`` on a run-time register is refused by name
+(`RegisterValueError`): a Python ``while`` runs while the kernel is traced (AWS's tracer frontend
+raises TypeError there; its parser frontend is not Python).
 """
 from __future__ import annotations
 
 import numbers
 
-from trnlab.nki.errors import NKIError
-from trnlab.nki.isa_registers import VirtualRegister
+from trnlab.nki import launches
+from trnlab.nki.errors import NKIError, site_note, user_site
+from trnlab.nki.isa_registers import RegisterValueError, VirtualRegister
 
 MAX_WHILE_ITERATIONS = 1 << 20   # a guard against a condition that never reaches 0 while tracing
 
@@ -32,16 +44,70 @@ def _static(value, what: str, call: str) -> int:
     return int(value)
 
 
+def _run_time(value) -> bool:
+    return isinstance(value, VirtualRegister) and value.value is None
+
+
+def _step(step, call: str) -> int:
+    if isinstance(step, bool) or not isinstance(step, numbers.Integral) or step <= 0:
+        raise NKIError(f"{call}: step must be a compile-time positive integer, got {step!r}")
+    return int(step)
+
+
+def _device_loop(start, stop, step: int, call: str, kind: str = "for"):
+    """Trace the body of a loop bounded by a run-time register once, as a `program.Loop`: yields the
+    iterator (a VirtualRegister; for a while loop, the condition register), records the loop when the
+    body is done (a while loop's body sends the register it returned)."""
+    from trnlab.hardware.program import Loop
+    launch = launches.current()
+    recorder = launch.core
+    program = getattr(recorder, "program", None)
+    if program is None or not hasattr(recorder, "region"):
+        register = start if _run_time(start) else stop
+        register.known(f"{call}: bound")          # raises: a kernel issued directly to a core
+    launch.flush()
+    tracer = getattr(launch, "loop_tracer", None)
+    if tracer is not None and tracer.running:     # a stamped loop around it runs concretely instead
+        from trnlab.nki.loops import run_concretely
+        run_concretely(launch, f"the run-time loop {call}")
+    site = user_site(2)
+    line = site_note(site)
+    source = None if site is None else (site[0].co_filename, site[1], site[0].co_name)
+    begin = len(program.instructions)
+    if kind == "while":
+        with recorder.region(f"{call.split('.')[-1]}@{site[1] if site else '?'}"):
+            returned = yield start
+            launch.flush()
+        if not isinstance(returned, VirtualRegister):
+            raise NKIError(f"{call}: body_fun must return the next condition register (a VirtualRegister), got "
+                           f"{type(returned).__name__}")
+        program.loops.append(Loop(begin, len(program.instructions), {"register": start.id}, None, 1, None, line,
+                                  source, kind="while", next=returned.id))
+        return
+    bounds = [{"register": b.id} if _run_time(b) else _static(b, "bound", call) for b in (start, stop)]
+    index = VirtualRegister()
+    index.origin = f"the iteration value of the run-time loop {call} at {line or 'its line'}"
+    with recorder.region(f"{call.split('.')[-1]}@{site[1] if site else '?'}"):
+        yield index
+        launch.flush()
+    program.loops.append(Loop(begin, len(program.instructions), bounds[0], bounds[1], step, index.id, line, source))
+
+
 def fori_loop(lower, upper, body_fun, step: int = 1, unroll: bool = False) -> None:
     """nl.fori_loop(lower, upper, body_fun, step=1): body_fun(i) for i in range(lower, upper, step).
 
     `body_fun` returns nothing; loop state lives in SBUF/HBM (as on the chip). `step` must be a
-    positive int. `unroll` (the compiler unrolls instead of looping) changes nothing here."""
+    positive int. A bound held in a run-time register makes a loop the device runs (module
+    docstring), `i` its iterator register. `unroll` (the compiler unrolls instead of looping)
+    changes nothing here."""
+    step = _step(step, "nl.fori_loop")
+    if _run_time(lower) or _run_time(upper):
+        for i in _device_loop(lower, upper, step, "nl.fori_loop"):
+            body_fun(i)
+        return
     lower = _static(lower, "lower", "nl.fori_loop")
     upper = _static(upper, "upper", "nl.fori_loop")
-    if isinstance(step, bool) or not isinstance(step, numbers.Integral) or step <= 0:
-        raise NKIError(f"nl.fori_loop: step must be a compile-time positive integer, got {step!r}")
-    for i in range(lower, upper, int(step)):
+    for i in range(lower, upper, step):
         body_fun(i)
 
 
@@ -49,7 +115,17 @@ def while_loop(init, body_fun) -> None:
     """nl.while_loop(init, body_fun): r = init; while r != 0: r = body_fun(r).
 
     The condition is a Python int or a VirtualRegister whose value is known at trace time (the body
-    may update it with register_move / register_load and return it); a run-time register is refused."""
+    may update it with register_move / register_load and return it): traced per iteration. A register
+    known only at run time makes a loop the device runs (module docstring): the body is traced once
+    with `init` as r, and the register it returns is moved into `init` after each iteration."""
+    if _run_time(init):
+        loop = _device_loop(init, None, 1, "nl.while_loop", kind="while")
+        returned = body_fun(next(loop))
+        try:
+            loop.send(returned)
+        except StopIteration:
+            pass
+        return
     condition = init
     for _ in range(MAX_WHILE_ITERATIONS):
         if _static(condition, "the condition", "nl.while_loop") == 0:
@@ -59,17 +135,32 @@ def while_loop(init, body_fun) -> None:
 
 
 class dynamic_range:
-    """nl.dynamic_range(start, stop, step): a loop the device runs (beta 1); traced per iteration here."""
+    """nl.dynamic_range(start, stop=None, step=1): a loop the device runs. Bounds known at trace time:
+    traced per iteration; a bound in a run-time register: the body traced once, the loop in the
+    program (module docstring)."""
     kind = "dynamic"
 
-    def __init__(self, *args):
-        self._range = range(*(_static(a, "bound", "nl.dynamic_range") for a in args))
+    def __init__(self, start, stop=None, step: int = 1):
+        if stop is None:
+            start, stop = 0, start
+        self._bounds = (start, stop, _step(step, "nl.dynamic_range"))
+        self._range = None
+        if not (_run_time(start) or _run_time(stop)):
+            self._range = range(_static(start, "start", "nl.dynamic_range"),
+                                _static(stop, "stop", "nl.dynamic_range"), self._bounds[2])
 
     def __iter__(self):
+        if self._range is None:
+            return _device_loop(*self._bounds, "nl.dynamic_range")
         return iter(self._range)
 
     def __len__(self):
+        if self._range is None:
+            raise RegisterValueError("nl.dynamic_range: len() of a loop whose bound is a run-time register "
+                                     "is known only when the program runs")
         return len(self._range)
 
     def __repr__(self) -> str:
+        if self._range is None:
+            return "nl.dynamic_range({}, {}, {})".format(*self._bounds)
         return f"nl.dynamic_range({self._range.start}, {self._range.stop}, {self._range.step})"

@@ -13,11 +13,15 @@ In trnlab a register is two things:
 - while the kernel is traced, the Python int it holds **when that is known at trace time**: set by
   `register_alloc(x)` or `register_move(reg, imm)`, copied by `register_move(reg, other)`, or loaded
   from a tensor whose contents the program fixes (a constant: `nl.shared_constant`, an `HBM` tensor
-  made from an array inside the kernel). A loop whose bound is such a register runs that many
-  iterations (`device_loops.py`). A register loaded from a kernel input or from values computed on
-  the chip is known only when the program runs; a loop bounded by it is refused by name
-  (`RegisterValueError`): trnlab traces a kernel once per input shapes, so it cannot unroll a loop
-  whose trip count depends on the data.
+  made from an array inside the kernel). A loop bounded by such a register is traced per iteration
+  (`device_loops.py`). A register loaded from a kernel input or from values computed on the chip is
+  known only when the program runs: a loop it bounds (`nl.fori_loop`, `nl.dynamic_range`,
+  `nl.while_loop`) is put in
+  the program once and repeated by the device (`trnlab/hardware/dynamic_loops.py`); Python control
+  flow on it (``while reg:``, ``if``, ``range(reg)``, ``int(reg)``), which runs while the kernel is
+  traced, is refused by name (`RegisterValueError`) — AWS's tracer frontend raises TypeError there
+  too (nki.isa.VirtualRegister, v2.32: "using a register in Python control flow (if/while) or
+  converting it with int() / range() raises TypeError").
 """
 from __future__ import annotations
 
@@ -34,7 +38,7 @@ _ids = itertools.count()
 
 
 class RegisterValueError(NKIError):
-    """A register's value was needed while tracing (a loop bound, a condition) but is known only at run time."""
+    """A register's value was needed while tracing (a Python condition, range(), int()) but is known only at run time."""
 
 
 class VirtualRegister:
@@ -53,18 +57,16 @@ class VirtualRegister:
         """The value, or RegisterValueError naming where it came from and what needed it."""
         if self.value is None:
             raise RegisterValueError(
-                f"data-dependent loop bound: {what}: register {self.id} is {self.origin}, so its value is "
-                f"known only when the program runs; trnlab traces a kernel once per input shapes into one "
-                f"program, which cannot repeat a loop a number of times read from data (the trip count must "
-                f"be known while tracing) — give the bound as a Python int (a shape, or an int argument of "
-                f"the kernel), or set the register with register_alloc(x) / register_move / register_load "
-                f"from a constant tensor (nl.shared_constant)")
+                f"run-time register used while tracing: {what}: register {self.id} is {self.origin}, so its "
+                f"value is known only when the program runs, and Python runs while the kernel is traced — "
+                f"bound a loop the device runs with it (nl.fori_loop(lo, reg, body) / nl.dynamic_range(reg)), "
+                f"or give a Python int (a shape, an int argument of the kernel)")
         return self.value
 
     def __bool__(self) -> bool:          # ``while reg:`` (the parser frontend's form)
         return self.known("while reg") != 0
 
-    def __index__(self) -> int:          # range(reg), nl.dynamic_range(reg)
+    def __index__(self) -> int:          # range(reg)
         return self.known("a loop bound")
 
     def __int__(self) -> int:
