@@ -79,4 +79,36 @@ def shifted_view(moving: View, offsets: np.ndarray, stride: int, per_row: bool) 
     if moved.size and (moved.min() < 0 or moved.max() >= shape[axis]):
         return None                                     # past the axis: carry, error or skip (reference)
     coords = coords[:axis] + (moved,) + coords[axis + 1:]
-    return View(moving.tensor, tuple(np.broadcast_to(c, moving.shape) for c in coords))
+    index = _basic_where_possible(coords, moving.shape)
+    if index is None:
+        index = tuple(np.broadcast_to(c, moving.shape) for c in coords)
+    return View(moving.tensor, index)
+
+
+def _basic_where_possible(coords: tuple, shape: tuple) -> tuple | None:
+    """The same elements in the same order as the coordinate arrays `coords` (each broadcasting to the
+    view's `shape`), indexed by ints and slices — and at most one index array, of the rows (view axis
+    0), before every slice —, so NumPy reads and writes runs instead of one element per coordinate;
+    None if the coordinates are not of that form."""
+    index, axes, rows_array = [], [], False
+    for c in coords:
+        varying = [j for j, n in enumerate(c.shape) if n > 1]
+        if not varying:
+            index.append(int(c.reshape(-1)[0]))
+            continue
+        line = c.reshape(-1)
+        step = int(line[1] - line[0])
+        if len(varying) == 1 and step > 0 and np.array_equal(np.diff(line), np.full(line.size - 1, step)):
+            index.append(slice(int(line[0]), int(line[-1]) + 1, step))
+            axes.append(varying[0])
+        elif varying == [0] and not axes and not rows_array:
+            index.append(line)                          # an expert / token row per view row
+            axes.append(0)
+            rows_array = True
+        else:
+            return None
+    # NumPy puts the one array's axis where the array is; every view axis, in order, exactly once
+    if axes != list(range(len(shape))) or [shape[j] for j in axes] != [
+            (i.stop - i.start - 1) // i.step + 1 if type(i) is slice else len(i) for i in index if type(i) is not int]:
+        return None
+    return tuple(index)
