@@ -41,7 +41,7 @@ def _moves(draw):
         for n in shape:
             lo = draw(st.integers(0, n - 1))
             if draw(st.booleans()):
-                index.append(lo)
+                index.append(lo - n if draw(st.booleans()) else lo)     # an int, counted from either end
             else:
                 index.append(slice(lo, draw(st.integers(lo + 1, n)), draw(st.integers(1, 2))))
         view = View(tensor, tuple(index))

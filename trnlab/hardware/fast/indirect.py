@@ -47,8 +47,8 @@ def coordinates(view: View) -> tuple | None:
                 line[out_axis] = -1
                 coords.append(np.arange(*i.indices(n), dtype=np.intp).reshape(line))
                 out_axis += 1
-            else:
-                coords.append(np.asarray(int(i), dtype=np.intp))
+            else:                                       # an int (the view keeps it as given: -1 is n - 1)
+                coords.append(np.asarray(int(i) + n if int(i) < 0 else int(i), dtype=np.intp))
         return tuple(coords)
     if len(index) != len(shape) or not all(type(i) is np.ndarray for i in index):
         return None
