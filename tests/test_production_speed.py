@@ -176,6 +176,55 @@ def test_pattern_index_holds_the_patterns_lines_not_one_integer_per_element():
     assert _held_bytes(rows) <= 64 * 8 and _held_bytes(columns) <= 3584 * 8
 
 
+_ap_indices: list = []
+
+
+@nki.jit
+def transposing_load(x):
+    """out = x.T, read by the .ap pattern [[1, H], [H, T]] (a walk across x's rows: not a box)."""
+    T, H = x.shape
+    view = x.ap([[1, H], [H, T]], offset=0)                    # [H, T]: element (h, t) at x[t, h]
+    _ap_indices.append(view._index)
+    tile = nl.ndarray((H, T), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=tile, src=view)
+    out = nl.ndarray((H, T), dtype=x.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=tile)
+    return out
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_an_ap_view_holds_its_coordinates_lines_with_or_without_the_fast_path(fast):
+    # issue 21: with TRNLAB_FAST=0 the reference computes every element's position, then keeps each
+    # coordinate as the lines it repeats (views.repeated_lines): the MoE kernels' thousands of views
+    # held an int64 per element and ran out of the harness's 12 GiB
+    T = 64 if fast else 48                  # a shape of its own: a trace of its own (traces are cached)
+    x = np.arange(T * 128, dtype=np.float32).reshape(T, 128)
+    _ap_indices.clear()
+    with config.override(fast=fast):
+        np.testing.assert_array_equal(nki.run(transposing_load, x).outputs, x.T)
+    rows, columns = _ap_indices[0]
+    assert np.array_equal(rows, np.broadcast_to(np.arange(T), (128, T)))
+    assert np.array_equal(columns, np.broadcast_to(np.arange(128)[:, None], (128, T)))
+    assert _held_bytes(rows) <= T * 8 and _held_bytes(columns) <= 128 * 8
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(1, 4), min_size=1, max_size=3).flatmap(
+    lambda shape: st.tuples(st.just(tuple(shape)), st.lists(st.integers(0, 1), min_size=len(shape),
+                                                             max_size=len(shape)))))
+def test_repeated_lines_are_the_same_values(case):
+    shape, varies = case
+    coordinate = np.zeros(shape, np.int64)
+    for axis, v in enumerate(varies):
+        if v:
+            line = [1] * len(shape)
+            line[axis] = shape[axis]
+            coordinate = coordinate + np.arange(shape[axis]).reshape(line) * (axis + 1)
+    kept = views.repeated_lines(np.ascontiguousarray(coordinate))
+    assert kept.shape == coordinate.shape and np.array_equal(kept, coordinate)
+    assert _held_bytes(kept) <= 8 * int(np.prod([n for n, v in zip(shape, varies) if v]))
+
+
 @nki.jit
 def ap_in_affine_loop(x, w):
     """out[c] = w[c] . windows of x[c] — per channel c an nl.affine_range iteration whose loads are

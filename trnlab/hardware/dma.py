@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import config
 from . import cost, dtypes
+from .fast import indirect as _fast_indirect
 from .errors import DtypeError, EngineError, MemoryPlacementError, OutOfBoundsError, PSUMToHBMError, ShapeMismatchError
 from .operands import _view
 from .dependencies import (record_reads as _record_reads, record_write as _record_write,
@@ -208,9 +210,15 @@ class DmaInstructions:
             else:
                 idx.check_initialized()
                 offsets = np.asarray(idx.values()).reshape(-1).astype(np.int64)
-            flat, keep = _shifted(moving, offsets, int(stride), per_row, skip_out_of_bounds)
             fixed = dst if side == "src" else src
-            pairs = [(View(moving.tensor, unravel(flat, moving.tensor.shape)), fixed)]
+            # fast path: the moved view from the view's coordinates, one axis shifted (fast/indirect.py)
+            shifted = _fast_indirect.shifted_view(moving, offsets, int(stride), per_row) if config.fast() else None
+            if shifted is not None:
+                flat, keep = None, None
+                pairs = [(shifted, fixed)]
+            else:                                 # the reference: every element's flat position, moved
+                flat, keep = _shifted(moving, offsets, int(stride), per_row, skip_out_of_bounds)
+                pairs = [(View(moving.tensor, unravel(flat, moving.tensor.shape)), fixed)]
             if keep is not None:                  # oob_mode.skip: only the rows inside the tensor move, one by one
                 fixed_flat = fixed.flat_positions().reshape(len(keep), -1)
                 flat = flat.reshape(len(keep), -1)

@@ -500,13 +500,14 @@ class View:
                         raise _bounds_error(tensor, axis, amax if amax >= n else amin, n)
                     if amin < 0:                # negative indices count from the end
                         arr = np.where(arr < 0, arr + n, arr)
+                        lines = np.where(lines < 0, lines + n, lines)
                         lo, hi = int(arr.min()), int(arr.max()) + 1
                     else:
                         lo, hi = amin, amax + 1
                 else:
                     lo = hi = 0
                 if axis == pa and arr.size:
-                    uniq = np.unique(arr)
+                    uniq = np.unique(lines)     # the partitions read: each line once, not every repeat
                     if len(uniq) != hi - lo:
                         raise PartitionStrideError(
                             f"partition stride: partitions {uniq[:8].tolist()}... of "

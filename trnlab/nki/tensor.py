@@ -484,7 +484,8 @@ class NkiTensor:
             view = NkiTensor(flat.shape, self.dtype, self.buffer, self.name)
             view._invalid = invalid
             view._owner, view._hw, view._launch = self._base(), self._hw, self._launch
-            view._index = unravel(flat + base, self._hw.shape)
+            # every element's coordinates, kept as the lines they repeat (an instruction holds its views)
+            view._index = tuple(_views.repeated_lines(c) for c in unravel(flat + base, self._hw.shape))
         box = _views.as_box(view._index)
         if box is not None:         # a strided box: slices, so DMAs see its contiguous runs
             view._index = box

@@ -97,6 +97,18 @@ def pattern_index(pattern, start: int, shape: tuple) -> tuple:
     return unravel(flat, shape)   # NumPy 2.4's unravel_index is wrong past 8192 positions ending in [.., 1]
 
 
+def repeated_lines(coordinate: np.ndarray) -> np.ndarray:
+    """`coordinate` (an index array, only ever read) as a read-only broadcast of its lines: each axis
+    along which it repeats itself is kept once. The same values element for element; the memory of
+    the lines, not of every element (an access pattern's coordinate varies along few of its axes)."""
+    lines = coordinate
+    for axis in range(coordinate.ndim):
+        first = lines.take([0], axis=axis)
+        if lines.shape[axis] > 1 and np.array_equal(lines, np.broadcast_to(first, lines.shape)):
+            lines = first
+    return lines if lines is coordinate else np.broadcast_to(lines, coordinate.shape)
+
+
 def _split(position: int, shape: tuple):
     """Row-major coordinates of flat `position` in `shape` (each inside its axis), or None."""
     if position < 0 or position >= math.prod(shape):

@@ -8,6 +8,9 @@ docs/programs.md ("Fast paths") lists every fast path with the reference it mirr
 - `values_replay` (with `values_order`): full mode's values of a replayed program without the
   core's scheduling, beside the compiled timing replay (`replay_timing.run_timing`) — the reference is
   `replay.execute` issuing each instruction to the core;
+- `indirect`: the view an indirect DMA (`.ap(scalar_offset= / vector_offset=)`) moves, from the
+  view's coordinates with one axis shifted — the reference is `dma._shifted`, every element's flat
+  position moved and divided back into coordinates;
 - `psum_pool`: deferred PSUM products in worker threads — the reference is
   `memory.OnChipMemory.flush_pending`, one product after another.
 """
