@@ -127,28 +127,26 @@ def _check_specialization(pairs: list) -> None:
                                           f"rank 0; non-tensor arguments are static and equal on every rank")
 
 
-def _placement(chip, world_size: int, lnc: int, mode: str):
-    """(topology, slots): where the ranks' physical cores are (see the module docstring)."""
-    from trnlab.distributed import topology
-    from trnlab.hardware.device import Device
-    if world_size * lnc <= chip.cores:
-        device = Device(chip, mode=mode, cores=world_size * lnc, name="chip0")
-        return topology.chip_cores(chip), [(device, s) for s in range(world_size * lnc)]
-    instances = (topology.TRN1_32XLARGE, topology.TRN2_48XLARGE, topology.TRN2_ULTRASERVER,
-                 topology.TRN3_ULTRASERVER_GEN1, topology.TRN3_ULTRASERVER_GEN2)
-    fits = [t for t in instances if t.chip.name == chip.name and t.ranks >= world_size]
-    if not fits:
-        raise NKIError(f"nki.multi_rank_simulate: {world_size} ranks of LNC={lnc} need more {chip.name} chips than "
-                       f"trnlab's largest {chip.name} topology has")
-    devices = [Device(chip, mode=mode, cores=lnc, name=f"chip{r}") for r in range(world_size)]
-    return fits[0], [(d, c) for d in devices for c in range(lnc)]
+def _cluster_maker():
+    """The function that builds the Cluster the ranks run on: `trnlab.distributed` lends it through the
+    package's entry point (pyproject.toml, group "trnlab.multi_rank_cluster"), as it lends an SPMD launch
+    its rendezvous — nki, a layer below, never imports distributed."""
+    if not _CLUSTER_MAKER:
+        from importlib.metadata import entry_points
+        _CLUSTER_MAKER.extend(entry.load() for entry in entry_points(group="trnlab.multi_rank_cluster"))
+        if not _CLUSTER_MAKER:
+            raise NKIError("nki.multi_rank_simulate needs trnlab.distributed's cluster, lent through the "
+                           "'trnlab.multi_rank_cluster' entry point: install trnlab (pip install -e .)")
+    return _CLUSTER_MAKER[0]
+
+
+_CLUSTER_MAKER: list = []
 
 
 def multi_rank_run(kernel, *, world_size: int, per_rank_inputs, target=None, timing_only: bool | None = None,
                    algorithm: str | None = None) -> MultiRankRun:
     """Run `kernel` on `world_size` ranks at once, rank r with its (args, kwargs) of `per_rank_inputs`;
     returns a `MultiRankRun` (outputs per rank, the cluster's timeline and collectives log)."""
-    from trnlab.distributed.cluster import Cluster
     from trnlab.hardware.device import chip_spec
     from trnlab.nki import (Kernel, ShapeDtype, _convert_outputs, _is_array, _is_torch, _to_numpy, locate, spmd,
                             trace)
@@ -174,9 +172,7 @@ def multi_rank_run(kernel, *, world_size: int, per_rank_inputs, target=None, tim
         values = [a for a in list(args) + [kwargs[k] for k in sorted(kwargs)] if _is_array(a)]
         return [_to_numpy(a) if _is_torch(a) else (None if isinstance(a, ShapeDtype) else a) for a in values]
     per_rank = [arrays(a, k) for a, k in pairs]
-    topology, slots = _placement(chip, world_size, lnc, "timing" if timing else "full")
-    cluster = Cluster(topology, ranks=world_size, mode="timing" if timing else "full", algorithm=algorithm,
-                      lnc=lnc, slots=slots)
+    cluster, slots = _cluster_maker()(chip, world_size, lnc, timing, algorithm)
     launches = []
     try:
         if lnc == 1:
