@@ -219,6 +219,13 @@ Six files fail on the library's own code at this commit, on any backend (not wor
   (IndentationError when the module is compiled, by any Python);
 - `experimental/subkernels/test_topk_reduce.py` imports `nkilib.experimental.subkernels.topk_reduce`,
   a package the repository does not contain at this commit (ModuleNotFoundError).
+
+One failure is trnlab's, known and not yet fixed: an LNC=2 launch gives each of its two cores its own
+copy of every output and of a kernel's internal `shared_hbm` tensor, merged element by element after
+the run (the later core wins where both wrote). Kernels that share HBM between the two cores get wrong
+values: `moe_cte_unified` zero-fills the whole output on both cores and passes data between them
+through a `shared_hbm` tensor behind `core_barrier` (mismatch; its impl-0 reads the other core's rows
+as never written), and `moe_cte`'s mismatches are very likely the same.
 """
 
 
