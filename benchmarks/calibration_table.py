@@ -116,6 +116,14 @@ WHAT_IF = {
     # middle end), Trn2 dma_descriptor_ns 18 fitted on cs149-stream-2 under ONE_BUFFER, the start-up above
     "one-buffer": {"spec": {"trn1": LAUNCH["trn1"], "trn2": {**LAUNCH["trn2"], "dma_descriptor_ns": 18.0}},
                    "options": {"ONE_BUFFER": True}},
+    # (c) a descriptor's time grows with its bytes: bytes / bandwidth + a fixed part (no floor), with
+    # (a)'s one buffer and the start-up. Trn1's fixed part fitted on mm-trn1-hoisted's latency (42.96 ms:
+    # 92.8 ns; a 1 KiB bf16 row then takes 153 ns, the model's 150 ns); Trn2's on cs149-stream-2 under
+    # one buffer with the start-up (186 µs: 12.6 ns; a 2 KiB fp32 row then takes 101.6 ns, within
+    # opt-trn2-hoisted's bound of 107 ns)
+    "bytes+setup": {"spec": {"trn1": {**LAUNCH["trn1"], "dma_descriptor_ns": 0.0, "dma_descriptor_setup_ns": 92.8},
+                             "trn2": {**LAUNCH["trn2"], "dma_descriptor_ns": 0.0, "dma_descriptor_setup_ns": 12.6}},
+                    "options": {"ONE_BUFFER": True}},
     # (b) a fixed issue cost per transfer on one issuer per core (the Neuron Explorer guide: a transfer's
     # descriptors "have to be generated (by the compute engine that issues it)"), the tiles rotating:
     # dma_issue_ns 478 fitted on cs149-rows-1 (3 one-element transfers per step, 1.458 µs per step on

@@ -115,6 +115,9 @@ class CoreSpec:
     dma_latency_ns: float = 1300.0
     dma_descriptor_ns: float = 150.0
     dma_min_burst_bytes: int = 64               # a strided run moves at least this (ASSUMED)
+    # a fixed part of every descriptor's time on top of its bytes / bandwidth (ASSUMED). 0 in every
+    # preset: a calibration candidate (docs/calibration.md, "What was tried for the largest misses")
+    dma_descriptor_setup_ns: float = 0.0
     # a fixed time per transfer on the core's one issuer [DMA-ISSUE] (engines.EngineTimes.dma). ASSUMED,
     # 0 (none) in every preset: the CS149 rows fit 478 ns on Trn2 but the held-back half does not
     # improve as a whole with it (docs/calibration.md, "What was tried for the largest misses")
