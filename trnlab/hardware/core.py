@@ -143,6 +143,18 @@ class NeuronCore(TensorEngineInstructions, VectorInstructions, ReductionInstruct
         self.engine_times.barrier(self._now)
         self._dve_prev = None                       # the next launch starts a new instruction stream
 
+    def start_launch(self) -> None:
+        """A kernel execution begins: after everything issued so far (`barrier`) and the runtime's
+        start-up, `spec.launch_start_ns` [LAUNCH] (0 in every preset: then exactly `barrier`)."""
+        self.wait_until(self._now + self.spec.launch_start_ns)
+
+    def end_launch(self) -> None:
+        """A kernel execution ends `spec.launch_end_ns` after its last result (the runtime's
+        tear-down [LAUNCH]); the timeline's total includes it (`Timeline.end_ns`)."""
+        if self.spec.launch_end_ns:
+            self._now += self.spec.launch_end_ns
+            self.timeline.end_ns = self._now
+
     def wait_until(self, t_ns: float) -> None:
         """Nothing issued from now on starts before `t_ns`: the core waits for work off the device,
         e.g. a host op whose result comes back at `t_ns` (a barrier at max(now, t_ns))."""

@@ -279,8 +279,9 @@ def dma_cost(spec: CoreSpec, nbytes: int, partitions: int, chunk_bytes: int | No
     A descriptor carries "the source address, destination address, transfer shape, and stride
     pattern" [DGE], so a row read or written with a stride is one descriptor, not one per run:
     runs shorter than a row make a row's descriptor cost ``max(dma_descriptor_ns, runs ×
-    max(run, dma_min_burst_bytes) / bandwidth)`` — a short run still moves a whole burst (ASSUMED,
-    presets.py). Runs of a row or longer are descriptors of their own (one per row on chip)."""
+    max(run, dma_min_burst_bytes) / bandwidth + dma_descriptor_setup_ns)`` — a short run still moves a
+    whole burst (ASSUMED, presets.py); `dma_descriptor_setup_ns` is 0 in every preset (a calibration
+    candidate: a fixed part per descriptor on top of its bytes, docs/calibration.md). Runs of a row or longer are descriptors of their own (one per row on chip)."""
     rows = max(partitions, 1)
     row_bytes = max(nbytes // rows, 1)
     if not chunk_bytes or chunk_bytes <= 0:
@@ -291,10 +292,10 @@ def dma_cost(spec: CoreSpec, nbytes: int, partitions: int, chunk_bytes: int | No
         descriptors = rows
         runs = -(-row_bytes // chunk_bytes)
         moved = runs * max(chunk_bytes, spec.dma_min_burst_bytes)   # [bytes of engine time per row]
-        per_descriptor = max(moved / bw_ns, spec.dma_descriptor_ns)
+        per_descriptor = max(moved / bw_ns + spec.dma_descriptor_setup_ns, spec.dma_descriptor_ns)
     else:
         descriptors = max(1, -(-nbytes // chunk_bytes))
-        per_descriptor = max(chunk_bytes / bw_ns, spec.dma_descriptor_ns)
+        per_descriptor = max(chunk_bytes / bw_ns + spec.dma_descriptor_setup_ns, spec.dma_descriptor_ns)
     engines = min(dma_engines_used(spec, rows), descriptors)
     per_engine = -(-descriptors // engines)
     # the busiest engine: whole descriptors, but never faster than its share of the bytes

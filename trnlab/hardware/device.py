@@ -90,14 +90,15 @@ class Run:
 
     @property
     def start_ns(self) -> float:
+        """When the launch began: its first instruction, less the runtime's start-up (0 in every preset)."""
         records = self.core.timeline.records[self.first:self.end]
-        return min((r[2] for r in records), default=0.0)
+        return min((r[2] for r in records), default=0.0) - self.core.spec.launch_start_ns
 
     @property
     def latency_ns(self) -> float:
-        """From the launch's first instruction to its last result."""
+        """From the launch's start (`start_ns`) to its last result and the runtime's tear-down."""
         records = self.core.timeline.records[self.first:self.end]
-        return max((r[4] for r in records), default=0.0) - self.start_ns
+        return max((r[4] for r in records), default=0.0) + self.core.spec.launch_end_ns - self.start_ns
 
     @property
     def latency_us(self) -> float:
@@ -156,12 +157,13 @@ class SpmdLaunch:
         program, nc = self.programs[i], self.device.cores[self.cores[i]]
         resident = {bid: t for (_, bid), t in zip(program.inputs, self.shared)}
         start = len(nc.timeline.records)
-        nc.barrier()
+        nc.start_launch()
         # the arrays too (the resident copies are what runs): a trip count read from data finds its
         # values there in timing-only mode (dynamic_loops.py)
         arrays = [None if isinstance(v, Tensor) else v for v in self.args]
         self.per_core[i] = (program, execute(program, nc, arrays, region=self.label,
                                              hbm_tensors=resident), resident)
+        nc.end_launch()
         return Run(outputs=None, core=nc, region=self.label, first=start, end=len(nc.timeline.records),
                    timing_only=not self.device.full)
 
@@ -269,8 +271,9 @@ class Device:
         self._launches += 1
         label = region or f"{program.name}#{self._launches}"
         first = len(nc.timeline.records)
-        nc.barrier()
+        nc.start_launch()
         tensors = execute(program, nc, arrays, region=label, hbm_tensors=resident)
+        nc.end_launch()
         outputs = read_outputs(program, tensors, self.full)
         for bid, t in tensors.items():          # the launch's own HBM tensors are released
             if bid not in resident:

@@ -29,6 +29,10 @@ Every number here comes from a public AWS page (the keys are those of ``shared/H
   (tools/neuron-explorer/how-to-reduce-inefficient-dma-transfers, 2026-11): a transfer has a fixed
   cost independent of its size, part of it that "its descriptors have to be generated (by the
   compute engine that issues it)"; no figure.
+- [LAUNCH] NKI "Fused Mamba" tutorial (nki/guides/tutorials/fused_mamba): "every NEFF execution
+  involves certain start-up and tear-down overhead"; its profile of mamba_v1 (figure
+  `mamba_v1_profile.png`, trn1, 172.93 µs in all) shows the kernel's first DMA ≈ 13.0 µs after the
+  profile starts and its last DMA ending ≈ 4.3 µs before the end (read off the figure's axis, ±0.5 µs).
 
 Numbers that are *not* published are marked ASSUMED with the reason for the value chosen.
 Where two public pages disagree (⚠ in HARDWARE.md), the choice and the other figure are noted.
@@ -80,6 +84,8 @@ class CoreSpec:
       descriptor, its runs counted as at least `dma_min_burst_bytes`; a hardware DMA transpose
       (v3+) runs at `dma_transpose_efficiency_hbm` / `_sbuf` of the 16 engines' rate; each transfer
       also takes `dma_issue_ns` on the core's one issuer (0 in every preset: a calibration candidate);
+    - a kernel execution: `launch_start_ns` before its first instruction, `launch_end_ns` after its
+      last result (0 in every preset: a calibration candidate);
     - shared ports: `sbuf_port_shared` (Vector and GpSimd take turns on SBUF) and `psum_port`
       ("core": Vector and Scalar take turns on all of PSUM; "bank": only on the same bank).
     """
@@ -109,10 +115,20 @@ class CoreSpec:
     dma_latency_ns: float = 1300.0
     dma_descriptor_ns: float = 150.0
     dma_min_burst_bytes: int = 64               # a strided run moves at least this (ASSUMED)
+    # a fixed part of every descriptor's time on top of its bytes / bandwidth (ASSUMED). 0 in every
+    # preset: a calibration candidate (docs/calibration.md, "What was tried for the largest misses")
+    dma_descriptor_setup_ns: float = 0.0
     # a fixed time per transfer on the core's one issuer [DMA-ISSUE] (engines.EngineTimes.dma). ASSUMED,
     # 0 (none) in every preset: the CS149 rows fit 478 ns on Trn2 but the held-back half does not
     # improve as a whole with it (docs/calibration.md, "What was tried for the largest misses")
     dma_issue_ns: float = 0.0
+    # the runtime's start-up and tear-down of one kernel execution [LAUNCH] (core.start_launch /
+    # end_launch): nothing of the kernel starts before `launch_start_ns` and the execution ends
+    # `launch_end_ns` after its last result. 0 (none) in every preset: a calibration candidate
+    # (docs/calibration.md, "What was tried for the largest misses"): Trn1 13.0 / 4.3 µs read off
+    # [LAUNCH]'s profile; nothing published for Trn2 / Trn3
+    launch_start_ns: float = 0.0
+    launch_end_ns: float = 0.0
     dma_transpose_efficiency_hbm: float = 0.0   # hardware DMA transpose HBM -> SBUF (0: none)
     dma_transpose_efficiency_sbuf: float = 0.0  # ... SBUF -> SBUF
     # shared memory ports [ARCH-v2], [ARCH-v3-PAR]

@@ -67,6 +67,7 @@ class Timeline:
         self.name = name                        # the core (a process in the Chrome trace)
         self.records: list[tuple] = []
         self.regions: list[tuple] = []          # (name, first record, end record): a launch, an op
+        self.end_ns = 0.0                       # the last launch's tear-down end (CoreSpec.launch_end_ns)
         self._columns = None
 
     def region_records(self, name: str) -> list[int]:
@@ -126,8 +127,8 @@ class Timeline:
 
     @property
     def total_ns(self) -> float:
-        """End of the run: when the last result is ready."""
-        return max((r[READY] for r in self.records), default=0.0)
+        """End of the run: when the last result is ready (or the last launch's tear-down ended)."""
+        return max(max((r[READY] for r in self.records), default=0.0), self.end_ns)
 
     def busy_ns(self) -> dict:
         """Active time per engine (sum of end - start of its instructions)."""
