@@ -55,6 +55,7 @@ from . import dtypes
 from .engines import DVE
 from .operands import _view
 from .errors import DtypeError, HardwareError, MatmulShapeError, MemoryPlacementError, PETilingError
+from .tensor import View, unravel
 from .tensor_engine import pe_tiles
 
 SCALE_DTYPES = (dtypes.uint8, dtypes.float8_e8m0fnu)
@@ -111,6 +112,9 @@ def _check_data(v, what: str):
 
 def _scale_region(scale, data):
     rows = scale_partitions(data.partitions)
+    if not scale.basic:          # gathered columns (tensor indirection): their rows that hold scales
+        flat = scale.flat_positions().reshape(scale.partitions, -1)[rows]
+        return View(scale.tensor, unravel(flat, scale.tensor.shape))
     if scale.index is not None:
         return scale
     return scale.tensor[int(rows.min()):int(rows.max()) + 1, 0:data.free_size]

@@ -2,10 +2,12 @@
 
 ``data.indirect(idx)`` is a view of the columns of the on-chip tile `data` whose positions along the free
 dimension an SBUF ``uint16`` tile `idx` holds (``(P, K)``, P = data's partitions; each group of 16
-partitions reads its own 16 rows of `idx`, in AWS's snake order). It has shape ``(P, num_elem)``; as the
-input of ``tensor_copy``, ``tensor_tensor`` (data1), ``tensor_scalar``, ``activation`` (``activation_reduce``),
-``activate2``, ``tensor_reduce``, ``tensor_scalar_reduce``, ``tensor_scalar_cumulative`` or ``exponential``
-(`hardware.indirection.ACCEPTS`) it is a gather, as their ``dst`` a scatter [nki.language.NkiTensor.indirect,
+partitions — 32 on the Tensor engine — reads its own rows of `idx`, in AWS's snake order). It has shape
+``(P, num_elem)``; as the input of ``tensor_copy``, ``tensor_tensor`` (data1), ``tensor_scalar``,
+``activation`` (``activation_reduce``), ``activate2``, ``tensor_reduce``, ``tensor_scalar_reduce``,
+``tensor_scalar_cumulative``, ``exponential`` or ``tensor_copy_predicated`` (predicate)
+(`hardware.indirection.ACCEPTS`), or as the stationary / moving of ``nc_matmul`` and ``nc_matmul_mx``
+(with its scale, `emit_matmul`), it is a gather, as their ``dst`` a scatter [nki.language.NkiTensor.indirect,
 v2.33.0; "NKI Tensor Indirection"]:
 
     idx = nl.ndarray((128, 1), dtype=nl.uint16, buffer=nl.sbuf)     # column numbers, per 16 partitions
@@ -23,7 +25,8 @@ from dataclasses import dataclass
 
 from trnlab.hardware import dtypes as hw_dtypes
 from trnlab.hardware.errors import DtypeError, GenerationError, ShapeMismatchError
-from trnlab.hardware.indirection import ACCEPTS, INDEX_DTYPE, IndirectionOperandError, group_capacity
+from trnlab.hardware.indirection import (ACCEPTS, INDEX_DTYPE, PE_ACCEPTS, PE_GROUP, IndirectionOperandError,
+                                         group_capacity)
 from trnlab.nki.errors import NKIError, ViewError
 
 ON_CHIP = ("sbuf", "psum")
@@ -39,7 +42,8 @@ class Indirection:
     @property
     def refusal(self) -> str:
         return (f"{getattr(self.data, 'name', '')!r}.indirect(...) is a Tensor Indirection view: only the dst and "
-                f"the gathered input of {', '.join(ACCEPTS)} take it (nki.isa's \"Tensor indirection\" paragraphs)")
+                f"the gathered input of {', '.join(ACCEPTS)}, and the dst, stationary and moving of "
+                f"{', '.join(PE_ACCEPTS)} take it (nki.isa's \"Tensor indirection\" paragraphs)")
 
 
 def indirect(t, index, num_elem: int | None = None):
@@ -71,14 +75,16 @@ def indirect(t, index, num_elem: int | None = None):
         raise ShapeMismatchError(f"shape mismatch: .indirect(index) of {t.name!r} {t.shape}: the index "
                                  f"{tuple(index.shape)} must be (P, K) with P = {P} [NkiTensor.indirect]",
                                  value=tuple(index.shape), limit=(P, "K"))
-    capacity = group_capacity(P, index.shape[1])
     # AWS: "Defaults to index.size" — the offsets of a view of up to 16 partitions; with more partitions each
-    # group of 16 has its own rows, so (ASSUMED reading) the default is the offsets one group holds
-    count = capacity if num_elem is None else int(num_elem)
+    # group of 16 has its own rows, so (ASSUMED reading) the default is the offsets one group of 16 holds,
+    # on the Tensor engine too. The view does not know its engine yet: num_elem is checked here against the
+    # largest group (the Tensor engine's 32) and by the instruction against its engine's group
+    capacity = group_capacity(P, index.shape[1], PE_GROUP)
+    count = group_capacity(P, index.shape[1]) if num_elem is None else int(num_elem)
     if not 1 <= count <= capacity:
         raise ShapeMismatchError(f"shape mismatch: .indirect(num_elem={count}) of {t.name!r}: each group of "
-                                 f"{min(16, P)} partitions holds {capacity} offsets in an index of {index.shape[1]} "
-                                 f"columns [NkiTensor.indirect]", value=count, limit=capacity)
+                                 f"{min(PE_GROUP, P)} partitions holds {capacity} offsets in an index of "
+                                 f"{index.shape[1]} columns [NkiTensor.indirect]", value=count, limit=capacity)
     view = type(t)((P, count), t.dtype, t.buffer, t.name)
     view._owner, view._hw, view._launch = t._base(), t._hw, t._launch
     # never "a whole tensor" (index None), so that indexing it meets the indirect-view refusal (tensor.py)
@@ -111,6 +117,8 @@ def emit(launch, opcode: str, dst, data, ranges, attrs: dict, **operands) -> Non
                                           f"[nki.isa.{opcode}]", value=name, limit=("dst", ACCEPTS[opcode][0]))
         if hasattr(value, "hw_view"):
             operands[name] = value.hw_view()
+        elif isinstance(value, (bool, int)) and name == "src":
+            operands[name] = int(value)              # tensor_copy_predicated's int src: an int dst's kind
         elif value is not None and not isinstance(value, str):
             operands[name] = float(value)            # a number operand (operand0, scale, ...)
     into, source = of(dst), of(data)
@@ -118,3 +126,35 @@ def emit(launch, opcode: str, dst, data, ranges, attrs: dict, **operands) -> Non
         opcode=opcode, dst=(into.data if into else dst).hw_view(), data=(source.data if source else data).hw_view(),
         dst_index=into.index.hw_view() if into else None, data_index=source.index.hw_view() if source else None,
         dst_count=into.count if into else 0, data_count=source.count if source else 0, attrs=attrs, **operands)
+
+
+def emit_matmul(launch, opcode: str, dst, stationary, moving, attrs: dict, stationary_scale=None,
+                moving_scale=None) -> None:
+    """Issue Tensor-engine `opcode` (nc_matmul, nc_matmul_mx) with any of dst, stationary, moving indirect:
+    hardware ``matmul_indirect``. nc_matmul_mx's (data, scale) pairs "must agree on tensor indirection:
+    either both members of a pair use .indirect() with the same index, or neither does" [nki.isa.nc_matmul_mx]."""
+    for data, scale, name in ((stationary, stationary_scale, "stationary"), (moving, moving_scale, "moving")):
+        if scale is None:
+            continue
+        a, b = of(data), of(scale)
+        same = (a is None) == (b is None) and (a is None or (a.index.hw_view().tensor is b.index.hw_view().tensor
+                                                             and a.index.hw_view().box == b.index.hw_view().box
+                                                             and a.count == b.count))
+        if not same:
+            raise IndirectionOperandError(
+                f"tensor indirection operand: {opcode} {name} and {name}_scale must agree on tensor indirection: "
+                f"both .indirect() with the same index (and num_elem), or neither (\"the data bytes and scale "
+                f"exponents form a single logical tensor\") [nki.isa.nc_matmul_mx]", value=name,
+                limit="both or neither, one index")
+    views = {"dst": dst, "stationary": stationary, "moving": moving}
+    kwargs = {}
+    for name, t in views.items():
+        view = of(t)
+        kwargs[name] = (view.data if view else t).hw_view()
+        kwargs[name + "_index"] = view.index.hw_view() if view else None
+        kwargs[name + "_count"] = view.count if view else 0
+    for name, t in (("stationary_scale", stationary_scale), ("moving_scale", moving_scale)):
+        if t is not None:
+            view = of(t)
+            kwargs[name] = (view.data if view else t).hw_view()
+    launch.core.matmul_indirect(opcode=opcode, **kwargs, **attrs)
