@@ -1,0 +1,163 @@
+"""NKI scalar values (`nisa.NkiScalar`, `scalar_load`, `scalar_store`): an integer computed on the device, its
+arithmetic traced into register instructions that wrap at 32 bits, used as an access pattern's scalar_offset
+and as a bound of nl.fori_loop; the rules of AWS's NkiScalar / scalar_load pages refused by name. Values
+against NumPy with the fast paths on and off."""
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import trnlab.nki as nki
+import trnlab.nki.isa as nisa
+import trnlab.nki.language as nl
+from trnlab.hardware.core import NeuronCore
+from trnlab.hardware.errors import DtypeError
+from trnlab.hardware.system import register_value
+from trnlab.nki.isa_scalars import ScalarComparisonError
+
+from nki_isa_helpers import run_both
+
+INT32 = st.integers(-(2**31), 2**31 - 1)
+
+
+def _load(hbm):
+    tile = nl.ndarray((1, 1), dtype=hbm.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=tile, src=hbm)
+    return nisa.scalar_load(tile)
+
+
+@nki.jit
+def scalar_arithmetic(a, b):
+    """out = [a * 4 + 1, 3 - a, -(a - b), a * b] computed on the device by NkiScalar arithmetic."""
+    x, y = _load(a), _load(b)
+    results = (x * 4 + 1, 3 - x, -(x - y), x * y)
+    tile = nl.ndarray((1, len(results)), dtype=nl.int32, buffer=nl.sbuf)
+    for k, value in enumerate(results):
+        nisa.scalar_store(tile[:, k:k + 1], value)
+    out = nl.ndarray((1, len(results)), dtype=nl.int32, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=tile)
+    return out
+
+
+@settings(max_examples=12, deadline=None)
+@given(a=INT32, b=INT32)
+def test_scalar_arithmetic_wraps_at_32_bits_like_int32(a, b):
+    run = run_both(scalar_arithmetic, np.array([[a]], np.int32), np.array([[b]], np.int32))
+    x, y = np.int32(a), np.int32(b)
+    with np.errstate(over="ignore"):
+        expected = [x * np.int32(4) + np.int32(1), np.int32(3) - x, -(x - y), x * y]
+    np.testing.assert_array_equal(run.outputs, np.array([expected], np.int32))
+
+
+def test_a_32_bit_product_wraps_as_aws_states():
+    run = run_both(scalar_arithmetic, np.array([[100000]], np.int32), np.array([[100000]], np.int32))
+    assert run.outputs[0, 3] == 1410065408             # "100000 * 100000 yields 1410065408"
+
+
+def test_a_64_bit_register_instruction_does_not_wrap_at_32_bits():
+    core = NeuronCore("trn2", mode="full")
+    core.register_move(register=1, value=100000)
+    core.register_op(register=2, a=1, op="multiply", b=1, bits=64)
+    core.register_op(register=3, a=1, op="multiply", b=1)
+    state = core._system_state()
+    assert (register_value(state, 2), register_value(state, 3)) == (10**10, 1410065408)
+
+
+@nki.jit
+def rows_at_a_scalar_offset(table, row):
+    """out = table's two rows starting at row * 2 + 1, the offset computed on the device."""
+    R, F = table.shape
+    s = _load(row)
+    tile = nl.ndarray((2, F), dtype=table.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=tile, src=table.ap([[F, 2], [1, F]], offset=0, scalar_offset=s * 2 + 1, indirect_dim=0))
+    out = nl.ndarray((2, F), dtype=table.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=tile)
+    return out
+
+
+@pytest.mark.parametrize("row", [0, 2, 3])
+def test_an_nki_scalar_is_the_scalar_offset_of_an_access_pattern(row):
+    table = np.arange(40, dtype=np.float32).reshape(10, 4)
+    run = run_both(rows_at_a_scalar_offset, table, np.array([[row]], np.int32))
+    np.testing.assert_array_equal(run.outputs, table[2 * row + 1: 2 * row + 3])
+
+
+@nki.jit
+def sum_of_rows(table, count):
+    """out = the sum of table's first count + 1 rows: a loop the device runs, bounded by an NkiScalar
+    expression, its iterator an NkiScalar read as a scalar_offset."""
+    R, F = table.shape
+    n = _load(count)
+    acc = nl.ndarray((1, F), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.memset(dst=acc, value=0.0)
+    row = nl.ndarray((1, F), dtype=nl.float32, buffer=nl.sbuf)
+
+    def body(i):
+        assert isinstance(i, nisa.NkiScalar)         # "i is a NkiScalar unless either lower or upper is a VirtualRegister"
+        nisa.dma_copy(dst=row, src=table.ap([[F, 1], [1, F]], offset=0, scalar_offset=i, indirect_dim=0))
+        nisa.tensor_tensor(dst=acc, data1=acc, data2=row, op=nl.add)
+
+    nl.fori_loop(0, n + 1, body)
+    out = nl.ndarray((1, F), dtype=nl.float32, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=acc)
+    return out
+
+
+def test_an_nki_scalar_bounds_a_loop_the_device_runs():
+    table = np.random.default_rng(3).normal(size=(8, 5)).astype(np.float32)
+    kernel = sum_of_rows
+    for count in (0, 3, 7):
+        run = run_both(kernel, table, np.array([[count]], np.int32))
+        np.testing.assert_allclose(run.outputs, table[:count + 1].sum(axis=0, keepdims=True), rtol=1e-6)
+
+
+# -- the rules -------------------------------------------------------------------------------------------
+def test_scalar_load_takes_a_signed_integer_tile():
+    @nki.jit
+    def unsigned(x):
+        _load(x)
+        return x
+
+    with pytest.raises(DtypeError, match="Unsigned dtypes are not accepted"):
+        nki.run(unsigned, np.array([[1]], np.uint32))
+
+
+def _comparison_used_as(use):
+    @nki.jit
+    def kernel(table, row):
+        s = _load(row)
+        flag = s < 3                                   # traced ...
+        if use == "offset":                            # ... but the result cannot be used
+            table.ap([[4, 1], [1, 4]], offset=0, scalar_offset=flag, indirect_dim=0)
+        elif use == "bound":
+            nl.fori_loop(0, flag, lambda i: None)
+        else:
+            nisa.scalar_store(nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf), flag)
+        return table
+
+    return kernel
+
+
+@pytest.mark.parametrize("use", ["offset", "bound", "store"])
+def test_a_comparison_is_traced_but_its_result_cannot_be_used(use):
+    with pytest.raises(ScalarComparisonError, match="cannot be used"):
+        nki.run(_comparison_used_as(use), np.zeros((4, 4), np.float32), np.array([[1]], np.int32))
+
+
+def test_int64_scalars_bound_no_loop_address_no_on_chip_operand_and_do_not_compare():
+    wide = nisa.NkiScalar(5, dtype="int64")            # (trnlab has no nl.int64 tile to scalar_load one from)
+    with pytest.raises(DtypeError, match="must be 32-bit"):
+        nl.fori_loop(0, wide, lambda i: None)
+    with pytest.raises(DtypeError, match="rejected at compile time"):
+        wide < 3
+    with pytest.raises(DtypeError, match="so long as the dtypes match"):
+        wide + nisa.NkiScalar(1, dtype="int32")
+
+    @nki.jit
+    def on_chip_offset(x):
+        tile = nl.ndarray((4, 4), dtype=x.dtype, buffer=nl.sbuf)
+        tile.ap([[4, 1], [1, 4]], offset=0, scalar_offset=nisa.NkiScalar(1, dtype="int64"), indirect_dim=0)
+        return x
+
+    with pytest.raises(DtypeError, match="on an SBUF or PSUM operand the offset must be nl.int32"):
+        nki.run(on_chip_offset, np.zeros((4, 4), np.float32))
