@@ -161,3 +161,21 @@ def test_int64_scalars_bound_no_loop_address_no_on_chip_operand_and_do_not_compa
 
     with pytest.raises(DtypeError, match="on an SBUF or PSUM operand the offset must be nl.int32"):
         nki.run(on_chip_offset, np.zeros((4, 4), np.float32))
+
+
+@nki.jit
+def transposed_rows(table, row):
+    """out = table's two rows at the NkiScalar row, transposed by the DMA engines ([F, 2])."""
+    R, F = table.shape
+    s = _load(row)
+    tile = nl.ndarray((F, 2), dtype=table.dtype, buffer=nl.sbuf)
+    nisa.dma_transpose(dst=tile, src=table.ap([[F, 2], [1, F]], offset=0, scalar_offset=s, indirect_dim=0))
+    out = nl.ndarray((F, 2), dtype=table.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=tile)
+    return out
+
+
+def test_dma_transpose_moves_a_view_at_an_nki_scalar_offset():
+    table = np.arange(40, dtype=np.float32).reshape(10, 4)
+    run = run_both(transposed_rows, table, np.array([[6]], np.int32))
+    np.testing.assert_array_equal(run.outputs, table[6:8].T)
