@@ -13,6 +13,7 @@ import trnlab.nki.language as nl
 from trnlab.hardware.core import NeuronCore
 from trnlab.hardware.errors import DtypeError
 from trnlab.hardware.system import register_value
+from trnlab.nki.errors import NKIError, ViewError
 from trnlab.nki.isa_scalars import ScalarComparisonError
 
 from nki_isa_helpers import run_both
@@ -131,6 +132,9 @@ def _comparison_used_as(use):
             table.ap([[4, 1], [1, 4]], offset=0, scalar_offset=flag, indirect_dim=0)
         elif use == "bound":
             nl.fori_loop(0, flag, lambda i: None)
+        elif use == "condition":
+            if flag:
+                pass
         else:
             nisa.scalar_store(nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf), flag)
         return table
@@ -138,7 +142,7 @@ def _comparison_used_as(use):
     return kernel
 
 
-@pytest.mark.parametrize("use", ["offset", "bound", "store"])
+@pytest.mark.parametrize("use", ["offset", "bound", "store", "condition"])
 def test_a_comparison_is_traced_but_its_result_cannot_be_used(use):
     with pytest.raises(ScalarComparisonError, match="cannot be used"):
         nki.run(_comparison_used_as(use), np.zeros((4, 4), np.float32), np.array([[1]], np.int32))
@@ -179,3 +183,26 @@ def test_dma_transpose_moves_a_view_at_an_nki_scalar_offset():
     table = np.arange(40, dtype=np.float32).reshape(10, 4)
     run = run_both(transposed_rows, table, np.array([[6]], np.int32))
     np.testing.assert_array_equal(run.outputs, table[6:8].T)
+
+
+def _run_time_scalar_used(use):
+    @nki.jit
+    def kernel(table, row):
+        s = _load(row)
+        tile = nl.ndarray(table.shape, dtype=table.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=tile, src=table)
+        out = nl.ndarray((1, table.shape[1]), dtype=table.dtype, buffer=nl.sbuf)
+        if use == "engine":                            # an on-chip view at a run-time offset, read by an engine
+            nisa.tensor_copy(dst=out, src=tile.ap([[4, 1], [1, 4]], offset=0, scalar_offset=s, indirect_dim=0))
+        else:
+            nisa.tensor_copy(dst=out, src=tile[s])
+        return table
+
+    return kernel
+
+
+def test_an_engine_reading_a_view_at_a_run_time_offset_is_refused_by_name():
+    with pytest.raises(ViewError, match="only DMAs move it"):
+        nki.run(_run_time_scalar_used("engine"), np.zeros((4, 4), np.float32), np.array([[1]], np.int32))
+    with pytest.raises(NKIError, match="unsupported index NkiScalar"):
+        nki.run(_run_time_scalar_used("index"), np.zeros((4, 4), np.float32), np.array([[1]], np.int32))

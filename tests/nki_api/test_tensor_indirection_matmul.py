@@ -15,6 +15,7 @@ import trnlab.nki.language as nl
 from trnlab.hardware import mx
 from trnlab.hardware.errors import DtypeError, GenerationError, PETilingError, ShapeMismatchError, StartPartitionError
 from trnlab.hardware.indirection import IndirectionOperandError
+from trnlab.nki.errors import NKIError
 
 from nki_isa_helpers import run_both
 
@@ -271,3 +272,35 @@ def test_thirty_two_partitions_share_the_tensor_engines_offsets():
 def test_neuroncore_v3_refuses_an_indirect_matmul():
     with pytest.raises(GenerationError, match="needs NeuronCore-v4"):
         nki.run(_gathered_matmul(4, 4), LHS_T.astype(BF16), RHS.astype(BF16), COLUMNS, COLUMNS, target="trn2")
+
+
+def _two_matmuls(perf_mode=None):
+    @nki.jit
+    def two_matmuls(lhsT, rhs, columns):
+        """A dense [K, 8] x [K, 16] matmul, then one of the same shapes whose stationary is gathered."""
+        lhsT_tile, other, rhs_tile, idx = _sbuf(lhsT), _sbuf(lhsT), _sbuf(rhs), _sbuf(columns)
+        dense = nl.ndarray((8, 16), dtype=nl.float32, buffer=nl.psum)
+        nisa.nc_matmul(dst=dense, stationary=lhsT_tile[:, 0:8], moving=rhs_tile[:, 0:16])
+        gathered = nl.ndarray((8, 16), dtype=nl.float32, buffer=nl.psum)
+        extra = {} if perf_mode is None else {"perf_mode": perf_mode}
+        nisa.nc_matmul(dst=gathered, stationary=other.indirect(idx, num_elem=8), moving=rhs_tile[:, 0:16], **extra)
+        out = nl.ndarray((8, 16), dtype=nl.float32, buffer=nl.shared_hbm)
+        staged = nl.ndarray((8, 16), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=staged, src=gathered)
+        nisa.tensor_tensor(dst=staged, data1=dense, data2=staged, op=nl.add)
+        nisa.dma_copy(dst=out, src=staged)
+        return out
+
+    return two_matmuls
+
+
+def test_an_indirect_matmul_costs_the_dense_matmul_of_its_gathered_shapes():
+    run = nki.run(_two_matmuls(), LHS_T.astype(BF16), RHS.astype(BF16).repeat(2, axis=1), COLUMNS, target="trn3")
+    dense, gathered = [r for r in (run.timeline[i] for i in range(len(run.timeline))) if r.opcode == "nc_matmul"]
+    assert gathered.end_ns - gathered.start_ns == pytest.approx(dense.end_ns - dense.start_ns)
+
+
+def test_an_indirect_matmul_in_double_row_mode_is_refused_by_name():
+    with pytest.raises(NKIError, match="perf_mode=double_row is not simulated"):
+        nki.run(_two_matmuls(nisa.matmul_perf_mode.double_row), LHS_T.astype(BF16),
+                RHS.astype(BF16).repeat(2, axis=1), COLUMNS, target="trn3")
