@@ -283,8 +283,8 @@ class IndirectionInstructions:
                                   f"(Trn3); {self.spec.name} is NeuronCore-{self.spec.generation} "
                                   f"[nki.language.NkiTensor.indirect]", value=self.spec.generation, limit="v4")
         if opcode not in PE_ACCEPTS:
-            raise IndirectionOperandError(f"tensor indirection operand: {opcode} with an .indirect() view is not "
-                                          f"a Tensor-engine instruction trnlab simulates it on ({', '.join(PE_ACCEPTS)})",
+            raise IndirectionOperandError(f"tensor indirection operand: {opcode} is not a Tensor-engine instruction "
+                                          f"that takes an .indirect() view ({', '.join(PE_ACCEPTS)})",
                                           value=opcode, limit=tuple(PE_ACCEPTS))
         if tile_position not in (None, ()) and tuple(int(x) for x in tile_position) != (0, 0):
             raise PETilingError(f"PE array tiling: {opcode} with an .indirect() view at tile_position "
