@@ -12,6 +12,8 @@ import trnlab.nki.isa as nisa
 import trnlab.nki.language as nl
 from trnlab.hardware.core import NeuronCore
 from trnlab.hardware.errors import DtypeError
+from trnlab.hardware.errors import OutOfBoundsError
+from trnlab.hardware.indirection import IndirectionOperandError
 from trnlab.hardware.system import register_value
 from trnlab.nki.errors import NKIError, ViewError
 from trnlab.nki.isa_scalars import ScalarComparisonError
@@ -192,8 +194,11 @@ def _run_time_scalar_used(use):
         tile = nl.ndarray(table.shape, dtype=table.dtype, buffer=nl.sbuf)
         nisa.dma_copy(dst=tile, src=table)
         out = nl.ndarray((1, table.shape[1]), dtype=table.dtype, buffer=nl.sbuf)
-        if use == "engine":                            # an on-chip view at a run-time offset, read by an engine
-            nisa.tensor_copy(dst=out, src=tile.ap([[4, 1], [1, 4]], offset=0, scalar_offset=s, indirect_dim=0))
+        if use == "engine":           # an on-chip view at a run-time offset, written by an instruction that
+            nisa.memset(dst=tile.ap([[4, 1], [1, 4]], offset=0, scalar_offset=s, indirect_dim=0), value=0.0)
+        elif use == "data2":          # ... or read as an operand other than the input of one that takes it
+            nisa.tensor_tensor(dst=out, data1=out, op=nl.add,
+                               data2=tile.ap([[4, 1], [1, 4]], offset=0, scalar_offset=s, indirect_dim=0))
         else:
             nisa.tensor_copy(dst=out, src=tile[s])
         return table
@@ -201,8 +206,68 @@ def _run_time_scalar_used(use):
     return kernel
 
 
-def test_an_engine_reading_a_view_at_a_run_time_offset_is_refused_by_name():
+def test_other_uses_of_a_view_at_a_run_time_offset_are_refused_by_name():
     with pytest.raises(ViewError, match="only DMAs move it"):
         nki.run(_run_time_scalar_used("engine"), np.zeros((4, 4), np.float32), np.array([[1]], np.int32))
+    with pytest.raises(IndirectionOperandError, match="tensor_tensor data2 is a view at a run-time"):
+        nki.run(_run_time_scalar_used("data2"), np.zeros((4, 4), np.float32), np.array([[1]], np.int32))
     with pytest.raises(NKIError, match="unsupported index NkiScalar"):
         nki.run(_run_time_scalar_used("index"), np.zeros((4, 4), np.float32), np.array([[1]], np.int32))
+
+
+@nki.jit
+def window_sums(x, count):
+    """out = the sum over the run-time loop i in [0, count) of x's 4 columns from column i: an engine reading
+    an SBUF tile at the loop's offset."""
+    P, F = x.shape
+    tile = nl.ndarray((P, F), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=tile, src=x)
+    acc = nl.ndarray((P, 4), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.memset(dst=acc, value=0.0)
+    window = nl.ndarray((P, 4), dtype=nl.float32, buffer=nl.sbuf)
+
+    def body(i):
+        nisa.tensor_copy(dst=window, src=tile.ap([[F, P], [1, 4]], offset=0, scalar_offset=i, indirect_dim=1))
+        nisa.tensor_tensor(dst=acc, data1=acc, data2=window, op=nl.add)
+
+    nl.fori_loop(0, _load(count), body)
+    out = nl.ndarray((P, 4), dtype=nl.float32, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=acc)
+    return out
+
+
+@settings(max_examples=6, deadline=None)
+@given(count=st.integers(0, 9), seed=st.integers(0, 2**16))
+def test_an_engine_reads_a_tile_at_the_run_time_loops_offset(count, seed):
+    x = np.random.default_rng(seed).normal(size=(3, 12)).astype(np.float32)
+    run = run_both(window_sums, x, np.array([[count]], np.int32))
+    expected = np.zeros((3, 4), np.float32)
+    for i in range(count):
+        expected += x[:, i:i + 4]
+    np.testing.assert_allclose(run.outputs, expected, rtol=1e-6, atol=1e-6)
+
+
+@nki.jit
+def scaled_into_column(x, column):
+    """out = zeros [P, 8] with 2 * x ([P, 2]) written at columns column .. column + 1 (an NkiScalar offset of
+    the dst of tensor_scalar)."""
+    P = x.shape[0]
+    tile = nl.ndarray((P, 2), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=tile, src=x)
+    wide = nl.ndarray((P, 8), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.memset(dst=wide, value=0.0)
+    nisa.tensor_scalar(dst=wide.ap([[8, P], [1, 2]], offset=0, scalar_offset=_load(column), indirect_dim=1),
+                       data=tile, op0=nl.multiply, operand0=2.0)
+    out = nl.ndarray((P, 8), dtype=nl.float32, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=wide)
+    return out
+
+
+def test_an_engine_writes_a_tile_at_an_nki_scalar_offset_and_names_one_past_its_end():
+    x = np.random.default_rng(1).normal(size=(4, 2)).astype(np.float32)
+    run = run_both(scaled_into_column, x, np.array([[5]], np.int32))
+    expected = np.zeros((4, 8), np.float32)
+    expected[:, 5:7] = 2 * x
+    np.testing.assert_array_equal(run.outputs, expected)
+    with pytest.raises(OutOfBoundsError, match="run-time offset of 7 elements reaches element 8 "):
+        nki.run(scaled_into_column, x, np.array([[7]], np.int32))    # column 8 of partition 0: not partition 1

@@ -48,7 +48,8 @@ _RAND2_DTYPES = ("float8_e4m3", "float8_e5m2", "float16", "bfloat16", "float32",
 _ENGINE_NAMES = {None: None, "unknown": None, "vector": "dve", "dve": "dve", "gpsimd": "pool", "pool": "pool"}
 # instructions with state beyond their operands (the generators, the registers): kept in program order
 STATEFUL_OPCODES = ("rng", "rand2", "rand", "rand_set_state", "rand_get_state", "register_move", "register_load",
-                    "register_store", "register_rank", "register_op", "core_barrier", "dma_copy_register_offset")
+                    "register_store", "register_rank", "register_op", "core_barrier", "dma_copy_register_offset",
+                    "tensor_register_offset")
 # NkiScalar arithmetic ("At 64 bits only addition, subtraction and multiplication are available", nki.isa.NkiScalar)
 REGISTER_OPS = {"add": lambda x, y: x + y, "subtract": lambda x, y: x - y, "multiply": lambda x, y: x * y}
 

@@ -334,7 +334,9 @@ class NkiTensor:
         if self._dynamic is not None:
             raise ViewError(getattr(self._dynamic, "refusal", None) or   # .indirect(): tensor_indirection.py
                             f"{self.name!r} is an indirect view (scalar_offset / vector_offset, select or "
-                            f"vector_select by a tile): only DMAs move it (nisa.dma_copy, nl.load, nl.store)")
+                            f"vector_select by a tile): only DMAs move it (nisa.dma_copy, nl.load, nl.store), and "
+                            f"at a register / NkiScalar scalar_offset the instructions that take an .indirect() view "
+                            f"read or write it too (their input and dst)")
         if self._bitcast is not None:
             raise ViewError(_views.BYTES_VIEW_RULE.format(name=self.name, dtype=_dtypes.name(self.dtype),
                                                           own=_dtypes.name(self._bitcast.dtype)))

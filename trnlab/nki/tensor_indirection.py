@@ -99,28 +99,54 @@ def of(t):
     return dynamic if isinstance(dynamic, Indirection) else None
 
 
+def at_register(t):
+    """(register, stride) of a view at a run-time offset (``.ap(scalar_offset=register or NkiScalar)``), or None."""
+    from trnlab.nki.tensor import _is_register
+    dynamic = getattr(t, "_dynamic", None)
+    return (dynamic[0], dynamic[1]) if isinstance(dynamic, tuple) and _is_register(dynamic[0]) else None
+
+
 def uses(*tiles) -> bool:
-    """Is any of `tiles` a Tensor Indirection view?"""
-    return any(of(t) is not None for t in tiles)
+    """Is any of `tiles` a Tensor Indirection view, or a view at a run-time register offset?"""
+    return any(of(t) is not None or at_register(t) is not None for t in tiles)
 
 
 def emit(launch, opcode: str, dst, data, ranges, attrs: dict, **operands) -> None:
     """Issue `opcode` with `dst` and / or `data` indirect: hardware ``tensor_indirect`` on the views
-    `.indirect()` was called on and their index tiles. `operands`: the instruction's other operands, as
-    its hardware method takes them (views or numbers); none of them may be indirect."""
+    `.indirect()` was called on and their index tiles; or at a run-time register offset (``.ap(scalar_offset=
+    register)`` on an SBUF / PSUM tile): hardware ``tensor_register_offset`` on their patterns at offset 0.
+    `operands`: the instruction's other operands, as its hardware method takes them (views or numbers); none
+    of them may be either."""
+    what = ACCEPTS[opcode][0]
     if ranges:
-        raise NKIError(f"{opcode} with an .indirect() view and mask= is not simulated")
+        raise NKIError(f"{opcode} with an .indirect() view or a view at a run-time offset and mask= is not simulated")
     for name, value in operands.items():
+        if at_register(value) is not None:
+            raise IndirectionOperandError(f"tensor indirection operand: {opcode} {name} is a view at a run-time "
+                                          f"(register) offset; trnlab simulates one on dst and {what} only",
+                                          value=name, limit=("dst", what))
         if uses(value):
             raise IndirectionOperandError(f"tensor indirection operand: {opcode} {name} does not take an "
-                                          f".indirect() view; only dst and {ACCEPTS[opcode][0]} do "
-                                          f"[nki.isa.{opcode}]", value=name, limit=("dst", ACCEPTS[opcode][0]))
+                                          f".indirect() view; only dst and {what} do "
+                                          f"[nki.isa.{opcode}]", value=name, limit=("dst", what))
         if hasattr(value, "hw_view"):
             operands[name] = value.hw_view()
         elif isinstance(value, (bool, int)) and name == "src":
             operands[name] = int(value)              # tensor_copy_predicated's int src: an int dst's kind
         elif value is not None and not isinstance(value, str):
             operands[name] = float(value)            # a number operand (operand0, scale, ...)
+    shifted = {"dst": at_register(dst), "data": at_register(data)}
+    if any(shifted.values()):
+        if of(dst) is not None or of(data) is not None:
+            raise NKIError(f"{opcode} with an .indirect() view and a view at a run-time offset is not simulated")
+        kwargs = {}
+        for name, t in (("dst", dst), ("data", data)):
+            kwargs[name] = (t._hw[t._index] if t._index is not None else t._hw.full) if shifted[name] else t.hw_view()
+            if shifted[name]:
+                register, stride = shifted[name]
+                kwargs[name + "_register"], kwargs[name + "_stride"] = register.id, int(stride)
+        launch.core.tensor_register_offset(opcode=opcode, **kwargs, attrs=attrs, **operands)
+        return
     into, source = of(dst), of(data)
     launch.core.tensor_indirect(
         opcode=opcode, dst=(into.data if into else dst).hw_view(), data=(source.data if source else data).hw_view(),
