@@ -15,7 +15,9 @@ v2.33.0; "NKI Tensor Indirection"]:
     nisa.tensor_copy(dst=dense, src=table.indirect(idx, num_elem=8))  # dense[p, i] = table[p, offset i]
 
 The offsets are data: the instruction reads them when it runs (hardware `tensor_indirect`, in
-`hardware/indirection.py`, with the rules and the costs). The view itself is held in the tile's
+`hardware/indirection.py`, with the rules and the costs; `matmul_indirect` on the Tensor engine). The same
+instructions take, as their input or dst, an SBUF / PSUM access pattern at a register / NkiScalar
+``scalar_offset`` (`at_register`; hardware `tensor_register_offset`, `hardware/register_offsets.py`). The view itself is held in the tile's
 ``_dynamic`` field (an `Indirection`), so every other view operation and every other instruction refuses
 it, as AWS's "indirect views cannot be re-indirected" says.
 """
@@ -101,9 +103,11 @@ def of(t):
 
 def at_register(t):
     """(register, stride) of a view at a run-time offset (``.ap(scalar_offset=register or NkiScalar)``), or None."""
-    from trnlab.nki.tensor import _is_register
     dynamic = getattr(t, "_dynamic", None)
-    return (dynamic[0], dynamic[1]) if isinstance(dynamic, tuple) and _is_register(dynamic[0]) else None
+    if type(dynamic) is not tuple:           # (every plain tile: this is on each instruction's path)
+        return None
+    from trnlab.nki.tensor import _is_register   # (tensor.py imports tensor_views, which imports this module)
+    return (dynamic[0], dynamic[1]) if _is_register(dynamic[0]) else None
 
 
 def uses(*tiles) -> bool:
