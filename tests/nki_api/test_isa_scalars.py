@@ -271,3 +271,28 @@ def test_an_engine_writes_a_tile_at_an_nki_scalar_offset_and_names_one_past_its_
     np.testing.assert_array_equal(run.outputs, expected)
     with pytest.raises(OutOfBoundsError, match="run-time offset of 7 elements reaches element 8 "):
         nki.run(scaled_into_column, x, np.array([[7]], np.int32))    # column 8 of partition 0: not partition 1
+
+
+@nki.jit
+def odd_rows(table, count):
+    """out = the sum of table's rows 1, 3, ..., 2 count - 1: arithmetic on the run-time loop's NkiScalar
+    iterator, recomputed on the device each iteration."""
+    R, F = table.shape
+    acc = nl.ndarray((1, F), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.memset(dst=acc, value=0.0)
+    row = nl.ndarray((1, F), dtype=nl.float32, buffer=nl.sbuf)
+
+    def body(i):
+        nisa.dma_copy(dst=row, src=table.ap([[F, 1], [1, F]], offset=0, scalar_offset=i * 2 + 1, indirect_dim=0))
+        nisa.tensor_tensor(dst=acc, data1=acc, data2=row, op=nl.add)
+
+    nl.fori_loop(0, _load(count), body)
+    out = nl.ndarray((1, F), dtype=nl.float32, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=acc)
+    return out
+
+
+def test_arithmetic_on_the_loop_iterator_is_recomputed_each_iteration():
+    table = np.arange(40, dtype=np.float32).reshape(10, 4)
+    run = run_both(odd_rows, table, np.array([[3]], np.int32))
+    np.testing.assert_array_equal(run.outputs, table[[1, 3, 5]].sum(axis=0, keepdims=True))
