@@ -11,6 +11,7 @@ import trnlab.nki as nki
 import trnlab.nki.isa as nisa
 import trnlab.nki.language as nl
 from trnlab.hardware.core import NeuronCore
+from trnlab.hardware.device import Device
 from trnlab.hardware.errors import DtypeError
 from trnlab.hardware.errors import OutOfBoundsError
 from trnlab.hardware.indirection import IndirectionOperandError
@@ -296,3 +297,15 @@ def test_arithmetic_on_the_loop_iterator_is_recomputed_each_iteration():
     table = np.arange(40, dtype=np.float32).reshape(10, 4)
     run = run_both(odd_rows, table, np.array([[3]], np.int32))
     np.testing.assert_array_equal(run.outputs, table[[1, 3, 5]].sum(axis=0, keepdims=True))
+
+
+def test_a_program_with_scalar_arithmetic_and_register_offsets_is_saved_and_runs_loaded(tmp_path):
+    x = np.random.default_rng(4).normal(size=(3, 12)).astype(np.float32)
+    program = nki.trace(window_sums, x, np.array([[4]], np.int32))
+    program.save(tmp_path / "window.json")
+    loaded = type(program).load(tmp_path / "window.json")
+    opcodes = [i.opcode for i in loaded.instructions]
+    assert "register_load" in opcodes and "tensor_register_offset" in opcodes
+    assert [i.attrs for i in loaded.instructions] == [i.attrs for i in program.instructions]
+    run = Device("trn2", cores=1).run(loaded, x, np.array([[4]], np.int32))
+    np.testing.assert_allclose(run.outputs, sum(x[:, i:i + 4] for i in range(4)), rtol=1e-6)
