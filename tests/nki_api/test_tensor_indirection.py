@@ -520,3 +520,70 @@ def test_offsets_count_the_columns_of_the_view():
     columns[1, 0] = 16                                # past the slice's 16 columns, inside the tile
     with pytest.raises(IndirectionOffsetError, match="past the 16 elements"):
         nki.run(gather_from_a_slice, table, columns, target="trn3")
+
+
+# -- tensor_copy_predicated: the predicate gathered, dst scattered; src never indirect ---------------------
+def _predicated_copy(count, number=None, indirect_src=False):
+    @nki.jit
+    def predicated_copy(base, values, flags, predicate_columns, dst_columns):
+        """out = base with values (or a number) copied into the dst columns at the offsets where the predicate's
+        columns at its offsets are nonzero."""
+        P, F = base.shape
+        dst = nl.ndarray((P, F), dtype=base.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=dst, src=base)
+        src = nl.ndarray(values.shape, dtype=values.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=src, src=values)
+        predicate = nl.ndarray(flags.shape, dtype=nl.uint8, buffer=nl.sbuf)
+        nisa.dma_copy(dst=predicate, src=flags)
+        p_idx = nl.ndarray(predicate_columns.shape, dtype=nl.uint16, buffer=nl.sbuf)
+        nisa.dma_copy(dst=p_idx, src=predicate_columns)
+        d_idx = nl.ndarray(dst_columns.shape, dtype=nl.uint16, buffer=nl.sbuf)
+        nisa.dma_copy(dst=d_idx, src=dst_columns)
+        source = src.indirect(p_idx, num_elem=count) if indirect_src else (src if number is None else number)
+        nisa.tensor_copy_predicated(dst=dst.indirect(d_idx, num_elem=count), src=source,
+                                    predicate=predicate.indirect(p_idx, num_elem=count))
+        out = nl.ndarray((P, F), dtype=base.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=dst)
+        return out
+
+    return predicated_copy
+
+
+def _distinct_columns(P, count, F):
+    """An index [P, 1]-or-wider whose offsets are distinct within each group of 16 partitions."""
+    k = -(-count // min(16, P))
+    columns = np.zeros((P, k), np.uint16)
+    for first in range(0, P, 16):
+        rows = min(16, P - first)
+        for i, column in enumerate(RNG.permutation(F)[:count]):
+            columns[first + i % rows, i // rows] = column
+    return columns
+
+
+@pytest.mark.parametrize("number", [None, 7.0])
+def test_tensor_copy_predicated_gathers_its_predicate_and_scatters_dst(number):
+    P, F, count = 48, 20, 12
+    base = RNG.normal(size=(P, F)).astype(np.float32)
+    values = RNG.normal(size=(P, count)).astype(np.float32)
+    flags = RNG.integers(0, 2, size=(P, F)).astype(np.uint8)
+    p_cols, d_cols = _distinct_columns(P, count, F), _distinct_columns(P, count, F)
+    run = run_both(_predicated_copy(count, number), base, values, flags, p_cols, d_cols, target="trn3")
+    holds = np.take_along_axis(flags, expected_offsets(p_cols, count), 1) != 0
+    expected = base.copy()
+    new = values if number is None else np.full_like(values, number)
+    where = expected_offsets(d_cols, count)
+    np.put_along_axis(expected, where, np.where(holds, new, np.take_along_axis(base, where, 1)), axis=1)
+    np.testing.assert_array_equal(run.outputs, expected)
+
+
+def test_tensor_copy_predicated_takes_no_indirect_src():
+    args = (TABLE, TABLE[:, :4], (TABLE > 0).astype(np.uint8), COLUMNS, COLUMNS)
+    with pytest.raises(IndirectionOperandError, match="tensor_copy_predicated src does not take an .indirect"):
+        nki.run(_predicated_copy(4, indirect_src=True), *args, target="trn3")
+
+
+def test_a_vector_instruction_reads_at_most_a_16_partition_groups_offsets():
+    """An .indirect() view may name up to a 32-partition group's offsets (the Tensor engine's); a Vector
+    instruction reading it refuses more than its 16-partition group holds."""
+    with pytest.raises(ShapeMismatchError, match="each group of 16 partitions holds 16 offsets"):
+        nki.run(_one_copy(count=20), TABLE, COLUMNS, target="trn3")

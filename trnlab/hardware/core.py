@@ -42,6 +42,7 @@ from .reductions import ReductionInstructions
 from .accumulate import AccumulateInstructions
 from .gather import GatherInstructions
 from .indirection import IndirectionInstructions
+from .register_offsets import RegisterOffsetInstructions
 from .select import SelectInstructions
 from .system import SystemInstructions
 from .tensor import View
@@ -63,7 +64,7 @@ _record_write = dependencies.record_write
 class NeuronCore(TensorEngineInstructions, VectorInstructions, ReductionInstructions, DmaInstructions,
                  MxInstructions, DoubleRowInstructions, CollectiveInstructions,
                  SelectInstructions, GatherInstructions, AccumulateInstructions,
-                 SystemInstructions, IndirectionInstructions):
+                 SystemInstructions, IndirectionInstructions, RegisterOffsetInstructions):
     """One simulated NeuronCore. ``mode="full"`` computes values and time, ``"timing"`` time only."""
 
     def __init__(self, spec: "CoreSpec | str" = "trn2", mode: str = "full", name: str = "core0",

@@ -16,6 +16,7 @@ from .errors import DtypeError, EngineError, MemoryPlacementError, OutOfBoundsEr
 from .operands import _view
 from .dependencies import (record_reads as _record_reads, record_write as _record_write,
                            wait_reads as _wait_reads, wait_write as _wait_write)
+from .system import register_value
 from .tensor import View, unravel
 
 
@@ -206,7 +207,7 @@ class DmaInstructions:
                     from .system import RegisterError
                     raise RegisterError(f"register: an indirect dma_copy's scalar_offset is register {register}, "
                                         f"which holds no value", value=register, limit="an initialised register")
-                offsets = np.array([np.uint32(registers[register]).view(np.int32)], np.int64)
+                offsets = np.array([register_value(self._system_state(), register)], np.int64)
             else:
                 idx.check_initialized()
                 offsets = np.asarray(idx.values()).reshape(-1).astype(np.int64)

@@ -46,11 +46,11 @@ from __future__ import annotations
 import copy
 import dataclasses
 
-import numpy as np
 
 from .collective import OPCODES as COLLECTIVE_OPCODES
 from .errors import HardwareError
 from .program import Access, Instruction, Loop, Program
+from .system import register_value
 
 MAX_TRIPS = 1 << 20          # a register holding garbage would repeat a body for hours: refused
 _CACHED = 16                 # expanded programs kept per program (per trip counts)
@@ -58,7 +58,7 @@ _CACHED = 16                 # expanded programs kept per program (per trip coun
 # engines' random state, which a run of the slice alone would not reproduce
 _NOT_REPLAYABLE = frozenset(COLLECTIVE_OPCODES + ("core_barrier", "rng", "rand", "rand2", "rand_set_state",
                                                   "rand_get_state", "set_rng_seed", "dropout"))
-_REGISTER_WRITERS = frozenset(("register_move", "register_load", "register_rank"))
+_REGISTER_WRITERS = frozenset(("register_move", "register_load", "register_rank", "register_op"))
 
 
 class TripCountError(HardwareError):
@@ -163,8 +163,13 @@ def backward_slice(program: Program, end: int, registers: list) -> list[int]:
             source = ins.attrs.get("source", -1)
             if ins.opcode == "register_move" and source is not None and source >= 0:
                 needed_registers.add(source)
+            if ins.opcode == "register_op":         # NkiScalar arithmetic: its operand registers
+                needed_registers.update(r for r in (ins.attrs["a"], ins.attrs.get("b", -1)) if r >= 0)
         if ins.opcode == "dma_copy_register_offset":
             needed_registers.add(ins.attrs["register"])
+        if ins.opcode == "tensor_register_offset":  # an engine operand at a register offset
+            needed_registers.update(r for r in (ins.attrs.get("dst_register", -1), ins.attrs.get("data_register", -1))
+                                    if r >= 0)
         needed.update(_root(buffers, a.buffer) for a in ins.reads())
     if needed_registers:
         raise TripCountError(f"run-time trip count: register(s) {sorted(needed_registers)} bound a loop but no "
@@ -196,8 +201,7 @@ def register_values(program: Program, loop: Loop, registers: list, core, args: l
     scratch = NeuronCore(core.spec, mode="full", name="trip_count")
     scratch._cc_rank = getattr(core, "_cc_rank", 0)      # register_rank reads it
     execute(sub, scratch, arrays, checked=True)
-    held = scratch._system_state()["registers"]
-    return {r: int(np.uint32(held[r]).view(np.int32)) for r in registers}
+    return {r: register_value(scratch._system_state(), r) for r in registers}
 
 
 def _sub_program(program: Program, indices: list) -> tuple[Program, list]:

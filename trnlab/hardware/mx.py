@@ -55,6 +55,7 @@ from . import dtypes
 from .engines import DVE
 from .operands import _view
 from .errors import DtypeError, HardwareError, MatmulShapeError, MemoryPlacementError, PETilingError
+from .tensor import View, unravel
 from .tensor_engine import pe_tiles
 
 SCALE_DTYPES = (dtypes.uint8, dtypes.float8_e8m0fnu)
@@ -109,11 +110,15 @@ def _check_data(v, what: str):
                       f"at most 128", value=v.partitions, limit=128)
 
 
-def _scale_region(scale, data):
+def _scale_regions(scale, data) -> list:
+    """The views of `scale` whose values nc_matmul_mx reads for `data`."""
     rows = scale_partitions(data.partitions)
+    if not scale.basic:          # gathered columns (tensor indirection): the rows that hold scales, by quadrant
+        flat = scale.flat_positions().reshape(scale.partitions, -1)
+        return [View(scale.tensor, unravel(flat[rows[k:k + 4]], scale.tensor.shape)) for k in range(0, len(rows), 4)]
     if scale.index is not None:
-        return scale
-    return scale.tensor[int(rows.min()):int(rows.max()) + 1, 0:data.free_size]
+        return [scale]
+    return [scale.tensor[int(rows.min()):int(rows.max()) + 1, 0:data.free_size]]
 
 
 def _element(x4_dtype) -> np.dtype:
@@ -286,7 +291,8 @@ def nc_matmul_mx(self, dst, stationary, moving, stationary_scale, moving_scale, 
         for v in (st, mv):
             v.check_initialized()
         for v, data in ((st_s, st), (mv_s, mv)):         # only the partitions that hold scales are read
-            _scale_region(v, data).check_initialized()
+            for region in _scale_regions(v, data):
+                region.check_initialized()
         a = unpack(st.values(), st.tensor.dtype) * scale_factors(st_s.values(), K, M)[..., None]
         b = unpack(mv.values(), mv.tensor.dtype) * scale_factors(mv_s.values(), K, N)[..., None]
         product = np.einsum("kmq,knq->mn", a.reshape(K, M, 4), b.reshape(K, N, 4))

@@ -12,6 +12,8 @@ generated/nki.isa.<name>.html), as methods of `NeuronCore` (`SystemInstructions`
     register_move(register, value, source)   register = value (or register `source`)      GpSimd (ASSUMED)
     register_load(register, src)  register = src's one 32-bit value (HBM or SBUF)           GpSimd (ASSUMED)
     register_store(dst, register) dst's one element = register                              GpSimd (ASSUMED)
+    register_op(register, a, op, b, imm, reverse, bits)  register = a <op> (register b or imm), wrapping
+                                  at `bits` (32 or 64): NkiScalar arithmetic (+, -, *)         GpSimd (ASSUMED)
     register_rank(register, ring, iteration)  register = this core's rank, or (ring) the rank whose data
                                   it holds after `iteration` ring steps                  GpSimd (ASSUMED)
     core_barrier(data, engine)    wait for this core's writes to data and the peer core        GpSimd (default)
@@ -46,7 +48,18 @@ _RAND2_DTYPES = ("float8_e4m3", "float8_e5m2", "float16", "bfloat16", "float32",
 _ENGINE_NAMES = {None: None, "unknown": None, "vector": "dve", "dve": "dve", "gpsimd": "pool", "pool": "pool"}
 # instructions with state beyond their operands (the generators, the registers): kept in program order
 STATEFUL_OPCODES = ("rng", "rand2", "rand", "rand_set_state", "rand_get_state", "register_move", "register_load",
-                    "register_store", "register_rank", "core_barrier", "dma_copy_register_offset")
+                    "register_store", "register_rank", "register_op", "core_barrier", "dma_copy_register_offset",
+                    "tensor_register_offset")
+# NkiScalar arithmetic ("At 64 bits only addition, subtraction and multiplication are available", nki.isa.NkiScalar)
+REGISTER_OPS = {"add": lambda x, y: x + y, "subtract": lambda x, y: x - y, "multiply": lambda x, y: x * y}
+
+
+def register_value(state: dict, register: int) -> int:
+    """The signed value register `register` holds (two's complement of its width: 32 bits, or 64 for an
+    int64 NkiScalar), from a core's `_system_state()`."""
+    bits = state.get("register_bits", {}).get(int(register), 32)
+    word = state["registers"][int(register)] & ((1 << bits) - 1)
+    return word - (1 << bits) if word >> (bits - 1) else word
 
 
 class GenerationError(HardwareError):
@@ -241,45 +254,71 @@ class SystemInstructions:
         if (value is None) == (source < 0):
             raise RegisterError("register: register_move takes either a constant value or a source register",
                                 value=(value, source), limit="one of value, source")
-        registers = self._system_state()["registers"]
+        state = self._system_state()
+        registers, widths = state["registers"], state.setdefault("register_bits", {})
         if value is not None:
             registers[int(register)] = int(value) & 0xFFFFFFFF
+            widths.pop(int(register), None)
         elif int(source) in registers:
             registers[int(register)] = registers[int(source)]
+            widths[int(register)] = widths.get(int(source), 32)
         return self._issue_system(POOL, "register_move", self._register_ns(), (), ())
 
-    def _scalar_view(self, v, what: str, opcode: str) -> View:
+    def register_op(self, register: int, a: int, op: str, b: int = -1, imm: int | None = None,
+                    reverse: bool = False, bits: int = 32) -> int:
+        """register = a <op> (register `b`, or the integer `imm`) — with `reverse`, (b or imm) <op> a — in
+        `bits`-bit two's complement, wrapping ("arithmetic that outgrows 32 bits wraps rather than promoting",
+        nki.isa.NkiScalar); op add, subtract or multiply. A register instruction (GpSimd, ASSUMED)."""
+        if op not in REGISTER_OPS or (imm is None) == (int(b) < 0) or bits not in (32, 64):
+            raise RegisterError(f"register: register_op {op!r} takes one of {sorted(REGISTER_OPS)}, a second register "
+                                f"or an integer (not both), 32 or 64 bits; got b={b}, imm={imm}, bits={bits}",
+                                value=(op, b, imm, bits), limit=tuple(REGISTER_OPS))
+        state = self._system_state()
+        registers, widths = state["registers"], state.setdefault("register_bits", {})
+        if int(a) in registers and (imm is not None or int(b) in registers):
+            x = register_value(state, a)
+            y = int(imm) if imm is not None else register_value(state, b)
+            x, y = (y, x) if reverse else (x, y)
+            registers[int(register)] = REGISTER_OPS[op](x, y) & ((1 << bits) - 1)
+            widths[int(register)] = bits
+        return self._issue_system(POOL, "register_op", self._register_ns(), (), ())
+
+    def _scalar_view(self, v, what: str, opcode: str, bits: int = 32) -> View:
         v = _view(v, what)
         if v.tensor.kind == "psum":
             raise MemoryPlacementError(f"operand memory: {opcode} {what} is in PSUM; registers move to and from "
                                        f"HBM or SBUF", value="psum", limit=("hbm", "sbuf"))
-        if int(np.prod(v.shape)) != 1 or np.dtype(v.tensor.dtype).itemsize > 4:
-            raise RegisterError(f"register: {opcode} {what} must be one element of at most 32 bits ([1] or [1, 1]), "
-                                f"got {tuple(v.shape)} {np.dtype(v.tensor.dtype).name}",
-                                value=tuple(v.shape), limit="one 32-bit element")
+        if int(np.prod(v.shape)) != 1 or np.dtype(v.tensor.dtype).itemsize > bits // 8:
+            raise RegisterError(f"register: {opcode} {what} must be one element of at most {bits} bits ([1] or "
+                                f"[1, 1]), got {tuple(v.shape)} {np.dtype(v.tensor.dtype).name}",
+                                value=tuple(v.shape), limit=f"one {bits}-bit element")
         return v
 
-    def register_load(self, register: int, src) -> int:
-        """register = src's one value (HBM or SBUF, at most 32 bits) [nki.isa.register_load]."""
-        src = self._scalar_view(src, "src", "register_load")
+    def register_load(self, register: int, src, bits: int = 32) -> int:
+        """register = src's one value (HBM or SBUF, at most 32 bits; `bits=64`: an int64 NkiScalar's)
+        [nki.isa.register_load, nki.isa.scalar_load]."""
+        src = self._scalar_view(src, "src", "register_load", bits)
         if self.full:
             src.check_initialized()
             value = np.asarray(src.values()).reshape(-1)[0]
-            self._system_state()["registers"][int(register)] = int(value) & 0xFFFFFFFF
+            state = self._system_state()
+            state["registers"][int(register)] = int(value) & ((1 << bits) - 1)
+            state.setdefault("register_bits", {})[int(register)] = bits
         return self._issue_system(POOL, "register_load", self._register_ns(), (src,), ())
 
-    def register_store(self, dst, register: int) -> int:
-        """dst's one element = the register's value [nki.isa.register_store]."""
-        dst = self._scalar_view(dst, "dst", "register_store")
+    def register_store(self, dst, register: int, bits: int = 32) -> int:
+        """dst's one element = the register's value [nki.isa.register_store, nki.isa.scalar_store]."""
+        dst = self._scalar_view(dst, "dst", "register_store", bits)
         if self.full:
-            registers = self._system_state()["registers"]
-            if int(register) not in registers:
+            state = self._system_state()
+            if int(register) not in state["registers"]:
                 raise RegisterError(f"register: register_store of register {register}, which holds no value "
                                     f"(allocated without one and never moved or loaded)",
                                     value=register, limit="an initialised register")
-            word = np.array([registers[int(register)]], np.uint32)
-            value = word.view(np.int32) if np.dtype(dst.tensor.dtype).kind == "i" else word
-            self._store(dst, value.astype(dst.tensor.dtype))
+            value = register_value(state, register)
+            if np.dtype(dst.tensor.dtype).kind != "i":      # an unsigned dst holds the register's bits
+                value &= (1 << 8 * np.dtype(dst.tensor.dtype).itemsize) - 1
+            self._store(dst, np.array([value]).astype(dst.tensor.dtype))
         return self._issue_system(POOL, "register_store", self._register_ns(), (), (dst,))
 
     def register_rank(self, register: int, ring: tuple = (), iteration: int = 0) -> int:

@@ -172,8 +172,9 @@ class TensorEngineInstructions:
         return (dst, st, mv, K, M, N, c.cycles * pe_ns, c.latency_cycles * pe_ns,
                 c.setup_cycles * pe_ns, 2.0 * K * M * N, st.nbytes + mv.nbytes, dst.nbytes)
 
-    def _matmul_values(self, dst, st, mv, K, M, N, accumulate):
-        """Full mode: fp32 products of the (exactly widened) inputs, accumulated in PSUM."""
+    def _matmul_values(self, dst, st, mv, K, M, N, accumulate, defer: bool = True):
+        """Full mode: fp32 products of the (exactly widened) inputs, accumulated in PSUM (`defer`: into
+        the PSUM tile's pending accumulation group where it can; False for gathered operands)."""
         t = dst.tensor
         if accumulate is None:
             accumulate = t.written is None or bool(
@@ -196,7 +197,7 @@ class TensorEngineInstructions:
                 # a group started with accumulate=True on a fresh tile: name the matmul that did it
                 origin = dst.tensor.poison_origin or (f"nc_matmul accumulated onto never-written {t.name!r}"
                                                       + (f" at {self.note}" if self.note else ""))
-        if dst.basic and (t.dtype == dtypes.float32 or t.dtype == dtypes.bfloat16):
+        if defer and dst.basic and (t.dtype == dtypes.float32 or t.dtype == dtypes.bfloat16):
             # computed when the PSUM tile is next read, together with the rest of its group
             t.defer_matmul(dst, st.tensor.snapshot(st), mv.tensor.snapshot(mv), accumulate)
             dst.mark_written()

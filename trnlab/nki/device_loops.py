@@ -29,9 +29,15 @@ import numbers
 
 from trnlab.nki import launches
 from trnlab.nki.errors import NKIError, site_note, user_site
+from trnlab.hardware.errors import DtypeError
 from trnlab.nki.isa_registers import RegisterValueError, VirtualRegister
 
 MAX_WHILE_ITERATIONS = 1 << 20   # a guard against a condition that never reaches 0 while tracing
+
+
+def _nki_scalar():
+    from trnlab.nki.isa_scalars import NkiScalar    # (it imports the tile class, which this module's users load)
+    return NkiScalar(dtype="int32")
 
 
 def _static(value, what: str, call: str) -> int:
@@ -85,7 +91,9 @@ def _device_loop(start, stop, step: int, call: str, kind: str = "for"):
                                   source, kind="while", next=returned.id))
         return
     bounds = [{"register": b.id} if _run_time(b) else _static(b, "bound", call) for b in (start, stop)]
-    index = VirtualRegister()
+    # "i is a NkiScalar unless either lower or upper is a VirtualRegister" [nki.language.fori_loop, v2.33.0]
+    plain_register = any(isinstance(b, VirtualRegister) and not hasattr(b, "usable") for b in (start, stop))
+    index = VirtualRegister() if plain_register else _nki_scalar()
     index.origin = f"the iteration value of the run-time loop {call} at {line or 'its line'}"
     with recorder.region(f"{call.split('.')[-1]}@{site[1] if site else '?'}"):
         yield index
@@ -101,6 +109,13 @@ def fori_loop(lower, upper, body_fun, step: int = 1, unroll: bool = False) -> No
     docstring), `i` its iterator register. `unroll` (the compiler unrolls instead of looping)
     changes nothing here."""
     step = _step(step, "nl.fori_loop")
+    for bound in (lower, upper):
+        if hasattr(bound, "usable"):             # an NkiScalar: int32, and not a comparison's result
+            bound.usable("a bound of nl.fori_loop")
+            if bound.dtype != "int32":
+                raise DtypeError(f"data type: nl.fori_loop bounded by an {bound.dtype} NkiScalar; \"A bound must be "
+                                 f"32-bit: the loop compiles into a compare-and-branch that has no 64-bit form\" "
+                                 f"[nki.language.fori_loop]", value=bound.dtype, limit="int32")
     if _run_time(lower) or _run_time(upper):
         for i in _device_loop(lower, upper, step, "nl.fori_loop"):
             body_fun(i)

@@ -61,6 +61,7 @@ from trnlab.nki.mx import nc_matmul_mx, quantize_mx  # noqa: E402,F401
 from trnlab.nki.isa_random import rand2, rand_get_state, rand_set_state, rng, set_rng_seed  # noqa: E402,F401
 from trnlab.nki.isa_registers import (VirtualRegister, register_alloc, register_load, register_move,  # noqa: E402,F401
                                       register_store)
+from trnlab.nki.isa_scalars import NkiScalar, scalar_load, scalar_store  # noqa: E402,F401
 from trnlab.nki.isa_sync import core_barrier, dma_compute, dma_engine, sendrecv  # noqa: E402,F401
 
 # NKI 0.7's instruction handles: what a destination-style call returns (instruction_handles.py)

@@ -161,13 +161,11 @@ def dma_transpose(dst: Tile | None, src: Tile, axes: tuple | None = None, dge_mo
 
 def _indirect_transpose(dst, src: NkiTensor, perm: tuple, dtype):
     """dma_transpose of an indirect source (`.ap(vector_offset=)`: AWS's dma_gather_transpose, which
-    "effectively performs gathered = src[flat_indices, :]; dst = gathered.T"): the rows gathered by an
+    "effectively performs gathered = src[flat_indices, :]; dst = gathered.T"; `.ap(scalar_offset=)` a tile,
+    a register or an NkiScalar: the view moved by the offset when it runs): the rows gathered by an
     indirect DMA into an HBM scratch tensor, then transposed by the DMA engines into SBUF. ASSUMED:
     the chip does it in one software-DGE transfer; here it costs the two."""
     from trnlab.nki import launches
-    if isinstance(src._dynamic[0], VirtualRegister):
-        raise NKIError("dma_transpose of a view offset by a register (.ap(scalar_offset=register)) is not "
-                       "simulated; move it with dma_copy, then transpose")
     if src.buffer not in ("hbm", "shared_hbm", "private_hbm"):
         raise NKIError("an indirect dma_transpose reads HBM (\"src tensor must be on HBM\", nki.isa.dma_transpose)")
     scratch = _OPERATIONS.allocate(   # (the allocator nki.language installs on tiles)

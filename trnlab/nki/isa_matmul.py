@@ -8,6 +8,7 @@ import math
 from trnlab.hardware import dtypes as hw_dtypes
 from trnlab.hardware.errors import DirectAllocationOverlapError, MatmulShapeError, PETilingError
 from trnlab.nki import indexing, issue
+from trnlab.nki import tensor_indirection as _ti
 from trnlab.nki import perf_mode as _perf_mode
 from trnlab.nki.errors import NKIError
 from trnlab.nki.loop_index import plain
@@ -50,9 +51,6 @@ def nc_matmul(dst: Tile | None, stationary: Tile, moving: Tile, is_stationary_on
         accumulate = psum_acc
 
     def emit(out: NkiTensor, accumulate_flag):
-        if is_transpose:   # the PE array passes stationary through (moving is the identity): dst = stationary.T
-            launch.core.nc_transpose(dst=out.hw_view(ranges), src=stationary.hw_view(ranges))
-            return
         # `psum[...] += nisa.nc_matmul(...)` (accumulate_flag True) starts an accumulation group on a PSUM
         # region never written (the first matmul of a group overwrites, as AWS's compiler sets the flag):
         # the core's accumulate=None adds to written regions and overwrites fresh ones. Destination
@@ -67,6 +65,15 @@ def nc_matmul(dst: Tile | None, stationary: Tile, moving: Tile, is_stationary_on
             flag = False
         else:
             flag = accumulate_flag
+        if _ti.uses(out, stationary, moving):    # Tensor Indirection: the offsets are read when it runs
+            if ranges or double_row:
+                raise NKIError(f"nc_matmul with an .indirect() view and "
+                               f"{'mask=' if ranges else 'perf_mode=double_row'} is not simulated")
+            return _ti.emit_matmul(launch, "nc_matmul", out, stationary, moving,
+                                   {"accumulate": flag, "is_transpose": bool(is_transpose), **tiling})
+        if is_transpose:   # the PE array passes stationary through (moving is the identity): dst = stationary.T
+            launch.core.nc_transpose(dst=out.hw_view(ranges), src=stationary.hw_view(ranges))
+            return
         declared = launch.__dict__.get("declared", {}).get(id(out._hw))
         if declared is not None:
             base = out._owner if out._owner is not None else out

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from trnlab.hardware import dtypes as hw_dtypes
 from trnlab.nki import issue
+from trnlab.nki import tensor_indirection as _ti
 from trnlab.nki.errors import NKIError
 from trnlab.nki.isa_binder import Dtype, Mask, Op, Operand, Tile, _finish, instruction, op_name, reduce_cmd
 from trnlab.nki.isa_vector import _scalar_operand
@@ -83,6 +84,9 @@ def tensor_copy_predicated(dst: Tile, src: Operand, predicate: Tile, reverse_pre
     dst = _needs_dst(dst, "tensor_copy_predicated")
     predicate = issue.tile(predicate, "predicate")
     launch = issue.begin()
+    if _ti.uses(dst, predicate, src):            # Tensor Indirection: the offsets are read when it runs
+        return _ti.emit(launch, "tensor_copy_predicated", dst, predicate, None, {"reverse_pred": bool(reverse_pred)},
+                        src=src)
     source = src.hw_view() if isinstance(src, NkiTensor) else src
     launch.core.tensor_copy_predicated(dst=dst.hw_view(), src=source, predicate=predicate.hw_view(),
                                        reverse_pred=bool(reverse_pred))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from trnlab.hardware import mx as _hw_mx  # noqa: F401  (installs the instructions on NeuronCore)
 from trnlab.nki import issue
+from trnlab.nki import tensor_indirection as _ti
 from trnlab.nki.isa_binder import Tile, instruction
 from trnlab.nki.isa_matmul import _tiling
 
@@ -33,6 +34,9 @@ def nc_matmul_mx(dst: Tile, stationary: Tile, moving: Tile, stationary_scale: Ti
     tiles = [issue.tile(t, what) for t, what in ((dst, "dst"), (stationary, "stationary"), (moving, "moving"),
                                                  (stationary_scale, "stationary_scale"), (moving_scale, "moving_scale"))]
     launch = issue.begin()
+    if _ti.uses(*tiles):                         # Tensor Indirection: the offsets are read when it runs
+        return _ti.emit_matmul(launch, "nc_matmul_mx", *tiles[:3], {"accumulate": accumulate, **tiling},
+                               stationary_scale=tiles[3], moving_scale=tiles[4])
     d, st, mv, st_s, mv_s = (t.hw_view() for t in tiles)
     launch.core.nc_matmul_mx(dst=d, stationary=st, moving=mv, stationary_scale=st_s, moving_scale=mv_s,
                              accumulate=accumulate, **tiling)

@@ -21,7 +21,7 @@ import numpy as np
 
 from trnlab import config as _config
 from trnlab.hardware import dtypes as _dtypes
-from trnlab.hardware.errors import OutOfBoundsError, ShapeMismatchError
+from trnlab.hardware.errors import DtypeError, OutOfBoundsError, ShapeMismatchError
 from trnlab.hardware.tensor import unravel
 from trnlab.nki import indexing
 from trnlab.nki import tensor_views as _views
@@ -334,7 +334,9 @@ class NkiTensor:
         if self._dynamic is not None:
             raise ViewError(getattr(self._dynamic, "refusal", None) or   # .indirect(): tensor_indirection.py
                             f"{self.name!r} is an indirect view (scalar_offset / vector_offset, select or "
-                            f"vector_select by a tile): only DMAs move it (nisa.dma_copy, nl.load, nl.store)")
+                            f"vector_select by a tile): only DMAs move it (nisa.dma_copy, nl.load, nl.store), and "
+                            f"at a register / NkiScalar scalar_offset the instructions that take an .indirect() view "
+                            f"read or write it too (their input and dst)")
         if self._bitcast is not None:
             raise ViewError(_views.BYTES_VIEW_RULE.format(name=self.name, dtype=_dtypes.name(self.dtype),
                                                           own=_dtypes.name(self._bitcast.dtype)))
@@ -439,6 +441,12 @@ class NkiTensor:
             if not 0 <= int(indirect_dim) < self.ndim:
                 raise ViewError(f".ap(indirect_dim={indirect_dim}) of a {self.ndim}-d tensor {self.shape}")
             stride = math.prod(self.shape[int(indirect_dim) + 1:])    # elements per step of indirect_dim
+            if _is_register(scalar_offset) and hasattr(scalar_offset, "usable"):    # an NkiScalar
+                scalar_offset.usable("a scalar_offset")
+                if scalar_offset.dtype == "int64" and self.buffer in ON_CHIP:
+                    raise DtypeError(f"data type: .ap(scalar_offset=) of {self.name!r} in {self.buffer} is an int64 "
+                                     f"NkiScalar; \"on an SBUF or PSUM operand the offset must be nl.int32\" "
+                                     f"[nki.isa.scalar_load]", value="int64", limit="int32")
             if _is_register(scalar_offset) and scalar_offset.value is None:
                 dynamic = (scalar_offset, stride, False)              # read from the register at run time
             elif isinstance(scalar_offset, (int, np.integer)) or hasattr(scalar_offset, "__index__"):
@@ -724,7 +732,8 @@ def _assign(dst: NkiTensor, value) -> None:
 
 def _is_register(value) -> bool:
     """Is `value` an nki.isa.VirtualRegister (a scalar_offset read from a register when the program runs)?"""
-    return type(value).__name__ == "VirtualRegister" and type(value).__module__ == "trnlab.nki.isa_registers"
+    return any(c.__name__ == "VirtualRegister" and c.__module__ == "trnlab.nki.isa_registers"
+               for c in type(value).__mro__)      # an NkiScalar (isa_scalars.py) is one too
 
 
 def _out_of_bounds(t, lowest: int, highest: int) -> OutOfBoundsError:
