@@ -29,6 +29,7 @@ from heapq import heappop, heappush
 
 import numpy as np
 
+from .. import config
 from . import _gc
 from .allocate import allocate
 from .program import Program
@@ -65,6 +66,9 @@ def list_schedule(program: Program, spec=None) -> Program:
     from .list_schedule import list_order
     if not program.allocated:
         allocate(program, spec)
+    if config.fast():                   # the same program without the repeated work (fast/list_schedule.py)
+        from .fast.list_schedule import reorder_kept
+        return reorder_kept(program, list_order(program, spec), "list")
     return reorder(program, list_order(program, spec), "list", keep_offsets=True)
 
 
