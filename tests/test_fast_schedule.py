@@ -5,6 +5,8 @@ kernels (Vector / Scalar / GpSimd work, transposes, PSUM groups, merged records)
 import copy
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import trnlab.nki as nki
 import trnlab.nki.isa as nisa
@@ -15,6 +17,7 @@ from trnlab.hardware.device import Device
 from trnlab.hardware.fast import resolve as fast_resolve
 from trnlab.kernels import KERNELS
 from trnlab.kernels.workload import gpt_arguments
+from test_schedule_list import F, STEP, key_tile_chain, random_kernel      # (the list schedule's own cases)
 
 SD = nki.ShapeDtype
 
@@ -126,3 +129,59 @@ def test_the_fast_list_schedule_gives_the_reference_program_and_timeline(case):
             timelines.append(_records(run.timeline))
     assert timelines[0] == timelines[1]
     instruction_order.check_disjoint(fast)
+
+
+def _assert_same_schedule(program, target="trn2"):
+    """The fast list schedule of `program` is the reference's: order, buffer table, descriptions."""
+    with config.override(fast=False):
+        reference = instruction_order.list_schedule(_copy(program))
+    fast = instruction_order.list_schedule(_copy(program))
+    assert [id(i) for i in fast.instructions] == [id(i) for i in reference.instructions]
+    assert [(b.first, b.last, b.offset) for b in fast.buffers] == \
+        [(b.first, b.last, b.offset) for b in reference.buffers]
+    spec = presets.core_spec(target)
+    assert replay_timing.compiled_for(fast, spec).issues == replay_timing.compiled_for(reference, spec).issues
+    return fast
+
+
+@settings(max_examples=40, deadline=None)
+@given(steps=st.lists(STEP, min_size=1, max_size=40), n_sbuf=st.integers(2, 5), n_psum=st.integers(1, 3),
+       target=st.sampled_from(["trn1", "trn2", "trn3"]))
+def test_the_fast_list_schedule_is_the_reference_on_random_kernels(steps, n_sbuf, n_psum, target):
+    kernel = random_kernel(steps, n_sbuf, n_psum, 3)
+    program = nki.trace(kernel, SD((128, 3 * F), "float32"), target=target)
+    _assert_same_schedule(program, target)
+
+
+def test_the_fast_list_schedule_is_the_reference_across_regions_calls_and_the_random_stream():
+    @nki.jit
+    def two_regions(q, k):
+        out = nl.ndarray((128, 4), dtype=nl.float32, buffer=nl.shared_hbm)
+        for r in range(2):
+            with nki.region(f"part{r}"):
+                part = key_tile_chain.func(q, k)
+                nisa.dma_copy(dst=out[:, 2 * r:2 * r + 2], src=part)
+        return out
+
+    @nki.jit
+    def caller(q, k):
+        out = nl.ndarray((128, 4), dtype=nl.float32, buffer=nl.shared_hbm)
+        for r in range(2):
+            part = key_tile_chain(q, k)                        # inlined into the caller's region
+            nisa.dma_copy(dst=out[:, 2 * r:2 * r + 2], src=part)
+        return out
+
+    @nki.jit
+    def seeded_dropouts(a):
+        out = nl.ndarray((128, 1024), dtype=nl.float32, buffer=nl.shared_hbm)
+        for j in nl.affine_range(4):
+            if j == 2:
+                nl.random_seed(7)
+            t = nl.load(a[:, j * 256:(j + 1) * 256])
+            nl.store(out[:, j * 256:(j + 1) * 256], nl.dropout(nl.exp(t), 0.5))
+        return out
+    q = k = SD((128, 1024), "bfloat16")
+    for kernel, args in ((two_regions, (q, k)), (caller, (q, k)), (key_tile_chain, (q, k)),
+                         (seeded_dropouts, (SD((128, 1024), "float32"),))):
+        program = nki.trace(kernel, *args, target="trn2")
+        assert _assert_same_schedule(program).instructions != program.instructions, kernel

@@ -67,8 +67,9 @@ def list_schedule(program: Program, spec=None) -> Program:
     if not program.allocated:
         allocate(program, spec)
     if config.fast():                   # the same program without the repeated work (fast/list_schedule.py)
-        from .fast.list_schedule import reorder_kept
-        return reorder_kept(program, list_order(program, spec), "list")
+        from .fast import list_schedule as fast
+        order, hidden, used = fast.list_order(program, spec)
+        return fast.reorder_kept(program, order, "list", hidden, used)
     return reorder(program, list_order(program, spec), "list", keep_offsets=True)
 
 

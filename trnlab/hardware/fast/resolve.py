@@ -16,6 +16,8 @@ the two `Resolved` objects on kernels of every instruction kind). Used while `co
 from __future__ import annotations
 
 from ..dependencies import KEEP, MAX_RECORDS, _union, covers, overlap
+from bisect import bisect_right
+
 from ..memory import put_range, take_ranges
 from ..records import (DMA, DMA_OP, ENGINE_OP, ISSUE, LATEST_OP, MATMUL, PE_ISSUE, PE_OP, PRINT_OP, SEED,
                        SEED_OP)
@@ -265,7 +267,14 @@ def resolve(program, issues, spec, layout, static):
                 if not nodes:
                     continue
                 lo, hi = extent[b.id]
-                put_range(retired[b.memory], rstarts[b.memory], [lo, hi, latest(nodes)])
+                ranges, rs = retired[b.memory], rstarts[b.memory]
+                i = bisect_right(rs, lo)
+                group = tuple(nodes) if len(nodes) == 1 else latest(nodes)
+                if (i == 0 or ranges[i - 1][1] <= lo) and (i == len(rs) or rs[i] >= hi):
+                    ranges.insert(i, [lo, hi, group])        # (put_range where nothing overlaps)
+                    rs.insert(i, lo)
+                else:
+                    put_range(ranges, rs, [lo, hi, group])
     if current:
         spans.append((current, current_start, rec))
     for memory in retired:
