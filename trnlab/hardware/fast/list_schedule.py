@@ -9,8 +9,7 @@ whole trace; this module keeps every step but drops what is computed twice or ca
 
 - `reorder_kept`: the buffer rows cloned without `copy.copy`'s generic protocol; each Vector
   issue's order-independent hidden overhead (`list_schedule.independent_hidden`) taken from the
-  schedule instead of computed again; the compiled summary (does every instruction take time,
-  which buffers are written) carried over — it does not depend on the order; and no
+  schedule instead of computed again; and no
   `check_disjoint`: the list schedule's graph orders every instruction of a tile after every
   instruction of the tiles whose bytes it takes over, so its order keeps the program-order
   allocation's disjointness by construction (the tests run the reference, which checks it, on the
@@ -93,12 +92,7 @@ def reorder_kept(program: Program, order: list[int], name: str, hidden: dict | N
                     d = d._replace(hidden=h)
                 previous = d.writes
             ordered.append(d)
-        c = object.__new__(Compiled)          # Compiled(new, ...), its order-free summary carried over
-        c.program, c.spec, c.issues = new, traced, ordered
-        c.matmul_dtypes = set(program.matmul_dtypes)
-        c.positive, c.written = compiled.positive, compiled.written
-        c._resolved, c._static = {}, None
-        new.derived.put("compiled", {traced: c})
+        new.derived.put("compiled", {traced: Compiled(new, traced, ordered, program.matmul_dtypes)})
         new.issue_spec = None
     new.allocated = True
     return new
