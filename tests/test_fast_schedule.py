@@ -153,7 +153,7 @@ def test_the_fast_list_schedule_is_the_reference_on_random_kernels(steps, n_sbuf
     _assert_same_schedule(program, target)
 
 
-def test_the_fast_list_schedule_is_the_reference_across_regions_calls_and_the_random_stream():
+def test_the_fast_list_schedule_is_the_reference_across_regions_calls_the_random_stream_and_aliases():
     @nki.jit
     def two_regions(q, k):
         out = nl.ndarray((128, 4), dtype=nl.float32, buffer=nl.shared_hbm)
@@ -180,8 +180,19 @@ def test_the_fast_list_schedule_is_the_reference_across_regions_calls_and_the_ra
             t = nl.load(a[:, j * 256:(j + 1) * 256])
             nl.store(out[:, j * 256:(j + 1) * 256], nl.dropout(nl.exp(t), 0.5))
         return out
+    @nki.jit
+    def through_a_reshape(a):                  # an HBM alias: its accesses keep their order
+        out = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+        flat = out.reshape((256, 256))
+        for j in nl.affine_range(4):
+            t = nl.load(a[:, j * 128:(j + 1) * 128])
+            nl.store(out[:, j * 128:(j + 1) * 128], nl.exp(t))
+        u = nl.load(flat[0:128, 0:256])
+        nl.store(out[:, 0:256], nl.add(u, u))
+        return out
     q = k = SD((128, 1024), "bfloat16")
     for kernel, args in ((two_regions, (q, k)), (caller, (q, k)), (key_tile_chain, (q, k)),
-                         (seeded_dropouts, (SD((128, 1024), "float32"),))):
+                         (seeded_dropouts, (SD((128, 1024), "float32"),)),
+                         (through_a_reshape, (SD((128, 512), "float32"),))):
         program = nki.trace(kernel, *args, target="trn2")
         assert _assert_same_schedule(program).instructions != program.instructions, kernel

@@ -373,24 +373,20 @@ def _graph(program: Program, resolved) -> tuple:
     last_rng, last_alias = -1, {}
     for producer, consumer in getattr(program, "schedule_edges", ()):
         edge(producer, consumer)
-    touches: dict = {}
+    touches: list = [None] * len(buffers)     # on-chip tile id -> the instructions touching it
     rng_opcodes = _RNG_OPCODES
     for k, ins in enumerate(instructions):
         if ins.opcode in rng_opcodes:
             if last_rng >= 0:
                 edge(last_rng, k)
             last_rng = k
-        operands = ins.operands
-        if len(operands) == 1:
-            bids = [a.buffer for a in operands.values()]
-        else:
-            bids = {a.buffer for a in operands.values()}
-        for bid in bids:
+        for a in ins.operands.values():
+            bid = a.buffer
             if on_chip[bid]:
-                t = touches.get(bid)
+                t = touches[bid]
                 if t is None:
                     touches[bid] = [k]
-                else:
+                elif t[-1] != k:                  # (once per instruction, as build_graph's set)
                     t.append(k)
             elif aliased:
                 r = root(bid)
@@ -432,7 +428,7 @@ def _graph(program: Program, resolved) -> tuple:
     def released(a: int) -> int:
         r = release.get(a)
         if r is None:
-            ks = touches.get(a, ())
+            ks = touches[a] or ()
             if len(ks) == 1:
                 r = ks[0]
             elif not ks:
@@ -456,7 +452,7 @@ def _graph(program: Program, resolved) -> tuple:
             acquire = vertex()
             for a in earlier:
                 edge(released(a), acquire)
-        ks = touches.get(bid, ())
+        ks = touches[bid]
         if not ks:
             continue
         f = ks[0]
