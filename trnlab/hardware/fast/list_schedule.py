@@ -150,16 +150,22 @@ def list_order(program: Program, spec=None) -> tuple[list[int], dict | None, obj
     named_at = FIRST_DMA - 5
     dma_classes = [4] + named
 
+    posted = [None] * n_cls              # per class: (time, instruction) of its valid event, if any
+
     def push_candidate(c: int) -> None:
+        """The reference's push_candidate, but an event the heap already holds is not pushed again
+        (the same time and instruction: the same place in the heap; nothing else compares)."""
         f = free[c] if c < 4 else (queue_heap[0][0] if c == 4 else free[named_at + c])
         p, r = pending[c], ready[c]
         while p and p[0][0] <= f:
             heappush(r, heappop(p)[1])
+        key = (f, r[0]) if r else (p[0] if p else None)
+        if key == posted[c]:
+            return
         class_version[c] += 1
-        if r:
-            heappush(events, (f, r[0], c, class_version[c]))
-        elif p:
-            heappush(events, (p[0][0], p[0][1], c, class_version[c]))
+        posted[c] = key
+        if key is not None:
+            heappush(events, (key[0], key[1], c, class_version[c]))
 
     touched = set()
     stack = []
@@ -204,6 +210,7 @@ def list_order(program: Program, spec=None) -> tuple[list[int], dict | None, obj
         _, _, c, ver = heappop(events)
         if ver != class_version[c]:
             continue
+        posted[c] = None
         r = ready[c]
         if r:
             k = heappop(r)
