@@ -9,23 +9,22 @@ whole trace; this module keeps every step but drops what is computed twice or ca
 
 - `reorder_kept`: the buffer rows cloned without `copy.copy`'s generic protocol; each Vector
   issue's order-independent hidden overhead (`list_schedule.independent_hidden`) taken from the
-  schedule instead of computed again; and no
-  `check_disjoint`: the list schedule's graph orders every instruction of a tile after every
-  instruction of the tiles whose bytes it takes over, so its order keeps the program-order
-  allocation's disjointness by construction (the tests run the reference, which checks it, on the
-  same kernels and compare).
-
+  schedule instead of computed again; and no `check_disjoint`: the list schedule's graph orders
+  every instruction of a tile after every instruction of the tiles whose bytes it takes over, so
+  its order keeps the program-order allocation's disjointness by construction (the tests run the
+  reference, which checks it, on the same kernels and compare);
 - `list_order`: `list_schedule.list_order` with `build_graph` in one pass over the resolved ops
-  (`_graph`) and the simulation's helpers written out. The graph differs in one exact way: it
-  leaves out memory edges its dependency edges already imply. The reference gives every tile a
-  "release" vertex (after all its instructions) and an edge from the release of each earlier owner
-  of its bytes to each of its instructions. When the tile's last instruction already waits (a
-  dependency edge) for each of its other instructions, that instruction *is* the release; when an
-  instruction of the new tile already waits for the tile's first instruction, the edge to the
-  first implies its own. An instruction is released by the schedule when its last predecessor
-  is scheduled; an edge u -> w implied by a path u -> x -> w is never that last one (x is
-  scheduled after u), so dropping it changes no release and no order — and on AWS's tiled matmul
-  (a load writes the tile, one matmul reads it) it drops three of the four memory edges per tile.
+  (`_graph`) and the simulation's helpers written out; an event the event heap already holds is
+  not pushed again. The graph differs in one exact way: it leaves out memory edges its dependency
+  edges already imply. The reference gives every tile a "release" vertex (after all its
+  instructions) and an edge from the release of each earlier owner of its bytes to each of its
+  instructions. When the tile's last instruction already waits (a dependency edge) for each of its
+  other instructions, that instruction *is* the release; when an instruction of the new tile
+  already waits for the tile's first instruction, the edge to the first implies its own. An
+  instruction is released by the schedule when its last predecessor is scheduled; an edge u -> w
+  implied by a path u -> x -> w is never that last one (x is scheduled after u), so dropping it
+  changes no release and no order — and on AWS's tiled matmul (a load writes the tile, one matmul
+  reads it) it drops three of the four memory edges of each tile, and its release vertex.
 
 Used by `instruction_order.list_schedule` while `config.fast()`; tests/test_fast_schedule.py
 compares program, order and timeline with the reference's.
@@ -105,8 +104,8 @@ def list_order(program: Program, spec=None) -> tuple[list[int], dict | None, obj
     from .. import list_schedule as reference
     from ..allocate import target_spec
     from ..engines import DVE, FIRST_DMA, EngineTimes
-    from ..records import (DMA_OP, ENGINE_OP, LATEST_OP, MATMUL, PE_OP, PRINT_OP, SEED_OP, ISSUE,
-                           PE_ISSUE, DMA, as_description)
+    from ..records import (DMA, DMA_OP, ENGINE_OP, ISSUE, MATMUL, PE_ISSUE, PE_OP, PRINT_OP, SEED_OP,
+                           as_description)
     from ..replay_timing import compiled_for
     spec = target_spec(program, spec)
     instructions = program.instructions
