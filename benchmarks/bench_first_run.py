@@ -27,6 +27,7 @@ at 8192³, >= 100,000/s at 4096³, the fixed cost per trace included) and the ra
     python benchmarks/bench_first_run.py --samples ~/nki-samples
     python benchmarks/bench_first_run.py --mirror /work/.mirror/aws-neuron+nki-samples/repo
     python benchmarks/bench_first_run.py --sizes 2048      # a quick run
+    python benchmarks/bench_first_run.py --sizes 4096 --before /tmp/before   # before/after, same run
 """
 from __future__ import annotations
 
@@ -100,12 +101,13 @@ def tutorial_file(samples: str | None, mirror: str | None, workdir: str) -> str:
     raise SystemExit(f"no {TUTORIAL} at HEAD of the mirror {mirror}")
 
 
-def measure(path: str, n: int, phase: str) -> dict:
-    """One phase at n³ in a fresh Python process (this repository's trnlab first on its path)."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO)] + os.environ.get("PYTHONPATH", "").split(os.pathsep)))
+def measure(path: str, n: int, phase: str, repo: Path = REPO) -> dict:
+    """One phase at n³ in a fresh Python process (`repo`'s trnlab first on its path: this
+    repository's unless another tree is compared)."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(repo)] + os.environ.get("PYTHONPATH", "").split(os.pathsep)))
     env.pop("TRNLAB_FAST", None)
     done = subprocess.run([sys.executable, "-c", CHILD, path, str(n), phase], capture_output=True, text=True,
-                          env=env, cwd=str(REPO))
+                          env=env, cwd=str(repo))
     if done.returncode != 0:
         raise SystemExit(f"{phase} at {n}^3 failed:\n{done.stderr[-2000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -117,7 +119,15 @@ def main() -> None:
     parser.add_argument("--mirror", default=MIRROR, help="a bare git mirror of it (used without --samples)")
     parser.add_argument("--sizes", type=int, nargs="+", default=[4096, 8192])
     parser.add_argument("--no-concrete", action="store_true", help="skip the TRNLAB_FAST=0 baseline (slow at 8192)")
+    parser.add_argument("--before", metavar="TREE",
+                        help="another trnlab tree (e.g. `git worktree add /tmp/before <commit>`): its first run "
+                             "and this tree's, alternating in fresh processes, --repeat times each")
+    parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args()
+    if args.before:
+        with tempfile.TemporaryDirectory() as workdir:
+            compare(tutorial_file(args.samples, args.mirror, workdir), args.sizes, Path(args.before), args.repeat)
+        return
     with tempfile.TemporaryDirectory() as workdir:
         path = tutorial_file(args.samples, args.mirror, workdir)
         print(f"AWS's {KERNEL} from {args.samples or args.mirror}, bf16, Trn2, timing-only; "
@@ -140,6 +150,25 @@ def main() -> None:
                 print(f"  {'trace, TRNLAB_FAST=0':26s}{concrete['trace_s']:7.2f} CPU s "
                       f"{k / concrete['trace_s']:10,.0f} instr/CPU s  (every iteration traced; the trace is "
                       f"{concrete['trace_s'] / first['trace_s']:.1f}x faster)")
+
+
+def compare(path: str, sizes: list[int], before: Path, repeat: int) -> None:
+    """The first run (trace; trace + first replay) of `before`'s trnlab and this one's, alternating
+    fresh processes (so a busy machine's drift touches both alike); medians of CPU seconds."""
+    import statistics
+    print(f"AWS's {KERNEL}, first run: {before} (before) vs {REPO} (after), {repeat} alternating fresh "
+          f"processes each, median CPU seconds")
+    for n in sizes:
+        runs: dict = {"before": [], "after": []}
+        for _ in range(repeat):
+            for name, repo in (("before", before), ("after", REPO)):
+                runs[name].append(measure(path, n, "first", repo))
+        k = runs["after"][0]["instructions"]
+        for phase, label in (("trace_s", "trace"), ("run_s", "trace + first replay")):
+            b = statistics.median(r[phase] for r in runs["before"])
+            a = statistics.median(r[phase] for r in runs["after"])
+            print(f"{n}^3 {label:22s} before {b:6.3f} CPU s {k / b:10,.0f}/s   after {a:6.3f} CPU s "
+                  f"{k / a:10,.0f}/s   {b / a:4.2f}x")
 
 
 if __name__ == "__main__":

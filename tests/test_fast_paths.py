@@ -142,9 +142,12 @@ def test_scheduling_pauses_the_collector_only_on_the_fast_path(fast, monkeypatch
     """The list schedule creates only objects that stay alive: on the fast path the collector is
     paused while it runs (hardware/_gc.py), and enabled again afterwards."""
     from trnlab.hardware import instruction_order, list_schedule
+    from trnlab.hardware.fast import list_schedule as fast_list_schedule
     monkeypatch.setattr(nki, "SCHEDULE", "program")
     args = gpt_arguments(batch=1, seq=128, d_model=128, n_head=4, vocab=64, dtype="float32")["matmul"]
     program = nki.trace(KERNELS["matmul"][0], *args, target="trn2")
+    if fast:                              # (the fast path's own list_order: fast/list_schedule.py)
+        list_schedule = fast_list_schedule
     order = list_schedule.list_order
     during = []
     monkeypatch.setattr(list_schedule, "list_order", lambda *a, **k: during.append(gc.isenabled()) or order(*a, **k))

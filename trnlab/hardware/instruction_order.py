@@ -29,6 +29,7 @@ from heapq import heappop, heappush
 
 import numpy as np
 
+from .. import config
 from . import _gc
 from .allocate import allocate
 from .program import Program
@@ -65,6 +66,10 @@ def list_schedule(program: Program, spec=None) -> Program:
     from .list_schedule import list_order
     if not program.allocated:
         allocate(program, spec)
+    if config.fast():                   # the same program without the repeated work (fast/list_schedule.py)
+        from .fast import list_schedule as fast
+        order, hidden, used = fast.list_order(program, spec)
+        return fast.reorder_kept(program, order, "list", hidden, used)
     return reorder(program, list_order(program, spec), "list", keep_offsets=True)
 
 

@@ -316,8 +316,12 @@ class Compiled:
                 self._resolved.pop(next(iter(self._resolved)))
             if self._static is None:
                 self._static = _static(self.program, self.written)
-            r = self._resolved[key] = _resolve(self.program, self.issues, self.spec, layout,
-                                               self._static)
+            from .. import config
+            if config.fast():       # the same steps with the helpers written out (fast/resolve.py)
+                from .fast.resolve import resolve
+            else:
+                resolve = _resolve
+            r = self._resolved[key] = resolve(self.program, self.issues, self.spec, layout, self._static)
         return r
 
 

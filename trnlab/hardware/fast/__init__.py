@@ -12,5 +12,9 @@ docs/programs.md ("Fast paths") lists every fast path with the reference it mirr
   view's coordinates with one axis shifted — the reference is `dma._shifted`, every element's flat
   position moved and divided back into coordinates;
 - `psum_pool`: deferred PSUM products in worker threads — the reference is
-  `memory.OnChipMemory.flush_pending`, one product after another.
+  `memory.OnChipMemory.flush_pending`, one product after another;
+- `resolve`: the compiled replay's resolve with its helpers written out — the reference is
+  `replay_timing._resolve`;
+- `list_schedule`: the list schedule's graph, simulation and reorder without repeated work — the
+  reference is `list_schedule.list_order` + `instruction_order.reorder(keep_offsets=True)`.
 """
