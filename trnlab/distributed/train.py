@@ -105,7 +105,7 @@ class Group:
                 raise RankLost(f"rank {self.rank}: broadcast of {what} failed ({error})") from error
         return tensor
 
-    def close(self) -> None:
+    def close(self, check: bool = True) -> None:
         """Destroy the process group, and check that it is gone — its gloo threads joined — before Python exits.
 
         A gloo worker thread drops its reference to a finished collective (and to the tensors it
@@ -113,13 +113,13 @@ class Group:
         GIL. If the group outlives this call, that can happen during interpreter shutdown, where
         taking the GIL ends the thread inside C++ code that may not unwind: the rank aborts (SIGABRT,
         "terminate called without an active exception") after its work is done. Destroying the group
-        here joins those threads while Python is still alive.
+        here joins those threads while Python is still alive. `check`: raise `GroupOutlived` if it is not.
         """
         if self.distributed and dist.is_initialized():
             world = weakref.ref(dist.group.WORLD)
             dist.destroy_process_group()
             gc.collect()
-            if world() is not None:
+            if check and world() is not None:
                 raise GroupOutlived(f"rank {self.rank}: the process group is still referenced after "
                                     "destroy_process_group; its gloo threads would end during interpreter "
                                     "shutdown and abort the process (SIGABRT)")
@@ -199,10 +199,14 @@ def run(args: argparse.Namespace) -> dict:
     torch.set_num_threads(1)  # the losses must not depend on the machine's core count
     group = Group(args.timeout)
     try:
-        return _run(args, group)
+        result = _run(args, group)
+    except BaseException:
+        group.close(check=False)  # the error's frames may still hold the group; it goes with them
+        raise
     finally:
-        group.close()
         torch.set_num_threads(threads)
+    group.close()
+    return result
 
 
 def _run(args: argparse.Namespace, group: Group) -> dict:
