@@ -60,6 +60,31 @@ def test_two_processes_give_the_losses_of_one_process_on_the_same_global_batch(t
     assert a["losses"][0] != a["losses"][-1]  # it trained: the loss moved
 
 
+# a rank's life in a fresh interpreter: the group, then the optimizer (whose first use imports
+# torch._dynamo and, through it, torch.distributed.nn), a collective, close — then the threads left
+_RANK_LIFE = """
+import os, torch
+from trnlab.distributed import train
+group = train.Group(30.0, distributed=True)
+torch.optim.AdamW(torch.nn.Linear(2, 2).parameters())
+group.all_reduce(torch.ones(4), "a tensor", step=0)
+group.close()
+print(sorted(open(f"/proc/self/task/{t}/comm").read().strip() for t in os.listdir("/proc/self/task")))
+"""
+
+
+def test_closing_the_group_ends_its_gloo_threads_while_python_is_still_alive():
+    """A gloo worker thread that outlives destroy_process_group drops its last tensors during interpreter
+    shutdown, where taking the GIL ends the thread inside C++: the rank aborts (SIGABRT, "terminate
+    called without an active exception") after its work is done, now and then, under load. Checked
+    deterministically: after close() no gloo thread is left (a one-rank gloo group, fresh process)."""
+    env = dict(_env(), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), WORLD_SIZE="1", RANK="0")
+    done = subprocess.run([sys.executable, "-c", _RANK_LIFE], capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    threads = done.stdout.strip().splitlines()[-1]
+    assert "gloo" not in threads, threads
+
+
 def test_a_rank_that_dies_fails_the_job_with_a_clear_message(tmp_path):
     done = _torchrun([*SMALL, "--out", str(tmp_path), "--fail-rank", "1", "--fail-at-step", "1", "--timeout", "30"],
                      timeout=90)

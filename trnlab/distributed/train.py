@@ -32,6 +32,7 @@ _PARENT_AT_START = os.getppid()   # read before the slow imports: the launcher m
 import argparse  # noqa: E402
 import ctypes
 import datetime
+import gc
 import json
 import math
 import signal
@@ -40,6 +41,7 @@ import subprocess
 import sys
 import threading
 import time
+import weakref
 from pathlib import Path
 
 import torch
@@ -60,23 +62,33 @@ class RankLost(RuntimeError):
     """A collective did not complete: the message names the step, the collective and the time-out."""
 
 
+class GroupOutlived(RuntimeError):
+    """The process group survived destroy_process_group: something still holds a reference to it."""
+
+
 class Group:
     """The ranks of this job: torch.distributed when launched by torchrun, a group of one otherwise."""
 
-    def __init__(self, timeout_s: float):
+    def __init__(self, timeout_s: float, distributed: bool | None = None):
+        """`distributed`: use torch.distributed even for one process (default: when WORLD_SIZE > 1)."""
         self.world = int(os.environ.get("WORLD_SIZE", "1"))
         self.rank = int(os.environ.get("RANK", "0"))
         self.timeout_s = timeout_s
-        if self.world > 1:
+        self.distributed = self.world > 1 if distributed is None else distributed
+        if self.distributed:
             addr = os.environ.get("MASTER_ADDR", "127.0.0.1")
             if addr not in ("127.0.0.1", "localhost"):
                 raise SystemExit(f"this course runs on one machine: MASTER_ADDR must be 127.0.0.1, got {addr}")
             os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+            # torch.distributed.nn.functional binds `group.WORLD` as a default argument when it is
+            # imported; the optimizer imports it lazily (via torch._dynamo), after this group exists,
+            # and those defaults would keep the group alive past destroy_process_group (see `close`)
+            import torch.distributed.nn.functional  # noqa: F401
             dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=timeout_s))
 
     def all_reduce(self, tensor: torch.Tensor, what: str, step: int) -> torch.Tensor:
         """Sum over ranks, in place; a failure becomes a `RankLost` that says what and when."""
-        if self.world > 1:
+        if self.distributed:
             try:
                 dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
             except Exception as error:  # gloo raises RuntimeError / DistBackendError subclasses
@@ -86,16 +98,31 @@ class Group:
         return tensor
 
     def broadcast(self, tensor: torch.Tensor, what: str) -> torch.Tensor:
-        if self.world > 1:
+        if self.distributed:
             try:
                 dist.broadcast(tensor, src=0)
             except Exception as error:
                 raise RankLost(f"rank {self.rank}: broadcast of {what} failed ({error})") from error
         return tensor
 
-    def close(self) -> None:
-        if self.world > 1 and dist.is_initialized():
+    def close(self, check: bool = True) -> None:
+        """Destroy the process group, and check that it is gone — its gloo threads joined — before Python exits.
+
+        A gloo worker thread drops its reference to a finished collective (and to the tensors it
+        summed) a moment after the caller has the result; dropping a tensor that Python made takes the
+        GIL. If the group outlives this call, that can happen during interpreter shutdown, where
+        taking the GIL ends the thread inside C++ code that may not unwind: the rank aborts (SIGABRT,
+        "terminate called without an active exception") after its work is done. Destroying the group
+        here joins those threads while Python is still alive. `check`: raise `GroupOutlived` if it is not.
+        """
+        if self.distributed and dist.is_initialized():
+            world = weakref.ref(dist.group.WORLD)
             dist.destroy_process_group()
+            gc.collect()
+            if check and world() is not None:
+                raise GroupOutlived(f"rank {self.rank}: the process group is still referenced after "
+                                    "destroy_process_group; its gloo threads would end during interpreter "
+                                    "shutdown and abort the process (SIGABRT)")
 
 
 def die_with_parent() -> None:
@@ -172,10 +199,14 @@ def run(args: argparse.Namespace) -> dict:
     torch.set_num_threads(1)  # the losses must not depend on the machine's core count
     group = Group(args.timeout)
     try:
-        return _run(args, group)
+        result = _run(args, group)
+    except BaseException:
+        group.close(check=False)  # the error's frames may still hold the group; it goes with them
+        raise
     finally:
-        group.close()
         torch.set_num_threads(threads)
+    group.close()
+    return result
 
 
 def _run(args: argparse.Namespace, group: Group) -> dict:
