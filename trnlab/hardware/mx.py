@@ -14,6 +14,11 @@ NeuronCore-v4 and newer"):
 - **Scale layout** (as AWS's tutorial lays it out for nc_matmul_mx): for a data tile of P <= 32
   partitions the scales are a [P/8, F] tile; for more, group g sits on partition 32*(g//4) + g%4 of a
   scale tile of P partitions (the first 4 partitions of each 32-partition quadrant).
+  quantize_mx writes the scale tile's first P partitions whole: the scales, and zero on the other 28
+  partitions of each quadrant (the [P, F/4] layout the NKI Library's reference of the instruction gives,
+  `mx_torch_common.quantize_mx_golden`: ASSUMED, AWS's page does not say); nc_matmul_mx reads the
+  scale partitions only (a kernel may load just those). Every MX operand may be a view of partitions
+  first and any free axes (a [P, 1, F] slice of a 3-D tile), its free elements taken in order.
 - **quantize_mx** (fp16/bf16 [P, 4F] -> x4 [P, F] + scales; P a multiple of 32, <= 128): per group,
   the block scale is two times the OCP sample conversion's (the page: "a block scale that is two
   times larger, reserving additional range for rounding the largest values ... without
@@ -55,6 +60,7 @@ from . import dtypes
 from .engines import DVE
 from .operands import _view
 from .errors import DtypeError, HardwareError, MatmulShapeError, MemoryPlacementError, PETilingError
+from .tensor import View
 from .tensor_engine import pe_tiles
 
 SCALE_DTYPES = (dtypes.uint8, dtypes.float8_e8m0fnu)
@@ -90,10 +96,43 @@ def _check_scale(scale, data, what: str):
         raise MXError(f"mx format: {what} is {dtypes.name(scale.tensor.dtype)}; scales are uint8 or "
                       f"float8_e8m0fnu (E8M0)", value=dtypes.name(scale.tensor.dtype), limit="uint8")
     rows = int(scale_partitions(data.partitions).max()) + 1
-    if scale.partitions < rows or scale.free_size < data.free_size or len(scale.shape) != 2:
+    wider = scale.free_size > data.free_size and len(scale.shape) != 2    # which columns: only 2-D says
+    if scale.partitions < rows or scale.free_size < data.free_size or wider:
         raise MXError(f"mx format: {what} {scale.shape} cannot hold the scales of a [{data.partitions}, "
                       f"{data.free_size}] data tile: needs [{rows}, {data.free_size}] (one scale per 8 "
                       f"partitions x 1 packed element)", value=scale.shape, limit=(rows, data.free_size))
+    _check_partitions_first(scale, what)
+
+
+def _check_partitions_first(v, what: str):
+    """MX operands are read partition by partition: the view's first axis is the partition axis."""
+    if v.tensor.partition_axis != 0 or not v.part_first or not v.basic:
+        raise MXError(f"mx format: {what} {v} must be a slice of partitions first (axis 0), then free "
+                      f"axes", value=v.shape, limit="[P, ...]")
+
+
+def _rows(view, lo: int, hi: int, free: int):
+    """Partitions [lo, hi) of `view` (from its first partition) and its first `free` elements of each
+    (a 2-D view only when fewer than all), as a view of their own."""
+    if lo == 0 and hi == view.partitions and free == view.free_size:
+        return view
+    t = view.tensor
+    index = (slice(None),) * len(t.shape) if view.index is None else tuple(view.index)
+    index = index + (slice(None),) * (len(t.shape) - len(index))
+    start = view.part_start
+    parts = slice(start + lo, start + hi)
+    if free != view.free_size:                          # 2-D (see _check_scale): narrow the columns
+        first = index[1].indices(t.shape[1])[0] if type(index[1]) is slice else int(index[1])
+        return View(t, (parts, slice(first, first + free)))
+    return View(t, (parts,) + index[1:])
+
+
+def _scale_runs(data_partitions: int) -> list:
+    """The runs of consecutive scale partitions (from the scale view's first): one of P/8 rows for a
+    tile of <= 32 partitions, else the first 4 of each 32-partition quadrant."""
+    if data_partitions <= 32:
+        return [(0, data_partitions // 8)]
+    return [(32 * q, 32 * q + 4) for q in range(data_partitions // 32)]
 
 
 def _check_data(v, what: str):
@@ -107,13 +146,13 @@ def _check_data(v, what: str):
     if v.partitions % 32 or v.partitions > 128:
         raise MXError(f"mx format: {what} has {v.partitions} partitions; MX tiles take a multiple of 32, "
                       f"at most 128", value=v.partitions, limit=128)
+    _check_partitions_first(v, what)
 
 
-def _scale_region(scale, data):
-    rows = scale_partitions(data.partitions)
-    if scale.index is not None:
-        return scale
-    return scale.tensor[int(rows.min()):int(rows.max()) + 1, 0:data.free_size]
+def _scale_values(scale, data_partitions: int, free: int) -> np.ndarray:
+    """The scale view's values as [partitions, free] (its first `free` elements of each partition)."""
+    values = np.asarray(scale.values()).reshape(scale.partitions, scale.free_size)
+    return values[:, :free]
 
 
 def _element(x4_dtype) -> np.dtype:
@@ -230,17 +269,13 @@ def quantize_mx(self, dst, src, dst_scale) -> int:
         x = np.asarray(src.values(), np.float32).reshape(src.partitions, src.free_size)
         words, scales = quantize(x, dst.tensor.dtype)
         dst.write(words.reshape(dst.shape))
-        if scale.index is not None:
-            raise MXError("mx format: quantize_mx dst_scale must be a whole scale tile", value=scale.shape,
-                          limit="whole tile")
-        rows = scale_partitions(dst.partitions)
-        lo, hi = int(rows.min()), int(rows.max()) + 1
-        region = scale.tensor[lo:hi, 0:dst.free_size]          # the partitions that hold scales
-        written = scale.tensor.written
-        keep = written is None or bool(written[lo:hi, 0:dst.free_size].all())
-        current = np.array(region.values()) if keep else np.zeros(region.shape, scale.tensor.dtype)
-        current[rows - lo] = scales.view(scale.tensor.dtype)  # E8M0 bits = the biased exponent
-        region.write(current)
+        # the scale partitions of the quadrants the data covers: their scales, zero on the others (the
+        # [P, F/4] layout the NKI Library's reference of quantize_mx gives: mx_torch_common.quantize_mx_golden)
+        covered = min(scale.partitions, dst.partitions)
+        region = _rows(scale, 0, covered, dst.free_size)
+        current = np.zeros((covered, dst.free_size), scale.tensor.dtype)
+        current[scale_partitions(dst.partitions)] = scales.view(scale.tensor.dtype)  # E8M0 bits = biased exponent
+        region.write(current.reshape(region.shape))
     dur = self._cost_ns(DVE, "quantize_mx", (src,), (dst,))
     return self._issue(DVE, "quantize_mx", dur, (src,), dst, also_write=scale)
 
@@ -286,9 +321,10 @@ def nc_matmul_mx(self, dst, stationary, moving, stationary_scale, moving_scale, 
         for v in (st, mv):
             v.check_initialized()
         for v, data in ((st_s, st), (mv_s, mv)):         # only the partitions that hold scales are read
-            _scale_region(v, data).check_initialized()
-        a = unpack(st.values(), st.tensor.dtype) * scale_factors(st_s.values(), K, M)[..., None]
-        b = unpack(mv.values(), mv.tensor.dtype) * scale_factors(mv_s.values(), K, N)[..., None]
+            for lo, hi in _scale_runs(data.partitions):
+                _rows(v, lo, hi, data.free_size).check_initialized()
+        a = unpack(st.values(), st.tensor.dtype).reshape(K, M, 4) * scale_factors(_scale_values(st_s, K, M), K, M)[..., None]
+        b = unpack(mv.values(), mv.tensor.dtype).reshape(K, N, 4) * scale_factors(_scale_values(mv_s, K, N), K, N)[..., None]
         product = np.einsum("kmq,knq->mn", a.reshape(K, M, 4), b.reshape(K, N, 4))
         t = dst.tensor
         if accumulate is None:

@@ -1,0 +1,54 @@
+"""MX kernels that reach the operands through views: 3-D tiles sliced per step, and scale tiles whose
+scale partitions alone are loaded (by DMA, from a dense host layout)."""
+import trnlab.nki as nki
+import trnlab.nki.isa as nisa
+import trnlab.nki.language as nl
+
+
+@nki.jit(target="trn3")
+def quantize_slab_by_slab(x, x4_dtype):
+    """(data [P, S, F/4], scales [P, S, F/4]) of x [P, S, F] bf16: one quantize_mx per slab s, each
+    writing a [P, 1, F/4] slice of 3-D data and scale tiles."""
+    P, S, F = x.shape
+    src = nl.ndarray((P, S, F), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=src, src=x)
+    data = nl.ndarray((P, S, F // 4), dtype=x4_dtype, buffer=nl.sbuf)
+    scales = nl.ndarray((P, S, F // 4), dtype=nl.uint8, buffer=nl.sbuf)
+    for s in range(S):
+        nisa.quantize_mx(dst=data[:, s:s + 1, :], src=src[:, s:s + 1, :], dst_scale=scales[:, s:s + 1, :])
+    data_out = nl.ndarray((P, S, F // 4), dtype=x4_dtype, buffer=nl.shared_hbm)
+    scales_out = nl.ndarray((P, S, F // 4), dtype=nl.uint8, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=data_out, src=data)
+    nisa.dma_copy(dst=scales_out, src=scales)
+    return data_out, scales_out
+
+
+def _scales_to_quadrants(dense):
+    """An SBUF scale tile [128, 1, F] with the dense scales [16, F] on partitions 32q + r (r < 4): four
+    DMAs, one per quadrant; the other 28 partitions of each quadrant are never written."""
+    groups, F = dense.shape
+    tile = nl.ndarray((128, 1, F), dtype=dense.dtype, buffer=nl.sbuf)
+    for q in range(groups // 4):
+        nisa.dma_copy(dst=tile[32 * q:32 * q + 4, 0, :], src=dense[4 * q:4 * q + 4, :])
+    return tile
+
+
+@nki.jit(target="trn3")
+def matmul_with_dense_scales(stationary, stationary_scale, moving, moving_scale):
+    """out[M, N] = MX product of stationary x4 [128, M] and moving x4 [128, N], their scales given dense
+    ([16, M], [16, N]: group g on row g) and placed on the quadrant partitions on the way in."""
+    K, M = stationary.shape
+    N = moving.shape[1]
+    st = nl.ndarray((K, M), dtype=stationary.dtype, buffer=nl.sbuf)
+    mv = nl.ndarray((K, N), dtype=moving.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=st, src=stationary)
+    nisa.dma_copy(dst=mv, src=moving)
+    st_s, mv_s = _scales_to_quadrants(stationary_scale), _scales_to_quadrants(moving_scale)
+    acc = nl.ndarray((M, N), dtype=nl.float32, buffer=nl.psum)
+    nisa.nc_matmul_mx(dst=acc, stationary=st, moving=mv, stationary_scale=st_s[:, 0:1, :],
+                      moving_scale=mv_s[:, 0:1, :])
+    result = nl.ndarray((M, N), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_copy(dst=result, src=acc)
+    out = nl.ndarray((M, N), dtype=nl.float32, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=result)
+    return out

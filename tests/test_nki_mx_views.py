@@ -1,0 +1,58 @@
+"""MX operands as views (nisa.quantize_mx, nisa.nc_matmul_mx on Trn3): slices of 3-D tiles, scale
+tiles whose padding partitions a kernel never loads, and quantize_mx's whole scale layout (the scales
+on the first 4 partitions of each 32-partition quadrant, zero on the other 28); and the host's MX casts
+(`neuron_dtypes.static_cast` packs four values a word and unpacks them)."""
+import ml_dtypes
+import numpy as np
+from hypothesis import given, settings, strategies as st
+
+import trnlab.nki.language as nl
+from trnlab.hardware import mx
+from trnlab.nki import neuron_dtypes as dt
+
+from nki_kernels.mx_views import matmul_with_dense_scales, quantize_slab_by_slab
+
+
+def test_quantize_mx_of_3d_slices_matches_one_quantize_per_slab_and_zeroes_the_padding():
+    x = np.random.default_rng(0).normal(size=(128, 3, 32)).astype(ml_dtypes.bfloat16)
+    data, scales = quantize_slab_by_slab(x, nl.float8_e4m3fn_x4)
+    quadrant_rows = mx.scale_partitions(128)
+    padding = np.setdiff1d(np.arange(128), quadrant_rows)
+    for s in range(3):
+        words, dense = mx.quantize(x[:, s, :].astype(np.float32), nl.float8_e4m3fn_x4)
+        assert data[:, s, :].view(np.uint32).tolist() == words.view(np.uint32).tolist()
+        assert scales[quadrant_rows, s, :].tolist() == dense.tolist()
+    assert np.all(scales[padding] == 0)
+
+
+@settings(max_examples=6, deadline=None)
+@given(seed=st.integers(0, 2**16))
+def test_nc_matmul_mx_reads_only_the_scale_partitions_of_a_3d_scale_view(seed):
+    rng = np.random.default_rng(seed)
+    K, M, N = 128, 16, 32
+    st_vals = rng.normal(size=(K, M, 4)).astype(ml_dtypes.float8_e4m3fn)
+    mv_vals = rng.normal(size=(K, N, 4)).astype(ml_dtypes.float8_e5m2)
+    st_dense = rng.integers(122, 132, size=(K // 8, M)).astype(np.uint8)      # group g on row g
+    mv_dense = rng.integers(122, 132, size=(K // 8, N)).astype(np.uint8)
+    out = matmul_with_dense_scales(mx.pack(st_vals, nl.float8_e4m3fn_x4), st_dense,
+                                   mx.pack(mv_vals, nl.float8_e5m2_x4), mv_dense)
+    a = st_vals.astype(np.float32) * np.repeat(np.exp2(st_dense - 127.0), 8, axis=0)[..., None]
+    b = mv_vals.astype(np.float32) * np.repeat(np.exp2(mv_dense - 127.0), 8, axis=0)[..., None]
+    bound = np.einsum("kmq,knq->mn", np.abs(a), np.abs(b)) * 1e-5     # fp32 sums in any order
+    np.testing.assert_array_less(np.abs(out - np.einsum("kmq,knq->mn", a, b)), bound + 1e-30)
+
+
+@settings(max_examples=20, deadline=None)
+@given(seed=st.integers(0, 2**16), x4=st.sampled_from(["float8_e4m3fn_x4", "float8_e5m2_x4", "float4_e2m1fn_x4"]))
+def test_static_cast_packs_four_values_a_word_and_unpacks_them(seed, x4):
+    x4_dtype = getattr(nl, x4)
+    element = mx.ELEMENT_OF[np.dtype(x4_dtype)]
+    rng = np.random.default_rng(seed)
+    values = rng.normal(size=(2, 3, 8)).astype(np.float32).astype(element).astype(np.float32)  # representable
+    words = dt.static_cast(values, x4_dtype)
+    assert words.shape == (2, 3, 2) and words.dtype == np.dtype(x4_dtype)
+    np.testing.assert_array_equal(dt.static_cast(words, np.float32), values)
+    if x4 != "float4_e2m1fn_x4":                                               # FP4 is no NKI dtype of its own
+        assert dt.static_cast(words, element).dtype == element                 # unpacked to the element type
+    first = mx.unpack(words[..., :1], x4_dtype)[..., 0, :]                      # value q of word 0 ...
+    np.testing.assert_array_equal(first, values[..., :4])                       # ... is value q of the row
