@@ -10,7 +10,10 @@ import trnlab.nki.language as nl
 from trnlab.hardware import mx
 from trnlab.nki import neuron_dtypes as dt
 
-from nki_kernels.mx_views import matmul_with_dense_scales, quantize_slab_by_slab
+import pytest
+
+from trnlab.hardware.errors import UninitializedReadError
+from nki_kernels.mx_views import matmul_with_dense_scales, quantize_partly_loaded_then_multiply, quantize_slab_by_slab
 
 
 def test_quantize_mx_of_3d_slices_matches_one_quantize_per_slab_and_zeroes_the_padding():
@@ -40,6 +43,21 @@ def test_nc_matmul_mx_reads_only_the_scale_partitions_of_a_3d_scale_view(seed):
     b = mv_vals.astype(np.float32) * np.repeat(np.exp2(mv_dense - 127.0), 8, axis=0)[..., None]
     bound = np.einsum("kmq,knq->mn", np.abs(a), np.abs(b)) * 1e-5     # fp32 sums in any order
     np.testing.assert_array_less(np.abs(out - np.einsum("kmq,knq->mn", a, b)), bound + 1e-30)
+
+
+def test_garbage_goes_through_quantize_mx_and_nc_matmul_mx_by_group_and_column():
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=(128, 16)).astype(ml_dtypes.bfloat16)
+    st_words, st_dense = mx.quantize(rng.normal(size=(128, 32)).astype(np.float32), nl.float8_e4m3fn_x4)
+    st_scale = np.zeros((128, 8), np.uint8)
+    st_scale[mx.scale_partitions(128)] = st_dense
+    out = quantize_partly_loaded_then_multiply(x, st_words, st_scale, 2)      # the clean columns only
+    mv_words, mv_dense = mx.quantize(x[:, 0:8].astype(np.float32), nl.float8_e4m3fn_x4)
+    a = mx.dequantize(st_words, st_dense, nl.float8_e4m3fn_x4).reshape(128, 8, 4)
+    b = mx.dequantize(mv_words, mv_dense, nl.float8_e4m3fn_x4).reshape(128, 2, 4)
+    np.testing.assert_allclose(out, np.einsum("kmq,knq->mn", a, b), rtol=1e-5, atol=1e-5)
+    with pytest.raises(UninitializedReadError, match="garbage"):           # columns 2..3 are garbage
+        quantize_partly_loaded_then_multiply(x, st_words, st_scale, 4)
 
 
 @settings(max_examples=20, deadline=None)

@@ -52,3 +52,28 @@ def matmul_with_dense_scales(stationary, stationary_scale, moving, moving_scale)
     out = nl.ndarray((M, N), dtype=nl.float32, buffer=nl.shared_hbm)
     nisa.dma_copy(dst=out, src=result)
     return out
+
+
+@nki.jit(target="trn3")
+def quantize_partly_loaded_then_multiply(x, stationary, stationary_scale, store_columns: int):
+    """x [128, 16] bf16 with columns 8.. loaded on partitions 0..99 only (the rest never written),
+    quantized whole (moving [128, 4] x4), multiplied by stationary x4 [128, M]; out = the result's first
+    `store_columns` columns."""
+    src = nl.ndarray((128, 16), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=src[:, 0:8], src=x[:, 0:8])
+    nisa.dma_copy(dst=src[0:100, 8:16], src=x[0:100, 8:16])
+    mv = nl.ndarray((128, 4), dtype=nl.float8_e4m3fn_x4, buffer=nl.sbuf)
+    mv_s = nl.ndarray((128, 4), dtype=nl.uint8, buffer=nl.sbuf)
+    nisa.quantize_mx(dst=mv, src=src, dst_scale=mv_s)
+    M = stationary.shape[1]
+    st = nl.ndarray((128, M), dtype=stationary.dtype, buffer=nl.sbuf)
+    st_s = nl.ndarray((128, M), dtype=nl.uint8, buffer=nl.sbuf)
+    nisa.dma_copy(dst=st, src=stationary)
+    nisa.dma_copy(dst=st_s, src=stationary_scale)
+    acc = nl.ndarray((M, 4), dtype=nl.float32, buffer=nl.psum)
+    nisa.nc_matmul_mx(dst=acc, stationary=st, moving=mv, stationary_scale=st_s, moving_scale=mv_s)
+    result = nl.ndarray((M, 4), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_copy(dst=result, src=acc)
+    out = nl.ndarray((M, store_columns), dtype=nl.float32, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=result[:, 0:store_columns])
+    return out

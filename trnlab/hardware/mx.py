@@ -149,6 +149,20 @@ def _check_data(v, what: str):
     _check_partitions_first(v, what)
 
 
+def _garbage_columns(data, scale):
+    """Full mode: per free column of an nc_matmul_mx operand [K, F], whether any of its data or of the
+    scales it reads holds garbage (memory never written, or computed from it); None if none does."""
+    K, F = data.partitions, data.free_size
+    bad = data.undefined()
+    columns = None if bad is None else bad.reshape(K, F).any(axis=0)
+    for lo, hi in _scale_runs(K):                 # only the partitions that hold scales are read
+        bad = _rows(scale, lo, hi, F).undefined()
+        if bad is not None:
+            more = bad.reshape(hi - lo, F).any(axis=0)
+            columns = more if columns is None else columns | more
+    return columns
+
+
 def _scale_values(scale, data_partitions: int, free: int) -> np.ndarray:
     """The scale view's values as [partitions, free] (its first `free` elements of each partition)."""
     values = np.asarray(scale.values()).reshape(scale.partitions, scale.free_size)
@@ -265,8 +279,9 @@ def quantize_mx(self, dst, src, dst_scale) -> int:
                       f"(four values per packed element)", value=src.shape, limit=(dst.partitions, 4 * dst.free_size))
     _check_scale(scale, dst, "quantize_mx dst_scale")
     if self.full:
-        src.check_initialized()
-        x = np.asarray(src.values(), np.float32).reshape(src.partitions, src.free_size)
+        x, bad = self._garbage(src)                           # [P, 4F] values, garbage mask or None
+        if bad is not None:
+            x = np.where(bad, 0.0, x)
         words, scales = quantize(x, dst.tensor.dtype)
         dst.write(words.reshape(dst.shape))
         # the scale partitions of the quadrants the data covers: their scales, zero on the others (the
@@ -276,6 +291,12 @@ def quantize_mx(self, dst, src, dst_scale) -> int:
         current = np.zeros((covered, dst.free_size), scale.tensor.dtype)
         current[scale_partitions(dst.partitions)] = scales.view(scale.tensor.dtype)  # E8M0 bits = biased exponent
         region.write(current.reshape(region.shape))
+        if bad is not None:       # garbage in a group: that group's values and scale are garbage
+            groups = bad.reshape(dst.partitions // 8, 8, dst.free_size, 4).any(axis=(1, 3))   # [P/8, F]
+            self._poison_from(dst, np.repeat(groups, 8, axis=0), src)
+            scale_bad = np.zeros((covered, dst.free_size), bool)
+            scale_bad[scale_partitions(dst.partitions)] = groups
+            self._poison_from(region, scale_bad, src)
     dur = self._cost_ns(DVE, "quantize_mx", (src,), (dst,))
     return self._issue(DVE, "quantize_mx", dur, (src,), dst, also_write=scale)
 
@@ -318,21 +339,26 @@ def nc_matmul_mx(self, dst, stationary, moving, stationary_scale, moving_scale, 
         tiles = pe_tiles(self.spec, tile_position, tile_size, K, M)
     self._matmul_dtypes.add(dtypes.float8_e4m3)          # MFU against the fp8 peak (the MX rate)
     if self.full:
-        for v in (st, mv):
-            v.check_initialized()
-        for v, data in ((st_s, st), (mv_s, mv)):         # only the partitions that hold scales are read
-            for lo, hi in _scale_runs(data.partitions):
-                _rows(v, lo, hi, data.free_size).check_initialized()
+        # garbage in (memory never written) lands where it goes, as nc_matmul's: result row m depends on
+        # stationary column m and its scales, result column n on moving column n and its scales
+        rows, cols = _garbage_columns(st, st_s), _garbage_columns(mv, mv_s)
         a = unpack(st.values(), st.tensor.dtype).reshape(K, M, 4) * scale_factors(_scale_values(st_s, K, M), K, M)[..., None]
         b = unpack(mv.values(), mv.tensor.dtype).reshape(K, N, 4) * scale_factors(_scale_values(mv_s, K, N), K, N)[..., None]
         product = np.einsum("kmq,knq->mn", a.reshape(K, M, 4), b.reshape(K, N, 4))
         t = dst.tensor
         if accumulate is None:
             accumulate = t.written is None or bool((t.written if dst.index is None else t.written[dst.index]).all())
-        if accumulate:
-            dst.check_initialized()
+        garbage = None if rows is None and cols is None else \
+            (np.zeros(M, bool) if rows is None else rows)[:, None] | (np.zeros(N, bool) if cols is None else cols)[None, :]
+        if accumulate:                                   # adding onto garbage keeps it garbage
+            before = dst.undefined()
+            if before is not None:
+                before = before.reshape(M, N)
+                garbage = before if garbage is None else garbage | before
             product = product + dst.values().astype(np.float32).reshape(M, N)
         dst.write(product.reshape(dst.shape).astype(t.dtype))
+        if garbage is not None:
+            self._poison_from(dst, garbage, st, mv, st_s, mv_s)
     # one pass of N columns (cost._tensor_engine: K, M from the stationary, N from the moving)
     return self._pe_issue("nc_matmul_mx", st, (mv, st_s, mv_s), dst, 2.0 * 4 * K * M * N,
                           st.nbytes + mv.nbytes + st_s.nbytes + mv_s.nbytes, dst.nbytes, tiles)
