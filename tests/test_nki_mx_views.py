@@ -6,6 +6,7 @@ import ml_dtypes
 import numpy as np
 from hypothesis import given, settings, strategies as st
 
+import trnlab.nki as nki
 import trnlab.nki.language as nl
 from trnlab.hardware import mx
 from trnlab.nki import neuron_dtypes as dt
@@ -13,7 +14,8 @@ from trnlab.nki import neuron_dtypes as dt
 import pytest
 
 from trnlab.hardware.errors import UninitializedReadError
-from nki_kernels.mx_views import matmul_with_dense_scales, quantize_partly_loaded_then_multiply, quantize_slab_by_slab
+from nki_kernels.mx_views import (matmul_with_dense_scales, quantize_partly_loaded_then_multiply, quantize_slab_by_slab,
+                                  quantize_words_read_as_bf16)
 
 
 def test_quantize_mx_of_3d_slices_matches_one_quantize_per_slab_and_zeroes_the_padding():
@@ -58,6 +60,19 @@ def test_garbage_goes_through_quantize_mx_and_nc_matmul_mx_by_group_and_column()
     np.testing.assert_allclose(out, np.einsum("kmq,knq->mn", a, b), rtol=1e-5, atol=1e-5)
     with pytest.raises(UninitializedReadError, match="garbage"):           # columns 2..3 are garbage
         quantize_partly_loaded_then_multiply(x, st_words, st_scale, 4)
+
+
+def test_quantize_mx_reads_an_fp32_tile_as_the_bf16_values_its_bytes_hold_at_the_bf16_rate():
+    x = np.random.default_rng(6).normal(size=(128, 64)).astype(ml_dtypes.bfloat16)
+    data, scales = quantize_words_read_as_bf16(x)
+    words, dense = mx.quantize(x.astype(np.float32), nl.float8_e5m2_x4)
+    assert data.view(np.uint32).tolist() == words.view(np.uint32).tolist()
+    assert scales[mx.scale_partitions(128)].tolist() == dense.tolist()
+    def quantize_ns(run):
+        record = next(r for r in run.timeline if r.opcode == "quantize_mx")
+        return record.end_ns - record.start_ns
+    plain = nki.run(quantize_slab_by_slab, x.reshape(128, 1, 64), nl.float8_e5m2_x4)   # from a bf16 tile
+    assert quantize_ns(nki.run(quantize_words_read_as_bf16, x)) == quantize_ns(plain)  # 64 values a partition
 
 
 @settings(max_examples=20, deadline=None)

@@ -77,3 +77,20 @@ def quantize_partly_loaded_then_multiply(x, stationary, stationary_scale, store_
     out = nl.ndarray((M, store_columns), dtype=nl.float32, buffer=nl.shared_hbm)
     nisa.dma_copy(dst=out, src=result[:, 0:store_columns])
     return out
+
+
+@nki.jit(target="trn3")
+def quantize_words_read_as_bf16(x):
+    """(data, scales) of x [128, F] bf16 moved into SBUF as fp32 words [128, F/2] (two values a word)
+    and quantized from those words read back as bf16 (`.ap(dtype=nl.bfloat16)`)."""
+    P, F = x.shape
+    words = nl.ndarray((P, F // 2), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=words, src=x.ap(pattern=[[F // 2, P], [1, F // 2]], dtype=nl.float32))
+    data = nl.ndarray((P, F // 4), dtype=nl.float8_e5m2_x4, buffer=nl.sbuf)
+    scales = nl.ndarray((P, F // 4), dtype=nl.uint8, buffer=nl.sbuf)
+    nisa.quantize_mx(dst=data, src=words.ap(pattern=[[F, P], [1, F]], dtype=nl.bfloat16), dst_scale=scales)
+    data_out = nl.ndarray((P, F // 4), dtype=nl.float8_e5m2_x4, buffer=nl.shared_hbm)
+    scales_out = nl.ndarray((P, F // 4), dtype=nl.uint8, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=data_out, src=data)
+    nisa.dma_copy(dst=scales_out, src=scales)
+    return data_out, scales_out

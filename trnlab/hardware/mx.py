@@ -258,28 +258,36 @@ def dequantize(words: np.ndarray, scales: np.ndarray, x4_dtype) -> np.ndarray:
     return (values * factors[..., None]).reshape(P, 4 * F)
 
 
-def quantize_mx(self, dst, src, dst_scale) -> int:
-    """dst (x4 [P, F/4]), dst_scale (E8M0) = MX quantization of src (fp16/bf16 [P, F]) on the Vector engine."""
+def quantize_mx(self, dst, src, dst_scale, src_dtype=None) -> int:
+    """dst (x4 [P, F/4]), dst_scale (E8M0) = MX quantization of src (fp16/bf16 [P, F]) on the Vector engine.
+    ``src_dtype``: src's bytes read as this type (a tile of another element type: its whole elements'
+    bytes in order, as NumPy's ``.view``), e.g. an fp32 tile [P, F/2] read as bf16 [P, F]."""
     _need_v4(self, "quantize_mx")
     dst, src, scale = _view(dst, "dst"), _view(src, "src"), _view(dst_scale, "dst_scale")
     if src.tensor.kind != "sbuf":
         raise MemoryPlacementError(f"operand memory: quantize_mx src is in {src.tensor.kind.upper()}; it "
                                    f"reads SBUF", value=src.tensor.kind, limit="sbuf")
-    if src.tensor.dtype not in (dtypes.float16, dtypes.bfloat16):
-        raise DtypeError(f"data type: quantize_mx src is {dtypes.name(src.tensor.dtype)}; it takes float16 or "
-                         f"bfloat16", value=src.tensor.dtype, limit=("float16", "bfloat16"))
+    read_as = src.tensor.dtype if src_dtype is None else dtypes.as_dtype(src_dtype)
+    ratio = src.tensor.itemsize // read_as.itemsize if src.tensor.itemsize >= read_as.itemsize else 0
+    if read_as not in (dtypes.float16, dtypes.bfloat16) or not ratio:
+        raise DtypeError(f"data type: quantize_mx src is {dtypes.name(read_as)}; it takes float16 or "
+                         f"bfloat16", value=read_as, limit=("float16", "bfloat16"))
     _check_data(dst, "quantize_mx dst")
     if dst.tensor.dtype not in dtypes.PACKED_X4:
         raise MXError("mx format: quantize_mx dst is float4_e2m1fn_x4; quantize_mx produces MXFP8 only "
                       "(float8_e5m2_x4 / float8_e4m3fn_x4, nki.isa.quantize_mx) — quantize FP4 on the host "
                       "(trnlab.hardware.mx.quantize), as AWS's mxfp-matmul tutorial does",
                       value="float4_e2m1fn_x4", limit="float8_*_x4")
-    if src.partitions != dst.partitions or src.free_size != 4 * dst.free_size:
+    if src.partitions != dst.partitions or ratio * src.free_size != 4 * dst.free_size:
         raise MXError(f"mx format: quantize_mx src {src.shape} must be [P, 4F] for dst {dst.shape} [P, F] "
                       f"(four values per packed element)", value=src.shape, limit=(dst.partitions, 4 * dst.free_size))
     _check_scale(scale, dst, "quantize_mx dst_scale")
     if self.full:
         x, bad = self._garbage(src)                           # [P, 4F] values, garbage mask or None
+        if ratio > 1:                                         # the elements' bytes, read as src_dtype
+            raw = np.ascontiguousarray(np.asarray(src.values()).astype(src.tensor.dtype, copy=False))
+            x = raw.reshape(src.partitions, -1).view(read_as).astype(np.float32)
+            bad = None if bad is None else np.repeat(bad, ratio, axis=1)
         if bad is not None:
             x = np.where(bad, 0.0, x)
         words, scales = quantize(x, dst.tensor.dtype)
@@ -297,7 +305,7 @@ def quantize_mx(self, dst, src, dst_scale) -> int:
             scale_bad = np.zeros((covered, dst.free_size), bool)
             scale_bad[scale_partitions(dst.partitions)] = groups
             self._poison_from(region, scale_bad, src)
-    dur = self._cost_ns(DVE, "quantize_mx", (src,), (dst,))
+    dur = self._cost_ns(DVE, "quantize_mx", (src,), (dst,), values=4 * dst.free_size)
     return self._issue(DVE, "quantize_mx", dur, (src,), dst, also_write=scale)
 
 
