@@ -277,20 +277,20 @@ Six files fail on the library's own code at this commit, on any backend (not wor
 - `experimental/subkernels/test_topk_reduce.py` imports `nkilib.experimental.subkernels.topk_reduce`,
   a package the repository does not contain at this commit (ModuleNotFoundError).
 
-The trn3 rows' failures, known: `core/utils/quantize_to_mx`'s e4m3 tests mismatch because AWS's page
-for `nki.isa.quantize_mx` (Neuron 2.32) says the instruction's block scale is twice the OCP sample
-conversion's, which trnlab follows, while the library's reference uses the OCP one (its e5m2 tests pass
-only because the harness compares the packed words within 2% of their range);
-`core/subkernels/rmsnorm_mx_quantize_tkg`'s test wrapper copies 4 of every 32 scale partitions into a
-new HBM output and its reference expects zeros in the other 28, which trnlab reads as never written;
-`experimental/mxfp_subkernels/mxfp_load` has `nisa.quantize_mx` read an SBUF fp32 tile as bf16
-(`.ap(dtype=)` of another size), which trnlab lets only a DMA move; `core/moe/moe_cte/moe_bwmm_mx_cte`
-reinterprets an SBUF tile with `.view(float8_e4m3fn_x4)` (trnlab retypes whole HBM tensors only) and its
-full-mode tests pass 60 s; `core/output_projection/output_proj_cte` gives `nc_matmul_mx` a moving tile
-of 1024 columns (trnlab allows 512, as for `nc_matmul`; no page gives the MX limit); `core/qkv/qkv_cte`
-quantizes a transposed tile whose padding was never loaded (trnlab's `quantize_mx` and `nc_matmul_mx`
-refuse garbage operands rather than carry it); `core/moe/moe_tkg`'s MX tests read `.base_tensor` (an
-attribute of the library's `TensorView`) of a plain tensor (not looked into).
+The trn3 rows' failures, known. The scale rule of `nki.isa.quantize_mx`: AWS's page (Neuron 2.32)
+says the instruction's block scale is twice the OCP sample conversion's, which trnlab follows, while
+the library's references use the OCP one: `core/utils/quantize_to_mx`'s e4m3 tests and every
+`experimental/mxfp_subkernels/mxfp_load` test mismatch (scales one higher; with the OCP rule
+quantize_to_mx passes 4/4 and mxfp_load's scales match, its data then differing only because the
+harness converts the x4 output to float32 by value where its reference views the words' bits).
+`core/subkernels/rmsnorm_mx_quantize_tkg`'s test wrapper copies 4 of every 32 scale partitions into
+a new HBM output whose reference has zeros in the other 28 (never written: trnlab's error).
+`core/moe/moe_cte/moe_bwmm_mx_cte` reinterprets an SBUF tile with `.view(float8_e4m3fn_x4)` (trnlab
+retypes whole HBM tensors only); its full-mode tests and `core/moe_block/moe_block_tkg`'s MX tests
+pass 60 s in the library's input generator (a Python loop per 8 x 4 block), before any kernel.
+`core/output_projection/output_proj_cte` gives `nc_matmul_mx` a moving tile of 1024 columns (trnlab
+allows 512, as for `nc_matmul`; no page gives the MX limit). `core/moe/moe_tkg`'s MX tests read
+`.base_tensor` (an attribute of the library's `TensorView`) of a plain tensor.
 
 One failure is trnlab's, known and not yet fixed: an LNC=2 launch gives each of its two cores its own
 copy of every output and of a kernel's internal `shared_hbm` tensor, merged element by element after
