@@ -13,9 +13,10 @@ from trnlab.nki import neuron_dtypes as dt
 
 import pytest
 
+from trnlab.hardware import errors
 from trnlab.hardware.errors import UninitializedReadError
 from nki_kernels.mx_views import (matmul_with_dense_scales, quantize_partly_loaded_then_multiply, quantize_slab_by_slab,
-                                  quantize_words_read_as_bf16)
+                                  quantize_words_read_as_bf16, wide_mx_product)
 
 
 def test_quantize_mx_of_3d_slices_matches_one_quantize_per_slab_and_zeroes_the_padding():
@@ -73,6 +74,24 @@ def test_quantize_mx_reads_an_fp32_tile_as_the_bf16_values_its_bytes_hold_at_the
         return record.end_ns - record.start_ns
     plain = nki.run(quantize_slab_by_slab, x.reshape(128, 1, 64), nl.float8_e5m2_x4)   # from a bf16 tile
     assert quantize_ns(nki.run(quantize_words_read_as_bf16, x)) == quantize_ns(plain)  # 64 values a partition
+
+
+def _quantized(rng, columns):
+    words, dense = mx.quantize(rng.normal(size=(128, 4 * columns)).astype(np.float32), nl.float8_e4m3fn_x4)
+    scales = np.zeros((128, columns), np.uint8)
+    scales[mx.scale_partitions(128)] = dense
+    return words, scales, mx.dequantize(words, dense, nl.float8_e4m3fn_x4).reshape(128, columns, 4)
+
+
+def test_nc_matmul_mx_moves_as_many_columns_as_a_psum_bank_holds_of_its_result_type():
+    rng = np.random.default_rng(7)
+    st_words, st_scales, a = _quantized(rng, 16)
+    mv_words, mv_scales, b = _quantized(rng, 1024)
+    out = wide_mx_product(st_words, st_scales, mv_words, mv_scales, nl.bfloat16)     # 1024 bf16: 2 KiB
+    expected = np.einsum("kmq,knq->mn", a, b).astype(ml_dtypes.bfloat16).astype(np.float32)
+    np.testing.assert_allclose(out, expected, rtol=1e-2, atol=1e-2)
+    with pytest.raises(errors.HardwareError, match="PSUM bank"):                     # 4 KiB of fp32
+        wide_mx_product(st_words, st_scales, mv_words, mv_scales, nl.float32)
 
 
 @settings(max_examples=20, deadline=None)

@@ -94,3 +94,23 @@ def quantize_words_read_as_bf16(x):
     nisa.dma_copy(dst=data_out, src=data)
     nisa.dma_copy(dst=scales_out, src=scales)
     return data_out, scales_out
+
+
+@nki.jit(target="trn3")
+def wide_mx_product(stationary, stationary_scale, moving, moving_scale, psum_dtype):
+    """out[M, N] = one nc_matmul_mx of stationary x4 [128, M] by moving x4 [128, N] (N up to one PSUM
+    bank of psum_dtype: 1024 bf16), scales in the layout quantize_mx writes."""
+    tiles = []
+    for hbm in (stationary, stationary_scale, moving, moving_scale):
+        t = nl.ndarray(hbm.shape, dtype=hbm.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=hbm)
+        tiles.append(t)
+    st, st_s, mv, mv_s = tiles
+    M, N = stationary.shape[1], moving.shape[1]
+    acc = nl.ndarray((M, N), dtype=psum_dtype, buffer=nl.psum)
+    nisa.nc_matmul_mx(dst=acc, stationary=st, moving=mv, stationary_scale=st_s, moving_scale=mv_s)
+    result = nl.ndarray((M, N), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_copy(dst=result, src=acc)
+    out = nl.ndarray((M, N), dtype=nl.float32, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=result)
+    return out

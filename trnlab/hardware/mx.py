@@ -36,7 +36,9 @@ NeuronCore-v4 and newer"):
   also allowed" [ARCH-v4]). Timing: one pass of N columns, as a [K, M] x [K, N] matmul (4x the
   contraction per pass: 315 MXFP8/MXFP4 vs 79 BF16 TFLOPS per NeuronCore-v4; "An MX matmul with
   either the MXFP8 or MXFP4 datatype runs at 4x the throughput compared to a BF16/FP16 matmul"
-  [ARCH-v4]; `presets.TRN3_CORE.fp8_peak_factor`). FP4 costs what FP8 costs.
+  [ARCH-v4]; `presets.TRN3_CORE.fp8_peak_factor`). FP4 costs what FP8 costs. N: up to one PSUM bank
+  of dst's type (ASSUMED, no page gives it: 512 fp32, 1024 bf16 — AWS's output_projection_cte streams
+  1024-column moving tiles into a bf16 PSUM tile).
 - Cost of quantize_mx: "four input elements per partition, per cycle (i.e., 4x Vector performance
   mode)" [ARCH-v4], "MX data-type Quantization": static + N/4 Vector cycles, N the source's elements
   per partition (`cost.cost`); the static part as for every Vector instruction.
@@ -325,9 +327,13 @@ def nc_matmul_mx(self, dst, stationary, moving, stationary_scale, moving_scale, 
     if mv.partitions != K:
         raise MatmulShapeError(f"matmul tile shape: contraction sizes differ: stationary {st.shape}, moving "
                                f"{mv.shape}", value=mv.partitions, limit=K)
-    if M > self.spec.stationary_fmax or N > self.spec.moving_fmax:
+    # N: as many columns as one PSUM bank holds of dst's type (ASSUMED: 512 fp32 as nc_matmul's limit, 1024
+    # bf16 — AWS's output_projection_cte multiplies 1024-column moving tiles into a bf16 PSUM tile)
+    n_max = self.spec.psum_bank_bytes // dst.tensor.itemsize if dst.tensor.kind == "psum" else self.spec.moving_fmax
+    if M > self.spec.stationary_fmax or N > max(n_max, self.spec.moving_fmax):
         raise MatmulShapeError(f"matmul tile shape: nc_matmul_mx M={M}, N={N}; limits {self.spec.stationary_fmax}, "
-                               f"{self.spec.moving_fmax}", value=(M, N), limit=(self.spec.stationary_fmax, self.spec.moving_fmax))
+                               f"{max(n_max, self.spec.moving_fmax)} (one PSUM bank of {dtypes.name(dst.tensor.dtype)})",
+                               value=(M, N), limit=(self.spec.stationary_fmax, max(n_max, self.spec.moving_fmax)))
     if dst.tensor.kind != "psum":
         raise MemoryPlacementError(f"operand memory: nc_matmul_mx dst is in {dst.tensor.kind.upper()}; the "
                                    f"Tensor engine writes PSUM", value=dst.tensor.kind, limit="psum")
