@@ -284,12 +284,12 @@ the library's references use the OCP one: `core/utils/quantize_to_mx`'s e4m3 tes
 quantize_to_mx passes 4/4 and mxfp_load's scales match, its data then differing only because the
 harness converts the x4 output to float32 by value where its reference views the words' bits).
 `core/subkernels/rmsnorm_mx_quantize_tkg`'s test wrapper copies 4 of every 32 scale partitions into
-a new HBM output whose reference has zeros in the other 28 (never written: trnlab's error).
+a new HBM output whose reference has zeros in the other 28 (never written: trnlab's error; read as
+zeros, 2 of its 4 fast tests pass and 2 differ in scales by the rule above).
 `core/moe/moe_cte/moe_bwmm_mx_cte` reinterprets an SBUF tile with `.view(float8_e4m3fn_x4)` (trnlab
 retypes whole HBM tensors only); its full-mode tests and `core/moe_block/moe_block_tkg`'s MX tests
 pass 60 s in the library's input generator (a Python loop per 8 x 4 block), before any kernel.
-`core/output_projection/output_proj_cte` gives `nc_matmul_mx` a moving tile of 1024 columns (trnlab
-allows 512, as for `nc_matmul`; no page gives the MX limit). `core/moe/moe_tkg`'s MX tests read
+`core/moe/moe_tkg`'s MX tests read
 `.base_tensor` (an attribute of the library's `TensorView`) of a plain tensor.
 
 One failure is trnlab's, known and not yet fixed: an LNC=2 launch gives each of its two cores its own
