@@ -25,6 +25,10 @@ Inside the library's own pytest run (``--test-mode simulation``) it:
   those run timing-only (no values) and end after the kernel ran, before the harness compares
   values it does not have (run with the harness's NKILIB_SIMULATION_RUN_ALL=1 so it keeps them);
   with ``NKILIB_FULL_LARGE=1`` (``--full-large``) they run in full mode too, values compared;
+- with ``NKILIB_ONLY_EXCLUDED_FROM=<platform>`` (the runner's second pass, on trn3), keeps only the
+  tests that platform does not run: those the library marks ``@pytest.mark.platforms(exclude=[...,
+  <platform>])`` (the harness deselects them there) and those listed (one node id a line) in the file
+  ``NKILIB_RERUN_NODEIDS`` (tests that skipped themselves on it, e.g. "MX is only supported on TRN3");
 - stops any test after ``NKILIB_TEST_SECONDS`` (default 60), and limits the session's address space to
   ``NKILIB_MEMORY_GB`` (default 12: a test that needs more fails with MemoryError);
 - writes one JSON line per test, and one per test file that fails to import, to ``NKILIB_RESULTS``.
@@ -46,6 +50,23 @@ MAX_FAST = int(os.environ.get("NKILIB_MAX_FAST", "4"))
 MAX_TIMED = int(os.environ.get("NKILIB_MAX_TIMED", "2"))
 TEST_SECONDS = int(os.environ.get("NKILIB_TEST_SECONDS", "60"))
 FULL_LARGE = os.environ.get("NKILIB_FULL_LARGE") == "1"
+ONLY_EXCLUDED_FROM = os.environ.get("NKILIB_ONLY_EXCLUDED_FROM", "")
+_platform = {"target": ""}  # the session's --platform-target, written into every record
+
+
+def _rerun_nodeids() -> set:
+    path = os.environ.get("NKILIB_RERUN_NODEIDS")
+    if not path or not os.path.exists(path):
+        return set()
+    with open(path) as f:
+        return {line.strip() for line in f if line.strip()}
+
+
+def _excluded_from(item, platform: str) -> bool:
+    """Whether the library marks this test not to run on `platform` (its ``platforms(exclude=...)``)."""
+    marker = item.get_closest_marker("platforms")
+    excluded = (marker.kwargs.get("exclude") or []) if marker else []
+    return any(str(p) == platform for p in excluded)
 
 
 class TimedOnly(BaseException):
@@ -239,6 +260,7 @@ def _patch_orchestrator() -> None:
 
 
 def pytest_configure(config) -> None:
+    _platform["target"] = str(config.getoption("--platform-target", default="") or "")
     _patch_orchestrator()
 
 
@@ -251,8 +273,12 @@ def _large(item) -> bool:
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config, items) -> None:
     _patch_orchestrator()                  # the test files have imported the orchestrator by now
+    eligible = items
+    if ONLY_EXCLUDED_FROM:      # the second pass: only what the first platform did not run
+        rerun = _rerun_nodeids()
+        eligible = [i for i in items if _excluded_from(i, ONLY_EXCLUDED_FROM) or i.nodeid in rerun]
     by_file: dict = {}
-    for item in items:
+    for item in eligible:
         by_file.setdefault(str(item.fspath), []).append(item)
     chosen = []
     for file_items in by_file.values():
@@ -277,7 +303,7 @@ def pytest_collectreport(report) -> None:
         errors = [ln[1:].strip() for ln in str(report.longrepr).splitlines() if ln.startswith("E ")]
         error = (errors[-1] if errors else _first_line(report))[:300]
         _write({"nodeid": report.nodeid, "mode": "import", "outcome": "error", "error": error,
-                "wall_s": 0.0, "runs": 0})
+                "wall_s": 0.0, "runs": 0, "platform": _platform["target"]})
 
 
 def _write(record: dict) -> None:
@@ -338,7 +364,7 @@ def pytest_runtest_logreport(report) -> None:
         error = _first_line(report)
     run = _runs[-1] if _runs else None
     record = {"nodeid": report.nodeid, "mode": _mode["now"], "outcome": outcome, "error": error,
-              "wall_s": round(report.duration, 2), "runs": len(_runs)}
+              "wall_s": round(report.duration, 2), "runs": len(_runs), "platform": _platform["target"]}
     if run is not None:
         record.update(run)
     if RESULTS:

@@ -60,6 +60,9 @@ SWITCHES: dict[str, Switch] = {s.name: s for s in (
     Switch("psum_evacuation", "TRNLAB_PSUM_EVACUATION", False, _flag,
            "PSUM accumulators that do not fit in the order written are copied out right after their last "
            "write (hardware/psum_evacuation.py, ASSUMED) instead of a PSUMOverflowError"),
+    Switch("garbage_stores", "TRNLAB_GARBAGE_STORES", False, _flag,
+           "a DMA storing garbage into HBM leaves it undefined there (a later store defines it; reading an "
+           "output that still holds it raises) instead of an UninitializedReadError at the store"),
     Switch("nki_force", "TRNLAB_NKI_FORCE", False, _flag,
            "zero-edit runs (trnlab.nki.zero_edit) serve AWS's nki / neuronxcc module names even where a "
            "real installation of them is importable"),

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import trnlab.nki as nki
+from trnlab import config
 import trnlab.nki.isa as nisa
 import trnlab.nki.language as nl
 from trnlab.hardware.errors import UninitializedReadError
@@ -92,3 +93,26 @@ def test_garbage_that_reaches_an_output_is_the_error_at_the_store():
     with pytest.raises(UninitializedReadError, match=r"garbage") as caught:
         stores_the_garbage_rows(_input(3))
     assert "nl.store(out, value=" in str(caught.value)
+
+
+@nki.jit
+def stores_the_tile_whole_then_zeros_over_its_padding(a_tensor):
+    n = a_tensor.shape[0]
+    out = nl.ndarray((128, COLS), dtype=nl.float32, buffer=nl.shared_hbm)
+    i_p, i_f = nl.arange(128)[:, None], nl.arange(COLS)[None, :]
+    tile = nl.load(a_tensor[i_p, i_f], mask=(i_p < n))
+    nl.store(out, value=nl.transpose(nl.transpose(tile)))          # rows n.. reach HBM as garbage ...
+    nl.store(out[n:128, :], value=nl.zeros((128 - n, COLS), dtype=nl.float32))   # ... then zeros
+    return out
+
+
+def test_with_garbage_stores_on_a_store_of_garbage_that_a_later_store_overwrites_is_not_an_error():
+    a = _input(4)
+    with pytest.raises(UninitializedReadError, match="garbage"):
+        stores_the_tile_whole_then_zeros_over_its_padding(a)           # default: the store is the error
+    with config.override(garbage_stores=True):                         # TRNLAB_GARBAGE_STORES=1
+        out = stores_the_tile_whole_then_zeros_over_its_padding(a)
+        with pytest.raises(UninitializedReadError, match="read never-written.*stored into HBM"):
+            stores_the_garbage_rows(_input(3))                          # still garbage when the output is read
+    np.testing.assert_array_equal(out[:ROWS], a)
+    assert np.all(out[ROWS:] == 0)

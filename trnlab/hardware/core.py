@@ -368,6 +368,12 @@ class NeuronCore(TensorEngineInstructions, VectorInstructions, ReductionInstruct
         src = next((v for v in sources if v.tensor.poison_origin), sources[0])
         origin = src.tensor.poison_origin or (f"{src.tensor.name!r}[{src._index_str()}] read never-written"
                                               + (f" at {self.note}" if self.note else ""))
+        if dst.tensor.kind == "hbm" and not dst.tensor.name.startswith("spill "):
+            # TRNLAB_GARBAGE_STORES=1 (dma._garbage_moved): garbage stored into HBM defines nothing there;
+            # a later store defines it (a padded tile stored whole, then its padding's zeros), else the
+            # output's read raises
+            origin += f"; stored into HBM by a DMA{f' at {self.note}' if self.note else ''}"
+            dst.mark_unwritten(np.reshape(mask, dst.shape))
         dst.set_poison(np.reshape(mask, dst.shape), origin)
 
     @staticmethod

@@ -431,8 +431,9 @@ def cost(instr: Instruction, spec: CoreSpec) -> Cost:
             cycles += spec.activation_min_cycles
     elif op == "quantize_mx":
         # "four input elements per partition, per cycle (i.e., 4x Vector performance mode)"
-        # [ARCH-v4], "MX data-type Quantization"; N = source (fp16/bf16) elements per partition
-        cycles = spec.vector_static_cycles + -(-n // 4)
+        # [ARCH-v4], "MX data-type Quantization"; N = source (fp16/bf16) values per partition: four per
+        # packed element written (a source tile of another type read as fp16/bf16 has fewer elements)
+        cycles = spec.vector_static_cycles + -(-a.get("values", n) // 4)
     elif op == "memset" and engine == "dve":
         cycles = memset_cycles(spec, n, instr.writes[0].dtype, bool(a.get("zero")))
     elif op == "tensor_tensor" and engine == "dve":

@@ -368,8 +368,12 @@ def _garbage_moved(dst: View, src: View):
     """Full mode: where src holds garbage (memory never written, or computed from it), which a DMA
     moves with the data within the chip (its later reads decide); a store of it into HBM is the
     error (`UninitializedReadError`, naming where the garbage came from) — except into a spill slot,
-    which only holds the tile's bytes until they come back. None if src is clean."""
+    which only holds the tile's bytes until they come back, and with TRNLAB_GARBAGE_STORES=1, where
+    it leaves those HBM elements undefined (`Core._poison_from`: a later store defines them, as when a
+    kernel stores a padded tile whole and then zeros over its padding; the read of an output that
+    still holds garbage raises). None if src is clean."""
     garbage = src.undefined()
-    if garbage is not None and dst.tensor.kind == "hbm" and not dst.tensor.name.startswith(SPILL_SLOT):
+    if garbage is not None and dst.tensor.kind == "hbm" and not dst.tensor.name.startswith(SPILL_SLOT) \
+            and not config.get("garbage_stores"):
         src.check_initialized()
     return garbage

@@ -14,6 +14,11 @@ NeuronCore-v4 and newer"):
 - **Scale layout** (as AWS's tutorial lays it out for nc_matmul_mx): for a data tile of P <= 32
   partitions the scales are a [P/8, F] tile; for more, group g sits on partition 32*(g//4) + g%4 of a
   scale tile of P partitions (the first 4 partitions of each 32-partition quadrant).
+  quantize_mx writes the scale tile's first P partitions whole: the scales, and zero on the other 28
+  partitions of each quadrant (the [P, F/4] layout the NKI Library's reference of the instruction gives,
+  `mx_torch_common.quantize_mx_golden`: ASSUMED, AWS's page does not say); nc_matmul_mx reads the
+  scale partitions only (a kernel may load just those). Every MX operand may be a view of partitions
+  first and any free axes (a [P, 1, F] slice of a 3-D tile), its free elements taken in order.
 - **quantize_mx** (fp16/bf16 [P, 4F] -> x4 [P, F] + scales; P a multiple of 32, <= 128): per group,
   the block scale is two times the OCP sample conversion's (the page: "a block scale that is two
   times larger, reserving additional range for rounding the largest values ... without
@@ -31,7 +36,9 @@ NeuronCore-v4 and newer"):
   also allowed" [ARCH-v4]). Timing: one pass of N columns, as a [K, M] x [K, N] matmul (4x the
   contraction per pass: 315 MXFP8/MXFP4 vs 79 BF16 TFLOPS per NeuronCore-v4; "An MX matmul with
   either the MXFP8 or MXFP4 datatype runs at 4x the throughput compared to a BF16/FP16 matmul"
-  [ARCH-v4]; `presets.TRN3_CORE.fp8_peak_factor`). FP4 costs what FP8 costs.
+  [ARCH-v4]; `presets.TRN3_CORE.fp8_peak_factor`). FP4 costs what FP8 costs. N: up to one PSUM bank
+  of dst's type (ASSUMED, no page gives it: 512 fp32, 1024 bf16 — AWS's output_projection_cte streams
+  1024-column moving tiles into a bf16 PSUM tile).
 - Cost of quantize_mx: "four input elements per partition, per cycle (i.e., 4x Vector performance
   mode)" [ARCH-v4], "MX data-type Quantization": static + N/4 Vector cycles, N the source's elements
   per partition (`cost.cost`); the static part as for every Vector instruction.
@@ -55,7 +62,7 @@ from . import dtypes
 from .engines import DVE
 from .operands import _view
 from .errors import DtypeError, HardwareError, MatmulShapeError, MemoryPlacementError, PETilingError
-from .tensor import View, unravel
+from .tensor import View
 from .tensor_engine import pe_tiles
 
 SCALE_DTYPES = (dtypes.uint8, dtypes.float8_e8m0fnu)
@@ -83,7 +90,7 @@ def scale_partitions(data_partitions: int) -> np.ndarray:
     return groups if data_partitions <= 32 else 32 * (groups // 4) + groups % 4
 
 
-def _check_scale(scale, data, what: str):
+def _check_scale(scale, data, what: str, gathered: bool = False):
     if scale.tensor.kind != "sbuf":
         raise MemoryPlacementError(f"operand memory: {what} is in {scale.tensor.kind.upper()}; MX scales "
                                    f"live in SBUF", value=scale.tensor.kind, limit="sbuf")
@@ -91,13 +98,39 @@ def _check_scale(scale, data, what: str):
         raise MXError(f"mx format: {what} is {dtypes.name(scale.tensor.dtype)}; scales are uint8 or "
                       f"float8_e8m0fnu (E8M0)", value=dtypes.name(scale.tensor.dtype), limit="uint8")
     rows = int(scale_partitions(data.partitions).max()) + 1
-    if scale.partitions < rows or scale.free_size < data.free_size or len(scale.shape) != 2:
+    wider = scale.free_size > data.free_size and len(scale.shape) != 2    # which columns: only 2-D says
+    if scale.partitions < rows or scale.free_size < data.free_size or wider:
         raise MXError(f"mx format: {what} {scale.shape} cannot hold the scales of a [{data.partitions}, "
                       f"{data.free_size}] data tile: needs [{rows}, {data.free_size}] (one scale per 8 "
                       f"partitions x 1 packed element)", value=scale.shape, limit=(rows, data.free_size))
+    _check_partitions_first(scale, what, gathered)
 
 
-def _check_data(v, what: str):
+def _check_partitions_first(v, what: str, gathered: bool = False):
+    """MX operands are read partition by partition: the view's first axis is the partition axis. `gathered`:
+    nc_matmul_mx also takes the views tensor indirection gathers (indirection.py checks their rules)."""
+    if v.tensor.partition_axis != 0 or not v.part_first or not (v.basic or gathered):
+        raise MXError(f"mx format: {what} {v} must be a slice of partitions first (axis 0), then free "
+                      f"axes", value=v.shape, limit="[P, ...]")
+
+
+def _rows(view, lo: int, hi: int, free: int):
+    """Partitions [lo, hi) of `view` (from its first partition) and its first `free` elements of each
+    (a 2-D view only when fewer than all), as a view of their own."""
+    if lo == 0 and hi == view.partitions and free == view.free_size:
+        return view
+    t = view.tensor
+    index = (slice(None),) * len(t.shape) if view.index is None else tuple(view.index)
+    index = index + (slice(None),) * (len(t.shape) - len(index))
+    start = view.part_start
+    parts = slice(start + lo, start + hi)
+    if free != view.free_size:                          # 2-D (see _check_scale): narrow the columns
+        first = index[1].indices(t.shape[1])[0] if type(index[1]) is slice else int(index[1])
+        return View(t, (parts, slice(first, first + free)))
+    return View(t, (parts,) + index[1:])
+
+
+def _check_data(v, what: str, gathered: bool = False):
     if v.tensor.kind != "sbuf":
         raise MemoryPlacementError(f"operand memory: {what} is in {v.tensor.kind.upper()}; MX data lives in "
                                    f"SBUF", value=v.tensor.kind, limit="sbuf")
@@ -108,17 +141,26 @@ def _check_data(v, what: str):
     if v.partitions % 32 or v.partitions > 128:
         raise MXError(f"mx format: {what} has {v.partitions} partitions; MX tiles take a multiple of 32, "
                       f"at most 128", value=v.partitions, limit=128)
+    _check_partitions_first(v, what, gathered)
 
 
-def _scale_regions(scale, data) -> list:
-    """The views of `scale` whose values nc_matmul_mx reads for `data`."""
-    rows = scale_partitions(data.partitions)
-    if not scale.basic:          # gathered columns (tensor indirection): the rows that hold scales, by quadrant
-        flat = scale.flat_positions().reshape(scale.partitions, -1)
-        return [View(scale.tensor, unravel(flat[rows[k:k + 4]], scale.tensor.shape)) for k in range(0, len(rows), 4)]
-    if scale.index is not None:
-        return [scale]
-    return [scale.tensor[int(rows.min()):int(rows.max()) + 1, 0:data.free_size]]
+def _garbage_columns(data, scale):
+    """Full mode: per free column of an nc_matmul_mx operand [K, F], whether any of its data or of the
+    scales it reads holds garbage (memory never written, or computed from it); None if none does."""
+    K, F = data.partitions, data.free_size
+    bad = data.undefined()
+    columns = None if bad is None else bad.reshape(K, F).any(axis=0)
+    bad = scale.undefined()            # only the partitions that hold scales are read (a gathered view too)
+    if bad is not None:
+        more = bad.reshape(scale.partitions, scale.free_size)[scale_partitions(K), :F].any(axis=0)
+        columns = more if columns is None else columns | more
+    return columns
+
+
+def _scale_values(scale, data_partitions: int, free: int) -> np.ndarray:
+    """The scale view's values as [partitions, free] (its first `free` elements of each partition)."""
+    values = np.asarray(scale.values()).reshape(scale.partitions, scale.free_size)
+    return values[:, :free]
 
 
 def _element(x4_dtype) -> np.dtype:
@@ -210,43 +252,54 @@ def dequantize(words: np.ndarray, scales: np.ndarray, x4_dtype) -> np.ndarray:
     return (values * factors[..., None]).reshape(P, 4 * F)
 
 
-def quantize_mx(self, dst, src, dst_scale) -> int:
-    """dst (x4 [P, F/4]), dst_scale (E8M0) = MX quantization of src (fp16/bf16 [P, F]) on the Vector engine."""
+def quantize_mx(self, dst, src, dst_scale, src_dtype=None) -> int:
+    """dst (x4 [P, F/4]), dst_scale (E8M0) = MX quantization of src (fp16/bf16 [P, F]) on the Vector engine.
+    ``src_dtype``: src's bytes read as this type (a tile of another element type: its whole elements'
+    bytes in order, as NumPy's ``.view``), e.g. an fp32 tile [P, F/2] read as bf16 [P, F]."""
     _need_v4(self, "quantize_mx")
     dst, src, scale = _view(dst, "dst"), _view(src, "src"), _view(dst_scale, "dst_scale")
     if src.tensor.kind != "sbuf":
         raise MemoryPlacementError(f"operand memory: quantize_mx src is in {src.tensor.kind.upper()}; it "
                                    f"reads SBUF", value=src.tensor.kind, limit="sbuf")
-    if src.tensor.dtype not in (dtypes.float16, dtypes.bfloat16):
-        raise DtypeError(f"data type: quantize_mx src is {dtypes.name(src.tensor.dtype)}; it takes float16 or "
-                         f"bfloat16", value=src.tensor.dtype, limit=("float16", "bfloat16"))
+    read_as = src.tensor.dtype if src_dtype is None else dtypes.as_dtype(src_dtype)
+    ratio = src.tensor.itemsize // read_as.itemsize if src.tensor.itemsize >= read_as.itemsize else 0
+    if read_as not in (dtypes.float16, dtypes.bfloat16) or not ratio:
+        raise DtypeError(f"data type: quantize_mx src is {dtypes.name(read_as)}; it takes float16 or "
+                         f"bfloat16", value=read_as, limit=("float16", "bfloat16"))
     _check_data(dst, "quantize_mx dst")
     if dst.tensor.dtype not in dtypes.PACKED_X4:
         raise MXError("mx format: quantize_mx dst is float4_e2m1fn_x4; quantize_mx produces MXFP8 only "
                       "(float8_e5m2_x4 / float8_e4m3fn_x4, nki.isa.quantize_mx) — quantize FP4 on the host "
                       "(trnlab.hardware.mx.quantize), as AWS's mxfp-matmul tutorial does",
                       value="float4_e2m1fn_x4", limit="float8_*_x4")
-    if src.partitions != dst.partitions or src.free_size != 4 * dst.free_size:
+    if src.partitions != dst.partitions or ratio * src.free_size != 4 * dst.free_size:
         raise MXError(f"mx format: quantize_mx src {src.shape} must be [P, 4F] for dst {dst.shape} [P, F] "
                       f"(four values per packed element)", value=src.shape, limit=(dst.partitions, 4 * dst.free_size))
     _check_scale(scale, dst, "quantize_mx dst_scale")
     if self.full:
-        src.check_initialized()
-        x = np.asarray(src.values(), np.float32).reshape(src.partitions, src.free_size)
+        x, bad = self._garbage(src)                           # [P, 4F] values, garbage mask or None
+        if ratio > 1:                                         # the elements' bytes, read as src_dtype
+            raw = np.ascontiguousarray(np.asarray(src.values()).astype(src.tensor.dtype, copy=False))
+            x = raw.reshape(src.partitions, -1).view(read_as).astype(np.float32)
+            bad = None if bad is None else np.repeat(bad, ratio, axis=1)
+        if bad is not None:
+            x = np.where(bad, 0.0, x)
         words, scales = quantize(x, dst.tensor.dtype)
         dst.write(words.reshape(dst.shape))
-        if scale.index is not None:
-            raise MXError("mx format: quantize_mx dst_scale must be a whole scale tile", value=scale.shape,
-                          limit="whole tile")
-        rows = scale_partitions(dst.partitions)
-        lo, hi = int(rows.min()), int(rows.max()) + 1
-        region = scale.tensor[lo:hi, 0:dst.free_size]          # the partitions that hold scales
-        written = scale.tensor.written
-        keep = written is None or bool(written[lo:hi, 0:dst.free_size].all())
-        current = np.array(region.values()) if keep else np.zeros(region.shape, scale.tensor.dtype)
-        current[rows - lo] = scales.view(scale.tensor.dtype)  # E8M0 bits = the biased exponent
-        region.write(current)
-    dur = self._cost_ns(DVE, "quantize_mx", (src,), (dst,))
+        # the scale partitions of the quadrants the data covers: their scales, zero on the others (the
+        # [P, F/4] layout the NKI Library's reference of quantize_mx gives: mx_torch_common.quantize_mx_golden)
+        covered = min(scale.partitions, dst.partitions)
+        region = _rows(scale, 0, covered, dst.free_size)
+        current = np.zeros((covered, dst.free_size), scale.tensor.dtype)
+        current[scale_partitions(dst.partitions)] = scales.view(scale.tensor.dtype)  # E8M0 bits = biased exponent
+        region.write(current.reshape(region.shape))
+        if bad is not None:       # garbage in a group: that group's values and scale are garbage
+            groups = bad.reshape(dst.partitions // 8, 8, dst.free_size, 4).any(axis=(1, 3))   # [P/8, F]
+            self._poison_from(dst, np.repeat(groups, 8, axis=0), src)
+            scale_bad = np.zeros((covered, dst.free_size), bool)
+            scale_bad[scale_partitions(dst.partitions)] = groups
+            self._poison_from(region, scale_bad, src)
+    dur = self._cost_ns(DVE, "quantize_mx", (src,), (dst,), values=4 * dst.free_size)
     return self._issue(DVE, "quantize_mx", dur, (src,), dst, also_write=scale)
 
 
@@ -258,17 +311,21 @@ def nc_matmul_mx(self, dst, stationary, moving, stationary_scale, moving_scale, 
     _need_v4(self, "nc_matmul_mx")
     dst, st, mv = _view(dst, "dst"), _view(stationary, "stationary"), _view(moving, "moving")
     st_s, mv_s = _view(stationary_scale, "stationary_scale"), _view(moving_scale, "moving_scale")
-    _check_data(st, "nc_matmul_mx stationary")
-    _check_data(mv, "nc_matmul_mx moving")
-    _check_scale(st_s, st, "nc_matmul_mx stationary_scale")
-    _check_scale(mv_s, mv, "nc_matmul_mx moving_scale")
+    _check_data(st, "nc_matmul_mx stationary", gathered=True)
+    _check_data(mv, "nc_matmul_mx moving", gathered=True)
+    _check_scale(st_s, st, "nc_matmul_mx stationary_scale", gathered=True)
+    _check_scale(mv_s, mv, "nc_matmul_mx moving_scale", gathered=True)
     K, M, N = st.partitions, st.free_size, mv.free_size
     if mv.partitions != K:
         raise MatmulShapeError(f"matmul tile shape: contraction sizes differ: stationary {st.shape}, moving "
                                f"{mv.shape}", value=mv.partitions, limit=K)
-    if M > self.spec.stationary_fmax or N > self.spec.moving_fmax:
+    # N: as many columns as one PSUM bank holds of dst's type (ASSUMED: 512 fp32 as nc_matmul's limit, 1024
+    # bf16 — AWS's output_projection_cte multiplies 1024-column moving tiles into a bf16 PSUM tile)
+    n_max = self.spec.psum_bank_bytes // dst.tensor.itemsize if dst.tensor.kind == "psum" else self.spec.moving_fmax
+    if M > self.spec.stationary_fmax or N > max(n_max, self.spec.moving_fmax):
         raise MatmulShapeError(f"matmul tile shape: nc_matmul_mx M={M}, N={N}; limits {self.spec.stationary_fmax}, "
-                               f"{self.spec.moving_fmax}", value=(M, N), limit=(self.spec.stationary_fmax, self.spec.moving_fmax))
+                               f"{max(n_max, self.spec.moving_fmax)} (one PSUM bank of {dtypes.name(dst.tensor.dtype)})",
+                               value=(M, N), limit=(self.spec.stationary_fmax, max(n_max, self.spec.moving_fmax)))
     if dst.tensor.kind != "psum":
         raise MemoryPlacementError(f"operand memory: nc_matmul_mx dst is in {dst.tensor.kind.upper()}; the "
                                    f"Tensor engine writes PSUM", value=dst.tensor.kind, limit="psum")
@@ -288,21 +345,26 @@ def nc_matmul_mx(self, dst, stationary, moving, stationary_scale, moving_scale, 
         tiles = pe_tiles(self.spec, tile_position, tile_size, K, M)
     self._matmul_dtypes.add(dtypes.float8_e4m3)          # MFU against the fp8 peak (the MX rate)
     if self.full:
-        for v in (st, mv):
-            v.check_initialized()
-        for v, data in ((st_s, st), (mv_s, mv)):         # only the partitions that hold scales are read
-            for region in _scale_regions(v, data):
-                region.check_initialized()
-        a = unpack(st.values(), st.tensor.dtype) * scale_factors(st_s.values(), K, M)[..., None]
-        b = unpack(mv.values(), mv.tensor.dtype) * scale_factors(mv_s.values(), K, N)[..., None]
+        # garbage in (memory never written) lands where it goes, as nc_matmul's: result row m depends on
+        # stationary column m and its scales, result column n on moving column n and its scales
+        rows, cols = _garbage_columns(st, st_s), _garbage_columns(mv, mv_s)
+        a = unpack(st.values(), st.tensor.dtype).reshape(K, M, 4) * scale_factors(_scale_values(st_s, K, M), K, M)[..., None]
+        b = unpack(mv.values(), mv.tensor.dtype).reshape(K, N, 4) * scale_factors(_scale_values(mv_s, K, N), K, N)[..., None]
         product = np.einsum("kmq,knq->mn", a.reshape(K, M, 4), b.reshape(K, N, 4))
         t = dst.tensor
         if accumulate is None:
             accumulate = t.written is None or bool((t.written if dst.index is None else t.written[dst.index]).all())
-        if accumulate:
-            dst.check_initialized()
+        garbage = None if rows is None and cols is None else \
+            (np.zeros(M, bool) if rows is None else rows)[:, None] | (np.zeros(N, bool) if cols is None else cols)[None, :]
+        if accumulate:                                   # adding onto garbage keeps it garbage
+            before = dst.undefined()
+            if before is not None:
+                before = before.reshape(M, N)
+                garbage = before if garbage is None else garbage | before
             product = product + dst.values().astype(np.float32).reshape(M, N)
         dst.write(product.reshape(dst.shape).astype(t.dtype))
+        if garbage is not None:
+            self._poison_from(dst, garbage, st, mv, st_s, mv_s)
     # one pass of N columns (cost._tensor_engine: K, M from the stationary, N from the moving)
     return self._pe_issue("nc_matmul_mx", st, (mv, st_s, mv_s), dst, 2.0 * 4 * K * M * N,
                           st.nbytes + mv.nbytes + st_s.nbytes + mv_s.nbytes, dst.nbytes, tiles)

@@ -576,9 +576,18 @@ class View:
                                    value=self.tensor.name, limit="live tensor")
 
     def check_initialized(self):
-        """Raise UninitializedReadError if any element of this view was never written, or holds
-        garbage computed from memory never written (the tensor's ``poison``)."""
+        """Raise UninitializedReadError if any element of this view holds garbage computed from memory
+        never written (the tensor's ``poison``: named by where it was first read), or was never written."""
         t = self.tensor
+        if t.poison is not None:
+            mask = t.poison if self.index is None else t.poison[self.index]
+            if mask.any():
+                bad = int(np.count_nonzero(mask))
+                first = np.argwhere(np.asarray(mask))[0].tolist() if mask.ndim else []
+                raise UninitializedReadError(
+                    f"uninitialized read: {bad} of {mask.size} elements of {t.name!r}[{self._index_str()}] "
+                    f"hold garbage computed from memory never written (first at view position {first}; "
+                    f"{t.poison_origin})", value=bad, limit=0)
         if t.written is not None:
             mask = t.written if self.index is None else t.written[self.index]
             if mask.all():
@@ -591,17 +600,6 @@ class View:
                     f"uninitialized read: {missing} of {mask.size} elements of {t.name!r}"
                     f"[{self._index_str()}] were never written (first at view position {first}); "
                     f"new {t.kind.upper()} memory holds garbage (NaN here)", value=missing, limit=0)
-        if t.poison is None:
-            return
-        mask = t.poison if self.index is None else t.poison[self.index]
-        if not mask.any():
-            return
-        bad = int(np.count_nonzero(mask))
-        first = np.argwhere(np.asarray(mask))[0].tolist() if mask.ndim else []
-        raise UninitializedReadError(
-            f"uninitialized read: {bad} of {mask.size} elements of {t.name!r}[{self._index_str()}] "
-            f"hold garbage computed from memory never written (first at view position {first}; "
-            f"{t.poison_origin})", value=bad, limit=0)
 
     def undefined(self):
         """The elements of this view never written or holding garbage (a bool array of the view's
@@ -617,6 +615,19 @@ class View:
             if poison.any():
                 mask = np.asarray(poison) if mask is None else mask | poison
         return None if mask is None else np.asarray(mask).reshape(self.shape)
+
+    def mark_unwritten(self, mask) -> None:
+        """Mark the elements of this HBM view where `mask` (the view's shape) is True as not written
+        (garbage stored there defines nothing: a launch's cores merge only what each wrote). A reshaped
+        alias of the tensor shares the mask; one of another dtype (a derived mask) does not see it."""
+        t = self.tensor
+        if t.written is None:
+            t.written = np.ones(t.shape, dtype=bool)
+        if self.index is None:
+            t.written &= ~np.reshape(mask, t.shape)
+        else:
+            t.written[self.index] = t.written[self.index] & ~np.reshape(mask, self.shape)
+        t._unpoisoned = True
 
     def set_poison(self, mask, origin: str) -> None:
         """Mark the elements of this view where `mask` (the view's shape) is True as garbage, and
