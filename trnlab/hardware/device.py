@@ -33,6 +33,7 @@ from .presets import CHIPS, ChipSpec, CoreSpec
 from .profile import Profile
 from .program import Program
 from .replay import execute, read_outputs
+from .shared_hbm import SharedHBM
 from .tensor import Tensor
 from .timeline import Timeline, write_chrome_trace
 
@@ -144,12 +145,19 @@ class SpmdRun:
 
 
 class SpmdLaunch:
-    """One SPMD launch in progress (`Device.spmd_launch`): its arguments are in HBM."""
+    """One SPMD launch in progress (`Device.spmd_launch`): its arguments are in HBM, and so is one
+    tensor per `nl.shared_hbm` buffer, which all its cores read and write (`shared_hbm.py`)."""
 
     def __init__(self, device: "Device", programs: list, cores: list, args: tuple, shared: list, label: str):
         self.device, self.programs, self.cores, self.args, self.shared = device, programs, cores, args, shared
         self.label = label
         self.per_core: list = [None] * len(programs)
+        columns = _shared_buffers(programs)            # per program, its shared buffers in order
+        first = programs[0]
+        tensors = [device.hbm.allocate(first.buffers[bid].shape, first.buffers[bid].dtype,
+                                       name=first.buffers[bid].name) for bid in columns[0]]
+        self.shared_hbm = SharedHBM(tensors, len(programs), device.full) if tensors else None
+        self.shared_of = [dict(zip(column, tensors)) for column in columns]   # per program: buffer id -> tensor
 
     def replay(self, i: int) -> Run:
         """Replay program i on its core (on the calling thread)."""
@@ -160,29 +168,45 @@ class SpmdLaunch:
         # the arrays too (the resident copies are what runs): a trip count read from data finds its
         # values there in timing-only mode (dynamic_loops.py)
         arrays = [None if isinstance(v, Tensor) else v for v in self.args]
-        self.per_core[i] = (program, execute(program, nc, arrays, region=self.label,
-                                             hbm_tensors=resident), resident)
+        shared = self.shared_hbm
+        if shared is not None:                          # the shared tensors hold this core's records
+            nc._shared_hbm = (shared, i)
+            shared.enter(i)
+        try:
+            tensors = execute(program, nc, arrays, region=self.label, hbm_tensors=resident,
+                              shared=self.shared_of[i])
+        finally:
+            if shared is not None:
+                shared.leave(i)
+                del nc._shared_hbm
+        self.per_core[i] = (program, tensors, {**resident, **self.shared_of[i]})
         return Run(outputs=None, core=nc, region=self.label, first=start, end=len(nc.timeline.records),
                    timing_only=not self.device.full)
 
     def finish(self, runs: list) -> "SpmdRun":
-        """The launch's outputs: per output, what the cores wrote there."""
+        """The launch's outputs: a shared output is the one tensor the cores wrote; any other (an
+        nl.private_hbm / nl.hbm tensor returned) is, element by element, what the cores wrote in their
+        own copies (the later core wins where two wrote)."""
         device, first = self.device, self.programs[0]
         per_core = [p for p in self.per_core if p is not None]
         if device.full:
-            gathered = {}
+            gathered, own = {}, {}
             columns = [_output_buffers(p.outputs) for p, _, _ in per_core]
             for j, bid0 in enumerate(columns[0]):
-                gathered[bid0] = device._gather([t[col[j]] for (_, t, _), col in zip(per_core, columns)])
+                if bid0 in self.shared_of[0]:
+                    gathered[bid0] = self.shared_of[0][bid0]
+                else:
+                    gathered[bid0] = own[bid0] = device._gather(
+                        [t[col[j]] for (_, t, _), col in zip(per_core, columns)])
             outputs = read_outputs(first, gathered, True)
-            for t in gathered.values():
+            for t in own.values():
                 device.hbm.free(t)
         else:
             outputs = read_outputs(first, {}, False)
         return SpmdRun(outputs=outputs, runs=runs, timing_only=not device.full)
 
     def release(self) -> None:
-        """Free the launch's HBM tensors (the cores' own and the arguments it put there)."""
+        """Free the launch's HBM tensors (the cores' own, the shared ones and the arguments it put there)."""
         for program, tensors, resident in (p for p in self.per_core if p is not None):
             for bid, t in tensors.items():
                 if bid not in resident and not t.freed:
@@ -190,8 +214,30 @@ class SpmdLaunch:
         for value, t in zip(self.args, self.shared):
             if not isinstance(value, Tensor):
                 self.device.hbm.free(t)
+        if self.shared_hbm is not None:
+            for t in self.shared_hbm.tensors:
+                if not t.freed:
+                    self.device.hbm.free(t)
+            self.shared_hbm.release()
+            self.shared_hbm = None
         self.per_core = [None] * len(self.programs)
         self.shared = []
+
+
+def _shared_buffers(programs: list) -> list:
+    """Per program, the ids of its nl.shared_hbm buffers (not reshapes) in allocation order: the n-th of
+    every program is one tensor of the launch. Each core traces the same kernel, so they must agree."""
+    columns = [[b.id for b in p.buffers if b.memory == "hbm" and b.shared and b.alias_of is None]
+               for p in programs]
+    first = programs[0]
+    signature = [(tuple(first.buffers[bid].shape), first.buffers[bid].dtype) for bid in columns[0]]
+    for p, column in zip(programs[1:], columns[1:]):
+        other = [(tuple(p.buffers[bid].shape), p.buffers[bid].dtype) for bid in column]
+        if other != signature:
+            raise DeviceError(f"run_spmd: the cores' programs allocate different nl.shared_hbm tensors "
+                              f"({signature} vs {other}); the n-th shared_hbm tensor of each core is one tensor "
+                              f"of the launch, so every core must allocate the same ones in the same order")
+    return columns
 
 
 def _output_buffers(structure) -> list:

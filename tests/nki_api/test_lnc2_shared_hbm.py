@@ -1,0 +1,151 @@
+"""Shared HBM at LNC=2 (`kernel[nl.nc(2)]`): a kernel's outputs and its `nl.shared_hbm` tensors are one
+HBM tensor that both physical cores read and write, ordered by `nisa.core_barrier` ("both cores can
+perform the write to data in HBM using nisa.dma_copy, and then signal to each other when the write
+operation is complete using nisa.core_barrier", nki.isa.core_barrier); `nl.private_hbm` stays per core.
+Each property is checked on the fast path and the reference path (the same records and values) and in
+timing-only mode (the same records as full mode)."""
+import numpy as np
+import pytest
+
+import trnlab.nki as nki
+import trnlab.nki.isa as nisa
+import trnlab.nki.language as nl
+from trnlab import config
+from trnlab.hardware.errors import UninitializedReadError
+from trnlab.hardware.shared_hbm import SharedHBMRaceError
+
+ROWS = 128                                                          # rows per core
+
+
+@nki.jit
+def scale_halves(x):
+    """x [2 * 128, 64]: core c writes out[c's rows] = 2 * x[c's rows]; no barrier (disjoint halves)."""
+    core = nl.program_id(0)
+    rows = nl.ds(core * ROWS, ROWS)
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    nl.store(out[rows, :], value=nl.multiply(nl.load(x[rows, :]), 2.0))   # [128 partitions, 64]
+    return out
+
+
+@nki.jit
+def zero_fill_then_accumulate(x, barrier: bool = True):
+    """Both cores zero-fill the whole output, meet at a core_barrier, then each adds x to its own rows:
+    the zeros of the later core must not cover the earlier core's rows."""
+    core = nl.program_id(0)
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    zeros = nl.zeros((ROWS, x.shape[1]), dtype=x.dtype, buffer=nl.sbuf)
+    for half in nl.affine_range(2):
+        nl.store(out[nl.ds(half * ROWS, ROWS), :], value=zeros)
+    if barrier:
+        nisa.core_barrier(out, (0, 1))
+    rows = nl.ds(core * ROWS, ROWS)
+    nl.store(out[rows, :], value=nl.add(nl.load(out[rows, :]), nl.load(x[rows, :])))
+    return out
+
+
+@nki.jit
+def swap_through_shared(x, extra: int = 0):
+    """Each core writes exp(its rows) into a kernel-internal shared_hbm tensor, meets the peer at a
+    core_barrier and copies the peer's rows to its own rows of the output (core 1 arrives later)."""
+    core = nl.program_id(0)
+    mine, theirs = nl.ds(core * ROWS, ROWS), nl.ds((1 - core) * ROWS, ROWS)
+    scratch = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    tile = nl.exp(nl.load(x[mine, :]))
+    for _ in range(1 + extra * core):
+        nl.store(scratch[mine, :], value=tile)
+    nisa.core_barrier(scratch, (0, 1))
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    nl.store(out[mine, :], value=nl.load(scratch[theirs, :]))
+    return out
+
+
+@nki.jit
+def private_scratch(x):
+    """Each core writes its own rows of x, times (core + 1), into the whole of a private_hbm scratch
+    (one per core: no race) and reads it back into its rows of the output."""
+    core = nl.program_id(0)
+    rows = nl.ds(core * ROWS, ROWS)
+    scratch = nl.ndarray((ROWS, x.shape[1]), dtype=x.dtype, buffer=nl.private_hbm)
+    nl.store(scratch, value=nl.multiply(nl.load(x[rows, :]), core + 1.0))
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    nl.store(out[rows, :], value=nl.load(scratch))
+    return out
+
+
+@nki.jit
+def read_unwritten_peer_rows(x):
+    """Each core writes its rows of a shared tensor [3 * 128, 64], meets the peer, and reads the last
+    128 rows, which nobody wrote."""
+    core = nl.program_id(0)
+    scratch = nl.ndarray((3 * ROWS, x.shape[1]), dtype=x.dtype, buffer=nl.shared_hbm)
+    nl.store(scratch[nl.ds(core * ROWS, ROWS), :], value=nl.load(x[nl.ds(core * ROWS, ROWS), :]))
+    nisa.core_barrier(scratch, (0, 1))
+    out = nl.ndarray((ROWS, x.shape[1]), dtype=x.dtype, buffer=nl.shared_hbm)
+    nl.store(out, value=nl.load(scratch[nl.ds(2 * ROWS, ROWS), :]))
+    return out
+
+
+def _x(seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal((2 * ROWS, 64)).astype(np.float32)
+
+
+def _records(run) -> list:
+    return [list(r.core.timeline.records[r.first:r.end]) for r in run.launch.runs]
+
+
+def _both_paths(kernel, *args, **kwargs):
+    """{fast: run} of the kernel at nl.nc(2), fast path and reference path; their records and values agree."""
+    runs = {}
+    for fast in (True, False):
+        with config.override(fast=fast):
+            runs[fast] = nki.run(kernel[nl.nc(2)], *args, **kwargs)
+    assert _records(runs[True]) == _records(runs[False])
+    np.testing.assert_array_equal(runs[True].outputs, runs[False].outputs)
+    timing = nki.run(kernel[nl.nc(2)], *args, timing_only=True, **kwargs)
+    assert [[r[:10] for r in recs] for recs in _records(timing)] == \
+        [[r[:10] for r in recs] for recs in _records(runs[True])]
+    return runs
+
+
+def test_two_cores_write_disjoint_halves_of_one_output():
+    x = _x()
+    runs = _both_paths(scale_halves, x)
+    np.testing.assert_array_equal(runs[True].outputs, 2 * x)
+
+
+def test_zero_fill_on_both_cores_then_barrier_keeps_each_cores_rows():
+    x = _x(1)
+    runs = _both_paths(zero_fill_then_accumulate, x)
+    np.testing.assert_array_equal(runs[True].outputs, x)     # 0 + x on every row: no core's zeros win late
+
+
+def test_data_passes_between_the_cores_through_shared_hbm_behind_a_barrier():
+    x = _x(2)
+    runs = _both_paths(swap_through_shared, x, extra=6)
+    e = np.exp(x)
+    np.testing.assert_allclose(runs[True].outputs, np.concatenate([e[ROWS:], e[:ROWS]]), rtol=1e-6)
+    (b0,), (b1,) = [[r for r in recs if r[1] == "core_barrier"] for recs in _records(runs[True])]
+    for core, barrier in ((0, b0), (1, b1)):
+        recs = _records(runs[True])[core]
+        peer = _records(runs[True])[1 - core]
+        peer_stores = [r for r in peer if r[1] == "dma_copy" and r[3] <= (b0 if core else b1)[2]]
+        after = [r for r in recs if r[2] >= barrier[3]]                # the core's reads after the barrier
+        assert after and min(r[2] for r in after) >= max(r[3] for r in peer_stores)
+
+
+def test_private_hbm_stays_one_tensor_per_core():
+    x = _x(3)
+    runs = _both_paths(private_scratch, x)
+    np.testing.assert_array_equal(runs[True].outputs, np.concatenate([x[:ROWS], 2 * x[ROWS:]]))
+
+
+def test_a_row_nobody_wrote_is_still_an_uninitialized_read():
+    with pytest.raises(UninitializedReadError, match="never written"):
+        nki.run(read_unwritten_peer_rows[nl.nc(2)], _x(4))
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_different_writes_of_one_element_without_a_barrier_are_a_race(fast):
+    with config.override(fast=fast), pytest.raises(SharedHBMRaceError, match="shared HBM race: core 1") as info:
+        nki.run(zero_fill_then_accumulate[nl.nc(2)], _x(5), barrier=False)
+    assert "core_barrier" in str(info.value)
