@@ -33,7 +33,7 @@ from .presets import CHIPS, ChipSpec, CoreSpec
 from .profile import Profile
 from .program import Program
 from .replay import execute, read_outputs
-from .shared_hbm import SharedHBM
+from .shared_hbm import SharedHBM, disjoint_writes
 from .tensor import Tensor
 from .timeline import Timeline, write_chrome_trace
 
@@ -156,7 +156,9 @@ class SpmdLaunch:
         first = programs[0]
         tensors = [device.hbm.allocate(first.buffers[bid].shape, first.buffers[bid].dtype,
                                        name=first.buffers[bid].name) for bid in columns[0]]
-        self.shared_hbm = SharedHBM(tensors, len(programs), device.full) if tensors else None
+        # full mode: writes the cores may both make to one element are timed (shared_hbm.py), on the reference path
+        timed = device.full and len(programs) > 1 and not disjoint_writes(programs, columns)
+        self.shared_hbm = SharedHBM(tensors, len(programs), timed) if tensors else None
         self.shared_of = [dict(zip(column, tensors)) for column in columns]   # per program: buffer id -> tensor
 
     def replay(self, i: int) -> Run:
@@ -171,10 +173,10 @@ class SpmdLaunch:
         shared = self.shared_hbm
         if shared is not None:                          # the shared tensors hold this core's records
             nc._shared_hbm = (shared, i)
-            shared.enter(i)
+            shared.enter(i, nc)
         try:
             tensors = execute(program, nc, arrays, region=self.label, hbm_tensors=resident,
-                              shared=self.shared_of[i])
+                              shared=self.shared_of[i], checked=shared is not None and shared.timed)
         finally:
             if shared is not None:
                 shared.leave(i)

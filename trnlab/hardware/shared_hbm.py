@@ -22,51 +22,61 @@ each core's program) and a `SharedHBM` over them. What it keeps per core:
   follow the order in which the rendezvous issues the cores' instructions: a core runs until it waits
   at a core_barrier (or sendrecv), so whatever a core wrote before a barrier is in place before the
   other core's instructions after it — the order a barrier gives on the chip.
-- **races** (full mode): two writes of one element that no barrier orders (the same barrier interval
-  on both cores) have no defined order on the chip — which one lands last depends on DMA timing that
-  trnlab does not claim to the element. If they store the same value (both cores zero-fill a whole
-  output, as AWS's MoE kernels do before a barrier) the result is the same either way and trnlab says
-  nothing; if the values differ, `SharedHBMRaceError` names the tensor, the element and the two cores
-  (AWS's simulator runs programs one after another and gives silently the last one's value). Not
-  examined: reads racing writes (a core reading what the other writes in the same interval gets what
-  the rendezvous order gives), and writes made through a reshape (`HBM.alias`) of a shared tensor.
+- **writes no barrier orders** (full mode): two writes of one element by the two cores in the same
+  barrier interval have no order but time on the chip. trnlab's rule: **the write that ends later in
+  simulated time wins** (a tie keeps the later-issued one). AWS's MoE kernels rely on it: both cores
+  zero-fill the whole output at the start, then each accumulates its blocks into it long after the
+  other's zero-fill ended, with no barrier in between. A core's writes are noted as it issues them;
+  when it stops running (`leave`) each gets its end time from the core's timeline, and where the other
+  core's earlier-issued write of an element ends later, that element gets the other core's value back.
+  Reads are not reordered: a core reading an element the other core writes in the same interval reads
+  what the rendezvous order gives (a race on the chip; not examined), and an element written through a
+  reshape of a shared tensor (`HBM.alias`) counts as written at its issue. A launch whose cores write
+  provably disjoint parts of every shared tensor (`disjoint_writes`: the boxes of their programs' writes
+  do not meet) needs none of this, and keeps the fast path; any other runs on the reference path in
+  full mode.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from .errors import HardwareError
-
-
-class SharedHBMRaceError(HardwareError):
-    """The two cores of a logical NeuronCore wrote different values to one element of a shared HBM
-    tensor with no core_barrier between the writes [nki.isa.core_barrier: disjoint portions]."""
-    rule = "shared HBM race"
+from .tensor import PrototypeMemory, Tensor, View
+from .dependencies import overlap
 
 
 class SharedHBM:
-    """The shared HBM tensors of one launch over `cores` physical cores (lanes 0 .. cores - 1)."""
+    """The shared HBM tensors of one launch over `cores` physical cores (lanes 0 .. cores - 1).
+    `timed`: full mode, and the cores may write the same elements (then their writes are timed)."""
 
-    def __init__(self, tensors: list, cores: int, full: bool):
+    def __init__(self, tensors: list, cores: int, timed: bool):
         self.tensors = tensors
         self.records = [[([], []) for _ in tensors] for _ in range(cores)]   # lane -> tensor -> (reads, writes)
         self.epoch = [0] * cores              # barriers each lane has passed
+        self.cores = [None] * cores           # each lane's NeuronCore, once it ran
         self.lane: int | None = None          # the lane running now
-        # full mode: per tensor, which lane last wrote each element (-1: none) and in which interval
-        self._owner = [np.full(t.shape, -1, np.int8) for t in tensors] if full else None
-        self._when = [np.zeros(t.shape, np.int32) for t in tensors] if full else None
+        self.timed = timed
+        # timed: per tensor, which lane last wrote each element (-1: none), in which interval, ending when
+        self._owner = [np.full(t.shape, -1, np.int8) for t in tensors] if timed else None
+        self._when = [np.zeros(t.shape, np.int32) for t in tensors] if timed else None
+        self._end = [np.zeros(t.shape, np.float64) for t in tensors] if timed else None
         self._index = {id(t): k for k, t in enumerate(tensors)}
+        self._issued: list = []               # the running lane's writes: (tensor, index, record)
+        self._crossed: list = []              # ... that covered the other lane's writes of this interval
         for t in tensors:
             t.lnc = self
 
-    def enter(self, lane: int) -> None:
-        """Lane `lane` runs: the tensors hold its dependency records."""
+    def enter(self, lane: int, core) -> None:
+        """Lane `lane` runs on `core`: the tensors hold its dependency records."""
         for t, (reads, writes) in zip(self.tensors, self.records[lane]):
             t._reads, t._writes = reads, writes
+        self.cores[lane] = core
         self.lane = lane
 
     def leave(self, lane: int) -> None:
-        """Lane `lane` stops running (it waits, or its program ended): its records leave with it."""
+        """Lane `lane` stops running (it waits, or its program ended): its writes since `enter` get their
+        times (the later write of an element wins), its records leave with it."""
+        if self._issued:
+            self._settle(self.cores[lane]._records)
         self.records[lane] = [(t._reads, t._writes) for t in self.tensors]
         self.lane = None
 
@@ -77,32 +87,81 @@ class SharedHBM:
         for t in self.tensors:
             t.lnc = None
 
-    def writing(self, view, values: np.ndarray) -> None:
-        """Called by `View.write` before a shared tensor's elements change (full mode): refuse a write
-        that races the other core's write of a different value; note who wrote."""
-        lane, owner = self.lane, self._owner
-        if lane is None or owner is None:
+    def writing(self, view: View, values) -> None:
+        """Called by `View.write` before a shared tensor's elements change: note the write (and the other
+        lane's writes of this interval it covers, with their values) for `leave`."""
+        lane = self.lane
+        if not self.timed or lane is None:
             return
         k = self._index[id(view.tensor)]
         index = () if view.index is None else view.index
-        who, when = owner[k][index], self._when[k][index]
-        epoch = self.epoch[lane]
-        race = (who >= 0) & (who != lane) & (when >= epoch)
-        if race.any():
-            old = np.asarray(view.tensor._data[index]).reshape(race.shape)[race]
-            new = np.asarray(values).reshape(race.shape)[race]
-            differ = old.view(np.uint8).reshape(old.size, -1) != new.view(np.uint8).reshape(new.size, -1)
-            if differ.any():
-                first = np.argwhere(race)[int(np.argmax(differ.any(axis=1)))].tolist()
-                peer = int(np.asarray(who).reshape(race.shape)[tuple(first)])
-                raise SharedHBMRaceError(
-                    f"shared HBM race: core {lane} writes {int(differ.any(axis=1).sum())} elements of "
-                    f"{view.tensor.name!r}[{view._index_str()}] that core {peer} wrote with other values since "
-                    f"their last core_barrier (first at view position {first}); which write lands last is not "
-                    f"defined on the chip — write disjoint parts, or put nisa.core_barrier between the writes",
-                    value=int(differ.any(axis=1).sum()), limit=0)
-        owner[k][index] = lane
-        self._when[k][index] = epoch
+        record = len(self.cores[lane]._records)       # the record this instruction appends next
+        who = self._owner[k][index]
+        crossed = (who >= 0) & (who != lane) & (self._when[k][index] >= self.epoch[lane])
+        if crossed.any():
+            old = np.asarray(view.tensor._data[index])
+            self._crossed.append((k, index, crossed, old[crossed], self._end[k][index][crossed], who[crossed]))
+        self._owner[k][index] = lane
+        self._when[k][index] = self.epoch[lane]
+        self._issued.append((k, index, record))
+
+    def _settle(self, records: list) -> None:
+        for k, index, record in self._issued:          # in issue order: a core's later write ends later
+            self._end[k][index] = records[record][3]
+        for k, index, crossed, old, old_end, old_owner in self._crossed:
+            end = np.asarray(self._end[k][index])
+            back = np.zeros(crossed.shape, bool)
+            back[crossed] = old_end > end[crossed]     # the other lane's write ends later: its value stays
+            if not back.any():
+                continue
+            t = self.tensors[k]
+            keep = old_end > end[crossed]
+            for array, value in ((t._data, old[keep]), (self._end[k], old_end[keep]),
+                                 (self._owner[k], old_owner[keep])):
+                region = np.array(array[index])
+                region[back] = value
+                array[index] = region
+        self._issued, self._crossed = [], []
+
+
+def disjoint_writes(programs: list, columns: list) -> bool:
+    """Do the programs (one per lane) write provably disjoint parts of every shared buffer? `columns[i]`:
+    program i's shared buffer ids, the n-th of each one tensor. A write through a reshape counts as the
+    whole tensor; boxes are bounding boxes (`View.box`), so "no" may be conservative."""
+    per_lane = []
+    for program, column in zip(programs, columns):
+        position = {bid: n for n, bid in enumerate(column)}
+        buffers = program.buffers
+        protos: dict = {}
+        boxes: dict = {}
+        for ins in program.instructions:
+            for access in ins.writes():
+                bid = access.buffer
+                whole = False
+                while buffers[bid].alias_of is not None:
+                    bid, whole = buffers[bid].alias_of, True
+                n = position.get(bid)
+                if n is None:
+                    continue
+                if whole or access.index is None:
+                    box = None
+                else:
+                    proto = protos.get(bid)
+                    if proto is None:
+                        b = buffers[bid]
+                        proto = protos[bid] = Tensor(PrototypeMemory("hbm"), b.shape, b.dtype, b.name, None, 0, False)
+                    box = View(proto, access.index).box
+                boxes.setdefault(n, []).append(box)
+        per_lane.append(boxes)
+    for a in range(len(per_lane)):
+        for b in range(a + 1, len(per_lane)):
+            for n, mine in per_lane[a].items():
+                theirs = per_lane[b].get(n, ())
+                if len(mine) * len(theirs) > 1_000_000:
+                    return False                        # too many to compare: time them
+                if any(overlap(x, y) for x in mine for y in theirs):
+                    return False
+    return True
 
 
 def meet(core, fabric, request, barrier: bool = False):
@@ -117,6 +176,6 @@ def meet(core, fabric, request, barrier: bool = False):
     try:
         return fabric.collective(request)
     finally:
-        hbm.enter(lane)
+        hbm.enter(lane, core)
         if barrier:
             hbm.passed_barrier(lane)
