@@ -181,3 +181,24 @@ def test_only_launches_whose_cores_may_write_the_same_elements_are_timed():
     for kernel, disjoint in ((scale_halves, True), (swap_through_shared, True), (zero_fill_then_accumulate, False)):
         programs = nki.run(kernel[nl.nc(2)], _x(), timing_only=True).programs
         assert disjoint_writes(programs, _shared_buffers(programs)) is disjoint
+
+
+@nki.jit
+def scale_in_tiles(x):
+    """Core c scales its rows of x in 8 tiles of 16 rows each, through a loop the trace stamps."""
+    core = nl.program_id(0)
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    for t in nl.affine_range(8):
+        rows = nl.ds(core * ROWS + t * 16, 16)
+        nl.store(out[rows, :], value=nl.multiply(nl.load(x[rows, :]), 3.0))   # [16 partitions, 64]
+    return out
+
+
+def test_a_loop_of_a_shared_hbm_kernel_is_still_stamped():
+    """The buffer table's `shared` flag is a field loop stamping carries (a buffer with a field it does not
+    know would make every loop trace concretely: the same program, much slower)."""
+    from trnlab.nki import loops
+    x = _x(6)
+    with config.override(fast=True):
+        np.testing.assert_array_equal(nki.run(scale_in_tiles[nl.nc(2)], x).outputs, 3 * x)
+    assert loops.fallbacks == []
