@@ -202,3 +202,15 @@ def test_a_loop_of_a_shared_hbm_kernel_is_still_stamped():
     with config.override(fast=True):
         np.testing.assert_array_equal(nki.run(scale_in_tiles[nl.nc(2)], x).outputs, 3 * x)
     assert loops.fallbacks == []
+
+
+@pytest.mark.parametrize("name", ["tile", "tile3"])
+def test_loop_stamping_counts_every_field_of_a_buffer(name):
+    """A stamped buffer's builder reads as many constants and integers as flattening it wrote (the
+    `shared` field included; one short, every loop allocating tiles fell back to a concrete trace)."""
+    from trnlab.hardware.program import Buffer
+    from trnlab.nki import loop_records
+    buffer = Buffer(id=7, name=name, memory="hbm", shape=(4, 8), dtype="float32", shared=True)
+    ints, consts = [], []
+    node = loop_records._buffer_node(buffer, ints, consts)
+    assert (len(ints), len(consts)) == (loop_records._ints(node), loop_records._nconsts(node))
