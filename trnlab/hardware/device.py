@@ -14,8 +14,9 @@ HBM bytes and bandwidth, the figures `CoreSpec` quotes.
 Launches on one core run one after another (each starts when the previous one's last result is
 ready, as the runtime launches NEFFs on a core in order); launches on different cores overlap.
 `run_spmd` launches one program per core at once (an NKI launch grid spread over cores with
-`nl.spmd_dim`): they share one copy of the arguments in HBM and the chip's HBM bandwidth, and each
-core's writes into the outputs are gathered into one result. Every launch is a region of its core's
+`nl.spmd_dim`): they share one copy of the arguments in HBM and the chip's HBM bandwidth, and one
+tensor per `nl.shared_hbm` buffer (the outputs, a kernel's internal shared tensors), which every core
+reads and writes, ordered by their `core_barrier`s (`shared_hbm.py`). Every launch is a region of its core's
 timeline, so per-launch and per-op profiles come from the
 same records. Tensors made with `device.tensor(...)` live in the device's HBM and can be passed to
 `run` without a copy; a tensor of another device is refused.
@@ -329,8 +330,10 @@ class Device:
     def run_spmd(self, programs: list, *args, cores: list | None = None, region: str | None = None) -> "SpmdRun":
         """Launch `programs[i]` on core `cores[i]` (default 0, 1, ...) at the same time: the SPMD
         programs of one kernel, each a part of its launch grid. The arguments are put in HBM once and
-        read by every core; each core writes its own copy of each output, and the result holds, per
-        output, what the cores wrote there (an element no core wrote stays unwritten). The cores'
+        read by every core; so is one tensor per nl.shared_hbm buffer (the n-th of each program), which
+        the cores read and write (`shared_hbm.py`: each core's own dependency records, values in the
+        order the barriers give, the later-ending write winning where both write one element between
+        two barriers); an nl.private_hbm output is per core, merged element by element. The cores'
         DMAs share the device's HBM channel, so memory-bound programs slow each other down once
         together they need more than the device's bandwidth. The programs run together under the
         rendezvous the distributed layer lends (`_rendezvous`: a Cluster of these cores, launch core i =
