@@ -214,3 +214,24 @@ def test_loop_stamping_counts_every_field_of_a_buffer(name):
     ints, consts = [], []
     node = loop_records._buffer_node(buffer, ints, consts)
     assert (len(ints), len(consts)) == (loop_records._ints(node), loop_records._nconsts(node))
+
+
+@nki.jit
+def core0_scratch(x):
+    """Only core 0 allocates a shared scratch (under `if`): it stays core 0's; the output is shared."""
+    core = nl.program_id(0)
+    rows = nl.ds(core * ROWS, ROWS)
+    tile = nl.load(x[rows, :])
+    if core == 0:
+        scratch = nl.ndarray((ROWS, x.shape[1]), dtype=x.dtype, buffer=nl.shared_hbm)
+        nl.store(scratch, value=tile)
+        tile = nl.load(scratch)
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    nl.store(out[rows, :], value=nl.negative(tile))
+    return out
+
+
+def test_shared_tensors_only_one_core_allocates_stay_its_own():
+    x = _x(7)
+    runs = _both_paths(core0_scratch, x)
+    np.testing.assert_array_equal(runs[True].outputs, -x)

@@ -228,19 +228,28 @@ class SpmdLaunch:
 
 
 def _shared_buffers(programs: list) -> list:
-    """Per program, the ids of its nl.shared_hbm buffers (not reshapes) in allocation order: the n-th of
-    every program is one tensor of the launch. Each core traces the same kernel, so they must agree."""
-    columns = [[b.id for b in p.buffers if b.memory == "hbm" and b.shared and b.alias_of is None]
-               for p in programs]
-    first = programs[0]
-    signature = [(tuple(first.buffers[bid].shape), first.buffers[bid].dtype) for bid in columns[0]]
-    for p, column in zip(programs[1:], columns[1:]):
-        other = [(tuple(p.buffers[bid].shape), p.buffers[bid].dtype) for bid in column]
-        if other != signature:
-            raise DeviceError(f"run_spmd: the cores' programs allocate different nl.shared_hbm tensors "
-                              f"({signature} vs {other}); the n-th shared_hbm tensor of each core is one tensor "
-                              f"of the launch, so every core must allocate the same ones in the same order")
-    return columns
+    """Per program, the ids of its nl.shared_hbm buffers (not reshapes) that are one tensor of the launch,
+    aligned: entry n of every list is the same tensor. Each core traces the same kernel, so normally the
+    n-th shared buffer of each program. If the programs allocate different ones (an allocation under
+    `if nl.program_id(0) == 0:`), program 0's are paired in order with the next of the same shape and
+    dtype in each other program; one left unpaired stays its core's own (merged after the run, as an
+    nl.private_hbm output)."""
+    lists = [[b for b in p.buffers if b.memory == "hbm" and b.shared and b.alias_of is None] for p in programs]
+    rows = []
+    cursors = [0] * len(lists)
+    for b in lists[0]:
+        row = [b.id]
+        for j, other in enumerate(lists[1:], start=1):
+            match = next((m for m in range(cursors[j], len(other))
+                          if (tuple(other[m].shape), other[m].dtype) == (tuple(b.shape), b.dtype)), None)
+            if match is None:
+                break
+            row.append(other[match].id)
+        if len(row) == len(lists):
+            rows.append(row)
+            for j in range(1, len(lists)):
+                cursors[j] = next(m for m, o in enumerate(lists[j]) if o.id == row[j]) + 1
+    return [[row[i] for row in rows] for i in range(len(lists))]
 
 
 def _output_buffers(structure) -> list:
