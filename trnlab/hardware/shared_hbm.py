@@ -6,9 +6,11 @@ grid", nki.language.shared_hbm), which both cores write — disjoint parts, as A
 `nki.isa.core_barrier` describes — and read after a `core_barrier` ("both cores can perform the write
 to data in HBM using nisa.dma_copy, and then signal to each other when the write operation is complete
 using nisa.core_barrier"). `nl.private_hbm` (and `nl.hbm`, "MemoryRegion.private_hbm") stays per core.
+[awsdocs-neuron.readthedocs-hosted.com/en/v2.33.0/nki/api/generated/nki.isa.core_barrier.html;
+ .../v2.32.0/nki/api/generated/nki.language.shared_hbm.html; .../v2.29.0/nki/api/generated/nki.language.hbm.html]
 
 `Device.spmd_launch` makes one HBM tensor per shared buffer of the launch (the n-th shared buffer of
-each core's program) and a `SharedHBM` over them. What it keeps per core:
+each core's program: `device._shared_buffers`) and a `SharedHBM` over them. What it keeps per core:
 
 - **dependency records**: the scheduler's RAW / WAR / WAW records of a tensor (`dependencies.py`) are
   the core's own — a core waits for its own earlier accesses, never silently for the other core's;
@@ -30,8 +32,8 @@ each core's program) and a `SharedHBM` over them. What it keeps per core:
   when it stops running (`leave`) each gets its end time from the core's timeline, and where the other
   core's earlier-issued write of an element ends later, that element gets the other core's value back.
   Reads are not reordered: a core reading an element the other core writes in the same interval reads
-  what the rendezvous order gives (a race on the chip; not examined), and an element written through a
-  reshape of a shared tensor (`HBM.alias`) counts as written at its issue. A launch whose cores write
+  what the rendezvous order gives (a race on the chip; not examined), and a write through a reshape of
+  a shared tensor (`HBM.alias`) is not timed (the rendezvous order decides). A launch whose cores write
   provably disjoint parts of every shared tensor (`disjoint_writes`: the boxes of their programs' writes
   do not meet) needs none of this, and keeps the fast path; any other runs on the reference path in
   full mode.
