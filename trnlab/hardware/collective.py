@@ -44,6 +44,7 @@ import numpy as np
 from . import dependencies
 from .errors import HardwareError
 from .records import Record
+from .shared_hbm import meet
 from .tensor import Tensor, View
 
 if TYPE_CHECKING:
@@ -215,7 +216,7 @@ def issue_collective(core: NeuronCore, opcode: str, src, dst, members: tuple, at
     rank = getattr(core, "_cc_rank", members[0] if members else 0)
     request = Request(opcode, rank, tuple(members), src, dst, start, dict(attrs), core, meta)
     if fabric is not None:
-        begin, end = fabric.collective(request)
+        begin, end = meet(core, fabric, request)
     elif len(members) <= 1 or _describing(core):
         # alone (or while a kernel is traced: rules only): a one-rank collective is a copy
         begin, end = start, start + dst.nbytes * 1e9 / core.hbm_bandwidth

@@ -14,8 +14,9 @@ HBM bytes and bandwidth, the figures `CoreSpec` quotes.
 Launches on one core run one after another (each starts when the previous one's last result is
 ready, as the runtime launches NEFFs on a core in order); launches on different cores overlap.
 `run_spmd` launches one program per core at once (an NKI launch grid spread over cores with
-`nl.spmd_dim`): they share one copy of the arguments in HBM and the chip's HBM bandwidth, and each
-core's writes into the outputs are gathered into one result. Every launch is a region of its core's
+`nl.spmd_dim`): they share one copy of the arguments in HBM and the chip's HBM bandwidth, and one
+tensor per `nl.shared_hbm` buffer (the outputs, a kernel's internal shared tensors), which every core
+reads and writes, ordered by their `core_barrier`s (`shared_hbm.py`). Every launch is a region of its core's
 timeline, so per-launch and per-op profiles come from the
 same records. Tensors made with `device.tensor(...)` live in the device's HBM and can be passed to
 `run` without a copy; a tensor of another device is refused.
@@ -33,6 +34,7 @@ from .presets import CHIPS, ChipSpec, CoreSpec
 from .profile import Profile
 from .program import Program
 from .replay import execute, read_outputs
+from .shared_hbm import SharedHBM, disjoint_writes
 from .tensor import Tensor
 from .timeline import Timeline, write_chrome_trace
 
@@ -145,12 +147,21 @@ class SpmdRun:
 
 
 class SpmdLaunch:
-    """One SPMD launch in progress (`Device.spmd_launch`): its arguments are in HBM."""
+    """One SPMD launch in progress (`Device.spmd_launch`): its arguments are in HBM, and so is one
+    tensor per `nl.shared_hbm` buffer, which all its cores read and write (`shared_hbm.py`)."""
 
     def __init__(self, device: "Device", programs: list, cores: list, args: tuple, shared: list, label: str):
         self.device, self.programs, self.cores, self.args, self.shared = device, programs, cores, args, shared
         self.label = label
         self.per_core: list = [None] * len(programs)
+        columns = _shared_buffers(programs)            # per program, its shared buffers in order
+        first = programs[0]
+        tensors = [device.hbm.allocate(first.buffers[bid].shape, first.buffers[bid].dtype,
+                                       name=first.buffers[bid].name) for bid in columns[0]]
+        # full mode: writes the cores may both make to one element are timed (shared_hbm.py), on the reference path
+        timed = device.full and len(programs) > 1 and not disjoint_writes(programs, columns)
+        self.shared_hbm = SharedHBM(tensors, len(programs), timed) if tensors else None
+        self.shared_of = [dict(zip(column, tensors)) for column in columns]   # per program: buffer id -> tensor
 
     def replay(self, i: int) -> Run:
         """Replay program i on its core (on the calling thread)."""
@@ -161,30 +172,46 @@ class SpmdLaunch:
         # the arrays too (the resident copies are what runs): a trip count read from data finds its
         # values there in timing-only mode (dynamic_loops.py)
         arrays = [None if isinstance(v, Tensor) else v for v in self.args]
-        self.per_core[i] = (program, execute(program, nc, arrays, region=self.label,
-                                             hbm_tensors=resident), resident)
+        shared = self.shared_hbm
+        if shared is not None:                          # the shared tensors hold this core's records
+            nc._shared_hbm = (shared, i)
+            shared.enter(i, nc)
+        try:
+            tensors = execute(program, nc, arrays, region=self.label, hbm_tensors=resident,
+                              shared=self.shared_of[i], checked=shared is not None and shared.timed)
+        finally:
+            if shared is not None:
+                shared.leave(i)
+                del nc._shared_hbm
         nc.end_launch()
+        self.per_core[i] = (program, tensors, {**resident, **self.shared_of[i]})
         return Run(outputs=None, core=nc, region=self.label, first=start, end=len(nc.timeline.records),
                    timing_only=not self.device.full)
 
     def finish(self, runs: list) -> "SpmdRun":
-        """The launch's outputs: per output, what the cores wrote there."""
+        """The launch's outputs: a shared output is the one tensor the cores wrote; any other (an
+        nl.private_hbm / nl.hbm tensor returned) is, element by element, what the cores wrote in their
+        own copies (the later core wins where two wrote)."""
         device, first = self.device, self.programs[0]
         per_core = [p for p in self.per_core if p is not None]
         if device.full:
-            gathered = {}
+            gathered, own = {}, {}
             columns = [_output_buffers(p.outputs) for p, _, _ in per_core]
             for j, bid0 in enumerate(columns[0]):
-                gathered[bid0] = device._gather([t[col[j]] for (_, t, _), col in zip(per_core, columns)])
+                if bid0 in self.shared_of[0]:
+                    gathered[bid0] = self.shared_of[0][bid0]
+                else:
+                    gathered[bid0] = own[bid0] = device._gather(
+                        [t[col[j]] for (_, t, _), col in zip(per_core, columns)])
             outputs = read_outputs(first, gathered, True)
-            for t in gathered.values():
+            for t in own.values():
                 device.hbm.free(t)
         else:
             outputs = read_outputs(first, {}, False)
         return SpmdRun(outputs=outputs, runs=runs, timing_only=not device.full)
 
     def release(self) -> None:
-        """Free the launch's HBM tensors (the cores' own and the arguments it put there)."""
+        """Free the launch's HBM tensors (the cores' own, the shared ones and the arguments it put there)."""
         for program, tensors, resident in (p for p in self.per_core if p is not None):
             for bid, t in tensors.items():
                 if bid not in resident and not t.freed:
@@ -192,8 +219,39 @@ class SpmdLaunch:
         for value, t in zip(self.args, self.shared):
             if not isinstance(value, Tensor):
                 self.device.hbm.free(t)
+        if self.shared_hbm is not None:
+            for t in self.shared_hbm.tensors:
+                if not t.freed:
+                    self.device.hbm.free(t)
+            self.shared_hbm.release()
+            self.shared_hbm = None
         self.per_core = [None] * len(self.programs)
         self.shared = []
+
+
+def _shared_buffers(programs: list) -> list:
+    """Per program, the ids of its nl.shared_hbm buffers (not reshapes) that are one tensor of the launch,
+    aligned: entry n of every list is the same tensor. Each core traces the same kernel, so normally the
+    n-th shared buffer of each program. If the programs allocate different ones (an allocation under
+    `if nl.program_id(0) == 0:`), program 0's are paired in order with the next of the same shape and
+    dtype in each other program; one left unpaired stays its core's own (merged after the run, as an
+    nl.private_hbm output)."""
+    lists = [[b for b in p.buffers if b.memory == "hbm" and b.shared and b.alias_of is None] for p in programs]
+    rows = []
+    cursors = [0] * len(lists)
+    for b in lists[0]:
+        row = [b.id]
+        for j, other in enumerate(lists[1:], start=1):
+            match = next((m for m in range(cursors[j], len(other))
+                          if (tuple(other[m].shape), other[m].dtype) == (tuple(b.shape), b.dtype)), None)
+            if match is None:
+                break
+            row.append(other[match].id)
+        if len(row) == len(lists):
+            rows.append(row)
+            for j in range(1, len(lists)):
+                cursors[j] = next(m for m, o in enumerate(lists[j]) if o.id == row[j]) + 1
+    return [[row[i] for row in rows] for i in range(len(lists))]
 
 
 def _output_buffers(structure) -> list:
@@ -284,8 +342,10 @@ class Device:
     def run_spmd(self, programs: list, *args, cores: list | None = None, region: str | None = None) -> "SpmdRun":
         """Launch `programs[i]` on core `cores[i]` (default 0, 1, ...) at the same time: the SPMD
         programs of one kernel, each a part of its launch grid. The arguments are put in HBM once and
-        read by every core; each core writes its own copy of each output, and the result holds, per
-        output, what the cores wrote there (an element no core wrote stays unwritten). The cores'
+        read by every core; so is one tensor per nl.shared_hbm buffer (the n-th of each program), which
+        the cores read and write (`shared_hbm.py`: each core's own dependency records, values in the
+        order the barriers give, the later-ending write winning where both write one element between
+        two barriers); an nl.private_hbm output is per core, merged element by element. The cores'
         DMAs share the device's HBM channel, so memory-bound programs slow each other down once
         together they need more than the device's bandwidth. The programs run together under the
         rendezvous the distributed layer lends (`_rendezvous`: a Cluster of these cores, launch core i =

@@ -71,6 +71,7 @@ class Buffer:
     placement: dict | None = None    # direct allocation asked by the kernel (nki.compiler mod_alloc)
     data: np.ndarray | None = None   # constant HBM contents (nl.shared_constant), else None
     alias_of: int | None = None      # HBM: another shape of that buffer's bytes (tensor.reshape)
+    shared: bool = False             # HBM: nl.shared_hbm, one tensor for both cores of LNC=2 (shared_hbm.py)
 
     @property
     def nbytes(self) -> int:
@@ -286,7 +287,8 @@ class Program:
             "buffers": [{"id": b.id, "name": b.name, "memory": b.memory, "shape": list(b.shape),
                          "dtype": b.dtype, "partition_axis": b.partition_axis, "role": b.role,
                          "first": b.first, "last": b.last, "offset": b.offset,
-                         "placement": b.placement, "data": _encode(b.data), "alias_of": b.alias_of}
+                         "placement": b.placement, "data": _encode(b.data), "alias_of": b.alias_of,
+                         **({"shared": True} if b.shared else {})}
                         for b in self.buffers],
             "instructions": [{"opcode": i.opcode, "engine": i.engine, "line": i.line,
                               "region": i.region, "source": _encode(i.source),
@@ -306,7 +308,7 @@ class Program:
                           dtype=b["dtype"], partition_axis=b["partition_axis"], role=b["role"],
                           first=b["first"], last=b["last"], offset=b["offset"],
                           placement=b.get("placement"), data=_decode(b.get("data")),
-                          alias_of=b.get("alias_of"))
+                          alias_of=b.get("alias_of"), shared=bool(b.get("shared", False)))
                    for b in doc["buffers"]]
         instructions = [Instruction(opcode=i["opcode"], engine=i["engine"], line=i["line"],
                                     region=i["region"], source=_decode(i.get("source")),

@@ -102,7 +102,7 @@ def bind_inputs(program: Program, core, args: list, hbm_tensors: dict | None = N
 
 
 def execute(program: Program, core, args: list, region: str = "", hbm_tensors: dict | None = None,
-            checked: bool = False) -> dict:
+            checked: bool = False, shared: dict | None = None) -> dict:
     """Run `program` on `core`; returns buffer id -> HBM Tensor.
 
     The reference: every instruction is issued to the core in program order (its rules checked,
@@ -115,7 +115,14 @@ def execute(program: Program, core, args: list, region: str = "", hbm_tensors: d
     (`fast/values_replay.py`: the core's NumPy code, without the scheduling).
 
     A program with loops the device runs (`program.loops`) runs as the straight-line program its
-    registers make of it (`dynamic_loops.concrete`): every path below sees each iteration."""
+    registers make of it (`dynamic_loops.concrete`): every path below sees each iteration.
+
+    `shared`: buffer id -> the tensor the cores of an LNC=2 launch share for that buffer
+    (`shared_hbm.py`). Bound like `hbm_tensors`, but made for this launch only, so the compiled timing
+    replay treats them as the program's own buffers (their records are the core's, not the device's)."""
+    resident = dict(hbm_tensors or {})
+    if shared:
+        hbm_tensors = {**resident, **shared}
     if program.loops:
         from .dynamic_loops import concrete
         program = concrete(program, core, args, hbm_tensors)
@@ -126,7 +133,6 @@ def execute(program: Program, core, args: list, region: str = "", hbm_tensors: d
             allocate(program)
         with _gc.paused():
             compiled = compiled_for(program, core.spec)
-        resident = dict(hbm_tensors or {})
         if can_run(compiled, core, resident) and (not core.full or values_ok(program)):
             tensors = bind_inputs(program, core, args, hbm_tensors)
             with _gc.paused():

@@ -41,6 +41,7 @@ from .engines import DVE, POOL, port_needs
 from .errors import DtypeError, EngineError, HardwareError, MemoryPlacementError, ShapeMismatchError
 from .operands import _bytes_by_memory, _free_byte_range, _view
 from .records import ISSUE, ComputeIssue
+from .shared_hbm import meet
 from .tensor import View
 
 _RNG_DTYPES = ("int8", "int16", "int32", "uint8", "uint16", "uint32")
@@ -362,7 +363,8 @@ class SystemInstructions:
             rank = self._cc_rank
             pair = (rank - rank % 2, rank - rank % 2 + 1)
             arrive = max(ready, self._free[eid])
-            _, peer_ready = fabric.collective(Request("core_barrier", rank, pair, data, data, arrive, {}, self))
+            _, peer_ready = meet(self, fabric, Request("core_barrier", rank, pair, data, data, arrive, {}, self),
+                                 barrier=True)
             if peer_ready > ready:
                 ready = peer_ready
         idx = len(self._records)

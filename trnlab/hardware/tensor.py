@@ -48,7 +48,7 @@ class Tensor:
                  "_pending",
                  "offset", "partition_bytes", "freed", "version", "_shared",
                  "_reads", "_writes", "full", "itemsize", "nbytes", "_unpoisoned", "alias_of", "poison",
-                 "poison_origin",
+                 "poison_origin", "lnc",
                  "__weakref__")
 
     def __init__(self, memory, shape, dtype, name, partition_axis, offset, with_data, fill=None):
@@ -74,6 +74,7 @@ class Tensor:
         self._pending = None                        # deferred PSUM accumulation (see flush)
         self.poison = None                          # full mode: elements holding garbage (bool mask)
         self.poison_origin = ""                     # where that garbage was first read
+        self.lnc = None                             # HBM: the launch's SharedHBM if both cores of LNC=2 share it
         # A new tensor's garbage (NaN poison) is filled in lazily, only where still unwritten when
         # its values are first read through `data`: most tensors are fully written before that.
         self._unpoisoned = False
@@ -319,6 +320,7 @@ def fresh_like(proto: Tensor, memory) -> Tensor:
     t._writes = []
     t._pending = None
     t.poison, t.poison_origin = None, ""
+    t.lnc = None
     t._data = np.empty(t.shape, dtype=t.dtype)
     t.written = np.zeros(t.shape, dtype=bool)
     t._unpoisoned = True
@@ -670,6 +672,8 @@ class View:
     def write(self, values: np.ndarray):
         """Store values (already of the tensor's dtype and this view's shape) and mark them written."""
         t = self.tensor
+        if t.lnc is not None:                       # both cores of LNC=2 write it (shared_hbm.py)
+            t.lnc.writing(self, values)
         if t._shared:                               # a deferred matmul holds the old array
             t._data = np.empty_like(t._data) if self.index is None else t._data.copy()
             t._shared = False

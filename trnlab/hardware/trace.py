@@ -132,6 +132,10 @@ class Recorder:
         self._tensors.append(t)
         return bid
 
+    def mark_shared(self, t: Tensor) -> None:
+        """`t` is an nl.shared_hbm tensor: one tensor for both cores of an LNC=2 launch (shared_hbm.py)."""
+        self.program.buffers[self._ids[id(t)]].shared = True
+
     def _buffer_id(self, t: Tensor) -> int:
         bid = self._ids.get(id(t))
         return self.buffer_of(t) if bid is None else bid

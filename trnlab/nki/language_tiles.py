@@ -255,6 +255,8 @@ def _allocate(shape, dtype, buffer, name, launch, placement=None) -> NkiTensor:
         if cursor < len(launch.shared_hbm):
             return launch.shared_hbm[cursor]
     hw = core.hbm.allocate(tuple(int(n) for n in shape), dtype, name=launch.fresh_name(name or buffer))
+    if buffer == "shared_hbm" and hasattr(core, "mark_shared"):
+        core.mark_shared(hw)       # the cores of an nl.nc(2) launch share it (hardware/shared_hbm.py)
     tensor = NkiTensor.allocation(hw, buffer, launch)
     if buffer == "shared_hbm" and launch.grid:
         launch.shared_hbm.append(tensor)

@@ -11,7 +11,9 @@ from trnlab.hardware.program import Access, Buffer, Instruction
 # -- flattening records ------------------------------------------------------------------------
 _INSTRUCTION_FIELDS = ("opcode", "engine", "operands", "attrs", "line", "region", "source", "issue")
 _BUFFER_FIELDS = ("id", "name", "memory", "shape", "dtype", "partition_axis", "role", "first", "last",
-                  "offset", "placement", "data", "alias_of")
+                  "offset", "placement", "data", "alias_of", "shared")
+_BUFFER_CONSTS = 11     # a buffer's constants: name, memory, shape, dtype, partition_axis, role, offset,
+                        # placement, data, alias_of, shared (`_buffer_node`'s order)
 
 
 class _Mismatch(Exception):
@@ -91,7 +93,7 @@ def _buffer_node(b: Buffer, ints: list, consts: list):
     consts.extend((b.memory, b.shape, b.dtype, b.partition_axis, b.role))
     ints.append(b.first)
     ints.append(b.last)
-    consts.extend((b.offset, b.placement, b.data, b.alias_of))
+    consts.extend((b.offset, b.placement, b.data, b.alias_of, b.shared))
     return ("B", name_node)
 
 
@@ -194,12 +196,12 @@ def _code(node, counters: list, lines: list) -> str:
         c += 1
         i = counters[0]
         counters[0] += 2
-        counters[1] = c + 9
+        counters[1] = c + _BUFFER_CONSTS - 1
         return _record(lines, "_Buffer", [
             ("id", bid), ("name", name), ("memory", f"k[{c}]"), ("shape", f"k[{c + 1}]"), ("dtype", f"k[{c + 2}]"),
             ("partition_axis", f"k[{c + 3}]"), ("role", f"k[{c + 4}]"), ("first", f"v[o+{i}]"),
             ("last", f"v[o+{i + 1}]"), ("offset", f"k[{c + 5}]"), ("placement", f"k[{c + 6}]"),
-            ("data", f"k[{c + 7}]"), ("alias_of", f"k[{c + 8}]")])
+            ("data", f"k[{c + 7}]"), ("alias_of", f"k[{c + 8}]"), ("shared", f"k[{c + 9}]")])
     raise ValueError(f"unknown record node {node!r}")
 
 
@@ -294,7 +296,7 @@ def _nconsts(node) -> int:
         elif node[0] == "d":
             count = sum(_nconsts(n) for n in node[2:])
         elif node[0] == "B":
-            count = 10
+            count = _BUFFER_CONSTS
         else:
             count = sum(_nconsts(n) for n in node[1:])
         _CONSTS[node] = count
@@ -376,7 +378,7 @@ class _Template:
         if kind == "B":
             if out is not None:
                 out[0].extend(range(ip, ip + ni))
-                out[1].extend(f"k[{cp + c}]" for c in range(10))
+                out[1].extend(f"k[{cp + c}]" for c in range(_BUFFER_CONSTS))
             return node
         decision = None
         if nested and (kind == "t" or kind == "A") and _shareable(node):

@@ -4,13 +4,12 @@ A grid axis written with `nl.nc(k)` or `nl.spmd_dim(..., nl.nc(k))` spreads its 
 physical NeuronCores (AWS's nki.language.nc and nki.language.spmd_dim pages give the placement; see
 `trnlab.nki.language.spmd_dim.core_of`). trnlab traces one program per core — the grid points that
 core runs, in grid order — and launches them together on one simulated device
-(`Device.run_spmd`): the cores share the arguments in HBM and the chip's HBM bandwidth, each
-writes its part of the `nl.shared_hbm` outputs, and the cores meet at their `nisa.sendrecv` /
-`nisa.core_barrier` (the Nth of core 0 with the Nth of core 1, as on a `Cluster`). A grid without such an axis stays on one core, its
-programs one after another (the single-core path in `trnlab.nki.run`).
-
-Not modelled: a core reading what another core wrote into a shared output during the same launch
-(each core sees its own writes only; AWS's tutorials write disjoint parts).
+(`Device.run_spmd`): the cores share the arguments in HBM and the chip's HBM bandwidth, every
+`nl.shared_hbm` tensor (outputs and a kernel's internal ones) is one HBM tensor that all the cores read
+and write (`nl.private_hbm` / `nl.hbm` one per core), and the cores meet at their `nisa.sendrecv` /
+`nisa.core_barrier` (the Nth of core 0 with the Nth of core 1, as on a `Cluster`): what a core wrote
+before a barrier is there for the other core after it (`trnlab.hardware.shared_hbm`). A grid without
+such an axis stays on one core, its programs one after another (the single-core path in `trnlab.nki.run`).
 """
 from __future__ import annotations
 
