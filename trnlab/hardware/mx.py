@@ -130,14 +130,15 @@ def _rows(view, lo: int, hi: int, free: int):
     return View(t, (parts,) + index[1:])
 
 
-def _check_data(v, what: str, gathered: bool = False):
+def _check_data(v, what: str, gathered: bool = False, dtype=None):
     if v.tensor.kind != "sbuf":
         raise MemoryPlacementError(f"operand memory: {what} is in {v.tensor.kind.upper()}; MX data lives in "
                                    f"SBUF", value=v.tensor.kind, limit="sbuf")
-    if v.tensor.dtype not in MX_DATA:
-        raise MXError(f"mx format: {what} is {dtypes.name(v.tensor.dtype) if v.tensor.dtype in dtypes._NAMES else v.tensor.dtype}; "
+    dtype = v.tensor.dtype if dtype is None else dtype
+    if dtype not in MX_DATA:
+        raise MXError(f"mx format: {what} is {dtypes.name(dtype) if dtype in dtypes._NAMES else dtype}; "
                       f"expected 4-packed MX data (float8_e5m2_x4 / float8_e4m3fn_x4 / float4_e2m1fn_x4)",
-                      value=str(v.tensor.dtype), limit="*_x4")
+                      value=str(dtype), limit="*_x4")
     if v.partitions % 32 or v.partitions > 128:
         raise MXError(f"mx format: {what} has {v.partitions} partitions; MX tiles take a multiple of 32, "
                       f"at most 128", value=v.partitions, limit=128)
@@ -303,16 +304,35 @@ def quantize_mx(self, dst, src, dst_scale, src_dtype=None) -> int:
     return self._issue(DVE, "quantize_mx", dur, (src,), dst, also_write=scale)
 
 
+def _read_as(v, dtype, what: str):
+    """The type an MX data operand's bytes are read as: its own, or `dtype` (a tile retyped by
+    ``.view(dtype)``: the SBUF bytes of the whole elements `v` covers). Same element size only: the Tensor
+    engine's operand shapes (and trnlab's cost) count elements of the tile's own type."""
+    if dtype is None:
+        return v.tensor.dtype
+    dtype = dtypes.as_dtype(dtype)
+    if dtype.itemsize != v.tensor.itemsize:
+        raise DtypeError(f"data type: {what} is a {dtypes.name(v.tensor.dtype)} tile read as {dtypes.name(dtype)} "
+                         f"(.view): nc_matmul_mx reads a retyped operand of the same element size only "
+                         f"({v.tensor.itemsize} bytes, not {dtype.itemsize}); retype to a type of its size",
+                         value=dtype.itemsize, limit=v.tensor.itemsize)
+    return dtype
+
+
 def nc_matmul_mx(self, dst, stationary, moving, stationary_scale, moving_scale, accumulate=None,
-                 tile_position=None, tile_size=None) -> int:
+                 tile_position=None, tile_size=None, stationary_dtype=None, moving_dtype=None) -> int:
     """dst[M, N] (+)= the MX product of stationary x4 [K, M] and moving x4 [K, N] with their scales.
+    ``stationary_dtype`` / ``moving_dtype``: the operand's SBUF bytes read as this x4 type (a uint32 tile
+    retyped by ``.view(nl.float8_e4m3fn_x4)``: AWS's MoE kernels load their weights so).
     ``tile_position`` / ``tile_size``: row tiling of the PE array ("For nc_matmul_mx, Tensor Engine
     supports only row tiling mode": column_size 128, start_column 0; nki.isa.nc_matmul_mx)."""
     _need_v4(self, "nc_matmul_mx")
     dst, st, mv = _view(dst, "dst"), _view(stationary, "stationary"), _view(moving, "moving")
     st_s, mv_s = _view(stationary_scale, "stationary_scale"), _view(moving_scale, "moving_scale")
-    _check_data(st, "nc_matmul_mx stationary", gathered=True)
-    _check_data(mv, "nc_matmul_mx moving", gathered=True)
+    st_type = _read_as(st, stationary_dtype, "nc_matmul_mx stationary")
+    mv_type = _read_as(mv, moving_dtype, "nc_matmul_mx moving")
+    _check_data(st, "nc_matmul_mx stationary", gathered=True, dtype=st_type)
+    _check_data(mv, "nc_matmul_mx moving", gathered=True, dtype=mv_type)
     _check_scale(st_s, st, "nc_matmul_mx stationary_scale", gathered=True)
     _check_scale(mv_s, mv, "nc_matmul_mx moving_scale", gathered=True)
     K, M, N = st.partitions, st.free_size, mv.free_size
@@ -348,8 +368,8 @@ def nc_matmul_mx(self, dst, stationary, moving, stationary_scale, moving_scale, 
         # garbage in (memory never written) lands where it goes, as nc_matmul's: result row m depends on
         # stationary column m and its scales, result column n on moving column n and its scales
         rows, cols = _garbage_columns(st, st_s), _garbage_columns(mv, mv_s)
-        a = unpack(st.values(), st.tensor.dtype).reshape(K, M, 4) * scale_factors(_scale_values(st_s, K, M), K, M)[..., None]
-        b = unpack(mv.values(), mv.tensor.dtype).reshape(K, N, 4) * scale_factors(_scale_values(mv_s, K, N), K, N)[..., None]
+        a = unpack(st.values(), st_type).reshape(K, M, 4) * scale_factors(_scale_values(st_s, K, M), K, M)[..., None]
+        b = unpack(mv.values(), mv_type).reshape(K, N, 4) * scale_factors(_scale_values(mv_s, K, N), K, N)[..., None]
         product = np.einsum("kmq,knq->mn", a.reshape(K, M, 4), b.reshape(K, N, 4))
         t = dst.tensor
         if accumulate is None:
