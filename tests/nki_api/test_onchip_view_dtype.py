@@ -127,7 +127,14 @@ def test_what_aws_refuses_of_a_retyped_tile_is_refused_by_name():
         tile.view(nl.float32)
         return x
 
-    def engine_reads(x):            # tensor_copy reads a tile in its own type
+    def other_engine_reads(x):      # an activation reads a tile in its own type
+        tile = nl.ndarray((32, 1), dtype=nl.uint32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=tile, src=x)
+        out = nl.ndarray((32, 1), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.activation(dst=out, op=nl.exp, data=tile.view(nl.float32))
+        return x
+
+    def copy_across_sizes(x):       # tensor_copy reads 4 bytes of a uint8 tile as one fp32: not modelled
         tile = nl.ndarray((32, 4), dtype=nl.uint8, buffer=nl.sbuf)
         nisa.dma_copy(dst=tile, src=x)
         out = nl.ndarray((32, 1), dtype=nl.float32, buffer=nl.sbuf)
@@ -137,7 +144,62 @@ def test_what_aws_refuses_of_a_retyped_tile_is_refused_by_name():
     with pytest.raises(ViewError, match="3 bytes, not a whole number of 4-byte elements"):
         nki.run(nki.jit(odd_bytes), np.zeros((32, 3), np.uint8))
     with pytest.raises(ViewError, match="only a DMA moves such a view, or the engine instructions"):
-        nki.run(nki.jit(engine_reads), np.zeros((32, 4), np.uint8))
+        nki.run(nki.jit(other_engine_reads), np.zeros((32, 1), np.uint32))
+    with pytest.raises(DtypeError, match="same element size only"):
+        nki.run(nki.jit(copy_across_sizes), np.zeros((32, 4), np.uint8))
+
+
+@nki.jit
+def copy_through_retyped_tiles(words, values):
+    """(words [P, F] uint32 read as fp32 by tensor_copy, values [P, F] fp32 written by tensor_copy into a
+    uint32 tile retyped to fp32, then DMA'd out as uint32)."""
+    P, F = words.shape
+    w = nl.ndarray((P, F), dtype=nl.uint32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=w, src=words)
+    as_float = nl.ndarray((P, F), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_copy(dst=as_float, src=w.view(nl.float32))
+    read = nl.ndarray((P, F), dtype=nl.float32, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=read, src=as_float)
+    v = nl.ndarray((P, F), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=v, src=values)
+    u = nl.ndarray((P, F), dtype=nl.uint32, buffer=nl.sbuf)
+    nisa.tensor_copy(dst=u.view(nl.float32), src=v)
+    written = nl.ndarray((P, F), dtype=nl.uint32, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=written, src=u)
+    return read, written
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_tensor_copy_reads_and_writes_a_retyped_tile_as_its_bytes(fast, records):
+    words = RNG.normal(size=(32, 8)).astype(np.float32).view(np.uint32)
+    values = RNG.normal(size=(32, 8)).astype(np.float32)
+    with config.override(fast=fast):
+        run = nki.run(copy_through_retyped_tiles, words, values)
+        timing = nki.run(copy_through_retyped_tiles, words, values, timing_only=True)
+    read, written = run.outputs
+    np.testing.assert_array_equal(read, words.view(np.float32))
+    np.testing.assert_array_equal(written, values.view(np.uint32))
+    assert records(timing) == records(run)
+
+
+@nki.jit(target="trn2")
+def copy_bf16(x, retype: bool):
+    """A bf16 tile copied by the Vector engine: held as bf16, or as int16 words retyped to bf16."""
+    P, F = x.shape
+    tile = nl.ndarray((P, F), dtype=nl.int16 if retype else nl.bfloat16, buffer=nl.sbuf)
+    nisa.dma_copy(dst=tile, src=x.view(nl.int16) if retype else x)
+    out = nl.ndarray((P, F), dtype=nl.bfloat16, buffer=nl.sbuf)
+    nisa.tensor_copy(dst=out, src=tile.view(nl.bfloat16) if retype else tile, engine=nisa.vector_engine)
+    result = nl.ndarray((P, F), dtype=nl.bfloat16, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=result, src=out)
+    return result
+
+
+def test_a_retyped_operand_is_costed_as_its_read_type(records):
+    x = RNG.normal(size=(128, 512)).astype(ml_dtypes.bfloat16)
+    native, retyped = nki.run(copy_bf16, x, False), nki.run(copy_bf16, x, True)
+    np.testing.assert_array_equal(retyped.outputs.view(np.uint16), x.view(np.uint16))
+    assert [r[1:] for r in records(retyped)] == [r[1:] for r in records(native)]
 
 
 def test_nc_matmul_mx_refuses_an_operand_retyped_across_element_sizes():

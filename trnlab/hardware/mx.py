@@ -59,6 +59,7 @@ import ml_dtypes
 import numpy as np
 
 from . import dtypes
+from . import retype as _retype
 from .engines import DVE
 from .operands import _view
 from .errors import DtypeError, HardwareError, MatmulShapeError, MemoryPlacementError, PETilingError
@@ -304,21 +305,6 @@ def quantize_mx(self, dst, src, dst_scale, src_dtype=None) -> int:
     return self._issue(DVE, "quantize_mx", dur, (src,), dst, also_write=scale)
 
 
-def _read_as(v, dtype, what: str):
-    """The type an MX data operand's bytes are read as: its own, or `dtype` (a tile retyped by
-    ``.view(dtype)``: the SBUF bytes of the whole elements `v` covers). Same element size only: the Tensor
-    engine's operand shapes (and trnlab's cost) count elements of the tile's own type."""
-    if dtype is None:
-        return v.tensor.dtype
-    dtype = dtypes.as_dtype(dtype)
-    if dtype.itemsize != v.tensor.itemsize:
-        raise DtypeError(f"data type: {what} is a {dtypes.name(v.tensor.dtype)} tile read as {dtypes.name(dtype)} "
-                         f"(.view): nc_matmul_mx reads a retyped operand of the same element size only "
-                         f"({v.tensor.itemsize} bytes, not {dtype.itemsize}); retype to a type of its size",
-                         value=dtype.itemsize, limit=v.tensor.itemsize)
-    return dtype
-
-
 def nc_matmul_mx(self, dst, stationary, moving, stationary_scale, moving_scale, accumulate=None,
                  tile_position=None, tile_size=None, stationary_dtype=None, moving_dtype=None) -> int:
     """dst[M, N] (+)= the MX product of stationary x4 [K, M] and moving x4 [K, N] with their scales.
@@ -329,8 +315,8 @@ def nc_matmul_mx(self, dst, stationary, moving, stationary_scale, moving_scale, 
     _need_v4(self, "nc_matmul_mx")
     dst, st, mv = _view(dst, "dst"), _view(stationary, "stationary"), _view(moving, "moving")
     st_s, mv_s = _view(stationary_scale, "stationary_scale"), _view(moving_scale, "moving_scale")
-    st_type = _read_as(st, stationary_dtype, "nc_matmul_mx stationary")
-    mv_type = _read_as(mv, moving_dtype, "nc_matmul_mx moving")
+    st_type = _retype.read_as(st, stationary_dtype, "nc_matmul_mx stationary")
+    mv_type = _retype.read_as(mv, moving_dtype, "nc_matmul_mx moving")
     _check_data(st, "nc_matmul_mx stationary", gathered=True, dtype=st_type)
     _check_data(mv, "nc_matmul_mx moving", gathered=True, dtype=mv_type)
     _check_scale(st_s, st, "nc_matmul_mx stationary_scale", gathered=True)

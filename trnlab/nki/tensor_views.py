@@ -440,7 +440,8 @@ def indirect(t, *args, **kwargs):
 
 BYTES_VIEW_RULE = ("{name!r} reads an on-chip tile's {own} elements as {dtype} (.view(dtype) / .ap(dtype=) of "
                    "another type): only a DMA moves such a view, or the engine instructions that read one "
-                   "(nisa.quantize_mx src; nisa.nc_matmul_mx stationary / moving of the same element size); other "
+                   "(of the same element size: nisa.tensor_copy src / dst, nisa.nc_matmul_mx stationary / moving; "
+                   "nisa.quantize_mx src of any); other "
                    "engines read a tile in its own type — copy the bytes with a DMA first")
 
 
@@ -465,6 +466,8 @@ def bytes_view(t, dtype, pattern, offset: int = 0):
                             f"an on-chip tile's bytes as whole {np.dtype(t.dtype).name} elements (runs of {r} "
                             f"{np.dtype(dtype).name} elements starting at a multiple of {r})")
         covered = t.ap([[s // r, c] for s, c in outer] + [[1, last_count // r]], offset=int(offset) // r)
+    elif new == old:                       # the same elements, another type (a .view of the same size)
+        covered = t.ap(pattern, offset=int(offset))
     else:                                  # one new element spans r old elements
         r = new // old
         covered = t.ap([[s * r, c] for s, c in pattern] + [[1, r]], offset=int(offset) * r)
