@@ -151,6 +151,8 @@ class NkiTensor:
             raise ViewError(_views.BYTES_VIEW_RULE.format(name=self.name, dtype=_dtypes.name(self.dtype),
                                                           own=_dtypes.name(self._bitcast.dtype)))
         key = plain_key(key if type(key) is tuple else (key,))   # loop indices: their values (loop_index.py)
+        if any(_is_register(k) for k in key):    # t[s]: a run-time NkiScalar / register index
+            return _views.run_time_index(self, _expand_ellipsis(key, self.ndim), _is_register)
         if key and isinstance(key[0], NkiTensor):
             return self._indirect(key)
         if self.buffer in HBM_KINDS and any(type(k) is NkiTensor for k in key):

@@ -556,3 +556,33 @@ def retyped_ap(t, pattern, offset, dtype, scalar_offset, vector_offset):
         positions_ = positions_ + stride * np.arange(count, dtype=np.int64).reshape(
             [-1 if k == axis else 1 for k in range(len(pattern))])
     return _retyped_view(base, t.dtype, positions_, ".ap()")
+
+
+# -- t[s]: indexing by a value known only when the program runs ----------------------------------------------
+def run_time_index(t, key: tuple, is_register):
+    """``t[..., s, ...]`` with `s` an NkiScalar or a register ("A NkiScalar can be used almost anywhere a Python
+    int literal is used", nki.isa.NkiScalar): the view `t[..., 0, ...]` moved by s steps of that axis when the
+    program runs — ``t.ap(pattern, offset, scalar_offset=s, indirect_dim=axis)``, read by the instructions that
+    take such a view (DMAs; on chip the engines that read a register offset). One run-time index, on a whole
+    tensor; on an SBUF / PSUM tile not on the partition axis (an access pattern moves within each partition)."""
+    key = tuple(key) + (slice(None),) * (t.ndim - len(key))       # trailing axes: all of them
+    at = [k for k, entry in enumerate(key) if is_register(entry)]
+    if len(at) != 1 or len(key) != t.ndim:
+        raise ViewError(f"indexing {t.name!r} {t.shape} by a run-time scalar: give one NkiScalar / register index "
+                        f"and an int or slice for every other axis (got {len(at)} of {len(key)} indices)")
+    axis = at[0]
+    if t._index is not None or t._ap is not None or t._dynamic is not None or t._bitcast is not None \
+            or t._bytes_of is not None:
+        raise ViewError(f"indexing {t.name!r}, a view, by a run-time scalar: index the tensor itself (the scalar "
+                        f"becomes the scalar_offset of an access pattern, which is taken on a whole tensor)")
+    if t.buffer in ON_CHIP and axis == _partition_dim(t):
+        raise ViewError(f"indexing {t.buffer.upper()} tile {t.name!r} {t.shape} by a run-time scalar on axis {axis}, "
+                        f"its partition dimension: a run-time offset moves an access pattern within each partition "
+                        f"(.ap(scalar_offset=), NKI Access Patterns); index a free axis, or move the rows with a DMA")
+    fixed = t[tuple(0 if k == axis else entry for k, entry in enumerate(key))]     # the view at s = 0
+    found = pattern_of(positions(fixed))
+    if found is None:
+        raise ViewError(f"indexing {t.name!r} by a run-time scalar: the rest of the index is not an access pattern")
+    start, pattern = found
+    pattern = [[stride if count > 1 else 1, count] for stride, count in pattern]
+    return t.ap(pattern, offset=start, scalar_offset=key[axis], indirect_dim=axis)
