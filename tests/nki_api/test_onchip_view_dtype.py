@@ -7,6 +7,7 @@ full and timing-only; fast paths on and off."""
 import ml_dtypes
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
 import trnlab.nki as nki
 import trnlab.nki.isa as nisa
@@ -219,3 +220,35 @@ def test_nc_matmul_mx_refuses_an_operand_retyped_across_element_sizes():
     moving = mx.pack(np.zeros((128, 4, 4), ml_dtypes.float8_e4m3fn), nl.float8_e4m3fn_x4)
     with pytest.raises(DtypeError, match="same element size only"):
         nki.run(bytes_as_x4, np.zeros((128, 16), np.uint8), moving, np.full((128, 4), 127, np.uint8))
+
+
+_TYPES = [np.uint8, np.uint16, ml_dtypes.bfloat16, np.float32, np.int32]
+
+
+@settings(max_examples=12, deadline=None)
+@given(data=st.data())
+def test_retyped_tiles_read_the_bytes_numpy_view_reads(data):
+    """tile.view(a)[:, s] and tile.view(a).view(b), DMA'd out, equal NumPy's .view of the same bytes."""
+    old, new, again = (data.draw(st.sampled_from(_TYPES)) for _ in range(3))
+    row_bytes = 16
+    P = data.draw(st.integers(1, 8))
+    raw = RNG.integers(0, 256, size=(P, row_bytes), dtype=np.uint8)
+    x = raw.view(old)
+    n_new = row_bytes // np.dtype(new).itemsize
+    group = max(np.dtype(old).itemsize // np.dtype(new).itemsize, 1)      # whole elements of the tile's type
+    lo = data.draw(st.integers(0, n_new // group - 1)) * group
+    hi = data.draw(st.integers(lo // group + 1, n_new // group)) * group
+
+    @nki.jit
+    def kernel(src):
+        tile = nl.ndarray(src.shape, dtype=src.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=tile, src=src)
+        part = nl.ndarray((P, hi - lo), dtype=new, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=part, src=tile.view(new)[:, lo:hi])
+        twice = nl.ndarray((P, row_bytes // np.dtype(again).itemsize), dtype=again, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=twice, src=tile.view(new).view(again))
+        return part, twice
+
+    part, twice = nki.run(kernel, x).outputs
+    np.testing.assert_array_equal(part.view(np.uint8), x.view(new)[:, lo:hi].view(np.uint8))
+    np.testing.assert_array_equal(twice.view(np.uint8), raw)

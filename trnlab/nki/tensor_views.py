@@ -22,6 +22,7 @@ import math
 
 import numpy as np
 
+from trnlab.hardware import dtypes as _dtypes
 from trnlab.hardware.tensor import unravel
 from trnlab.nki.errors import NKIError, ViewError
 
@@ -491,15 +492,15 @@ def retype(t, dtype):
         base, flat = t._bytes_of
         start = int(flat.flat[0]) if flat.size else 0
         if not np.array_equal(flat.reshape(-1), np.arange(start, start + flat.size)):
-            raise ViewError(f"view({np.dtype(dtype).name}) of {t.name!r} {t.shape}: not contiguous (a strided view "
+            raise ViewError(f"view({_dtypes.name(dtype)}) of {t.name!r} {t.shape}: not contiguous (a strided view "
                             f"of a retyped tile); retype the tile, then take the view")
     old, new = np.dtype(t.dtype).itemsize, np.dtype(dtype).itemsize
     if t.ndim < 2:
-        raise ViewError(f"view({np.dtype(dtype).name}) of {t.buffer.upper()} tile {t.name!r} {t.shape}: an "
+        raise ViewError(f"view({_dtypes.name(dtype)}) of {t.buffer.upper()} tile {t.name!r} {t.shape}: an "
                         f"on-chip tile keeps its partition dimension, so it needs a free axis to retype")
     last = t.shape[-1] * old
     if last % new:
-        raise ViewError(f"view({np.dtype(dtype).name}) of {t.name!r} {t.shape} {np.dtype(t.dtype).name}: the last "
+        raise ViewError(f"view({_dtypes.name(dtype)}) of {t.name!r} {t.shape} {_dtypes.name(t.dtype)}: the last "
                         f"axis holds {last} bytes, not a whole number of {new}-byte elements (the same bytes per "
                         f"partition, the element count scaled by the size ratio {old}/{new})")
     shape = tuple(t.shape[:-1]) + (last // new,)
@@ -507,11 +508,11 @@ def retype(t, dtype):
         base, flat = t._bytes_of
         start = int(flat.flat[0]) if flat.size else 0
         if (start * np.dtype(t.dtype).itemsize) % new:
-            raise ViewError(f"view({np.dtype(dtype).name}) of {t.name!r}: it starts inside a {new}-byte element")
+            raise ViewError(f"view({_dtypes.name(dtype)}) of {t.name!r}: it starts inside a {new}-byte element")
         return _retyped_view(base, dtype, start * old // new + np.arange(math.prod(shape)).reshape(shape), "view")
     if t._bitcast is not None or t._dynamic is not None or (t._index is not None or t._ap is not None) \
             and not is_contiguous(t):
-        raise ViewError(f"view({np.dtype(dtype).name}) of {t.name!r} {t.shape}: not contiguous (an indexed or "
+        raise ViewError(f"view({_dtypes.name(dtype)}) of {t.name!r} {t.shape}: not contiguous (an indexed or "
                         f"indirect view); retype the tile, then take the view")
     return _retyped_view(t, dtype, np.arange(math.prod(shape)).reshape(shape), "view")
 
@@ -525,14 +526,13 @@ def _retyped_view(base, dtype, flat: np.ndarray, what: str):
     """The elements at `flat` (positions in `dtype` elements over `base`'s row-major bytes) as a view."""
     total = _retyped_total(base, dtype)
     if flat.size and (int(flat.min()) < 0 or int(flat.max()) >= total):
-        raise ViewError(f"{what} of {base.name!r} read as {np.dtype(dtype).name}: element {int(flat.max())} is past "
-                        f"the {total} {np.dtype(dtype).name} elements its bytes hold")
+        raise ViewError(f"{what} of {base.name!r} read as {_dtypes.name(dtype)}: element {int(flat.max())} is past "
+                        f"the {total} {_dtypes.name(dtype)} elements its bytes hold")
     found = pattern_of(flat)
     if found is None:
-        raise ViewError(f"{what} of {base.name!r} read as {np.dtype(dtype).name} is not an access pattern over its "
+        raise ViewError(f"{what} of {base.name!r} read as {_dtypes.name(dtype)} is not an access pattern over its "
                         f"bytes (no single stride per axis): copy it first")
-    start, pattern = found
-    pattern = [[stride if count > 1 else 1, count] for stride, count in pattern]   # a size-1 axis: any stride
+    start, pattern = found                 # (a size-1 axis has stride 0: whole groups of any size)
     view = bytes_view(base, dtype, pattern, start)
     view._bytes_of = (base, flat)
     return view
@@ -542,7 +542,7 @@ def retyped_ap(t, pattern, offset, dtype, scalar_offset, vector_offset):
     """``.ap(pattern, offset)`` of a `.view(dtype)` tile: the pattern counts its elements from its first."""
     if scalar_offset is not None or vector_offset is not None or (
             dtype is not None and np.dtype(dtype) != np.dtype(t.dtype)):
-        raise ViewError(f".ap() of {t.name!r}, an on-chip tile read as {np.dtype(t.dtype).name} (.view): "
+        raise ViewError(f".ap() of {t.name!r}, an on-chip tile read as {_dtypes.name(t.dtype)} (.view): "
                         f"scalar_offset / vector_offset / another dtype= are not supported on it; retype the tile "
                         f"to the type wanted and give a plain pattern")
     base, flat = t._bytes_of
