@@ -121,6 +121,36 @@ def test_quantize_mx_of_an_fp32_tile_viewed_as_bf16_quantizes_its_bytes(fast):
     assert scales[mx.scale_partitions(128)].tolist() == dense.tolist()
 
 
+@nki.jit(target="trn3")
+def quantize_words_into_words(x_bits):
+    """quantize_mx from an int16 tile read as bf16 into a uint32 tile written as float8_e4m3fn_x4 (the same
+    element sizes): (data words as uint32, scales)."""
+    P, F = x_bits.shape
+    bits = nl.ndarray((P, F), dtype=nl.int16, buffer=nl.sbuf)
+    nisa.dma_copy(dst=bits, src=x_bits)
+    words = nl.ndarray((P, F // 4), dtype=nl.uint32, buffer=nl.sbuf)
+    scales = nl.ndarray((P, F // 4), dtype=nl.uint8, buffer=nl.sbuf)
+    nisa.quantize_mx(dst=words.view(nl.float8_e4m3fn_x4), src=bits.view(nl.bfloat16), dst_scale=scales)
+    words_out = nl.ndarray((P, F // 4), dtype=nl.uint32, buffer=nl.shared_hbm)
+    scales_out = nl.ndarray((P, F // 4), dtype=nl.uint8, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=words_out, src=words)
+    nisa.dma_copy(dst=scales_out, src=scales)
+    return words_out, scales_out
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_quantize_mx_reads_and_writes_tiles_retyped_to_the_same_size(fast, records):
+    x = RNG.normal(size=(32, 16)).astype(ml_dtypes.bfloat16)
+    with config.override(fast=fast):
+        run = nki.run(quantize_words_into_words, x.view(np.int16))
+        timing = nki.run(quantize_words_into_words, x.view(np.int16), timing_only=True)
+    words, scales = run.outputs
+    expected, dense = mx.quantize(x.astype(np.float32), nl.float8_e4m3fn_x4)
+    assert words.tolist() == expected.view(np.uint32).tolist()
+    assert scales[mx.scale_partitions(32)].tolist() == dense.tolist()
+    assert records(timing) == records(run)
+
+
 def test_what_aws_refuses_of_a_retyped_tile_is_refused_by_name():
     def odd_bytes(x):               # [P, 3] uint8: 3 bytes a partition hold no whole fp32
         tile = nl.ndarray((32, 3), dtype=nl.uint8, buffer=nl.sbuf)

@@ -254,10 +254,11 @@ def dequantize(words: np.ndarray, scales: np.ndarray, x4_dtype) -> np.ndarray:
     return (values * factors[..., None]).reshape(P, 4 * F)
 
 
-def quantize_mx(self, dst, src, dst_scale, src_dtype=None) -> int:
+def quantize_mx(self, dst, src, dst_scale, src_dtype=None, dst_dtype=None) -> int:
     """dst (x4 [P, F/4]), dst_scale (E8M0) = MX quantization of src (fp16/bf16 [P, F]) on the Vector engine.
     ``src_dtype``: src's bytes read as this type (a tile of another element type: its whole elements'
-    bytes in order, as NumPy's ``.view``), e.g. an fp32 tile [P, F/2] read as bf16 [P, F]."""
+    bytes in order, as NumPy's ``.view``), e.g. an fp32 tile [P, F/2] read as bf16 [P, F]. ``dst_dtype``:
+    dst's bytes written as this x4 type (a uint32 tile retyped by ``.view``: `retype.py`)."""
     _need_v4(self, "quantize_mx")
     dst, src, scale = _view(dst, "dst"), _view(src, "src"), _view(dst_scale, "dst_scale")
     if src.tensor.kind != "sbuf":
@@ -268,8 +269,9 @@ def quantize_mx(self, dst, src, dst_scale, src_dtype=None) -> int:
     if read_as not in (dtypes.float16, dtypes.bfloat16) or not ratio:
         raise DtypeError(f"data type: quantize_mx src is {dtypes.name(read_as)}; it takes float16 or "
                          f"bfloat16", value=read_as, limit=("float16", "bfloat16"))
-    _check_data(dst, "quantize_mx dst")
-    if dst.tensor.dtype not in dtypes.PACKED_X4:
+    dst_type = _retype.read_as(dst, dst_dtype, "quantize_mx dst")
+    _check_data(dst, "quantize_mx dst", dtype=dst_type)
+    if dst_type not in dtypes.PACKED_X4:
         raise MXError("mx format: quantize_mx dst is float4_e2m1fn_x4; quantize_mx produces MXFP8 only "
                       "(float8_e5m2_x4 / float8_e4m3fn_x4, nki.isa.quantize_mx) — quantize FP4 on the host "
                       "(trnlab.hardware.mx.quantize), as AWS's mxfp-matmul tutorial does",
@@ -280,14 +282,14 @@ def quantize_mx(self, dst, src, dst_scale, src_dtype=None) -> int:
     _check_scale(scale, dst, "quantize_mx dst_scale")
     if self.full:
         x, bad = self._garbage(src)                           # [P, 4F] values, garbage mask or None
-        if ratio > 1:                                         # the elements' bytes, read as src_dtype
+        if read_as != src.tensor.dtype:                       # the elements' bytes, read as src_dtype
             raw = np.ascontiguousarray(np.asarray(src.values()).astype(src.tensor.dtype, copy=False))
             x = raw.reshape(src.partitions, -1).view(read_as).astype(np.float32)
             bad = None if bad is None else np.repeat(bad, ratio, axis=1)
         if bad is not None:
             x = np.where(bad, 0.0, x)
-        words, scales = quantize(x, dst.tensor.dtype)
-        dst.write(words.reshape(dst.shape))
+        words, scales = quantize(x, dst_type)
+        dst.write(_retype.stored_as(words.reshape(dst.shape), dst, dst_type))
         # the scale partitions of the quadrants the data covers: their scales, zero on the others (the
         # [P, F/4] layout the NKI Library's reference of quantize_mx gives: mx_torch_common.quantize_mx_golden)
         covered = min(scale.partitions, dst.partitions)

@@ -21,13 +21,13 @@ def quantize_mx(dst: Tile, src: Tile, dst_scale: Tile, name: str = "") -> None:
     (fp16/bf16 [P, F], P a multiple of 32) quantized to MX on the Vector engine (MXFP8 only)."""
     dst, src, dst_scale = issue.tile(dst, "dst"), issue.tile(src, "src"), issue.tile(dst_scale, "dst_scale")
     launch = issue.begin()
-    if src._bitcast is not None:
-        # an SBUF tile's bytes read as another type (`tile.ap(pattern, dtype=nl.bfloat16)` of an fp32 tile,
-        # AWS's mxfp_load): the Vector engine reads the bytes of the whole elements it covers as src's type
-        launch.core.quantize_mx(dst=dst.hw_view(), src=src._bitcast.hw_view(), dst_scale=dst_scale.hw_view(),
-                                src_dtype=src.dtype)
-        return
-    launch.core.quantize_mx(dst=dst.hw_view(), src=src.hw_view(), dst_scale=dst_scale.hw_view())
+    # a tile retyped by .view(dtype) (or read by .ap(dtype=)): the engine reads / writes the bytes of the whole
+    # elements it covers as the tile's type (AWS's mxfp_load quantizes an fp32 tile read as bf16)
+    retyped = {f"{what}_dtype": _dtypes.name(t.dtype) for what, t in (("src", src), ("dst", dst))
+               if t._bitcast is not None}
+    launch.core.quantize_mx(dst=(dst if dst._bitcast is None else dst._bitcast).hw_view(),
+                            src=(src if src._bitcast is None else src._bitcast).hw_view(),
+                            dst_scale=dst_scale.hw_view(), **retyped)
 
 
 @instruction(functional=None)

@@ -441,8 +441,8 @@ def indirect(t, *args, **kwargs):
 
 BYTES_VIEW_RULE = ("{name!r} reads an on-chip tile's {own} elements as {dtype} (.view(dtype) / .ap(dtype=) of "
                    "another type): only a DMA moves such a view, or the engine instructions that read one "
-                   "(of the same element size: nisa.tensor_copy src / dst, nisa.nc_matmul_mx stationary / moving; "
-                   "nisa.quantize_mx src of any); other "
+                   "(of the same element size: nisa.tensor_copy src / dst, nisa.nc_matmul_mx stationary / moving, "
+                   "nisa.quantize_mx dst; nisa.quantize_mx src of the same or a wider size); other "
                    "engines read a tile in its own type — copy the bytes with a DMA first")
 
 
