@@ -86,3 +86,32 @@ def test_a_run_time_index_past_its_axis_and_unmodelled_forms_are_refused_by_name
         nki.run(nki.jit(two_indices), table, np.array([[1]], np.int32))
     with pytest.raises(ViewError, match="a view, by a run-time scalar"):
         nki.run(nki.jit(of_a_view), table, np.array([[1]], np.int32))
+
+
+@nki.jit
+def copy_the_first_experts(table, count):
+    """out[e] = table[e] for e < count (read on the device), zero after: a run-time loop whose iterator (an
+    NkiScalar) indexes both the DMA's source and its destination."""
+    E, P, F = table.shape
+    n = _scalar(count)
+    out = nl.ndarray((E, P, F), dtype=table.dtype, buffer=nl.shared_hbm)
+    zeros = nl.ndarray((P, F), dtype=table.dtype, buffer=nl.sbuf)
+    nisa.memset(dst=zeros, value=0.0)
+    for e in range(E):
+        nisa.dma_copy(dst=out[e], src=zeros)
+
+    def body(i):
+        tile = nl.ndarray((P, F), dtype=table.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=tile, src=table[i])
+        nisa.dma_copy(dst=out[i], src=tile)
+
+    nl.fori_loop(0, n, body)
+    return out
+
+
+def test_a_run_time_loop_iterator_indexes_source_and_destination():
+    table = RNG.normal(size=(4, 8, 16)).astype(np.float32)
+    run = run_both(copy_the_first_experts, table, np.array([[3]], np.int32))
+    expected = np.zeros_like(table)
+    expected[:3] = table[:3]
+    np.testing.assert_array_equal(run.outputs, expected)
