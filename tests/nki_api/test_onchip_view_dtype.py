@@ -282,3 +282,23 @@ def test_retyped_tiles_read_the_bytes_numpy_view_reads(data):
     part, twice = nki.run(kernel, x).outputs
     np.testing.assert_array_equal(part.view(np.uint8), x.view(new)[:, lo:hi].view(np.uint8))
     np.testing.assert_array_equal(twice.view(np.uint8), raw)
+
+
+@nki.jit
+def psum_bits(x):
+    """The fp32 bits of x as int32, read out of a PSUM tile retyped to int32 by a tensor_copy."""
+    P, F = x.shape
+    tile = nl.ndarray((P, F), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=tile, src=x)
+    acc = nl.ndarray((P, F), dtype=nl.float32, buffer=nl.psum)
+    nisa.tensor_copy(dst=acc, src=tile)
+    bits = nl.ndarray((P, F), dtype=nl.int32, buffer=nl.sbuf)
+    nisa.tensor_copy(dst=bits, src=acc.view(nl.int32))
+    out = nl.ndarray((P, F), dtype=nl.int32, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=bits)
+    return out
+
+
+def test_a_psum_tile_retyped_is_read_as_its_bits():
+    x = RNG.normal(size=(8, 16)).astype(np.float32)
+    np.testing.assert_array_equal(nki.run(psum_bits, x).outputs, x.view(np.int32))
