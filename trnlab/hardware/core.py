@@ -25,6 +25,8 @@ Engines (short names as in Neuron's profiler): ``pe`` Tensor, ``act`` Scalar, ``
 """
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from . import cost, dependencies, dtypes
@@ -242,21 +244,31 @@ class NeuronCore(TensorEngineInstructions, VectorInstructions, ReductionInstruct
                               value=engine, limit=names)
         return eid
 
-    def _cost_ns(self, eid: int, opcode: str, reads, writes, **attrs) -> float:
+    def _cost_ns(self, eid: int, opcode: str, reads, writes, read_as=None, **attrs) -> float:
         """ns a Vector / Scalar / GpSimd instruction keeps engine `eid` busy (`cost.cost`).
+        ``read_as``: per operand (reads, then writes) the dtype it is read as, or None for its own (a
+        tile retyped by ``.view(dtype)``, the same element size: `retype.py`).
 
         The answer depends only on the engine, opcode, elements per partition, operand count and
         attributes, so it is remembered per such key (the cost model is pure)."""
         first = reads[0] if reads else writes[0]
-        key = (eid, opcode, first.free_size, len(reads), tuple(attrs.items()))
+        key = (eid, opcode, first.free_size, len(reads), tuple(attrs.items()), read_as)
+        operands = None
         if cost.cost_depends_on_operands(self.spec, _ENGINE_NAMES[eid], opcode):
             # the performance mode [ARCH-v3], tensor_tensor's PSUM rule and memset's bf16 rate
             # depend on dtypes, memories and layout too
-            key += tuple(cost.operand(v) for v in reads + writes)
+            operands = tuple(cost.operand(v) for v in reads + writes)
+            if read_as is not None:
+                operands = tuple(o if d is None else dataclasses.replace(o, dtype=d) for o, d in zip(operands, read_as))
+            key += operands
         ns = self._costs.get(key)
         if ns is None:
-            instr = cost.Instruction(opcode, _ENGINE_NAMES[eid], tuple(cost.operand(v) for v in reads),
-                                     tuple(cost.operand(v) for v in writes), attrs)
+            if operands is None:
+                operands = tuple(cost.operand(v) for v in reads + writes)
+                if read_as is not None:
+                    operands = tuple(o if d is None else dataclasses.replace(o, dtype=d)
+                                     for o, d in zip(operands, read_as))
+            instr = cost.Instruction(opcode, _ENGINE_NAMES[eid], operands[:len(reads)], operands[len(reads):], attrs)
             ns = self._costs[key] = cost.cost(instr, self.spec).ns
         return ns
 

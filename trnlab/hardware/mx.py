@@ -59,6 +59,7 @@ import ml_dtypes
 import numpy as np
 
 from . import dtypes
+from . import retype as _retype
 from .engines import DVE
 from .operands import _view
 from .errors import DtypeError, HardwareError, MatmulShapeError, MemoryPlacementError, PETilingError
@@ -130,14 +131,15 @@ def _rows(view, lo: int, hi: int, free: int):
     return View(t, (parts,) + index[1:])
 
 
-def _check_data(v, what: str, gathered: bool = False):
+def _check_data(v, what: str, gathered: bool = False, dtype=None):
     if v.tensor.kind != "sbuf":
         raise MemoryPlacementError(f"operand memory: {what} is in {v.tensor.kind.upper()}; MX data lives in "
                                    f"SBUF", value=v.tensor.kind, limit="sbuf")
-    if v.tensor.dtype not in MX_DATA:
-        raise MXError(f"mx format: {what} is {dtypes.name(v.tensor.dtype) if v.tensor.dtype in dtypes._NAMES else v.tensor.dtype}; "
+    dtype = v.tensor.dtype if dtype is None else dtype
+    if dtype not in MX_DATA:
+        raise MXError(f"mx format: {what} is {dtypes.name(dtype) if dtype in dtypes._NAMES else dtype}; "
                       f"expected 4-packed MX data (float8_e5m2_x4 / float8_e4m3fn_x4 / float4_e2m1fn_x4)",
-                      value=str(v.tensor.dtype), limit="*_x4")
+                      value=str(dtype), limit="*_x4")
     if v.partitions % 32 or v.partitions > 128:
         raise MXError(f"mx format: {what} has {v.partitions} partitions; MX tiles take a multiple of 32, "
                       f"at most 128", value=v.partitions, limit=128)
@@ -252,10 +254,11 @@ def dequantize(words: np.ndarray, scales: np.ndarray, x4_dtype) -> np.ndarray:
     return (values * factors[..., None]).reshape(P, 4 * F)
 
 
-def quantize_mx(self, dst, src, dst_scale, src_dtype=None) -> int:
+def quantize_mx(self, dst, src, dst_scale, src_dtype=None, dst_dtype=None) -> int:
     """dst (x4 [P, F/4]), dst_scale (E8M0) = MX quantization of src (fp16/bf16 [P, F]) on the Vector engine.
     ``src_dtype``: src's bytes read as this type (a tile of another element type: its whole elements'
-    bytes in order, as NumPy's ``.view``), e.g. an fp32 tile [P, F/2] read as bf16 [P, F]."""
+    bytes in order, as NumPy's ``.view``), e.g. an fp32 tile [P, F/2] read as bf16 [P, F]. ``dst_dtype``:
+    dst's bytes written as this x4 type (a uint32 tile retyped by ``.view``: `retype.py`)."""
     _need_v4(self, "quantize_mx")
     dst, src, scale = _view(dst, "dst"), _view(src, "src"), _view(dst_scale, "dst_scale")
     if src.tensor.kind != "sbuf":
@@ -266,8 +269,9 @@ def quantize_mx(self, dst, src, dst_scale, src_dtype=None) -> int:
     if read_as not in (dtypes.float16, dtypes.bfloat16) or not ratio:
         raise DtypeError(f"data type: quantize_mx src is {dtypes.name(read_as)}; it takes float16 or "
                          f"bfloat16", value=read_as, limit=("float16", "bfloat16"))
-    _check_data(dst, "quantize_mx dst")
-    if dst.tensor.dtype not in dtypes.PACKED_X4:
+    dst_type = _retype.read_as(dst, dst_dtype, "quantize_mx dst")
+    _check_data(dst, "quantize_mx dst", dtype=dst_type)
+    if dst_type not in dtypes.PACKED_X4:
         raise MXError("mx format: quantize_mx dst is float4_e2m1fn_x4; quantize_mx produces MXFP8 only "
                       "(float8_e5m2_x4 / float8_e4m3fn_x4, nki.isa.quantize_mx) — quantize FP4 on the host "
                       "(trnlab.hardware.mx.quantize), as AWS's mxfp-matmul tutorial does",
@@ -278,14 +282,14 @@ def quantize_mx(self, dst, src, dst_scale, src_dtype=None) -> int:
     _check_scale(scale, dst, "quantize_mx dst_scale")
     if self.full:
         x, bad = self._garbage(src)                           # [P, 4F] values, garbage mask or None
-        if ratio > 1:                                         # the elements' bytes, read as src_dtype
+        if read_as != src.tensor.dtype:                       # the elements' bytes, read as src_dtype
             raw = np.ascontiguousarray(np.asarray(src.values()).astype(src.tensor.dtype, copy=False))
             x = raw.reshape(src.partitions, -1).view(read_as).astype(np.float32)
             bad = None if bad is None else np.repeat(bad, ratio, axis=1)
         if bad is not None:
             x = np.where(bad, 0.0, x)
-        words, scales = quantize(x, dst.tensor.dtype)
-        dst.write(words.reshape(dst.shape))
+        words, scales = quantize(x, dst_type)
+        dst.write(_retype.stored_as(words.reshape(dst.shape), dst, dst_type))
         # the scale partitions of the quadrants the data covers: their scales, zero on the others (the
         # [P, F/4] layout the NKI Library's reference of quantize_mx gives: mx_torch_common.quantize_mx_golden)
         covered = min(scale.partitions, dst.partitions)
@@ -304,15 +308,19 @@ def quantize_mx(self, dst, src, dst_scale, src_dtype=None) -> int:
 
 
 def nc_matmul_mx(self, dst, stationary, moving, stationary_scale, moving_scale, accumulate=None,
-                 tile_position=None, tile_size=None) -> int:
+                 tile_position=None, tile_size=None, stationary_dtype=None, moving_dtype=None) -> int:
     """dst[M, N] (+)= the MX product of stationary x4 [K, M] and moving x4 [K, N] with their scales.
+    ``stationary_dtype`` / ``moving_dtype``: the operand's SBUF bytes read as this x4 type (a uint32 tile
+    retyped by ``.view(nl.float8_e4m3fn_x4)``: AWS's MoE kernels load their weights so).
     ``tile_position`` / ``tile_size``: row tiling of the PE array ("For nc_matmul_mx, Tensor Engine
     supports only row tiling mode": column_size 128, start_column 0; nki.isa.nc_matmul_mx)."""
     _need_v4(self, "nc_matmul_mx")
     dst, st, mv = _view(dst, "dst"), _view(stationary, "stationary"), _view(moving, "moving")
     st_s, mv_s = _view(stationary_scale, "stationary_scale"), _view(moving_scale, "moving_scale")
-    _check_data(st, "nc_matmul_mx stationary", gathered=True)
-    _check_data(mv, "nc_matmul_mx moving", gathered=True)
+    st_type = _retype.read_as(st, stationary_dtype, "nc_matmul_mx stationary")
+    mv_type = _retype.read_as(mv, moving_dtype, "nc_matmul_mx moving")
+    _check_data(st, "nc_matmul_mx stationary", gathered=True, dtype=st_type)
+    _check_data(mv, "nc_matmul_mx moving", gathered=True, dtype=mv_type)
     _check_scale(st_s, st, "nc_matmul_mx stationary_scale", gathered=True)
     _check_scale(mv_s, mv, "nc_matmul_mx moving_scale", gathered=True)
     K, M, N = st.partitions, st.free_size, mv.free_size
@@ -348,8 +356,8 @@ def nc_matmul_mx(self, dst, stationary, moving, stationary_scale, moving_scale, 
         # garbage in (memory never written) lands where it goes, as nc_matmul's: result row m depends on
         # stationary column m and its scales, result column n on moving column n and its scales
         rows, cols = _garbage_columns(st, st_s), _garbage_columns(mv, mv_s)
-        a = unpack(st.values(), st.tensor.dtype).reshape(K, M, 4) * scale_factors(_scale_values(st_s, K, M), K, M)[..., None]
-        b = unpack(mv.values(), mv.tensor.dtype).reshape(K, N, 4) * scale_factors(_scale_values(mv_s, K, N), K, N)[..., None]
+        a = unpack(st.values(), st_type).reshape(K, M, 4) * scale_factors(_scale_values(st_s, K, M), K, M)[..., None]
+        b = unpack(mv.values(), mv_type).reshape(K, N, 4) * scale_factors(_scale_values(mv_s, K, N), K, N)[..., None]
         product = np.einsum("kmq,knq->mn", a.reshape(K, M, 4), b.reshape(K, N, 4))
         t = dst.tensor
         if accumulate is None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import cost, dtypes, ops
+from . import retype as _retype
 from .engines import ACT, DVE, POOL
 from .errors import MatmulShapeError, ShapeMismatchError, UnknownOpError
 from .operands import _view
@@ -21,23 +22,31 @@ from .tensor import Tensor, View
 class VectorInstructions:
     """NeuronCore's element-wise Vector / Scalar / GpSimd instructions (`core.NeuronCore`)."""
 
-    def tensor_copy(self, dst, src, engine="vector") -> int:
-        """dst = src, cast to dst's dtype, on any compute engine (e.g. PSUM -> SBUF)."""
+    def tensor_copy(self, dst, src, engine="vector", src_dtype=None, dst_dtype=None) -> int:
+        """dst = src, cast to dst's dtype, on any compute engine (e.g. PSUM -> SBUF). ``src_dtype`` /
+        ``dst_dtype``: that operand's bytes read as this type of the same size (a tile retyped by
+        ``.view(dtype)``: `retype.py`)."""
         dst = _view(dst, "dst")
         src = _view(src, "src")
         eid = self._engine(engine, "tensor_copy")
         self._onchip(src, "src", "tensor_copy", psum_ok=eid != POOL)
         self._onchip(dst, "dst", "tensor_copy", psum_ok=eid != POOL)
+        src_type = _retype.read_as(src, src_dtype, "tensor_copy src")
+        dst_type = _retype.read_as(dst, dst_dtype, "tensor_copy dst")
         self._same_tile(dst, src, "tensor_copy", "dst vs src")
         if self.full:
-            self._tensor_copy_values(dst, src)
-        dur = self._cost_ns(eid, "tensor_copy", (src,), (dst,))
+            self._tensor_copy_values(dst, src, src_type, dst_type)
+        dur = self._cost_ns(eid, "tensor_copy", (src,), (dst,),
+                            read_as=_retype.type_names((src, src_type), (dst, dst_type)))
         return self._issue(eid, "tensor_copy", dur, (src,), dst)
 
-    def _tensor_copy_values(self, dst: View, src: View) -> None:
-        """Full mode: dst = src cast; garbage is copied element on element to where it goes."""
+    def _tensor_copy_values(self, dst: View, src: View, src_type=None, dst_type=None) -> None:
+        """Full mode: dst = src cast; garbage is copied element on element to where it goes. `src_type` /
+        `dst_type`: the types their bytes are read as (`retype.py`), by default their own."""
         garbage = src.undefined()
-        dst.write(np.reshape(src.values(), dst.shape).astype(dst.tensor.dtype, copy=False))
+        values = src.values() if src_type is None else _retype.values_as(src, src_type)
+        values = np.reshape(values, dst.shape).astype(dst.tensor.dtype if dst_type is None else dst_type, copy=False)
+        dst.write(values if dst_type is None else _retype.stored_as(values, dst, dst_type))
         if garbage is not None:
             origin = src.tensor.poison_origin or (
                 f"tensor_copy read never-written {src.tensor.name!r}[{src._index_str()}]"

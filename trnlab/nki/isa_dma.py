@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from trnlab.hardware import dtypes as _dtypes
 from trnlab.hardware.errors import MemoryPlacementError, ShapeMismatchError
 from trnlab.nki import issue
 from trnlab.nki import tensor_indirection as _ti
@@ -193,7 +194,12 @@ def tensor_copy(dst: Tile | None, src: Tile, engine: engine = engine.unknown, na
                 f"operand memory: tensor_copy runs on an on-chip engine and needs SBUF/PSUM operands, got "
                 f"{src.buffer} -> {out.buffer}; use nisa.dma_copy / nl.load / nl.store for HBM",
                 value=(src.buffer, out.buffer), limit=("sbuf", "psum"))
-        launch.core.tensor_copy(dst=out.hw_view(ranges), src=src.hw_view(ranges), engine=engine_name)
+        retyped = {f"{what}_dtype": _dtypes.name(t.dtype) for what, t in (("src", src), ("dst", out))
+                   if t._bitcast is not None}    # a tile retyped by .view(dtype): its bytes read as its type
+        dst_bytes = out if out._bitcast is None else out._bitcast
+        src_bytes = src if src._bitcast is None else src._bitcast
+        launch.core.tensor_copy(dst=dst_bytes.hw_view(ranges), src=src_bytes.hw_view(ranges), engine=engine_name,
+                                **retyped)
 
     return _finish(dst, emit, src.shape, dtype or src.dtype, "sbuf", ranges)
 

@@ -7,6 +7,7 @@ data is quantized on the host: `trnlab.hardware.mx.quantize`).
 """
 from __future__ import annotations
 
+from trnlab.hardware import dtypes as _dtypes
 from trnlab.hardware import mx as _hw_mx  # noqa: F401  (installs the instructions on NeuronCore)
 from trnlab.nki import issue
 from trnlab.nki import tensor_indirection as _ti
@@ -20,13 +21,13 @@ def quantize_mx(dst: Tile, src: Tile, dst_scale: Tile, name: str = "") -> None:
     (fp16/bf16 [P, F], P a multiple of 32) quantized to MX on the Vector engine (MXFP8 only)."""
     dst, src, dst_scale = issue.tile(dst, "dst"), issue.tile(src, "src"), issue.tile(dst_scale, "dst_scale")
     launch = issue.begin()
-    if src._bitcast is not None:
-        # an SBUF tile's bytes read as another type (`tile.ap(pattern, dtype=nl.bfloat16)` of an fp32 tile,
-        # AWS's mxfp_load): the Vector engine reads the bytes of the whole elements it covers as src's type
-        launch.core.quantize_mx(dst=dst.hw_view(), src=src._bitcast.hw_view(), dst_scale=dst_scale.hw_view(),
-                                src_dtype=src.dtype)
-        return
-    launch.core.quantize_mx(dst=dst.hw_view(), src=src.hw_view(), dst_scale=dst_scale.hw_view())
+    # a tile retyped by .view(dtype) (or read by .ap(dtype=)): the engine reads / writes the bytes of the whole
+    # elements it covers as the tile's type (AWS's mxfp_load quantizes an fp32 tile read as bf16)
+    retyped = {f"{what}_dtype": _dtypes.name(t.dtype) for what, t in (("src", src), ("dst", dst))
+               if t._bitcast is not None}
+    launch.core.quantize_mx(dst=(dst if dst._bitcast is None else dst._bitcast).hw_view(),
+                            src=(src if src._bitcast is None else src._bitcast).hw_view(),
+                            dst_scale=dst_scale.hw_view(), **retyped)
 
 
 @instruction(functional=None)
@@ -43,6 +44,11 @@ def nc_matmul_mx(dst: Tile, stationary: Tile, moving: Tile, stationary_scale: Ti
     if _ti.uses(*tiles):                         # Tensor Indirection: the offsets are read when it runs
         return _ti.emit_matmul(launch, "nc_matmul_mx", *tiles[:3], {"accumulate": accumulate, **tiling},
                                stationary_scale=tiles[3], moving_scale=tiles[4])
-    d, st, mv, st_s, mv_s = (t.hw_view() for t in tiles)
+    retyped = {}
+    for what, t in (("stationary", tiles[1]), ("moving", tiles[2])):
+        if t._bitcast is not None:               # a tile retyped by .view(dtype): its bytes, read as t's type
+            retyped[f"{what}_dtype"] = _dtypes.name(t.dtype)
+    d, st, mv, st_s, mv_s = ((t._bitcast if t._bitcast is not None and k in (1, 2) else t).hw_view()
+                             for k, t in enumerate(tiles))
     launch.core.nc_matmul_mx(dst=d, stationary=st, moving=mv, stationary_scale=st_s, moving_scale=mv_s,
-                             accumulate=accumulate, **tiling)
+                             accumulate=accumulate, **tiling, **retyped)

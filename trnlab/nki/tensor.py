@@ -37,7 +37,7 @@ HBM_KINDS = ("hbm", "shared_hbm", "private_hbm")
 class NkiTensor:
     __slots__ = ("shape", "dtype", "buffer", "name", "_owner", "_hw", "_index", "_ap", "_emit",
                  "_launch", "_view_cache", "_storage", "_views", "_valid", "_valid_iterator", "_gather",
-                 "_rotate", "_block", "_dynamic", "_bitcast", "_invalid", "__weakref__")
+                 "_rotate", "_block", "_dynamic", "_bitcast", "_bytes_of", "_invalid", "__weakref__")
 
     def __init__(self, shape, dtype, buffer, name=""):
         self.shape = tuple(shape)
@@ -61,6 +61,8 @@ class NkiTensor:
         self._dynamic = None          # indirect view: (SBUF tile of offsets, element stride, one per row?) (tensor_views)
         self._bitcast = None          # an on-chip tile's bytes read as another element size: the view of
         #                               the whole elements it covers (tensor_views.bytes_view; DMAs move it)
+        self._bytes_of = None         # a .view(dtype) tile or a view of one: (the tile whose bytes it reads, its
+        #                               elements' positions there in units of its own type) (tensor_views.retype)
         self._invalid = None          # an .ap() past its tensor: the error an instruction using it raises
 
     # -- construction ---------------------------------------------------------------------
@@ -142,10 +144,15 @@ class NkiTensor:
             self._ready()
         if self._invalid is not None:
             raise self._invalid
+        if self._bytes_of is not None:          # a .view(dtype) tile indexed as a tile of its own type
+            key = _expand_ellipsis(plain_key(key if type(key) is tuple else (key,)), self.ndim)
+            return _views.from_positions(self, _views.positions(self)[key], "indexing")
         if self._bitcast is not None:
             raise ViewError(_views.BYTES_VIEW_RULE.format(name=self.name, dtype=_dtypes.name(self.dtype),
                                                           own=_dtypes.name(self._bitcast.dtype)))
         key = plain_key(key if type(key) is tuple else (key,))   # loop indices: their values (loop_index.py)
+        if any(_is_register(k) for k in key):    # t[s]: a run-time NkiScalar / register index
+            return _views.run_time_index(self, _expand_ellipsis(key, self.ndim), _is_register)
         if key and isinstance(key[0], NkiTensor):
             return self._indirect(key)
         if self.buffer in HBM_KINDS and any(type(k) is NkiTensor for k in key):
@@ -415,6 +422,8 @@ class NkiTensor:
             indirect_dim = given.get("indirect_dim", indirect_dim)
             dtype = given.get("dtype", dtype)
         self._ready()
+        if self._bytes_of is not None:             # a .view(dtype) tile: the pattern counts its own elements
+            return _views.retyped_ap(self, pattern, offset, dtype, scalar_offset, vector_offset)
         base = 0                                   # where this tensor's elements start in its owner
         if self._index is not None or self._ap is not None or self._dynamic is not None:
             # a view over contiguous storage (a reshape of a whole tile, a block t[i]) is a tensor of its
@@ -567,12 +576,15 @@ class NkiTensor:
 
     def view(self, dtype) -> "NkiTensor":
         """The same bytes read as `dtype` (NkiTensor.view(dtype), a reinterpreting view: the last axis
-        scaled by the size ratio): for a whole HBM tensor, as `.ap(dtype=)` reads it; refused on chip."""
+        scaled by the size ratio): for a whole HBM tensor, as `.ap(dtype=)` reads it; for an SBUF / PSUM
+        tile, a tile of `dtype` over the same bytes of each partition (`tensor_views.retype`)."""
         self._ready()
         if self.buffer in HBM_KINDS and self._index is None and self._ap is None:
             return self._retyped(_dtypes.as_dtype(dtype))
-        raise ViewError(f"view({dtype}) of {self.name!r} ({self.buffer}, a view or on chip): trnlab reinterprets "
-                        f"whole HBM tensors only")
+        if self.buffer in ON_CHIP:
+            return _views.retype(self, _dtypes.as_dtype(dtype))
+        raise ViewError(f"view({dtype}) of {self.name!r} ({self.buffer}, a view): trnlab reinterprets whole "
+                        f"HBM tensors and on-chip tiles")
 
     # -- arithmetic (nl.add etc.) ------------------------------------------------------
     def __add__(self, other): return _OPERATIONS.language.add(self, other)

@@ -22,6 +22,7 @@ import math
 
 import numpy as np
 
+from trnlab.hardware import dtypes as _dtypes
 from trnlab.hardware.tensor import unravel
 from trnlab.nki.errors import NKIError, ViewError
 
@@ -121,8 +122,11 @@ def _split(position: int, shape: tuple):
 
 
 def positions(t) -> np.ndarray:
-    """The flat (row-major) element positions in its owner tensor of each element of view `t`."""
+    """The flat (row-major) element positions in its owner tensor of each element of view `t` (of a
+    `.view(dtype)` tile: in its own type's elements over the retyped tile's bytes)."""
     t._ready()
+    if t._bytes_of is not None:
+        return t._bytes_of[1]
     if t._dynamic is not None or t._gather is not None:
         raise ViewError(f"a view of an indirect access ({t.name!r}: a select / vector_select / .ap by a tile "
                         f"of offsets) is moved by a DMA as it is; take the view before the indirect select")
@@ -149,6 +153,8 @@ def pattern_of(flat: np.ndarray):
 
 def from_positions(t, flat: np.ndarray, what: str, dynamic=None, check: bool = True):
     """A view of `t`'s owner whose elements are at `flat` (int array of the view's shape)."""
+    if t._bytes_of is not None:
+        return _retyped_view(t._bytes_of[0], t.dtype, flat, what)
     if check and flat.size and pattern_of(flat) is None:
         raise ViewError(f"{what} of {t.name!r} {t.shape} is not an access pattern over its bytes (no single "
                         f"stride per axis): copy it first")
@@ -394,6 +400,8 @@ def _box_pattern(t):
 
 
 def _pattern(t):
+    if t._bytes_of is not None:
+        return pattern_of(positions(t))
     found = _box_pattern(t)
     return found if found is not None else pattern_of(positions(t))
 
@@ -431,9 +439,11 @@ def indirect(t, *args, **kwargs):
     return tensor_indirection.indirect(t, *args, **kwargs)
 
 
-BYTES_VIEW_RULE = ("{name!r} reads an on-chip tile's {own} elements as {dtype} (.ap(dtype=) of another element "
-                   "size): only a DMA moves such a view (nisa.dma_copy); an engine reads a tile in its own type — "
-                   "copy the bytes with a DMA first")
+BYTES_VIEW_RULE = ("{name!r} reads an on-chip tile's {own} elements as {dtype} (.view(dtype) / .ap(dtype=) of "
+                   "another type): only a DMA moves such a view, or the engine instructions that read one "
+                   "(of the same element size: nisa.tensor_copy src / dst, nisa.nc_matmul_mx stationary / moving, "
+                   "nisa.quantize_mx dst; nisa.quantize_mx src of the same or a wider size); other "
+                   "engines read a tile in its own type — copy the bytes with a DMA first")
 
 
 def bytes_view(t, dtype, pattern, offset: int = 0):
@@ -457,6 +467,8 @@ def bytes_view(t, dtype, pattern, offset: int = 0):
                             f"an on-chip tile's bytes as whole {np.dtype(t.dtype).name} elements (runs of {r} "
                             f"{np.dtype(dtype).name} elements starting at a multiple of {r})")
         covered = t.ap([[s // r, c] for s, c in outer] + [[1, last_count // r]], offset=int(offset) // r)
+    elif new == old:                       # the same elements, another type (a .view of the same size)
+        covered = t.ap(pattern, offset=int(offset))
     else:                                  # one new element spans r old elements
         r = new // old
         covered = t.ap([[s * r, c] for s, c in pattern] + [[1, r]], offset=int(offset) * r)
@@ -465,3 +477,112 @@ def bytes_view(t, dtype, pattern, offset: int = 0):
     view._bitcast = covered
     return view
 
+
+
+# -- NkiTensor.view(dtype) of an on-chip tile ---------------------------------------------------------------
+def retype(t, dtype):
+    """An SBUF / PSUM tile's bytes as a tile of `dtype` (``tile.view(dtype)``, nki.language.NkiTensor): each
+    partition keeps its bytes, the last axis holds ``last x old itemsize / new itemsize`` elements (NumPy's
+    ``.view``). The result is a view of the tile's bytes (`bytes_view`) that indexes, slices, reshapes and
+    ``.ap()``s as a tile of its own type; DMAs move it, and the engines that read or write a retyped tile
+    (nc_matmul_mx, quantize_mx, tensor_copy) see its bytes as `dtype`."""
+    if np.dtype(dtype) == np.dtype(t.dtype):
+        return t
+    if t._bytes_of is not None:                # a view of a view: the first tile's bytes, read again
+        base, flat = t._bytes_of
+        start = int(flat.flat[0]) if flat.size else 0
+        if not np.array_equal(flat.reshape(-1), np.arange(start, start + flat.size)):
+            raise ViewError(f"view({_dtypes.name(dtype)}) of {t.name!r} {t.shape}: not contiguous (a strided view "
+                            f"of a retyped tile); retype the tile, then take the view")
+    old, new = np.dtype(t.dtype).itemsize, np.dtype(dtype).itemsize
+    if t.ndim < 2:
+        raise ViewError(f"view({_dtypes.name(dtype)}) of {t.buffer.upper()} tile {t.name!r} {t.shape}: an "
+                        f"on-chip tile keeps its partition dimension, so it needs a free axis to retype")
+    last = t.shape[-1] * old
+    if last % new:
+        raise ViewError(f"view({_dtypes.name(dtype)}) of {t.name!r} {t.shape} {_dtypes.name(t.dtype)}: the last "
+                        f"axis holds {last} bytes, not a whole number of {new}-byte elements (the same bytes per "
+                        f"partition, the element count scaled by the size ratio {old}/{new})")
+    shape = tuple(t.shape[:-1]) + (last // new,)
+    if t._bytes_of is not None:
+        base, flat = t._bytes_of
+        start = int(flat.flat[0]) if flat.size else 0
+        if (start * np.dtype(t.dtype).itemsize) % new:
+            raise ViewError(f"view({_dtypes.name(dtype)}) of {t.name!r}: it starts inside a {new}-byte element")
+        return _retyped_view(base, dtype, start * old // new + np.arange(math.prod(shape)).reshape(shape), "view")
+    if t._bitcast is not None or t._dynamic is not None or (t._index is not None or t._ap is not None) \
+            and not is_contiguous(t):
+        raise ViewError(f"view({_dtypes.name(dtype)}) of {t.name!r} {t.shape}: not contiguous (an indexed or "
+                        f"indirect view); retype the tile, then take the view")
+    return _retyped_view(t, dtype, np.arange(math.prod(shape)).reshape(shape), "view")
+
+
+def _retyped_total(t, dtype) -> int:
+    """How many `dtype` elements tile `t`'s bytes hold."""
+    return math.prod(t.shape) * np.dtype(t.dtype).itemsize // np.dtype(dtype).itemsize
+
+
+def _retyped_view(base, dtype, flat: np.ndarray, what: str):
+    """The elements at `flat` (positions in `dtype` elements over `base`'s row-major bytes) as a view."""
+    total = _retyped_total(base, dtype)
+    if flat.size and (int(flat.min()) < 0 or int(flat.max()) >= total):
+        raise ViewError(f"{what} of {base.name!r} read as {_dtypes.name(dtype)}: element {int(flat.max())} is past "
+                        f"the {total} {_dtypes.name(dtype)} elements its bytes hold")
+    found = pattern_of(flat)
+    if found is None:
+        raise ViewError(f"{what} of {base.name!r} read as {_dtypes.name(dtype)} is not an access pattern over its "
+                        f"bytes (no single stride per axis): copy it first")
+    start, pattern = found                 # (a size-1 axis has stride 0: whole groups of any size)
+    view = bytes_view(base, dtype, pattern, start)
+    view._bytes_of = (base, flat)
+    return view
+
+
+def retyped_ap(t, pattern, offset, dtype, scalar_offset, vector_offset):
+    """``.ap(pattern, offset)`` of a `.view(dtype)` tile: the pattern counts its elements from its first."""
+    if scalar_offset is not None or vector_offset is not None or (
+            dtype is not None and np.dtype(dtype) != np.dtype(t.dtype)):
+        raise ViewError(f".ap() of {t.name!r}, an on-chip tile read as {_dtypes.name(t.dtype)} (.view): "
+                        f"scalar_offset / vector_offset / another dtype= are not supported on it; retype the tile "
+                        f"to the type wanted and give a plain pattern")
+    base, flat = t._bytes_of
+    start = int(flat.flat[0]) if flat.size else 0
+    if not np.array_equal(flat.reshape(-1), np.arange(start, start + flat.size)):
+        raise ViewError(".ap() of a tensor that is already indexed or viewed (not contiguous): \"cannot specify an "
+                        "access pattern on an already indexed tensor\" (NKI Access Patterns); call it on the tensor")
+    pattern = [[int(stride), int(count)] for stride, count in pattern]
+    positions_ = np.full([c for _, c in pattern], start + int(offset), dtype=np.int64)
+    for axis, (stride, count) in enumerate(pattern):
+        positions_ = positions_ + stride * np.arange(count, dtype=np.int64).reshape(
+            [-1 if k == axis else 1 for k in range(len(pattern))])
+    return _retyped_view(base, t.dtype, positions_, ".ap()")
+
+
+# -- t[s]: indexing by a value known only when the program runs ----------------------------------------------
+def run_time_index(t, key: tuple, is_register):
+    """``t[..., s, ...]`` with `s` an NkiScalar or a register ("A NkiScalar can be used almost anywhere a Python
+    int literal is used", nki.isa.NkiScalar): the view `t[..., 0, ...]` moved by s steps of that axis when the
+    program runs — ``t.ap(pattern, offset, scalar_offset=s, indirect_dim=axis)``, read by the instructions that
+    take such a view (DMAs; on chip the engines that read a register offset). One run-time index, on a whole
+    tensor; on an SBUF / PSUM tile not on the partition axis (an access pattern moves within each partition)."""
+    key = tuple(key) + (slice(None),) * (t.ndim - len(key))       # trailing axes: all of them
+    at = [k for k, entry in enumerate(key) if is_register(entry)]
+    if len(at) != 1 or len(key) != t.ndim:
+        raise ViewError(f"indexing {t.name!r} {t.shape} by a run-time scalar: give one NkiScalar / register index "
+                        f"and an int or slice for every other axis (got {len(at)} of {len(key)} indices)")
+    axis = at[0]
+    if t._index is not None or t._ap is not None or t._dynamic is not None or t._bitcast is not None \
+            or t._bytes_of is not None:
+        raise ViewError(f"indexing {t.name!r}, a view, by a run-time scalar: index the tensor itself (the scalar "
+                        f"becomes the scalar_offset of an access pattern, which is taken on a whole tensor)")
+    if t.buffer in ON_CHIP and axis == _partition_dim(t):
+        raise ViewError(f"indexing {t.buffer.upper()} tile {t.name!r} {t.shape} by a run-time scalar on axis {axis}, "
+                        f"its partition dimension: a run-time offset moves an access pattern within each partition "
+                        f"(.ap(scalar_offset=), NKI Access Patterns); index a free axis, or move the rows with a DMA")
+    fixed = t[tuple(0 if k == axis else entry for k, entry in enumerate(key))]     # the view at s = 0
+    found = pattern_of(positions(fixed))
+    if found is None:
+        raise ViewError(f"indexing {t.name!r} by a run-time scalar: the rest of the index is not an access pattern")
+    start, pattern = found
+    pattern = [[stride if count > 1 else 1, count] for stride, count in pattern]
+    return t.ap(pattern, offset=start, scalar_offset=key[axis], indirect_dim=axis)

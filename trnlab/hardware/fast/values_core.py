@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import retype as _retype
 from ..core import NeuronCore, _view
 from ..tensor import View
 
@@ -116,8 +117,12 @@ class ValuesCore(NeuronCore):
         s.hand_over()
         return -1
 
-    def tensor_copy(self, dst, src, engine="vector") -> int:
-        self._tensor_copy_values(dst, src)
+    def tensor_copy(self, dst, src, engine="vector", src_dtype=None, dst_dtype=None) -> int:
+        if src_dtype is None and dst_dtype is None:
+            self._tensor_copy_values(dst, src)
+        else:                                   # a retyped tile (retype.py)
+            self._tensor_copy_values(dst, src, _retype.read_as(src, src_dtype, "tensor_copy src"),
+                                     _retype.read_as(dst, dst_dtype, "tensor_copy dst"))
         return -1
 
     def nc_transpose(self, dst, src) -> int:
