@@ -293,12 +293,12 @@ and stops later, at `nc_matmul(is_stationary_onezero=True)` (not simulated).
 `core/moe/moe_tkg`'s MX tests read
 `.base_tensor` (an attribute of the library's `TensorView`) of a plain tensor.
 
-One failure is trnlab's, known and not yet fixed: an LNC=2 launch gives each of its two cores its own
-copy of every output and of a kernel's internal `shared_hbm` tensor, merged element by element after
-the run (the later core wins where both wrote). Kernels that share HBM between the two cores get wrong
-values: `moe_cte_unified` zero-fills the whole output on both cores and passes data between them
-through a `shared_hbm` tensor behind `core_barrier` (mismatch; its impl-0 reads the other core's rows
-as never written), and `moe_cte`'s mismatches are very likely the same.
+The two cores of an LNC=2 launch share HBM as on the chip: every `nl.shared_hbm` tensor (the outputs
+and a kernel's internal ones) is one tensor both cores read and write, ordered by their
+`core_barrier`s, the write ending later in simulated time winning where both cores write one element
+between two barriers (`trnlab/hardware/shared_hbm.py`); `nl.private_hbm` stays per core. `moe_cte`
+and `moe_cte_unified` rely on it: both cores zero-fill the whole output, and `moe_cte_unified` passes
+data between its cores through a `shared_hbm` tensor behind `core_barrier`.
 """
 
 
