@@ -3,6 +3,8 @@
 import numpy as np
 
 import trnlab.nki as nki
+import trnlab.nki.isa as nisa
+import trnlab.nki.language as nl
 from trnlab import config
 
 
@@ -29,3 +31,10 @@ def compute_records(run):
     """(engine, opcode, duration ns) of every instruction that is not a DMA."""
     return [(r.engine, r.opcode, r.duration_ns) for r in (run.timeline[i] for i in range(len(run.timeline)))
             if not r.engine.startswith("dma")]
+
+
+def load_scalar(hbm):
+    """An NkiScalar holding the one value of an HBM tensor [1, 1] (loaded to SBUF, then a register)."""
+    tile = nl.ndarray((1, 1), dtype=hbm.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=tile, src=hbm)
+    return nisa.scalar_load(tile)

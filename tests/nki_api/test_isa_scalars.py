@@ -19,21 +19,15 @@ from trnlab.hardware.system import register_value
 from trnlab.nki.errors import NKIError, ViewError
 from trnlab.nki.isa_scalars import ScalarComparisonError
 
-from nki_isa_helpers import run_both
+from nki_isa_helpers import load_scalar, run_both
 
 INT32 = st.integers(-(2**31), 2**31 - 1)
-
-
-def _load(hbm):
-    tile = nl.ndarray((1, 1), dtype=hbm.dtype, buffer=nl.sbuf)
-    nisa.dma_copy(dst=tile, src=hbm)
-    return nisa.scalar_load(tile)
 
 
 @nki.jit
 def scalar_arithmetic(a, b):
     """out = [a * 4 + 1, 3 - a, -(a - b), a * b] computed on the device by NkiScalar arithmetic."""
-    x, y = _load(a), _load(b)
+    x, y = load_scalar(a), load_scalar(b)
     results = (x * 4 + 1, 3 - x, -(x - y), x * y)
     tile = nl.ndarray((1, len(results)), dtype=nl.int32, buffer=nl.sbuf)
     for k, value in enumerate(results):
@@ -71,7 +65,7 @@ def test_a_64_bit_register_instruction_does_not_wrap_at_32_bits():
 def rows_at_a_scalar_offset(table, row):
     """out = table's two rows starting at row * 2 + 1, the offset computed on the device."""
     R, F = table.shape
-    s = _load(row)
+    s = load_scalar(row)
     tile = nl.ndarray((2, F), dtype=table.dtype, buffer=nl.sbuf)
     nisa.dma_copy(dst=tile, src=table.ap([[F, 2], [1, F]], offset=0, scalar_offset=s * 2 + 1, indirect_dim=0))
     out = nl.ndarray((2, F), dtype=table.dtype, buffer=nl.shared_hbm)
@@ -91,7 +85,7 @@ def sum_of_rows(table, count):
     """out = the sum of table's first count + 1 rows: a loop the device runs, bounded by an NkiScalar
     expression, its iterator an NkiScalar read as a scalar_offset."""
     R, F = table.shape
-    n = _load(count)
+    n = load_scalar(count)
     acc = nl.ndarray((1, F), dtype=nl.float32, buffer=nl.sbuf)
     nisa.memset(dst=acc, value=0.0)
     row = nl.ndarray((1, F), dtype=nl.float32, buffer=nl.sbuf)
@@ -119,7 +113,7 @@ def test_an_nki_scalar_bounds_a_loop_the_device_runs():
 def test_scalar_load_takes_a_signed_integer_tile():
     @nki.jit
     def unsigned(x):
-        _load(x)
+        load_scalar(x)
         return x
 
     with pytest.raises(DtypeError, match="Unsigned dtypes are not accepted"):
@@ -129,7 +123,7 @@ def test_scalar_load_takes_a_signed_integer_tile():
 def _comparison_used_as(use):
     @nki.jit
     def kernel(table, row):
-        s = _load(row)
+        s = load_scalar(row)
         flag = s < 3                                   # traced ...
         if use == "offset":                            # ... but the result cannot be used
             table.ap([[4, 1], [1, 4]], offset=0, scalar_offset=flag, indirect_dim=0)
@@ -174,7 +168,7 @@ def test_int64_scalars_bound_no_loop_address_no_on_chip_operand_and_do_not_compa
 def transposed_rows(table, row):
     """out = table's two rows at the NkiScalar row, transposed by the DMA engines ([F, 2])."""
     R, F = table.shape
-    s = _load(row)
+    s = load_scalar(row)
     tile = nl.ndarray((F, 2), dtype=table.dtype, buffer=nl.sbuf)
     nisa.dma_transpose(dst=tile, src=table.ap([[F, 2], [1, F]], offset=0, scalar_offset=s, indirect_dim=0))
     out = nl.ndarray((F, 2), dtype=table.dtype, buffer=nl.shared_hbm)
@@ -191,7 +185,7 @@ def test_dma_transpose_moves_a_view_at_an_nki_scalar_offset():
 def _run_time_scalar_used(use):
     @nki.jit
     def kernel(table, row):
-        s = _load(row)
+        s = load_scalar(row)
         tile = nl.ndarray(table.shape, dtype=table.dtype, buffer=nl.sbuf)
         nisa.dma_copy(dst=tile, src=table)
         out = nl.ndarray((1, table.shape[1]), dtype=table.dtype, buffer=nl.sbuf)
@@ -231,7 +225,7 @@ def window_sums(x, count):
         nisa.tensor_copy(dst=window, src=tile.ap([[F, P], [1, 4]], offset=0, scalar_offset=i, indirect_dim=1))
         nisa.tensor_tensor(dst=acc, data1=acc, data2=window, op=nl.add)
 
-    nl.fori_loop(0, _load(count), body)
+    nl.fori_loop(0, load_scalar(count), body)
     out = nl.ndarray((P, 4), dtype=nl.float32, buffer=nl.shared_hbm)
     nisa.dma_copy(dst=out, src=acc)
     return out
@@ -257,7 +251,7 @@ def scaled_into_column(x, column):
     nisa.dma_copy(dst=tile, src=x)
     wide = nl.ndarray((P, 8), dtype=nl.float32, buffer=nl.sbuf)
     nisa.memset(dst=wide, value=0.0)
-    nisa.tensor_scalar(dst=wide.ap([[8, P], [1, 2]], offset=0, scalar_offset=_load(column), indirect_dim=1),
+    nisa.tensor_scalar(dst=wide.ap([[8, P], [1, 2]], offset=0, scalar_offset=load_scalar(column), indirect_dim=1),
                        data=tile, op0=nl.multiply, operand0=2.0)
     out = nl.ndarray((P, 8), dtype=nl.float32, buffer=nl.shared_hbm)
     nisa.dma_copy(dst=out, src=wide)
@@ -287,7 +281,7 @@ def odd_rows(table, count):
         nisa.dma_copy(dst=row, src=table.ap([[F, 1], [1, F]], offset=0, scalar_offset=i * 2 + 1, indirect_dim=0))
         nisa.tensor_tensor(dst=acc, data1=acc, data2=row, op=nl.add)
 
-    nl.fori_loop(0, _load(count), body)
+    nl.fori_loop(0, load_scalar(count), body)
     out = nl.ndarray((1, F), dtype=nl.float32, buffer=nl.shared_hbm)
     nisa.dma_copy(dst=out, src=acc)
     return out

@@ -17,6 +17,8 @@ from trnlab.hardware import mx
 from trnlab.hardware.errors import DtypeError
 from trnlab.nki.errors import ViewError
 
+from nki_kernels.mx_matmul import mx_product_to_hbm
+
 RNG = np.random.default_rng(21)
 
 
@@ -49,13 +51,7 @@ def words_as_mx_weights(stationary_words, scale, moving, moving_scale):
     mv_s = nl.ndarray((K, N), dtype=nl.uint8, buffer=nl.sbuf)
     nisa.dma_copy(dst=st_s, src=scale)
     nisa.dma_copy(dst=mv_s, src=moving_scale)
-    acc = nl.ndarray((M, N), dtype=nl.float32, buffer=nl.psum)
-    nisa.nc_matmul_mx(dst=acc, stationary=weights[:, 1, :], moving=mv, stationary_scale=st_s, moving_scale=mv_s)
-    result = nl.ndarray((M, N), dtype=nl.float32, buffer=nl.sbuf)
-    nisa.tensor_copy(dst=result, src=acc)
-    out = nl.ndarray((M, N), dtype=nl.float32, buffer=nl.shared_hbm)
-    nisa.dma_copy(dst=out, src=result)
-    return out
+    return mx_product_to_hbm(weights[:, 1, :], st_s, mv, mv_s, nl.float32)
 
 
 @nki.jit(target="trn3")

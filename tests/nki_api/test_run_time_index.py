@@ -13,22 +13,16 @@ from trnlab.hardware.errors import OutOfBoundsError
 from trnlab.nki.errors import ViewError
 
 from conftest import _records
-from nki_isa_helpers import run_both
+from nki_isa_helpers import load_scalar, run_both
 
 RNG = np.random.default_rng(5)
-
-
-def _scalar(index):
-    tile = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
-    nisa.dma_copy(dst=tile, src=index)
-    return nisa.scalar_load(tile)
 
 
 @nki.jit
 def pick_expert(table, index):
     """out = table[index] of an HBM table [E, P, F], the expert chosen on the device."""
     _, P, F = table.shape
-    e = _scalar(index)
+    e = load_scalar(index)
     tile = nl.ndarray((P, F), dtype=table.dtype, buffer=nl.sbuf)
     nisa.dma_copy(dst=tile, src=table[e])
     out = nl.ndarray((P, F), dtype=table.dtype, buffer=nl.shared_hbm)
@@ -40,7 +34,7 @@ def pick_expert(table, index):
 def pick_block_on_chip(x, index):
     """out = x[:, index, :] of an SBUF tile [P, B, F], copied by the Vector engine at the run-time offset."""
     P, B, F = x.shape
-    b = _scalar(index)
+    b = load_scalar(index)
     tile = nl.ndarray((P, B, F), dtype=x.dtype, buffer=nl.sbuf)
     nisa.dma_copy(dst=tile, src=x)
     picked = nl.ndarray((P, F), dtype=x.dtype, buffer=nl.sbuf)
@@ -71,13 +65,13 @@ def test_a_run_time_index_past_its_axis_and_unmodelled_forms_are_refused_by_name
         nki.run(pick_expert, table, np.array([[4]], np.int32))
 
     def two_indices(t, index):
-        s = _scalar(index)
+        s = load_scalar(index)
         tile = nl.ndarray((16, 32), dtype=t.dtype, buffer=nl.sbuf)
         nisa.dma_copy(dst=tile[0:1, :], src=t[s, s])
         return t
 
     def of_a_view(t, index):
-        s = _scalar(index)
+        s = load_scalar(index)
         tile = nl.ndarray((16, 32), dtype=t.dtype, buffer=nl.sbuf)
         nisa.dma_copy(dst=tile, src=t[1:3][s])
         return t
@@ -93,7 +87,7 @@ def copy_the_first_experts(table, count):
     """out[e] = table[e] for e < count (read on the device), zero after: a run-time loop whose iterator (an
     NkiScalar) indexes both the DMA's source and its destination."""
     E, P, F = table.shape
-    n = _scalar(count)
+    n = load_scalar(count)
     out = nl.ndarray((E, P, F), dtype=table.dtype, buffer=nl.shared_hbm)
     zeros = nl.ndarray((P, F), dtype=table.dtype, buffer=nl.sbuf)
     nisa.memset(dst=zeros, value=0.0)

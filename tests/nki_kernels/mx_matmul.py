@@ -12,7 +12,7 @@ def _in_sbuf(hbm):
     return t
 
 
-def _mx_product_to_hbm(st, st_s, mv, mv_s, psum_dtype):
+def mx_product_to_hbm(st, st_s, mv, mv_s, psum_dtype):
     """nc_matmul_mx of the SBUF tiles into a PSUM tile of `psum_dtype` [M, N], copied out as fp32."""
     M, N = st.shape[1], mv.shape[1]
     acc = nl.ndarray((M, N), dtype=psum_dtype, buffer=nl.psum)
@@ -47,7 +47,7 @@ def mx_matmul(stationary, stationary_scale, moving, moving_scale):
     """out[M, N] = MX product of packed stationary [K, M] and moving [K, N] (x4 FP8, scales in the
     layout nc_matmul_mx reads), accumulated in fp32 PSUM."""
     st, st_s, mv, mv_s = (_in_sbuf(t) for t in (stationary, stationary_scale, moving, moving_scale))
-    return _mx_product_to_hbm(st, st_s, mv, mv_s, nl.float32)
+    return mx_product_to_hbm(st, st_s, mv, mv_s, nl.float32)
 
 
 @nki.jit(target="trn3")
@@ -65,7 +65,7 @@ def quantize_and_multiply(stationary, moving):
         nisa.quantize_mx(dst=data, src=src, dst_scale=scales)
         packed.append((data, scales))
     (st, st_s), (mv, mv_s) = packed
-    return _mx_product_to_hbm(st, st_s, mv, mv_s, nl.float32)
+    return mx_product_to_hbm(st, st_s, mv, mv_s, nl.float32)
 
 
 @nki.jit(target="trn3")
@@ -118,4 +118,4 @@ def fp4_bytes_matmul(stationary_bytes, stationary_scale, moving, moving_scale):
     st = nl.ndarray((K, M), dtype=nl.float4_e2m1fn_x4, buffer=nl.sbuf)
     nisa.dma_copy(dst=st, src=stationary_bytes.ap(dtype=nl.float4_e2m1fn_x4, pattern=[[M, K], [1, M]], offset=0))
     st_s, mv, mv_s = (_in_sbuf(t) for t in (stationary_scale, moving, moving_scale))
-    return _mx_product_to_hbm(st, st_s, mv, mv_s, nl.bfloat16)
+    return mx_product_to_hbm(st, st_s, mv, mv_s, nl.bfloat16)

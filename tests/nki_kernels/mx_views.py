@@ -4,6 +4,8 @@ import trnlab.nki as nki
 import trnlab.nki.isa as nisa
 import trnlab.nki.language as nl
 
+from .mx_matmul import mx_product_to_hbm
+
 
 @nki.jit(target="trn3")
 def quantize_slab_by_slab(x, x4_dtype):
@@ -44,14 +46,7 @@ def matmul_with_dense_scales(stationary, stationary_scale, moving, moving_scale)
     nisa.dma_copy(dst=st, src=stationary)
     nisa.dma_copy(dst=mv, src=moving)
     st_s, mv_s = _scales_to_quadrants(stationary_scale), _scales_to_quadrants(moving_scale)
-    acc = nl.ndarray((M, N), dtype=nl.float32, buffer=nl.psum)
-    nisa.nc_matmul_mx(dst=acc, stationary=st, moving=mv, stationary_scale=st_s[:, 0:1, :],
-                      moving_scale=mv_s[:, 0:1, :])
-    result = nl.ndarray((M, N), dtype=nl.float32, buffer=nl.sbuf)
-    nisa.tensor_copy(dst=result, src=acc)
-    out = nl.ndarray((M, N), dtype=nl.float32, buffer=nl.shared_hbm)
-    nisa.dma_copy(dst=out, src=result)
-    return out
+    return mx_product_to_hbm(st, st_s[:, 0:1, :], mv, mv_s[:, 0:1, :], nl.float32)
 
 
 @nki.jit(target="trn3")

@@ -163,12 +163,16 @@ class IndirectionInstructions:
             return self.tensor_scalar_cumulative(dst=dst, src=data, imm0=operand0, imm1=operand1, **attrs)
         return self.exponential(dst=dst, src=data, max_value=operand0, reduce_res=reduce_res, **attrs)
 
-    def _check_indirection(self, opcode, dst, data, dst_index, data_index, engine) -> None:
-        """The rules of AWS's "Tensor indirection" paragraphs that do not depend on the offsets' values."""
+    def _need_indirection(self) -> None:
+        """Tensor indirection is a NeuronCore-v4 feature."""
         if self.spec.generation < "v4":
             raise GenerationError(f"generation: tensor indirection (.indirect()) needs NeuronCore-v4 or newer "
                                   f"(Trn3); {self.spec.name} is NeuronCore-{self.spec.generation} "
                                   f"[nki.language.NkiTensor.indirect]", value=self.spec.generation, limit="v4")
+
+    def _check_indirection(self, opcode, dst, data, dst_index, data_index, engine) -> None:
+        """The rules of AWS's "Tensor indirection" paragraphs that do not depend on the offsets' values."""
+        self._need_indirection()
         if opcode not in ACCEPTS:
             raise IndirectionOperandError(f"tensor indirection operand: {opcode} with an .indirect() view is not "
                                           f"simulated; trnlab simulates it on {', '.join(ACCEPTS)}",
@@ -278,10 +282,7 @@ class IndirectionInstructions:
     def _check_pe_indirection(self, opcode, operands: dict, scales: dict, is_transpose, tile_position) -> None:
         """The rules of nc_matmul's and nc_matmul_mx's "Tensor indirection" paragraphs that do not depend on
         the offsets' values (`operands`: name -> (view, index or None, count))."""
-        if self.spec.generation < "v4":
-            raise GenerationError(f"generation: tensor indirection (.indirect()) needs NeuronCore-v4 or newer "
-                                  f"(Trn3); {self.spec.name} is NeuronCore-{self.spec.generation} "
-                                  f"[nki.language.NkiTensor.indirect]", value=self.spec.generation, limit="v4")
+        self._need_indirection()
         if opcode not in PE_ACCEPTS:
             raise IndirectionOperandError(f"tensor indirection operand: {opcode} is not a Tensor-engine instruction "
                                           f"that takes an .indirect() view ({', '.join(PE_ACCEPTS)})",
