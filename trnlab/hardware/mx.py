@@ -20,16 +20,26 @@ NeuronCore-v4 and newer"):
   scale partitions only (a kernel may load just those). Every MX operand may be a view of partitions
   first and any free axes (a [P, 1, F] slice of a 3-D tile), its free elements taken in order.
 - **quantize_mx** (fp16/bf16 [P, 4F] -> x4 [P, F] + scales; P a multiple of 32, <= 128): per group,
-  the block scale is two times the OCP sample conversion's (the page: "a block scale that is two
-  times larger, reserving additional range for rounding the largest values ... without
-  saturation"): scale exponent = floor(log2(amax)) - emax + 1 (emax 15 for e5m2, 8 for e4m3fn);
-  values = x / 2^exponent, rounded to the FP8 type (clipped to its largest finite value).
-  FP8 only: the page lists float8_e5m2_x4 / float8_e4m3fn_x4 as its outputs, and AWS's tutorial
-  asserts "FP4 not supported by Quantize-MX" [MX-TUT]; a kernel gets FP4 data quantized on the host.
-- **Host quantization** (`quantize`, what AWS's tutorial does on the CPU for FP4): the OCP sample
-  conversion [OCP-MX] — shared exponent floor(log2(amax)) - emax (2 for e2m1), values x / 2^exponent
-  rounded to nearest even and saturated to +-6 (`scale_rule="ocp"`); `scale_rule="nki"` is
-  quantize_mx's doubled scale (the default for FP8, where the instruction exists).
+  the OCP sample conversion [OCP-MX]: scale exponent = floor(log2(amax)) - emax (emax 15 for e5m2, 8
+  for e4m3fn: the exponent of the type's largest normal, 57344 = 1.75 * 2^15, 448 = 1.75 * 2^8); values
+  = x / 2^exponent, clipped to the type's largest finite value and rounded to nearest even. A group
+  whose amax has a mantissa above 1.75 saturates its largest values (amax 1.9 in e4m3fn: exponent -8,
+  E8M0 byte 119, 1.9 * 2^8 = 486.4 -> 448). FP8 only: the page lists float8_e5m2_x4 /
+  float8_e4m3fn_x4 as its outputs, and AWS's tutorial asserts "FP4 not supported by Quantize-MX"
+  [MX-TUT]; a kernel gets FP4 data quantized on the host.
+  Why the OCP scale, not the page's: the page (Neuron 2.32) adds that the instruction "uses a block
+  scale that is two times larger, reserving additional range for rounding the largest values in each
+  group without saturation" (exponent one higher: byte 120, 1.9 * 2^7 = 243.2 -> 240, every value
+  half the OCP one — no reading of the sentence gives the OCP bytes). AWS's own tests of the chip
+  say otherwise: the NKI Library's quantize_mx reference ("Golden reference matching nisa.quantize_mx
+  hardware behavior", mx_torch_common.quantize_mx_golden) and its hardware tests
+  (test_quantize_to_mx: the instruction's data against it at rtol 2e-2, which halved values fail;
+  experimental mxfp_load: data and scales at atol = rtol = 0) use the OCP exponent, and AWS's
+  mxfp-matmul tutorial says of the same host quantizer that it and its matmul golden "mimic the
+  hardware" [MX-TUT]. trnlab follows the tests run on the chip (docs/nki_compat.md, "What differs").
+- **Host quantization** (`quantize`, what AWS's tutorial does on the CPU, FP4 included): the same OCP
+  sample conversion, shared exponent floor(log2(amax)) - emax (2 for e2m1), values x / 2^exponent
+  rounded to nearest even and saturated to the element type's largest value (+-6 for e2m1).
 - **nc_matmul_mx**: dst[M, N] (+)= sum over k and the 4 packed values q of
   (stationary[k, m, q] * 2^(s_st(k, m) - 127)) * (moving[k, n, q] * 2^(s_mv(k, n) - 127)): the contraction
   is 4 x K. Either operand may be MXFP8 or MXFP4 ("Multiplying an MXFP8 matrix with an MXFP4 matrix is
@@ -48,7 +58,7 @@ mode (`tensor_engine.pe_tiles`), rows only.
 
 [MX] AWS Neuron docs, NKI API "nki.isa.quantize_mx", "nki.isa.nc_matmul_mx" (NKI 0.3+ pages).
 [ARCH-v4] AWS Neuron docs, Trainium3 architecture guide for NKI, "Quad-MXFP8/MXFP4 Matmul Performance".
-[MX-TUT] aws-neuron/nki-samples, tutorial mxfp-matmul (mx_kernels.py, mx_cpu_utils.py).
+[MX-TUT] aws-neuron/nki-samples, tutorial mxfp-matmul (mx_kernels.py, mx_cpu_utils.py, mx_toplevel.py).
 [OCP-MX] OCP Microscaling Formats (MX) Specification v1.0 (Sept. 2023): E2M1 elements (max normal 6),
          E8M0 scale, the shared exponent of a block floor(log2(amax)) - emax_elem; AWS's tutorial's
          CPU quantizer (quantize_mx_golden) computes the same.
@@ -219,23 +229,17 @@ def scale_factors(scale_values: np.ndarray, data_partitions: int, free: int) -> 
     return np.repeat(_factors(np.asarray(scale_values)[rows, :free]), 8, axis=0)
 
 
-def quantize(x: np.ndarray, x4_dtype, scale_rule: str | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """(x4 words [P, F/4], uint8 scales [P/8, F/4]) of fp values x [P, F] (see the module docstring).
-
-    scale_rule: "nki" (quantize_mx's block scale, twice the OCP one) or "ocp" (the OCP sample
-    conversion); default "nki" for FP8, "ocp" for FP4 (no instruction quantizes to FP4)."""
+def quantize(x: np.ndarray, x4_dtype) -> tuple[np.ndarray, np.ndarray]:
+    """(x4 words [P, F/4], uint8 scales [P/8, F/4]) of fp values x [P, F]: the OCP sample conversion
+    per group of 8 partitions x 4 values, as quantize_mx computes it (see the module docstring)."""
     element = _element(x4_dtype)
-    rule = scale_rule or ("ocp" if element == float4_e2m1fn else "nki")
-    if rule not in ("nki", "ocp"):
-        raise ValueError(f"scale_rule must be 'nki' or 'ocp', got {scale_rule!r}")
     P, F = x.shape
     if P % 8 or F % 4:
         raise MXError(f"mx format: a [{P}, {F}] tile does not split into groups of 8 partitions x 4 values",
                       value=(P, F), limit="P % 8 == 0, F % 4 == 0")
     groups = np.abs(x.astype(np.float32)).reshape(P // 8, 8, F // 4, 4).max(axis=(1, 3))
-    mantissa, exponent = np.frexp(groups)                 # amax = m * 2^e, m in [0.5, 1)
-    shared = np.where(groups > 0, exponent - 1 - EMAX[element] + (1 if rule == "nki" else 0), -127)
-    shared = np.clip(shared, -127, 127)
+    _, exponent = np.frexp(groups)                        # amax = m * 2^e, m in [0.5, 1): floor(log2) = e - 1
+    shared = np.clip(np.where(groups > 0, exponent - 1 - EMAX[element], -127), -127, 127)
     factor = np.exp2(np.repeat(np.repeat(shared, 8, axis=0), 4, axis=1).astype(np.float32))
     largest = float(ml_dtypes.finfo(element).max)
     scaled = np.clip(x.astype(np.float32) / factor, -largest, largest)
