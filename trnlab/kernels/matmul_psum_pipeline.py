@@ -17,7 +17,8 @@ structure its notes describe (not its code):
                              blocks of 512; per block one [128, 512] PSUM tile per 128-row M tile,
                              fresh in each (m, n) iteration, its K-block partial copied to SBUF and
                              added into a bf16 result block (the K reduction in two levels); operand
-                             blocks double-buffered over K, lhsT over four M blocks, four result blocks.
+                             buffers allocated per N block, rhs two (K blocks), lhsT two x four (K x M
+                             blocks), taken in turn; four result stripes taken in turn per N block.
 
 `run(kernel)` runs one at the tuner's shape, timing-only, and returns its latency and MFU the way
 the tuner computed it: 2·M·N·K / (latency × 2 × 128 × 128 × 2.4 GHz).
@@ -38,7 +39,8 @@ def _tiles():
 
 
 def _resident(src, rows: int):
-    """src [R, C] loaded whole into SBUF as R / rows tiles [rows partitions, C] (one DMA each)."""
+    """src [R, C] (a tensor or an HBM slice) loaded into SBUF as R / rows tiles [rows partitions, C],
+    one DMA each."""
     R, C = src.shape
     tiles = []
     for r in nl.affine_range(R // rows):
@@ -92,9 +94,17 @@ def matmul_psum_rotating(lhsT, rhs):
     return _psum_accumulated(lhsT, rhs, ACCUMULATORS=2)
 
 
-def _load_block(src, rows: int):
-    """src [R, C] (an HBM slice) into SBUF as R / rows tiles [rows, C]."""
-    return _resident(src, rows)
+def _block_tiles(count: int, free: int, dtype) -> list:
+    """`count` SBUF tiles [128 partitions, free]: one operand block's buffer."""
+    return [nl.ndarray((nl.tile_size.pmax, free), dtype=dtype, buffer=nl.sbuf) for _ in range(count)]
+
+
+def _loaded(tiles: list, src) -> list:
+    """src [len(tiles) x 128, C] (an HBM slice) DMA'd into `tiles`, 128 rows each; returns them."""
+    rows = tiles[0].shape[0]
+    for r, tile in enumerate(tiles):
+        nisa.dma_copy(dst=tile, src=src[r * rows:(r + 1) * rows, :])
+    return tiles
 
 
 @nki.jit
@@ -120,11 +130,14 @@ def matmul_hand_blocked(lhsT, rhs, BLOCK_M: int = 512, BLOCK_N: int = 512, BLOCK
         stripe = stripes[nb % RESULT_BUFFERS]
         for tile in stripe:
             nisa.memset(dst=tile, value=0.0)
+        # operand blocks of this N block: rhs double-buffered over K blocks, lhsT over K blocks x 4 M blocks
+        rhs_bufs = [_block_tiles(BLOCK_K // TILE_K, BLOCK_N, rhs.dtype) for _ in range(2)]
+        lhsT_bufs = [[_block_tiles(BLOCK_K // TILE_K, BLOCK_M, lhsT.dtype) for _ in range(4)] for _ in range(2)]
         for kb in nl.affine_range(K // BLOCK_K):
             k_rows = slice(kb * BLOCK_K, (kb + 1) * BLOCK_K)
-            rhs_block = _load_block(rhs[k_rows, n_cols], TILE_K)           # BLOCK_K/128 tiles [128, BLOCK_N]
+            rhs_block = _loaded(rhs_bufs[kb % 2], rhs[k_rows, n_cols])                # [128, BLOCK_N] tiles
             for mb in nl.affine_range(M // BLOCK_M):
-                lhsT_block = _load_block(lhsT[k_rows, mb * BLOCK_M:(mb + 1) * BLOCK_M], TILE_K)  # [128, BLOCK_M]
+                lhsT_block = _loaded(lhsT_bufs[kb % 2][mb % 4], lhsT[k_rows, mb * BLOCK_M:(mb + 1) * BLOCK_M])
                 for mt in nl.affine_range(BLOCK_M // TILE_M):
                     partial = nl.ndarray((TILE_M, BLOCK_N), dtype=nl.float32, buffer=nl.psum)
                     nisa.memset(dst=partial, value=0.0)
