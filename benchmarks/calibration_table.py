@@ -1,19 +1,24 @@
 """Every published measurement of `trnlab.hardware.calibration.ROWS`, run timing-only: ours vs published.
 
     python benchmarks/calibration_table.py                 # all rows (a few minutes), writes the JSON
-    python benchmarks/calibration_table.py --source CS149  # one source (MM-trn1, OPT-trn2, CS149, MAMBA)
+    python benchmarks/calibration_table.py --source CS149  # one source (MM-trn1, OPT-trn2, CS149, MAMBA, AUTOTUNE)
     python benchmarks/calibration_table.py --no-json       # print only
     python benchmarks/calibration_table.py --what-if issue # every row under a candidate mechanism (WHAT_IF)
 
 Prints per row the published figure, ours, the error and the half (calibration / held-back), then the
 summary per half and the lessons, and writes notebooks/data/calibration.json (rows, summary, lessons)
 for notebook 05 (`trnlab.hardware.calibration.load` / `format_table` / `plot_errors`). The kernels
-are trnlab's own, in AWS's public style: `trnlab.kernels.matmul_ladder`, `.vector_add`, `.mamba`.
+are trnlab's own, in AWS's public style: `trnlab.kernels.matmul_ladder`, `.vector_add`, `.mamba`,
+`.matmul_psum_pipeline`; the [AUTOTUNE] attention rows run AWS's NKI Library `attention_cte` unmodified
+through trnlab's zero-edit import hook (`--nkilib PATH`, default $NKILIB or /work/nkilib).
 Simulated figures do not depend on the machine's load (timing-only is deterministic); wall time does.
 """
 from __future__ import annotations
 
 import argparse
+import math
+import os
+import sys
 import time
 from pathlib import Path
 
@@ -25,6 +30,7 @@ from trnlab.hardware import calibration as cal
 from trnlab.hardware import presets
 from trnlab.kernels import mamba, vector_add
 from trnlab.kernels import matmul_ladder as ladder
+from trnlab.kernels import matmul_psum_pipeline as psum_pipeline
 
 JSON_PATH = Path(__file__).resolve().parent.parent / "notebooks" / "data" / "calibration.json"
 
@@ -86,6 +92,43 @@ def _mamba(row: cal.Row, target=None, **_):
     active = _profiled(run, "float32")
     active["dve"] = 100.0 * run.launch.timeline.busy_ns()["dve"] / period
     return run.latency_us, active, note
+
+
+# AWS's NKI Library checkout (its attention_cte runs unmodified through trnlab's zero-edit import hook)
+NKILIB = {"path": Path(os.environ.get("NKILIB", "/work/nkilib"))}
+
+
+def _attention_cte():
+    """The library's `attention_cte`, imported as AWS ships it: its `nki` imports get trnlab."""
+    src = NKILIB["path"] / "src"
+    if not (src / "nkilib_src").is_dir():
+        raise SystemExit(f"the [AUTOTUNE] attention rows need AWS's NKI Library: no {src / 'nkilib_src'} "
+                         f"(--nkilib PATH or NKILIB=PATH)")
+    if str(src) not in sys.path:
+        sys.path.insert(0, str(src))
+    sys.dont_write_bytecode = True                    # nothing written into the library's tree
+    from trnlab.nki import zero_edit
+    zero_edit.install()
+    from nkilib_src.nkilib.core.attention.attention_cte import attention_cte
+    return attention_cte
+
+
+def _autotune(row: cal.Row, target=None, **_):
+    """[AUTOTUNE]: our matmul ladder kernels or the library's attention_cte, bf16, timing-only; the
+    note gives MFU the tuner's way (FLOPs / (latency x 2 x 128 x 128 x 2.4 GHz)), ours and published."""
+    target = target or row.chip
+    if row.kernel.startswith("nkilib attention_cte"):
+        seq = int(row.shape.split("q [1, ")[1].split(",")[0])
+        d = 128
+        q, k, v = (nki.ShapeDtype(s, "bfloat16") for s in ((1, seq, d), (1, d, seq), (1, seq, d)))
+        run = nki.run(_attention_cte(), q, k, v, target=target, timing_only=True, scale=1.0 / math.sqrt(d),
+                      causal_mask=True)
+        flops = cal.attention_flops(seq, d)
+    else:
+        run, _ = psum_pipeline.run(getattr(psum_pipeline, row.kernel), target=target)
+        flops = cal.MATMUL_2048_FLOPS
+    ours, published = (100.0 * flops / (us * 1e-6 * cal.AUTOTUNE_PEAK_FLOPS) for us in (run.latency_us, row.latency_us))
+    return run.latency_us, _profiled(run, "bfloat16"), f"MFU {ours:.1f} % (published {published:.1f} %)"
 
 
 class _nothing:
@@ -154,7 +197,7 @@ def what_if(name: str, rows: list[cal.Row]) -> list[dict]:
     return results
 
 
-RUNNERS = {"MM-trn1": _matmul, "OPT-trn2": _matmul, "CS149": _vector_add, "MAMBA": _mamba}
+RUNNERS = {"MM-trn1": _matmul, "OPT-trn2": _matmul, "CS149": _vector_add, "MAMBA": _mamba, "AUTOTUNE": _autotune}
 
 
 def run_rows(rows: list[cal.Row]) -> list[dict]:
@@ -182,7 +225,10 @@ def main() -> None:
     ap.add_argument("--source", choices=sorted(cal.SOURCES))
     ap.add_argument("--no-json", action="store_true")
     ap.add_argument("--what-if", choices=sorted(WHAT_IF), help="every row under a candidate mechanism (not the model)")
+    ap.add_argument("--nkilib", type=Path, default=NKILIB["path"],
+                    help="AWS's NKI Library checkout, for the [AUTOTUNE] attention rows (default $NKILIB or /work/nkilib)")
     args = ap.parse_args()
+    NKILIB["path"] = args.nkilib
     rows = [r for r in cal.ROWS if args.source in (None, r.source)]
     if args.what_if:
         results = what_if(args.what_if, rows)

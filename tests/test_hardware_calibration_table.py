@@ -168,3 +168,23 @@ def test_the_bytes_plus_setup_candidate_keeps_the_trn1_tutorial_and_the_trn2_hoi
     assert 100.0 <= row_ns <= 107.0
     trn1 = presets.TRN1.core.derive(**spec["trn1"])
     assert cost.dma_cost(trn1, 128 * 1024, 128).cycles / 8 == pytest.approx(150.0, rel=0.03)
+
+
+def test_the_autotune_mfu_is_full_square_flops_over_the_trn2_bf16_peak():
+    # [AUTOTUNE]: the tuner's own 44.88 % for 1.947 ms (attention at D = 64, S = 16k) holds with FLOPs =
+    # 4 S^2 D and 2 x 128 x 128 x 2.4 GHz; the rows' latencies are what their MFU implies
+    assert 100 * cal.attention_flops(16384, 64) / (1.947e-3 * cal.AUTOTUNE_PEAK_FLOPS) == pytest.approx(44.88, abs=0.01)
+    assert cal.BY_ID["autotune-mm-single"].latency_us == pytest.approx(366.0, rel=0.005)    # its 0.000366 s
+    assert cal.BY_ID["autotune-mm-rotating"].latency_us == pytest.approx(262.0, rel=0.005)  # its 0.000262 s
+
+
+def test_the_hand_blocked_matmul_misses_by_the_descriptor_floor_only():
+    # docs/calibration.md: with 1 KiB rows costing their bandwidth only (no 100 ns floor) the kernel
+    # runs within 1 % of the chip's 240.3 us; with the floor it is DMA-bound and over 25 % slower
+    from trnlab.hardware import presets
+    from trnlab.kernels import matmul_psum_pipeline as pipeline
+    row = cal.BY_ID["autotune-mm-hand"]
+    floorless = presets.TRN2.core.derive(dma_descriptor_ns=1024 / presets.TRN2.core.dma_engine_bandwidth * 1e9)  # 44.5 ns
+    assert pipeline.run(pipeline.matmul_hand_blocked, target=floorless)[0].latency_us == pytest.approx(
+        row.latency_us, rel=0.01)
+    assert pipeline.run(pipeline.matmul_hand_blocked)[0].latency_us > 1.25 * row.latency_us

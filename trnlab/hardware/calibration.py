@@ -33,6 +33,11 @@ SOURCES = {
     "MAMBA": "https://awsdocs-neuron.readthedocs-hosted.com/en/latest/general/nki/tutorials/fused_mamba.html "
              "(page 'relevant for Inf2, Trn1, Trn1n'; device latency and VectorE active % of the "
              "profile's core execution period)",
+    "AUTOTUNE": "https://github.com/awslabs/nki-autotune/blob/d57bcc3be3318f9cec05c7f48c162d3d2b1706e0/"
+                ".claude/rules/learnings.md (trn2 MFU notes; conditions in the same commit's "
+                "docs/superpowers/specs/2026-06-06-software-pipeline-tier-b-design.md, "
+                "examples/tune_matmul_lhsT_rhs.py, kernel_library/README.md, and examples/attention.py "
+                "at f9ca087ff3e5d5a999600064fb1ae5cea2d0e408)",
 }
 
 
@@ -73,6 +78,35 @@ def _mamba(id, kernel, channels, seq, us, dve, half, why):
                active={"dve": dve})
 
 
+# [AUTOTUNE]: MFU % on one trn2 NeuronCore, the tuner's formula: FLOPs / (time x 2 x 128 x 128 x 2.4 GHz)
+# (78.6 TFLOPS bf16); the latency of a row is the one that MFU implies (FLOPs / (MFU x peak))
+AUTOTUNE_PEAK_FLOPS = 2 * 128 * 128 * 2.4e9
+MATMUL_2048_FLOPS = 2.0 * 2048 ** 3
+
+
+def attention_flops(seq: int, d: int) -> float:
+    """The tuner's FLOPs of causal attention: both matmuls over the whole S x S square (the masked half
+    not subtracted), 2 x (2 x S x S x D): its `mac_count = 2 * seq_len * seq_len * d_k`."""
+    return 4.0 * seq * seq * d
+
+
+def _autotune(id, kernel, shape, flops, mfu, half, why, measured, active=None):
+    return Row(id, "AUTOTUNE", kernel, shape, "bf16", "trn2", measured, half, why,
+               latency_us=flops / (mfu / 100.0 * AUTOTUNE_PEAK_FLOPS) * 1e6, active=active or {})
+
+
+def _autotune_mm(id, kernel, mfu, half, why, measured, active=None):
+    return _autotune(id, kernel, "lhsT [2048, 2048], rhs [2048, 2048]", MATMUL_2048_FLOPS, mfu, half, why,
+                     measured, active)
+
+
+def _autotune_attention(id, seq, mfu, half, why):
+    return _autotune(id, "nkilib attention_cte (AWS's NKI Library), causal_mask=True, no SPMD grid",
+                     f"q [1, {seq}, 128], k [1, 128, {seq}], v [1, {seq}, 128]", attention_flops(seq, 128), mfu,
+                     half, why, "MFU (full-square FLOPs, min device time of the tuner's benchmark, "
+                     "compiled with linear-scan allocation and instruction scheduling off)")
+
+
 ALTERNATE = "one row in two of its source, in the page's order"
 ROWS: list[Row] = [
     _mm("mm-trn1-tiled", "matmul_tiled", 51.80, HELD_BACK, ALTERNATE),
@@ -98,6 +132,19 @@ ROWS: list[Row] = [
     _mamba("mamba-v2-c4096", "mamba_v2", 4096, 512, 1610, 99.63, CALIBRATION, ALTERNATE),
     _mamba("mamba-v2-s8192", "mamba_v2 (the chip spills)", 4096, 8192, 53330, 58.93, HELD_BACK, ALTERNATE),
     _mamba("mamba-v3-s8192", "mamba_v3", 4096, 8192, 27800, 94.85, CALIBRATION, ALTERNATE),
+    # [AUTOTUNE], in the notes' order: the matmul ladder 59.6 -> 83.4 % (SoftwarePipeline), the hand
+    # kernel's 90.92 %, then the NKI Library's attention_cte at 2k / 16k tokens (30 / 46 %)
+    _autotune_mm("autotune-mm-single", "matmul_psum_single", 59.6, CALIBRATION, ALTERNATE,
+                 "profiler MFU (total_time 0.000366 s); TensorE / VectorE active % of the design spec's "
+                 "profile of the same kernel (59.6 % MFU)", active={"pe": 72.3, "dve": 18.2}),
+    _autotune_mm("autotune-mm-rotating", "matmul_psum_rotating", 83.4, HELD_BACK, ALTERNATE,
+                 "profiler MFU (total_time 0.000262 s); TensorE active % of the design spec's profile of "
+                 "the same kernel (rotate_only, 82.9 % MFU in that run)", active={"pe": 87.8}),
+    _autotune_mm("autotune-mm-hand", "matmul_hand_blocked", 90.92, CALIBRATION, ALTERNATE,
+                 "MFU from the min device time of the tuner's benchmark, compiled with linear-scan "
+                 "allocation and instruction scheduling off"),
+    _autotune_attention("autotune-attn-2k", 2048, 30.0, HELD_BACK, ALTERNATE),
+    _autotune_attention("autotune-attn-16k", 16384, 46.0, CALIBRATION, ALTERNATE),
 ]
 
 # (slower row, faster row): the lesson is published / published of the two latencies
@@ -108,6 +155,8 @@ LESSONS: list[tuple[str, str]] = [
     ("cs149-stream-2", "cs149-stream-200"), ("cs149-stream-2000", "cs149-stream-1000"),
     ("mamba-v1-c4096", "mamba-v2-c4096"), ("mamba-v2-s8192", "mamba-v3-s8192"),
     ("mamba-v1-c4096", "mamba-v1-c256"),
+    ("autotune-mm-single", "autotune-mm-rotating"), ("autotune-mm-rotating", "autotune-mm-hand"),
+    ("autotune-attn-16k", "autotune-attn-2k"),
 ]
 
 BY_ID = {row.id: row for row in ROWS}

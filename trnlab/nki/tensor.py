@@ -503,7 +503,7 @@ class NkiTensor:
             view._owner, view._hw, view._launch = self._base(), self._hw, self._launch
             # every element's coordinates, kept as the lines they repeat (an instruction holds its views)
             view._index = tuple(_views.repeated_lines(c) for c in unravel(flat + base, self._hw.shape))
-        box = _views.as_box(view._index)
+        box = _views.as_box(view._index, getattr(self._hw, "partition_axis", None))
         if box is not None:         # a strided box: slices, so DMAs see its contiguous runs
             view._index = box
         view._dynamic = dynamic

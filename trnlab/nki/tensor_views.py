@@ -29,21 +29,36 @@ from trnlab.nki.errors import NKIError, ViewError
 ON_CHIP = ("sbuf", "psum")
 
 
-def as_box(index: tuple):
-    """Slices equal to the integer index arrays of an access pattern, if it is a strided box
-    (tensor axis d walks pattern axis d only, by a constant positive step), else None."""
-    if not index or any(a.ndim != len(index) for a in index):
+def as_box(index: tuple, partition_axis: int | None = None):
+    """Basic indexing equal to the integer index arrays of an access pattern, if it is a strided box
+    (tensor axis d walks pattern axis d only, by a constant positive step: a slice), else None. A
+    tensor of more axes than the pattern (a 2-d pattern over an HBM tensor [1, d, S]) is a box too
+    when each extra axis stays at one position over the whole pattern: an int there, the other axes
+    walking the pattern's axes in order. `partition_axis` (an on-chip tile's) never becomes an int."""
+    if not index:
         return None
-    slices = []
-    for d, a in enumerate(index):
+    rank = index[0].ndim
+    if any(a.ndim != rank for a in index) or len(index) < rank:
+        return None
+    extra = len(index) - rank                   # tensor axes the pattern does not walk
+    box, d = [], 0
+    for axis, a in enumerate(index):
+        flat = a.reshape(-1)
+        if extra and axis != partition_axis and (flat.size == 0 or (flat == flat[0]).all()):
+            box.append(int(flat[0]) if flat.size else 0)
+            extra -= 1
+            continue
+        if d >= rank:
+            return None
         line = a[tuple(slice(None) if k == d else 0 for k in range(a.ndim))]
         if not np.array_equal(a, np.broadcast_to(line.reshape([-1 if k == d else 1 for k in range(a.ndim)]), a.shape)):
             return None
         step = int(line[1] - line[0]) if line.size > 1 else 1
         if step <= 0 or (line.size > 1 and not np.array_equal(np.diff(line), np.full(line.size - 1, step))):
             return None
-        slices.append(slice(int(line[0]), int(line[-1]) + 1, step))
-    return tuple(slices)
+        box.append(slice(int(line[0]), int(line[-1]) + 1, step))
+        d += 1
+    return tuple(box) if d == rank and extra == 0 else None
 
 
 def pattern_bounds(pattern, offset: int):
@@ -162,7 +177,7 @@ def from_positions(t, flat: np.ndarray, what: str, dynamic=None, check: bool = T
     view = type(t)(flat.shape, t.dtype, t.buffer, t.name)
     view._owner, view._hw, view._launch = t._base(), hw, t._launch
     index = unravel(flat, hw.shape) if flat.ndim else tuple(np.asarray(i) for i in unravel(flat, hw.shape))
-    box = as_box(index)
+    box = as_box(index, getattr(hw, "partition_axis", None))
     view._index = box if box is not None else index
     view._dynamic = dynamic
     return view
