@@ -91,10 +91,24 @@ def reorder_kept(program: Program, order: list[int], name: str, hidden: dict | N
                     d = d._replace(hidden=h)
                 previous = d.writes
             ordered.append(d)
-        new.derived.put("compiled", {traced: Compiled(new, traced, ordered, program.matmul_dtypes)})
+        new.derived.put("compiled", {traced: _reordered_compiled(compiled, new, ordered, program.matmul_dtypes)})
         new.issue_spec = None
     new.allocated = True
     return new
+
+
+def _reordered_compiled(compiled, new: Program, ordered: list, matmul_dtypes):
+    """`Compiled(new, compiled.spec, ordered, ...)` for `ordered`, the descriptions of `compiled`
+    in another order (a Vector issue's hidden overhead changed at most): its summary — does every
+    instruction take time, which buffers are written — is `compiled`'s (the same descriptions, the
+    same durations), so it is taken over instead of computed again."""
+    from ..replay_timing import Compiled
+    c = object.__new__(Compiled)
+    c.program, c.spec, c.issues = new, compiled.spec, ordered
+    c.matmul_dtypes = set(matmul_dtypes)
+    c.positive, c.written = compiled.positive, set(compiled.written)
+    c._resolved, c._static = {}, None
+    return c
 
 
 # -- the order: the reference's graph and simulation, its helpers written out ----------------------
@@ -308,6 +322,8 @@ def _graph(program: Program, resolved) -> tuple:
     inputs, defines = {}, {}
     vertex_of = [-1] * resolved.nodes
     ins_ops, deps_of = [], []
+    dep_vertices = []                    # per instruction: the vertices it has a dependency edge from
+    vertex_of_node = vertex_of.__getitem__
     k = 0
     previous_pe = -1
     for op in resolved.ops:
@@ -345,15 +361,20 @@ def _graph(program: Program, resolved) -> tuple:
         else:
             deps = ()
         if len(deps) > 1:
-            for u in {vertex_of[m] for m in deps}:
+            us = set(map(vertex_of_node, deps))
+            for u in us:
                 if u >= 0:
                     succ[u].append(k)
                     npred[k] += 1
+            dep_vertices.append(us)
         elif deps:
             u = vertex_of[deps[0]]
             if u >= 0:
                 succ[u].append(k)
                 npred[k] += 1
+            dep_vertices.append((u,))
+        else:
+            dep_vertices.append(())
         ins_ops.append(op)
         deps_of.append(deps)
         k += 1
@@ -424,13 +445,6 @@ def _graph(program: Program, resolved) -> tuple:
     # edges the dependencies already imply (a transitive reduction, exact: module docstring)
     release: dict = {}
 
-    def waits_for(j: int, i: int) -> bool:
-        """Has instruction j a dependency edge from instruction i?"""
-        for m in deps_of[j]:
-            if vertex_of[m] == i:
-                return True
-        return False
-
     def released(a: int) -> int:
         r = release.get(a)
         if r is None:
@@ -442,7 +456,7 @@ def _graph(program: Program, resolved) -> tuple:
             else:
                 r = last = ks[-1]
                 for i in ks[:-1]:
-                    if not waits_for(last, i):
+                    if i not in dep_vertices[last]:      # (last has no dependency edge from i)
                         r = vertex()
                         for j in ks:
                             succ[j].append(r)
@@ -466,7 +480,7 @@ def _graph(program: Program, resolved) -> tuple:
             succ[acquire].append(f)
             npred[f] += 1
         for j in ks[1:]:
-            if j != acquire and not waits_for(j, f):
+            if j != acquire and f not in dep_vertices[j]:
                 succ[acquire].append(j)
                 npred[j] += 1
     return succ, npred, inputs, defines, deps_of, ins_ops

@@ -212,7 +212,19 @@ def resolve(program, issues, spec, layout, static):
                         st_deps.extend(r[1])
                 stationary = sv
             post, group_deps = [], []
-            wait_write(dref[0], dref[1], post, group_deps)
+            dbid, dvb = dref
+            rs, ws = reads[dbid], writes[dbid]
+            for r in ws:                         # wait_write: WAW (the accumulation group apart), WAR
+                box = r[0]
+                if box is None or dvb is None or overlap(box, dvb):
+                    if r[-1]:
+                        group_deps.extend(r[1])
+                    else:
+                        post.extend(r[1])
+            for r in rs:
+                box = r[0]
+                if box is None or dvb is None or overlap(box, dvb):
+                    post.extend(r[1])
             end_node, ready_node = n_nodes, n_nodes + 1
             n_nodes += 2
             append_op((PE_OP, tuple(fromkeys(pre)) if len(pre) > 1 else tuple(pre), new,
@@ -223,11 +235,22 @@ def resolve(program, issues, spec, layout, static):
             group = (end_node,)
             for bid, vb in (sref, mref):
                 if bid not in unwritten:
-                    rs = reads[bid]
-                    rs.append([vb, group])
-                    if len(rs) > MAX_RECORDS:
-                        compact(rs, False)
-            note_write(dref[0], dref[1], [dref[1], (ready_node,), True])
+                    rrs = reads[bid]
+                    rrs.append([vb, group])
+                    if len(rrs) > MAX_RECORDS:
+                        compact(rrs, False)
+            if dvb is None:                      # note_write
+                rs.clear()
+                ws.clear()
+            else:
+                if rs:
+                    rs[:] = [r for r in rs if not covers(dvb, r[0])]
+                if ws:
+                    ws[:] = [r for r in ws if not covers(dvb, r[0])]
+            ws.append([dvb, (ready_node,), True])
+            if len(ws) > MAX_RECORDS:
+                compact(ws, True)
+            version[dbid] += 1
         elif kind == ISSUE:
             _, eid, opcode, dur, rrefs, wrefs, flops, sbuf, psum, sbuf_port, psum_port, hidden = d
             deps = []
