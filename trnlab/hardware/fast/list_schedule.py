@@ -277,7 +277,28 @@ def list_order(program: Program, spec=None) -> tuple[list[int], dict | None, obj
         touched.add(c)
         if kind == DMA_OP:
             touched.update(dma_classes)
-        complete(k)
+        for w in succ[k]:                 # complete(k), its instructions released here in place
+            left = npred[w] - 1
+            npred[w] = left
+            if left == 0:
+                if w < n:
+                    e = 0.0
+                    for node in deps_of[w]:
+                        if T[node] > e:
+                            e = T[node]
+                    est[w] = e
+                    cw = cls[w]
+                    heappush(pending[cw], (e, w))
+                    touched.add(cw)
+                else:                     # (the same releases in another order: nothing compares it)
+                    nodes = inputs.get(w)
+                    if nodes is not None:
+                        t = 0.0
+                        for node in nodes:
+                            if T[node] > t:
+                                t = T[node]
+                        T[defines[w]] = t
+                    complete(w)
         for cc in touched:
             push_candidate(cc)
         touched.clear()
