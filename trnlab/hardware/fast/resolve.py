@@ -122,19 +122,21 @@ def resolve(program, issues, spec, layout, static):
                     r = ranges[i]
                     if r[0] >= lo and r[1] <= hi and (i + 1 == len(ranges) or ranges[i + 1][0] >= hi):
                         del ranges[i], rs[i]
-                        found = r[2]
+                        # one freed range: its group is latest()'s own result already (each node
+                        # once, at most GROUP_MAX of them), which latest() would give back as it is
+                        group = r[2]
                     else:
                         found = []
                         for r in take_ranges(ranges, rs, lo, hi):
                             found += r[2]
-                    if len(found) == 1:
-                        group = tuple(found)
-                    else:                                    # latest(found), written out
-                        group = tuple(fromkeys(found))
-                        if len(group) > GROUP_MAX:
-                            append_op((LATEST_OP, n_nodes, group))
-                            group = (n_nodes,)
-                            n_nodes += 1
+                        if len(found) == 1:
+                            group = tuple(found)
+                        else:                                # latest(found), written out
+                            group = tuple(fromkeys(found))
+                            if len(group) > GROUP_MAX:
+                                append_op((LATEST_OP, n_nodes, group))
+                                group = (n_nodes,)
+                                n_nodes += 1
                     reads[bid] = [[None, group]]
                 else:
                     reads[bid] = []
