@@ -15,12 +15,16 @@ whole trace; this module keeps every step but drops what is computed twice or ca
   reference, which checks it, on the same kernels and compare);
 - `list_order`: `list_schedule.list_order` with `build_graph` in one pass over the resolved ops
   (`_graph`) and the simulation's helpers written out; an event the event heap already holds is
-  not pushed again. The graph differs in one exact way: it leaves out memory edges its dependency
+  not pushed again; a scheduled instruction releases its successors in place (the order of
+  releases is not the reference's, and nothing depends on it: each released instruction goes into
+  a heap by its own unique key). The reordered program's compiled form takes the summary of the
+  schedule's (`_reordered_compiled`: the same descriptions, so the same durations and writes). The graph differs in one exact way: it leaves out memory edges its dependency
   edges already imply. The reference gives every tile a "release" vertex (after all its
   instructions) and an edge from the release of each earlier owner of its bytes to each of its
   instructions. When the tile's last instruction already waits (a dependency edge) for each of its
   other instructions, that instruction *is* the release; when an instruction of the new tile
-  already waits for the tile's first instruction, the edge to the first implies its own. An
+  already waits for the tile's first instruction, the edge to the first implies its own (the
+  graph's first pass keeps each instruction's set of dependency vertices for these tests). An
   instruction is released by the schedule when its last predecessor is scheduled; an edge u -> w
   implied by a path u -> x -> w is never that last one (x is scheduled after u), so dropping it
   changes no release and no order — and on AWS's tiled matmul (a load writes the tile, one matmul

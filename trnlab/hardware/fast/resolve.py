@@ -12,6 +12,12 @@ This module runs the very same steps in the same order with the helpers written 
 (and the unavoidable box tests kept as calls of `dependencies.overlap` / `covers`), so it produces
 the same ops, node numbers and records, element for element (tests/test_fast_schedule.py compares
 the two `Resolved` objects on kernels of every instruction kind). Used while `config.fast()`.
+
+Written out for a DMA's and a matmul's destination: the WAW / WAR wait and the new write record
+(`wait_write`, `note_write`); for a tile placed in memory, the bytes it inherits when they are one
+whole freed range (`take_ranges`; that range's group is already what `latest` would make of it:
+each node once, at most GROUP_MAX); for a freed tile, its group (`latest`). No comprehensions on
+these paths: on CPython 3.11 each is a call of its own.
 """
 from __future__ import annotations
 
