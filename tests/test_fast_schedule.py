@@ -14,6 +14,7 @@ import trnlab.nki.language as nl
 from trnlab import config
 from trnlab.hardware import instruction_order, list_schedule, presets, replay_timing
 from trnlab.hardware.device import Device
+from trnlab.hardware.fast import list_schedule as fast_list_schedule
 from trnlab.hardware.fast import resolve as fast_resolve
 from trnlab.kernels import KERNELS
 from trnlab.kernels.workload import gpt_arguments
@@ -154,6 +155,15 @@ def test_the_inlined_resolve_numbers_every_node_as_the_reference_does():
             fast = fast_resolve.resolve(program, compiled.issues, spec, layout, static)
             for field in replay_timing.Resolved.__slots__:
                 assert getattr(fast, field) == getattr(reference, field), (name, field)
+
+
+def test_the_fast_previous_owners_are_the_reference_tiles_whose_bytes_each_tile_takes_over():
+    for name, program, _ in PROGRAMS:
+        sizes = list_schedule.tile_bytes(program)
+        fast = fast_list_schedule.previous_owners(program, sizes)
+        assert fast == list_schedule._previous_owners(program, sizes), name
+        if name.startswith(("tiled 2048", "uneven")):         # the rotation wraps: owners exist
+            assert len(fast) > 50, name
 
 
 @pytest.mark.parametrize("case", range(len(PROGRAMS)), ids=[p[0] for p in PROGRAMS])

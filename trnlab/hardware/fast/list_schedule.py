@@ -35,6 +35,7 @@ compares program, order and timeline with the reference's.
 """
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from heapq import heappop, heappush
 
 from ..program import Buffer, Program
@@ -333,12 +334,59 @@ def _rewrites(issues: list, stationaries: set, DMA, MATMUL, ISSUE, PE_ISSUE) -> 
     return out
 
 
+def _owner_order(b) -> tuple:
+    return b.first, not b.placement, b.id
+
+
+def previous_owners(program: Program, sizes: list[int]) -> dict[int, set]:
+    """`list_schedule._previous_owners`: tile id -> the earlier tiles whose bytes it takes over. A
+    tile placed on exactly the bytes of one segment (the usual case of a loop's rotating tiles)
+    takes that segment over in place; any other case is the reference's surgery on the segments."""
+    owners: dict[int, set] = {}
+    buffers = program.buffers
+    for memory in ("sbuf", "psum"):
+        tiles = [b for b in buffers if b.memory == memory and b.first >= 0 and b.offset is not None]
+        tiles.sort(key=_owner_order)
+        starts: list[int] = []        # segments of bytes by their last owner: [lo, hi) -> tile id
+        ends: list[int] = []
+        who: list[int] = []
+        for b in tiles:
+            bid = b.id
+            lo = b.offset
+            hi = lo + sizes[bid]
+            if hi <= lo:
+                continue
+            i = bisect_right(ends, lo)            # first segment ending after lo
+            if i < len(starts) and starts[i] == lo and ends[i] == hi:
+                owners[bid] = {who[i]}            # (then the first segment starting at hi is i + 1)
+                who[i] = bid
+                continue
+            j = bisect_left(starts, hi)           # first segment starting at or after hi
+            if i < j:
+                owners[bid] = set(who[i:j])
+                new_s, new_e, new_w = [lo], [hi], [bid]
+                if starts[i] < lo:                # the part of the first segment before lo stays
+                    new_s.insert(0, starts[i])
+                    new_e.insert(0, lo)
+                    new_w.insert(0, who[i])
+                if ends[j - 1] > hi:              # ... and of the last one after hi
+                    new_s.append(hi)
+                    new_e.append(ends[j - 1])
+                    new_w.append(who[j - 1])
+                starts[i:j], ends[i:j], who[i:j] = new_s, new_e, new_w
+            else:
+                starts.insert(i, lo)
+                ends.insert(i, hi)
+                who.insert(i, bid)
+    return owners
+
+
 def _graph(program: Program, resolved) -> tuple:
     """`list_schedule.build_graph` in one pass over the resolved ops: (succ, npred, inputs, defines,
     each instruction's dependency nodes, the instructions' ops). The same edges; the vertices that
     are not instructions (numbered from n) are numbered in another order, which nothing depends on:
     only instruction vertices are ever compared (by program order)."""
-    from ..list_schedule import _RNG_OPCODES, _previous_owners, tile_bytes
+    from ..list_schedule import _RNG_OPCODES, tile_bytes
     from ..records import DMA_OP, ENGINE_OP, LATEST_OP, PE_OP, SEED_OP
     instructions = program.instructions
     n = len(instructions)
@@ -489,7 +537,7 @@ def _graph(program: Program, resolved) -> tuple:
                         break
             release[a] = r
         return r
-    for bid, earlier in _previous_owners(program, tile_bytes(program)).items():
+    for bid, earlier in previous_owners(program, tile_bytes(program)).items():
         if len(earlier) == 1:
             for a in earlier:
                 acquire = released(a)
