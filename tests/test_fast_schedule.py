@@ -1,7 +1,8 @@
 """The list schedule's fast paths (hardware/fast/resolve.py, hardware/fast/list_schedule.py) give
-the reference's resolved program, order, buffer table and timeline exactly, on kernels shaped like
-AWS's tiled matmul tutorial (tiles taking fresh SBUF bytes that wrap around) and on the library's
-kernels (Vector / Scalar / GpSimd work, transposes, PSUM groups, merged records)."""
+the reference's resolved program, previous owners, order, buffer table and timeline exactly, on
+kernels shaped like AWS's tiled matmul tutorial (tiles taking fresh SBUF bytes that wrap around),
+on loops whose iterations differ and wrap SBUF, and on the library's kernels (Vector / Scalar /
+GpSimd work, transposes, PSUM groups, merged records)."""
 import copy
 
 import pytest
