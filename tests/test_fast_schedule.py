@@ -1,7 +1,8 @@
 """The list schedule's fast paths (hardware/fast/resolve.py, hardware/fast/list_schedule.py) give
-the reference's resolved program, order, buffer table and timeline exactly, on kernels shaped like
-AWS's tiled matmul tutorial (tiles taking fresh SBUF bytes that wrap around) and on the library's
-kernels (Vector / Scalar / GpSimd work, transposes, PSUM groups, merged records)."""
+the reference's resolved program, previous owners, order, buffer table and timeline exactly, on
+kernels shaped like AWS's tiled matmul tutorial (tiles taking fresh SBUF bytes that wrap around),
+on loops whose iterations differ and wrap SBUF, and on the library's kernels (Vector / Scalar /
+GpSimd work, transposes, PSUM groups, merged records)."""
 import copy
 
 import pytest
@@ -14,6 +15,7 @@ import trnlab.nki.language as nl
 from trnlab import config
 from trnlab.hardware import instruction_order, list_schedule, presets, replay_timing
 from trnlab.hardware.device import Device
+from trnlab.hardware.fast import list_schedule as fast_list_schedule
 from trnlab.hardware.fast import resolve as fast_resolve
 from trnlab.kernels import KERNELS
 from trnlab.kernels.workload import gpt_arguments
@@ -50,9 +52,52 @@ def tiled_matmul(lhsT, rhs):
     return result
 
 
-# (K, M, N): the list schedule reorders all but the first; the last two take more bytes than SBUF's
-# rotation holds, so tiles reuse freed bytes (as at 4096³)
-MATMUL_SHAPES = [(256, 128, 512), (4096, 128, 512), (1024, 1024, 1024), (2048, 1024, 1024)]
+# (K, M, N): the list schedule reorders all but the first; the last three take more bytes than SBUF's
+# rotation holds, so tiles reuse freed bytes (as at 4096³); the last writes 64 output tiles, so the
+# output's write records are merged (dependencies.MAX_RECORDS) while its iterations are resolved
+MATMUL_SHAPES = [(256, 128, 512), (4096, 128, 512), (1024, 1024, 1024), (2048, 1024, 1024), (512, 1024, 4096)]
+
+# tile widths (fp32 elements) the iterations of `uneven_tiles` cycle through
+WIDTHS = (512, 1536, 1024, 128, 2048)
+
+
+@nki.jit
+def uneven_tiles(a):
+    """Loop iterations that differ: each takes tiles of another width (so it is traced, not stamped),
+    and their bytes wrap around SBUF several times — a new tile takes over parts of several freed
+    tiles of other widths (several inherited ranges, cut at both ends; "latest of" groups)."""
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    offset = 0
+    for j in range(a.shape[1] // sum(WIDTHS) * len(WIDTHS)):
+        w = WIDTHS[j % len(WIDTHS)]
+        t = nl.ndarray((128, w), dtype=a.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=a[:, offset:offset + w])
+        u = nl.ndarray((128, w), dtype=a.dtype, buffer=nl.sbuf)
+        nisa.activation(dst=u, op=nl.exp, data=t)
+        nisa.dma_copy(dst=out[:, offset:offset + w], src=u)
+        offset += w
+    return out
+
+
+@nki.jit
+def held_stationary(lhsT, rhs):
+    """Several loop iterations reuse one stationary tile (the stationary chain across iterations)
+    while each takes fresh moving tiles that wrap around SBUF."""
+    K, M = lhsT.shape
+    _, N = rhs.shape
+    result = nl.ndarray((M, N), dtype=lhsT.dtype, buffer=nl.shared_hbm)
+    for m in nl.affine_range(M // 128):
+        lhsT_tile = nl.ndarray((128, 128), dtype=lhsT.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=lhsT_tile, src=lhsT[0:128, m * 128:(m + 1) * 128])
+        for n in nl.affine_range(N // 512):
+            res_psum = nl.ndarray((128, 512), nl.float32, buffer=nl.psum)
+            rhs_tile = nl.ndarray((128, 512), dtype=rhs.dtype, buffer=nl.sbuf)
+            nisa.dma_copy(dst=rhs_tile, src=rhs[0:128, n * 512:(n + 1) * 512])
+            nisa.nc_matmul(dst=res_psum, stationary=lhsT_tile, moving=rhs_tile)
+            res_sb = nl.ndarray(res_psum.shape, dtype=result.dtype, buffer=nl.sbuf)
+            nisa.tensor_copy(dst=res_sb, src=res_psum, dtype=result.dtype)
+            nisa.dma_copy(dst=result[m * 128:(m + 1) * 128, n * 512:(n + 1) * 512], src=res_sb)
+    return result
 
 
 def _programs():
@@ -71,6 +116,11 @@ def _traced():
             out.append((f"tiled {k}x{m}x{n} {target}",
                         nki.trace(tiled_matmul, SD((k, m), "bfloat16"), SD((k, n), "bfloat16"), target=target),
                         target))
+    out.append(("uneven tiles wrapping SBUF trn2",
+                nki.trace(uneven_tiles, SD((128, 12 * sum(WIDTHS)), "float32"), target="trn2"), "trn2"))
+    out.append(("held stationary trn2",
+                nki.trace(held_stationary, SD((128, 1024), "bfloat16"), SD((128, 16384), "bfloat16"),
+                          target="trn2"), "trn2"))
     args = gpt_arguments(batch=2, seq=128, d_model=128, n_head=4, vocab=64)
     for name, (kernel, _) in KERNELS.items():
         out.append((name, nki.trace(kernel, *args[name], target="trn2"), "trn2"))
@@ -108,6 +158,15 @@ def test_the_inlined_resolve_numbers_every_node_as_the_reference_does():
                 assert getattr(fast, field) == getattr(reference, field), (name, field)
 
 
+def test_the_fast_previous_owners_are_the_reference_tiles_whose_bytes_each_tile_takes_over():
+    for name, program, _ in PROGRAMS:
+        sizes = list_schedule.tile_bytes(program)
+        fast = fast_list_schedule.previous_owners(program, sizes)
+        assert fast == list_schedule._previous_owners(program, sizes), name
+        if name.startswith(("tiled 2048", "uneven")):         # the rotation wraps: owners exist
+            assert len(fast) > 50, name
+
+
 @pytest.mark.parametrize("case", range(len(PROGRAMS)), ids=[p[0] for p in PROGRAMS])
 def test_the_fast_list_schedule_gives_the_reference_program_and_timeline(case):
     name, program, target = PROGRAMS[case]
@@ -121,7 +180,11 @@ def test_the_fast_list_schedule_gives_the_reference_program_and_timeline(case):
         [(b.id, b.first, b.last, b.offset) for b in reference.buffers]
     assert fast.schedule == reference.schedule and fast.allocated and reference.allocated
     spec = presets.core_spec(target)
-    assert replay_timing.compiled_for(fast, spec).issues == replay_timing.compiled_for(reference, spec).issues
+    fast_compiled, reference_compiled = (replay_timing.compiled_for(p, spec) for p in (fast, reference))
+    assert fast_compiled.issues == reference_compiled.issues
+    assert sorted(vars(fast_compiled)) == sorted(vars(reference_compiled))      # (taken over, not built)
+    for field in ("positive", "written", "matmul_dtypes"):
+        assert getattr(fast_compiled, field) == getattr(reference_compiled, field), field
     timelines = []
     for scheduled, fast_switch in ((fast, True), (reference, False)):
         with config.override(fast=fast_switch):

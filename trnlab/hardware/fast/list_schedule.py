@@ -15,12 +15,16 @@ whole trace; this module keeps every step but drops what is computed twice or ca
   reference, which checks it, on the same kernels and compare);
 - `list_order`: `list_schedule.list_order` with `build_graph` in one pass over the resolved ops
   (`_graph`) and the simulation's helpers written out; an event the event heap already holds is
-  not pushed again. The graph differs in one exact way: it leaves out memory edges its dependency
+  not pushed again; a scheduled instruction releases its successors in place (the order of
+  releases is not the reference's, and nothing depends on it: each released instruction goes into
+  a heap by its own unique key). The reordered program's compiled form takes the summary of the
+  schedule's (`_reordered_compiled`: the same descriptions, so the same durations and writes). The graph differs in one exact way: it leaves out memory edges its dependency
   edges already imply. The reference gives every tile a "release" vertex (after all its
   instructions) and an edge from the release of each earlier owner of its bytes to each of its
   instructions. When the tile's last instruction already waits (a dependency edge) for each of its
   other instructions, that instruction *is* the release; when an instruction of the new tile
-  already waits for the tile's first instruction, the edge to the first implies its own. An
+  already waits for the tile's first instruction, the edge to the first implies its own (the
+  graph's first pass keeps each instruction's set of dependency vertices for these tests). An
   instruction is released by the schedule when its last predecessor is scheduled; an edge u -> w
   implied by a path u -> x -> w is never that last one (x is scheduled after u), so dropping it
   changes no release and no order — and on AWS's tiled matmul (a load writes the tile, one matmul
@@ -31,6 +35,7 @@ compares program, order and timeline with the reference's.
 """
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from heapq import heappop, heappush
 
 from ..program import Buffer, Program
@@ -91,10 +96,24 @@ def reorder_kept(program: Program, order: list[int], name: str, hidden: dict | N
                     d = d._replace(hidden=h)
                 previous = d.writes
             ordered.append(d)
-        new.derived.put("compiled", {traced: Compiled(new, traced, ordered, program.matmul_dtypes)})
+        new.derived.put("compiled", {traced: _reordered_compiled(compiled, new, ordered, program.matmul_dtypes)})
         new.issue_spec = None
     new.allocated = True
     return new
+
+
+def _reordered_compiled(compiled, new: Program, ordered: list, matmul_dtypes):
+    """`Compiled(new, compiled.spec, ordered, ...)` for `ordered`, the descriptions of `compiled`
+    in another order (a Vector issue's hidden overhead changed at most): its summary — does every
+    instruction take time, which buffers are written — is `compiled`'s (the same descriptions, the
+    same durations), so it is taken over instead of computed again."""
+    from ..replay_timing import Compiled
+    c = object.__new__(Compiled)
+    c.program, c.spec, c.issues = new, compiled.spec, ordered
+    c.matmul_dtypes = set(matmul_dtypes)
+    c.positive, c.written = compiled.positive, set(compiled.written)
+    c._resolved, c._static = {}, None
+    return c
 
 
 # -- the order: the reference's graph and simulation, its helpers written out ----------------------
@@ -263,7 +282,28 @@ def list_order(program: Program, spec=None) -> tuple[list[int], dict | None, obj
         touched.add(c)
         if kind == DMA_OP:
             touched.update(dma_classes)
-        complete(k)
+        for w in succ[k]:                 # complete(k), its instructions released here in place
+            left = npred[w] - 1
+            npred[w] = left
+            if left == 0:
+                if w < n:
+                    e = 0.0
+                    for node in deps_of[w]:
+                        if T[node] > e:
+                            e = T[node]
+                    est[w] = e
+                    cw = cls[w]
+                    heappush(pending[cw], (e, w))
+                    touched.add(cw)
+                else:                     # (the same releases in another order: nothing compares it)
+                    nodes = inputs.get(w)
+                    if nodes is not None:
+                        t = 0.0
+                        for node in nodes:
+                            if T[node] > t:
+                                t = T[node]
+                        T[defines[w]] = t
+                    complete(w)
         for cc in touched:
             push_candidate(cc)
         touched.clear()
@@ -294,12 +334,59 @@ def _rewrites(issues: list, stationaries: set, DMA, MATMUL, ISSUE, PE_ISSUE) -> 
     return out
 
 
+def _owner_order(b) -> tuple:
+    return b.first, not b.placement, b.id
+
+
+def previous_owners(program: Program, sizes: list[int]) -> dict[int, set]:
+    """`list_schedule._previous_owners`: tile id -> the earlier tiles whose bytes it takes over. A
+    tile placed on exactly the bytes of one segment (the usual case of a loop's rotating tiles)
+    takes that segment over in place; any other case is the reference's surgery on the segments."""
+    owners: dict[int, set] = {}
+    buffers = program.buffers
+    for memory in ("sbuf", "psum"):
+        tiles = [b for b in buffers if b.memory == memory and b.first >= 0 and b.offset is not None]
+        tiles.sort(key=_owner_order)
+        starts: list[int] = []        # segments of bytes by their last owner: [lo, hi) -> tile id
+        ends: list[int] = []
+        who: list[int] = []
+        for b in tiles:
+            bid = b.id
+            lo = b.offset
+            hi = lo + sizes[bid]
+            if hi <= lo:
+                continue
+            i = bisect_right(ends, lo)            # first segment ending after lo
+            if i < len(starts) and starts[i] == lo and ends[i] == hi:
+                owners[bid] = {who[i]}            # (then the first segment starting at hi is i + 1)
+                who[i] = bid
+                continue
+            j = bisect_left(starts, hi)           # first segment starting at or after hi
+            if i < j:
+                owners[bid] = set(who[i:j])
+                new_s, new_e, new_w = [lo], [hi], [bid]
+                if starts[i] < lo:                # the part of the first segment before lo stays
+                    new_s.insert(0, starts[i])
+                    new_e.insert(0, lo)
+                    new_w.insert(0, who[i])
+                if ends[j - 1] > hi:              # ... and of the last one after hi
+                    new_s.append(hi)
+                    new_e.append(ends[j - 1])
+                    new_w.append(who[j - 1])
+                starts[i:j], ends[i:j], who[i:j] = new_s, new_e, new_w
+            else:
+                starts.insert(i, lo)
+                ends.insert(i, hi)
+                who.insert(i, bid)
+    return owners
+
+
 def _graph(program: Program, resolved) -> tuple:
     """`list_schedule.build_graph` in one pass over the resolved ops: (succ, npred, inputs, defines,
     each instruction's dependency nodes, the instructions' ops). The same edges; the vertices that
     are not instructions (numbered from n) are numbered in another order, which nothing depends on:
     only instruction vertices are ever compared (by program order)."""
-    from ..list_schedule import _RNG_OPCODES, _previous_owners, tile_bytes
+    from ..list_schedule import _RNG_OPCODES, tile_bytes
     from ..records import DMA_OP, ENGINE_OP, LATEST_OP, PE_OP, SEED_OP
     instructions = program.instructions
     n = len(instructions)
@@ -308,6 +395,8 @@ def _graph(program: Program, resolved) -> tuple:
     inputs, defines = {}, {}
     vertex_of = [-1] * resolved.nodes
     ins_ops, deps_of = [], []
+    dep_vertices = []                    # per instruction: the vertices it has a dependency edge from
+    vertex_of_node = vertex_of.__getitem__
     k = 0
     previous_pe = -1
     for op in resolved.ops:
@@ -345,15 +434,20 @@ def _graph(program: Program, resolved) -> tuple:
         else:
             deps = ()
         if len(deps) > 1:
-            for u in {vertex_of[m] for m in deps}:
+            us = set(map(vertex_of_node, deps))
+            for u in us:
                 if u >= 0:
                     succ[u].append(k)
                     npred[k] += 1
+            dep_vertices.append(us)
         elif deps:
             u = vertex_of[deps[0]]
             if u >= 0:
                 succ[u].append(k)
                 npred[k] += 1
+            dep_vertices.append((u,))
+        else:
+            dep_vertices.append(())
         ins_ops.append(op)
         deps_of.append(deps)
         k += 1
@@ -424,13 +518,6 @@ def _graph(program: Program, resolved) -> tuple:
     # edges the dependencies already imply (a transitive reduction, exact: module docstring)
     release: dict = {}
 
-    def waits_for(j: int, i: int) -> bool:
-        """Has instruction j a dependency edge from instruction i?"""
-        for m in deps_of[j]:
-            if vertex_of[m] == i:
-                return True
-        return False
-
     def released(a: int) -> int:
         r = release.get(a)
         if r is None:
@@ -442,7 +529,7 @@ def _graph(program: Program, resolved) -> tuple:
             else:
                 r = last = ks[-1]
                 for i in ks[:-1]:
-                    if not waits_for(last, i):
+                    if i not in dep_vertices[last]:      # (last has no dependency edge from i)
                         r = vertex()
                         for j in ks:
                             succ[j].append(r)
@@ -450,7 +537,7 @@ def _graph(program: Program, resolved) -> tuple:
                         break
             release[a] = r
         return r
-    for bid, earlier in _previous_owners(program, tile_bytes(program)).items():
+    for bid, earlier in previous_owners(program, tile_bytes(program)).items():
         if len(earlier) == 1:
             for a in earlier:
                 acquire = released(a)
@@ -466,7 +553,7 @@ def _graph(program: Program, resolved) -> tuple:
             succ[acquire].append(f)
             npred[f] += 1
         for j in ks[1:]:
-            if j != acquire and not waits_for(j, f):
+            if j != acquire and f not in dep_vertices[j]:
                 succ[acquire].append(j)
                 npred[j] += 1
     return succ, npred, inputs, defines, deps_of, ins_ops

@@ -12,6 +12,12 @@ This module runs the very same steps in the same order with the helpers written 
 (and the unavoidable box tests kept as calls of `dependencies.overlap` / `covers`), so it produces
 the same ops, node numbers and records, element for element (tests/test_fast_schedule.py compares
 the two `Resolved` objects on kernels of every instruction kind). Used while `config.fast()`.
+
+Written out for a DMA's and a matmul's destination: the WAW / WAR wait and the new write record
+(`wait_write`, `note_write`); for a tile placed in memory, the bytes it inherits when they are one
+whole freed range (`take_ranges`; that range's group is already what `latest` would make of it:
+each node once, at most GROUP_MAX); for a freed tile, its group (`latest`). No comprehensions on
+these paths: on CPython 3.11 each is a call of its own.
 """
 from __future__ import annotations
 
@@ -111,11 +117,37 @@ def resolve(program, issues, spec, layout, static):
         allocated = starts.get(k)
         if allocated:
             for b in allocated:
-                lo, hi = extent[b.id]
+                bid = b.id
+                lo, hi = extent[bid]
                 memory = b.memory
-                found = [n for r in take_ranges(retired[memory], rstarts[memory], lo, hi) for n in r[2]]
-                reads[b.id] = [[None, latest(found)]] if found else []
-                writes[b.id], version[b.id] = [], 0
+                ranges, rs = retired[memory], rstarts[memory]
+                i = bisect_right(rs, lo) - 1         # take_ranges, with one range taken whole inline
+                if i < 0 or ranges[i][1] <= lo:
+                    i += 1
+                if i < len(ranges) and ranges[i][0] < hi:
+                    r = ranges[i]
+                    if r[0] >= lo and r[1] <= hi and (i + 1 == len(ranges) or ranges[i + 1][0] >= hi):
+                        del ranges[i], rs[i]
+                        # one freed range: its group is latest()'s own result already (each node
+                        # once, at most GROUP_MAX of them), which latest() would give back as it is
+                        group = r[2]
+                    else:
+                        found = []
+                        for r in take_ranges(ranges, rs, lo, hi):
+                            found += r[2]
+                        if len(found) == 1:
+                            group = tuple(found)
+                        else:                                # latest(found), written out
+                            group = tuple(fromkeys(found))
+                            if len(group) > GROUP_MAX:
+                                append_op((LATEST_OP, n_nodes, group))
+                                group = (n_nodes,)
+                                n_nodes += 1
+                    reads[bid] = [[None, group]]
+                else:
+                    reads[bid] = []
+                writes[bid] = []
+                version[bid] = 0
                 cursor[memory] = hi
                 allocations[memory] += 1
         note, region = lines[k]
@@ -132,7 +164,16 @@ def resolve(program, issues, spec, layout, static):
                     box = r[0]
                     if box is None or vb is None or overlap(box, vb):
                         deps.extend(r[1])
-            wait_write(dref[0], dref[1], deps, None)
+            dbid, dvb = dref
+            rs, ws = reads[dbid], writes[dbid]
+            for r in ws:                                                 # wait_write (WAW, WAR)
+                box = r[0]
+                if box is None or dvb is None or overlap(box, dvb):
+                    deps.extend(r[1])
+            for r in rs:
+                box = r[0]
+                if box is None or dvb is None or overlap(box, dvb):
+                    deps.extend(r[1])
             node = n_nodes
             n_nodes += 1
             append_op((DMA_OP, tuple(fromkeys(deps)) if len(deps) > 1 else tuple(deps), queue, fixed, cycles,
@@ -140,11 +181,22 @@ def resolve(program, issues, spec, layout, static):
             group = (node,)
             for bid, vb in rrefs:
                 if bid not in unwritten:
-                    rs = reads[bid]
-                    rs.append([vb, group])
-                    if len(rs) > MAX_RECORDS:
-                        compact(rs, False)
-            note_write(dref[0], dref[1], [dref[1], group, False])
+                    rrs = reads[bid]
+                    rrs.append([vb, group])
+                    if len(rrs) > MAX_RECORDS:
+                        compact(rrs, False)
+            if dvb is None:                                              # note_write
+                rs.clear()
+                ws.clear()
+            else:
+                if rs:
+                    rs[:] = [r for r in rs if not covers(dvb, r[0])]
+                if ws:
+                    ws[:] = [r for r in ws if not covers(dvb, r[0])]
+            ws.append([dvb, group, False])
+            if len(ws) > MAX_RECORDS:
+                compact(ws, True)
+            version[dbid] += 1
             for r in rrefs:
                 if r[0] in resident_reads:
                     resident_reads[r[0]].append((r[1], node))
@@ -168,7 +220,19 @@ def resolve(program, issues, spec, layout, static):
                         st_deps.extend(r[1])
                 stationary = sv
             post, group_deps = [], []
-            wait_write(dref[0], dref[1], post, group_deps)
+            dbid, dvb = dref
+            rs, ws = reads[dbid], writes[dbid]
+            for r in ws:                         # wait_write: WAW (the accumulation group apart), WAR
+                box = r[0]
+                if box is None or dvb is None or overlap(box, dvb):
+                    if r[-1]:
+                        group_deps.extend(r[1])
+                    else:
+                        post.extend(r[1])
+            for r in rs:
+                box = r[0]
+                if box is None or dvb is None or overlap(box, dvb):
+                    post.extend(r[1])
             end_node, ready_node = n_nodes, n_nodes + 1
             n_nodes += 2
             append_op((PE_OP, tuple(fromkeys(pre)) if len(pre) > 1 else tuple(pre), new,
@@ -179,11 +243,22 @@ def resolve(program, issues, spec, layout, static):
             group = (end_node,)
             for bid, vb in (sref, mref):
                 if bid not in unwritten:
-                    rs = reads[bid]
-                    rs.append([vb, group])
-                    if len(rs) > MAX_RECORDS:
-                        compact(rs, False)
-            note_write(dref[0], dref[1], [dref[1], (ready_node,), True])
+                    rrs = reads[bid]
+                    rrs.append([vb, group])
+                    if len(rrs) > MAX_RECORDS:
+                        compact(rrs, False)
+            if dvb is None:                      # note_write
+                rs.clear()
+                ws.clear()
+            else:
+                if rs:
+                    rs[:] = [r for r in rs if not covers(dvb, r[0])]
+                if ws:
+                    ws[:] = [r for r in ws if not covers(dvb, r[0])]
+            ws.append([dvb, (ready_node,), True])
+            if len(ws) > MAX_RECORDS:
+                compact(ws, True)
+            version[dbid] += 1
         elif kind == ISSUE:
             _, eid, opcode, dur, rrefs, wrefs, flops, sbuf, psum, sbuf_port, psum_port, hidden = d
             deps = []
@@ -262,14 +337,26 @@ def resolve(program, issues, spec, layout, static):
         freed = ends.get(k)
         if freed:
             for b in freed:
-                nodes = [n for r in reads[b.id] for n in r[1]] + [n for r in writes[b.id] for n in r[1]]
-                reads[b.id] = writes[b.id] = None
+                bid = b.id
+                nodes = []
+                for r in reads[bid]:
+                    nodes += r[1]
+                for r in writes[bid]:
+                    nodes += r[1]
+                reads[bid] = writes[bid] = None
                 if not nodes:
                     continue
-                lo, hi = extent[b.id]
+                lo, hi = extent[bid]
                 ranges, rs = retired[b.memory], rstarts[b.memory]
                 i = bisect_right(rs, lo)
-                group = tuple(nodes) if len(nodes) == 1 else latest(nodes)
+                if len(nodes) == 1:
+                    group = tuple(nodes)
+                else:                                        # latest(nodes), written out
+                    group = tuple(fromkeys(nodes))
+                    if len(group) > GROUP_MAX:
+                        append_op((LATEST_OP, n_nodes, group))
+                        group = (n_nodes,)
+                        n_nodes += 1
                 if (i == 0 or ranges[i - 1][1] <= lo) and (i == len(rs) or rs[i] >= hi):
                     ranges.insert(i, [lo, hi, group])        # (put_range where nothing overlaps)
                     rs.insert(i, lo)
