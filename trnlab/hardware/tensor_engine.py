@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import cost, dtypes
+from . import cost, dtypes, onezero
 from .engines import PE
 from .errors import (DtypeError, MatmulShapeError, MemoryPlacementError, PartitionAxisError, PETilingError,
                      ShapeMismatchError, StartPartitionError)
@@ -53,7 +53,8 @@ def pe_tiles(spec, tile_position, tile_size, K: int, M: int) -> int:
 class TensorEngineInstructions:
     """NeuronCore's Tensor-engine instructions (the core's machinery: `core.NeuronCore`)."""
 
-    def nc_matmul(self, dst, stationary, moving, accumulate=None, tile_position=None, tile_size=None) -> int:
+    def nc_matmul(self, dst, stationary, moving, accumulate=None, tile_position=None, tile_size=None,
+                  is_stationary_onezero: bool = False, is_moving_onezero: bool = False) -> int:
         """dst[M, N] (+)= stationary[K, M].T @ moving[K, N] on the Tensor engine.
 
         Inputs in SBUF, output in PSUM (fp32; bf16 also on NeuronCore-v4), K <= 128 (partitions),
@@ -62,13 +63,18 @@ class TensorEngineInstructions:
         ``tile_position=(start_row, start_column)``, ``tile_size=(row_size, column_size)``: tiling
         mode, the matmul on a row x column tile of the PE array (`pe_tiles`), where matmuls on
         other tiles run at the same time (`engines.EngineTimes.tensor_tiled`); the values are the same.
+        ``is_stationary_onezero`` / ``is_moving_onezero``: the kernel's hint that an operand holds ones and
+        zeros only — the same values, fewer passes for an fp32 operand, a false hint on one refused in
+        full mode (`onezero.py`).
         """
         # The rules depend only on the operands' shapes and places: check each triple of operand
         # objects once (tiled loops reuse the same views) — the hot path of every GEMM.
-        key = (dst, stationary, moving)
+        hints = onezero.hint_attrs(is_stationary_onezero, is_moving_onezero)
+        key = (dst, stationary, moving, is_stationary_onezero, is_moving_onezero) if hints else \
+            (dst, stationary, moving)
         checked = self._matmul_checked.get(key)
         if checked is None:
-            checked = self._check_matmul(dst, stationary, moving)
+            checked = self._check_matmul(dst, stationary, moving, hints)
             if len(self._matmul_checked) > 1024:
                 self._matmul_checked.clear()
             self._matmul_checked[key] = checked
@@ -79,6 +85,8 @@ class TensorEngineInstructions:
             for v, what in ((st, "stationary"), (mv, "moving"), (dst, "dst")):
                 _view(v, what)
         if self.full:
+            if hints:
+                self._check_onezero(st, mv, hints)
             self._matmul_values(dst, st, mv, K, M, N, accumulate)
 
         # --- time: LoadStationary in the background, MultiplyMoving busy, result after drain ---
@@ -108,7 +116,14 @@ class TensorEngineInstructions:
             self._now = ready
         return idx
 
-    def _check_matmul(self, dst, stationary, moving):
+    def _check_onezero(self, st: View, mv: View, hints: dict) -> None:
+        """Full mode: the one/zero hints an nc_matmul was given hold for its fp32 operands (`onezero.check`)."""
+        if hints.get("is_stationary_onezero"):
+            onezero.check(st, "stationary")
+        if hints.get("is_moving_onezero"):
+            onezero.check(mv, "moving")
+
+    def _check_matmul(self, dst, stationary, moving, hints: dict | None = None):
         dst = _view(dst, "dst")
         st = _view(stationary, "stationary")
         mv = _view(moving, "moving")
@@ -167,7 +182,7 @@ class TensorEngineInstructions:
         matmul_dtype = dtypes.float32 if dtypes.float32 in (sdt, mdt) else sdt
         self._matmul_dtypes.add(matmul_dtype)
         c = cost.cost(cost.Instruction("nc_matmul", "pe", (cost.operand(st), cost.operand(mv)),
-                                       (cost.operand(dst),)), self.spec)
+                                       (cost.operand(dst),), hints or {}), self.spec)
         pe_ns = self._pe_ns
         return (dst, st, mv, K, M, N, c.cycles * pe_ns, c.latency_cycles * pe_ns,
                 c.setup_cycles * pe_ns, 2.0 * K * M * N, st.nbytes + mv.nbytes, dst.nbytes)
@@ -214,11 +229,11 @@ class TensorEngineInstructions:
         if garbage is not None:
             dst.set_poison(garbage, origin)
 
-    def _pe_issue(self, opcode, st, reads, dst, flops, sbuf, psum, tiles: int = 0):
+    def _pe_issue(self, opcode, st, reads, dst, flops, sbuf, psum, tiles: int = 0, attrs: dict | None = None):
         """Schedule a Tensor-engine instruction other than nc_matmul (nc_transpose): the array
         loads `st` as its stationary tile (in the background), then streams N columns (on the PE
-        blocks `tiles` in tiling mode: `pe_tiles`)."""
-        busy_ns, latency_ns, load_ns = self._pe_cost(opcode, st, reads, dst)
+        blocks `tiles` in tiling mode: `pe_tiles`); `attrs` the cost model's (an indirect nc_matmul's hints)."""
+        busy_ns, latency_ns, load_ns = self._pe_cost(opcode, st, reads, dst, attrs)
         times = self.engine_times
         start, waited = _wait_reads(reads, 0.0, -1)
         st_ready, st_waited = _wait_reads((st,), 0.0, -1)
@@ -231,10 +246,10 @@ class TensorEngineInstructions:
         _record_write(dst, ready, idx)
         return self._append(PE, opcode, start, end, ready, flops, 0, sbuf, psum, waited)
 
-    def _pe_cost(self, opcode, st, reads, dst) -> tuple[float, float, float]:
+    def _pe_cost(self, opcode, st, reads, dst, attrs: dict | None = None) -> tuple[float, float, float]:
         """(busy, ready-after, LoadStationary) ns of a Tensor-engine instruction (`cost.cost`)."""
         c = cost.cost(cost.Instruction(opcode, "pe", (cost.operand(st),) + tuple(
-            cost.operand(v) for v in reads), (cost.operand(dst),)), self.spec)
+            cost.operand(v) for v in reads), (cost.operand(dst),), attrs or {}), self.spec)
         pe_ns = self._pe_ns
         return c.cycles * pe_ns, c.latency_cycles * pe_ns, c.setup_cycles * pe_ns
 
