@@ -574,5 +574,6 @@ def inner_contiguous(view) -> bool:
 def operand(view, contiguity: bool = False) -> Operand:
     """The `Operand` of a `tensor.View` (contiguous_bytes only when `contiguity`: DMAs)."""
     t = view.tensor
-    return Operand(t.kind, view.shape, dtypes.name(t.dtype), view.partitions, view.free_size,
+    dtype = getattr(view, "read_dtype", t.dtype)      # a tile retyped by .view(dtype) (retype.TypedView)
+    return Operand(t.kind, view.shape, dtypes.name(dtype), view.partitions, view.free_size,
                    view.nbytes, contiguous_bytes(view) if contiguity else 0, inner_contiguous(view))

@@ -11,6 +11,7 @@ pass; `describe` describes a program loaded from JSON (or rewritten) once.
 from __future__ import annotations
 
 from . import dtypes, onezero
+from . import retype as _retype
 from .core import NeuronCore, _bytes_by_memory, _free_byte_range, _view
 from .dependencies import tracked
 from .engines import DVE, FIRST_DMA, PE, port_needs
@@ -49,6 +50,7 @@ class DescribingCore(NeuronCore):
                                            tuple(self._ref(v) for v in writes), flops, sbuf, psum,
                                            sbuf_port, psum_port, hidden))
 
+    @_retype.retyping("nc_matmul")
     def nc_matmul(self, dst, stationary, moving, accumulate=None, tile_position=None, tile_size=None,
                   is_stationary_onezero: bool = False, is_moving_onezero: bool = False) -> int:
         # the rules and the cost depend only on the operands' shapes, places and dtypes (and the
@@ -56,7 +58,7 @@ class DescribingCore(NeuronCore):
         # matmul thousands of times)
         views = (_view(dst, "dst"), _view(stationary, "stationary"), _view(moving, "moving"))
         key = tuple((v.shape, v.partitions, v.free_size, v.part_start, v.part_first, v.tensor.kind,
-                     v.tensor.dtype) for v in views)
+                     _retype.dtype_of(v)) for v in views)
         hints = onezero.hint_attrs(is_stationary_onezero, is_moving_onezero)
         if hints:
             key += (is_stationary_onezero, is_moving_onezero)

@@ -6,13 +6,93 @@ The bytes are the tile's: an engine reading a uint32 tile as float32 sees NumPy'
 and one writing it stores the bytes of the values it computes. Engines other than the DMA read elements of the
 same size only here (the instruction's shapes, cost and garbage masks count the tile's own elements);
 quantize_mx reads fp16/bf16 out of wider elements (`mx.quantize_mx`).
+
+tensor_copy, quantize_mx and nc_matmul_mx take their ``*_dtype`` arguments themselves; the element-wise
+instructions and the Tensor engine's (`RETYPED`) take them through `retyping`, which hands the method a
+`TypedView` of the operand: the same tile, box and dependencies, whose ``values()`` are its bytes read as the
+type and whose ``write()`` stores the bytes of values of that type — so the instruction's rules, values and
+cost (`cost.operand` reads ``read_dtype``) see the type the kernel retyped the tile to.
 """
 from __future__ import annotations
+
+import functools
+import inspect
 
 import numpy as np
 
 from . import dtypes
 from .errors import DtypeError
+from .operands import _view
+from .tensor import View
+
+#: instruction -> its operands that may be a retyped tile (through `retyping`, ``<operand>_dtype=``)
+RETYPED = {
+    "tensor_tensor": ("dst", "data1", "data2"),
+    "tensor_scalar": ("dst", "data"),
+    "activation": ("dst", "data"),
+    "nc_matmul": ("stationary", "moving"),
+    "nc_transpose": ("dst", "src"),
+}
+
+
+class TypedView(View):
+    """A View whose elements' bytes are read and written as `read_dtype`, a type of the same size."""
+    __slots__ = ("read_dtype",)
+
+    def values(self) -> np.ndarray:
+        return View.values(self).view(self.read_dtype)
+
+    def fp32(self) -> np.ndarray:
+        return np.asarray(self.values(), np.float32)
+
+    def write(self, values: np.ndarray):
+        """Store values of `read_dtype` (or any, cast to it) as the bytes of the tile's elements."""
+        View.write(self, np.ascontiguousarray(np.asarray(values).astype(self.read_dtype, copy=False))
+                   .view(self.tensor.dtype))
+
+
+def typed(v: View, dtype, what: str) -> View:
+    """`v` read as `dtype` (same element size, `read_as`): a `TypedView`, or `v` itself for its own type."""
+    dtype = read_as(v, dtype, what)
+    if dtype == v.tensor.dtype:
+        return v
+    out = TypedView.__new__(TypedView)
+    for slot in View.__slots__:
+        setattr(out, slot, getattr(v, slot))
+    out.read_dtype = dtype
+    return out
+
+
+def dtype_of(v) -> np.dtype:
+    """The type an instruction reads view `v` as: a `TypedView`'s, else its tensor's."""
+    return v.read_dtype if type(v) is TypedView else v.tensor.dtype
+
+
+def retyping(opcode: str):
+    """Decorate NeuronCore instruction `opcode` so that it takes ``<operand>_dtype=`` (a dtype name) for each of
+    its operands in `RETYPED`: the operand is handed to the method as a `TypedView`. The signature shows the
+    extra keywords (the trace records them as the instruction's attributes; a replay passes them back)."""
+    names = RETYPED[opcode]
+    keys = frozenset(f"{name}_dtype" for name in names)
+
+    def wrap(method):
+        signature = inspect.signature(method)
+        extra = [inspect.Parameter(f"{name}_dtype", inspect.Parameter.KEYWORD_ONLY, default=None) for name in names]
+
+        @functools.wraps(method)
+        def call(self, *args, **kwargs):
+            if not kwargs or keys.isdisjoint(kwargs):
+                return method(self, *args, **kwargs)            # (every call but a retyped tile's)
+            types = {name: kwargs.pop(f"{name}_dtype", None) for name in names}
+            bound = signature.bind(self, *args, **kwargs)
+            for name, dtype in types.items():
+                if dtype is not None:
+                    bound.arguments[name] = typed(_view(bound.arguments[name], name), dtype, f"{opcode} {name}")
+            return method(*bound.args, **bound.kwargs)
+
+        call.__signature__ = signature.replace(parameters=list(signature.parameters.values()) + extra)
+        return call
+    return wrap
 
 
 def read_as(v, dtype, what: str) -> np.dtype:

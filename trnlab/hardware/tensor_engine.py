@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import cost, dtypes, onezero
+from . import retype as _retype
 from .engines import PE
 from .errors import (DtypeError, MatmulShapeError, MemoryPlacementError, PartitionAxisError, PETilingError,
                      ShapeMismatchError, StartPartitionError)
@@ -53,6 +54,7 @@ def pe_tiles(spec, tile_position, tile_size, K: int, M: int) -> int:
 class TensorEngineInstructions:
     """NeuronCore's Tensor-engine instructions (the core's machinery: `core.NeuronCore`)."""
 
+    @_retype.retyping("nc_matmul")
     def nc_matmul(self, dst, stationary, moving, accumulate=None, tile_position=None, tile_size=None,
                   is_stationary_onezero: bool = False, is_moving_onezero: bool = False) -> int:
         """dst[M, N] (+)= stationary[K, M].T @ moving[K, N] on the Tensor engine.
@@ -65,7 +67,8 @@ class TensorEngineInstructions:
         other tiles run at the same time (`engines.EngineTimes.tensor_tiled`); the values are the same.
         ``is_stationary_onezero`` / ``is_moving_onezero``: the kernel's hint that an operand holds ones and
         zeros only — the same values, fewer passes for an fp32 operand, a false hint on one refused in
-        full mode (`onezero.py`).
+        full mode (`onezero.py`). ``stationary_dtype`` / ``moving_dtype`` (`retype.retyping`): a tile retyped
+        by ``.view(dtype)``, its bytes read as that type of the same size.
         """
         # The rules depend only on the operands' shapes and places: check each triple of operand
         # objects once (tiled loops reuse the same views) — the hot path of every GEMM.
@@ -159,7 +162,7 @@ class TensorEngineInstructions:
             raise ShapeMismatchError(
                 f"shape mismatch: nc_matmul dst {dst.shape} should be [M={M}, N={N}] "
                 f"(stationary {st.shape}, moving {mv.shape})", value=dst.shape, limit=(M, N))
-        sdt, mdt = st.tensor.dtype, mv.tensor.dtype
+        sdt, mdt = _retype.dtype_of(st), _retype.dtype_of(mv)
         if sdt not in dtypes.MATMUL_INPUTS or mdt not in dtypes.MATMUL_INPUTS:
             raise DtypeError(f"data type: nc_matmul inputs {dtypes.name(sdt)} x {dtypes.name(mdt)}; "
                              f"the Tensor engine takes fp32, bf16, fp16 and fp8",
@@ -212,7 +215,8 @@ class TensorEngineInstructions:
                 # a group started with accumulate=True on a fresh tile: name the matmul that did it
                 origin = dst.tensor.poison_origin or (f"nc_matmul accumulated onto never-written {t.name!r}"
                                                       + (f" at {self.note}" if self.note else ""))
-        if defer and dst.basic and (t.dtype == dtypes.float32 or t.dtype == dtypes.bfloat16):
+        if defer and dst.basic and (t.dtype == dtypes.float32 or t.dtype == dtypes.bfloat16) \
+                and type(st) is View and type(mv) is View:        # (a retyped operand: its bytes read now)
             # computed when the PSUM tile is next read, together with the rest of its group
             t.defer_matmul(dst, st.tensor.snapshot(st), mv.tensor.snapshot(mv), accumulate)
             dst.mark_written()
@@ -259,8 +263,10 @@ class TensorEngineInstructions:
         self._store(dst, x.T)
         self._poison_from(dst, None if garbage is None else garbage.T, src)
 
+    @_retype.retyping("nc_transpose")
     def nc_transpose(self, dst, src) -> int:
-        """dst[F, P] = src[P, F].T through the Tensor engine (a matmul by the identity): SBUF → PSUM."""
+        """dst[F, P] = src[P, F].T through the Tensor engine (a matmul by the identity): SBUF → PSUM.
+        ``src_dtype`` / ``dst_dtype`` (`retype.retyping`): a tile retyped by ``.view(dtype)``."""
         dst = _view(dst, "dst")
         src = _view(src, "src")
         if src.tensor.kind != "sbuf" or dst.tensor.kind != "psum":

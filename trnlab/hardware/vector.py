@@ -53,6 +53,7 @@ class VectorInstructions:
                 + (f" at {self.note}" if self.note else ""))
             dst.set_poison(garbage.reshape(dst.shape), origin)
 
+    @_retype.retyping("tensor_tensor")
     def tensor_tensor(self, dst, data1, data2, op, engine="vector") -> int:
         """dst = data1 <op> data2, element-wise (Vector or GpSimd engine)."""
         dst = _view(dst, "dst")
@@ -88,6 +89,7 @@ class VectorInstructions:
             return (self._inputs(v, carry=carry)[0] if self.full else None), v
         return np.float32(operand), None
 
+    @_retype.retyping("tensor_scalar")
     def tensor_scalar(self, dst, data, op0, operand0, reverse0=False, op1=None, operand1=None,
                       reverse1=False, engine="vector") -> int:
         """dst = (data <op0> operand0) <op1> operand1; operands are scalars or [P, 1] views."""
@@ -151,6 +153,7 @@ class VectorInstructions:
         dur = self._cost_ns(eid, "scalar_tensor_tensor", (x, other), (dst,), fast_mode=fast)
         return self._issue(eid, "scalar_tensor_tensor", dur, reads, dst)
 
+    @_retype.retyping("activation")
     def activation(self, dst, data, op, bias=None, scale=1.0, reduce_op=None, reduce_res=None,
                    reduce_cmd=None) -> int:
         """dst = op(data * scale + bias) on the Scalar engine; bias/scale: scalar or [P, 1] view.

@@ -10,6 +10,7 @@ from trnlab.hardware.errors import DirectAllocationOverlapError, MatmulShapeErro
 from trnlab.nki import indexing, issue
 from trnlab.nki import tensor_indirection as _ti
 from trnlab.nki import perf_mode as _perf_mode
+from trnlab.nki import tensor_views as _views
 from trnlab.hardware import onezero as _onezero
 from trnlab.nki.errors import NKIError
 from trnlab.nki.loop_index import plain
@@ -75,7 +76,9 @@ def nc_matmul(dst: Tile | None, stationary: Tile, moving: Tile, is_stationary_on
                                    {"accumulate": flag, "is_transpose": bool(is_transpose), **tiling, **mode,
                                     **({} if is_transpose or double_row else hints)})
         if is_transpose:   # the PE array passes stationary through (moving is the identity): dst = stationary.T
-            launch.core.nc_transpose(dst=out.hw_view(ranges), src=stationary.hw_view(ranges))
+            (d, k0), (s, k1) = (_views.engine_operand(name, t, ranges) for name, t in (("dst", out),
+                                                                                        ("src", stationary)))
+            launch.core.nc_transpose(dst=d, src=s, **k0, **k1)
             return
         declared = launch.__dict__.get("declared", {}).get(id(out._hw))
         if declared is not None:
@@ -109,8 +112,10 @@ def nc_matmul(dst: Tile | None, stationary: Tile, moving: Tile, is_stationary_on
             launch.core.nc_matmul_double_row(dst=out.hw_view(ranges), stationary=stationary.hw_view(ranges),
                                              moving=moving.hw_view(ranges), accumulate=flag)
             return
-        launch.core.nc_matmul(dst=out.hw_view(ranges), stationary=stationary.hw_view(ranges),
-                              moving=moving.hw_view(ranges), accumulate=flag, **tiling, **hints)
+        (st, k0), (mv, k1) = (_views.engine_operand(name, t, ranges)      # a .view(dtype) tile: its bytes
+                              for name, t in (("stationary", stationary), ("moving", moving)))
+        launch.core.nc_matmul(dst=out.hw_view(ranges), stationary=st, moving=mv, accumulate=flag, **tiling, **hints,
+                              **k0, **k1)
 
     if dst is not None:
         return _finish(dst, lambda out, _flag: emit(out, "destination"), None, None, ranges=ranges)
@@ -159,8 +164,9 @@ def nc_transpose(dst: Tile | None, data: Tile, engine: engine = engine.unknown, 
     def emit(out, _accumulate):
         if on_vector:
             launch.core.vector_transpose(dst=out.hw_view(ranges), src=data.hw_view(ranges))
-        else:
-            launch.core.nc_transpose(dst=out.hw_view(ranges), src=data.hw_view(ranges))
+        else:                       # (a .view(dtype) tile: its bytes, read as its type)
+            (d, k0), (s, k1) = (_views.engine_operand(name, t, ranges) for name, t in (("dst", out), ("src", data)))
+            launch.core.nc_transpose(dst=d, src=s, **k0, **k1)
 
     shape = (math.prod(data.shape[1:]), data.shape[0])
     return _finish(dst, emit, shape, dtype or data.dtype, "sbuf" if on_vector else "psum")

@@ -50,6 +50,7 @@ class ValuesCore(NeuronCore):
     def _cost_ns(self, eid, opcode, reads, writes, **attrs) -> float:
         return 0.0
 
+    @_retype.retyping("nc_matmul")
     def nc_matmul(self, dst, stationary, moving, accumulate=None, tile_position=None, tile_size=None,
                   is_stationary_onezero=False, is_moving_onezero=False) -> int:
         dst, st, mv = _view(dst, "dst"), _view(stationary, "stationary"), _view(moving, "moving")
@@ -58,6 +59,7 @@ class ValuesCore(NeuronCore):
         self._matmul_values(dst, st, mv, st.partitions, st.free_size, mv.free_size, accumulate)
         return -1
 
+    @_retype.retyping("nc_matmul")
     def nc_matmul_starting(self, dst, stationary, moving, accumulate=None, tile_position=None, tile_size=None,
                            is_stationary_onezero=False, is_moving_onezero=False) -> int:
         """nc_matmul ending a run of matmuls into its PSUM tile that nothing adds to before the
@@ -68,6 +70,7 @@ class ValuesCore(NeuronCore):
         t.memory.start_pending(t)
         return -1
 
+    @_retype.retyping("nc_matmul")
     def nc_matmul_ready(self, dst, stationary, moving, accumulate=None, tile_position=None, tile_size=None,
                         is_stationary_onezero=False, is_moving_onezero=False) -> int:
         """nc_matmul ending a run, followed by one ending another tile's run: its products start
@@ -133,6 +136,7 @@ class ValuesCore(NeuronCore):
                                      _retype.read_as(dst, dst_dtype, "tensor_copy dst"))
         return -1
 
+    @_retype.retyping("nc_transpose")
     def nc_transpose(self, dst, src) -> int:
         self._transpose_values(dst, src)
         return -1
