@@ -187,3 +187,35 @@ def test_a_stamped_loop_of_hinted_matmuls_keeps_every_hint_and_its_cost():
     run = run_both(_hinted_matmul(False, True, repeats=6), ones_st, ones_mv)
     plain = _matmul_ns(nki.run(_hinted_matmul(False, False), ones_st, ones_mv))[0]
     assert _matmul_ns(run) == pytest.approx([plain / 2] * 6)
+
+
+@nki.jit
+def words_as_ones(words, rhs):
+    """lhsT.T @ rhs with lhsT the uint32 words [K, M] read as fp32 (tile.view), hinted 0/1."""
+    w = nl.ndarray(words.shape, dtype=nl.uint32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=w, src=words)
+    b = nl.ndarray(rhs.shape, dtype=rhs.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=b, src=rhs)
+    acc = nl.ndarray((words.shape[1], rhs.shape[1]), dtype=nl.float32, buffer=nl.psum)
+    nisa.nc_matmul(dst=acc, stationary=w.view(nl.float32), moving=b, is_stationary_onezero=True)
+    result = nl.ndarray(acc.shape, dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_copy(dst=result, src=acc)
+    out = nl.ndarray(acc.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=result)
+    return out
+
+
+def test_a_retyped_stationary_is_hinted_and_checked_as_the_type_it_is_read_as():
+    """uint32 words holding the bits of 0.0f and 1.0f, read as fp32: a true hint, costed as an fp32 one; the
+    word 2 (a denormal fp32, not 0 or 1) breaks it."""
+    rng = np.random.default_rng(11)
+    ones = rng.integers(0, 2, size=(64, 32)).astype(np.float32)
+    rhs = rng.normal(size=(64, 128)).astype(np.float32)
+    run = run_both(words_as_ones, ones.view(np.uint32), rhs)
+    np.testing.assert_allclose(run.outputs, ones.T @ rhs, rtol=1e-5, atol=1e-5)
+    plain = nki.run(_hinted_matmul(False, False), ones, rhs)
+    assert _matmul_ns(run) == pytest.approx([_matmul_ns(plain)[0] / 2])
+    words = ones.view(np.uint32).copy()
+    words[0, 0] = 2
+    with pytest.raises(OneZeroHintError, match="is_stationary_onezero=True"):
+        nki.run(words_as_ones, words, rhs)

@@ -44,7 +44,8 @@ def hint_attrs(stationary: bool, moving: bool) -> dict:
 def check(view, what: str, opcode: str = "nc_matmul") -> None:
     """Full mode: refuse a float32 operand `view` flagged as holding ones and zeros only when a written
     element is neither 0 nor 1 (module docstring: what the page says, what is ASSUMED)."""
-    if view.tensor.dtype != dtypes.float32:
+    dtype = getattr(view, "read_dtype", view.tensor.dtype)     # (a tile retyped by .view: the type read)
+    if dtype != dtypes.float32:
         return                                      # "the field has no impact for non-float32"
     values = np.asarray(view.values())
     bad = (values != 0) & (values != 1)             # NaN compares unequal to both: refused
