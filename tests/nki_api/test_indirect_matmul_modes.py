@@ -15,16 +15,10 @@ import trnlab.nki.language as nl
 from trnlab.hardware.errors import DtypeError, MatmulShapeError, OneZeroHintError
 from trnlab.nki.tensor_indirection import IndirectionMaskError
 
-from nki_isa_helpers import run_both
+from nki_isa_helpers import hbm_copy, run_both, sbuf_copy as _sbuf
 from test_tensor_indirection_matmul import expected_offsets
 
 BF16, FP8 = ml_dtypes.bfloat16, ml_dtypes.float8_e4m3
-
-
-def _sbuf(hbm):
-    tile = nl.ndarray(hbm.shape, dtype=hbm.dtype, buffer=nl.sbuf)
-    nisa.dma_copy(dst=tile, src=hbm)
-    return tile
 
 
 def _scattered(double_row: bool = False, hints: dict | None = None):
@@ -41,9 +35,7 @@ def _scattered(double_row: bool = False, hints: dict | None = None):
                        **(hints or {}))
         result = nl.ndarray((M, 2 * N), dtype=nl.float32, buffer=nl.sbuf)
         nisa.tensor_copy(dst=result, src=acc)
-        out = nl.ndarray((M, 2 * N), dtype=nl.float32, buffer=nl.shared_hbm)
-        nisa.dma_copy(dst=out, src=result)
-        return out
+        return hbm_copy(result)
 
     return scattered
 
@@ -81,9 +73,7 @@ def test_double_row_writes_a_bf16_dst_from_neuroncore_v4_only():
         nisa.nc_matmul(dst=acc, stationary=_sbuf(lhsT), moving=_sbuf(rhs), perf_mode=nisa.matmul_perf_mode.double_row)
         result = nl.ndarray(acc.shape, dtype=nl.float32, buffer=nl.sbuf)
         nisa.tensor_copy(dst=result, src=acc)
-        out = nl.ndarray(acc.shape, dtype=nl.float32, buffer=nl.shared_hbm)
-        nisa.dma_copy(dst=out, src=result)
-        return out
+        return hbm_copy(result)
 
     rng = np.random.default_rng(3)
     lhsT, rhs = rng.normal(size=(64, 2, 16)).astype(FP8), rng.normal(size=(64, 2, 24)).astype(FP8)

@@ -17,7 +17,7 @@ from trnlab.hardware import cost, presets
 from trnlab.hardware.errors import OneZeroHintError
 from trnlab.hardware.program import Program
 
-from nki_isa_helpers import run_both
+from nki_isa_helpers import hbm_copy, run_both, sbuf_copy
 
 BF16 = ml_dtypes.bfloat16
 
@@ -26,21 +26,15 @@ def _hinted_matmul(stationary_onezero: bool, moving_onezero: bool, repeats: int 
     @nki.jit
     def hinted_matmul(lhsT, rhs):
         """out[M, N] = lhsT.T @ rhs, `repeats` times into fresh PSUM tiles (the last one kept)."""
-        K, M = lhsT.shape
-        N = rhs.shape[1]
-        a = nl.ndarray((K, M), dtype=lhsT.dtype, buffer=nl.sbuf)
-        b = nl.ndarray((K, N), dtype=rhs.dtype, buffer=nl.sbuf)
-        nisa.dma_copy(dst=a, src=lhsT)
-        nisa.dma_copy(dst=b, src=rhs)
+        M, N = lhsT.shape[1], rhs.shape[1]
+        a, b = sbuf_copy(lhsT), sbuf_copy(rhs)
         result = nl.ndarray((M, N), dtype=nl.float32, buffer=nl.sbuf)
         for _ in nl.affine_range(repeats):
             acc = nl.ndarray((M, N), dtype=nl.float32, buffer=nl.psum)
             nisa.nc_matmul(dst=acc, stationary=a, moving=b, is_stationary_onezero=stationary_onezero,
                            is_moving_onezero=moving_onezero)
             nisa.tensor_copy(dst=result, src=acc)
-        out = nl.ndarray((M, N), dtype=nl.float32, buffer=nl.shared_hbm)
-        nisa.dma_copy(dst=out, src=result)
-        return out
+        return hbm_copy(result)
 
     return hinted_matmul
 
@@ -192,17 +186,12 @@ def test_a_stamped_loop_of_hinted_matmuls_keeps_every_hint_and_its_cost():
 @nki.jit
 def words_as_ones(words, rhs):
     """lhsT.T @ rhs with lhsT the uint32 words [K, M] read as fp32 (tile.view), hinted 0/1."""
-    w = nl.ndarray(words.shape, dtype=nl.uint32, buffer=nl.sbuf)
-    nisa.dma_copy(dst=w, src=words)
-    b = nl.ndarray(rhs.shape, dtype=rhs.dtype, buffer=nl.sbuf)
-    nisa.dma_copy(dst=b, src=rhs)
     acc = nl.ndarray((words.shape[1], rhs.shape[1]), dtype=nl.float32, buffer=nl.psum)
-    nisa.nc_matmul(dst=acc, stationary=w.view(nl.float32), moving=b, is_stationary_onezero=True)
+    nisa.nc_matmul(dst=acc, stationary=sbuf_copy(words).view(nl.float32), moving=sbuf_copy(rhs),
+                   is_stationary_onezero=True)
     result = nl.ndarray(acc.shape, dtype=nl.float32, buffer=nl.sbuf)
     nisa.tensor_copy(dst=result, src=acc)
-    out = nl.ndarray(acc.shape, dtype=nl.float32, buffer=nl.shared_hbm)
-    nisa.dma_copy(dst=out, src=result)
-    return out
+    return hbm_copy(result)
 
 
 def test_a_retyped_stationary_is_hinted_and_checked_as_the_type_it_is_read_as():

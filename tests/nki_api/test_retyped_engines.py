@@ -15,22 +15,10 @@ import trnlab.nki.isa as nisa
 import trnlab.nki.language as nl
 from trnlab.hardware.errors import DtypeError
 
-from nki_isa_helpers import run_both
+from nki_isa_helpers import hbm_copy as _out, run_both, sbuf_copy as _sbuf
 
 RNG = np.random.default_rng(33)
 BF16 = ml_dtypes.bfloat16
-
-
-def _sbuf(hbm, dtype=None):
-    tile = nl.ndarray(hbm.shape, dtype=dtype or hbm.dtype, buffer=nl.sbuf)
-    nisa.dma_copy(dst=tile, src=hbm)
-    return tile
-
-
-def _out(tile):
-    out = nl.ndarray(tile.shape, dtype=tile.dtype, buffer=nl.shared_hbm)
-    nisa.dma_copy(dst=out, src=tile)
-    return out
 
 
 @nki.jit
