@@ -1,6 +1,6 @@
 """A tile retyped by ``tile.view(dtype)`` (NKI 0.7: views "share the same underlying storage"; "Return a new view
 of the tensor, reinterpret to a specified type") read and written by the element-wise engines and the Tensor engine
-(trnlab/hardware/retype.py `retyping`): tensor_tensor, tensor_scalar, activation, nc_matmul and its transpose see
+(trnlab/hardware/retype.py `typed`): tensor_tensor, tensor_scalar, activation, nc_matmul and its transpose see
 the tile's bytes as the new type of the same element size — NumPy's ``.view`` — and write the bytes of what they
 compute. Values against NumPy with the fast paths on and off, timing-only the same timeline, each operand costed
 as the type it is read as, and a retype across element sizes still refused by name."""

@@ -50,17 +50,20 @@ class DescribingCore(NeuronCore):
                                            tuple(self._ref(v) for v in writes), flops, sbuf, psum,
                                            sbuf_port, psum_port, hidden))
 
-    @_retype.retyping("nc_matmul")
     def nc_matmul(self, dst, stationary, moving, accumulate=None, tile_position=None, tile_size=None,
-                  is_stationary_onezero: bool = False, is_moving_onezero: bool = False) -> int:
+                  is_stationary_onezero: bool = False, is_moving_onezero: bool = False, stationary_dtype=None,
+                  moving_dtype=None) -> int:
+        if stationary_dtype or moving_dtype:        # a tile retyped by .view(dtype) (retype.py)
+            stationary, moving = _retype.typed_pair(stationary, stationary_dtype, moving, moving_dtype)
         # the rules and the cost depend only on the operands' shapes, places and dtypes (and the
         # one/zero hints): checked and costed once per such triple (a tiled loop issues the same
         # matmul thousands of times)
         views = (_view(dst, "dst"), _view(stationary, "stationary"), _view(moving, "moving"))
         key = tuple((v.shape, v.partitions, v.free_size, v.part_start, v.part_first, v.tensor.kind,
                      _retype.dtype_of(v)) for v in views)
-        hints = onezero.hint_attrs(is_stationary_onezero, is_moving_onezero)
-        if hints:
+        hints = None
+        if is_stationary_onezero or is_moving_onezero:
+            hints = onezero.hint_attrs(is_stationary_onezero, is_moving_onezero)
             key += (is_stationary_onezero, is_moving_onezero)
         checked = self._matmul_checked.get(key)
         if checked is None:

@@ -7,16 +7,14 @@ and one writing it stores the bytes of the values it computes. Engines other tha
 same size only here (the instruction's shapes, cost and garbage masks count the tile's own elements);
 quantize_mx reads fp16/bf16 out of wider elements (`mx.quantize_mx`).
 
-tensor_copy, quantize_mx and nc_matmul_mx take their ``*_dtype`` arguments themselves; the element-wise
-instructions and the Tensor engine's (`RETYPED`) take them through `retyping`, which hands the method a
-`TypedView` of the operand: the same tile, box and dependencies, whose ``values()`` are its bytes read as the
-type and whose ``write()`` stores the bytes of values of that type — so the instruction's rules, values and
-cost (`cost.operand` reads ``read_dtype``) see the type the kernel retyped the tile to.
+tensor_copy, quantize_mx and nc_matmul_mx read their operands with `read_as` / `values_as` / `stored_as`;
+tensor_tensor, tensor_scalar, activation, nc_matmul and nc_transpose turn an operand given with
+``<operand>_dtype=`` into a `TypedView` (`typed`): the same tile, box and dependencies, whose ``values()`` are
+its bytes read as the type and whose ``write()`` stores the bytes of values of that type — so the
+instruction's rules, values and cost (`cost.operand` reads ``read_dtype``) see the type the kernel retyped the
+tile to.
 """
 from __future__ import annotations
-
-import functools
-import inspect
 
 import numpy as np
 
@@ -24,15 +22,6 @@ from . import dtypes
 from .errors import DtypeError
 from .operands import _view
 from .tensor import View
-
-#: instruction -> its operands that may be a retyped tile (through `retyping`, ``<operand>_dtype=``)
-RETYPED = {
-    "tensor_tensor": ("dst", "data1", "data2"),
-    "tensor_scalar": ("dst", "data"),
-    "activation": ("dst", "data"),
-    "nc_matmul": ("stationary", "moving"),
-    "nc_transpose": ("dst", "src"),
-}
 
 
 class TypedView(View):
@@ -51,8 +40,12 @@ class TypedView(View):
                    .view(self.tensor.dtype))
 
 
-def typed(v: View, dtype, what: str) -> View:
-    """`v` read as `dtype` (same element size, `read_as`): a `TypedView`, or `v` itself for its own type."""
+def typed(x, dtype, what: str):
+    """Operand `x` (a Tensor or View) read as `dtype` (same element size, `read_as`): a `TypedView`; `x` itself
+    for dtype None or its own type."""
+    if dtype is None:
+        return x
+    v = _view(x, what)
     dtype = read_as(v, dtype, what)
     if dtype == v.tensor.dtype:
         return v
@@ -63,36 +56,15 @@ def typed(v: View, dtype, what: str) -> View:
     return out
 
 
+def typed_pair(stationary, stationary_dtype, moving, moving_dtype) -> tuple:
+    """A matmul's (stationary, moving), each `typed` as its ``*_dtype`` says."""
+    return (typed(stationary, stationary_dtype, "nc_matmul stationary"),
+            typed(moving, moving_dtype, "nc_matmul moving"))
+
+
 def dtype_of(v) -> np.dtype:
     """The type an instruction reads view `v` as: a `TypedView`'s, else its tensor's."""
     return v.read_dtype if type(v) is TypedView else v.tensor.dtype
-
-
-def retyping(opcode: str):
-    """Decorate NeuronCore instruction `opcode` so that it takes ``<operand>_dtype=`` (a dtype name) for each of
-    its operands in `RETYPED`: the operand is handed to the method as a `TypedView`. The signature shows the
-    extra keywords (the trace records them as the instruction's attributes; a replay passes them back)."""
-    names = RETYPED[opcode]
-    keys = frozenset(f"{name}_dtype" for name in names)
-
-    def wrap(method):
-        signature = inspect.signature(method)
-        extra = [inspect.Parameter(f"{name}_dtype", inspect.Parameter.KEYWORD_ONLY, default=None) for name in names]
-
-        @functools.wraps(method)
-        def call(self, *args, **kwargs):
-            if not kwargs or keys.isdisjoint(kwargs):
-                return method(self, *args, **kwargs)            # (every call but a retyped tile's)
-            types = {name: kwargs.pop(f"{name}_dtype", None) for name in names}
-            bound = signature.bind(self, *args, **kwargs)
-            for name, dtype in types.items():
-                if dtype is not None:
-                    bound.arguments[name] = typed(_view(bound.arguments[name], name), dtype, f"{opcode} {name}")
-            return method(*bound.args, **bound.kwargs)
-
-        call.__signature__ = signature.replace(parameters=list(signature.parameters.values()) + extra)
-        return call
-    return wrap
 
 
 def read_as(v, dtype, what: str) -> np.dtype:

@@ -54,9 +54,9 @@ def pe_tiles(spec, tile_position, tile_size, K: int, M: int) -> int:
 class TensorEngineInstructions:
     """NeuronCore's Tensor-engine instructions (the core's machinery: `core.NeuronCore`)."""
 
-    @_retype.retyping("nc_matmul")
     def nc_matmul(self, dst, stationary, moving, accumulate=None, tile_position=None, tile_size=None,
-                  is_stationary_onezero: bool = False, is_moving_onezero: bool = False) -> int:
+                  is_stationary_onezero: bool = False, is_moving_onezero: bool = False, stationary_dtype=None,
+                  moving_dtype=None) -> int:
         """dst[M, N] (+)= stationary[K, M].T @ moving[K, N] on the Tensor engine.
 
         Inputs in SBUF, output in PSUM (fp32; bf16 also on NeuronCore-v4), K <= 128 (partitions),
@@ -67,14 +67,18 @@ class TensorEngineInstructions:
         other tiles run at the same time (`engines.EngineTimes.tensor_tiled`); the values are the same.
         ``is_stationary_onezero`` / ``is_moving_onezero``: the kernel's hint that an operand holds ones and
         zeros only — the same values, fewer passes for an fp32 operand, a false hint on one refused in
-        full mode (`onezero.py`). ``stationary_dtype`` / ``moving_dtype`` (`retype.retyping`): a tile retyped
-        by ``.view(dtype)``, its bytes read as that type of the same size.
+        full mode (`onezero.py`). ``stationary_dtype`` / ``moving_dtype``: a tile retyped by ``.view(dtype)``,
+        its bytes read as that type of the same size (`retype.py`).
         """
+        if stationary_dtype or moving_dtype:
+            stationary, moving = _retype.typed_pair(stationary, stationary_dtype, moving, moving_dtype)
         # The rules depend only on the operands' shapes and places: check each triple of operand
         # objects once (tiled loops reuse the same views) — the hot path of every GEMM.
-        hints = onezero.hint_attrs(is_stationary_onezero, is_moving_onezero)
-        key = (dst, stationary, moving, is_stationary_onezero, is_moving_onezero) if hints else \
-            (dst, stationary, moving)
+        if is_stationary_onezero or is_moving_onezero:
+            hints = onezero.hint_attrs(is_stationary_onezero, is_moving_onezero)
+            key = (dst, stationary, moving, is_stationary_onezero, is_moving_onezero)
+        else:
+            hints, key = None, (dst, stationary, moving)
         checked = self._matmul_checked.get(key)
         if checked is None:
             checked = self._check_matmul(dst, stationary, moving, hints)
@@ -263,10 +267,12 @@ class TensorEngineInstructions:
         self._store(dst, x.T)
         self._poison_from(dst, None if garbage is None else garbage.T, src)
 
-    @_retype.retyping("nc_transpose")
-    def nc_transpose(self, dst, src) -> int:
+    def nc_transpose(self, dst, src, dst_dtype=None, src_dtype=None) -> int:
         """dst[F, P] = src[P, F].T through the Tensor engine (a matmul by the identity): SBUF → PSUM.
-        ``src_dtype`` / ``dst_dtype`` (`retype.retyping`): a tile retyped by ``.view(dtype)``."""
+        ``dst_dtype`` / ``src_dtype``: a tile retyped by ``.view(dtype)`` (`retype.py`)."""
+        if dst_dtype or src_dtype:
+            dst, src = (_retype.typed(dst, dst_dtype, "nc_transpose dst"),
+                        _retype.typed(src, src_dtype, "nc_transpose src"))
         dst = _view(dst, "dst")
         src = _view(src, "src")
         if src.tensor.kind != "sbuf" or dst.tensor.kind != "psum":

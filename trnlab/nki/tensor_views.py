@@ -522,7 +522,7 @@ def retype(t, dtype):
 
 def engine_operand(name: str, t, ranges: dict | None = None) -> tuple:
     """(hardware view, keywords) of operand `name` of an engine instruction that reads a retyped tile
-    (`hardware.retype.RETYPED`): a `.view(dtype)` tile is its own bytes (``_bitcast``, in the tile's elements)
+    (tensor_tensor, tensor_scalar, activation, nc_matmul, nc_transpose: `hardware.retype.typed`): a `.view(dtype)` tile is its own bytes (``_bitcast``, in the tile's elements)
     with ``<name>_dtype=`` the type to read them as; any other tile its view and no keyword."""
     if t._bitcast is None:
         return t.hw_view(ranges), {}
