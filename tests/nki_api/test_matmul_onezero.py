@@ -208,3 +208,25 @@ def test_a_retyped_stationary_is_hinted_and_checked_as_the_type_it_is_read_as():
     words[0, 0] = 2
     with pytest.raises(OneZeroHintError, match="is_stationary_onezero=True"):
         nki.run(words_as_ones, words, rhs)
+
+
+def _transpose(hint: bool):
+    @nki.jit
+    def transpose(x):
+        """x.T through the PE array (is_transpose=True), hinted or not."""
+        P, F = x.shape
+        acc = nl.ndarray((F, P), dtype=nl.float32, buffer=nl.psum)
+        nisa.nc_matmul(dst=acc, stationary=sbuf_copy(x), moving=sbuf_copy(x)[:, 0:P], is_transpose=True,
+                       is_moving_onezero=hint)
+        result = nl.ndarray((F, P), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=result, src=acc)
+        return hbm_copy(result)
+
+    return transpose
+
+
+def test_the_hints_change_nothing_in_a_transposing_matmul(records):
+    x = np.random.default_rng(4).normal(size=(64, 96)).astype(np.float32)
+    hinted, plain = run_both(_transpose(True), x), nki.run(_transpose(False), x)
+    np.testing.assert_array_equal(hinted.outputs, x.T)
+    assert records(hinted) == records(plain)
