@@ -289,7 +289,8 @@ zeros, 2 of its 4 fast tests pass and 2 differ in scales by the rule above).
 `core/moe/moe_cte/moe_bwmm_mx_cte`'s tests (full and timing-only) and `core/moe_block/moe_block_tkg`'s
 MX tests pass 60 s in the library's input generator (a Python loop per 8 x 4 block), before any kernel;
 called directly at a small shape, the kernel reads its uint32 weights `.view(float8_e4m3fn_x4)` in SBUF
-and stops later, at `nc_matmul(is_stationary_onezero=True)` (not simulated).
+and stopped later, at `nc_matmul(is_stationary_onezero=True)`, not simulated then (it is now; not run
+again since).
 `core/moe/moe_tkg`'s MX tests read
 `.base_tensor` (an attribute of the library's `TensorView`) of a plain tensor.
 

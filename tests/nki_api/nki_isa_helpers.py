@@ -7,6 +7,8 @@ import trnlab.nki.isa as nisa
 import trnlab.nki.language as nl
 from trnlab import config
 
+from nki_kernels.tiles import hbm_copy, sbuf_copy  # noqa: F401  (the nki_api tests' tile helpers)
+
 
 def _records(run):
     return [(r.engine, r.opcode, r.start_ns, r.end_ns) for r in (run.timeline[i] for i in range(len(run.timeline)))]
@@ -38,3 +40,4 @@ def load_scalar(hbm):
     tile = nl.ndarray((1, 1), dtype=hbm.dtype, buffer=nl.sbuf)
     nisa.dma_copy(dst=tile, src=hbm)
     return nisa.scalar_load(tile)
+

@@ -154,11 +154,11 @@ def test_what_aws_refuses_of_a_retyped_tile_is_refused_by_name():
         tile.view(nl.float32)
         return x
 
-    def other_engine_reads(x):      # an activation reads a tile in its own type
+    def other_engine_reads(x):      # a reduction reads a tile in its own type (tests/nki_api/test_retyped_engines.py)
         tile = nl.ndarray((32, 1), dtype=nl.uint32, buffer=nl.sbuf)
         nisa.dma_copy(dst=tile, src=x)
         out = nl.ndarray((32, 1), dtype=nl.float32, buffer=nl.sbuf)
-        nisa.activation(dst=out, op=nl.exp, data=tile.view(nl.float32))
+        nisa.tensor_reduce(dst=out, op=nl.add, data=tile.view(nl.float32), axis=1)
         return x
 
     def copy_across_sizes(x):       # tensor_copy reads 4 bytes of a uint8 tile as one fp32: not modelled

@@ -13,9 +13,9 @@ import trnlab.nki as nki
 import trnlab.nki.isa as nisa
 import trnlab.nki.language as nl
 from trnlab.hardware import mx
-from trnlab.hardware.errors import DtypeError, GenerationError, PETilingError, ShapeMismatchError, StartPartitionError
+from trnlab.hardware.errors import (DtypeError, GenerationError, MatmulShapeError, PETilingError, ShapeMismatchError,
+                                   StartPartitionError)
 from trnlab.hardware.indirection import IndirectionOperandError
-from trnlab.nki.errors import NKIError
 
 from nki_isa_helpers import run_both
 
@@ -300,7 +300,9 @@ def test_an_indirect_matmul_costs_the_dense_matmul_of_its_gathered_shapes():
     assert gathered.end_ns - gathered.start_ns == pytest.approx(dense.end_ns - dense.start_ns)
 
 
-def test_an_indirect_matmul_in_double_row_mode_is_refused_by_name():
-    with pytest.raises(NKIError, match="perf_mode=double_row is not simulated"):
+def test_a_gathered_operand_cannot_take_double_rows_pair_axis():
+    """double_row's operands are [K, 2, F]; a gathered view is [P, num_elem] (the scattered dst is simulated:
+    tests/nki_api/test_indirect_matmul_modes.py)."""
+    with pytest.raises(MatmulShapeError, match="double_row stationary is an .indirect\\(\\) view"):
         nki.run(_two_matmuls(nisa.matmul_perf_mode.double_row), LHS_T.astype(BF16),
                 RHS.astype(BF16).repeat(2, axis=1), COLUMNS, target="trn3")

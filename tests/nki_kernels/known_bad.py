@@ -13,19 +13,7 @@ import trnlab.nki.compiler as ncc
 import trnlab.nki.isa as nisa
 import trnlab.nki.language as nl
 
-
-def _load(hbm, dtype=None):
-    """An SBUF tile holding the whole HBM tensor `hbm` (one DMA)."""
-    tile = nl.ndarray(hbm.shape, dtype=dtype or hbm.dtype, buffer=nl.sbuf)
-    nisa.dma_copy(dst=tile, src=hbm)
-    return tile
-
-
-def _store(tile):
-    """A new HBM output holding the SBUF tile `tile`."""
-    out = nl.ndarray(tile.shape, dtype=tile.dtype, buffer=nl.shared_hbm)
-    nisa.dma_copy(dst=out, src=tile)
-    return out
+from .tiles import hbm_copy as _store, sbuf_copy as _load
 
 
 def _out_of_psum(acc):

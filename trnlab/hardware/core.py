@@ -30,6 +30,7 @@ import dataclasses
 import numpy as np
 
 from . import cost, dependencies, dtypes
+from . import retype as _retype
 from .collective import CollectiveInstructions
 from .dma import DmaInstructions
 from .double_row import DoubleRowInstructions
@@ -390,7 +391,7 @@ class NeuronCore(TensorEngineInstructions, VectorInstructions, ReductionInstruct
 
     @staticmethod
     def _store(dst: View, values: np.ndarray):
-        dst.write(np.asarray(values).reshape(dst.shape).astype(dst.tensor.dtype, copy=False))
+        dst.write(np.asarray(values).reshape(dst.shape).astype(_retype.dtype_of(dst), copy=False))
 
 
 def footprint_per_partition(v: View) -> int:

@@ -13,7 +13,8 @@ Grounded in the published NKI cost model [ARCH-v2], [PERF], [ISA] and the DMA pa
 Tensor engine (a systolic array of pe_rows × pe_cols PEs, weights stationary):
 - MultiplyMoving streams the N columns of `moving` through the array: the engine is busy for
   ``max(min(matmul_min_cycles, M), N)`` cycles (the ISA page's formula; = max(N, 64) for a full
-  128-wide stationary), × `fp32_matmul_factor` (4) when an input is fp32.
+  128-wide stationary), × `fp32_matmul_factor` (4) when an input is fp32 — halved for each fp32
+  operand the kernel hints holds ones and zeros only (`onezero_passes`; trnlab/hardware/onezero.py).
 - The last column leaves the array (K - 1) + (M - 1) cycles after it entered: data skews down the
   K rows and partial sums flow across the M columns. So the PSUM result is *ready*
   ``busy + (K - 1) + (M - 1)`` cycles after the start (`Cost.latency_cycles`). Back-to-back
@@ -138,6 +139,21 @@ def matmul_cycles(spec: CoreSpec, K: int, M: int, N: int, dtype="bfloat16") -> t
     if dtypes.as_dtype(dtype) == _FP32:
         busy *= spec.fp32_matmul_factor
     return busy, busy + (K - 1) + (M - 1)
+
+
+def onezero_passes(spec: CoreSpec, stationary_dtype: str, moving_dtype: str, attrs: dict) -> int:
+    """How many times an nc_matmul streams its moving columns: 1, or for an fp32 matmul
+    `fp32_matmul_factor` (4) halved for each fp32 operand hinted to hold ones and zeros only
+    (``is_stationary_onezero`` / ``is_moving_onezero``: "could lead to 2x better performance if
+    stationary tile is in float32; the field has no impact for non-float32 stationary", nki.isa.nc_matmul;
+    both hints together halving it twice is ASSUMED; trnlab/hardware/onezero.py)."""
+    if "float32" not in (stationary_dtype, moving_dtype):
+        return 1
+    passes = spec.fp32_matmul_factor
+    for hint, dtype in (("is_stationary_onezero", stationary_dtype), ("is_moving_onezero", moving_dtype)):
+        if dtype == "float32" and attrs.get(hint):
+            passes //= 2
+    return max(passes, 1)
 
 
 def stationary_load_cycles(spec: CoreSpec, K: int, M: int) -> int:
@@ -463,6 +479,11 @@ def _tensor_engine(instr: Instruction, spec: CoreSpec, clock: float) -> Cost:
             M, N = M // 2, N // 2
         fp32 = "float32" in (st.dtype, mv.dtype)
     busy, latency = matmul_cycles(spec, K, M, N, _FP32 if fp32 else dtypes.bfloat16)
+    if fp32 and instr.opcode == "nc_matmul" and instr.attrs:
+        # the one/zero hints: fewer passes over the columns for a 0/1 fp32 operand (`onezero_passes`)
+        busy, latency = matmul_cycles(spec, K, M, N, dtypes.bfloat16)
+        busy *= onezero_passes(spec, st.dtype, mv.dtype, instr.attrs)
+        latency = busy + (K - 1) + (M - 1)
     if instr.opcode == "nc_transpose" and fp32 and spec.generation >= "v3":
         # the Tensor engine's transpose mode (NeuronCore-v3 on): "2x speedup in FP32 transpose, vs.
         # no transpose mode enabled" [ARCH-v3], "Built-in Transpose Support"
@@ -553,5 +574,6 @@ def inner_contiguous(view) -> bool:
 def operand(view, contiguity: bool = False) -> Operand:
     """The `Operand` of a `tensor.View` (contiguous_bytes only when `contiguity`: DMAs)."""
     t = view.tensor
-    return Operand(t.kind, view.shape, dtypes.name(t.dtype), view.partitions, view.free_size,
+    dtype = getattr(view, "read_dtype", t.dtype)      # a tile retyped by .view(dtype) (retype.TypedView)
+    return Operand(t.kind, view.shape, dtypes.name(dtype), view.partitions, view.free_size,
                    view.nbytes, contiguous_bytes(view) if contiguity else 0, inner_contiguous(view))

@@ -10,7 +10,8 @@ pass; `describe` describes a program loaded from JSON (or rewritten) once.
 """
 from __future__ import annotations
 
-from . import dtypes
+from . import dtypes, onezero
+from . import retype as _retype
 from .core import NeuronCore, _bytes_by_memory, _free_byte_range, _view
 from .dependencies import tracked
 from .engines import DVE, FIRST_DMA, PE, port_needs
@@ -49,15 +50,24 @@ class DescribingCore(NeuronCore):
                                            tuple(self._ref(v) for v in writes), flops, sbuf, psum,
                                            sbuf_port, psum_port, hidden))
 
-    def nc_matmul(self, dst, stationary, moving, accumulate=None, tile_position=None, tile_size=None) -> int:
-        # the rules and the cost depend only on the operands' shapes, places and dtypes: checked
-        # and costed once per such triple (a tiled loop issues the same matmul thousands of times)
+    def nc_matmul(self, dst, stationary, moving, accumulate=None, tile_position=None, tile_size=None,
+                  is_stationary_onezero: bool = False, is_moving_onezero: bool = False, stationary_dtype=None,
+                  moving_dtype=None) -> int:
+        if stationary_dtype or moving_dtype:        # a tile retyped by .view(dtype) (retype.py)
+            stationary, moving = _retype.typed_pair(stationary, stationary_dtype, moving, moving_dtype)
+        # the rules and the cost depend only on the operands' shapes, places and dtypes (and the
+        # one/zero hints): checked and costed once per such triple (a tiled loop issues the same
+        # matmul thousands of times)
         views = (_view(dst, "dst"), _view(stationary, "stationary"), _view(moving, "moving"))
         key = tuple((v.shape, v.partitions, v.free_size, v.part_start, v.part_first, v.tensor.kind,
-                     v.tensor.dtype) for v in views)
+                     _retype.dtype_of(v)) for v in views)
+        hints = None
+        if is_stationary_onezero or is_moving_onezero:
+            hints = onezero.hint_attrs(is_stationary_onezero, is_moving_onezero)
+            key += (is_stationary_onezero, is_moving_onezero)
         checked = self._matmul_checked.get(key)
         if checked is None:
-            checked = self._matmul_checked[key] = self._check_matmul(*views)[6:]
+            checked = self._matmul_checked[key] = self._check_matmul(*views, hints)[6:]
         busy_ns, latency_ns, load_ns, flops, sbuf, psum = checked
         dst, st, mv = views
         tiles = 0 if tile_position is None and tile_size is None else \
@@ -65,8 +75,8 @@ class DescribingCore(NeuronCore):
         return self._describe(MatmulIssue(MATMUL, self._ref(dst), self._ref(st), self._ref(mv), busy_ns,
                                           latency_ns, load_ns, flops, sbuf, psum, tiles))
 
-    def _pe_issue(self, opcode, st, reads, dst, flops, sbuf, psum, tiles: int = 0):
-        busy_ns, latency_ns, load_ns = self._pe_cost(opcode, st, reads, dst)
+    def _pe_issue(self, opcode, st, reads, dst, flops, sbuf, psum, tiles: int = 0, attrs: dict | None = None):
+        busy_ns, latency_ns, load_ns = self._pe_cost(opcode, st, reads, dst, attrs)
         return self._describe(TensorIssue(PE_ISSUE, opcode, self._ref(st), tuple(self._ref(v) for v in reads),
                                           self._ref(dst), busy_ns, latency_ns, load_ns, flops, sbuf, psum, tiles))
 

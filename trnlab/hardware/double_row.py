@@ -75,9 +75,11 @@ def check(core, dst, st, mv):
     if dst.partitions != M or dst.free_size != N:
         raise MatmulShapeError(f"shape mismatch: double_row dst {dst.shape} should be [M={M}, N={N}]",
                                value=dst.shape, limit=(M, N))
-    if dst.tensor.dtype != dtypes.float32:
-        raise DtypeError(f"data type: nc_matmul writes fp32 to PSUM, dst is {dtypes.name(dst.tensor.dtype)}",
-                         value=dst.tensor.dtype, limit="float32")
+    # "The dst tile must be a float32 tile in NeuronCore-v2 and NeuronCore-v3. Starting NeuronCore-v4, dst can
+    # either be a float32 or bfloat16 tile" [NC-MATMUL], "Data types" (for every performance mode)
+    if dst.tensor.dtype != dtypes.float32 and not (dst.tensor.dtype == dtypes.bfloat16 and spec.generation >= "v4"):
+        raise DtypeError(f"data type: nc_matmul writes fp32 to PSUM (bf16 also on NeuronCore-v4), dst is "
+                         f"{dtypes.name(dst.tensor.dtype)}", value=dst.tensor.dtype, limit="float32")
     return K, M, N
 
 

@@ -89,6 +89,13 @@ class PETilingError(MatmulShapeError):
     rule = "PE array tiling"
 
 
+class OneZeroHintError(HardwareError):
+    """nc_matmul(is_stationary_onezero= / is_moving_onezero=True) on a float32 operand holding a value other
+    than 0 or 1. AWS's page calls the fields hints that the operand "is a tile with ones/zeros only" and says
+    nothing of the result when it is not (trnlab/hardware/onezero.py: refused in full mode, ASSUMED)."""
+    rule = "nc_matmul one/zero hint"
+
+
 class ShapeMismatchError(HardwareError):
     """Operands of an instruction have shapes that do not match."""
     rule = "shape mismatch"

@@ -41,8 +41,9 @@ import numpy as np
 
 from . import dtypes
 from .engines import ACT, DVE, POOL
-from .errors import (DtypeError, GenerationError, HardwareError, IndexError_, MemoryPlacementError,
-                     PETilingError, ShapeMismatchError, StartPartitionError)
+from . import onezero as _onezero
+from .errors import (DtypeError, GenerationError, HardwareError, IndexError_, MatmulShapeError,
+                     MemoryPlacementError, PETilingError, ShapeMismatchError, StartPartitionError)
 from .operands import _view
 from .tensor import View, unravel
 from .tensor_engine import pe_tiles
@@ -231,19 +232,23 @@ class IndirectionInstructions:
     def matmul_indirect(self, opcode: str, dst, stationary, moving, dst_index=None, stationary_index=None,
                         moving_index=None, dst_count: int = 0, stationary_count: int = 0, moving_count: int = 0,
                         stationary_scale=None, moving_scale=None, accumulate=None, is_transpose: bool = False,
-                        tile_position=None, tile_size=None) -> int:
+                        tile_position=None, tile_size=None, is_stationary_onezero: bool = False,
+                        is_moving_onezero: bool = False, double_row: bool = False) -> int:
         """Tensor-engine instruction `opcode` (``nc_matmul`` or ``nc_matmul_mx``, `PE_ACCEPTS`) with its
         stationary and / or moving gathered and / or its dst scattered: `dst`, `stationary`, `moving` are the
         views `.indirect()` was called on, `*_index` their SBUF uint16 index tiles (32 partitions share their
         offsets), `*_count` their num_elem. nc_matmul_mx's scales are gathered with their data, at the same
         offsets (`stationary_index` indexes stationary and stationary_scale). is_transpose (nc_matmul):
-        dst = the gathered stationary, transposed."""
+        dst = the gathered stationary, transposed. ``is_stationary_onezero`` / ``is_moving_onezero``: nc_matmul's
+        one/zero hints, on the gathered operands (`onezero.py`). ``double_row``: nc_matmul's FP8 double-row
+        mode (`double_row.py`) with its dst scattered; its [K, 2, F] operands cannot be gathered (a gathered
+        view is [P, num_elem], `_check_pe_indirection`)."""
         dst, st, mv = _view(dst, "dst"), _view(stationary, "stationary"), _view(moving, "moving")
         scales = {"stationary": stationary_scale, "moving": moving_scale}
         scales = {k: None if v is None else _view(v, k + "_scale") for k, v in scales.items()}
         operands = {"dst": (dst, dst_index, dst_count), "stationary": (st, stationary_index, stationary_count),
                     "moving": (mv, moving_index, moving_count)}
-        self._check_pe_indirection(opcode, operands, scales, is_transpose, tile_position)
+        self._check_pe_indirection(opcode, operands, scales, is_transpose, tile_position, double_row)
         views = {}
         for name, (view, index, count) in operands.items():
             views[name] = view if index is None else self._pe_view(view, index, count, opcode, name)
@@ -252,9 +257,9 @@ class IndirectionInstructions:
         indices = tuple(_view(i, "index") for i in (stationary_index, moving_index, dst_index) if i is not None)
         base_issue = self._pe_issue              # this core's own Tensor-engine scheduling step
 
-        def issue_reading_the_indices(op, st_view, reads, dst_view, flops, sbuf, psum, tiles=0):
+        def issue_reading_the_indices(op, st_view, reads, dst_view, flops, sbuf, psum, tiles=0, attrs=None):
             # the dependencies: the index tiles too (RAW on their producers)
-            return base_issue(op, st_view, tuple(reads) + indices, dst_view, flops, sbuf, psum, tiles)
+            return base_issue(op, st_view, tuple(reads) + indices, dst_view, flops, sbuf, psum, tiles, attrs)
 
         self._pe_issue = issue_reading_the_indices      # for this one instruction (an instance attribute)
         try:
@@ -264,24 +269,35 @@ class IndirectionInstructions:
                                          accumulate=accumulate, tile_position=tile_position, tile_size=tile_size)
             if is_transpose:                         # the PE array passes the stationary through
                 return self.nc_transpose(dst=views["dst"], src=views["stationary"])
+            if double_row:                           # the dense FP8 double-row matmul into the scattered dst
+                return self.nc_matmul_double_row(dst=views["dst"], stationary=views["stationary"],
+                                                 moving=views["moving"], accumulate=accumulate)
             return self._matmul_gathered(views["dst"], views["stationary"], views["moving"], accumulate,
-                                         tile_position, tile_size)
+                                         tile_position, tile_size,
+                                         _onezero.hint_attrs(is_stationary_onezero, is_moving_onezero))
         finally:
             del self._pe_issue
 
-    def _matmul_gathered(self, dst, st, mv, accumulate, tile_position, tile_size) -> int:
+    def _matmul_gathered(self, dst, st, mv, accumulate, tile_position, tile_size, hints: dict) -> int:
         """nc_matmul on gathered / scattered views: its rules, its values (computed now, not deferred into a
-        PSUM accumulation group: the views are not boxes), and a Tensor-engine issue of its cost."""
-        dst, st, mv, K, M, N, _busy, _latency, _load, flops, sbuf, psum = self._check_matmul(dst, st, mv)
+        PSUM accumulation group: the views are not boxes), and a Tensor-engine issue of its cost (`hints`: the
+        one/zero hints, checked on the gathered elements and costed as a dense matmul's)."""
+        dst, st, mv, K, M, N, _busy, _latency, _load, flops, sbuf, psum = self._check_matmul(dst, st, mv, hints)
         tiles = 0 if tile_position is None and tile_size is None else \
             pe_tiles(self.spec, tile_position, tile_size, K, M)
         if self.full:
+            if hints:
+                self._check_onezero(st, mv, hints)
             self._matmul_values(dst, st, mv, K, M, N, accumulate, defer=False)
-        return self._pe_issue("nc_matmul", st, (mv,), dst, flops, sbuf, psum, tiles)
+        return self._pe_issue("nc_matmul", st, (mv,), dst, flops, sbuf, psum, tiles, hints or None)
 
-    def _check_pe_indirection(self, opcode, operands: dict, scales: dict, is_transpose, tile_position) -> None:
+    def _check_pe_indirection(self, opcode, operands: dict, scales: dict, is_transpose, tile_position,
+                              double_row: bool = False) -> None:
         """The rules of nc_matmul's and nc_matmul_mx's "Tensor indirection" paragraphs that do not depend on
-        the offsets' values (`operands`: name -> (view, index or None, count))."""
+        the offsets' values (`operands`: name -> (view, index or None, count)); with ``double_row``, the
+        mode's layout: its stationary and moving are [K, 2, F] ("The first free dimension must be 2",
+        nki.isa.nc_matmul, "Layout") and a gathered view is [P, num_elem] ("Output shape is (P, num_elem)",
+        NkiTensor.indirect), so only its dst may be indirect."""
         self._need_indirection()
         if opcode not in PE_ACCEPTS:
             raise IndirectionOperandError(f"tensor indirection operand: {opcode} is not a Tensor-engine instruction "
@@ -292,6 +308,13 @@ class IndirectionInstructions:
                                 f"{tuple(tile_position)}; \"Tensor indirection is incompatible with hardware tiling, "
                                 f"so tile_position must be (0, 0) (or unset)\" [nki.isa.{opcode}]",
                                 value=tuple(tile_position), limit=(0, 0))
+        for name in ("stationary", "moving"):
+            if double_row and operands[name][1] is not None:
+                raise MatmulShapeError(f"matmul tile shape: {opcode} perf_mode=double_row {name} is an .indirect() "
+                                       f"view, [P, num_elem]; double_row's {name} is [K, 2, F] (\"The first free "
+                                       f"dimension must be 2\" [nki.isa.nc_matmul]; \"Output shape is (P, num_elem)\" "
+                                       f"[NkiTensor.indirect]): only dst may be indirect", value=name,
+                                       limit="[K, 2, F]")
         if is_transpose and operands["moving"][1] is not None:
             raise IndirectionOperandError(f"tensor indirection operand: {opcode} with is_transpose=True takes no "
                                           f".indirect() moving [nki.isa.nc_matmul]", value="moving",

@@ -12,6 +12,8 @@ def _view(x, what: str) -> View:
         v = x
     elif t is Tensor:
         v = x.full
+    elif isinstance(x, View):           # a View read as another type (retype.TypedView)
+        v = x
     else:
         raise TypeError(f"{what}: expected a Tensor or View, got {type(x).__name__}")
     if v.tensor.freed:

@@ -6,6 +6,13 @@ The bytes are the tile's: an engine reading a uint32 tile as float32 sees NumPy'
 and one writing it stores the bytes of the values it computes. Engines other than the DMA read elements of the
 same size only here (the instruction's shapes, cost and garbage masks count the tile's own elements);
 quantize_mx reads fp16/bf16 out of wider elements (`mx.quantize_mx`).
+
+tensor_copy, quantize_mx and nc_matmul_mx read their operands with `read_as` / `values_as` / `stored_as`;
+tensor_tensor, tensor_scalar, activation, nc_matmul and nc_transpose turn an operand given with
+``<operand>_dtype=`` into a `TypedView` (`typed`): the same tile, box and dependencies, whose ``values()`` are
+its bytes read as the type and whose ``write()`` stores the bytes of values of that type — so the
+instruction's rules, values and cost (`cost.operand` reads ``read_dtype``) see the type the kernel retyped the
+tile to.
 """
 from __future__ import annotations
 
@@ -13,6 +20,51 @@ import numpy as np
 
 from . import dtypes
 from .errors import DtypeError
+from .operands import _view
+from .tensor import View
+
+
+class TypedView(View):
+    """A View whose elements' bytes are read and written as `read_dtype`, a type of the same size."""
+    __slots__ = ("read_dtype",)
+
+    def values(self) -> np.ndarray:
+        return View.values(self).view(self.read_dtype)
+
+    def fp32(self) -> np.ndarray:
+        return np.asarray(self.values(), np.float32)
+
+    def write(self, values: np.ndarray):
+        """Store values of `read_dtype` (or any, cast to it) as the bytes of the tile's elements."""
+        View.write(self, np.ascontiguousarray(np.asarray(values).astype(self.read_dtype, copy=False))
+                   .view(self.tensor.dtype))
+
+
+def typed(x, dtype, what: str):
+    """Operand `x` (a Tensor or View) read as `dtype` (same element size, `read_as`): a `TypedView`; `x` itself
+    for dtype None or its own type."""
+    if dtype is None:
+        return x
+    v = _view(x, what)
+    dtype = read_as(v, dtype, what)
+    if dtype == v.tensor.dtype:
+        return v
+    out = TypedView.__new__(TypedView)
+    for slot in View.__slots__:
+        setattr(out, slot, getattr(v, slot))
+    out.read_dtype = dtype
+    return out
+
+
+def typed_pair(stationary, stationary_dtype, moving, moving_dtype) -> tuple:
+    """A matmul's (stationary, moving), each `typed` as its ``*_dtype`` says."""
+    return (typed(stationary, stationary_dtype, "nc_matmul stationary"),
+            typed(moving, moving_dtype, "nc_matmul moving"))
+
+
+def dtype_of(v) -> np.dtype:
+    """The type an instruction reads view `v` as: a `TypedView`'s, else its tensor's."""
+    return v.read_dtype if type(v) is TypedView else v.tensor.dtype
 
 
 def read_as(v, dtype, what: str) -> np.dtype:

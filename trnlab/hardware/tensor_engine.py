@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import cost, dtypes
+from . import cost, dtypes, onezero
+from . import retype as _retype
 from .engines import PE
 from .errors import (DtypeError, MatmulShapeError, MemoryPlacementError, PartitionAxisError, PETilingError,
                      ShapeMismatchError, StartPartitionError)
@@ -53,7 +54,9 @@ def pe_tiles(spec, tile_position, tile_size, K: int, M: int) -> int:
 class TensorEngineInstructions:
     """NeuronCore's Tensor-engine instructions (the core's machinery: `core.NeuronCore`)."""
 
-    def nc_matmul(self, dst, stationary, moving, accumulate=None, tile_position=None, tile_size=None) -> int:
+    def nc_matmul(self, dst, stationary, moving, accumulate=None, tile_position=None, tile_size=None,
+                  is_stationary_onezero: bool = False, is_moving_onezero: bool = False, stationary_dtype=None,
+                  moving_dtype=None) -> int:
         """dst[M, N] (+)= stationary[K, M].T @ moving[K, N] on the Tensor engine.
 
         Inputs in SBUF, output in PSUM (fp32; bf16 also on NeuronCore-v4), K <= 128 (partitions),
@@ -62,13 +65,23 @@ class TensorEngineInstructions:
         ``tile_position=(start_row, start_column)``, ``tile_size=(row_size, column_size)``: tiling
         mode, the matmul on a row x column tile of the PE array (`pe_tiles`), where matmuls on
         other tiles run at the same time (`engines.EngineTimes.tensor_tiled`); the values are the same.
+        ``is_stationary_onezero`` / ``is_moving_onezero``: the kernel's hint that an operand holds ones and
+        zeros only — the same values, fewer passes for an fp32 operand, a false hint on one refused in
+        full mode (`onezero.py`). ``stationary_dtype`` / ``moving_dtype``: a tile retyped by ``.view(dtype)``,
+        its bytes read as that type of the same size (`retype.py`).
         """
+        if stationary_dtype or moving_dtype:
+            stationary, moving = _retype.typed_pair(stationary, stationary_dtype, moving, moving_dtype)
         # The rules depend only on the operands' shapes and places: check each triple of operand
         # objects once (tiled loops reuse the same views) — the hot path of every GEMM.
-        key = (dst, stationary, moving)
+        if is_stationary_onezero or is_moving_onezero:
+            hints = onezero.hint_attrs(is_stationary_onezero, is_moving_onezero)
+            key = (dst, stationary, moving, is_stationary_onezero, is_moving_onezero)
+        else:
+            hints, key = None, (dst, stationary, moving)
         checked = self._matmul_checked.get(key)
         if checked is None:
-            checked = self._check_matmul(dst, stationary, moving)
+            checked = self._check_matmul(dst, stationary, moving, hints)
             if len(self._matmul_checked) > 1024:
                 self._matmul_checked.clear()
             self._matmul_checked[key] = checked
@@ -79,6 +92,8 @@ class TensorEngineInstructions:
             for v, what in ((st, "stationary"), (mv, "moving"), (dst, "dst")):
                 _view(v, what)
         if self.full:
+            if hints:
+                self._check_onezero(st, mv, hints)
             self._matmul_values(dst, st, mv, K, M, N, accumulate)
 
         # --- time: LoadStationary in the background, MultiplyMoving busy, result after drain ---
@@ -108,7 +123,14 @@ class TensorEngineInstructions:
             self._now = ready
         return idx
 
-    def _check_matmul(self, dst, stationary, moving):
+    def _check_onezero(self, st: View, mv: View, hints: dict) -> None:
+        """Full mode: the one/zero hints an nc_matmul was given hold for its fp32 operands (`onezero.check`)."""
+        if hints.get("is_stationary_onezero"):
+            onezero.check(st, "stationary")
+        if hints.get("is_moving_onezero"):
+            onezero.check(mv, "moving")
+
+    def _check_matmul(self, dst, stationary, moving, hints: dict | None = None):
         dst = _view(dst, "dst")
         st = _view(stationary, "stationary")
         mv = _view(moving, "moving")
@@ -144,7 +166,7 @@ class TensorEngineInstructions:
             raise ShapeMismatchError(
                 f"shape mismatch: nc_matmul dst {dst.shape} should be [M={M}, N={N}] "
                 f"(stationary {st.shape}, moving {mv.shape})", value=dst.shape, limit=(M, N))
-        sdt, mdt = st.tensor.dtype, mv.tensor.dtype
+        sdt, mdt = _retype.dtype_of(st), _retype.dtype_of(mv)
         if sdt not in dtypes.MATMUL_INPUTS or mdt not in dtypes.MATMUL_INPUTS:
             raise DtypeError(f"data type: nc_matmul inputs {dtypes.name(sdt)} x {dtypes.name(mdt)}; "
                              f"the Tensor engine takes fp32, bf16, fp16 and fp8",
@@ -167,7 +189,7 @@ class TensorEngineInstructions:
         matmul_dtype = dtypes.float32 if dtypes.float32 in (sdt, mdt) else sdt
         self._matmul_dtypes.add(matmul_dtype)
         c = cost.cost(cost.Instruction("nc_matmul", "pe", (cost.operand(st), cost.operand(mv)),
-                                       (cost.operand(dst),)), self.spec)
+                                       (cost.operand(dst),), hints or {}), self.spec)
         pe_ns = self._pe_ns
         return (dst, st, mv, K, M, N, c.cycles * pe_ns, c.latency_cycles * pe_ns,
                 c.setup_cycles * pe_ns, 2.0 * K * M * N, st.nbytes + mv.nbytes, dst.nbytes)
@@ -197,7 +219,8 @@ class TensorEngineInstructions:
                 # a group started with accumulate=True on a fresh tile: name the matmul that did it
                 origin = dst.tensor.poison_origin or (f"nc_matmul accumulated onto never-written {t.name!r}"
                                                       + (f" at {self.note}" if self.note else ""))
-        if defer and dst.basic and (t.dtype == dtypes.float32 or t.dtype == dtypes.bfloat16):
+        if defer and dst.basic and (t.dtype == dtypes.float32 or t.dtype == dtypes.bfloat16) \
+                and type(st) is View and type(mv) is View:        # (a retyped operand: its bytes read now)
             # computed when the PSUM tile is next read, together with the rest of its group
             t.defer_matmul(dst, st.tensor.snapshot(st), mv.tensor.snapshot(mv), accumulate)
             dst.mark_written()
@@ -214,11 +237,11 @@ class TensorEngineInstructions:
         if garbage is not None:
             dst.set_poison(garbage, origin)
 
-    def _pe_issue(self, opcode, st, reads, dst, flops, sbuf, psum, tiles: int = 0):
+    def _pe_issue(self, opcode, st, reads, dst, flops, sbuf, psum, tiles: int = 0, attrs: dict | None = None):
         """Schedule a Tensor-engine instruction other than nc_matmul (nc_transpose): the array
         loads `st` as its stationary tile (in the background), then streams N columns (on the PE
-        blocks `tiles` in tiling mode: `pe_tiles`)."""
-        busy_ns, latency_ns, load_ns = self._pe_cost(opcode, st, reads, dst)
+        blocks `tiles` in tiling mode: `pe_tiles`); `attrs` the cost model's (an indirect nc_matmul's hints)."""
+        busy_ns, latency_ns, load_ns = self._pe_cost(opcode, st, reads, dst, attrs)
         times = self.engine_times
         start, waited = _wait_reads(reads, 0.0, -1)
         st_ready, st_waited = _wait_reads((st,), 0.0, -1)
@@ -231,10 +254,10 @@ class TensorEngineInstructions:
         _record_write(dst, ready, idx)
         return self._append(PE, opcode, start, end, ready, flops, 0, sbuf, psum, waited)
 
-    def _pe_cost(self, opcode, st, reads, dst) -> tuple[float, float, float]:
+    def _pe_cost(self, opcode, st, reads, dst, attrs: dict | None = None) -> tuple[float, float, float]:
         """(busy, ready-after, LoadStationary) ns of a Tensor-engine instruction (`cost.cost`)."""
         c = cost.cost(cost.Instruction(opcode, "pe", (cost.operand(st),) + tuple(
-            cost.operand(v) for v in reads), (cost.operand(dst),)), self.spec)
+            cost.operand(v) for v in reads), (cost.operand(dst),), attrs or {}), self.spec)
         pe_ns = self._pe_ns
         return c.cycles * pe_ns, c.latency_cycles * pe_ns, c.setup_cycles * pe_ns
 
@@ -244,8 +267,12 @@ class TensorEngineInstructions:
         self._store(dst, x.T)
         self._poison_from(dst, None if garbage is None else garbage.T, src)
 
-    def nc_transpose(self, dst, src) -> int:
-        """dst[F, P] = src[P, F].T through the Tensor engine (a matmul by the identity): SBUF → PSUM."""
+    def nc_transpose(self, dst, src, dst_dtype=None, src_dtype=None) -> int:
+        """dst[F, P] = src[P, F].T through the Tensor engine (a matmul by the identity): SBUF → PSUM.
+        ``dst_dtype`` / ``src_dtype``: a tile retyped by ``.view(dtype)`` (`retype.py`)."""
+        if dst_dtype or src_dtype:
+            dst, src = (_retype.typed(dst, dst_dtype, "nc_transpose dst"),
+                        _retype.typed(src, src_dtype, "nc_transpose src"))
         dst = _view(dst, "dst")
         src = _view(src, "src")
         if src.tensor.kind != "sbuf" or dst.tensor.kind != "psum":

@@ -53,8 +53,13 @@ class VectorInstructions:
                 + (f" at {self.note}" if self.note else ""))
             dst.set_poison(garbage.reshape(dst.shape), origin)
 
-    def tensor_tensor(self, dst, data1, data2, op, engine="vector") -> int:
-        """dst = data1 <op> data2, element-wise (Vector or GpSimd engine)."""
+    def tensor_tensor(self, dst, data1, data2, op, engine="vector", dst_dtype=None, data1_dtype=None,
+                      data2_dtype=None) -> int:
+        """dst = data1 <op> data2, element-wise (Vector or GpSimd engine). ``*_dtype``: that operand's bytes
+        read (written) as this type of the same size (a tile retyped by ``.view(dtype)``: `retype.py`)."""
+        if dst_dtype or data1_dtype or data2_dtype:
+            dst, data1, data2 = (_retype.typed(x, t, f"tensor_tensor {n}") for x, t, n in (
+                (dst, dst_dtype, "dst"), (data1, data1_dtype, "data1"), (data2, data2_dtype, "data2")))
         dst = _view(dst, "dst")
         a = _view(data1, "data1")
         b = _view(data2, "data2")
@@ -89,8 +94,12 @@ class VectorInstructions:
         return np.float32(operand), None
 
     def tensor_scalar(self, dst, data, op0, operand0, reverse0=False, op1=None, operand1=None,
-                      reverse1=False, engine="vector") -> int:
-        """dst = (data <op0> operand0) <op1> operand1; operands are scalars or [P, 1] views."""
+                      reverse1=False, engine="vector", dst_dtype=None, data_dtype=None) -> int:
+        """dst = (data <op0> operand0) <op1> operand1; operands are scalars or [P, 1] views. ``dst_dtype`` /
+        ``data_dtype``: a tile retyped by ``.view(dtype)`` (`retype.py`)."""
+        if dst_dtype or data_dtype:
+            dst, data = (_retype.typed(dst, dst_dtype, "tensor_scalar dst"),
+                         _retype.typed(data, data_dtype, "tensor_scalar data"))
         dst = _view(dst, "dst")
         x = _view(data, "data")
         eid = self._engine(engine, "tensor_scalar")
@@ -152,7 +161,7 @@ class VectorInstructions:
         return self._issue(eid, "scalar_tensor_tensor", dur, reads, dst)
 
     def activation(self, dst, data, op, bias=None, scale=1.0, reduce_op=None, reduce_res=None,
-                   reduce_cmd=None) -> int:
+                   reduce_cmd=None, dst_dtype=None, data_dtype=None) -> int:
         """dst = op(data * scale + bias) on the Scalar engine; bias/scale: scalar or [P, 1] view.
 
         The engine can also sum the activated values of each partition along the free axes into
@@ -161,8 +170,12 @@ class VectorInstructions:
         leaves them; with `reduce_res` ([P, 1]) the registers are then read out into it. Without
         a reduce_cmd, reduce_res gets this instruction's sums (reset_reduce, i.e.
         nisa.activation_reduce). The registers can only add. Cost max(MIN_II, N), plus MIN_II when
-        the registers are used [nki.isa.activation_reduce].
+        the registers are used [nki.isa.activation_reduce]. ``dst_dtype`` / ``data_dtype``: a tile retyped
+        by ``.view(dtype)`` (`retype.py`).
         """
+        if dst_dtype or data_dtype:
+            dst, data = (_retype.typed(dst, dst_dtype, "activation dst"),
+                         _retype.typed(data, data_dtype, "activation data"))
         if reduce_cmd is None:
             reduce_cmd = "reset_reduce" if reduce_res is not None else "idle"
         if reduce_cmd not in ("idle", "reset", "reduce", "reset_reduce"):

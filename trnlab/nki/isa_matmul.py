@@ -10,6 +10,8 @@ from trnlab.hardware.errors import DirectAllocationOverlapError, MatmulShapeErro
 from trnlab.nki import indexing, issue
 from trnlab.nki import tensor_indirection as _ti
 from trnlab.nki import perf_mode as _perf_mode
+from trnlab.nki import tensor_views as _views
+from trnlab.hardware import onezero as _onezero
 from trnlab.nki.errors import NKIError
 from trnlab.nki.loop_index import plain
 from trnlab.nki.isa_binder import Dtype, Mask, Tile, _block_index, _engine, _finish, engine, instruction
@@ -29,11 +31,12 @@ def nc_matmul(dst: Tile | None, stationary: Tile, moving: Tile, is_stationary_on
     [M, 2, 8]). is_transpose=True (moving an identity) passes stationary through: dst = stationary.T,
     in stationary's dtype. accumulate=None adds to what the PSUM region already holds (the first matmul into a
     fresh region overwrites it). Functional style returns the PSUM tile; ``psum += nisa.nc_matmul(a, b)``
-    accumulates in place.
+    accumulates in place. is_stationary_onezero / is_moving_onezero: the kernel's hint that the operand
+    holds ones and zeros only — the same result, fewer passes for a float32 operand, a false hint on one
+    refused in full mode (trnlab/hardware/onezero.py); with is_transpose or perf_mode=double_row (no
+    float32 operand) they change nothing.
     """
-    for flag, value in (("is_stationary_onezero", is_stationary_onezero), ("is_moving_onezero", is_moving_onezero)):
-        if value:
-            raise NKIError(f"nc_matmul({flag}=True) is not simulated")
+    hints = _onezero.hint_attrs(bool(plain(is_stationary_onezero)), bool(plain(is_moving_onezero)))
     tiling = _tiling(tile_position, tile_size)
     double_row = _perf_mode.is_double_row(perf_mode)      # FP8 [K, 2, M] x [K, 2, N] (perf_mode.py)
     if tiling and (double_row or is_transpose):
@@ -66,13 +69,16 @@ def nc_matmul(dst: Tile | None, stationary: Tile, moving: Tile, is_stationary_on
         else:
             flag = accumulate_flag
         if _ti.uses(out, stationary, moving):    # Tensor Indirection: the offsets are read when it runs
-            if ranges or double_row:
-                raise NKIError(f"nc_matmul with an .indirect() view and "
-                               f"{'mask=' if ranges else 'perf_mode=double_row'} is not simulated")
+            if ranges:
+                _ti.refuse_mask("nc_matmul")
+            mode = {"double_row": True} if double_row else {}
             return _ti.emit_matmul(launch, "nc_matmul", out, stationary, moving,
-                                   {"accumulate": flag, "is_transpose": bool(is_transpose), **tiling})
+                                   {"accumulate": flag, "is_transpose": bool(is_transpose), **tiling, **mode,
+                                    **({} if is_transpose or double_row else hints)})
         if is_transpose:   # the PE array passes stationary through (moving is the identity): dst = stationary.T
-            launch.core.nc_transpose(dst=out.hw_view(ranges), src=stationary.hw_view(ranges))
+            (d, k0), (s, k1) = (_views.engine_operand(name, t, ranges) for name, t in (("dst", out),
+                                                                                        ("src", stationary)))
+            launch.core.nc_transpose(dst=d, src=s, **k0, **k1)
             return
         declared = launch.__dict__.get("declared", {}).get(id(out._hw))
         if declared is not None:
@@ -102,9 +108,14 @@ def nc_matmul(dst: Tile | None, stationary: Tile, moving: Tile, is_stationary_on
                 flag = False
             owners[key] = logical
             seen.add(logical)
-        matmul = launch.core.nc_matmul_double_row if double_row else launch.core.nc_matmul
-        matmul(dst=out.hw_view(ranges), stationary=stationary.hw_view(ranges),
-               moving=moving.hw_view(ranges), accumulate=flag, **tiling)
+        if double_row:                  # FP8 operands: the hints have "no impact for non-float32"
+            launch.core.nc_matmul_double_row(dst=out.hw_view(ranges), stationary=stationary.hw_view(ranges),
+                                             moving=moving.hw_view(ranges), accumulate=flag)
+            return
+        (st, k0), (mv, k1) = (_views.engine_operand(name, t, ranges)      # a .view(dtype) tile: its bytes
+                              for name, t in (("stationary", stationary), ("moving", moving)))
+        launch.core.nc_matmul(dst=out.hw_view(ranges), stationary=st, moving=mv, accumulate=flag, **tiling, **hints,
+                              **k0, **k1)
 
     if dst is not None:
         return _finish(dst, lambda out, _flag: emit(out, "destination"), None, None, ranges=ranges)
@@ -153,8 +164,9 @@ def nc_transpose(dst: Tile | None, data: Tile, engine: engine = engine.unknown, 
     def emit(out, _accumulate):
         if on_vector:
             launch.core.vector_transpose(dst=out.hw_view(ranges), src=data.hw_view(ranges))
-        else:
-            launch.core.nc_transpose(dst=out.hw_view(ranges), src=data.hw_view(ranges))
+        else:                       # (a .view(dtype) tile: its bytes, read as its type)
+            (d, k0), (s, k1) = (_views.engine_operand(name, t, ranges) for name, t in (("dst", out), ("src", data)))
+            launch.core.nc_transpose(dst=d, src=s, **k0, **k1)
 
     shape = (math.prod(data.shape[1:]), data.shape[0])
     return _finish(dst, emit, shape, dtype or data.dtype, "sbuf" if on_vector else "psum")

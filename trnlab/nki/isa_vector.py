@@ -12,6 +12,7 @@ from trnlab.hardware import ops as hw_ops
 from trnlab.hardware.errors import ShapeMismatchError
 from trnlab.nki import indexing, issue
 from trnlab.nki import tensor_indirection as _ti
+from trnlab.nki import tensor_views as _views
 from trnlab.nki.errors import NKIError
 from trnlab.nki.indexing import IndexExpr, Predicate
 from trnlab.nki.isa_binder import (Dtype, Mask, Op, Operand, Shape, Tile, _engine, _finish, engine, instruction,
@@ -64,8 +65,9 @@ def tensor_tensor(dst: Tile | None, data1: Tile, data2: Tile, op: Op, engine: en
         if _ti.uses(out, data1, data2):          # Tensor Indirection: the offsets are read when it runs
             return _ti.emit(launch, "tensor_tensor", out, data1, ranges, {"op": opcode, "engine": engine_name},
                             data2=data2)
-        launch.core.tensor_tensor(dst=out.hw_view(ranges), data1=data1.hw_view(ranges),
-                                  data2=data2.hw_view(ranges), op=opcode, engine=engine_name)
+        (d, k0), (a, k1), (b, k2) = (_views.engine_operand(name, t, ranges)   # a .view(dtype) tile: its bytes
+                                     for name, t in (("dst", out), ("data1", data1), ("data2", data2)))
+        launch.core.tensor_tensor(dst=d, data1=a, data2=b, op=opcode, engine=engine_name, **k0, **k1, **k2)
 
     return _finish(dst, emit, data1.shape, dtype or _promote(data1.dtype, data2.dtype), "sbuf", ranges)
 
@@ -107,10 +109,11 @@ def tensor_scalar(dst: Tile | None, data: Tile, op0: Op, operand0: Operand, reve
             return _ti.emit(launch, "tensor_scalar", out, data, ranges,
                             {"op0": first, "reverse0": bool(reverse0), "op1": second, "reverse1": bool(reverse1),
                              "engine": engine_name}, operand0=operand0, operand1=operand1)
-        launch.core.tensor_scalar(dst=out.hw_view(ranges), data=data.hw_view(ranges), op0=first,
+        (d, k0), (x, k1) = (_views.engine_operand(name, t, ranges) for name, t in (("dst", out), ("data", data)))
+        launch.core.tensor_scalar(dst=d, data=x, op0=first,
                                   operand0=_scalar_operand(operand0, ranges), reverse0=bool(reverse0), op1=second,
                                   operand1=_scalar_operand(operand1, ranges), reverse1=bool(reverse1),
-                                  engine=engine_name)
+                                  engine=engine_name, **k0, **k1)
 
     return _finish(dst, emit, data.shape, dtype or data.dtype, "sbuf", ranges)
 
@@ -222,12 +225,13 @@ def _activation(dst, op, data, bias, scale, reduce_op, reduce_res, command, mask
             return _ti.emit(launch, "activation", out, data, ranges,
                             {"op": opcode, "reduce_op": op_name(reduce_op) if reduce_op is not None else None,
                              "reduce_cmd": command}, bias=bias, scale=scale, reduce_res=reduce_res)
-        launch.core.activation(dst=out.hw_view(ranges), data=data.hw_view(ranges), op=opcode,
+        (d, k0), (x, k1) = (_views.engine_operand(name, t, ranges) for name, t in (("dst", out), ("data", data)))
+        launch.core.activation(dst=d, data=x, op=opcode,
                                scale=_scalar_operand(scale, ranges),
                                bias=None if bias is None else _scalar_operand(bias, ranges),
                                reduce_op=op_name(reduce_op) if reduce_op is not None else None,
                                reduce_res=reduce_res.hw_view(ranges) if reduce_res is not None else None,
-                               reduce_cmd=command)
+                               reduce_cmd=command, **k0, **k1)
 
     return _finish(dst, emit, data.shape, dtype or data.dtype, "sbuf", ranges)
 

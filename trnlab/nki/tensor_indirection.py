@@ -34,6 +34,13 @@ from trnlab.nki.errors import NKIError, ViewError
 ON_CHIP = ("sbuf", "psum")
 
 
+class IndirectionMaskError(NKIError):
+    """``mask=`` on an instruction given an ``.indirect()`` view: the instructions that take one are NKI 0.7's
+    (``nki.isa.tensor_copy(dst, src, engine, name)``, ``nc_matmul(dst, stationary, moving, ..., perf_mode,
+    name)``, v2.33.0: no ``mask``), and the NKI releases whose instructions take ``mask=`` (beta 1, beta 2)
+    have no ``.indirect()``: there is no AWS semantics to follow. Slice the dense operands instead."""
+
+
 @dataclass(frozen=True)
 class Indirection:
     """What a view made by `.indirect()` holds: the tile it indexes, the index tile, its column count."""
@@ -123,7 +130,9 @@ def emit(launch, opcode: str, dst, data, ranges, attrs: dict, **operands) -> Non
     of them may be either."""
     what = ACCEPTS[opcode][0]
     if ranges:
-        raise NKIError(f"{opcode} with an .indirect() view or a view at a run-time offset and mask= is not simulated")
+        if of(dst) is not None or of(data) is not None:
+            refuse_mask(opcode)
+        raise NKIError(f"{opcode} with a view at a run-time offset and mask= is not simulated")
     for name, value in operands.items():
         if at_register(value) is not None:
             raise IndirectionOperandError(f"tensor indirection operand: {opcode} {name} is a view at a run-time "
@@ -156,6 +165,14 @@ def emit(launch, opcode: str, dst, data, ranges, attrs: dict, **operands) -> Non
         opcode=opcode, dst=(into.data if into else dst).hw_view(), data=(source.data if source else data).hw_view(),
         dst_index=into.index.hw_view() if into else None, data_index=source.index.hw_view() if source else None,
         dst_count=into.count if into else 0, data_count=source.count if source else 0, attrs=attrs, **operands)
+
+
+def refuse_mask(opcode: str) -> None:
+    """Refuse ``mask=`` with an ``.indirect()`` view (`IndirectionMaskError`)."""
+    raise IndirectionMaskError(
+        f"{opcode} with an .indirect() view and mask=: AWS's instructions that take .indirect() views are "
+        f"NKI 0.7's, which have no mask= (nki.isa.{opcode}, v2.33.0), and no NKI release with mask= has "
+        f".indirect(); slice the dense operands instead")
 
 
 def emit_matmul(launch, opcode: str, dst, stationary, moving, attrs: dict, stationary_scale=None,

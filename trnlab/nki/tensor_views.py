@@ -456,9 +456,11 @@ def indirect(t, *args, **kwargs):
 
 BYTES_VIEW_RULE = ("{name!r} reads an on-chip tile's {own} elements as {dtype} (.view(dtype) / .ap(dtype=) of "
                    "another type): only a DMA moves such a view, or the engine instructions that read one "
-                   "(of the same element size: nisa.tensor_copy src / dst, nisa.nc_matmul_mx stationary / moving, "
-                   "nisa.quantize_mx dst; nisa.quantize_mx src of the same or a wider size); other "
-                   "engines read a tile in its own type — copy the bytes with a DMA first")
+                   "(of the same element size: nisa.tensor_copy src / dst, nisa.tensor_tensor data1 / data2 / dst, "
+                   "nisa.tensor_scalar and nisa.activation data / dst, nisa.nc_matmul stationary / moving (and "
+                   "dst with is_transpose), nisa.nc_matmul_mx stationary / moving, nisa.quantize_mx dst; "
+                   "nisa.quantize_mx src of the same or a wider size); other engines and operands read a tile in "
+                   "its own type — copy the bytes with a DMA first")
 
 
 def bytes_view(t, dtype, pattern, offset: int = 0):
@@ -500,7 +502,8 @@ def retype(t, dtype):
     partition keeps its bytes, the last axis holds ``last x old itemsize / new itemsize`` elements (NumPy's
     ``.view``). The result is a view of the tile's bytes (`bytes_view`) that indexes, slices, reshapes and
     ``.ap()``s as a tile of its own type; DMAs move it, and the engines that read or write a retyped tile
-    (nc_matmul_mx, quantize_mx, tensor_copy) see its bytes as `dtype`."""
+    (nc_matmul_mx, quantize_mx, tensor_copy; tensor_tensor, tensor_scalar, activation, nc_matmul and
+    nc_transpose through `engine_operand`) see its bytes as `dtype`."""
     if np.dtype(dtype) == np.dtype(t.dtype):
         return t
     if t._bytes_of is not None:                # a view of a view: the first tile's bytes, read again
@@ -530,6 +533,15 @@ def retype(t, dtype):
         raise ViewError(f"view({_dtypes.name(dtype)}) of {t.name!r} {t.shape}: not contiguous (an indexed or "
                         f"indirect view); retype the tile, then take the view")
     return _retyped_view(t, dtype, np.arange(math.prod(shape)).reshape(shape), "view")
+
+
+def engine_operand(name: str, t, ranges: dict | None = None) -> tuple:
+    """(hardware view, keywords) of operand `name` of an engine instruction that reads a retyped tile
+    (tensor_tensor, tensor_scalar, activation, nc_matmul, nc_transpose: `hardware.retype.typed`): a `.view(dtype)` tile is its own bytes (``_bitcast``, in the tile's elements)
+    with ``<name>_dtype=`` the type to read them as; any other tile its view and no keyword."""
+    if t._bitcast is None:
+        return t.hw_view(ranges), {}
+    return t._bitcast.hw_view(ranges), {f"{name}_dtype": _dtypes.name(t.dtype)}
 
 
 def _retyped_total(t, dtype) -> int:

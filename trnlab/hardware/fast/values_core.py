@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import onezero as _onezero
 from .. import retype as _retype
 from ..core import NeuronCore, _view
 from ..tensor import View
@@ -40,7 +41,7 @@ class ValuesCore(NeuronCore):
     def _issue(self, eid, opcode, dur, reads, write, flops=0.0, also_write=None):
         return -1
 
-    def _pe_issue(self, opcode, st, reads, dst, flops, sbuf, psum, tiles=0):
+    def _pe_issue(self, opcode, st, reads, dst, flops, sbuf, psum, tiles=0, attrs=None):
         return -1
 
     def _schedule_dma(self, dst, src, reads, nbytes, queue, opcode, costed_dst=None) -> int:
@@ -49,23 +50,37 @@ class ValuesCore(NeuronCore):
     def _cost_ns(self, eid, opcode, reads, writes, **attrs) -> float:
         return 0.0
 
-    def nc_matmul(self, dst, stationary, moving, accumulate=None, tile_position=None, tile_size=None) -> int:
+    def nc_matmul(self, dst, stationary, moving, accumulate=None, tile_position=None, tile_size=None,
+                  is_stationary_onezero=False, is_moving_onezero=False, stationary_dtype=None,
+                  moving_dtype=None) -> int:
+        if stationary_dtype or moving_dtype:        # a tile retyped by .view(dtype) (retype.py)
+            stationary, moving = _retype.typed_pair(stationary, stationary_dtype, moving, moving_dtype)
         dst, st, mv = _view(dst, "dst"), _view(stationary, "stationary"), _view(moving, "moving")
+        if is_stationary_onezero or is_moving_onezero:      # a value rule: checked on each run
+            self._check_onezero(st, mv, _onezero.hint_attrs(is_stationary_onezero, is_moving_onezero))
         self._matmul_values(dst, st, mv, st.partitions, st.free_size, mv.free_size, accumulate)
         return -1
 
-    def nc_matmul_starting(self, dst, stationary, moving, accumulate=None, tile_position=None, tile_size=None) -> int:
+    def nc_matmul_starting(self, dst, stationary, moving, accumulate=None, tile_position=None, tile_size=None,
+                           is_stationary_onezero=False, is_moving_onezero=False, stationary_dtype=None,
+                           moving_dtype=None) -> int:
         """nc_matmul ending a run of matmuls into its PSUM tile that nothing adds to before the
         tile is read (`values_order`): its products start computing in a worker thread now."""
-        self.nc_matmul(dst, stationary, moving, accumulate)
+        self.nc_matmul(dst, stationary, moving, accumulate, is_stationary_onezero=is_stationary_onezero,
+                       is_moving_onezero=is_moving_onezero, stationary_dtype=stationary_dtype,
+                       moving_dtype=moving_dtype)
         t = dst.tensor if type(dst) is View else dst
         t.memory.start_pending(t)
         return -1
 
-    def nc_matmul_ready(self, dst, stationary, moving, accumulate=None, tile_position=None, tile_size=None) -> int:
+    def nc_matmul_ready(self, dst, stationary, moving, accumulate=None, tile_position=None, tile_size=None,
+                        is_stationary_onezero=False, is_moving_onezero=False, stationary_dtype=None,
+                        moving_dtype=None) -> int:
         """nc_matmul ending a run, followed by one ending another tile's run: its products start
         with that one's, merged with those that share their operands (`memory.start_pending`)."""
-        self.nc_matmul(dst, stationary, moving, accumulate)
+        self.nc_matmul(dst, stationary, moving, accumulate, is_stationary_onezero=is_stationary_onezero,
+                       is_moving_onezero=is_moving_onezero, stationary_dtype=stationary_dtype,
+                       moving_dtype=moving_dtype)
         t = dst.tensor if type(dst) is View else dst
         t.memory.ready(t)
         return -1
@@ -125,7 +140,9 @@ class ValuesCore(NeuronCore):
                                      _retype.read_as(dst, dst_dtype, "tensor_copy dst"))
         return -1
 
-    def nc_transpose(self, dst, src) -> int:
+    def nc_transpose(self, dst, src, dst_dtype=None, src_dtype=None) -> int:
+        if dst_dtype or src_dtype:                  # a tile retyped by .view(dtype) (retype.py)
+            dst, src = _retype.typed(dst, dst_dtype, "nc_transpose dst"), _retype.typed(src, src_dtype, "nc_transpose src")
         self._transpose_values(dst, src)
         return -1
 
