@@ -109,6 +109,7 @@ class _nothing:
 START_UP_US = 28.0 - 15.3
 LAUNCH = {"trn1": {"launch_start_ns": 13_000.0, "launch_end_ns": 4_300.0},
           "trn2": {"launch_start_ns": START_UP_US * 1e3 - 4_300.0, "launch_end_ns": 4_300.0}}
+GATHER_TRN1 = 104.1e9      # (d) below: fitted on mm-trn1-hoisted (calibration)
 WHAT_IF = {
     # the start-up alone
     "start-up": {"spec": LAUNCH, "options": {}},
@@ -135,6 +136,19 @@ WHAT_IF = {
     "issue+start-up": {"spec": {"trn1": LAUNCH["trn1"],
                                 "trn2": {**LAUNCH["trn2"], "dma_issue_ns": 478.0, "dma_descriptor_ns": 64.0}},
                        "options": {}},
+    # (d) gathered short runs (docs/calibration.md, "The Trn1 tiled kernel, mechanism by mechanism"): a
+    # transfer cut out of a wider HBM tensor in runs of 256 B up to 2 KiB ([DMA-BW]'s middle band) moves
+    # its bytes at a rate of the core's, in place of the per-descriptor time. Trn1's rate fitted on
+    # mm-trn1-hoisted's latency (42.96 ms: 104.1 GB/s; its [128, 512] bf16 loads are 1 KiB runs);
+    # Trn2's not fitted: the aggregate DMA rate of [DMA-BW]'s table, 16 x 23 B/ns = 368 GB/s
+    "gather": {"spec": {"trn1": {"dma_hbm_gather_bandwidth": GATHER_TRN1},
+                        "trn2": {"dma_hbm_gather_bandwidth": 368e9}}, "options": {}},
+    # (d) with (b) + start-up: each of the three moves rows the others do not (the matmul rows' runs of
+    # 256 B - 2 KiB; the CS149 rows' tiny transfers; the one-step kernels' start-up)
+    "gather+issue+start-up": {"spec": {"trn1": {**LAUNCH["trn1"], "dma_hbm_gather_bandwidth": GATHER_TRN1},
+                                       "trn2": {**LAUNCH["trn2"], "dma_issue_ns": 478.0, "dma_descriptor_ns": 64.0,
+                                                "dma_hbm_gather_bandwidth": 368e9}},
+                              "options": {}},
 }
 
 

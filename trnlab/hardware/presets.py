@@ -122,6 +122,16 @@ class CoreSpec:
     # 0 (none) in every preset: the CS149 rows fit 478 ns on Trn2 but the held-back half does not
     # improve as a whole with it (docs/calibration.md, "What was tried for the largest misses")
     dma_issue_ns: float = 0.0
+    # the rate (bytes/s, the core's 16 engines together) at which a transfer gathered from (or
+    # scattered to) separate HBM runs of `dma_hbm_gather_min_bytes` up to (not including)
+    # `dma_hbm_gather_below_bytes` moves its bytes, in place of the per-descriptor time: a tile cut
+    # out of a wider HBM tensor, one such run per row. ASSUMED, 0 (off) in every preset: a calibration
+    # candidate (docs/calibration.md, "The Trn1 tiled kernel, mechanism by mechanism"); the bounds are
+    # [DMA-BW]'s bands: "< 256 B per partition: severely overhead-bound", "256 B -- 2 KiB: improving
+    # but still below peak", "≥ 2 KiB (minimum recommended): approaches peak bandwidth"
+    dma_hbm_gather_bandwidth: float = 0.0
+    dma_hbm_gather_min_bytes: int = 256
+    dma_hbm_gather_below_bytes: int = 2048
     # the runtime's start-up and tear-down of one kernel execution [LAUNCH] (core.start_launch /
     # end_launch): nothing of the kernel starts before `launch_start_ns` and the execution ends
     # `launch_end_ns` after its last result. 0 (none) in every preset: a calibration candidate
