@@ -121,6 +121,7 @@ def test_every_candidate_mechanism_is_documented_and_none_is_the_default():
     assert all(core.dma_issue_ns == 0.0 for core in presets.CORES.values())
     assert all(core.launch_start_ns == core.launch_end_ns == 0.0 for core in presets.CORES.values())
     assert all(core.dma_descriptor_setup_ns == 0.0 for core in presets.CORES.values())
+    assert all(core.dma_hbm_gather_bandwidth == 0.0 for core in presets.CORES.values())
 
 
 def test_the_issue_candidate_fits_its_calibration_row_and_predicts_the_held_back_one():
@@ -168,3 +169,26 @@ def test_the_bytes_plus_setup_candidate_keeps_the_trn1_tutorial_and_the_trn2_hoi
     assert 100.0 <= row_ns <= 107.0
     trn1 = presets.TRN1.core.derive(**spec["trn1"])
     assert cost.dma_cost(trn1, 128 * 1024, 128).cycles / 8 == pytest.approx(150.0, rel=0.03)
+
+
+def test_the_gather_candidate_fits_the_hoisted_kernel_and_predicts_the_tiled_kernel_on_both_chips():
+    # candidate (d), docs/calibration.md "The Trn1 tiled kernel, mechanism by mechanism": Trn1's rate
+    # fitted on mm-trn1-hoisted (calibration); mm-trn1-tiled and opt-trn2-tiled's TensorE are held
+    # back (Trn2's rate is [DMA-BW]'s, not fitted). A sixteenth of AWS's M, times 16 (the kernels'
+    # time grows with M block by block)
+    from trnlab.hardware import presets
+    from trnlab.kernels import matmul_ladder as ladder
+    bench = _benchmark()
+    spec = bench.WHAT_IF["gather"]["spec"]
+    shape = dict(M=ladder.AWS_SHAPE["M"] // 16, N=ladder.AWS_SHAPE["N"], K=ladder.AWS_SHAPE["K"])
+    trn1 = presets.TRN1.core.derive(**spec["trn1"])
+
+    def trn1_ms(kernel, target):
+        return ladder.run_step(kernel, dtype="bfloat16", target=target, **shape).latency_us * 16 / 1e3
+    assert trn1_ms(ladder.matmul_hoisted, trn1) == pytest.approx(cal.BY_ID["mm-trn1-hoisted"].latency_us / 1e3, rel=0.01)
+    tiled = cal.BY_ID["mm-trn1-tiled"].latency_us / 1e3
+    assert trn1_ms(ladder.matmul_tiled, trn1) == pytest.approx(tiled, rel=0.05)
+    assert trn1_ms(ladder.matmul_tiled, "trn1") > 1.4 * tiled                 # the model as it is: +54 %
+    trn2 = presets.TRN2.core.derive(**spec["trn2"])
+    pe = ladder.run_step(ladder.matmul_tiled, dtype="float32", target=trn2, **shape).active["pe"]
+    assert pe == pytest.approx(cal.BY_ID["opt-trn2-tiled"].active["pe"], abs=5.0)
