@@ -329,7 +329,10 @@ class EngineTimes:
         can begin (the first queue free + the fixed latency). With `spec.dma_issue_ns` > 0 every
         transfer of the core also needs that long on one shared issuer (its descriptors generated
         by the engine that issues it), in the issuer's earliest free slot at or after it is ready;
-        it starts there (a throughput limit on many tiny transfers; each one's latency unchanged)."""
+        it starts there (a throughput limit on many tiny transfers; each one's latency unchanged).
+        With `spec.dma_queue_pipelined` a queue takes its next transfer at once: the transfer starts
+        when its data is ready and its engines begin after its fixed latency, but no earlier than the
+        queue's previous transfer ends (in order on the queue, the fixed latency overlapped)."""
         heap = self.queue_heap
         first, q = heap[0]
         if queue is not None:
@@ -337,7 +340,8 @@ class EngineTimes:
         eid = q + 4                                   # FIRST_DMA (a literal: this runs per transfer)
         free = self.free
         queue_free = free[eid]
-        if queue_free >= ready:
+        pipelined = self.spec.dma_queue_pipelined
+        if queue_free >= ready and not pipelined:
             ready, waited = queue_free, -1
         issue = self.dma_issue
         if issue:                        # the issuer: `issue` ns per transfer, its earliest free slot
@@ -347,6 +351,8 @@ class EngineTimes:
             if len(self.issuer.ends) > PRUNE_ABOVE:
                 self.issuer.prune(first)
         begin = ready + fixed_ns
+        if pipelined and queue_free > begin:
+            begin = queue_free           # in order behind the queue's last transfer; its fixed latency overlapped
         end = begin + cycles
         dma, hbm = self.dma_engines, self.hbm_channel
         engines_end = dma.reserve(begin, engine_ns) + engine_ns

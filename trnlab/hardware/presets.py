@@ -114,6 +114,11 @@ class CoreSpec:
     dma_engine_bandwidth: float = 17e9              # effective, per engine [DMA-BW]
     dma_engine_bandwidth_theoretical: float = 27.2e9   # [DMA] (for comparison only)
     dma_queues: int = 16
+    # a queue takes its next transfer while the previous one moves its data: in order on the queue, the
+    # fixed latency overlapped (engines.EngineTimes.dma). ASSUMED, False (a transfer holds its queue
+    # from trigger to end) in every preset: a calibration candidate with one queue per trigger engine
+    # (docs/calibration.md, "Mamba and the blocked-free kernel: the active figures": not kept)
+    dma_queue_pipelined: bool = False
     dma_latency_ns: float = 1300.0
     dma_descriptor_ns: float = 150.0
     dma_min_burst_bytes: int = 64               # a strided run moves at least this (ASSUMED)
