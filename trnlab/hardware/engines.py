@@ -177,7 +177,7 @@ class EngineTimes:
 
     __slots__ = ("spec", "free", "dma_engines", "hbm_channel", "bandwidth", "dma_latency", "ports", "load_end",
                  "last_matmul_start", "vector_follows", "queue_heap", "pe_blocks", "pe_seen", "dma_issue",
-                 "issuer")
+                 "issuer", "pipelined")
 
     def __init__(self, spec, n_engines: int, hbm: Channel | None = None, bandwidth: float | None = None):
         self.spec = spec
@@ -188,6 +188,7 @@ class EngineTimes:
         self.dma_latency = spec.dma_latency_ns
         self.dma_issue = spec.dma_issue_ns      # ns per transfer on the core's one issuer (0: none)
         self.issuer = Channel()          # the time the issuer is busy issuing transfers
+        self.pipelined = spec.dma_queue_pipelined   # a queue overlaps a transfer's fixed latency (False: none)
         self.ports: dict = {}
         self.load_end = 0.0
         self.last_matmul_start = 0.0
@@ -340,7 +341,7 @@ class EngineTimes:
         eid = q + 4                                   # FIRST_DMA (a literal: this runs per transfer)
         free = self.free
         queue_free = free[eid]
-        pipelined = self.spec.dma_queue_pipelined
+        pipelined = self.pipelined
         if queue_free >= ready and not pipelined:
             ready, waited = queue_free, -1
         issue = self.dma_issue

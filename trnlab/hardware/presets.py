@@ -86,6 +86,8 @@ class CoreSpec:
       also takes `dma_issue_ns` on the core's one issuer (0 in every preset: a calibration candidate);
       a tile cut out of a wider HBM tensor in runs of 256 B - 2 KiB moves its bytes at
       `dma_hbm_gather_bandwidth` instead of its descriptors' time (0 in every preset: a candidate);
+      with `dma_queue_pipelined` a queue takes its next transfer during the previous one's data, in
+      order (False in every preset: a candidate);
     - a kernel execution: `launch_start_ns` before its first instruction, `launch_end_ns` after its
       last result (0 in every preset: a calibration candidate);
     - shared ports: `sbuf_port_shared` (Vector and GpSimd take turns on SBUF) and `psum_port`
