@@ -42,15 +42,24 @@ def _profiled(run, dtype) -> dict:
     return active
 
 
-def _matmul(row: cal.Row, target=None, **_):
+def _matmul(row: cal.Row, target=None, SPILL: bool = False, **_):
     kernel = getattr(ladder, row.kernel)
     dtype = "bfloat16" if row.dtype == "bf16" else "float32"
     spec = target or presets.core_spec(row.chip)
     need = ladder.block_free_sbuf_bytes(ladder.AWS_SHAPE["K"], dtype)
+    spill = False
     if kernel is ladder.matmul_block_free and need > spec.sbuf_partition_bytes:
-        # as benchmarks/calibrate.py: the tutorial's block-free kernel does not fit SBUF as written
-        spec = spec.derive(sbuf_partition_bytes=need)
-    r = ladder.run_step(kernel, dtype=dtype, target=spec, **ladder.AWS_SHAPE)
+        # as benchmarks/calibrate.py: the tutorial's block-free kernel does not fit SBUF as written;
+        # SPILL (a candidate): run it in the chip's SBUF with trnlab's spill rule (TRNLAB_SPILL, ASSUMED)
+        if SPILL:
+            spill = True
+        else:
+            spec = spec.derive(sbuf_partition_bytes=need)
+    with config.override(spill=True) if spill else _nothing():
+        r = ladder.run_step(kernel, dtype=dtype, target=spec, **ladder.AWS_SHAPE)
+    if spill:
+        return r.latency_us, r.active, (f"dma transferring {100 * r.profile.dma_transferring:.1f} %, spilled "
+                                        f"{r.profile.spilled_bytes / 2**20:.0f} MiB (TRNLAB_SPILL, ASSUMED)")
     # the DMA figure compared is "any queue" (from each transfer's trigger); AWS's profiler counts a
     # DMA packet transferring (Profile.dma_transferring, without the fixed latency): both printed
     return r.latency_us, r.active, f"dma transferring {100 * r.profile.dma_transferring:.1f} %"
@@ -70,7 +79,7 @@ def _vector_add(row: cal.Row, target=None, **options):
     return run.latency_us, _profiled(run, "float32"), ""
 
 
-def _mamba(row: cal.Row, target=None, **_):
+def _mamba(row: cal.Row, target=None, **options):
     channels = int(row.shape.split("channels ")[1].split(",")[0])
     seq = int(row.shape.split("seq ")[1].split(",")[0])
     kernel = getattr(mamba, row.kernel.split()[0])
@@ -80,8 +89,12 @@ def _mamba(row: cal.Row, target=None, **_):
     args = (sd(1, channels, seq), sd(1, channels, seq), sd(channels, 16), sd(1, 16, seq), sd(1, 16, seq))
     note = ""
     spill = kernel is mamba.mamba_v2 and seq > 512
+    if kernel is not mamba.mamba_v2:
+        options = {}
+    elif options.get("HOIST_DELTA_U") == "if-fits":     # hoisted where the kernel fits SBUF without spilling
+        options = {**options, "HOIST_DELTA_U": not spill}
     with config.override(spill=True) if spill else _nothing():
-        run = nki.run(kernel, *args, target=target or row.chip, timing_only=True)
+        run = nki.run(kernel, *args, target=target or row.chip, timing_only=True, **options)
     if spill:
         note = f"spilled {run.core.profile().spilled_bytes / 2**20:.0f} MiB (TRNLAB_SPILL, ASSUMED)"
     # AWS's VectorE % is of the "actual execution period" (the page's Selection Summary, start-up and
@@ -145,6 +158,8 @@ class _nothing:
 # `--what-if NAME` runs every row under one of them and prints both halves and the lessons.
 #   spec:     fields of the row's chip's CoreSpec replaced (`CoreSpec.derive`), per chip
 #   options:  keyword arguments of the CS149 kernels
+#   mamba:    keyword arguments of mamba_v2 (HOIST_DELTA_U; "if-fits": where it runs without spilling)
+#   matmul:   SPILL: the block-free kernel in the chip's SBUF with the spill rule (else SBUF enlarged)
 # The start-up is the simulator's (CoreSpec.launch_start_ns / launch_end_ns: core.start_launch /
 # end_launch): Trn1 read off AWS's fused-Mamba profile [LAUNCH] (the kernel's first DMA 13.0 µs after
 # the profile starts, its last DMA 4.3 µs before the end); Trn2 fitted on cs149-stream-2000
@@ -152,6 +167,11 @@ class _nothing:
 START_UP_US = 28.0 - 15.3
 LAUNCH = {"trn1": {"launch_start_ns": 13_000.0, "launch_end_ns": 4_300.0},
           "trn2": {"launch_start_ns": START_UP_US * 1e3 - 4_300.0, "launch_end_ns": 4_300.0}}
+GATHER_TRN1 = 104.1e9      # (d) below: fitted on mm-trn1-hoisted (calibration)
+# (d) + (b) + start-up: the fields of the candidates below that build on it
+GATHER_ISSUE_START_UP = {"trn1": {**LAUNCH["trn1"], "dma_hbm_gather_bandwidth": GATHER_TRN1},
+                         "trn2": {**LAUNCH["trn2"], "dma_issue_ns": 478.0, "dma_descriptor_ns": 64.0,
+                                  "dma_hbm_gather_bandwidth": 368e9}}
 WHAT_IF = {
     # the start-up alone
     "start-up": {"spec": LAUNCH, "options": {}},
@@ -178,6 +198,35 @@ WHAT_IF = {
     "issue+start-up": {"spec": {"trn1": LAUNCH["trn1"],
                                 "trn2": {**LAUNCH["trn2"], "dma_issue_ns": 478.0, "dma_descriptor_ns": 64.0}},
                        "options": {}},
+    # (d) gathered short runs (docs/calibration.md, "The Trn1 tiled kernel, mechanism by mechanism"): a
+    # transfer cut out of a wider HBM tensor in runs of 256 B up to 2 KiB ([DMA-BW]'s middle band) moves
+    # its bytes at a rate of the core's, in place of the per-descriptor time. Trn1's rate fitted on
+    # mm-trn1-hoisted's latency (42.96 ms: 104.1 GB/s; its [128, 512] bf16 loads are 1 KiB runs);
+    # Trn2's not fitted: the aggregate DMA rate of [DMA-BW]'s table, 16 x 23 B/ns = 368 GB/s
+    "gather": {"spec": {"trn1": {"dma_hbm_gather_bandwidth": GATHER_TRN1},
+                        "trn2": {"dma_hbm_gather_bandwidth": 368e9}}, "options": {}},
+    # (d) with (b) + start-up: each of the three moves rows the others do not (the matmul rows' runs of
+    # 256 B - 2 KiB; the CS149 rows' tiny transfers; the one-step kernels' start-up)
+    "gather+issue+start-up": {"spec": GATHER_ISSUE_START_UP, "options": {}},
+    # (e) hoist: AWS's compiler computes v2's delta * u (the same in every state) once per channel tile,
+    # outside the state loop (loop-invariant code motion): the page's own profile of v2 at seq 8192
+    # spills and reloads "the tensor named deltaU" [PERF-GUIDE, Opt #4], which a product used only
+    # inside one state step would not need. No constant: on top of gather+issue+start-up
+    "hoist": {"spec": GATHER_ISSUE_START_UP, "options": {}, "mamba": {"HOIST_DELTA_U": True}},
+    # (e') the same where the kernel fits SBUF without spilling (v2 at seq 8192 then as written: its
+    # Vector busy time on the chip, 58.93 % of 53.3 ms, is the page's code's, not the hoisted code's)
+    "hoist-if-fits": {"spec": GATHER_ISSUE_START_UP, "options": {}, "mamba": {"HOIST_DELTA_U": "if-fits"}},
+    # (g) hoist-if-fits, and the Trn2 block-free kernel (322 KiB per partition in fp32; SBUF has 192)
+    # run in the chip's SBUF with trnlab's spill rule (ASSUMED) instead of an enlarged SBUF: on the
+    # chip AWS's compiler must have spilled or reloaded to run it
+    "hoist+spill": {"spec": GATHER_ISSUE_START_UP, "options": {}, "mamba": {"HOIST_DELTA_U": "if-fits"},
+                    "matmul": {"SPILL": True}},
+    # (f) one queue per trigger engine [DMA-QUEUE]: a kernel's transfers, all triggered by the Sync
+    # engine, on one queue, in order, each transfer's fixed latency overlapping the previous one's data
+    # (CoreSpec.dma_queue_pipelined, ASSUMED). No constant; on top of hoist
+    "hoist+one-queue": {"spec": {chip: {**fields, "dma_queues": 1, "dma_queue_pipelined": True}
+                                 for chip, fields in GATHER_ISSUE_START_UP.items()},
+                        "options": {}, "mamba": {"HOIST_DELTA_U": "if-fits"}},
 }
 
 
@@ -188,7 +237,8 @@ def what_if(name: str, rows: list[cal.Row]) -> list[dict]:
     results = []
     for row in rows:
         t0 = time.perf_counter()
-        options = case["options"] if row.source == "CS149" else {}
+        options = case["options"] if row.source == "CS149" else case.get("mamba", {}) if row.source == "MAMBA" \
+            else case.get("matmul", {})
         latency_us, active, note = RUNNERS[row.source](row, target=targets.get(row.chip), **options)
         res = cal.result(row, latency_us if row.latency_us is not None else None, active, note)
         res["ours_us"] = latency_us

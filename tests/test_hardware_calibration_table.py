@@ -121,6 +121,7 @@ def test_every_candidate_mechanism_is_documented_and_none_is_the_default():
     assert all(core.dma_issue_ns == 0.0 for core in presets.CORES.values())
     assert all(core.launch_start_ns == core.launch_end_ns == 0.0 for core in presets.CORES.values())
     assert all(core.dma_descriptor_setup_ns == 0.0 for core in presets.CORES.values())
+    assert all(core.dma_hbm_gather_bandwidth == 0.0 for core in presets.CORES.values())
 
 
 def test_the_issue_candidate_fits_its_calibration_row_and_predicts_the_held_back_one():
@@ -188,3 +189,59 @@ def test_the_hand_blocked_matmul_misses_by_the_descriptor_floor_only():
     assert pipeline.run(pipeline.matmul_hand_blocked, target=floorless)[0].latency_us == pytest.approx(
         row.latency_us, rel=0.01)
     assert pipeline.run(pipeline.matmul_hand_blocked)[0].latency_us > 1.25 * row.latency_us
+
+
+def test_the_gather_candidate_fits_the_hoisted_kernel_and_predicts_the_tiled_kernel_on_both_chips():
+    # candidate (d), docs/calibration.md "The Trn1 tiled kernel, mechanism by mechanism": Trn1's rate
+    # fitted on mm-trn1-hoisted (calibration); mm-trn1-tiled and opt-trn2-tiled's TensorE are held
+    # back (Trn2's rate is [DMA-BW]'s, not fitted). A sixteenth of AWS's M, times 16 (the kernels'
+    # time grows with M block by block)
+    from trnlab.hardware import presets
+    from trnlab.kernels import matmul_ladder as ladder
+    bench = _benchmark()
+    spec = bench.WHAT_IF["gather"]["spec"]
+    shape = dict(M=ladder.AWS_SHAPE["M"] // 16, N=ladder.AWS_SHAPE["N"], K=ladder.AWS_SHAPE["K"])
+    trn1 = presets.TRN1.core.derive(**spec["trn1"])
+
+    def trn1_ms(kernel, target):
+        return ladder.run_step(kernel, dtype="bfloat16", target=target, **shape).latency_us * 16 / 1e3
+    assert trn1_ms(ladder.matmul_hoisted, trn1) == pytest.approx(cal.BY_ID["mm-trn1-hoisted"].latency_us / 1e3, rel=0.01)
+    tiled = cal.BY_ID["mm-trn1-tiled"].latency_us / 1e3
+    assert trn1_ms(ladder.matmul_tiled, trn1) == pytest.approx(tiled, rel=0.05)
+    assert trn1_ms(ladder.matmul_tiled, "trn1") > 1.4 * tiled                 # the model as it is: +54 %
+    trn2 = presets.TRN2.core.derive(**spec["trn2"])
+    pe = ladder.run_step(ladder.matmul_tiled, dtype="float32", target=trn2, **shape).active["pe"]
+    assert pe == pytest.approx(cal.BY_ID["opt-trn2-tiled"].active["pe"], abs=5.0)
+
+
+def test_the_hoist_candidate_predicts_mamba_v2_from_the_page_s_code_less_one_product_per_state():
+    # candidate (e), docs/calibration.md "Mamba: the Vector engine's work per step": v2 with delta * u
+    # computed once per channel tile (no constant fitted) lands on AWS's v2 at 4096 channels
+    # (calibration row), and v1 -> v2 then holds as a lesson (1.45x published)
+    from trnlab.hardware import presets
+    bench = _benchmark()
+    case = bench.WHAT_IF["hoist"]
+    trn1 = presets.TRN1.core.derive(**case["spec"]["trn1"])
+    v2 = cal.BY_ID["mamba-v2-c4096"]
+    hoisted, active, _ = bench._mamba(v2, target=trn1, **case["mamba"])
+    assert hoisted == pytest.approx(v2.latency_us, rel=0.02)
+    assert active["dve"] == pytest.approx(v2.active["dve"], abs=5.0)
+    as_written = bench._mamba(v2, target=trn1)[0]
+    assert as_written > 1.25 * v2.latency_us                        # the page's code as written: +30 %
+    v1 = bench._mamba(cal.BY_ID["mamba-v1-c4096"], target=trn1)[0]
+    assert 1.45 / 1.5 <= v1 / hoisted <= 1.45 * 1.5 and v1 / as_written < 1.01
+
+
+def test_a_pipelined_queue_takes_its_next_transfer_during_the_previous_one_s_fixed_latency():
+    # CoreSpec.dma_queue_pipelined (candidate hoist+one-queue): two transfers on one queue, in order;
+    # the second's fixed latency overlaps the first's data instead of following its end
+    from trnlab.hardware import presets
+    from trnlab.hardware.engines import EngineTimes, FIRST_DMA
+    for pipelined in (False, True):
+        spec = presets.TRN1.core.derive(dma_queues=1, dma_queue_pipelined=pipelined)
+        times = EngineTimes(spec, FIRST_DMA + 1)
+        first = times.dma(0, 0.0, -1, 1300.0, 1000.0, 1000.0, 0)
+        second = times.dma(0, 0.0, -1, 1300.0, 1000.0, 1000.0, 0)
+        assert first[2] == pytest.approx(2300.0)
+        assert second[2] == pytest.approx(3300.0 if pipelined else 4600.0)
+    assert all(not core.dma_queue_pipelined for core in presets.CORES.values())

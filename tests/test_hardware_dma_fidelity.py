@@ -179,3 +179,37 @@ def test_a_dma_issue_cost_limits_how_many_tiny_transfers_start_per_second():
     assert limited == pytest.approx((n - 1) * 500.0 + one)   # the issuer passes one per 500 ns
     # one transfer alone: its latency is unchanged (the issue slot is part of the trigger-to-start latency)
     assert _tiny_loads(issuing, 1) == pytest.approx(one)
+
+
+def _load_engine_ns(spec, hbm_shape, tile_shape, dtype="bfloat16"):
+    """Engine time (ns, trigger latency excluded) of one load of a tile cut out of an HBM tensor."""
+    core = NeuronCore(spec, mode="timing")
+    src = core.hbm.allocate(hbm_shape, dtype)
+    tile = core.sbuf.allocate(tile_shape, dtype)
+    record = core.timeline[core.dma_copy(tile.full, src[0:tile_shape[0], 0:tile_shape[1]])]
+    return record.end_ns - record.start_ns - spec.dma_latency_ns
+
+
+def test_runs_of_256_bytes_to_2_kib_gathered_from_hbm_move_at_the_gather_rate_when_it_is_set():
+    # docs/calibration.md, candidate (d): a tile cut out of a wider HBM tensor in runs of 256 B up to
+    # 2 KiB ([DMA-BW]'s middle band) moves its bytes at dma_hbm_gather_bandwidth (the core's 16
+    # engines together) in place of the per-descriptor time; 0 (every preset's value) is off
+    base = presets.TRN1.core
+    gather = base.derive(dma_hbm_gather_bandwidth=100e9)
+    assert base.dma_hbm_gather_bandwidth == 0.0
+    rhs_tile = ((8192, 8192), (128, 512))                         # the tiled kernel's rhs load: 1 KiB runs
+    assert _load_engine_ns(base, *rhs_tile) == pytest.approx(8 * base.dma_descriptor_ns)
+    assert _load_engine_ns(gather, *rhs_tile) == pytest.approx(128 * 1024 / 100.0)   # bytes at 100 B/ns
+    lhsT_tile = ((8192, 4096), (128, 128))                        # its lhsT load: 256 B runs, 4x fewer bytes
+    assert _load_engine_ns(gather, *lhsT_tile) == pytest.approx(128 * 256 / 100.0)
+    assert _load_engine_ns(base, *lhsT_tile) == pytest.approx(8 * base.dma_descriptor_ns)
+
+
+def test_contiguous_wide_and_tiny_runs_keep_the_descriptor_cost_under_the_gather_rate():
+    base = presets.TRN1.core
+    gather = base.derive(dma_hbm_gather_bandwidth=100e9)
+    for hbm_shape, tile_shape in [((128, 512), (128, 512)),      # the whole tensor: one contiguous run
+                                  ((8192, 8192), (128, 1024)),   # 2 KiB runs: [DMA-BW] "approaches peak"
+                                  ((8192, 8192), (128, 64))]:    # 128 B runs: "overhead-bound"
+        assert _load_engine_ns(gather, hbm_shape, tile_shape) == pytest.approx(
+            _load_engine_ns(base, hbm_shape, tile_shape))

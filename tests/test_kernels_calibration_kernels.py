@@ -46,15 +46,16 @@ def test_one_buffer_per_tile_serialises_the_steps():
     assert single.latency_us > 3 * rotating.latency_us
 
 
-@pytest.mark.parametrize("kernel", [mamba.mamba_v1, mamba.mamba_v2, mamba.mamba_v3])
-def test_mamba_versions_compute_the_selective_scan(kernel):
+@pytest.mark.parametrize("kernel, options", [(mamba.mamba_v1, {}), (mamba.mamba_v2, {}),
+                                             (mamba.mamba_v2, {"HOIST_DELTA_U": True}), (mamba.mamba_v3, {})])
+def test_mamba_versions_compute_the_selective_scan(kernel, options):
     rng = np.random.default_rng(0)
     batch, channels, seq, state = 1, 256, 1024, 3        # v3: two 512-column chunks carry the scan
     delta = rng.uniform(0.01, 0.1, (batch, channels, seq)).astype(np.float32)
     u = rng.standard_normal((batch, channels, seq)).astype(np.float32)
     A = -rng.uniform(0.5, 1.5, (channels, state)).astype(np.float32)
     B, C = (rng.standard_normal((batch, state, seq)).astype(np.float32) for _ in range(2))
-    run = nki.run(kernel, delta, u, A, B, C, target="trn1")
+    run = nki.run(kernel, delta, u, A, B, C, target="trn1", **options)
     expected = mamba.reference(delta, u, A, B, C)
     np.testing.assert_allclose(_output(run), expected, rtol=1e-4, atol=1e-4 * np.abs(expected).max())
 

@@ -288,7 +288,7 @@ def dma_engines_used(spec: CoreSpec, partitions: int) -> int:
 
 
 def dma_cost(spec: CoreSpec, nbytes: int, partitions: int, chunk_bytes: int | None = None,
-             touches_hbm: bool = True) -> Cost:
+             touches_hbm: bool = True, hbm_run_bytes: int = 0) -> Cost:
     """One DMA of `nbytes` over `partitions` SBUF rows (or HBM rows), in contiguous runs of
     `chunk_bytes` (default: one run per row).
 
@@ -297,7 +297,11 @@ def dma_cost(spec: CoreSpec, nbytes: int, partitions: int, chunk_bytes: int | No
     runs shorter than a row make a row's descriptor cost ``max(dma_descriptor_ns, runs ×
     max(run, dma_min_burst_bytes) / bandwidth + dma_descriptor_setup_ns)`` — a short run still moves a
     whole burst (ASSUMED, presets.py); `dma_descriptor_setup_ns` is 0 in every preset (a calibration
-    candidate: a fixed part per descriptor on top of its bytes, docs/calibration.md). Runs of a row or longer are descriptors of their own (one per row on chip)."""
+    candidate: a fixed part per descriptor on top of its bytes, docs/calibration.md). Runs of a row or longer are descriptors of their own (one per row on chip).
+    `hbm_run_bytes`: the HBM side's contiguous run when it is not the whole transfer (a tile cut out
+    of a wider tensor; 0 otherwise); with runs of `dma_hbm_gather_min_bytes` up to
+    `dma_hbm_gather_below_bytes` the transfer moves its bytes at `dma_hbm_gather_bandwidth` for the whole core instead of the per-descriptor
+    time (0 in every preset: a calibration candidate, docs/calibration.md)."""
     rows = max(partitions, 1)
     row_bytes = max(nbytes // rows, 1)
     if not chunk_bytes or chunk_bytes <= 0:
@@ -316,6 +320,12 @@ def dma_cost(spec: CoreSpec, nbytes: int, partitions: int, chunk_bytes: int | No
     per_engine = -(-descriptors // engines)
     # the busiest engine: whole descriptors, but never faster than its share of the bytes
     engine_ns = max(per_engine * per_descriptor, nbytes / engines / bw_ns) if nbytes else 0.0
+    if spec.dma_hbm_gather_bandwidth > 0 and nbytes and \
+            spec.dma_hbm_gather_min_bytes <= hbm_run_bytes < spec.dma_hbm_gather_below_bytes:
+        # bytes at its engines' share of the core's gather rate, in place of the per-descriptor time
+        # (ASSUMED: the descriptors' fixed time overlaps the HBM side's slower runs)
+        engine_ns = max(nbytes * spec.dma_engines / engines / spec.dma_hbm_gather_bandwidth * 1e9,
+                        nbytes / engines / bw_ns)
     return Cost(cycles=engine_ns, clock_hz=DMA_CLOCK_HZ, latency_cycles=engine_ns,
                 fixed_ns=spec.dma_latency_ns, engines=engines, descriptors=descriptors,
                 dma_engine_ns=engine_ns * engines / spec.dma_engines,
@@ -518,7 +528,8 @@ def _dma(instr: Instruction, spec: CoreSpec) -> Cost:
     else:
         runs = [o.contiguous_bytes for o in (src, dst) if o.contiguous_bytes]
         chunk = min(runs) if runs else None
-    return dma_cost(spec, nbytes, rows, chunk, "hbm" in (src.memory, dst.memory))
+    gathered = [o.contiguous_bytes for o in (src, dst) if o.memory == "hbm" and 0 < o.contiguous_bytes < o.nbytes]
+    return dma_cost(spec, nbytes, rows, chunk, "hbm" in (src.memory, dst.memory), min(gathered, default=0))
 
 
 def contiguous_bytes(view) -> int:

@@ -347,13 +347,17 @@ class DmaInstructions:
 
     def _dma_cost(self, dst: View, src: View, nbytes: int, opcode: str) -> "cost.Cost":
         """The pure cost model's answer for a DMA; it depends on these numbers only, so it is
-        remembered per (opcode, bytes, rows, contiguous chunk, touches HBM, dst free size, itemsize)."""
+        remembered per (opcode, bytes, rows, contiguous chunk, touches HBM, dst free size, itemsize,
+        the HBM side's run when it is gathered from separate runs)."""
         sk, dk = src.tensor.kind, dst.tensor.kind
+        run_src, run_dst = cost.contiguous_bytes(src), cost.contiguous_bytes(dst)
         chunk = nbytes // max(dst.shape[0] if dst.shape else 1, 1) if opcode == "dma_gather" else \
-            min(cost.contiguous_bytes(src), cost.contiguous_bytes(dst))
+            min(run_src, run_dst)
         rows = dst.partitions if dk == "sbuf" else (src.partitions if sk == "sbuf" else
                                                     (dst.shape[0] if dst.shape else 1))
-        key = (opcode, nbytes, rows, chunk, "hbm" in (sk, dk), dst.free_size, dst.tensor.itemsize)
+        gathered = min([r for k, r, v in ((sk, run_src, src), (dk, run_dst, dst)) if k == "hbm" and r < v.nbytes],
+                       default=0)
+        key = (opcode, nbytes, rows, chunk, "hbm" in (sk, dk), dst.free_size, dst.tensor.itemsize, gathered)
         c = self._costs.get(key)
         if c is None:
             c = self._costs[key] = cost.cost(cost.Instruction(

@@ -177,7 +177,7 @@ class EngineTimes:
 
     __slots__ = ("spec", "free", "dma_engines", "hbm_channel", "bandwidth", "dma_latency", "ports", "load_end",
                  "last_matmul_start", "vector_follows", "queue_heap", "pe_blocks", "pe_seen", "dma_issue",
-                 "issuer")
+                 "issuer", "pipelined")
 
     def __init__(self, spec, n_engines: int, hbm: Channel | None = None, bandwidth: float | None = None):
         self.spec = spec
@@ -188,6 +188,7 @@ class EngineTimes:
         self.dma_latency = spec.dma_latency_ns
         self.dma_issue = spec.dma_issue_ns      # ns per transfer on the core's one issuer (0: none)
         self.issuer = Channel()          # the time the issuer is busy issuing transfers
+        self.pipelined = spec.dma_queue_pipelined   # a queue overlaps a transfer's fixed latency (False: none)
         self.ports: dict = {}
         self.load_end = 0.0
         self.last_matmul_start = 0.0
@@ -329,7 +330,10 @@ class EngineTimes:
         can begin (the first queue free + the fixed latency). With `spec.dma_issue_ns` > 0 every
         transfer of the core also needs that long on one shared issuer (its descriptors generated
         by the engine that issues it), in the issuer's earliest free slot at or after it is ready;
-        it starts there (a throughput limit on many tiny transfers; each one's latency unchanged)."""
+        it starts there (a throughput limit on many tiny transfers; each one's latency unchanged).
+        With `spec.dma_queue_pipelined` a queue takes its next transfer at once: the transfer starts
+        when its data is ready and its engines begin after its fixed latency, but no earlier than the
+        queue's previous transfer ends (in order on the queue, the fixed latency overlapped)."""
         heap = self.queue_heap
         first, q = heap[0]
         if queue is not None:
@@ -337,7 +341,8 @@ class EngineTimes:
         eid = q + 4                                   # FIRST_DMA (a literal: this runs per transfer)
         free = self.free
         queue_free = free[eid]
-        if queue_free >= ready:
+        pipelined = self.pipelined
+        if queue_free >= ready and not pipelined:
             ready, waited = queue_free, -1
         issue = self.dma_issue
         if issue:                        # the issuer: `issue` ns per transfer, its earliest free slot
@@ -347,6 +352,8 @@ class EngineTimes:
             if len(self.issuer.ends) > PRUNE_ABOVE:
                 self.issuer.prune(first)
         begin = ready + fixed_ns
+        if pipelined and queue_free > begin:
+            begin = queue_free           # in order behind the queue's last transfer; its fixed latency overlapped
         end = begin + cycles
         dma, hbm = self.dma_engines, self.hbm_channel
         engines_end = dma.reserve(begin, engine_ns) + engine_ns

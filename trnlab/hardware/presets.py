@@ -84,6 +84,10 @@ class CoreSpec:
       descriptor, its runs counted as at least `dma_min_burst_bytes`; a hardware DMA transpose
       (v3+) runs at `dma_transpose_efficiency_hbm` / `_sbuf` of the 16 engines' rate; each transfer
       also takes `dma_issue_ns` on the core's one issuer (0 in every preset: a calibration candidate);
+      a tile cut out of a wider HBM tensor in runs of 256 B - 2 KiB moves its bytes at
+      `dma_hbm_gather_bandwidth` instead of its descriptors' time (0 in every preset: a candidate);
+      with `dma_queue_pipelined` a queue takes its next transfer during the previous one's data, in
+      order (False in every preset: a candidate);
     - a kernel execution: `launch_start_ns` before its first instruction, `launch_end_ns` after its
       last result (0 in every preset: a calibration candidate);
     - shared ports: `sbuf_port_shared` (Vector and GpSimd take turns on SBUF) and `psum_port`
@@ -112,6 +116,11 @@ class CoreSpec:
     dma_engine_bandwidth: float = 17e9              # effective, per engine [DMA-BW]
     dma_engine_bandwidth_theoretical: float = 27.2e9   # [DMA] (for comparison only)
     dma_queues: int = 16
+    # a queue takes its next transfer while the previous one moves its data: in order on the queue, the
+    # fixed latency overlapped (engines.EngineTimes.dma). ASSUMED, False (a transfer holds its queue
+    # from trigger to end) in every preset: a calibration candidate with one queue per trigger engine
+    # (docs/calibration.md, "Mamba and the blocked-free kernel: the active figures": not kept)
+    dma_queue_pipelined: bool = False
     dma_latency_ns: float = 1300.0
     dma_descriptor_ns: float = 150.0
     dma_min_burst_bytes: int = 64               # a strided run moves at least this (ASSUMED)
@@ -122,6 +131,16 @@ class CoreSpec:
     # 0 (none) in every preset: the CS149 rows fit 478 ns on Trn2 but the held-back half does not
     # improve as a whole with it (docs/calibration.md, "What was tried for the largest misses")
     dma_issue_ns: float = 0.0
+    # the rate (bytes/s, the core's 16 engines together) at which a transfer gathered from (or
+    # scattered to) separate HBM runs of `dma_hbm_gather_min_bytes` up to (not including)
+    # `dma_hbm_gather_below_bytes` moves its bytes, in place of the per-descriptor time: a tile cut
+    # out of a wider HBM tensor, one such run per row. ASSUMED, 0 (off) in every preset: a calibration
+    # candidate (docs/calibration.md, "The Trn1 tiled kernel, mechanism by mechanism"); the bounds are
+    # [DMA-BW]'s bands: "< 256 B per partition: severely overhead-bound", "256 B -- 2 KiB: improving
+    # but still below peak", "≥ 2 KiB (minimum recommended): approaches peak bandwidth"
+    dma_hbm_gather_bandwidth: float = 0.0
+    dma_hbm_gather_min_bytes: int = 256
+    dma_hbm_gather_below_bytes: int = 2048
     # the runtime's start-up and tear-down of one kernel execution [LAUNCH] (core.start_launch /
     # end_launch): nothing of the kernel starts before `launch_start_ns` and the execution ends
     # `launch_end_ns` after its last result. 0 (none) in every preset: a calibration candidate

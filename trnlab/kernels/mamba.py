@@ -39,12 +39,14 @@ def _times_row(x, row, ones_row, buffer=nl.sbuf):
     return out
 
 
-def _state_step(delta_t, u_t, A_col, B_row, C_row, initial, ones_row, scan_C_buffer=nl.sbuf):
+def _state_step(delta_t, u_t, A_col, B_row, C_row, initial, ones_row, scan_C_buffer=nl.sbuf, delta_u=None):
     """One state on one [128, T] chunk: returns (C * scan, scan). A_col [128, 1]; B_row, C_row [1, T].
     scan_C_buffer=nl.psum (v3, as AWS's v3): the product lands in PSUM, so the add into the SBUF
-    accumulator has one input in PSUM (N Vector cycles instead of 2N in fp32, [TT-COST])."""
+    accumulator has one input in PSUM (N Vector cycles instead of 2N in fp32, [TT-COST]).
+    delta_u: delta * u computed once outside the state loop (`HOIST_DELTA_U`), or None: here."""
     delta_A = nisa.activation(op=nl.exp, data=delta_t, scale=A_col)                    # [P, T] ScalarE
-    delta_u = nisa.tensor_tensor(delta_t, u_t, op=nl.multiply)                         # [P, T] VectorE
+    if delta_u is None:
+        delta_u = nisa.tensor_tensor(delta_t, u_t, op=nl.multiply)                     # [P, T] VectorE
     delta_Bu = _times_row(delta_u, B_row, ones_row)
     scan = nisa.tensor_tensor_scan(delta_A, delta_Bu, initial=initial, op0=nl.multiply, op1=nl.add)
     return _times_row(scan, C_row, ones_row, scan_C_buffer), scan
@@ -78,8 +80,12 @@ def mamba_v1(delta, u, A, B, C):
 
 
 @nki.jit
-def mamba_v2(delta, u, A, B, C):
-    """Loop order batch > channel tile > state: delta and u loaded once per channel tile."""
+def mamba_v2(delta, u, A, B, C, HOIST_DELTA_U: bool = False):
+    """Loop order batch > channel tile > state: delta and u loaded once per channel tile.
+
+    HOIST_DELTA_U: delta * u (the same in every state) computed once per channel tile, before the
+    state loop, as a compiler's loop-invariant code motion would (the page's code computes it inside;
+    docs/calibration.md, candidate `hoist`). Off by default: the kernel as the page writes it."""
     batch, channels, seq_len = delta.shape
     state_size = A.shape[1]
     P = nl.tile_size.pmax
@@ -92,11 +98,12 @@ def mamba_v2(delta, u, A, B, C):
             acc = nl.zeros((nl.par_dim(P), seq_len), dtype=delta.dtype, buffer=nl.sbuf)
             delta_t = nl.load(delta[b, ch, 0:seq_len])
             u_t = nl.load(u[b, ch, 0:seq_len])
+            delta_u = nisa.tensor_tensor(delta_t, u_t, op=nl.multiply) if HOIST_DELTA_U else None
             for s in nl.affine_range(state_size):
                 A_col = nl.load(A[ch, s:s + 1])
                 B_row = nl.load(B[b, s:s + 1, 0:seq_len])
                 C_row = nl.load(C[b, s:s + 1, 0:seq_len])
-                scan_C, _ = _state_step(delta_t, u_t, A_col, B_row, C_row, 0.0, ones_row)
+                scan_C, _ = _state_step(delta_t, u_t, A_col, B_row, C_row, 0.0, ones_row, delta_u=delta_u)
                 acc[0:P, 0:seq_len] += scan_C
             nl.store(out[b, ch, 0:seq_len], acc[0:P, 0:seq_len])
     return out
