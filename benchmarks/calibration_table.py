@@ -216,7 +216,7 @@ WHAT_IF = {
     # (e') the same where the kernel fits SBUF without spilling (v2 at seq 8192 then as written: its
     # Vector busy time on the chip, 58.93 % of 53.3 ms, is the page's code's, not the hoisted code's)
     "hoist-if-fits": {"spec": GATHER_ISSUE_START_UP, "options": {}, "mamba": {"HOIST_DELTA_U": "if-fits"}},
-    # (g) hoist-if-fits, and the Trn2 block-free kernel (322 KiB per partition in fp32; SBUF has 192)
+    # (g) hoist-if-fits, and the Trn2 block-free kernel (322 KiB per partition in fp32; SBUF has 224)
     # run in the chip's SBUF with trnlab's spill rule (ASSUMED) instead of an enlarged SBUF: on the
     # chip AWS's compiler must have spilled or reloaded to run it
     "hoist+spill": {"spec": GATHER_ISSUE_START_UP, "options": {}, "mamba": {"HOIST_DELTA_U": "if-fits"},

@@ -245,3 +245,21 @@ def test_a_pipelined_queue_takes_its_next_transfer_during_the_previous_one_s_fix
         assert first[2] == pytest.approx(2300.0)
         assert second[2] == pytest.approx(3300.0 if pipelined else 4600.0)
     assert all(not core.dma_queue_pipelined for core in presets.CORES.values())
+
+
+def test_the_candidates_tables_are_on_every_row():
+    # docs/calibration.md, "What was tried for the largest misses": a row per candidate (and the model)
+    # in both tables, and the summary's counts out of every latency row, active figure and lesson of ROWS
+    import re
+    docs = (Path(__file__).resolve().parent.parent / "docs" / "calibration.md").read_text()
+    bench = _benchmark()
+    latency = {h: sum(r.half == h and r.latency_us is not None for r in cal.ROWS) for h in (cal.CALIBRATION, cal.HELD_BACK)}
+    active = {h: sum(len(r.active) for r in cal.ROWS if r.half == h) for h in (cal.CALIBRATION, cal.HELD_BACK)}
+    summary = docs[docs.index("| candidate | calibration half"):].split("\n\n")[0].splitlines()[2:]
+    autotune = docs[docs.index("| candidate | one accumulator"):].split("\n\n")[0].splitlines()[2:]
+    assert len(summary) == len(autotune) == len(bench.WHAT_IF) + 1
+    for line in summary:
+        cells = line.split("|")[2:5]
+        for cell, half in zip(cells, (cal.CALIBRATION, cal.HELD_BACK)):
+            assert re.findall(r"of (\d+)", cell) == [str(latency[half]), str(active[half])], line
+        assert re.fullmatch(rf" \d+ of {len(cal.LESSONS)} ", cells[2]), line
