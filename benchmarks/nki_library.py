@@ -130,6 +130,7 @@ def run_session(root: Path, paths: list[Path], results: Path, args, extra_plugin
         "PYTHONDONTWRITEBYTECODE": "1",
         "NKILIB_RESULTS": str(results), "NKILIB_MAX_FAST": str(args.max_fast),
         "NKILIB_MAX_TIMED": str(args.max_timed), "NKILIB_TEST_SECONDS": str(args.seconds),
+        "NKILIB_HARNESS_SECONDS": str(args.harness_seconds), "NKILIB_TIMED_BUDGET": str(args.timed_budget),
         "NKILIB_SIMULATION_RUN_ALL": "1",       # the harness's own switch: keep the large tests (run timing-only)
         "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
         "NEURON_PYTHONHASHSEED": "0", "PYTHONHASHSEED": "0",    # the harness seeds its sampled sweeps with it
@@ -168,7 +169,8 @@ def summarize(records: list[dict], mode: str) -> dict:
     return {"n": len(mine), "good": good, "bad": bad}
 
 
-def result_cell(summary: dict, tail: str, code: int, mode: str) -> str:
+def result_cell(summary: dict, tail: str, code: int, mode: str, listed: int | None = None) -> str:
+    """`listed`: how many tests of this kind the file lists (its census), when more than ran."""
     if not summary["n"]:
         if code in (0, 5):
             return "none"       # every test skipped (e.g. TRN3 only) or none at these sizes
@@ -176,10 +178,19 @@ def result_cell(summary: dict, tail: str, code: int, mode: str) -> str:
     ok = "timed" if mode == "timing" else "pass"
     idle = sum(1 for r in summary["good"] if not r.get("runs"))
     note = f" ({idle} ran no kernel)" if idle else ""
+    of = f" of {listed} listed" if listed is not None and listed > summary["n"] else ""
     if not summary["bad"]:
-        return f"{ok} {len(summary['good'])}/{summary['n']}{note}"
+        return f"{ok} {len(summary['good'])}/{summary['n']}{of}{note}"
     first = summary["bad"][0]
-    return f"{len(summary['good'])}/{summary['n']} {ok}{note}; {first['outcome']}: {first['error']}"
+    return f"{len(summary['good'])}/{summary['n']}{of} {ok}{note}; {first['outcome']}: {first['error']}"
+
+
+def cpu_cell(summary: dict) -> str:
+    """The slowest test's trnlab part and the slowest test's harness part, in CPU seconds."""
+    tests = [r for r in summary["good"] + summary["bad"] if "trnlab_cpu_s" in r]
+    if not tests:
+        return ""
+    return f"{max(r['trnlab_cpu_s'] for r in tests):.1f} / {max(r['harness_cpu_s'] for r in tests):.1f}"
 
 
 def time_cell(summary: dict) -> str:
@@ -199,20 +210,22 @@ def qor_cell(summary: dict) -> str:
 
 
 def table(rows: list[dict]) -> str:
-    head = ("| kernel (test file) | platform | fast tests, full vs AWS's reference | simulated µs | production shapes, "
-            "timing-only | simulated µs | QoR at the largest (TpbSgCyclesSum, MbuEstimatedPercent, ProfilerMFU) |\n"
-            "|---|---|---|---|---|---|---|")
+    head = ("| kernel (test file) | platform | fast tests, full vs AWS's reference | simulated µs | CPU s, max: trnlab / "
+            "harness | production shapes, timing-only | simulated µs | CPU s, max: trnlab / harness | QoR at the "
+            "largest (TpbSgCyclesSum, MbuEstimatedPercent, ProfilerMFU) |\n"
+            "|---|---|---|---|---|---|---|---|---|")
     lines = [head]
     for r in rows:
         cell = lambda s: s.replace("|", "\\|")  # noqa: E731
-        lines.append(f"| {r['kernel']} | {r['platform']} | {cell(r['full'])} | {r['full_us']} | {cell(r['timing'])} | "
-                     f"{r['timing_us']} | {r['qor']} |")
+        lines.append(f"| {r['kernel']} | {r['platform']} | {cell(r['full'])} | {r['full_us']} | {r['full_cpu']} | "
+                     f"{cell(r['timing'])} | {r['timing_us']} | {r['timing_cpu']} | {r['qor']} |")
     return "\n".join(lines)
 
 
 def details(records: list[dict]) -> str:
     lines = ["| test | mode | result | simulated µs | InferenceTime s | ActiveInferenceTime s | TpbSgCyclesSum | "
-             "MbuEstimatedPercent | ProfilerMFU | LNC | platform | wall s |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "MbuEstimatedPercent | ProfilerMFU | LNC | platform | trnlab CPU s | harness CPU s | wall s |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in records:
         q = r.get("qor") or {}
         result = r["outcome"] + (f": {r['error']}" if r["error"] and r["outcome"] != "skipped" else "")
@@ -222,7 +235,8 @@ def details(records: list[dict]) -> str:
                      f"{r.get('latency_us', 0):.2f} | {fmt('InferenceTime', '.3e')} | "
                      f"{fmt('ActiveInferenceTime', '.3e')} | {fmt('TpbSgCyclesSum', ',')} | "
                      f"{fmt('MbuEstimatedPercent', '.2f')} | {fmt('ProfilerMFU', '.2f')} | {r.get('lnc', '')} | "
-                     f"{r.get('platform', '')} | {r['wall_s']} |")
+                     f"{r.get('platform', '')} | {r.get('trnlab_cpu_s', '')} | {r.get('harness_cpu_s', '')} | "
+                     f"{r['wall_s']} |")
     return "\n".join(lines)
 
 
@@ -302,7 +316,28 @@ data between its cores through a `shared_hbm` tensor behind `core_barrier`.
 """
 
 
+def timing_summary(records: list[dict]) -> str:
+    """How many production shapes the files list and how many were timed; the slowest costing (trnlab's
+    part) and the slowest harness part, in CPU seconds; the timeouts by whose part ran out."""
+    listed = sum(r.get("production", 0) for r in records if r["mode"] == "census")
+    timing = [r for r in records if r["mode"] == "timing" and r["outcome"] != "skipped"]
+    timed = [r for r in timing if r["outcome"] == "timed"]
+    split = [r for r in timing if "trnlab_cpu_s" in r]
+    slowest = max(split, key=lambda r: r["trnlab_cpu_s"], default=None)
+    harness = max(split, key=lambda r: r["harness_cpu_s"], default=None)
+    out = [r for r in records if r["outcome"] == "timeout"]
+    ours = sum("trnlab" in r["error"] for r in out)
+    text = f"production shapes: {listed} listed, {len(timing)} run timing-only, {len(timed)} timed"
+    if slowest:
+        text += (f"; slowest costing {slowest['trnlab_cpu_s']:.1f} CPU s (trnlab) in "
+                 f"`{slowest['nodeid'].split('/')[-1]}`, slowest harness part {harness['harness_cpu_s']:.1f} CPU s in "
+                 f"`{harness['nodeid'].split('/')[-1]}`")
+    return text + f"; timeouts: {ours} in trnlab's costing, {len(out) - ours} in the library's harness or the backstop"
+
+
 def render(rows: list, records: list, args, commit: str, command: str) -> str:
+    census = records
+    records = [r for r in records if r["mode"] != "census"]
     errors: dict = {}
     for r in records:
         if r["outcome"] in ("error", "mismatch", "timeout"):
@@ -316,21 +351,24 @@ def render(rows: list, records: list, args, commit: str, command: str) -> str:
                                                           "(TRNLAB_PSUM_EVACUATION=1)")
     return (f"# AWS's NKI Library on trnlab\n\nProduced by `{command}` on library commit `{commit}` "
             f"({time.strftime('%Y-%m-%d', time.gmtime())}): {len({r['kernel'] for r in rows})} test files, {len(records)} tests run, "
-            f"{passed} passed in full mode, {timed} ran timing-only.\n\n"
+            f"{passed} passed in full mode, {timed} ran timing-only.\n\n{timing_summary(census)}.\n\n"
             + PREAMBLE.format(max_fast=args.max_fast, max_timed=args.max_timed, seconds=args.seconds, spill=spill)
             + f"\n{table(rows)}\n\n## Errors, by first line\n\n| tests | error | test files |\n|---|---|---|\n"
             f"{summary}\n\n## Every test run\n\n{details(records)}\n")
 
 
 def file_row(name: str, platform: str, records: list[dict]) -> dict:
-    """The table's row of one test file's records on one platform."""
+    """The table's row of one test file's records (and its census line) on one platform."""
     imported = [r for r in records if r["mode"] == "import"]
-    row = {"kernel": name, "platform": platform, "full": "", "full_us": "", "timing": "", "timing_us": "", "qor": ""}
+    census = next((r for r in records if r["mode"] == "census"), {})
+    row = {"kernel": name, "platform": platform, "qor": ""}
     for mode in ("full", "timing"):
         summary = summarize(records, mode)
         tail = imported[0]["error"] if imported else ""
-        row[mode] = result_cell(summary, tail, 2 if imported else 0, mode)
+        row[mode] = result_cell(summary, tail, 2 if imported else 0, mode,
+                                census.get("production") if mode == "timing" else None)
         row[mode + "_us"] = time_cell(summary)
+        row[mode + "_cpu"] = cpu_cell(summary)
         row["qor"] = qor_cell(summary) or row["qor"]
     return row
 
@@ -340,9 +378,14 @@ def main(argv=None) -> int:
     parser.add_argument("--library", required=True, type=Path, help="a checkout of aws-neuron/nki-library")
     parser.add_argument("-k", dest="pattern", help="only test files whose path contains this")
     parser.add_argument("--start", help="only the test files from the first whose path contains this on")
-    parser.add_argument("--max-fast", type=int, default=4, help="fast tests per file in full mode (0: all)")
-    parser.add_argument("--max-timed", type=int, default=2, help="production-shape tests per file, timing-only")
-    parser.add_argument("--seconds", type=int, default=60, help="limit per test")
+    parser.add_argument("--max-fast", type=int, default=4, help="fast tests per file in full mode (0: all, -1: none)")
+    parser.add_argument("--max-timed", type=int, default=0,
+                        help="production-shape tests per file, timing-only (0: all, within --timed-budget)")
+    parser.add_argument("--timed-budget", type=float, default=20,
+                        help="CPU s per file for its timing-only tests: the next runs while they used less (0: no budget)")
+    parser.add_argument("--seconds", type=float, default=60, help="limit per test on trnlab's part, CPU s")
+    parser.add_argument("--harness-seconds", type=float, default=120,
+                        help="limit per test on the library's harness (its inputs, references), CPU s")
     parser.add_argument("--platform", default="trn2", help="the harness's --platform-target")
     parser.add_argument("--no-trn3-pass", action="store_true",
                         help="do not run, on trn3, the tests the library keeps off --platform (its MX tests)")
@@ -374,8 +417,8 @@ def main(argv=None) -> int:
         second = [r for r in mine if r.get("platform", args.platform) == SECOND_PLATFORM != args.platform]
         first = [r for r in mine if r not in second]
         for platform, those in ((args.platform, first), (SECOND_PLATFORM, second)):
-            ran = [r for r in those if r["outcome"] != "skipped"]
-            if platform == SECOND_PLATFORM != args.platform and not those:
+            ran = [r for r in those if r["outcome"] != "skipped" and r["mode"] != "census"]
+            if platform == SECOND_PLATFORM != args.platform and not [r for r in those if r["mode"] != "census"]:
                 continue                # no second pass for this file
             if platform == args.platform and second and not ran:
                 continue                # nothing ran on the first platform: the trn3 row says it all
@@ -383,13 +426,16 @@ def main(argv=None) -> int:
             print(f"{name:50s} {platform:5s} {row['full'][:70]:70s} {row['full_us']:>14s} | "
                   f"{row['timing'][:40]:40s} {row['timing_us']:>10s}", flush=True)
     options = [f"--library {shlex.quote(str(args.library))}"] + ([f"-k {shlex.quote(args.pattern)}"] if args.pattern else []) \
-        + [f"--max-fast {args.max_fast}", f"--max-timed {args.max_timed}", f"--seconds {args.seconds}"] \
+        + [f"--max-fast {args.max_fast}", f"--max-timed {args.max_timed}", f"--timed-budget {args.timed_budget:g}",
+           f"--seconds {args.seconds:g}", f"--harness-seconds {args.harness_seconds:g}"] \
         + ([f"--platform {args.platform}"] if args.platform != "trn2" else []) \
         + (["--no-spill"] if args.no_spill else []) + (["--full-large"] if args.full_large else []) \
         + (["--no-trn3-pass"] if args.no_trn3_pass else []) \
         + ([f"--out {args.out}"] if args.out else [])
     command = "python benchmarks/nki_library.py " + " ".join(options)
-    print(f"\n{len(rows)} rows, {len(records)} tests, {time.time() - started:.0f} s; results: {results}")
+    tests = [r for r in records if r["mode"] != "census"]
+    print(f"\n{len(rows)} rows, {len(tests)} tests, {time.time() - started:.0f} s; results: {results}")
+    print(timing_summary(records))
     if args.out:
         args.out.write_text(render(rows, records, args, commit, command))
     shutil.rmtree(work, ignore_errors=True)
