@@ -47,7 +47,6 @@ Inside the library's own pytest run (``--test-mode simulation``) it:
 """
 from __future__ import annotations
 
-import contextlib
 import gc
 import json
 import os
@@ -57,6 +56,7 @@ import time
 import types
 
 import pytest
+from nki_library_clocks import Clocks, TestTimeLimit
 
 RESULTS = os.environ.get("NKILIB_RESULTS")
 MAX_FAST = int(os.environ.get("NKILIB_MAX_FAST", "4"))
@@ -87,66 +87,6 @@ def _excluded_from(item, platform: str) -> bool:
 
 class TimedOnly(BaseException):
     """Ends a timing-only test after the kernel ran (a BaseException: the harness catches Exception)."""
-
-
-class TestTimeLimit(BaseException):
-    """A test's part (trnlab's or the harness's) ran past its CPU-second limit, or the test past the
-    wall-clock backstop."""
-
-
-class Clocks:
-    """The running test's two CPU clocks: trnlab's part (inside a kernel run) and the harness's (the
-    rest), each with its limit, enforced by the process's CPU-time timer (ITIMER_PROF: it counts this
-    process's CPU only, so a shared machine's other programs do not use up a test's budget)."""
-
-    def __init__(self) -> None:
-        self.start(at_cpu=time.process_time(), at_wall=time.perf_counter())
-
-    def start(self, at_cpu: float, at_wall: float) -> None:
-        self.test_cpu0, self.test_wall0 = at_cpu, at_wall
-        self.trnlab_cpu = self.trnlab_wall = 0.0
-        self.depth = 0                  # nested kernel runs (a multi-rank run's ranks) count once
-        self.phase = "harness"
-        signal.setitimer(signal.ITIMER_PROF, HARNESS_SECONDS)
-
-    def stop(self) -> dict:
-        """Disarm the timer; the test's split so far (CPU and wall seconds)."""
-        signal.setitimer(signal.ITIMER_PROF, 0)
-        cpu, wall = time.process_time() - self.test_cpu0, time.perf_counter() - self.test_wall0
-        return {"trnlab_cpu_s": round(self.trnlab_cpu, 2), "harness_cpu_s": round(max(cpu - self.trnlab_cpu, 0.0), 2),
-                "trnlab_wall_s": round(self.trnlab_wall, 2), "harness_wall_s": round(max(wall - self.trnlab_wall, 0.0), 2)}
-
-    @contextlib.contextmanager
-    def trnlab(self):
-        """A kernel run: trnlab's clock and limit while it lasts, the harness's again after."""
-        if self.depth:
-            self.depth += 1
-            try:
-                yield
-            finally:
-                self.depth -= 1
-            return
-        harness_left = signal.getitimer(signal.ITIMER_PROF)[0]
-        self.depth, self.phase = 1, "trnlab"
-        signal.setitimer(signal.ITIMER_PROF, max(TEST_SECONDS - self.trnlab_cpu, 1e-3))
-        cpu0, wall0 = time.process_time(), time.perf_counter()
-        try:
-            yield
-        finally:
-            self.trnlab_cpu += time.process_time() - cpu0
-            self.trnlab_wall += time.perf_counter() - wall0
-            self.depth, self.phase = 0, "harness"
-            signal.setitimer(signal.ITIMER_PROF, max(harness_left, 1e-3))
-
-    def over(self, signum, frame):
-        if self.phase == "trnlab":
-            raise TestTimeLimit(f"trnlab's costing over {TEST_SECONDS:g} CPU s")
-        where = "after the kernel ran (references, comparison)" if _runs else "before any kernel ran (input generation)"
-        raise TestTimeLimit(f"the library's harness over {HARNESS_SECONDS:g} CPU s {where}")
-
-
-_clocks = Clocks()
-signal.setitimer(signal.ITIMER_PROF, 0)
 
 
 def _install_hook() -> None:
@@ -262,6 +202,7 @@ def _record_runs() -> None:
 
 
 _record_runs()
+_clocks = Clocks(TEST_SECONDS, HARNESS_SECONDS, kernel_ran=lambda: bool(_runs))
 
 
 def _simulate_ranks(kernel_under_test) -> list:
@@ -409,9 +350,9 @@ def pytest_runtest_setup(item) -> None:
         _left_out.add(item.nodeid)
         pytest.skip(f"left out: the file's timing-only tests used {TIMED_BUDGET:g} CPU s")
     signal.signal(signal.SIGALRM, _alarm)
-    signal.signal(signal.SIGPROF, _clocks.over)
+    _clocks.install()
     signal.alarm(WALL_SECONDS)
-    _clocks.start(at_cpu=time.process_time(), at_wall=time.perf_counter())
+    _clocks.start()
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -426,6 +367,8 @@ def pytest_runtest_teardown(item) -> None:
 
 
 def pytest_runtest_logfinish(nodeid, location) -> None:
+    if nodeid in _left_out:
+        return                  # nothing ran: no memory to give back (a collection costs seconds on a big heap)
     # pytest keeps the last failure's traceback (sys.last_*, for post-mortem debugging), and with it
     # the failed kernel run's arrays: drop it so the next test has the session's memory back
     sys.last_type = sys.last_value = sys.last_traceback = None
