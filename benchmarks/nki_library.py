@@ -9,7 +9,9 @@ simulation``) through trnlab's zero-edit import hook (benchmarks/nki_library_plu
 - full mode: the file's ``fast`` tests that the simulation mode runs, compared by the harness with
   the library's PyTorch references at those (small) shapes;
 - timing-only: the tests the simulation mode skips for their size (the production shapes), costed
-  without values.
+  without values: every one a file lists (--max-timed 0; N: the first N), those AWS marks ``fast``
+  first, while the file's timing-only tests have used less than --timed-budget CPU seconds (20; 0: no
+  budget, every production shape: 4,054 on trn2 at the library's commit d2ad3a5, hours of CPU).
 
 Then, for each file with tests the library keeps off --platform (trn2) — marked
 ``@pytest.mark.platforms(exclude=[..., Platforms.TRN2])`` or skipping themselves there (the MX, i.e.
@@ -18,7 +20,10 @@ microscaling, tests: NeuronCore-v4 only) — a second session of the harness run
 target and sets NKI_NC_VERSION=gen4, which trnlab's zero-edit hook reads), same rules (--no-trn3-pass:
 not). Each row of the table is one file on one platform.
 
-Each test is stopped after --seconds (60). SBUF tiles that do not fit are spilled to HBM as AWS's
+Each test's time is split between trnlab's part (inside a kernel run: tracing, costing, values) and the
+library's harness (its input generators, references, comparison), both in CPU seconds of the session's
+process (`nki_library_clocks.py`), and each has its limit: --seconds (60) for trnlab's, --harness-seconds
+(120) for the harness's; a timeout names whose part ran out. --jobs N runs N files at once. SBUF tiles that do not fit are spilled to HBM as AWS's
 compiler would (trnlab's TRNLAB_SPILL switch), and PSUM accumulators that outgrow PSUM in the order written are
 copied out once final (TRNLAB_PSUM_EVACUATION, ASSUMED; --no-spill refuses both instead). The result per test (pass / mismatch / error with the
 first error line / timeout), its simulated latency and the library's QoR metrics computed from
@@ -38,6 +43,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -80,22 +86,26 @@ def test_files(root: Path, pattern: str | None, start: str | None = None) -> lis
 def run_files(root: Path, paths: list[Path], results: Path, args, extra_plugins: list[str]) -> int:
     """Run each test file in a pytest session of its own of the library's harness (a fresh process:
     memory one file's tests leave behind does not reach the next), then, if it has tests --platform does
-    not run, those on trn3 in a second session; return the worst exit code."""
-    codes = []
-    for path in paths:
-        codes.append(run_session(root, [path], results, args, extra_plugins, args.platform))
+    not run, those on trn3 in a second session; --jobs files at once; return the worst exit code."""
+    def one(index_path) -> list[int]:
+        index, path = index_path
+        codes = [run_session(root, [path], results, args, extra_plugins, args.platform)]
         print(f"  {path.relative_to(root / TESTS)}: pytest exit {codes[-1]}", flush=True)
         if args.no_trn3_pass or args.platform == SECOND_PLATFORM:
-            continue
+            return codes
         rerun = skipped_for_second_platform(root, path, results)
         if rerun or excludes_platform(path, args.platform):
-            nodeids = results.with_suffix(".rerun")
+            nodeids = results.with_suffix(f".{index}.rerun")
             nodeids.write_text("".join(n + "\n" for n in rerun))
             code = run_session(root, [path], results, args, extra_plugins, SECOND_PLATFORM,
                                only_excluded_from=args.platform, rerun=nodeids)
             nodeids.unlink()
             codes.append(0 if code == 5 else code)      # 5: nothing there to run after all
             print(f"  {path.relative_to(root / TESTS)} on {SECOND_PLATFORM}: pytest exit {code}", flush=True)
+        return codes
+    # each session appends whole lines to the results file (one write each), so sessions may share it
+    with ThreadPoolExecutor(max_workers=max(args.jobs, 1)) as pool:
+        codes = [c for file_codes in pool.map(one, enumerate(paths)) for c in file_codes]
     return max(codes, default=0)
 
 
@@ -247,8 +257,17 @@ pytest harness in its CPU-simulation mode, unmodified, through trnlab's zero-edi
 library's simulation mode runs (up to {max_fast}; a file without `fast` tests: its first tests that
 mode runs), values compared by the harness with the library's
 PyTorch references at the test's tolerances. **Production shapes, timing-only**: the tests its
-simulation mode skips for their size (up to {max_timed}, `fast` ones first), costed without values.
-Every test is stopped after {seconds} s; each file runs in a pytest session of its own, limited to
+simulation mode skips for their size, costed without values: {timed_rule}; the cell says how many ran
+of how many the file lists ("timed 5/5 of 196 listed"), the simulated µs their range.
+
+**CPU s, max: trnlab / harness**: every test's time is split in two, in CPU seconds of its process
+(the machine running this is shared, so wall time would count other programs' turns): trnlab's part
+(inside a kernel run: tracing, scheduling, costing, and in full mode the values) and the library's
+harness (the rest: its input generators, its PyTorch references, its comparison); the cell gives the
+largest of each over the row's tests. Issue 21's limit is on the first: a test stops when trnlab's
+part passes {seconds} CPU s or the harness's passes {harness_seconds} CPU s, and the timeout names
+whose part ran out (a test slow only in AWS's input generator is reported as the harness's). Each
+file runs in a pytest session of its own, limited to
 12 GiB of address space (a test over it fails with MemoryError: the harness's float64 inputs and
 references at MoE sizes need more). SBUF tiles that do not fit are {spill}. A store of garbage
 (never-written memory) into HBM leaves it undefined there, as on the chip (TRNLAB_GARBAGE_STORES=1: a
@@ -335,9 +354,20 @@ def timing_summary(records: list[dict]) -> str:
     return text + f"; timeouts: {ours} in trnlab's costing, {len(out) - ours} in the library's harness or the backstop"
 
 
+def timed_rule(args) -> str:
+    """Which production shapes a run times, in words."""
+    which = "every one" if args.max_timed <= 0 else f"up to {args.max_timed}"
+    rule = f"{which} per file, those AWS marks `fast` first"
+    if args.timed_budget > 0:
+        rule += (f", each while the file's timing-only tests so far used less than {args.timed_budget:g} CPU s "
+                 f"(the rest left out)")
+    return rule
+
+
 def render(rows: list, records: list, args, commit: str, command: str) -> str:
     census = records
-    records = [r for r in records if r["mode"] != "census"]
+    # by test file (sessions run at once, --jobs, interleave their lines), in run order within one
+    records = sorted((r for r in records if r["mode"] != "census"), key=lambda r: r["nodeid"].split("::")[0])
     errors: dict = {}
     for r in records:
         if r["outcome"] in ("error", "mismatch", "timeout"):
@@ -352,7 +382,8 @@ def render(rows: list, records: list, args, commit: str, command: str) -> str:
     return (f"# AWS's NKI Library on trnlab\n\nProduced by `{command}` on library commit `{commit}` "
             f"({time.strftime('%Y-%m-%d', time.gmtime())}): {len({r['kernel'] for r in rows})} test files, {len(records)} tests run, "
             f"{passed} passed in full mode, {timed} ran timing-only.\n\n{timing_summary(census)}.\n\n"
-            + PREAMBLE.format(max_fast=args.max_fast, max_timed=args.max_timed, seconds=args.seconds, spill=spill)
+            + PREAMBLE.format(max_fast=args.max_fast if args.max_fast > 0 else "all" if args.max_fast == 0 else "none", timed_rule=timed_rule(args),
+                              seconds=f"{args.seconds:g}", harness_seconds=f"{args.harness_seconds:g}", spill=spill)
             + f"\n{table(rows)}\n\n## Errors, by first line\n\n| tests | error | test files |\n|---|---|---|\n"
             f"{summary}\n\n## Every test run\n\n{details(records)}\n")
 
@@ -387,6 +418,7 @@ def main(argv=None) -> int:
     parser.add_argument("--harness-seconds", type=float, default=120,
                         help="limit per test on the library's harness (its inputs, references), CPU s")
     parser.add_argument("--platform", default="trn2", help="the harness's --platform-target")
+    parser.add_argument("--jobs", type=int, default=1, help="test files run at once (each in its own session)")
     parser.add_argument("--no-trn3-pass", action="store_true",
                         help="do not run, on trn3, the tests the library keeps off --platform (its MX tests)")
     parser.add_argument("--no-spill", action="store_true", help="refuse SBUF and PSUM overflows (TRNLAB_SPILL=0, TRNLAB_PSUM_EVACUATION=0)")

@@ -328,8 +328,12 @@ def pytest_collectreport(report) -> None:
 
 
 def _write(record: dict) -> None:
-    with open(RESULTS, "a") as f:
-        f.write(json.dumps(record) + "\n")
+    # one write() of the whole line on an O_APPEND file: sessions run at once (--jobs) share the file
+    fd = os.open(RESULTS, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, (json.dumps(record) + "\n").encode())
+    finally:
+        os.close(fd)
 
 
 def _alarm(signum, frame):
