@@ -23,7 +23,7 @@ not). Each row of the table is one file on one platform.
 Each test's time is split between trnlab's part (inside a kernel run: tracing, costing, values) and the
 library's harness (its input generators, references, comparison), both in CPU seconds of the session's
 process (`nki_library_clocks.py`), and each has its limit: --seconds (60) for trnlab's, --harness-seconds
-(120) for the harness's; a timeout names whose part ran out. --jobs N runs N files at once. SBUF tiles that do not fit are spilled to HBM as AWS's
+(90) for the harness's; a timeout names whose part ran out. --jobs N runs N files at once. SBUF tiles that do not fit are spilled to HBM as AWS's
 compiler would (trnlab's TRNLAB_SPILL switch), and PSUM accumulators that outgrow PSUM in the order written are
 copied out once final (TRNLAB_PSUM_EVACUATION, ASSUMED; --no-spill refuses both instead). The result per test (pass / mismatch / error with the
 first error line / timeout), its simulated latency and the library's QoR metrics computed from
@@ -141,6 +141,9 @@ def run_session(root: Path, paths: list[Path], results: Path, args, extra_plugin
         "NKILIB_RESULTS": str(results), "NKILIB_MAX_FAST": str(args.max_fast),
         "NKILIB_MAX_TIMED": str(args.max_timed), "NKILIB_TEST_SECONDS": str(args.seconds),
         "NKILIB_HARNESS_SECONDS": str(args.harness_seconds), "NKILIB_TIMED_BUDGET": str(args.timed_budget),
+        # a backstop for a test that hangs (sleeping, not spending CPU); a shared machine can stretch a
+        # CPU second to seven of wall time (measured here with six programs on two cores)
+        "NKILIB_WALL_SECONDS": str(int(10 * (args.seconds + args.harness_seconds))),
         "NKILIB_SIMULATION_RUN_ALL": "1",       # the harness's own switch: keep the large tests (run timing-only)
         "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
         "NEURON_PYTHONHASHSEED": "0", "PYTHONHASHSEED": "0",    # the harness seeds its sampled sweeps with it
@@ -364,7 +367,7 @@ def timed_rule(args) -> str:
     return rule
 
 
-def render(rows: list, records: list, args, commit: str, command: str) -> str:
+def render(rows: list, records: list, args, commit: str, command: str, missing: list[str] = ()) -> str:
     census = records
     # by test file (sessions run at once, --jobs, interleave their lines), in run order within one
     records = sorted((r for r in records if r["mode"] != "census"), key=lambda r: r["nodeid"].split("::")[0])
@@ -382,6 +385,8 @@ def render(rows: list, records: list, args, commit: str, command: str) -> str:
     return (f"# AWS's NKI Library on trnlab\n\nProduced by `{command}` on library commit `{commit}` "
             f"({time.strftime('%Y-%m-%d', time.gmtime())}): {len({r['kernel'] for r in rows})} test files, {len(records)} tests run, "
             f"{passed} passed in full mode, {timed} ran timing-only.\n\n{timing_summary(census)}.\n\n"
+            + (f"The run stopped before these {len(missing)} test files (no row): {', '.join(missing)}.\n\n"
+               if missing else "")
             + PREAMBLE.format(max_fast=args.max_fast if args.max_fast > 0 else "all" if args.max_fast == 0 else "none", timed_rule=timed_rule(args),
                               seconds=f"{args.seconds:g}", harness_seconds=f"{args.harness_seconds:g}", spill=spill)
             + f"\n{table(rows)}\n\n## Errors, by first line\n\n| tests | error | test files |\n|---|---|---|\n"
@@ -415,7 +420,7 @@ def main(argv=None) -> int:
     parser.add_argument("--timed-budget", type=float, default=20,
                         help="CPU s per file for its timing-only tests: the next runs while they used less (0: no budget)")
     parser.add_argument("--seconds", type=float, default=60, help="limit per test on trnlab's part, CPU s")
-    parser.add_argument("--harness-seconds", type=float, default=120,
+    parser.add_argument("--harness-seconds", type=float, default=90,
                         help="limit per test on the library's harness (its inputs, references), CPU s")
     parser.add_argument("--platform", default="trn2", help="the harness's --platform-target")
     parser.add_argument("--jobs", type=int, default=1, help="test files run at once (each in its own session)")
@@ -442,10 +447,14 @@ def main(argv=None) -> int:
         results.write_text("")
         code = run_files(work, paths, results, args, args.plugin)
     records = [json.loads(ln) for ln in results.read_text().splitlines()]
+    missing = []                # rendering a run that stopped early: the files it did not reach
     for path in paths:
         name = kernel_name(work, path)
         rel = str(path.relative_to(work / "test"))
         mine = [r for r in records if r["nodeid"].split("::")[0].endswith(rel)]
+        if args.render and not mine:
+            missing.append(name)
+            continue
         second = [r for r in mine if r.get("platform", args.platform) == SECOND_PLATFORM != args.platform]
         first = [r for r in mine if r not in second]
         for platform, those in ((args.platform, first), (SECOND_PLATFORM, second)):
@@ -469,7 +478,7 @@ def main(argv=None) -> int:
     print(f"\n{len(rows)} rows, {len(tests)} tests, {time.time() - started:.0f} s; results: {results}")
     print(timing_summary(records))
     if args.out:
-        args.out.write_text(render(rows, records, args, commit, command))
+        args.out.write_text(render(rows, records, args, commit, command, missing))
     shutil.rmtree(work, ignore_errors=True)
     return 0 if code in (0, 1) else code
 

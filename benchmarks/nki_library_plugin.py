@@ -37,8 +37,8 @@ Inside the library's own pytest run (``--test-mode simulation``) it:
   `trnlab.nki.multi_rank_run`: tracing, scheduling, costing and, in full mode, values) and the
   library's harness (everything else: its input generators, its PyTorch references, its comparison);
   each has its own limit, ``NKILIB_TEST_SECONDS`` (default 60) for trnlab's part and
-  ``NKILIB_HARNESS_SECONDS`` (default 120) for the harness's, and a test past either stops as a
-  timeout that names whose time ran out; ``NKILIB_WALL_SECONDS`` (default 600) is a wall-clock backstop;
+  ``NKILIB_HARNESS_SECONDS`` (default 90) for the harness's, and a test past either stops as a
+  timeout that names whose time ran out; ``NKILIB_WALL_SECONDS`` (default 1500) is a wall-clock backstop;
 - limits the session's address space to ``NKILIB_MEMORY_GB`` (default 12: a test that needs more
   fails with MemoryError);
 - writes one JSON line per test (with ``trnlab_cpu_s``, ``harness_cpu_s`` and their wall times), one per
@@ -63,8 +63,8 @@ MAX_FAST = int(os.environ.get("NKILIB_MAX_FAST", "4"))
 MAX_TIMED = int(os.environ.get("NKILIB_MAX_TIMED", "2"))
 TIMED_BUDGET = float(os.environ.get("NKILIB_TIMED_BUDGET", "0"))     # CPU s per file for its timing-only tests
 TEST_SECONDS = float(os.environ.get("NKILIB_TEST_SECONDS", "60"))         # trnlab's part, CPU s
-HARNESS_SECONDS = float(os.environ.get("NKILIB_HARNESS_SECONDS", "120"))  # the harness's part, CPU s
-WALL_SECONDS = int(os.environ.get("NKILIB_WALL_SECONDS", "600"))          # a backstop, wall s
+HARNESS_SECONDS = float(os.environ.get("NKILIB_HARNESS_SECONDS", "90"))  # the harness's part, CPU s
+WALL_SECONDS = int(os.environ.get("NKILIB_WALL_SECONDS", "1500"))         # a backstop, wall s
 FULL_LARGE = os.environ.get("NKILIB_FULL_LARGE") == "1"
 ONLY_EXCLUDED_FROM = os.environ.get("NKILIB_ONLY_EXCLUDED_FROM", "")
 _platform = {"target": ""}  # the session's --platform-target, written into every record
