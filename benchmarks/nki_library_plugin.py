@@ -145,6 +145,13 @@ def _limit_memory() -> None:
     limit = int(float(os.environ.get("NKILIB_MEMORY_GB", "12")) * 2**30)
     if limit > 0:
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    # if the machine runs out all the same (sessions run at once, --jobs), the OOM killer ends this
+    # session before other programs of the same size
+    try:
+        with open("/proc/self/oom_score_adj", "w") as f:
+            f.write("500")
+    except OSError:
+        pass
 
 
 _limit_memory()
