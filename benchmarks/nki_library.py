@@ -323,7 +323,8 @@ harness converts the x4 output to float32 by value where its reference views the
 a new HBM output whose reference has zeros in the other 28 (never written: trnlab's error; read as
 zeros, 2 of its 4 fast tests pass and 2 differ in scales by the rule above).
 `core/moe/moe_cte/moe_bwmm_mx_cte`'s tests (full and timing-only) and `core/moe_block/moe_block_tkg`'s
-MX tests pass 60 s in the library's input generator (a Python loop per 8 x 4 block), before any kernel;
+MX tests run past the harness's limit in the library's input generator (a Python loop per 8 x 4 block),
+before any kernel;
 called directly at a small shape, the kernel reads its uint32 weights `.view(float8_e4m3fn_x4)` in SBUF
 and stops later, at `nc_matmul(is_stationary_onezero=True)` (not simulated).
 `core/moe/moe_tkg`'s MX tests read
