@@ -10,7 +10,7 @@ simulation``) through trnlab's zero-edit import hook (benchmarks/nki_library_plu
   the library's PyTorch references at those (small) shapes;
 - timing-only: the tests the simulation mode skips for their size (the production shapes), costed
   without values: every one a file lists (--max-timed 0; N: the first N), those AWS marks ``fast``
-  first, while the file's timing-only tests have used less than --timed-budget CPU seconds (20; 0: no
+  first, while the file's timing-only tests have used less than --timed-budget CPU seconds (10; 0: no
   budget, every production shape: 4,054 on trn2 at the library's commit d2ad3a5, hours of CPU).
 
 Then, for each file with tests the library keeps off --platform (trn2) — marked
@@ -418,7 +418,7 @@ def main(argv=None) -> int:
     parser.add_argument("--max-fast", type=int, default=4, help="fast tests per file in full mode (0: all, -1: none)")
     parser.add_argument("--max-timed", type=int, default=0,
                         help="production-shape tests per file, timing-only (0: all, within --timed-budget)")
-    parser.add_argument("--timed-budget", type=float, default=20,
+    parser.add_argument("--timed-budget", type=float, default=10,
                         help="CPU s per file for its timing-only tests: the next runs while they used less (0: no budget)")
     parser.add_argument("--seconds", type=float, default=60, help="limit per test on trnlab's part, CPU s")
     parser.add_argument("--harness-seconds", type=float, default=90,
