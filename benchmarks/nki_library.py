@@ -9,7 +9,9 @@ simulation``) through trnlab's zero-edit import hook (benchmarks/nki_library_plu
 - full mode: the file's ``fast`` tests that the simulation mode runs, compared by the harness with
   the library's PyTorch references at those (small) shapes;
 - timing-only: the tests the simulation mode skips for their size (the production shapes), costed
-  without values.
+  without values: every one a file lists (--max-timed 0; N: the first N), those AWS marks ``fast``
+  first, while the file's timing-only tests have used less than --timed-budget CPU seconds (10; 0: no
+  budget, every production shape: 4,054 on trn2 at the library's commit d2ad3a5, hours of CPU).
 
 Then, for each file with tests the library keeps off --platform (trn2) — marked
 ``@pytest.mark.platforms(exclude=[..., Platforms.TRN2])`` or skipping themselves there (the MX, i.e.
@@ -18,7 +20,10 @@ microscaling, tests: NeuronCore-v4 only) — a second session of the harness run
 target and sets NKI_NC_VERSION=gen4, which trnlab's zero-edit hook reads), same rules (--no-trn3-pass:
 not). Each row of the table is one file on one platform.
 
-Each test is stopped after --seconds (60). SBUF tiles that do not fit are spilled to HBM as AWS's
+Each test's time is split between trnlab's part (inside a kernel run: tracing, costing, values) and the
+library's harness (its input generators, references, comparison), both in CPU seconds of the session's
+process (`nki_library_clocks.py`), and each has its limit: --seconds (60) for trnlab's, --harness-seconds
+(90) for the harness's; a timeout names whose part ran out. --jobs N runs N files at once. SBUF tiles that do not fit are spilled to HBM as AWS's
 compiler would (trnlab's TRNLAB_SPILL switch), and PSUM accumulators that outgrow PSUM in the order written are
 copied out once final (TRNLAB_PSUM_EVACUATION, ASSUMED; --no-spill refuses both instead). The result per test (pass / mismatch / error with the
 first error line / timeout), its simulated latency and the library's QoR metrics computed from
@@ -38,6 +43,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -80,22 +86,26 @@ def test_files(root: Path, pattern: str | None, start: str | None = None) -> lis
 def run_files(root: Path, paths: list[Path], results: Path, args, extra_plugins: list[str]) -> int:
     """Run each test file in a pytest session of its own of the library's harness (a fresh process:
     memory one file's tests leave behind does not reach the next), then, if it has tests --platform does
-    not run, those on trn3 in a second session; return the worst exit code."""
-    codes = []
-    for path in paths:
-        codes.append(run_session(root, [path], results, args, extra_plugins, args.platform))
+    not run, those on trn3 in a second session; --jobs files at once; return the worst exit code."""
+    def one(index_path) -> list[int]:
+        index, path = index_path
+        codes = [run_session(root, [path], results, args, extra_plugins, args.platform)]
         print(f"  {path.relative_to(root / TESTS)}: pytest exit {codes[-1]}", flush=True)
         if args.no_trn3_pass or args.platform == SECOND_PLATFORM:
-            continue
+            return codes
         rerun = skipped_for_second_platform(root, path, results)
         if rerun or excludes_platform(path, args.platform):
-            nodeids = results.with_suffix(".rerun")
+            nodeids = results.with_suffix(f".{index}.rerun")
             nodeids.write_text("".join(n + "\n" for n in rerun))
             code = run_session(root, [path], results, args, extra_plugins, SECOND_PLATFORM,
                                only_excluded_from=args.platform, rerun=nodeids)
             nodeids.unlink()
             codes.append(0 if code == 5 else code)      # 5: nothing there to run after all
             print(f"  {path.relative_to(root / TESTS)} on {SECOND_PLATFORM}: pytest exit {code}", flush=True)
+        return codes
+    # each session appends whole lines to the results file (one write each), so sessions may share it
+    with ThreadPoolExecutor(max_workers=max(args.jobs, 1)) as pool:
+        codes = [c for file_codes in pool.map(one, enumerate(paths)) for c in file_codes]
     return max(codes, default=0)
 
 
@@ -130,6 +140,10 @@ def run_session(root: Path, paths: list[Path], results: Path, args, extra_plugin
         "PYTHONDONTWRITEBYTECODE": "1",
         "NKILIB_RESULTS": str(results), "NKILIB_MAX_FAST": str(args.max_fast),
         "NKILIB_MAX_TIMED": str(args.max_timed), "NKILIB_TEST_SECONDS": str(args.seconds),
+        "NKILIB_HARNESS_SECONDS": str(args.harness_seconds), "NKILIB_TIMED_BUDGET": str(args.timed_budget),
+        # a backstop for a test that hangs (sleeping, not spending CPU); a shared machine can stretch a
+        # CPU second to seven of wall time (measured here with six programs on two cores)
+        "NKILIB_WALL_SECONDS": str(int(10 * (args.seconds + args.harness_seconds))),
         "NKILIB_SIMULATION_RUN_ALL": "1",       # the harness's own switch: keep the large tests (run timing-only)
         "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
         "NEURON_PYTHONHASHSEED": "0", "PYTHONHASHSEED": "0",    # the harness seeds its sampled sweeps with it
@@ -168,7 +182,8 @@ def summarize(records: list[dict], mode: str) -> dict:
     return {"n": len(mine), "good": good, "bad": bad}
 
 
-def result_cell(summary: dict, tail: str, code: int, mode: str) -> str:
+def result_cell(summary: dict, tail: str, code: int, mode: str, listed: int | None = None) -> str:
+    """`listed`: how many tests of this kind the file lists (its census), when more than ran."""
     if not summary["n"]:
         if code in (0, 5):
             return "none"       # every test skipped (e.g. TRN3 only) or none at these sizes
@@ -176,10 +191,19 @@ def result_cell(summary: dict, tail: str, code: int, mode: str) -> str:
     ok = "timed" if mode == "timing" else "pass"
     idle = sum(1 for r in summary["good"] if not r.get("runs"))
     note = f" ({idle} ran no kernel)" if idle else ""
+    of = f" of {listed} listed" if listed is not None and listed > summary["n"] else ""
     if not summary["bad"]:
-        return f"{ok} {len(summary['good'])}/{summary['n']}{note}"
+        return f"{ok} {len(summary['good'])}/{summary['n']}{of}{note}"
     first = summary["bad"][0]
-    return f"{len(summary['good'])}/{summary['n']} {ok}{note}; {first['outcome']}: {first['error']}"
+    return f"{len(summary['good'])}/{summary['n']}{of} {ok}{note}; {first['outcome']}: {first['error']}"
+
+
+def cpu_cell(summary: dict) -> str:
+    """The slowest test's trnlab part and the slowest test's harness part, in CPU seconds."""
+    tests = [r for r in summary["good"] + summary["bad"] if "trnlab_cpu_s" in r]
+    if not tests:
+        return ""
+    return f"{max(r['trnlab_cpu_s'] for r in tests):.1f} / {max(r['harness_cpu_s'] for r in tests):.1f}"
 
 
 def time_cell(summary: dict) -> str:
@@ -199,20 +223,22 @@ def qor_cell(summary: dict) -> str:
 
 
 def table(rows: list[dict]) -> str:
-    head = ("| kernel (test file) | platform | fast tests, full vs AWS's reference | simulated µs | production shapes, "
-            "timing-only | simulated µs | QoR at the largest (TpbSgCyclesSum, MbuEstimatedPercent, ProfilerMFU) |\n"
-            "|---|---|---|---|---|---|---|")
+    head = ("| kernel (test file) | platform | fast tests, full vs AWS's reference | simulated µs | CPU s, max: trnlab / "
+            "harness | production shapes, timing-only | simulated µs | CPU s, max: trnlab / harness | QoR at the "
+            "largest (TpbSgCyclesSum, MbuEstimatedPercent, ProfilerMFU) |\n"
+            "|---|---|---|---|---|---|---|---|---|")
     lines = [head]
     for r in rows:
         cell = lambda s: s.replace("|", "\\|")  # noqa: E731
-        lines.append(f"| {r['kernel']} | {r['platform']} | {cell(r['full'])} | {r['full_us']} | {cell(r['timing'])} | "
-                     f"{r['timing_us']} | {r['qor']} |")
+        lines.append(f"| {r['kernel']} | {r['platform']} | {cell(r['full'])} | {r['full_us']} | {r['full_cpu']} | "
+                     f"{cell(r['timing'])} | {r['timing_us']} | {r['timing_cpu']} | {r['qor']} |")
     return "\n".join(lines)
 
 
 def details(records: list[dict]) -> str:
     lines = ["| test | mode | result | simulated µs | InferenceTime s | ActiveInferenceTime s | TpbSgCyclesSum | "
-             "MbuEstimatedPercent | ProfilerMFU | LNC | platform | wall s |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "MbuEstimatedPercent | ProfilerMFU | LNC | platform | trnlab CPU s | harness CPU s | wall s |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in records:
         q = r.get("qor") or {}
         result = r["outcome"] + (f": {r['error']}" if r["error"] and r["outcome"] != "skipped" else "")
@@ -222,7 +248,8 @@ def details(records: list[dict]) -> str:
                      f"{r.get('latency_us', 0):.2f} | {fmt('InferenceTime', '.3e')} | "
                      f"{fmt('ActiveInferenceTime', '.3e')} | {fmt('TpbSgCyclesSum', ',')} | "
                      f"{fmt('MbuEstimatedPercent', '.2f')} | {fmt('ProfilerMFU', '.2f')} | {r.get('lnc', '')} | "
-                     f"{r.get('platform', '')} | {r['wall_s']} |")
+                     f"{r.get('platform', '')} | {r.get('trnlab_cpu_s', '')} | {r.get('harness_cpu_s', '')} | "
+                     f"{r['wall_s']} |")
     return "\n".join(lines)
 
 
@@ -233,8 +260,17 @@ pytest harness in its CPU-simulation mode, unmodified, through trnlab's zero-edi
 library's simulation mode runs (up to {max_fast}; a file without `fast` tests: its first tests that
 mode runs), values compared by the harness with the library's
 PyTorch references at the test's tolerances. **Production shapes, timing-only**: the tests its
-simulation mode skips for their size (up to {max_timed}, `fast` ones first), costed without values.
-Every test is stopped after {seconds} s; each file runs in a pytest session of its own, limited to
+simulation mode skips for their size, costed without values: {timed_rule}; the cell says how many ran
+of how many the file lists ("timed 5/5 of 196 listed"), the simulated µs their range.
+
+**CPU s, max: trnlab / harness**: every test's time is split in two, in CPU seconds of its process
+(the machine running this is shared, so wall time would count other programs' turns): trnlab's part
+(inside a kernel run: tracing, scheduling, costing, and in full mode the values) and the library's
+harness (the rest: its input generators, its PyTorch references, its comparison); the cell gives the
+largest of each over the row's tests. Issue 21's limit is on the first: a test stops when trnlab's
+part passes {seconds} CPU s or the harness's passes {harness_seconds} CPU s, and the timeout names
+whose part ran out (a test slow only in AWS's input generator is reported as the harness's). Each
+file runs in a pytest session of its own, limited to
 12 GiB of address space (a test over it fails with MemoryError: the harness's float64 inputs and
 references at MoE sizes need more). SBUF tiles that do not fit are {spill}. A store of garbage
 (never-written memory) into HBM leaves it undefined there, as on the chip (TRNLAB_GARBAGE_STORES=1: a
@@ -287,7 +323,8 @@ harness converts the x4 output to float32 by value where its reference views the
 a new HBM output whose reference has zeros in the other 28 (never written: trnlab's error; read as
 zeros, 2 of its 4 fast tests pass and 2 differ in scales by the rule above).
 `core/moe/moe_cte/moe_bwmm_mx_cte`'s tests (full and timing-only) and `core/moe_block/moe_block_tkg`'s
-MX tests pass 60 s in the library's input generator (a Python loop per 8 x 4 block), before any kernel;
+MX tests run past the harness's limit in the library's input generator (a Python loop per 8 x 4 block),
+before any kernel;
 called directly at a small shape, the kernel reads its uint32 weights `.view(float8_e4m3fn_x4)` in SBUF
 and stopped later, at `nc_matmul(is_stationary_onezero=True)`, not simulated then (it is now; not run
 again since).
@@ -303,7 +340,39 @@ data between its cores through a `shared_hbm` tensor behind `core_barrier`.
 """
 
 
-def render(rows: list, records: list, args, commit: str, command: str) -> str:
+def timing_summary(records: list[dict]) -> str:
+    """How many production shapes the files list and how many were timed; the slowest costing (trnlab's
+    part) and the slowest harness part, in CPU seconds; the timeouts by whose part ran out."""
+    listed = sum(r.get("production", 0) for r in records if r["mode"] == "census")
+    timing = [r for r in records if r["mode"] == "timing" and r["outcome"] != "skipped"]
+    timed = [r for r in timing if r["outcome"] == "timed"]
+    split = [r for r in timing if "trnlab_cpu_s" in r]
+    slowest = max(split, key=lambda r: r["trnlab_cpu_s"], default=None)
+    harness = max(split, key=lambda r: r["harness_cpu_s"], default=None)
+    out = [r for r in records if r["outcome"] == "timeout"]
+    ours = sum("trnlab" in r["error"] for r in out)
+    text = f"production shapes: {listed} listed, {len(timing)} run timing-only, {len(timed)} timed"
+    if slowest:
+        text += (f"; slowest costing {slowest['trnlab_cpu_s']:.1f} CPU s (trnlab) in "
+                 f"`{slowest['nodeid'].split('/')[-1]}`, slowest harness part {harness['harness_cpu_s']:.1f} CPU s in "
+                 f"`{harness['nodeid'].split('/')[-1]}`")
+    return text + f"; timeouts: {ours} in trnlab's costing, {len(out) - ours} in the library's harness or the backstop"
+
+
+def timed_rule(args) -> str:
+    """Which production shapes a run times, in words."""
+    which = "every one" if args.max_timed <= 0 else f"up to {args.max_timed}"
+    rule = f"{which} per file, those AWS marks `fast` first"
+    if args.timed_budget > 0:
+        rule += (f", each while the file's timing-only tests so far used less than {args.timed_budget:g} CPU s "
+                 f"(the rest left out)")
+    return rule
+
+
+def render(rows: list, records: list, args, commit: str, command: str, missing: list[str] = ()) -> str:
+    census = records
+    # by test file (sessions run at once, --jobs, interleave their lines), in run order within one
+    records = sorted((r for r in records if r["mode"] != "census"), key=lambda r: r["nodeid"].split("::")[0])
     errors: dict = {}
     for r in records:
         if r["outcome"] in ("error", "mismatch", "timeout"):
@@ -317,21 +386,27 @@ def render(rows: list, records: list, args, commit: str, command: str) -> str:
                                                           "(TRNLAB_PSUM_EVACUATION=1)")
     return (f"# AWS's NKI Library on trnlab\n\nProduced by `{command}` on library commit `{commit}` "
             f"({time.strftime('%Y-%m-%d', time.gmtime())}): {len({r['kernel'] for r in rows})} test files, {len(records)} tests run, "
-            f"{passed} passed in full mode, {timed} ran timing-only.\n\n"
-            + PREAMBLE.format(max_fast=args.max_fast, max_timed=args.max_timed, seconds=args.seconds, spill=spill)
+            f"{passed} passed in full mode, {timed} ran timing-only.\n\n{timing_summary(census)}.\n\n"
+            + (f"The run stopped before these {len(missing)} test files (no row): {', '.join(missing)}.\n\n"
+               if missing else "")
+            + PREAMBLE.format(max_fast=args.max_fast if args.max_fast > 0 else "all" if args.max_fast == 0 else "none", timed_rule=timed_rule(args),
+                              seconds=f"{args.seconds:g}", harness_seconds=f"{args.harness_seconds:g}", spill=spill)
             + f"\n{table(rows)}\n\n## Errors, by first line\n\n| tests | error | test files |\n|---|---|---|\n"
             f"{summary}\n\n## Every test run\n\n{details(records)}\n")
 
 
 def file_row(name: str, platform: str, records: list[dict]) -> dict:
-    """The table's row of one test file's records on one platform."""
+    """The table's row of one test file's records (and its census line) on one platform."""
     imported = [r for r in records if r["mode"] == "import"]
-    row = {"kernel": name, "platform": platform, "full": "", "full_us": "", "timing": "", "timing_us": "", "qor": ""}
+    census = next((r for r in records if r["mode"] == "census"), {})
+    row = {"kernel": name, "platform": platform, "qor": ""}
     for mode in ("full", "timing"):
         summary = summarize(records, mode)
         tail = imported[0]["error"] if imported else ""
-        row[mode] = result_cell(summary, tail, 2 if imported else 0, mode)
+        row[mode] = result_cell(summary, tail, 2 if imported else 0, mode,
+                                census.get("production") if mode == "timing" else None)
         row[mode + "_us"] = time_cell(summary)
+        row[mode + "_cpu"] = cpu_cell(summary)
         row["qor"] = qor_cell(summary) or row["qor"]
     return row
 
@@ -341,10 +416,16 @@ def main(argv=None) -> int:
     parser.add_argument("--library", required=True, type=Path, help="a checkout of aws-neuron/nki-library")
     parser.add_argument("-k", dest="pattern", help="only test files whose path contains this")
     parser.add_argument("--start", help="only the test files from the first whose path contains this on")
-    parser.add_argument("--max-fast", type=int, default=4, help="fast tests per file in full mode (0: all)")
-    parser.add_argument("--max-timed", type=int, default=2, help="production-shape tests per file, timing-only")
-    parser.add_argument("--seconds", type=int, default=60, help="limit per test")
+    parser.add_argument("--max-fast", type=int, default=4, help="fast tests per file in full mode (0: all, -1: none)")
+    parser.add_argument("--max-timed", type=int, default=0,
+                        help="production-shape tests per file, timing-only (0: all, within --timed-budget)")
+    parser.add_argument("--timed-budget", type=float, default=10,
+                        help="CPU s per file for its timing-only tests: the next runs while they used less (0: no budget)")
+    parser.add_argument("--seconds", type=float, default=60, help="limit per test on trnlab's part, CPU s")
+    parser.add_argument("--harness-seconds", type=float, default=90,
+                        help="limit per test on the library's harness (its inputs, references), CPU s")
     parser.add_argument("--platform", default="trn2", help="the harness's --platform-target")
+    parser.add_argument("--jobs", type=int, default=1, help="test files run at once (each in its own session)")
     parser.add_argument("--no-trn3-pass", action="store_true",
                         help="do not run, on trn3, the tests the library keeps off --platform (its MX tests)")
     parser.add_argument("--no-spill", action="store_true", help="refuse SBUF and PSUM overflows (TRNLAB_SPILL=0, TRNLAB_PSUM_EVACUATION=0)")
@@ -368,15 +449,19 @@ def main(argv=None) -> int:
         results.write_text("")
         code = run_files(work, paths, results, args, args.plugin)
     records = [json.loads(ln) for ln in results.read_text().splitlines()]
+    missing = []                # rendering a run that stopped early: the files it did not reach
     for path in paths:
         name = kernel_name(work, path)
         rel = str(path.relative_to(work / "test"))
         mine = [r for r in records if r["nodeid"].split("::")[0].endswith(rel)]
+        if args.render and not mine:
+            missing.append(name)
+            continue
         second = [r for r in mine if r.get("platform", args.platform) == SECOND_PLATFORM != args.platform]
         first = [r for r in mine if r not in second]
         for platform, those in ((args.platform, first), (SECOND_PLATFORM, second)):
-            ran = [r for r in those if r["outcome"] != "skipped"]
-            if platform == SECOND_PLATFORM != args.platform and not those:
+            ran = [r for r in those if r["outcome"] != "skipped" and r["mode"] != "census"]
+            if platform == SECOND_PLATFORM != args.platform and not [r for r in those if r["mode"] != "census"]:
                 continue                # no second pass for this file
             if platform == args.platform and second and not ran:
                 continue                # nothing ran on the first platform: the trn3 row says it all
@@ -384,15 +469,18 @@ def main(argv=None) -> int:
             print(f"{name:50s} {platform:5s} {row['full'][:70]:70s} {row['full_us']:>14s} | "
                   f"{row['timing'][:40]:40s} {row['timing_us']:>10s}", flush=True)
     options = [f"--library {shlex.quote(str(args.library))}"] + ([f"-k {shlex.quote(args.pattern)}"] if args.pattern else []) \
-        + [f"--max-fast {args.max_fast}", f"--max-timed {args.max_timed}", f"--seconds {args.seconds}"] \
+        + [f"--max-fast {args.max_fast}", f"--max-timed {args.max_timed}", f"--timed-budget {args.timed_budget:g}",
+           f"--seconds {args.seconds:g}", f"--harness-seconds {args.harness_seconds:g}"] \
         + ([f"--platform {args.platform}"] if args.platform != "trn2" else []) \
         + (["--no-spill"] if args.no_spill else []) + (["--full-large"] if args.full_large else []) \
         + (["--no-trn3-pass"] if args.no_trn3_pass else []) \
         + ([f"--out {args.out}"] if args.out else [])
     command = "python benchmarks/nki_library.py " + " ".join(options)
-    print(f"\n{len(rows)} rows, {len(records)} tests, {time.time() - started:.0f} s; results: {results}")
+    tests = [r for r in records if r["mode"] != "census"]
+    print(f"\n{len(rows)} rows, {len(tests)} tests, {time.time() - started:.0f} s; results: {results}")
+    print(timing_summary(records))
     if args.out:
-        args.out.write_text(render(rows, records, args, commit, command))
+        args.out.write_text(render(rows, records, args, commit, command, missing))
     shutil.rmtree(work, ignore_errors=True)
     return 0 if code in (0, 1) else code
 

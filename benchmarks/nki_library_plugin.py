@@ -18,10 +18,13 @@ Inside the library's own pytest run (``--test-mode simulation``) it:
   ``OutputValidator`` compares every rank with the library's per-rank references;
 - records every `trnlab.nki.run` (the call behind ``nki.cpu_simulate(kernel)[lnc](...)``) and every
   multi-rank run: its simulated latency and the library's QoR metrics (`trnlab.nki.qor`);
-- keeps, per test file, the first ``NKILIB_MAX_FAST`` ``fast`` tests that the simulation mode runs
+- keeps, per test file, the first ``NKILIB_MAX_FAST`` (0: every; -1: none) ``fast`` tests that the simulation mode runs
   (full mode: values, compared by the harness with the library's references; a file without
   ``fast`` tests: its first tests that the simulation mode runs) and the first
-  ``NKILIB_MAX_TIMED`` tests it skips for their size (the production shapes: ``fast`` ones first);
+  ``NKILIB_MAX_TIMED`` (0: every) tests it skips for their size (the production shapes, those marked
+  ``fast`` first), and runs them in that order while the file's timing-only tests have used less than
+  ``NKILIB_TIMED_BUDGET`` CPU seconds (trnlab's and the harness's; 0: no budget); the rest are left
+  out (not run, no record: the census line says how many the file lists);
   those run timing-only (no values) and end after the kernel ran, before the harness compares
   values it does not have (run with the harness's NKILIB_SIMULATION_RUN_ALL=1 so it keeps them);
   with ``NKILIB_FULL_LARGE=1`` (``--full-large``) they run in full mode too, values compared;
@@ -29,9 +32,18 @@ Inside the library's own pytest run (``--test-mode simulation``) it:
   tests that platform does not run: those the library marks ``@pytest.mark.platforms(exclude=[...,
   <platform>])`` (the harness deselects them there) and those listed (one node id a line) in the file
   ``NKILIB_RERUN_NODEIDS`` (tests that skipped themselves on it, e.g. "MX is only supported on TRN3");
-- stops any test after ``NKILIB_TEST_SECONDS`` (default 60), and limits the session's address space to
-  ``NKILIB_MEMORY_GB`` (default 12: a test that needs more fails with MemoryError);
-- writes one JSON line per test, and one per test file that fails to import, to ``NKILIB_RESULTS``.
+- keeps two clocks per test, in CPU seconds of the session's process (the machine may be shared, so
+  wall time would count other programs' turns): trnlab's part (inside `trnlab.nki.run` or
+  `trnlab.nki.multi_rank_run`: tracing, scheduling, costing and, in full mode, values) and the
+  library's harness (everything else: its input generators, its PyTorch references, its comparison);
+  each has its own limit, ``NKILIB_TEST_SECONDS`` (default 60) for trnlab's part and
+  ``NKILIB_HARNESS_SECONDS`` (default 90) for the harness's, and a test past either stops as a
+  timeout that names whose time ran out; ``NKILIB_WALL_SECONDS`` (default 1500) is a wall-clock backstop;
+- limits the session's address space to ``NKILIB_MEMORY_GB`` (default 12: a test that needs more
+  fails with MemoryError);
+- writes one JSON line per test (with ``trnlab_cpu_s``, ``harness_cpu_s`` and their wall times), one per
+  test file that fails to import, and one ``census`` line per test file (how many tests of each kind it
+  lists at the session's platform, before the selection above), to ``NKILIB_RESULTS``.
 """
 from __future__ import annotations
 
@@ -44,11 +56,15 @@ import time
 import types
 
 import pytest
+from nki_library_clocks import Clocks, TestTimeLimit
 
 RESULTS = os.environ.get("NKILIB_RESULTS")
 MAX_FAST = int(os.environ.get("NKILIB_MAX_FAST", "4"))
 MAX_TIMED = int(os.environ.get("NKILIB_MAX_TIMED", "2"))
-TEST_SECONDS = int(os.environ.get("NKILIB_TEST_SECONDS", "60"))
+TIMED_BUDGET = float(os.environ.get("NKILIB_TIMED_BUDGET", "0"))     # CPU s per file for its timing-only tests
+TEST_SECONDS = float(os.environ.get("NKILIB_TEST_SECONDS", "60"))         # trnlab's part, CPU s
+HARNESS_SECONDS = float(os.environ.get("NKILIB_HARNESS_SECONDS", "90"))  # the harness's part, CPU s
+WALL_SECONDS = int(os.environ.get("NKILIB_WALL_SECONDS", "1500"))         # a backstop, wall s
 FULL_LARGE = os.environ.get("NKILIB_FULL_LARGE") == "1"
 ONLY_EXCLUDED_FROM = os.environ.get("NKILIB_ONLY_EXCLUDED_FROM", "")
 _platform = {"target": ""}  # the session's --platform-target, written into every record
@@ -71,10 +87,6 @@ def _excluded_from(item, platform: str) -> bool:
 
 class TimedOnly(BaseException):
     """Ends a timing-only test after the kernel ran (a BaseException: the harness catches Exception)."""
-
-
-class TestTimeLimit(BaseException):
-    """A test ran past NKILIB_TEST_SECONDS."""
 
 
 def _install_hook() -> None:
@@ -133,6 +145,13 @@ def _limit_memory() -> None:
     limit = int(float(os.environ.get("NKILIB_MEMORY_GB", "12")) * 2**30)
     if limit > 0:
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    # if the machine runs out all the same (sessions run at once, --jobs), the OOM killer ends this
+    # session before other programs of the same size
+    try:
+        with open("/proc/self/oom_score_adj", "w") as f:
+            f.write("500")
+    except OSError:
+        pass
 
 
 _limit_memory()
@@ -140,6 +159,7 @@ _install_hook()
 _stand_in_missing_harness_files()
 
 _runs: list = []          # a summary (`_summary`) of each kernel run of the test running now
+_split: dict = {}         # the running test's CPU and wall seconds, trnlab's and the harness's (`Clocks.stop`)
 _mode = {"now": "full"}   # the running test's mode: "full" or "timing"
 
 
@@ -163,7 +183,8 @@ def _record_runs() -> None:
 
     def run(kernel, *args, timing_only=None, **kwargs):
         timing = _mode["now"] == "timing"
-        result = original(kernel, *args, timing_only=True if timing else timing_only, **kwargs)
+        with _clocks.trnlab():
+            result = original(kernel, *args, timing_only=True if timing else timing_only, **kwargs)
         _runs.append(_summary(result))
         if timing:
             raise TimedOnly()
@@ -188,6 +209,7 @@ def _record_runs() -> None:
 
 
 _record_runs()
+_clocks = Clocks(TEST_SECONDS, HARNESS_SECONDS, kernel_ran=lambda: bool(_runs))
 
 
 def _simulate_ranks(kernel_under_test) -> list:
@@ -207,7 +229,8 @@ def _simulate_ranks(kernel_under_test) -> list:
     if lnc > 1:
         kernel = tnki.jit(kernel)[tnki.language.nc(lnc)]
     timing = _mode["now"] == "timing"
-    run = tnki.multi_rank_run(kernel, world_size=ranks, per_rank_inputs=per_rank, timing_only=timing)
+    with _clocks.trnlab():
+        run = tnki.multi_rank_run(kernel, world_size=ranks, per_rank_inputs=per_rank, timing_only=timing)
     _runs.append(_summary(run))
     if timing:
         raise TimedOnly()
@@ -286,11 +309,16 @@ def pytest_collection_modifyitems(config, items) -> None:
         if not full:            # a file without fast tests: its first tests at sizes simulation mode runs
             full = [i for i in file_items if not _large(i)]
         large = [i for i in file_items if _large(i)]
-        timed = [i for i in large if i.get_closest_marker("fast")] or large
-        for item in full[:MAX_FAST]:
+        timed = sorted(large, key=lambda i: not i.get_closest_marker("fast"))     # fast ones first, stable
+        if RESULTS:             # what the file lists, before the limits below
+            _write({"nodeid": file_items[0].nodeid.split("::")[0], "mode": "census", "outcome": "listed",
+                    "error": "", "wall_s": 0.0, "runs": 0, "platform": _platform["target"],
+                    "small": len(full), "production": len(large),
+                    "production_fast": sum(1 for i in large if i.get_closest_marker("fast"))})
+        for item in (full[:MAX_FAST or None] if MAX_FAST >= 0 else []):
             item._nkilib_mode = "full"
             chosen.append(item)
-        for item in timed[:MAX_TIMED]:
+        for item in timed[:MAX_TIMED or None]:
             item._nkilib_mode = "full" if FULL_LARGE else "timing"
             chosen.append(item)
     keep = set(map(id, chosen))
@@ -307,27 +335,51 @@ def pytest_collectreport(report) -> None:
 
 
 def _write(record: dict) -> None:
-    with open(RESULTS, "a") as f:
-        f.write(json.dumps(record) + "\n")
+    # one write() of the whole line on an O_APPEND file: sessions run at once (--jobs) share the file
+    fd = os.open(RESULTS, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, (json.dumps(record) + "\n").encode())
+    finally:
+        os.close(fd)
 
 
 def _alarm(signum, frame):
-    raise TestTimeLimit(f"over {TEST_SECONDS} s")
+    raise TestTimeLimit(f"over {WALL_SECONDS} s of wall time (the backstop)")
 
 
+_timed_spent: dict = {}   # per test file: CPU s its timing-only tests have used (NKILIB_TIMED_BUDGET)
+_left_out: set = set()    # node ids of timing-only tests left out for the budget
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item) -> None:
     _runs.clear()
+    _split.clear()
     _mode["now"] = getattr(item, "_nkilib_mode", "full")
-    item._nkilib_started = time.perf_counter()
+    file = item.nodeid.split("::")[0]
+    if _mode["now"] == "timing" and TIMED_BUDGET and _timed_spent.get(file, 0.0) >= TIMED_BUDGET:
+        _left_out.add(item.nodeid)
+        pytest.skip(f"left out: the file's timing-only tests used {TIMED_BUDGET:g} CPU s")
     signal.signal(signal.SIGALRM, _alarm)
-    signal.alarm(TEST_SECONDS)
+    _clocks.install()
+    signal.alarm(WALL_SECONDS)
+    _clocks.start()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item):
+    yield
+    _split.update(_clocks.stop())        # the split up to the end of the test's call
 
 
 def pytest_runtest_teardown(item) -> None:
     signal.alarm(0)
+    signal.setitimer(signal.ITIMER_PROF, 0)
 
 
 def pytest_runtest_logfinish(nodeid, location) -> None:
+    if nodeid in _left_out:
+        return                  # nothing ran: no memory to give back (a collection costs seconds on a big heap)
     # pytest keeps the last failure's traceback (sys.last_*, for post-mortem debugging), and with it
     # the failed kernel run's arrays: drop it so the next test has the session's memory back
     sys.last_type = sys.last_value = sys.last_traceback = None
@@ -365,6 +417,12 @@ def pytest_runtest_logreport(report) -> None:
     run = _runs[-1] if _runs else None
     record = {"nodeid": report.nodeid, "mode": _mode["now"], "outcome": outcome, "error": error,
               "wall_s": round(report.duration, 2), "runs": len(_runs), "platform": _platform["target"]}
+    if report.nodeid in _left_out:
+        return
+    record.update(_split or _clocks.stop())
+    if _mode["now"] == "timing":
+        file = report.nodeid.split("::")[0]
+        _timed_spent[file] = _timed_spent.get(file, 0.0) + record["trnlab_cpu_s"] + record["harness_cpu_s"]
     if run is not None:
         record.update(run)
     if RESULTS:

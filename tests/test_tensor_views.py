@@ -214,3 +214,56 @@ def test_the_pattern_of_a_sliced_view_is_the_one_its_elements_follow(axes):
     offset, pattern = pattern_of(flat)
     assert (seen["offset"], seen["pattern"]) == (offset, pattern)
     assert seen["contiguous"] == bool(np.array_equal(flat.reshape(-1), offset + np.arange(flat.size)))
+
+
+def _ap_of_a_reshaped_tile_in_a_loop():
+    """A new kernel function each call: programs are cached per function, and each run here must trace."""
+    def kernel(x):
+        # the NKI Library's router_topk shape of access: one reshaped tile, an .ap() of it per step
+        tile = nl.ndarray((128, 3, 2, 4), dtype=x.dtype, buffer=nl.sbuf)      # [P, T=3, 2, H/2=4]
+        nisa.dma_copy(dst=tile, src=x.reshape((128, 3, 2, 4)))
+        merged = tile.reshape((128, 3, 8))                                   # [P, T, H=8]: index arrays
+        out = nl.ndarray((3, 128, 8), dtype=x.dtype, buffer=nl.shared_hbm)
+        for t in range(3):
+            step = merged.ap(pattern=[[24, 128], [1, 8]], offset=8 * t)     # [P, H] of token t
+            nisa.dma_copy(dst=out[t], src=step)
+        return out
+    return nki.jit(kernel)
+
+
+def test_an_ap_of_a_reshaped_tile_in_a_loop_reads_what_the_reference_reads():
+    from trnlab.nki import tensor_views
+    x = np.arange(128 * 24, dtype=np.float32).reshape(128, 24)
+    with config.override(fast=False):
+        reference = nki.run(_ap_of_a_reshaped_tile_in_a_loop(), x)
+    tensor_views._PATTERNS.clear()
+    fast = nki.run(_ap_of_a_reshaped_tile_in_a_loop(), x)
+    assert tensor_views._PATTERNS            # the fast path remembered the reshaped view's pattern
+    expected = x.reshape(128, 3, 8).transpose(1, 0, 2)
+    np.testing.assert_array_equal(reference.outputs, expected)
+    np.testing.assert_array_equal(fast.outputs, expected)
+    assert [r[:5] for r in reference.core.timeline.records] == [r[:5] for r in fast.core.timeline.records]
+
+
+def test_each_view_keeps_its_own_pattern_on_the_fast_path():
+    # patterns are remembered per view (tensor_views._remembered_pattern): views made one after another,
+    # the earlier freed (a new view may get a freed one's id), each still gives its own
+    seen = []
+
+    @nki.jit
+    def kernel(x):
+        tile = nl.ndarray((128, 4, 2, 4), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=tile, src=x.reshape((128, 4, 2, 4)))
+        for shape in ((128, 4, 8), (128, 32), (128, 8, 4), (128, 4, 8)):
+            view = tile.reshape(shape)
+            pattern = view.get_pattern()
+            seen.append((shape, [list(pair) for pair in pattern], view.offset))
+            pattern[0][0] = -1                      # the kernel's copy: the view's own stays
+            seen.append((shape, view.get_pattern(), view.offset))
+        return x
+
+    nki.run(kernel, np.zeros((128, 32), np.float32))
+    strides = {(128, 4, 8): [[32, 128], [8, 4], [1, 8]], (128, 32): [[32, 128], [1, 32]],
+               (128, 8, 4): [[32, 128], [4, 8], [1, 4]]}
+    assert seen == [(shape, strides[shape], 0) for shape in strides for _ in (0, 1)] + \
+        [((128, 4, 8), strides[(128, 4, 8)], 0)] * 2

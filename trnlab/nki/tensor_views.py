@@ -19,9 +19,11 @@ by a tile of indices gives an *indirect* view (`NkiTensor._dynamic`), which DMAs
 from __future__ import annotations
 
 import math
+import weakref
 
 import numpy as np
 
+from trnlab import config as _config
 from trnlab.hardware import dtypes as _dtypes
 from trnlab.hardware.tensor import unravel
 from trnlab.nki.errors import NKIError, ViewError
@@ -418,7 +420,39 @@ def _pattern(t):
     if t._bytes_of is not None:
         return pattern_of(positions(t))
     found = _box_pattern(t)
-    return found if found is not None else pattern_of(positions(t))
+    if found is not None:
+        return found
+    if _config.fast() and _fixed_index_view(t):
+        return _remembered_pattern(t)
+    return pattern_of(positions(t))
+
+
+# fast path (`config.fast()`): a view's pattern, by the view: id(view) -> (weak reference to it, pattern)
+_PATTERNS: dict = {}
+_PATTERNS_KEPT = 1024
+
+
+def _fixed_index_view(t) -> bool:
+    """A view by index arrays (a reshape of a tile, a permuted or rearranged view): its index is set
+    when the view is made and never changes, so neither does its pattern."""
+    return (t._index is not None and t._ap is None and t._dynamic is None and t._gather is None
+            and t._emit is None and t._bytes_of is None)
+
+
+def _remembered_pattern(t):
+    """`pattern_of(positions(t))`, listed once per view. The fast path of `.ap()` on a view (it asks
+    for the view's pattern twice: is it contiguous, where does it start): the NKI Library's
+    router_topk takes ``.ap()`` of one reshaped x tile [128, 640, 64] once per (token tile, hidden
+    tile), and listing its 5.2 M positions each time cost 60 CPU s of its 61 at T = 640, H = 8192.
+    The reference lists them at every call; the pattern is the same (tests/test_tensor_views.py)."""
+    seen = _PATTERNS.get(id(t))
+    if seen is None or seen[0]() is not t:      # not the same view (or a new one at a freed one's id)
+        if len(_PATTERNS) >= _PATTERNS_KEPT:
+            _PATTERNS.clear()
+        seen = _PATTERNS[id(t)] = (weakref.ref(t), pattern_of(positions(t)))
+    found = seen[1]
+    # a copy: get_pattern hands the list to the kernel
+    return None if found is None else (found[0], [list(pair) for pair in found[1]])
 
 
 def get_pattern(t) -> list:
