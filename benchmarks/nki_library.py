@@ -313,21 +313,17 @@ Six files fail on the library's own code at this commit, on any backend (not wor
 - `experimental/subkernels/test_topk_reduce.py` imports `nkilib.experimental.subkernels.topk_reduce`,
   a package the repository does not contain at this commit (ModuleNotFoundError).
 
-The trn3 rows' failures, known. The scale rule of `nki.isa.quantize_mx`: AWS's page (Neuron 2.32)
-says the instruction's block scale is twice the OCP sample conversion's, which trnlab follows, while
-the library's references use the OCP one: `core/utils/quantize_to_mx`'s e4m3 tests and every
-`experimental/mxfp_subkernels/mxfp_load` test mismatch (scales one higher; with the OCP rule
-quantize_to_mx passes 4/4 and mxfp_load's scales match, its data then differing only because the
-harness converts the x4 output to float32 by value where its reference views the words' bits).
+The trn3 rows' failures, known. `nki.isa.quantize_mx` takes the OCP sample conversion's block scale,
+as the library's tests of the instruction on the chip expect (AWS's 2.32 page says twice that:
+docs/nki_compat.md, "Where AWS's page and its tests disagree"). `experimental/mxfp_subkernels/mxfp_load`'s
+data and scales then equal its reference word by word, and its tests still fail because the harness
+converts the x4 output to float32 by value where its reference views the words' bits.
 `core/subkernels/rmsnorm_mx_quantize_tkg`'s test wrapper copies 4 of every 32 scale partitions into
-a new HBM output whose reference has zeros in the other 28 (never written: trnlab's error; read as
-zeros, 2 of its 4 fast tests pass and 2 differ in scales by the rule above).
+a new HBM output whose reference has zeros in the other 28 (never written: trnlab's error; AWS's
+`nl.ndarray` page promises no initial contents; read as zeros, its 4 fast tests pass).
 `core/moe/moe_cte/moe_bwmm_mx_cte`'s tests (full and timing-only) and `core/moe_block/moe_block_tkg`'s
 MX tests run past the harness's limit in the library's input generator (a Python loop per 8 x 4 block),
-before any kernel;
-called directly at a small shape, the kernel reads its uint32 weights `.view(float8_e4m3fn_x4)` in SBUF
-and stopped later, at `nc_matmul(is_stationary_onezero=True)`, not simulated then (it is now; not run
-again since).
+before any kernel.
 `core/moe/moe_tkg`'s MX tests read
 `.base_tensor` (an attribute of the library's `TensorView`) of a plain tensor.
 
