@@ -22,32 +22,10 @@ import sys
 import numpy as np
 
 import trnlab.nki as nki
-import trnlab.nki.isa as nisa
-import trnlab.nki.language as nl
 from trnlab.hardware import dtypes
 from trnlab.kernels import KERNELS
+from trnlab.kernels.matmul_ladder import matmul_tiled      # AWS's tutorial shape: fresh SBUF tiles per K step
 from trnlab.kernels.workload import gpt_arguments
-
-
-@nki.jit
-def tiled_matmul(lhsT, rhs):
-    """AWS's tutorial shape: fresh SBUF tiles for every K step, one PSUM tile per output tile."""
-    K, M = lhsT.shape
-    _, N = rhs.shape
-    result = nl.ndarray((M, N), dtype=lhsT.dtype, buffer=nl.shared_hbm)
-    for m in nl.affine_range(M // 128):
-        for n in nl.affine_range(N // 512):
-            res_psum = nl.ndarray((128, 512), nl.float32, buffer=nl.psum)
-            for k in nl.affine_range(K // 128):
-                lhsT_tile = nl.ndarray((128, 128), dtype=lhsT.dtype, buffer=nl.sbuf)   # [K=128, M=128]
-                rhs_tile = nl.ndarray((128, 512), dtype=rhs.dtype, buffer=nl.sbuf)     # [K=128, N=512]
-                nisa.dma_copy(dst=lhsT_tile, src=lhsT[k * 128:(k + 1) * 128, m * 128:(m + 1) * 128])
-                nisa.dma_copy(dst=rhs_tile, src=rhs[k * 128:(k + 1) * 128, n * 512:(n + 1) * 512])
-                nisa.nc_matmul(dst=res_psum, stationary=lhsT_tile, moving=rhs_tile)
-            res_sb = nl.ndarray(res_psum.shape, dtype=result.dtype, buffer=nl.sbuf)
-            nisa.tensor_copy(dst=res_sb, src=res_psum, dtype=result.dtype)
-            nisa.dma_copy(dst=result[m * 128:(m + 1) * 128, n * 512:(n + 1) * 512], src=res_sb)
-    return result
 
 
 MATMUL_SHAPES = [(256, 128, 512), (1024, 1024, 1024), (2048, 1024, 1024), (2048, 2048, 2048)]
@@ -99,7 +77,7 @@ def cases():
         for k, m, n in MATMUL_SHAPES:
             yield (f"tiled {k}x{m}x{n} {target}",
                    lambda k=k, m=m, n=n, target=target:
-                   nki.run(tiled_matmul, nki.ShapeDtype((k, m), "bfloat16"), nki.ShapeDtype((k, n), "bfloat16"),
+                   nki.run(matmul_tiled, nki.ShapeDtype((k, m), "bfloat16"), nki.ShapeDtype((k, n), "bfloat16"),
                            target=target, timing_only=True))
 
 
