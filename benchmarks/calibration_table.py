@@ -3,7 +3,8 @@
     python benchmarks/calibration_table.py                 # all rows (a few minutes), writes the JSON
     python benchmarks/calibration_table.py --source CS149  # one source (MM-trn1, OPT-trn2, CS149, MAMBA, AUTOTUNE)
     python benchmarks/calibration_table.py --no-json       # print only
-    python benchmarks/calibration_table.py --what-if issue # every row under a candidate mechanism (WHAT_IF)
+    python benchmarks/calibration_table.py --what-if before  # every row under the model before 2026-12-04,
+                                                             # or a candidate mechanism (WHAT_IF)
 
 Prints per row the published figure, ours, the error and the half (calibration / held-back), then the
 summary per half and the lessons, and writes notebooks/data/calibration.json (rows, summary, lessons)
@@ -154,78 +155,88 @@ class _nothing:
 
 # The candidate mechanisms for the largest misses (docs/calibration.md, "What was tried for the largest
 # misses"), each with its constants fitted on rows of the CALIBRATION half only or read off a public
-# page (the derivation beside each), NOT the model:
-# `--what-if NAME` runs every row under one of them and prints both halves and the lessons.
+# page (the derivation beside each): `--what-if NAME` runs every row under one of them and prints both
+# halves and the lessons.
 #   spec:     fields of the row's chip's CoreSpec replaced (`CoreSpec.derive`), per chip
 #   options:  keyword arguments of the CS149 kernels
 #   mamba:    keyword arguments of mamba_v2 (HOIST_DELTA_U; "if-fits": where it runs without spilling)
 #   matmul:   SPILL: the block-free kernel in the chip's SBUF with the spill rule (else SBUF enlarged)
-# The start-up is the simulator's (CoreSpec.launch_start_ns / launch_end_ns: core.start_launch /
-# end_launch): Trn1 read off AWS's fused-Mamba profile [LAUNCH] (the kernel's first DMA 13.0 µs after
-# the profile starts, its last DMA 4.3 µs before the end); Trn2 fitted on cs149-stream-2000
-# (calibration): the chip's one-step kernel minus ours, the tear-down ASSUMED as Trn1's.
+# Since 2026-12-04 the model is (d) + (b) + start-up below (presets.py: `dma_hbm_gather_bandwidth`,
+# `dma_issue_ns`, `dma_descriptor_ns`, `launch_start_ns` / `launch_end_ns`). The candidates up to (d)
+# were fitted against the model before it, `before` (those fields off, Trn2's descriptor 100 ns), and
+# run on top of it; (e) - (g) run on top of the model.
+BEFORE = {"trn1": {"dma_hbm_gather_bandwidth": 0.0, "launch_start_ns": 0.0, "launch_end_ns": 0.0},
+          "trn2": {"dma_hbm_gather_bandwidth": 0.0, "launch_start_ns": 0.0, "launch_end_ns": 0.0,
+                   "dma_issue_ns": 0.0, "dma_descriptor_ns": 100.0}}
+# The start-up (CoreSpec.launch_start_ns / launch_end_ns: core.start_launch / end_launch): Trn1 read
+# off AWS's fused-Mamba profile [LAUNCH] (the kernel's first DMA 13.0 µs after the profile starts, its
+# last DMA 4.3 µs before the end); Trn2 fitted on cs149-stream-2000 (calibration): the chip's one-step
+# kernel minus ours before, the tear-down ASSUMED as Trn1's.
 START_UP_US = 28.0 - 15.3
 LAUNCH = {"trn1": {"launch_start_ns": 13_000.0, "launch_end_ns": 4_300.0},
           "trn2": {"launch_start_ns": START_UP_US * 1e3 - 4_300.0, "launch_end_ns": 4_300.0}}
 GATHER_TRN1 = 104.1e9      # (d) below: fitted on mm-trn1-hoisted (calibration)
-# (d) + (b) + start-up: the fields of the candidates below that build on it
-GATHER_ISSUE_START_UP = {"trn1": {**LAUNCH["trn1"], "dma_hbm_gather_bandwidth": GATHER_TRN1},
-                         "trn2": {**LAUNCH["trn2"], "dma_issue_ns": 478.0, "dma_descriptor_ns": 64.0,
-                                  "dma_hbm_gather_bandwidth": 368e9}}
+
+
+def _on_before(spec: dict) -> dict:
+    """A candidate's fields on top of `BEFORE`, per chip (both chips: the fields it leaves are off)."""
+    return {chip: {**BEFORE[chip], **spec.get(chip, {})} for chip in BEFORE}
+
+
 WHAT_IF = {
+    # the model before 2026-12-04, which the candidates (a) - (d) were fitted against
+    "before": {"spec": BEFORE, "options": {}},
     # the start-up alone
-    "start-up": {"spec": LAUNCH, "options": {}},
+    "start-up": {"spec": _on_before(LAUNCH), "options": {}},
     # (a) tiles allocated once (what "effectively the same" as sequential_range suggests without the
     # middle end), Trn2 dma_descriptor_ns 18 fitted on cs149-stream-2 under ONE_BUFFER, the start-up above
-    "one-buffer": {"spec": {"trn1": LAUNCH["trn1"], "trn2": {**LAUNCH["trn2"], "dma_descriptor_ns": 18.0}},
+    "one-buffer": {"spec": _on_before({"trn1": LAUNCH["trn1"], "trn2": {**LAUNCH["trn2"], "dma_descriptor_ns": 18.0}}),
                    "options": {"ONE_BUFFER": True}},
     # (c) a descriptor's time grows with its bytes: bytes / bandwidth + a fixed part (no floor), with
     # (a)'s one buffer and the start-up. Trn1's fixed part fitted on mm-trn1-hoisted's latency (42.96 ms:
     # 92.8 ns; a 1 KiB bf16 row then takes 153 ns, the model's 150 ns); Trn2's on cs149-stream-2 under
     # one buffer with the start-up (186 µs: 12.6 ns; a 2 KiB fp32 row then takes 101.6 ns, within
     # opt-trn2-hoisted's bound of 107 ns)
-    "bytes+setup": {"spec": {"trn1": {**LAUNCH["trn1"], "dma_descriptor_ns": 0.0, "dma_descriptor_setup_ns": 92.8},
-                             "trn2": {**LAUNCH["trn2"], "dma_descriptor_ns": 0.0, "dma_descriptor_setup_ns": 12.6}},
+    "bytes+setup": {"spec": _on_before({"trn1": {**LAUNCH["trn1"], "dma_descriptor_ns": 0.0, "dma_descriptor_setup_ns": 92.8},
+                                        "trn2": {**LAUNCH["trn2"], "dma_descriptor_ns": 0.0, "dma_descriptor_setup_ns": 12.6}}),
                     "options": {"ONE_BUFFER": True}},
     # (b) a fixed issue cost per transfer on one issuer per core (the Neuron Explorer guide: a transfer's
     # descriptors "have to be generated (by the compute engine that issues it)"), the tiles rotating:
     # dma_issue_ns 478 fitted on cs149-rows-1 (3 one-element transfers per step, 1.458 µs per step on
     # the chip), then dma_descriptor_ns 70.7 on cs149-stream-2 (the engines then bind: 3 x 8 descriptors
     # per engine per step). Trn2 only: no Trn1 row of either half has tiny transfers to fit it on.
-    "issue": {"spec": {"trn2": {"dma_issue_ns": 478.0, "dma_descriptor_ns": 70.7}}, "options": {}},
+    "issue": {"spec": _on_before({"trn2": {"dma_issue_ns": 478.0, "dma_descriptor_ns": 70.7}}), "options": {}},
     # (b) with the start-up: the same two fits with START_UP_US taken off the chip's figures first
     # (cs149-rows-1 -> 478 ns, cs149-stream-2 -> 64 ns)
-    "issue+start-up": {"spec": {"trn1": LAUNCH["trn1"],
-                                "trn2": {**LAUNCH["trn2"], "dma_issue_ns": 478.0, "dma_descriptor_ns": 64.0}},
+    "issue+start-up": {"spec": _on_before({"trn1": LAUNCH["trn1"],
+                                           "trn2": {**LAUNCH["trn2"], "dma_issue_ns": 478.0, "dma_descriptor_ns": 64.0}}),
                        "options": {}},
     # (d) gathered short runs (docs/calibration.md, "The Trn1 tiled kernel, mechanism by mechanism"): a
     # transfer cut out of a wider HBM tensor in runs of 256 B up to 2 KiB ([DMA-BW]'s middle band) moves
     # its bytes at a rate of the core's, in place of the per-descriptor time. Trn1's rate fitted on
     # mm-trn1-hoisted's latency (42.96 ms: 104.1 GB/s; its [128, 512] bf16 loads are 1 KiB runs);
     # Trn2's not fitted: the aggregate DMA rate of [DMA-BW]'s table, 16 x 23 B/ns = 368 GB/s
-    "gather": {"spec": {"trn1": {"dma_hbm_gather_bandwidth": GATHER_TRN1},
-                        "trn2": {"dma_hbm_gather_bandwidth": 368e9}}, "options": {}},
-    # (d) with (b) + start-up: each of the three moves rows the others do not (the matmul rows' runs of
-    # 256 B - 2 KiB; the CS149 rows' tiny transfers; the one-step kernels' start-up)
-    "gather+issue+start-up": {"spec": GATHER_ISSUE_START_UP, "options": {}},
+    "gather": {"spec": _on_before({"trn1": {"dma_hbm_gather_bandwidth": GATHER_TRN1},
+                                   "trn2": {"dma_hbm_gather_bandwidth": 368e9}}), "options": {}},
+    # (d) + (b) + start-up, each moving rows the others do not (the matmul rows' runs of 256 B - 2 KiB;
+    # the CS149 rows' tiny transfers; the one-step kernels' start-up): THE MODEL since 2026-12-04
+    "gather+issue+start-up": {"spec": {}, "options": {}},
     # (e) hoist: AWS's compiler computes v2's delta * u (the same in every state) once per channel tile,
     # outside the state loop (loop-invariant code motion): the page's own profile of v2 at seq 8192
     # spills and reloads "the tensor named deltaU" [PERF-GUIDE, Opt #4], which a product used only
-    # inside one state step would not need. No constant: on top of gather+issue+start-up
-    "hoist": {"spec": GATHER_ISSUE_START_UP, "options": {}, "mamba": {"HOIST_DELTA_U": True}},
+    # inside one state step would not need. No constant: on top of the model
+    "hoist": {"spec": {}, "options": {}, "mamba": {"HOIST_DELTA_U": True}},
     # (e') the same where the kernel fits SBUF without spilling (v2 at seq 8192 then as written: its
     # Vector busy time on the chip, 58.93 % of 53.3 ms, is the page's code's, not the hoisted code's)
-    "hoist-if-fits": {"spec": GATHER_ISSUE_START_UP, "options": {}, "mamba": {"HOIST_DELTA_U": "if-fits"}},
+    "hoist-if-fits": {"spec": {}, "options": {}, "mamba": {"HOIST_DELTA_U": "if-fits"}},
     # (g) hoist-if-fits, and the Trn2 block-free kernel (322 KiB per partition in fp32; SBUF has 224)
     # run in the chip's SBUF with trnlab's spill rule (ASSUMED) instead of an enlarged SBUF: on the
     # chip AWS's compiler must have spilled or reloaded to run it
-    "hoist+spill": {"spec": GATHER_ISSUE_START_UP, "options": {}, "mamba": {"HOIST_DELTA_U": "if-fits"},
-                    "matmul": {"SPILL": True}},
+    "hoist+spill": {"spec": {}, "options": {}, "mamba": {"HOIST_DELTA_U": "if-fits"}, "matmul": {"SPILL": True}},
     # (f) one queue per trigger engine [DMA-QUEUE]: a kernel's transfers, all triggered by the Sync
     # engine, on one queue, in order, each transfer's fixed latency overlapping the previous one's data
-    # (CoreSpec.dma_queue_pipelined, ASSUMED). No constant; on top of hoist
-    "hoist+one-queue": {"spec": {chip: {**fields, "dma_queues": 1, "dma_queue_pipelined": True}
-                                 for chip, fields in GATHER_ISSUE_START_UP.items()},
+    # (CoreSpec.dma_queue_pipelined, ASSUMED). No constant; on top of hoist-if-fits
+    "hoist+one-queue": {"spec": {chip: {"dma_queues": 1, "dma_queue_pipelined": True} for chip in ("trn1", "trn2")},
                         "options": {}, "mamba": {"HOIST_DELTA_U": "if-fits"}},
 }
 

@@ -149,7 +149,7 @@ class NeuronCore(TensorEngineInstructions, VectorInstructions, ReductionInstruct
 
     def start_launch(self) -> None:
         """A kernel execution begins: after everything issued so far (`barrier`) and the runtime's
-        start-up, `spec.launch_start_ns` [LAUNCH] (0 in every preset: then exactly `barrier`)."""
+        start-up, `spec.launch_start_ns` [LAUNCH] (with 0, exactly `barrier`)."""
         self.wait_until(self._now + self.spec.launch_start_ns)
 
     def end_launch(self) -> None:

@@ -301,7 +301,7 @@ def dma_cost(spec: CoreSpec, nbytes: int, partitions: int, chunk_bytes: int | No
     `hbm_run_bytes`: the HBM side's contiguous run when it is not the whole transfer (a tile cut out
     of a wider tensor; 0 otherwise); with runs of `dma_hbm_gather_min_bytes` up to
     `dma_hbm_gather_below_bytes` the transfer moves its bytes at `dma_hbm_gather_bandwidth` for the whole core instead of the per-descriptor
-    time (0 in every preset: a calibration candidate, docs/calibration.md)."""
+    time (the presets' rates: presets.py, docs/calibration.md)."""
     rows = max(partitions, 1)
     row_bytes = max(nbytes // rows, 1)
     if not chunk_bytes or chunk_bytes <= 0:

@@ -92,7 +92,7 @@ class Run:
 
     @property
     def start_ns(self) -> float:
-        """When the launch began: its first instruction, less the runtime's start-up (0 in every preset)."""
+        """When the launch began: its first instruction, less the runtime's start-up (CoreSpec.launch_start_ns)."""
         records = self.core.timeline.records[self.first:self.end]
         return min((r[2] for r in records), default=0.0) - self.core.spec.launch_start_ns
 

@@ -83,13 +83,13 @@ class CoreSpec:
       engines and `hbm_bandwidth` with the other transfers in flight; a row with a stride is one
       descriptor, its runs counted as at least `dma_min_burst_bytes`; a hardware DMA transpose
       (v3+) runs at `dma_transpose_efficiency_hbm` / `_sbuf` of the 16 engines' rate; each transfer
-      also takes `dma_issue_ns` on the core's one issuer (0 in every preset: a calibration candidate);
+      also takes `dma_issue_ns` on the core's one issuer (Trn2 / Trn3; 0 on Trn1);
       a tile cut out of a wider HBM tensor in runs of 256 B - 2 KiB moves its bytes at
-      `dma_hbm_gather_bandwidth` instead of its descriptors' time (0 in every preset: a candidate);
+      `dma_hbm_gather_bandwidth` instead of its descriptors' time;
       with `dma_queue_pipelined` a queue takes its next transfer during the previous one's data, in
       order (False in every preset: a candidate);
-    - a kernel execution: `launch_start_ns` before its first instruction, `launch_end_ns` after its
-      last result (0 in every preset: a calibration candidate);
+    - a program execution (one launch): `launch_start_ns` before its first instruction,
+      `launch_end_ns` after its last result (the runtime's start-up and tear-down);
     - shared ports: `sbuf_port_shared` (Vector and GpSimd take turns on SBUF) and `psum_port`
       ("core": Vector and Scalar take turns on all of PSUM; "bank": only on the same bank).
     """
@@ -127,25 +127,23 @@ class CoreSpec:
     # a fixed part of every descriptor's time on top of its bytes / bandwidth (ASSUMED). 0 in every
     # preset: a calibration candidate (docs/calibration.md, "What was tried for the largest misses")
     dma_descriptor_setup_ns: float = 0.0
-    # a fixed time per transfer on the core's one issuer [DMA-ISSUE] (engines.EngineTimes.dma). ASSUMED,
-    # 0 (none) in every preset: the CS149 rows fit 478 ns on Trn2 but the held-back half does not
-    # improve as a whole with it (docs/calibration.md, "What was tried for the largest misses")
+    # a fixed time per transfer on the core's one issuer [DMA-ISSUE] (engines.EngineTimes.dma).
+    # ASSUMED, 0 (none) by default; the presets' values and their fits are beside them below
     dma_issue_ns: float = 0.0
     # the rate (bytes/s, the core's 16 engines together) at which a transfer gathered from (or
     # scattered to) separate HBM runs of `dma_hbm_gather_min_bytes` up to (not including)
     # `dma_hbm_gather_below_bytes` moves its bytes, in place of the per-descriptor time: a tile cut
-    # out of a wider HBM tensor, one such run per row. ASSUMED, 0 (off) in every preset: a calibration
-    # candidate (docs/calibration.md, "The Trn1 tiled kernel, mechanism by mechanism"); the bounds are
+    # out of a wider HBM tensor, one such run per row. ASSUMED, 0 (off) by default; the presets' rates
+    # below (docs/calibration.md, "The Trn1 tiled kernel, mechanism by mechanism"); the bounds are
     # [DMA-BW]'s bands: "< 256 B per partition: severely overhead-bound", "256 B -- 2 KiB: improving
     # but still below peak", "≥ 2 KiB (minimum recommended): approaches peak bandwidth"
     dma_hbm_gather_bandwidth: float = 0.0
     dma_hbm_gather_min_bytes: int = 256
     dma_hbm_gather_below_bytes: int = 2048
-    # the runtime's start-up and tear-down of one kernel execution [LAUNCH] (core.start_launch /
-    # end_launch): nothing of the kernel starts before `launch_start_ns` and the execution ends
-    # `launch_end_ns` after its last result. 0 (none) in every preset: a calibration candidate
-    # (docs/calibration.md, "What was tried for the largest misses"): Trn1 13.0 / 4.3 µs read off
-    # [LAUNCH]'s profile; nothing published for Trn2 / Trn3
+    # the runtime's start-up and tear-down of one program execution [LAUNCH] (core.start_launch /
+    # end_launch, at every launch of Device.run and of an SPMD grid): nothing of the program starts
+    # before `launch_start_ns` and the execution ends `launch_end_ns` after its last result. 0 by
+    # default; Trn1 13.0 / 4.3 µs read off [LAUNCH]'s profile, Trn2 / Trn3 fitted (below)
     launch_start_ns: float = 0.0
     launch_end_ns: float = 0.0
     dma_transpose_efficiency_hbm: float = 0.0   # hardware DMA transpose HBM -> SBUF (0: none)
@@ -322,6 +320,16 @@ TRN1_CORE = CoreSpec(
     # it matters for (AWS's adaptive_avg_pool2d, select_and_scatter, SD attention's transposed
     # store) are validation cases in docs/calibration.md.
     dma_min_burst_bytes=64,
+    # ASSUMED, calibrated: a tile cut out of a wider HBM tensor in runs of 256 B - 2 KiB ([DMA-BW]'s
+    # "improving but still below peak" band) moves its bytes at 104.1 GB/s for the core, in place of
+    # its descriptors' time. Fitted on AWS's trn1 latency of the matmul tutorial's hoisted-loads
+    # kernel (42.96 ms; its [128, 512] bf16 loads are 1 KiB runs): the calibration half of
+    # docs/calibration.md, candidate (d); the held-back tiled kernel then +1 % (it was +54 %).
+    dma_hbm_gather_bandwidth=104.1e9,
+    # the runtime's start-up and tear-down of one program execution [LAUNCH]: AWS's profile of
+    # mamba_v1 on trn1 shows the kernel's first DMA 13.0 µs after the profile starts and its last
+    # DMA ending 4.3 µs before the end (read off the figure, ± 0.5 µs; not fitted)
+    launch_start_ns=13_000.0, launch_end_ns=4_300.0,
     # NeuronCore-v2 has no hardware DMA transpose (introduced with Trainium2 [ARCH-v3], "DMA
     # Transpose"): dma_transpose / load_transpose2d are strided DMAs here.
     dma_transpose_efficiency_hbm=0.0, dma_transpose_efficiency_sbuf=0.0,
@@ -369,13 +377,28 @@ TRN2_CORE = TRN1_CORE.derive(
     dma_engine_bandwidth_theoretical=27.2e9,  # [DMA]
     # v3: Vector/GpSimd share no SBUF port; Vector/Scalar collide only on the same PSUM bank
     sbuf_port_shared=False, psum_port="bank",   # [ARCH-v3-PAR]
-    # ASSUMED, calibrated: 100 ns per descriptor. AWS's trn2 profile of the hoisted-loads tutorial
-    # kernel (fp32, [128, 512] loads with 2 KiB rows) shows the tensor engine 99.85 % active, so a
-    # load takes no longer than its four fp32 matmuls (853 ns): 8 rows per engine × ≤ 107 ns. 100 ns
-    # puts the knee of [DMA]'s bytes-per-partition figure at 2.3 KiB (44 / 89 / 100 % at 1 / 2 /
-    # 4 KiB). Validated on the other kernels of that table (docs/calibration.md). Trn3 inherits it
-    # (no published figure).
-    dma_descriptor_ns=100.0,
+    # ASSUMED, calibrated: 64 ns per descriptor, fitted with the issue cost below on CS149's
+    # FREE_DIM 2 kernel (tiny rows). Bounded by AWS's trn2 profile of the hoisted-loads tutorial
+    # kernel (fp32, [128, 512] loads with 2 KiB rows): the tensor engine 99.85 % active, so a load
+    # takes no longer than its four fp32 matmuls (853 ns): 8 rows per engine × ≤ 107 ns; a 2 KiB row
+    # takes 89 ns at 23 B/ns, so the floor binds only rows under 1.5 KiB. Validated on the other
+    # kernels of that table (docs/calibration.md). Trn3 inherits it (no published figure).
+    dma_descriptor_ns=64.0,
+    # ASSUMED, calibrated: every transfer also takes 478 ns on the core's one issuer, where its
+    # descriptors are generated "by the compute engine that issues it" [DMA-ISSUE] (the mechanism's
+    # source; AWS publishes no time). Fitted on CS149's ROW_CHUNK 1 kernel (three one-element
+    # transfers per step, 1.458 µs per step on the chip), and with it 64 ns per descriptor on its
+    # FREE_DIM 2 kernel (both in the calibration half, docs/calibration.md, candidate (b); the chip's
+    # figures less the start-up below). 64 ns keeps the hoisted kernel's 2 KiB rows (89 ns of
+    # bandwidth) under the 107 ns bound above. Trn3 inherits both (no published figure).
+    dma_issue_ns=478.0,
+    # ASSUMED: runs of 256 B - 2 KiB cut out of a wider HBM tensor move at the core's aggregate DMA
+    # rate, 16 engines × 23 B/ns [DMA-BW] (not fitted; the Trn1 figure is). Trn3: its own engines' rate.
+    dma_hbm_gather_bandwidth=16 * 23e9,
+    # the start-up of one program execution: 12.7 µs in all, fitted on CS149's one-step FREE_DIM 2000
+    # kernel (the profiler's total_time 28.0 µs, ours 15.3 µs without it: calibration half); the
+    # tear-down ASSUMED as Trn1's 4.3 µs [LAUNCH]. Trn3 inherits it (no published figure).
+    launch_start_ns=12_700.0 - 4_300.0, launch_end_ns=4_300.0,
     # [ARCH-v3] "DMA Transpose": the 16 engines transpose together into [128, 16] SBUF blocks, up
     # to 90 % of DMA throughput HBM -> SBUF and 50 % SBUF -> SBUF (2- and 4-byte dtypes). Trn3
     # inherits both (ASSUMED: the Trainium3 guide gives no figure).
@@ -423,6 +446,7 @@ TRN3_CORE = TRN2_CORE.derive(
     dma_engines=16,                           # [DMA]
     dma_engine_bandwidth=33e9,                # 33 B/ns effective [DMA-BW] (⚠ 38.4 GB/s in [DMA])
     dma_engine_bandwidth_theoretical=38.4e9,  # [DMA]
+    dma_hbm_gather_bandwidth=16 * 33e9,       # ASSUMED: as on Trn2, the 16 engines' rate [DMA-BW]
     # ports as on v3 (inherited): ASSUMED, the Trainium3 guide states no change
     fp8_peak_factor=4,                        # 315 MXFP8 vs 79 bf16 per core [ARCH-v4]
     quoted_tflops_bf16=79.0, quoted_tflops_fp32=20.0,
