@@ -73,8 +73,10 @@ def test_gradient_all_reduce_overlaps_the_next_layers_backward():
     for r in reduces[:-1]:
         assert any(m[2] < r[3] and r[2] < m[3] for m in matmuls), f"all-reduce at {r[2]:.0f} ns overlaps no matmul"
     assert demo.overlap_ns > 0 and both_busy_ns(demo.timeline, "rank1 pe", "rank1 cc0") > 0
-    # the step is shorter than compute, then all communication
-    assert demo.step_ns < max(m[3] for m in matmuls) + demo.collective_ns
+    # the step (less the runtime's tear-down after its last result) is shorter than compute, then all
+    # communication
+    spec = demo.cluster.core(0).spec
+    assert demo.step_ns - spec.launch_end_ns < max(m[3] for m in matmuls) + demo.collective_ns
 
 
 def test_collective_is_an_instruction_of_the_program_on_the_cc_engine_and_survives_json():
@@ -194,8 +196,10 @@ def test_replica_groups_reduce_independently_within_each_rank_list():
 
 
 def test_timing_mode_cluster_gives_the_same_timeline_as_full_mode():
-    full = run_overlap_demo(ranks=2, layers=2, tokens=256, mode="full")
-    timing = run_overlap_demo(ranks=2, layers=2, tokens=256, mode="timing")
+    # three layers: with two, the DMA issue cost delays the first gradient's copy-out past the second
+    # layer's matmuls, and nothing is left to overlap
+    full = run_overlap_demo(ranks=2, layers=3, tokens=256, mode="full")
+    timing = run_overlap_demo(ranks=2, layers=3, tokens=256, mode="timing")
     strip = lambda t: [r[:10] for r in t.records]   # noqa: E731 (times, bytes, engines; notes aside)
     assert strip(timing.timeline) == strip(full.timeline)
     assert timing.overlap_ns == full.overlap_ns > 0

@@ -54,9 +54,11 @@ def test_parallel_values_replay_gives_the_bits_of_program_order(kernel, k_tiles,
     assert np.array_equal(np.asarray(fast), np.asarray(_checked(kernel, lhsT, rhs)))
 
 
-def test_tiled_matmul_reads_each_psum_tile_after_the_next_tiles_k_loop():
-    """The 1024^3-style tiled kernel: every PSUM read but the last is moved after the next output
-    tile's matmuls, each tile's last matmul starts its products, and every input load is a view."""
+def test_tiled_matmul_reads_each_psum_tile_after_the_next_tiles_k_loop(monkeypatch):
+    """The 1024^3-style tiled kernel in program order: every PSUM read but the last is moved after
+    the next output tile's matmuls, each tile's last matmul starts its products, and every input
+    load is a view."""
+    monkeypatch.setattr(nki, "SCHEDULE", "program")   # the list schedule may have moved the reads already
     lhsT, rhs = _inputs(256, 256, 1024, 0, "float32")
     program = nki.trace(ladder.matmul_tiled, lhsT, rhs)
     order, starts = ordering.values_order(_plain_steps(program), program.buffers, ahead=1)

@@ -8,6 +8,8 @@ import copy
 
 import numpy as np
 import pytest
+
+from trnlab.hardware import presets
 import torch
 
 from trnlab.training import AdamWConfig, compile_train_step, load_train_state, save_train_state
@@ -123,8 +125,11 @@ def test_the_step_is_one_program_replayed_with_forward_backward_optimizer_region
     assert step.program is not None and profile.total_ns > 0
     assert all(profile.phase_ns[p] > 0 for p in ("forward", "backward", "optimizer"))
     assert profile.phase_ns["backward"] > profile.phase_ns["forward"]      # the backward does twice the matmuls
-    # each phase counts the time it adds, so the three add up to the step (no overlap counted twice)
-    assert sum(profile.phase_ns.values()) == pytest.approx(profile.total_ns, rel=1e-9)
+    # each phase counts the time it adds, so the three and the runtime's start-up and tear-down add up
+    # to the step (no overlap counted twice)
+    spec = presets.core_spec(step.target)
+    assert profile.launch_ns == spec.launch_start_ns + spec.launch_end_ns > 0
+    assert sum(profile.phase_ns.values()) + profile.launch_ns == pytest.approx(profile.total_ns, rel=1e-9)
     assert sum(profile.shares.values()) == pytest.approx(1.0)
     assert sum(1 for r in profile.regions if r.startswith("optimizer/adamw.")) == len(step.names)
     # the same program every step: same simulated time

@@ -86,7 +86,9 @@ def execute(exe: Executable, chip, env: dict, resident: dict | None = None, timi
     wall = time.perf_counter() - t_start
     run_timeline, spans = _shifted(timeline, base, origin)
     host_records = _add_host_records(run_timeline, host_regions, origin)
-    regions = _regions(exe, run_timeline, spans, host_regions, host_records)
+    # when each device partition's first instruction could start: after its launch's start-up
+    starts = [run.start_ns + run.core.spec.launch_start_ns - origin for run in launches]
+    regions = _regions(exe, run_timeline, spans, host_regions, host_records, starts)
     run_timeline.regions = [(r.name, min(r.records), max(r.records) + 1) for r in regions if r.records]
     return Execution(env, run_timeline, regions, wall, launches)
 
@@ -135,8 +137,10 @@ def _add_host_records(tl, host_regions, origin: float) -> dict:
     return out
 
 
-def _regions(exe: Executable, tl, spans, host_regions, host_records) -> list[Region]:
-    """One Region per kernel or host call, in program order, from the replay's region spans."""
+def _regions(exe: Executable, tl, spans, host_regions, host_records, starts: list) -> list[Region]:
+    """One Region per kernel or host call, in program order, from the replay's region spans.
+    `starts`: per device partition, when its first instruction could start; the runtime's start-up
+    and tear-down around each launch are no op's (RunProfile.launch_ns)."""
     from trnlab.hardware.timeline import READY, START
     records: dict[str, list] = {}
     for name, first, end in spans:
@@ -146,7 +150,10 @@ def _regions(exe: Executable, tl, spans, host_regions, host_records) -> list[Reg
     out = []
     frontier = 0.0
     host = {id(call): (wall, times) for call, wall, times in host_regions}
+    device_parts = iter(starts)
     for part in exe.partitions:
+        if part.kind != "host":
+            frontier = max(frontier, next(device_parts, frontier))
         for call in part.calls:
             if call.kind == "view":
                 continue
@@ -155,7 +162,7 @@ def _regions(exe: Executable, tl, spans, host_regions, host_records) -> list[Reg
                 idx = host_records[id(call)]                 # transfers and host compute (compiler.fallback)
                 start, end = tl.records[idx[0]][START], tl.records[idx[-1]][READY]
                 out.append(Region(call.region, call.op, "host", call.source, start, end, idx,
-                                  max(0.0, end - frontier), wall))
+                                  max(0.0, end - max(frontier, start)), wall))
                 frontier = max(frontier, end)
                 continue
             idx = sorted(set(records.get(call.region, [])))

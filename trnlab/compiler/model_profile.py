@@ -75,6 +75,8 @@ class RunProfile:
     advice: list = field(default_factory=list)
     timeline: object = None
     wall_s: float = 0.0
+    launch_ns: float = 0.0                 # the runtime's start-up and tear-down of its launches (one per
+                                           # device partition): no op adds it; with the ops', the total
 
     @property
     def total_us(self) -> float:
@@ -126,10 +128,14 @@ class RunProfile:
             lines.append(f"{o.region:22s} {o.kernel:20s} {o.ns / 1e3:9.2f} {o.share:6.1%} {o.mfu:6.1%} "
                          + (f"{'-':>7s}" if o.bound == "host" else f"{min(o.intensity, 9999):7.1f}")
                          + f" {o.bound:7s} {o.source[:60]}")
+        if self.launch_ns:
+            lines.append(f"{'(runtime start-up)':22s} {'':20s} {self.launch_ns / 1e3:9.2f} "
+                         f"{self.launch_ns / self.total_ns:6.1%}")
         return "\n".join(lines)
 
     def summary(self) -> str:
-        head = [f"target {self.target}: {self.total_us:.2f} us simulated, MFU {self.mfu:.2%}, MBU {self.mbu:.2%}",
+        launch = f" ({self.launch_ns / 1e3:.1f} us of it the runtime's start-up)" if self.launch_ns else ""
+        head = [f"target {self.target}: {self.total_us:.2f} us simulated{launch}, MFU {self.mfu:.2%}, MBU {self.mbu:.2%}",
                 "engine active: " + ", ".join(f"{e} {a:.0%}" for e, a in sorted(self.active.items(), key=lambda kv: -kv[1])
                                               if not (e.startswith("dma") and e != "dma (any queue)")),
                 "bytes: " + ", ".join(f"{k} {v / 1e6:.3f} MB" for k, v in self.bytes_by_level.items())]
@@ -175,7 +181,8 @@ def build(execution, program, graph, target: str, dtype: str) -> RunProfile:
         ops.append(OpProfile(r.name, r.op, r.kernel, r.source, r.ns, r.ns / total, flops, hbm, pe_ns, tr,
                              int((dma_bytes < SMALL_DMA_BYTES).sum()), int(dma_rows.sum()), mfu, bound,
                              r.start_ns, r.end_ns))
-    result = RunProfile(target, total, whole, ops, [], tl, execution.wall_s)
+    launch_ns = len(execution.launches) * (spec.launch_start_ns + spec.launch_end_ns)
+    result = RunProfile(target, total, whole, ops, [], tl, execution.wall_s, launch_ns)
     result.advice = advise(result, graph)
     return result
 

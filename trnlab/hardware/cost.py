@@ -300,8 +300,8 @@ def dma_cost(spec: CoreSpec, nbytes: int, partitions: int, chunk_bytes: int | No
     candidate: a fixed part per descriptor on top of its bytes, docs/calibration.md). Runs of a row or longer are descriptors of their own (one per row on chip).
     `hbm_run_bytes`: the HBM side's contiguous run when it is not the whole transfer (a tile cut out
     of a wider tensor; 0 otherwise); with runs of `dma_hbm_gather_min_bytes` up to
-    `dma_hbm_gather_below_bytes` the transfer moves its bytes at `dma_hbm_gather_bandwidth` for the whole core instead of the per-descriptor
-    time (the presets' rates: presets.py, docs/calibration.md)."""
+    `dma_hbm_gather_below_bytes`, each row moved whole, the transfer moves its bytes at
+    `dma_hbm_gather_bandwidth` for the whole core instead of the per-descriptor time (the presets' rates: presets.py, docs/calibration.md)."""
     rows = max(partitions, 1)
     row_bytes = max(nbytes // rows, 1)
     if not chunk_bytes or chunk_bytes <= 0:
@@ -320,7 +320,8 @@ def dma_cost(spec: CoreSpec, nbytes: int, partitions: int, chunk_bytes: int | No
     per_engine = -(-descriptors // engines)
     # the busiest engine: whole descriptors, but never faster than its share of the bytes
     engine_ns = max(per_engine * per_descriptor, nbytes / engines / bw_ns) if nbytes else 0.0
-    if spec.dma_hbm_gather_bandwidth > 0 and nbytes and \
+    # whole rows only: a row strided inside (element by element, as a v2 transpose) keeps its bursts
+    if spec.dma_hbm_gather_bandwidth > 0 and nbytes and chunk_bytes >= row_bytes and \
             spec.dma_hbm_gather_min_bytes <= hbm_run_bytes < spec.dma_hbm_gather_below_bytes:
         # bytes at its engines' share of the core's gather rate, in place of the per-descriptor time
         # (ASSUMED: the descriptors' fixed time overlaps the HBM side's slower runs)

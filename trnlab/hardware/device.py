@@ -88,7 +88,9 @@ class Run:
 
     @property
     def timeline(self) -> Timeline:
-        return self.core.timeline.sub(range(self.first, self.end))
+        t = self.core.timeline.sub(range(self.first, self.end))
+        t.end_ns = self.start_ns + self.latency_ns       # the launch's end: its tear-down included
+        return t
 
     @property
     def start_ns(self) -> float:

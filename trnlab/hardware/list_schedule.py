@@ -356,6 +356,7 @@ def list_order(program: Program, spec=None, times: list | None = None) -> list[i
     free_hidden = independent_hidden(program, issues, spec)
     dve_previous = None                   # the writes of the last Vector issue in the schedule
     engines = EngineTimes(spec, FIRST_DMA + spec.dma_queues)    # a fresh core's engines
+    engines.barrier(spec.launch_start_ns)     # a launch begins after the runtime's start-up
     free = engines.free                   # PE, ACT, DVE, POOL, then the DMA queues
     version = [0] * len(program.buffers)  # writes so far per buffer (a rewritten stationary is new)
     stationary = None                     # (buffer id, box, version) the Tensor engine holds

@@ -91,6 +91,7 @@ class Timeline:
         out.records = [(e, op, s - origin, end - origin, ready - origin, f, h, sb, ps,
                         (w - base if w >= base else -1) if w >= 0 else w, note)      # records.Record's fields
                        for e, op, s, end, ready, f, h, sb, ps, w, note in self.records[base:]]
+        out.end_ns = max(self.end_ns - origin, 0.0)     # the last launch's tear-down, if it is among them
         return out
 
     def __len__(self) -> int:

@@ -60,7 +60,7 @@ class StepProfile:
     """The simulated cost of one step, from the program's regions."""
     target: str
     total_ns: float
-    phase_ns: dict                       # forward / backward / optimizer -> ns each adds to the step (sum: the step)
+    phase_ns: dict                       # forward / backward / optimizer -> ns each adds to the step
     flops: float                         # Tensor-engine FLOPs of the step, nc_transpose excluded
     flops_by_phase: dict
     peak_flops: float                    # of the matmul dtype
@@ -69,6 +69,8 @@ class StepProfile:
     wall_s: float = 0.0
     timeline: object = None              # the launch's records (trnlab.hardware.Timeline)
     phases: list = field(default_factory=list)     # the phase of each record of `timeline`
+    launch_ns: float = 0.0               # the runtime's start-up and tear-down (CoreSpec.launch_start_ns +
+                                         # launch_end_ns): with the phases, the step's time
 
     @property
     def total_us(self) -> float:
@@ -86,8 +88,9 @@ class StepProfile:
 
     def summary(self) -> str:
         parts = "  ".join(f"{k} {v / 1e3:.1f} us ({self.shares[k]:.0%})" for k, v in self.phase_ns.items())
+        launch = f"  runtime start-up {self.launch_ns / 1e3:.1f} us" if self.launch_ns else ""
         return (f"{self.target}: {self.total_us:.1f} us per step, {self.flops / 1e6:.2f} MFLOP, "
-                f"MFU {self.mfu:.2%}   {parts}")
+                f"MFU {self.mfu:.2%}   {parts}{launch}")
 
 
 @dataclass
@@ -339,7 +342,7 @@ class TrainStep:
             flops_by_phase[phase] += flops
         # a phase's time: how far it moves the step's end past the phases before it (its own span would
         # count the overlap twice: the backward's loads start while the forward still computes), so the
-        # three add up to the step's time
+        # three and the runtime's start-up and tear-down add up to the step's time
         reached = min((s[0] for s in spans.values()), default=0.0)     # the launch's start on the core
         for phase in PHASES:
             stops = [s[1] for lbl, s in spans.items() if s[2] == phase]
@@ -348,7 +351,8 @@ class TrainStep:
             reached = max(reached, end)
         del ENGINE
         return StepProfile(self.target, run.latency_ns, phase_ns, sum(flops_by_phase.values()), flops_by_phase,
-                           profile.peak_flops, profile, regions, wall, run.timeline, phases)
+                           profile.peak_flops, profile, regions, wall, run.timeline, phases,
+                           launch_ns=core.spec.launch_start_ns + core.spec.launch_end_ns)
 
     # -- state ----------------------------------------------------------------------------------------------
     def parameters(self) -> dict:

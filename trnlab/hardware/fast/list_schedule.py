@@ -141,6 +141,7 @@ def list_order(program: Program, spec=None) -> tuple[list[int], dict | None, obj
     reads_previous = reference._reads_previous
     dve_previous = None
     engines = EngineTimes(spec, FIRST_DMA + spec.dma_queues)
+    engines.barrier(spec.launch_start_ns)     # a launch begins after the runtime's start-up
     free = engines.free
     version = [0] * len(program.buffers)
     stationary = None
