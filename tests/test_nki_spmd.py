@@ -122,3 +122,26 @@ def test_profile_of_an_spmd_grid_traces_every_core(tmp_path):
     events = trace["traceEvents"] if isinstance(trace, dict) else trace
     processes = {e.get("pid") for e in events if e.get("ph") == "X"}
     assert len(processes) == 2                       # one process per core
+
+
+@nki.jit
+def _add_tile(a, b):
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    i, j = nl.program_id(0), nl.program_id(1)
+    ip, jf = nl.arange(128)[:, None], nl.arange(64)[None, :]
+    x = nl.load(a[i * 128 + ip, j * 64 + jf])
+    y = nl.load(b[i * 128 + ip, j * 64 + jf])
+    nl.store(out[i * 128 + ip, j * 64 + jf], value=x + y)
+    return out
+
+
+def test_a_kernel_with_a_grid_called_from_a_traced_function_runs_every_program_of_its_grid():
+    # AWS's tutorials wrap `kernel[2, 2](a, b)` in a plain function: traced as one program, the
+    # inlined launch runs all four programs into its one shared output, then the caller goes on
+    def wrapper(a, b):
+        return _add_tile[2, 2](a, b)
+    a, b = (np.random.default_rng(s).random((256, 128), dtype=np.float32) for s in (0, 1))
+    run = nki.run(wrapper, a, b)
+    np.testing.assert_array_equal(run.outputs, a + b)
+    np.testing.assert_array_equal(_add_tile[2, 2](a, b), a + b)
+    assert sum(r.opcode == "dma_copy" for r in run.timeline) == 4 * 3      # two loads and a store each

@@ -209,8 +209,30 @@ class Kernel:
                          (_directive(self, "compile_config"), _directive(self, "specialization_config")),
                          self.func.__name__)
             with region(self.func.__name__):
-                return self.func(*args, **kwargs)
+                if not self.grid:
+                    return self.func(*args, **kwargs)
+                return self._inline_grid(launches.active(), args, kwargs)
         return run(self, *args, **kwargs).outputs
+
+    def _inline_grid(self, launch, args, kwargs):
+        """`kernel[g0, g1](...)` called while tracing: every program of its grid, one after another
+        in the caller's program, sharing their nl.shared_hbm outputs (as a launch on one core does);
+        then the caller's own grid position again."""
+        from trnlab.nki.spmd import cores_of
+        if cores_of(self.grid) > 1:
+            raise NKIError(f"{self!r} called inside another kernel or traced function spreads its grid over "
+                           f"{cores_of(self.grid)} NeuronCores (nl.nc): launch it on its own (nki.run) instead")
+        saved = launch.grid, launch.program_id, launch.shared_cursor, launch.shared_hbm
+        launch.grid, launch.shared_hbm = self.grid, []
+        result = None
+        try:
+            for point in _grid_points(self.grid):
+                launch.program_id, launch.shared_cursor = point, 0
+                result = self.func(*args, **kwargs)
+                launch.flush()
+        finally:
+            launch.grid, launch.program_id, launch.shared_cursor, launch.shared_hbm = saved
+        return result
 
     def __repr__(self) -> str:
         grid = f"[{', '.join(map(str, self.grid))}]" if self.grid else ""
