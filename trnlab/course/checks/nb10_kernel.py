@@ -14,12 +14,12 @@ start-up included). Every DMA also takes `dma_issue_ns` (478 ns on both) on the 
 whatever it carries: a kernel whose DMAs move too few bytes for that (1 KiB per partition) is paced
 by the issuer, not by bytes, and gains 1.00x. Measured (timing-only, both dtypes on the shapes the cases
 draw, with the kernels of the exercise's tests): tiles of 4 or 8 KiB per partition run at 100 % of
-the reference on Trn3 and gain 1.35-1.40x; whole rows at 100-103 %; tiles of 2 KiB per partition —
-[128, 512] fp32, [128, 1024] bf16 — at 100 % on Trn2 and 102-103 % on Trn3 (a 2 KiB descriptor's
-64 ns is just above its bytes' 62 ns); tiles of 1 KiB — [128, 256] fp32, [128, 512] bf16 — at
-127-129 % on Trn2 and 171-186 % on Trn3, a gain of 1.00x (their DMAs' issue time is 99-100 % of the
+the reference on Trn3 and gain 1.29-1.43x, as it does; whole rows at 100-103 %; tiles of 2 KiB per partition —
+[128, 512] fp32, [128, 1024] bf16 — at 100 % on Trn2 and 102-103 % on Trn3, a gain of 1.26-1.38x (a
+2 KiB descriptor's 64 ns is just above its bytes' 62 ns); tiles of 1 KiB — [128, 256] fp32, [128, 512] bf16 — at
+123-131 % on Trn2 and 158-186 % on Trn3, a gain of 1.00x (their DMAs' issue time is 99-100 % of the
 kernel's time after the start-up; with no issue cost they would run at the reference's speed); one
-set of tiles reused by every iteration at 188-206 %; tiles of 64 partitions at 116-118 % (the Vector
+set of tiles reused by every iteration at 171-206 %; tiles of 64 partitions at 115-119 % (the Vector
 engine 75-86 % busy: outside the statement's 128 partitions, so the verdict depends on the shape drawn).
 """
 
