@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from trnlab.course.checks.nb06_batch import measure_call
 from trnlab.course.exercises import run_check
 from trnlab.course.solve import SOLUTIONS_DIR
 from trnlab.hardware import presets
@@ -40,7 +41,7 @@ def test_reference_predicts_then_measures_and_passes(reference):
 
 def test_reasoned_but_different_no_overlap_model_passes(reference):
     # another model: compute and memory one after the other (no overlap), no fixed costs; whole stripes.
-    # It overestimates (never breaks a budget) and picks 384 rows instead of 512 for 150 µs: 105 % per row
+    # It overestimates (never breaks a budget) and picks 384 rows instead of 512 for 150 µs: 107 % per row
     def additive_us(b):
         return 4 * b * 1024 * 1024 / SPEC.peak_flops("float32") * 1e6 + \
             (8 * 1024 * 1024 + 8 * 1024 + 16 * 1024 * b) / SPEC.hbm_bandwidth * 1e6
@@ -56,7 +57,9 @@ def test_reasoned_but_different_no_overlap_model_passes(reference):
 def test_wrong_roofline_only_choice_breaks_the_budget_and_names_the_stripes():
     result = _check(_solution(wrong=True)["plan_batch"])
     assert result.status == "failed" and "latency budget 60 µs broken" in result.message
-    assert "batch 281 takes 106.7 µs, 78% over" in result.message and "so compute-bound" in result.message
+    call = measure_call(281)
+    assert f"batch 281 takes {call.us:.1f} µs, {call.us / 60 - 1:.0%} over" in result.message
+    assert "so compute-bound" in result.message
     assert "281 rows run as 3 stripes of 128 (the tiling pass's m), the last only 25/128 full" in result.message
 
 
@@ -64,14 +67,17 @@ def test_lazy_copy_of_the_hint_largest_batch_breaks_the_budget_on_compute():
     # "a larger batch moves the points toward the compute roof": the largest batch, predicted at the roof
     result = _check(lambda budget: {"batch": 1024, "predicted_us": 218.5})
     assert result.status == "failed" and "latency budget 60 µs broken" in result.message
-    assert "batch 1024 takes 252.8 µs, 321% over: compute floor 218.5 µs" in result.message
+    call = measure_call(1024)
+    assert f"batch 1024 takes {call.us:.1f} µs, {call.us / 60 - 1:.0%} over: compute floor 218.5 µs" in result.message
     assert "so compute-bound" in result.message
 
 
 def test_lazy_one_row_as_measured_in_the_notebook_misses_the_throughput_target():
-    result = _check(lambda budget: {"batch": 1, "predicted_us": 37.7})
+    one, best = measure_call(1), measure_call(128)
+    result = _check(lambda budget: {"batch": 1, "predicted_us": one.us})
     assert result.status == "failed" and "throughput target missed" in result.message
-    assert "reference's 0.404 µs per row (batch 128, 51.7 µs)" in result.message and "(9348%)" in result.message
+    assert f"reference's {best.us_per_row:.3f} µs per row (batch 128, {best.us:.1f} µs)" in result.message
+    assert f"({one.us_per_row / best.us_per_row:.0%})" in result.message
     assert "every call reads all 8.4 MB of weights (23.2 µs at HBM bandwidth)" in result.message
     assert "1 row fills only 1/128 of a 128-row stripe (the tiling pass's m) and pays for a full one" in result.message
 
@@ -81,7 +87,8 @@ def test_a_partial_stripe_misses_the_throughput_target_and_says_so(reference):
         else reference["plan_batch"](budget)  # noqa: E731
     result = _check(answer)
     assert result.status == "failed" and "latency budget 90 µs: throughput target missed" in result.message
-    assert "(131%)" in result.message and "the last only 64/128 full" in result.message
+    ratio = measure_call(192).us_per_row / measure_call(256).us_per_row
+    assert 1.2 < ratio < 1.4 and f"({ratio:.0%})" in result.message and "the last only 64/128 full" in result.message
 
 
 def test_lazy_compute_only_prediction_is_told_it_is_below_the_memory_floor(reference):
@@ -92,7 +99,8 @@ def test_lazy_compute_only_prediction_is_told_it_is_below_the_memory_floor(refer
 
     result = _check(plan_batch)
     assert result.status == "failed" and "batch 128 meets the targets, but the prediction missed" in result.message
-    assert "the measured 51.7 µs, you predicted 27.3 µs (-47%)" in result.message
+    call = measure_call(128)
+    assert f"the measured {call.us:.1f} µs, you predicted 27.3 µs ({27.3 / call.us - 1:+.0%})" in result.message
     assert "memory floor 28.9 µs" in result.message and "so memory-bound" in result.message
     assert "below the roofline floor: the call cannot beat its bytes at HBM bandwidth" in result.message
 
@@ -103,7 +111,9 @@ def test_a_roofline_prediction_without_fixed_costs_is_told_what_it_left_out(refe
         return {"batch": batch, "predicted_us": reference["floor_us"](batch)}
 
     result = _check(plan_batch)
-    assert result.status == "failed" and "(-44%)" in result.message and "fixed costs 22.7 µs on top" in result.message
+    call = measure_call(128)
+    assert result.status == "failed" and f"({call.floor_us / call.us - 1:+.0%})" in result.message
+    assert f"fixed costs {call.us - call.floor_us:.1f} µs on top" in result.message
     assert "leaves out the fixed costs a call pays whatever its size" in result.message
 
 

@@ -2,10 +2,11 @@
 def residual_add(x, y):
     R, C = x.shape
     P = nl.tile_size.pmax
-    # mistake: tuned on Trn2 to AWS's "at least 2 KiB per partition" ([128, 512] fp32, [128, 1024] bf16).
-    # On Trn2 that is within 10 % of the best; on Trn3 a 2 KiB row takes 62 ns of bytes but 100 ns of
-    # descriptor, so the kernel runs as fast as on Trn2 (1.00×) and 1.6× slower than the reference
-    F = 2048 // x.dtype.itemsize
+    # mistake: small tiles, 1 KiB per partition ([128, 256] fp32, [128, 512] bf16), as if only bytes set a
+    # DMA's time. Every DMA also takes 478 ns on the core's one issuer, whatever it carries, and its
+    # 128 KiB move faster than that (362 ns on Trn2, 248 ns on Trn3): the issuer paces the kernel, on Trn3
+    # as on Trn2 (1.00×), 1.7-1.9× slower than the reference there
+    F = 1024 // x.dtype.itemsize
     out = nl.ndarray((R, C), dtype=x.dtype, buffer=nl.shared_hbm)
     for i in nl.affine_range(R // P):
         for j in nl.affine_range(C // F):

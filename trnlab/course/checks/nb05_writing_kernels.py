@@ -133,11 +133,11 @@ DTYPE = "bfloat16"
 # best reference blocks, simulated on the same shape in the same run, so a change of the cost model
 # moves both sides. The inputs are bf16: in fp32 the tensor engine is four times slower and even
 # (1, 1, 1) blocks keep it 90-98 % busy, so block sizes barely matter; in bf16 the DMA queues are
-# the limit and (1, 1, 1) takes 2.7-4.0x the reference's time. Measured on every shape the cases can draw
+# the limit and (1, 1, 1) takes 1.7-2.8x the reference's time. Measured on every shape the cases can draw
 # (python benchmarks/nb05_blocks.py): reasoned answers — M and K blocks of up to 16 tiles that leave
 # room for a second K block, chosen by reuse (tm * tk), by balance or by the largest M block — run within
-# 100-110 % of the reference; blocks capped at 8 tiles fail on 9 of the 34 shapes (odd tile counts such as
-# 9 and 27 get blocks of 3; up to 168 %); filling SBUF with no room to prefetch fails on 3 (up to 133 %);
+# 100-110 % of the reference; blocks capped at 8 tiles fail on 2 of the 34 shapes (15 and 27 M tiles get
+# blocks of 5 and 3 beside 9 K tiles; up to 131 %); filling SBUF with no room to prefetch fails on 2 (up to 129 %);
 # copying AWS's (16, 2, 8) overflows SBUF or does not divide the shape; no fixed answer divides every shape.
 TIME_TARGET = 1.20
 

@@ -173,9 +173,10 @@ def best_decode_batch(budget_us: float) -> tuple[int, float]:
           title="Schedule a decode batch for a TPOT budget (predict, then measure)")
 class DecodeBatch:
     def cases(rng):
-        # budgets in µs: between buckets, one just above batch 1's step, a generous one, then random
-        fixed = [200.0, 150.0, 110.0, 300.0]
-        return fixed + [float(round(rng.uniform(105.0, 280.0), 1)) for _ in range(2)]
+        # budgets in µs: between buckets 8 and 16, between buckets 4 and 8, just above batch 1's step, a
+        # generous one, then random
+        fixed = [400.0, 250.0, 140.0, 600.0]
+        return fixed + [float(round(rng.uniform(130.0, 590.0), 1)) for _ in range(2)]
 
     def run(decode_batch, budget_us):
         return plain.integer(decode_batch(budget_us), "the decode batch size")
