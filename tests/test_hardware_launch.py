@@ -35,6 +35,7 @@ def test_every_preset_pays_a_start_up_and_the_one_step_kernel_shows_it():
     for core in presets.CORES.values():
         run = _vector_add(core)
         start_up = core.launch_start_ns + core.launch_end_ns
+        assert core.launch_ns == start_up
         bare = _vector_add(core.derive(launch_start_ns=0.0, launch_end_ns=0.0))
         assert run.latency_ns == pytest.approx(bare.latency_ns + start_up)
         assert start_up > 0.5 * run.latency_ns

@@ -181,7 +181,7 @@ def build(execution, program, graph, target: str, dtype: str) -> RunProfile:
         ops.append(OpProfile(r.name, r.op, r.kernel, r.source, r.ns, r.ns / total, flops, hbm, pe_ns, tr,
                              int((dma_bytes < SMALL_DMA_BYTES).sum()), int(dma_rows.sum()), mfu, bound,
                              r.start_ns, r.end_ns))
-    launch_ns = len(execution.launches) * (spec.launch_start_ns + spec.launch_end_ns)
+    launch_ns = len(execution.launches) * spec.launch_ns
     result = RunProfile(target, total, whole, ops, [], tl, execution.wall_s, launch_ns)
     result.advice = advise(result, graph)
     return result

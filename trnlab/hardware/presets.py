@@ -196,6 +196,11 @@ class CoreSpec:
         return self.psum_partition_bytes // self.psum_banks
 
     @property
+    def launch_ns(self) -> float:
+        """What the runtime adds to each program execution: its start-up and tear-down."""
+        return self.launch_start_ns + self.launch_end_ns
+
+    @property
     def engine_clocks(self) -> dict:
         return {"pe": self.pe_clock_hz, "act": self.act_clock_hz,
                 "dve": self.dve_clock_hz, "pool": self.pool_clock_hz}

@@ -69,8 +69,8 @@ class StepProfile:
     wall_s: float = 0.0
     timeline: object = None              # the launch's records (trnlab.hardware.Timeline)
     phases: list = field(default_factory=list)     # the phase of each record of `timeline`
-    launch_ns: float = 0.0               # the runtime's start-up and tear-down (CoreSpec.launch_start_ns +
-                                         # launch_end_ns): with the phases, the step's time
+    launch_ns: float = 0.0               # the runtime's start-up and tear-down (CoreSpec.launch_ns):
+                                         # with the phases, the step's time
 
     @property
     def total_us(self) -> float:
@@ -352,7 +352,7 @@ class TrainStep:
         del ENGINE
         return StepProfile(self.target, run.latency_ns, phase_ns, sum(flops_by_phase.values()), flops_by_phase,
                            profile.peak_flops, profile, regions, wall, run.timeline, phases,
-                           launch_ns=core.spec.launch_start_ns + core.spec.launch_end_ns)
+                           launch_ns=core.spec.launch_ns)
 
     # -- state ----------------------------------------------------------------------------------------------
     def parameters(self) -> dict:

@@ -200,7 +200,7 @@ def _why(case: dict, old_us: float) -> str:
     rate = (f"{dma_bandwidth(old) / 1e9:.0f} → {dma_bandwidth(new) / 1e9:.0f} GB/s, "
             f"{dma_bandwidth(new) / dma_bandwidth(old):.2f}×")
     if max(compute_us, memory_us) < 0.5 * old_us:
-        launch = {core: (core.launch_start_ns + core.launch_end_ns) / 1e3 for core in (old, new)}
+        launch = {core: core.launch_ns / 1e3 for core in (old, new)}
         return (f"it is latency-bound: the roofline accounts for {max(compute_us, memory_us):.2f} µs of its "
                 f"{old_us:.2f} µs on {OLD}; the rest is fixed costs (the runtime's start-up and tear-down of the "
                 f"launch, {launch[old]:.1f} µs on {OLD} and {launch[new]:.1f} µs on {NEW}; a DMA takes "

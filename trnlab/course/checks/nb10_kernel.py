@@ -133,7 +133,7 @@ def why_slow(yours: dict, yours_old: dict, reference: dict, reference_old: dict)
     gain, gain_ref = yours_old["us"] / yours["us"], reference_old["us"] / reference["us"]
     dmas = yours["dmas"]
     partitions, row, _ = max(dmas, key=lambda d: d[0] * d[1] * d[2]) if dmas else (0, 0, 0)
-    body_us = yours["us"] - (new.launch_start_ns + new.launch_end_ns) / 1e3   # after the runtime's start-up
+    body_us = yours["us"] - new.launch_ns / 1e3   # after the runtime's start-up
     transfers = sum(n for _, _, n in dmas)
     issue_us = transfers * new.dma_issue_ns / 1e3     # the one issuer's time: a floor under the kernel's
     if transfers and new.dma_issue_ns and issue_us >= ISSUE_LIMIT * body_us:
