@@ -16,6 +16,7 @@ from trnlab.hardware.dynamic_loops import TripCountError
 from trnlab.hardware.errors import DtypeError
 from trnlab.hardware.program import Program
 from trnlab.nki.device_loops import BranchConditionError
+from trnlab.nki.isa_scalars import ScalarComparisonError
 
 from nki_isa_helpers import load_scalar, run_both
 
@@ -158,6 +159,12 @@ def test_the_program_holds_both_branches_once_and_runs_them_saved_and_loaded():
         np.testing.assert_array_equal(run.outputs, _then(DATA) if flag > 0 else _else(DATA))
 
 
+def test_both_cores_of_an_lnc2_launch_take_the_branch():
+    for flag in (2, -2):
+        out = nki.cpu_simulate(positive_flag)[2](_flag(flag), DATA)
+        np.testing.assert_array_equal(out, _then(DATA) if flag > 0 else _else(DATA))
+
+
 def _durations(run) -> list:
     return sorted((r.engine, r.opcode, r.duration_ns) for r in (run.timeline[i] for i in range(len(run.timeline))))
 
@@ -255,6 +262,15 @@ def _register_from(flag):
 def test_a_condition_the_page_does_not_accept_is_refused_by_name(make, error, message):
     with pytest.raises(error, match=message):
         nki.run(_kernel_with_condition(make), _flag(1))
+
+
+def test_a_comparison_is_usable_as_the_condition_only():
+    @nki.jit
+    def kernel(flag):
+        nl.if_else((load_scalar(flag) < 3) + 1, lambda: None)             # arithmetic on a comparison
+        return flag
+    with pytest.raises(ScalarComparisonError, match="its one use is the condition of nl.if_else"):
+        nki.run(kernel, _flag(1))
 
 
 def test_the_callbacks_are_functions():
