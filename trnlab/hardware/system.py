@@ -278,9 +278,9 @@ class SystemInstructions:
         only: 1 if it holds, else 0). A register instruction (GpSimd, ASSUMED)."""
         compute = REGISTER_OPS.get(op) or (REGISTER_COMPARISONS.get(op) if bits == 32 else None)
         if compute is None or (imm is None) == (int(b) < 0) or bits not in (32, 64):
-            raise RegisterError(f"register: register_op {op!r} takes one of {sorted(REGISTER_OPS)} (32 or 64 bits) or "
-                                f"{sorted(REGISTER_COMPARISONS)} (32 bits), a second register or an integer (not both); "
-                                f"got b={b}, imm={imm}, bits={bits}", value=(op, b, imm, bits),
+            raise RegisterError(f"register: register_op {op!r} takes one of {sorted(REGISTER_OPS)} (32 or 64 "
+                                f"bits) or {sorted(REGISTER_COMPARISONS)} (32 bits), a second register or an integer "
+                                f"(not both); got b={b}, imm={imm}, bits={bits}", value=(op, b, imm, bits),
                                 limit=tuple(REGISTER_OPS) + tuple(REGISTER_COMPARISONS))
         state = self._system_state()
         registers, widths = state["registers"], state.setdefault("register_bits", {})

@@ -18,12 +18,6 @@ nki.language.fori_loop, while_loop pages). Two cases here:
   nki.language.fori_loop), and the trace records a `program.Loop`. The device reads the register
   and repeats the body when the program runs (`trnlab/hardware/dynamic_loops.py`).
 
-`nl.while_loop(init, body_fun)` with a run-time condition is such a loop too: the body traced once,
-the register it returns moved into the condition after each iteration, the device checking the
-condition before each. ``while reg:`` on a run-time register is refused by name
-(`RegisterValueError`): a Python ``while`` runs while the kernel is traced (AWS's tracer frontend
-raises TypeError there; its parser frontend is not Python).
-
 `nl.if_else(cond, then_fn, else_fn=None)` (AWS's "compiled conditional": nki.language.if_else and the
 "NKI Control Flow" deep dive) is two such bodies. A condition known at trace time (a Python bool or int,
 or an NkiScalar whose value is known while tracing) calls only the selected callback and records
@@ -40,6 +34,12 @@ timing-only mode when that data is a ``ShapeDtype``: `TripCountError`), the body
 list schedule, its tiles' live ranges, its nesting inside loops (and theirs inside it), saving and
 loading, every run path. A branch inside a loop's body reads the register its condition is computed
 into in each repetition, as any nested loop does.
+
+`nl.while_loop(init, body_fun)` with a run-time condition is such a loop too: the body traced once,
+the register it returns moved into the condition after each iteration, the device checking the
+condition before each. ``while reg:`` on a run-time register is refused by name
+(`RegisterValueError`): a Python ``while`` runs while the kernel is traced (AWS's tracer frontend
+raises TypeError there; its parser frontend is not Python).
 """
 from __future__ import annotations
 
