@@ -64,7 +64,7 @@ class VirtualRegister:
         return self.value
 
     def __bool__(self) -> bool:          # ``while reg:`` (the parser frontend's form)
-        return self.known("while reg") != 0
+        return self.known("a Python condition (while reg, if reg)") != 0
 
     def __index__(self) -> int:          # range(reg)
         return self.known("a loop bound")
