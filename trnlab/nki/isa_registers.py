@@ -30,7 +30,7 @@ import numbers
 
 import numpy as np
 
-from trnlab.nki import issue
+from trnlab.nki import issue, launches
 from trnlab.nki.errors import NKIError
 from trnlab.nki.tensor import NkiTensor
 
@@ -46,12 +46,29 @@ class VirtualRegister:
 
     def __init__(self, state=None, frozen: bool = False):
         self.id = next(_ids)
-        self.value: int | None = None        # the value when known at trace time
+        self._value: int | None = None       # the value when known at trace time
         self.origin = "allocated without a value"
         self.frozen = frozen
         if state is not None:
             self.value = _int(state, "VirtualRegister(state)")
             self.origin = f"set to {self.value}"
+
+    @property
+    def value(self) -> int | None:
+        """The value when known at trace time. Read inside the body of a loop the device runs, a
+        known value is noted (`launch.register_reads`): the body is traced once, so a register it
+        also writes must not have had its value used there (device_loops._device_loop)."""
+        value = self._value
+        if value is not None:
+            launch = launches.active()
+            reads = None if launch is None else getattr(launch, "register_reads", None)
+            if reads:
+                reads[-1].add(self.id)
+        return value
+
+    @value.setter
+    def value(self, value: int | None) -> None:
+        self._value = value
 
     def known(self, what: str) -> int:
         """The value, or RegisterValueError naming where it came from and what needed it."""

@@ -238,6 +238,20 @@ def _compile(definition, code, filename: str):
     return _requalify(new, new.co_qualname, code.co_qualname)
 
 
+def recompiled(function: types.FunctionType) -> types.CodeType:
+    """`function`'s code compiled again from its source with each ``while X:`` rewritten (the code
+    `rewrite` installs); OSError if its source or definition cannot be read."""
+    code = function.__code__
+    lines = linecache.getlines(code.co_filename, function.__globals__)
+    chain = _def_of(ast.parse("".join(lines), code.co_filename), code) if lines else None
+    if chain is None:
+        raise OSError(f"the source of {code.co_name} ({code.co_filename!r}) is unavailable")
+    new = _compile(chain[-1], code, code.co_filename)
+    if new is None:
+        raise OSError(f"{code.co_name}: the recompiled closure differs (free variables {code.co_freevars})")
+    return new
+
+
 def _refuse(error: BaseException, why: str, site=None) -> RegisterValueError:
     refusal = RegisterValueError(f"{error.args[0].split(chr(10) + '  in kernel line')[0]}; {why}")
     return locate(refusal, site) if site else refusal
