@@ -19,9 +19,14 @@ nki.language.fori_loop, while_loop pages). Two cases here:
 
 `nl.while_loop(init, body_fun)` with a run-time condition is such a loop too: the body traced once,
 the register it returns moved into the condition after each iteration, the device checking the
-condition before each. ``while reg:`` on a run-time register is refused by name
-(`RegisterValueError`): a Python ``while`` runs while the kernel is traced (AWS's tracer frontend
-raises TypeError there; its parser frontend is not Python).
+condition before each. Python ``while reg:`` on a run-time register (AWS's parser-frontend form) is
+the same loop: the function holding it is compiled again from its source so that the ``while``
+opens one here (`while_register.py`).
+
+A body is traced once, so a register whose trace-time value the body used and that the body also
+writes (a loop-carried register, e.g. an index set to 0 and stepped) is refused by name
+(`_carried_registers`): the device's second iteration reads what the first left, not the value seen
+while tracing.
 """
 from __future__ import annotations
 

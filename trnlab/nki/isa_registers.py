@@ -16,9 +16,9 @@ In trnlab a register is two things:
   made from an array inside the kernel). A loop bounded by such a register is traced per iteration
   (`device_loops.py`). A register loaded from a kernel input or from values computed on the chip is
   known only when the program runs: a loop it bounds (`nl.fori_loop`, `nl.dynamic_range`,
-  `nl.while_loop`) is put in
-  the program once and repeated by the device (`trnlab/hardware/dynamic_loops.py`); Python control
-  flow on it (``while reg:``, ``if``, ``range(reg)``, ``int(reg)``), which runs while the kernel is
+  `nl.while_loop`, and Python ``while reg:`` as AWS's parser frontend reads it: `while_register.py`)
+  is put in the program once and repeated by the device (`trnlab/hardware/dynamic_loops.py`); other
+  Python control flow on it (``if``, ``range(reg)``, ``int(reg)``), which runs while the kernel is
   traced, is refused by name (`RegisterValueError`) — AWS's tracer frontend raises TypeError there
   too (nki.isa.VirtualRegister, v2.32: "using a register in Python control flow (if/while) or
   converting it with int() / range() raises TypeError").
@@ -80,7 +80,7 @@ class VirtualRegister:
                 f"or give a Python int (a shape, an int argument of the kernel)")
         return self.value
 
-    def __bool__(self) -> bool:          # ``while reg:`` (the parser frontend's form)
+    def __bool__(self) -> bool:          # ``while reg:`` runs as a device loop (while_register.py)
         return self.known("a Python condition (while reg, if reg)") != 0
 
     def __index__(self) -> int:          # range(reg)
