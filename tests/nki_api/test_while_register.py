@@ -328,3 +328,16 @@ def test_a_register_the_body_steps_must_not_be_known_while_tracing(tmp_path):
         "        nisa.register_load(reg, staged)\n", "steps"), "steps")
     with pytest.raises(RegisterValueError, match=r"used the trace-time value of register\(s\) \[\d+\] and also writes"):
         nki.run(kernel, _times(0))
+
+
+@pytest.mark.parametrize("second,rule", [("    while again and True:\n        nisa.register_load(again, staged)\n",
+                                          "is not a bare register"),
+                                         ("    while again:\n        nisa.register_load(again, staged)\n        continue\n",
+                                          "a `continue` in the body of `while again:`")])
+def test_the_rules_hold_for_every_while_of_a_recompiled_function(tmp_path, second, rule):
+    # the first while makes the function recompiled; the second meets the rule in the recompiled code
+    kernel = _from_file(tmp_path, _loaded_register_kernel(
+        "    while reg:\n        nisa.register_load(reg, staged)\n"
+        "    again = nisa.register_alloc()\n    nisa.register_load(again, staged)\n" + second, "second"), "second")
+    with pytest.raises(RegisterValueError, match=rule):
+        nki.run(kernel, _times(0))

@@ -84,20 +84,25 @@ class WhileTest:
             return False
         if not (isinstance(value, VirtualRegister) and value.value is None):
             return bool(value)                       # Python's while, unchanged
-        if not self.bare:
-            raise RegisterValueError(f"while {self.test}: the condition is a run-time register (register {value.id}, "
-                                     f"{value.origin}) reached through an expression; {_RULE}")
-        if self.jumps:
-            raise RegisterValueError(
-                f"while {self.test}: a `{self.jumps}` in the body of a while loop on a run-time register "
-                f"(register {value.id}, {value.origin}): the device runs the body as one block, traced once, so "
-                f"Python cannot take it per iteration; end the loop by loading 0 into {self.test}")
+        if not self.bare or self.jumps:
+            rule = _jump_rule(self.test, self.jumps) if self.bare else _bare_rule(self.test)
+            raise RegisterValueError(f"while {self.test}: register {value.id} is {value.origin}, so its value is known "
+                                     f"only when the program runs; {rule}")
         if hasattr(value, "usable"):                 # an NkiScalar: not a comparison's result
             value.usable("the condition of while")
         from trnlab.nki.device_loops import _device_loop
         self.loop = _device_loop(value, None, 1, "while", kind="while")
         next(self.loop)
         return True
+
+
+def _bare_rule(test: str) -> str:
+    return f"`while {test}:` is not a bare register: {_RULE}; compute the condition into a register first"
+
+
+def _jump_rule(test: str, jump: str) -> str:
+    return (f"a `{jump}` in the body of `while {test}:` on a run-time register: the device runs the body as one "
+            f"block, traced once, so Python cannot take it per iteration; end the loop by loading 0 into {test}")
 
 
 # -- finding the while statement a trace failed at -----------------------------------------------
@@ -276,7 +281,7 @@ def rewrite(error: RegisterValueError, seen: set) -> bool:
             tree = None
     chain = None if tree is None else _def_of(tree, code)
     if chain is None:                            # no source: whether it is a while cannot be read either
-        raise _refuse(error, f"a `while reg:` on a run-time register runs as a device loop by compiling the "
+        raise _refuse(error, f"if this condition is `while reg:`, it runs as a device loop only by compiling the "
                              f"function's source again, and the source of {code.co_name} is unavailable "
                              f"({code.co_filename!r}: exec of a string, or a .pyc alone); use nl.while_loop(reg, "
                              f"body_fun), which needs no source", site) from None
@@ -289,13 +294,10 @@ def rewrite(error: RegisterValueError, seen: set) -> bool:
         return False
     test = ast.unparse(node.test)
     if not _bare(node.test):
-        raise _refuse(error, f"`while {test}:` is not a bare register: {_RULE}; compute the condition into a "
-                             f"register first", site) from None
+        raise _refuse(error, _bare_rule(test), site) from None
     jump = _jumps(node.body)
     if jump:
-        raise _refuse(error, f"a `{jump}` in the body of `while {test}:` on a run-time register: the device runs the "
-                             f"body as one block, traced once, so Python cannot take it per iteration; end the loop "
-                             f"by loading 0 into {test}", site) from None
+        raise _refuse(error, _jump_rule(test, jump), site) from None
     # the outermost enclosing function running in this trace: its source is recompiled with the
     # nested ones inside it, so the functions it defines on each call get the rewritten code too
     running = set()
