@@ -328,6 +328,17 @@ def test_a_register_the_body_steps_must_not_be_known_while_tracing(tmp_path):
         "        nisa.register_load(reg, staged)\n", "steps"), "steps")
     with pytest.raises(RegisterValueError, match=r"used the trace-time value of register\(s\) \[\d+\] and also writes"):
         nki.run(kernel, _times(0))
+    # a register the body sets before using it holds the same value in every iteration: fine
+    local = _from_file(tmp_path, _loaded_register_kernel(
+        "    while reg:\n"
+        "        j = nisa.register_alloc(0)\n"
+        "        first = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)\n"
+        "        nisa.dma_copy(dst=first, src=flag.ap(pattern=[[1, 1], [1, 1]], scalar_offset=j, indirect_dim=0))\n"
+        "        nisa.register_move(j, 0)\n"
+        "        nisa.tensor_scalar(dst=staged, data=staged, op0=nl.subtract, operand0=1)\n"
+        "        nisa.register_load(reg, staged)\n", "local"), "local")
+    assert len(nki.trace(local, _times(3)).loops) == 1
+    assert nki.run(local, _times(3)).outputs[0, 0] == 3          # the kernel returns its input
 
 
 @pytest.mark.parametrize("second,rule", [("    while again and True:\n        nisa.register_load(again, staged)\n",
@@ -340,4 +351,15 @@ def test_the_rules_hold_for_every_while_of_a_recompiled_function(tmp_path, secon
         "    while reg:\n        nisa.register_load(reg, staged)\n"
         "    again = nisa.register_alloc()\n    nisa.register_load(again, staged)\n" + second, "second"), "second")
     with pytest.raises(RegisterValueError, match=rule):
+        nki.run(kernel, _times(0))
+
+
+def test_a_source_edited_since_the_kernel_was_loaded_is_not_recompiled(tmp_path):
+    import linecache
+    body = "    while reg:\n        nisa.register_load(reg, staged)\n"
+    kernel = _from_file(tmp_path, _loaded_register_kernel(body, "edited"), "edited")
+    path = tmp_path / "edited_module.py"
+    path.write_text(path.read_text().replace("staged", "renamed"))      # the file changes, the function not
+    linecache.checkcache(str(path))
+    with pytest.raises(RegisterValueError, match=r"does not compile to the running function \(edited since"):
         nki.run(kernel, _times(0))

@@ -86,12 +86,12 @@ def _device_loop(start, stop, step: int, call: str, kind: str = "for"):
     source = None if site is None else (site[0].co_filename, site[1], site[0].co_name)
     begin = len(program.instructions)
     reads = launch.__dict__.setdefault("register_reads", [])
-    reads.append(set())
+    reads.append((set(), set()))
     if kind == "while":
         with recorder.region(f"{call.split('.')[-1]}@{site[1] if site else '?'}"):
             returned = yield start
             launch.flush()
-        _carried_registers(program, begin, reads, call, line)
+        _carried_registers(reads, call, line)
         if not isinstance(returned, VirtualRegister):
             raise NKIError(f"{call}: body_fun must return the next condition register (a VirtualRegister), got "
                            f"{type(returned).__name__}")
@@ -106,19 +106,19 @@ def _device_loop(start, stop, step: int, call: str, kind: str = "for"):
     with recorder.region(f"{call.split('.')[-1]}@{site[1] if site else '?'}"):
         yield index
         launch.flush()
-    _carried_registers(program, begin, reads, call, line)
+    _carried_registers(reads, call, line)
     program.loops.append(Loop(begin, len(program.instructions), bounds[0], bounds[1], step, index.id, line, source))
 
 
-def _carried_registers(program, begin: int, reads: list, call: str, line: str) -> None:
+def _carried_registers(reads: list, call: str, line: str) -> None:
     """Refuse a body that used the trace-time value of a register it also writes: traced once, it
     would give every iteration the value the first one saw, while the device's second iteration
     reads what the first left (a loop-carried register, e.g. an index stepped by the body)."""
-    from trnlab.hardware.dynamic_loops import _REGISTER_WRITERS
-    used = reads.pop()
-    if reads:                                  # an enclosing body used them too
-        reads[-1] |= used
-    written = {ins.attrs.get("register") for ins in program.instructions[begin:] if ins.opcode in _REGISTER_WRITERS}
+    used, written = reads.pop()               # (read before the body set them, set by the body)
+    if reads:                                  # the enclosing body's too
+        outer_used, outer_written = reads[-1]
+        outer_used |= used - outer_written
+        outer_written |= written
     carried = sorted(used & written)
     if carried:
         raise RegisterValueError(

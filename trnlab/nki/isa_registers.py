@@ -55,19 +55,22 @@ class VirtualRegister:
 
     @property
     def value(self) -> int | None:
-        """The value when known at trace time. Read inside the body of a loop the device runs, a
-        known value is noted (`launch.register_reads`): the body is traced once, so a register it
-        also writes must not have had its value used there (device_loops._device_loop)."""
+        """The value when known at trace time. Inside the body of a loop the device runs, reading a
+        known value the body has not set yet, and setting one, are noted (`_body_notes`): the body
+        is traced once, so it must not use the trace-time value of a register it then writes
+        (device_loops._carried_registers)."""
         value = self._value
         if value is not None:
-            launch = launches.active()
-            reads = None if launch is None else getattr(launch, "register_reads", None)
-            if reads:
-                reads[-1].add(self.id)
+            notes = _body_notes()
+            if notes is not None and self.id not in notes[1]:
+                notes[0].add(self.id)
         return value
 
     @value.setter
     def value(self, value: int | None) -> None:
+        notes = _body_notes()
+        if notes is not None:
+            notes[1].add(self.id)
         self._value = value
 
     def known(self, what: str) -> int:
@@ -92,6 +95,13 @@ class VirtualRegister:
     def __repr__(self) -> str:
         held = "run-time value" if self.value is None else self.value
         return f"VirtualRegister({self.id}: {held})"
+
+
+def _body_notes():
+    """(registers read, registers set) while the innermost device loop body is traced, or None."""
+    launch = launches.active()
+    bodies = None if launch is None else launch.__dict__.get("register_reads")
+    return bodies[-1] if bodies else None
 
 
 def _int(value, what: str) -> int:

@@ -224,10 +224,28 @@ def _requalify(code, old: str, new: str):
     return code.replace(co_consts=consts, co_qualname=qualname)
 
 
-def _compile(definition, code, filename: str):
-    """`definition` (the function node of `code`) with its whiles rewritten, compiled: the code object."""
+def _same_code(a, b) -> bool:
+    """Whether two code objects come from the same source: the same local names (pytest's assertion
+    rewriting adds "@py_assert" ones) and, in order, the same nested functions. (Their instructions
+    may differ: a module compiled through another AST pipeline, as pytest's, picks other opcodes.)"""
+    def names(code):
+        return {n for n in code.co_varnames if not n.startswith("@")}
+    inner_a = [c for c in a.co_consts if isinstance(c, types.CodeType)]
+    inner_b = [c for c in b.co_consts if isinstance(c, types.CodeType)]
+    return a.co_name == b.co_name and names(a) == names(b) and len(inner_a) == len(inner_b) \
+        and all(_same_code(x, y) for x, y in zip(inner_a, inner_b))
+
+
+def _compile(definition, code, filename: str, rewritten: bool = True):
+    """`definition` (the function node of `code`), its whiles rewritten, compiled: the code object;
+    None if its closure would differ. Not rewritten, it must compile to a code of the same names as
+    `code`: the source read is the one the running function came from (a file edited since may not be)."""
     import copy
-    node = _Rewrite().visit(copy.deepcopy(definition))
+    if rewritten:
+        original = _compile(definition, code, filename, rewritten=False)
+        if original is None or not _same_code(original, code):
+            return None
+    node = _Rewrite().visit(copy.deepcopy(definition)) if rewritten else definition
     body = [node]
     if code.co_freevars:                         # its free variables: locals of a wrapper, cells alike
         body = [ast.FunctionDef("_trnlab_outer", ast.arguments([], [], None, [], [], None, []),
@@ -243,17 +261,24 @@ def _compile(definition, code, filename: str):
     return _requalify(new, new.co_qualname, code.co_qualname)
 
 
+def _definitions(code, module_globals):
+    """The chain of function definitions (outermost first) ending with `code`'s, from its source; or None."""
+    lines = linecache.getlines(code.co_filename, module_globals)
+    try:
+        tree = ast.parse("".join(lines), code.co_filename) if lines else None
+    except SyntaxError:
+        tree = None
+    return None if tree is None else _def_of(tree, code)
+
+
 def recompiled(function: types.FunctionType) -> types.CodeType:
     """`function`'s code compiled again from its source with each ``while X:`` rewritten (the code
-    `rewrite` installs); OSError if its source or definition cannot be read."""
+    `rewrite` installs); OSError if its source cannot be read or is not the one it was made from."""
     code = function.__code__
-    lines = linecache.getlines(code.co_filename, function.__globals__)
-    chain = _def_of(ast.parse("".join(lines), code.co_filename), code) if lines else None
-    if chain is None:
-        raise OSError(f"the source of {code.co_name} ({code.co_filename!r}) is unavailable")
-    new = _compile(chain[-1], code, code.co_filename)
+    chain = _definitions(code, function.__globals__)
+    new = None if chain is None else _compile(chain[-1], code, code.co_filename)
     if new is None:
-        raise OSError(f"{code.co_name}: the recompiled closure differs (free variables {code.co_freevars})")
+        raise OSError(f"{code.co_name}: its source ({code.co_filename!r}) is unavailable or not the one it was made from")
     return new
 
 
@@ -272,14 +297,7 @@ def rewrite(error: RegisterValueError, seen: set) -> bool:
     frame, code = entry.tb_frame, entry.tb_frame.f_code
     position = list(code.co_positions())[entry.tb_lasti // 2]
     site = (code, entry.tb_lineno)
-    lines = linecache.getlines(code.co_filename, frame.f_globals)
-    tree = None
-    if lines:
-        try:
-            tree = ast.parse("".join(lines), code.co_filename)
-        except SyntaxError:
-            tree = None
-    chain = None if tree is None else _def_of(tree, code)
+    chain = _definitions(code, frame.f_globals)
     if chain is None:                            # no source: whether it is a while cannot be read either
         raise _refuse(error, f"if this condition is `while reg:`, it runs as a device loop only by compiling the "
                              f"function's source again, and the source of {code.co_name} is unavailable "
@@ -319,8 +337,9 @@ def rewrite(error: RegisterValueError, seen: set) -> bool:
         new = _compile(definition, target_code, code.co_filename)
         if new is None:
             raise _refuse(error, f"`while {test}:` runs as a device loop by compiling {target_code.co_name} again from "
-                                 f"its source, and the compiled function's closure differs from the running one's "
-                                 f"(free variables {target_code.co_freevars}); use nl.while_loop(reg, body_fun)",
+                                 f"its source, and the source read ({target_code.co_filename!r}) does not compile to "
+                                 f"the running function (edited since it was loaded?) or to its closure (free "
+                                 f"variables {target_code.co_freevars}); use nl.while_loop(reg, body_fun)",
                           site) from None
         _REWRITTEN[target_code] = new
         _OURS.add(new)
