@@ -20,7 +20,8 @@ from the source, only for the functions that need it:
    ``_t = WhileTest(...); while _t(X):``, at the same lines and columns (errors name the kernel
    line as before), and its function objects get that code (`__code__`; the closure's cells are the
    same: its free variables are checked to be the same names in the same order);
-3. the kernel is traced again.
+3. the kernel is traced again (the source read must compile to a function of the same local names
+   and nested functions as the running one: a file edited since it was loaded is refused).
 
 Why this is sound: `WhileTest.__call__` returns ``bool(X)`` for every value but a register known only
 at run time, and the ``while`` statement, its ``break`` / ``continue`` / ``else`` are Python's own,
@@ -31,7 +32,11 @@ first test opens `device_loops._device_loop` (kind "while", as `nl.while_loop` r
 traced once in a region of its own, `program.Loop` with the condition register), returns True, the
 body runs once, and the second test — the register the name holds after the body, normally `reg`
 itself, updated by register_load — closes it and returns False; the device checks the register
-before each iteration (`trnlab/hardware/dynamic_loops.py`).
+before each iteration (`trnlab/hardware/dynamic_loops.py`). As for every loop the device runs, a body
+that used the trace-time value of a register it also writes is refused (device_loops._carried_registers),
+and a body that never writes its condition register, entered with it nonzero, is a TripCountError.
+The retrace runs the kernel's Python a second time: a kernel keeping state outside itself across
+traces (an allocator's offset in a module global) sees the state the failed attempt left.
 
 Refused by name (`RegisterValueError`), with the rule:
 - ``break`` / ``continue`` / ``return`` in the body of a device ``while``: the body is traced once, so
