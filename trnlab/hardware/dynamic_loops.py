@@ -32,7 +32,8 @@ one of the two bodies is kept (`trnlab/nki/device_loops.py`).
 
 A while loop (``kind == "while"``) goes one iteration at a time: its condition register read where it
 starts (1.), and if nonzero one repetition of the body, the register the body returned moved into the
-condition (ASSUMED: one register instruction), and the loop again after it.
+condition (ASSUMED: one register instruction), and the loop again after it. A body that never
+writes its condition register, entered with it nonzero, would never end: a `TripCountError`.
 
 The result is an ordinary allocated program, cached per trip counts on the program, that every
 backend runs as it runs any other: each repetition checked, costed and, in full mode, computed.
@@ -110,6 +111,13 @@ def concrete(program: Program, core, args: list, hbm_tensors: dict | None = None
             condition = loop.start["register"]
             go = register_values(current, loop, [condition], core, args, hbm_tensors)[condition] != 0
             whiles += 1
+            if go and loop.next in (None, condition) and not any(
+                    ins.opcode in _REGISTER_WRITERS and ins.attrs.get("register") == condition
+                    for ins in current.instructions[loop.begin:loop.end]):
+                raise TripCountError(f"run-time trip count: the while loop at {loop.line or 'its kernel line'} starts "
+                                     f"with its condition register {condition} nonzero and its body never writes "
+                                     f"that register (register_load / register_move), so it would never end",
+                                     value=condition, limit="a body that updates its condition register")
             if whiles > MAX_TRIPS:
                 raise TripCountError(f"run-time trip count: the while loop at {loop.line or 'its kernel line'} "
                                      f"ran {MAX_TRIPS} times and its condition is still nonzero",

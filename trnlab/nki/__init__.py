@@ -319,6 +319,20 @@ def schedule_of(kernel: Kernel) -> str | None:
 
 
 def _trace(kernel: Kernel, args, kwargs, spec, grid: tuple, points=None):
+    from trnlab.nki import while_register
+    from trnlab.nki.isa_registers import RegisterValueError
+    rewritten: set = set()
+    while True:
+        try:
+            return _trace_kernel(kernel, args, kwargs, spec, grid, points)
+        except RegisterValueError as error:
+            # `while reg:` on a run-time register: its function compiled again with the while as a
+            # loop the device runs, and the kernel traced again (while_register.py)
+            if not while_register.rewrite(error, rewritten):
+                raise
+
+
+def _trace_kernel(kernel: Kernel, args, kwargs, spec, grid: tuple, points=None):
     from trnlab.nki import loops
     if _directive(kernel, "schedule"):       # every iteration's named instructions (schedule.py)
         return _trace_once(kernel, args, kwargs, spec, grid, None, points)[0]

@@ -37,9 +37,14 @@ into in each repetition, as any nested loop does.
 
 `nl.while_loop(init, body_fun)` with a run-time condition is such a loop too: the body traced once,
 the register it returns moved into the condition after each iteration, the device checking the
-condition before each. ``while reg:`` on a run-time register is refused by name
-(`RegisterValueError`): a Python ``while`` runs while the kernel is traced (AWS's tracer frontend
-raises TypeError there; its parser frontend is not Python).
+condition before each. Python ``while reg:`` on a run-time register (AWS's parser-frontend form) is
+the same loop: the function holding it is compiled again from its source so that the ``while``
+opens one here (`while_register.py`).
+
+A body is traced once, so a register whose trace-time value the body used and that the body also
+writes (a loop-carried register, e.g. an index set to 0 and stepped) is refused by name
+(`_carried_registers`): the device's second iteration reads what the first left, not the value seen
+while tracing.
 """
 from __future__ import annotations
 
@@ -101,10 +106,13 @@ def _device_loop(start, stop, step: int, call: str, kind: str = "for"):
     line = site_note(site)
     source = None if site is None else (site[0].co_filename, site[1], site[0].co_name)
     begin = len(program.instructions)
+    reads = launch.__dict__.setdefault("register_reads", [])
+    reads.append((set(), set()))
     if kind == "while":
         with recorder.region(f"{call.split('.')[-1]}@{site[1] if site else '?'}"):
             returned = yield start
             launch.flush()
+        _carried_registers(reads, call, line)
         if not isinstance(returned, VirtualRegister):
             raise NKIError(f"{call}: body_fun must return the next condition register (a VirtualRegister), got "
                            f"{type(returned).__name__}")
@@ -121,10 +129,29 @@ def _device_loop(start, stop, step: int, call: str, kind: str = "for"):
     with recorder.region(f"{call.split('.')[-1]}@{site[1] if site else '?'}"):
         yield index
         launch.flush()
+    _carried_registers(reads, call, line)
     if kind != "for" and begin == len(program.instructions):
         return                                    # an empty branch: nothing to jump over
     program.loops.append(Loop(begin, len(program.instructions), bounds[0], bounds[1], step,
                               None if index is None else index.id, line, source, kind=kind))
+
+
+def _carried_registers(reads: list, call: str, line: str) -> None:
+    """Refuse a body that used the trace-time value of a register it also writes: traced once, it
+    would give every iteration the value the first one saw, while the device's second iteration
+    reads what the first left (a loop-carried register, e.g. an index stepped by the body)."""
+    used, written = reads.pop()               # (read before the body set them, set by the body)
+    if reads:                                  # the enclosing body's too
+        outer_used, outer_written = reads[-1]
+        outer_used |= used - outer_written
+        outer_written |= written
+    carried = sorted(used & written)
+    if carried:
+        raise RegisterValueError(
+            f"{call}: the body of the loop the device runs at {line or 'its line'} used the trace-time value of "
+            f"register(s) {carried} and also writes them: traced once, every iteration would see the value the "
+            f"first saw; set such a register before the loop from data (register_load from an SBUF tile), so "
+            f"the body reads it when the program runs")
 
 
 def fori_loop(lower, upper, body_fun, step: int = 1, unroll: bool = False) -> None:

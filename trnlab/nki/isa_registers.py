@@ -16,9 +16,9 @@ In trnlab a register is two things:
   made from an array inside the kernel). A loop bounded by such a register is traced per iteration
   (`device_loops.py`). A register loaded from a kernel input or from values computed on the chip is
   known only when the program runs: a loop it bounds (`nl.fori_loop`, `nl.dynamic_range`,
-  `nl.while_loop`) is put in
-  the program once and repeated by the device (`trnlab/hardware/dynamic_loops.py`); Python control
-  flow on it (``while reg:``, ``if``, ``range(reg)``, ``int(reg)``), which runs while the kernel is
+  `nl.while_loop`, and Python ``while reg:`` as AWS's parser frontend reads it: `while_register.py`)
+  is put in the program once and repeated by the device (`trnlab/hardware/dynamic_loops.py`); other
+  Python control flow on it (``if``, ``range(reg)``, ``int(reg)``), which runs while the kernel is
   traced, is refused by name (`RegisterValueError`) — AWS's tracer frontend raises TypeError there
   too (nki.isa.VirtualRegister, v2.32: "using a register in Python control flow (if/while) or
   converting it with int() / range() raises TypeError").
@@ -30,7 +30,7 @@ import numbers
 
 import numpy as np
 
-from trnlab.nki import issue
+from trnlab.nki import issue, launches
 from trnlab.nki.errors import NKIError
 from trnlab.nki.tensor import NkiTensor
 
@@ -46,12 +46,32 @@ class VirtualRegister:
 
     def __init__(self, state=None, frozen: bool = False):
         self.id = next(_ids)
-        self.value: int | None = None        # the value when known at trace time
+        self._value: int | None = None       # the value when known at trace time
         self.origin = "allocated without a value"
         self.frozen = frozen
         if state is not None:
             self.value = _int(state, "VirtualRegister(state)")
             self.origin = f"set to {self.value}"
+
+    @property
+    def value(self) -> int | None:
+        """The value when known at trace time. Inside the body of a loop the device runs, reading a
+        known value the body has not set yet, and setting one, are noted (`_body_notes`): the body
+        is traced once, so it must not use the trace-time value of a register it then writes
+        (device_loops._carried_registers)."""
+        value = self._value
+        if value is not None:
+            notes = _body_notes()
+            if notes is not None and self.id not in notes[1]:
+                notes[0].add(self.id)
+        return value
+
+    @value.setter
+    def value(self, value: int | None) -> None:
+        notes = _body_notes()
+        if notes is not None:
+            notes[1].add(self.id)
+        self._value = value
 
     def known(self, what: str) -> int:
         """The value, or RegisterValueError naming where it came from and what needed it."""
@@ -63,8 +83,8 @@ class VirtualRegister:
                 f"or give a Python int (a shape, an int argument of the kernel)")
         return self.value
 
-    def __bool__(self) -> bool:          # ``while reg:`` (the parser frontend's form)
-        return self.known("while reg") != 0
+    def __bool__(self) -> bool:          # ``while reg:`` runs as a device loop (while_register.py)
+        return self.known("a Python condition (while reg, if reg)") != 0
 
     def __index__(self) -> int:          # range(reg)
         return self.known("a loop bound")
@@ -75,6 +95,13 @@ class VirtualRegister:
     def __repr__(self) -> str:
         held = "run-time value" if self.value is None else self.value
         return f"VirtualRegister({self.id}: {held})"
+
+
+def _body_notes():
+    """(registers read, registers set) while the innermost device loop body is traced, or None."""
+    launch = launches.active()
+    bodies = None if launch is None else launch.__dict__.get("register_reads")
+    return bodies[-1] if bodies else None
 
 
 def _int(value, what: str) -> int:
