@@ -69,6 +69,16 @@ def test_matmul_into_a_psum_tile_placed_across_a_bank_boundary_is_refused(core):
         core.nc_transpose(acc[:, 200:328], st)               # bytes 1824-2336
 
 
+def test_double_row_matmul_result_straddling_two_banks_is_refused():
+    core = NeuronCore(presets.TRN2.core, mode="full")
+    st = filled(core, (128, 2, 128), "float8_e4m3")
+    mv = filled(core, (128, 2, 512), "float8_e4m3")
+    acc = core.psum.allocate((128, 1024), "float32")
+    core.nc_matmul_double_row(acc[:, 512:1024], st, mv)
+    with pytest.raises(errors.PSUMBankError, match=r"nc_matmul_double_row writes its result to bytes 1024-3072"):
+        core.nc_matmul_double_row(acc[:, 256:768], st, mv)
+
+
 def test_from_neuroncore_v4_a_matmul_result_may_span_banks():
     core = NeuronCore(presets.TRN3.core, mode="full")
     st = filled(core, (128, 128), "float32")
