@@ -133,6 +133,23 @@ def test_matmul_result_straddling_two_psum_banks_is_refused():
     assert "bytes 1024-3072" in str(error) and "2048 bytes" in str(error)
 
 
+def test_matmul_straddling_banks_in_a_middle_iteration_of_a_stamped_loop_is_refused():
+    # iterations 0, 1 and 4 write within a bank; iteration 3 (bytes 7680-8704) straddles banks 3 and 4.
+    # Loop stamping checks iterations 0, 1 and the last: the bank rule is periodic, so the loop runs concretely
+    @nki.jit
+    def kernel(a, b):
+        st = nl.load(a)
+        mv = nl.load(b)
+        acc = nl.ndarray((128, 2816), dtype=nl.float32, buffer=nl.psum)
+        for i in nl.affine_range(5):
+            nisa.nc_matmul(acc[:, nl.ds(i * 640, 256)], st, mv)
+        return a
+
+    error = _raises_at(kernel, "nisa.nc_matmul(acc[:, nl.ds(i * 640, 256)]", errors.PSUMBankError,
+                       np.ones((128, 128), np.float32), np.ones((128, 256), np.float32))
+    assert "bytes 7680-8704" in str(error)
+
+
 def test_transpose_through_the_pe_array_into_two_banks_is_refused():
     @nki.jit
     def kernel(a):
