@@ -195,9 +195,9 @@ class HBM:
 
 
 def check_pe_result(spec: CoreSpec, dst: View, opcode: str) -> None:
-    """The PSUM bank rule of a Tensor-engine result (nc_matmul, nc_transpose through the PE array,
-    nc_matmul_mx, a gathered or double-row matmul): on NeuronCore-v2 and -v3 its dst lies in one
-    2 KiB bank per partition. AWS's Trainium/Inferentia2 architecture guide: "each nc_matmul can
+    """The PSUM bank rule of a Tensor-engine result (called by nc_matmul, its double-row mode and
+    nc_transpose through the PE array; also by nc_matmul_mx and the gathered matmuls, which exist
+    from NeuronCore-v4 only): on NeuronCore-v2 and -v3 its dst lies in one 2 KiB bank per partition. AWS's Trainium/Inferentia2 architecture guide: "each nc_matmul can
     only write to a single PSUM bank, which can only hold 512 FP32 elements per PSUM partition", and a
     "matmul accumulation group" is matmuls "accumulating into the same PSUM bank"; nki.isa.nc_matmul
     (v2.33): "On NeuronCore-v2 and -v3, the free dimension size of moving tile must not exceed 512,
