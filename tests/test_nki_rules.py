@@ -107,7 +107,7 @@ def test_psum_tensor_may_span_banks_two_matmuls_one_bank_each_read_back_whole():
         for i in nl.affine_range(2):
             nisa.nc_matmul(acc[:, nl.ds(i * 512, 512)], st, mv[:, nl.ds(i * 512, 512)])
         result = nl.ndarray((128, 1024), dtype=nl.float32, buffer=nl.sbuf)
-        nisa.tensor_copy(dst=result, src=acc)
+        nisa.tensor_copy(dst=result, src=acc, engine=nisa.scalar_engine)     # read across both banks
         nl.store(out, result)
         return out
 
