@@ -41,11 +41,62 @@ def test_hbm_overflow(core):
         core.hbm.allocate((1 << 20, 1 << 13), "float32")                # 32 GiB > 16 GiB share
 
 
-def test_psum_tile_larger_than_a_bank(core):
-    with pytest.raises(errors.PSUMBankError, match=r"PSUM bank size: .* 4096 bytes per partition, one PSUM bank holds 2048"):
-        core.psum.allocate((128, 1024), "float32")
-    # several bank-sized tiles in one allocation are fine: (2, 128, 512) with partition axis 1
-    core.psum.allocate((2, 128, 512), "float32", partition_axis=1)
+def test_psum_tensor_may_span_banks_but_a_matmul_result_may_not(core):
+    st = filled(core, (128, 128), "float32")
+    mv = filled(core, (128, 512), "float32")
+    small = core.psum.allocate((128, 128), "float32")             # 512 B at byte 0
+    acc = core.psum.allocate((128, 1024), "float32", name="acc")  # two banks: starts on a bank boundary
+    assert acc.offset == 2048
+    core.nc_matmul(acc[:, 0:512], st, mv)                         # bank 1
+    core.nc_matmul(acc[:, 512:1024], st, mv)                      # bank 2
+    with pytest.raises(errors.PSUMBankError,
+                       match=r"PSUM bank: nc_matmul writes its result to bytes 3072-5120 .* 'acc' \(2048 bytes\), "
+                             r"across banks 1-2; .* one PSUM bank of 2048 bytes") as e:
+        core.nc_matmul(acc[:, 256:768], st, mv)
+    assert e.value.value == 2048 and e.value.limit == 2048
+    copy = core.sbuf.allocate((128, 1024), "float32")
+    core.tensor_copy(copy, acc)                                   # other engines read across banks
+    assert small.offset == 0
+
+
+def test_matmul_into_a_psum_tile_placed_across_a_bank_boundary_is_refused(core):
+    st = filled(core, (128, 128), "float32")
+    mv = filled(core, (128, 512), "float32")
+    acc = core.psum.allocate((128, 512), "float32", name="acc", offset=1024)   # bytes 1024-3072
+    with pytest.raises(errors.PSUMBankError, match=r"bytes 1024-3072 .* across banks 0-1"):
+        core.nc_matmul(acc, st, mv)
+    with pytest.raises(errors.PSUMBankError, match=r"nc_transpose"):
+        core.nc_transpose(acc[:, 200:328], st)               # bytes 1824-2336
+
+
+def test_double_row_matmul_result_straddling_two_banks_is_refused():
+    core = NeuronCore(presets.TRN2.core, mode="full")
+    st = filled(core, (128, 2, 128), "float8_e4m3")
+    mv = filled(core, (128, 2, 512), "float8_e4m3")
+    acc = core.psum.allocate((128, 1024), "float32")
+    core.nc_matmul_double_row(acc[:, 512:1024], st, mv)
+    with pytest.raises(errors.PSUMBankError, match=r"nc_matmul_double_row writes its result to bytes 1024-3072"):
+        core.nc_matmul_double_row(acc[:, 256:768], st, mv)
+
+
+def test_from_neuroncore_v4_a_matmul_result_may_span_banks():
+    core = NeuronCore(presets.TRN3.core, mode="full")
+    st = filled(core, (128, 128), "float32")
+    mv = filled(core, (128, 512), "float32")
+    acc = core.psum.allocate((128, 1024), "float32")
+    core.nc_matmul(acc[:, 256:768], st, mv)
+    assert np.all(acc[:, 256:768].values() == 128.0)
+
+
+def test_psum_tensor_of_eight_banks_fits_nine_overflow(core):
+    core.psum.allocate((128, 8 * 512), "float32")
+    core.psum.free(core.psum.tensors[0])
+    with pytest.raises(errors.PSUMOverflowError, match=r"PSUM overflow: 18.0 KiB per partition .* free of 16.0 KiB"):
+        core.psum.allocate((128, 9 * 512), "float32")
+    # a block tensor of bank-sized tiles is placed whole by the hardware layer: it must fit too
+    core.psum.allocate((8, 128, 512), "float32", partition_axis=1)
+    with pytest.raises(errors.PSUMOverflowError):
+        core.psum.allocate((1, 128, 512), "float32", partition_axis=1)
 
 
 def test_start_partition_rules(core):

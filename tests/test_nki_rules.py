@@ -96,14 +96,86 @@ def test_matmul_contraction_sizes_must_agree():
     _raises_at(kernel, "nisa.nc_matmul(dst=out", errors.MatmulShapeError, X128)
 
 
-def test_psum_tile_must_fit_one_2KiB_bank():
+def test_psum_tensor_may_span_banks_two_matmuls_one_bank_each_read_back_whole():
+    # AWS's core/topk rotate: a [P, 1024] fp32 PSUM tensor (two banks) filled by two 512-wide matmuls
     @nki.jit
-    def kernel(x):
+    def kernel(a, b):
+        out = nl.ndarray((128, 1024), dtype=nl.float32, buffer=nl.shared_hbm)
+        st = nl.load(a)
+        mv = nl.load(b)
         acc = nl.ndarray((128, 1024), dtype=nl.float32, buffer=nl.psum)
+        for i in nl.affine_range(2):
+            nisa.nc_matmul(acc[:, nl.ds(i * 512, 512)], st, mv[:, nl.ds(i * 512, 512)])
+        result = nl.ndarray((128, 1024), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=result, src=acc, engine=nisa.scalar_engine)     # read across both banks
+        nl.store(out, result)
+        return out
+
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((128, 128)).astype(np.float32)
+    b = rng.standard_normal((128, 1024)).astype(np.float32)
+    run = nki.run(kernel, a, b)                          # full mode: the values
+    assert not run.timing_only
+    np.testing.assert_allclose(run.outputs, a.T @ b, rtol=1e-4, atol=1e-4)
+
+
+def test_matmul_result_straddling_two_psum_banks_is_refused():
+    @nki.jit
+    def kernel(a, b):
+        st = nl.load(a)
+        mv = nl.load(b)
+        acc = nl.ndarray((128, 1024), dtype=nl.float32, buffer=nl.psum)
+        nisa.nc_matmul(acc[:, 256:768], st, mv)
+        return a
+
+    error = _raises_at(kernel, "nisa.nc_matmul(acc[:, 256:768]", errors.PSUMBankError,
+                       np.ones((128, 128), np.float32), X128)
+    assert "bytes 1024-3072" in str(error) and "2048 bytes" in str(error)
+
+
+def test_matmul_straddling_banks_in_a_middle_iteration_of_a_stamped_loop_is_refused():
+    # iterations 0, 1 and 4 write within a bank; iteration 3 (bytes 7680-8704) straddles banks 3 and 4.
+    # Loop stamping checks iterations 0, 1 and the last: the bank rule is periodic, so the loop runs concretely
+    @nki.jit
+    def kernel(a, b):
+        st = nl.load(a)
+        mv = nl.load(b)
+        acc = nl.ndarray((128, 2816), dtype=nl.float32, buffer=nl.psum)
+        for i in nl.affine_range(5):
+            nisa.nc_matmul(acc[:, nl.ds(i * 640, 256)], st, mv)
+        return a
+
+    error = _raises_at(kernel, "nisa.nc_matmul(acc[:, nl.ds(i * 640, 256)]", errors.PSUMBankError,
+                       np.ones((128, 128), np.float32), np.ones((128, 256), np.float32))
+    assert "bytes 7680-8704" in str(error)
+
+
+def test_transpose_through_the_pe_array_into_two_banks_is_refused():
+    @nki.jit
+    def kernel(a):
+        tile = nl.load(a[:, 0:128])
+        acc = nl.ndarray((128, 640), dtype=nl.float32, buffer=nl.psum)
+        nisa.nc_transpose(dst=acc[:, 448:576], data=tile, engine=nisa.tensor_engine)
+        return a
+
+    _raises_at(kernel, "nisa.nc_transpose(dst=acc[:, 448:576]", errors.PSUMBankError, X128)
+
+
+def test_psum_tensor_of_eight_banks_fits_and_of_nine_overflows():
+    @nki.jit
+    def eight(x):
+        acc = nl.ndarray((128, 8 * 512), dtype=nl.float32, buffer=nl.psum)
+        nisa.memset(dst=acc, value=0.0)
         return x
 
-    error = _raises_at(kernel, "(128, 1024)", errors.PSUMBankError, X128)
-    assert "2048" in str(error) and "4096" in str(error)
+    @nki.jit
+    def nine(x):
+        acc = nl.ndarray((128, 9 * 512), dtype=nl.float32, buffer=nl.psum)
+        return x
+
+    eight(X128)
+    error = _raises_at(nine, "(128, 9 * 512)", errors.PSUMOverflowError, X128)
+    assert "18.0 KiB" in str(error) and "16.0 KiB" in str(error)
 
 
 def test_psum_cannot_be_copied_to_hbm_by_dma():

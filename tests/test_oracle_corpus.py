@@ -39,8 +39,8 @@ CASES = [
      ["direct allocation overlap", "PSUM bytes 0-1024", "share bytes 0-1024"], lambda: (f32(128, 256), f32(128, 512))),
     ("overlapping_psum_groups_same_shape", hw.DirectAllocationOverlapError,
      ["direct allocation overlap", "declaration 0", "declaration 1"], lambda: (f32(128, 256), f32(128, 512))),
-    ("psum_tile_over_one_bank", hw.PSUMBankError, ["PSUM bank size", "4096 bytes", "2048 bytes"],
-     lambda: (f32(128, 128), f32(128, 512))),
+    ("matmul_result_across_psum_banks", hw.PSUMBankError, ["PSUM bank", "bytes 1024-3072", "2048 bytes"],
+     lambda: (f32(128, 128), f32(128, 1024))),
     ("matmul_into_sbuf", hw.MemoryPlacementError, ["operand memory", "SBUF", "PSUM only"],
      lambda: (f32(128, 128), f32(128, 512))),
     ("matmul_into_int32_psum", hw.DtypeError, ["data type", "int32", "fp32"], lambda: (f32(128, 128), f32(128, 512))),
@@ -138,6 +138,12 @@ def test_same_shape_psum_groups_in_sequence_each_start_fresh():
     a, b = f32(128, 256), f32(128, 512)
     expected = 2 * (a[:, :128].T @ b + a[:, 128:].T @ b)
     np.testing.assert_allclose(K.same_shape_psum_groups_in_sequence(a, b), expected, rtol=1e-4, atol=1e-3)
+
+
+def test_two_matmuls_into_one_psum_tensor_of_two_banks_read_back_whole():
+    # the good twin of matmul_result_across_psum_banks, AWS's core/topk rotate pattern: the values
+    a, b = f32(128, 128), f32(128, 1024)
+    np.testing.assert_allclose(K.matmul_result_across_psum_banks_good(a, b), a.T @ b, rtol=1e-4, atol=1e-3)
 
 
 def test_memset_after_matmul_on_the_same_tile_is_ordered_not_raced():

@@ -114,21 +114,25 @@ def overlapping_psum_groups_same_shape_good(a, b):
 
 
 @nki.jit
-def psum_tile_over_one_bank(a, b):
-    """PSUMBankError. A matmul result of [128, 1024] fp32 (4 KiB per partition) spans two 2 KiB PSUM
-    banks; an accumulation group lives in one bank. AWS's simulator: not documented."""
-    st, mv = _load(a), _load(b)
-    acc = nl.ndarray((128, 1024), dtype=nl.float32, buffer=nl.psum)  # BAD
-    nisa.nc_matmul(dst=acc[:, 0:512], stationary=st, moving=mv)
-    return _out_of_psum(acc[:, 0:512])
+def matmul_result_across_psum_banks(a, b):
+    """PSUMBankError. A PSUM tensor may span banks (a [128, 1024] fp32 one takes two), but each
+    matmul's result lies in one 2 KiB bank: acc[:, 256:768] straddles banks 0 and 1. AWS's simulator:
+    not documented."""
+    st, mv = _load(a), _load(b)                                     # [K=128, M=128], [K=128, N=1024]
+    acc = nl.ndarray((128, 1024), dtype=nl.float32, buffer=nl.psum)
+    nisa.nc_matmul(dst=acc[:, 0:512], stationary=st, moving=mv[:, 0:512])
+    nisa.nc_matmul(dst=acc[:, 256:768], stationary=st, moving=mv[:, 512:1024])  # BAD
+    return _out_of_psum(acc)
 
 
 @nki.jit
-def psum_tile_over_one_bank_good(a, b):
+def matmul_result_across_psum_banks_good(a, b):
+    # AWS's core/topk rotate: two 512-wide matmuls, one bank each, then the whole tensor read back
     st, mv = _load(a), _load(b)
-    acc = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)  # GOOD
-    nisa.nc_matmul(dst=acc[:, 0:512], stationary=st, moving=mv)
-    return _out_of_psum(acc[:, 0:512])
+    acc = nl.ndarray((128, 1024), dtype=nl.float32, buffer=nl.psum)
+    nisa.nc_matmul(dst=acc[:, 0:512], stationary=st, moving=mv[:, 0:512])
+    nisa.nc_matmul(dst=acc[:, 512:1024], stationary=st, moving=mv[:, 512:1024])  # GOOD
+    return _out_of_psum(acc)
 
 
 @nki.jit

@@ -15,6 +15,7 @@ from . import retype as _retype
 from .core import NeuronCore, _bytes_by_memory, _free_byte_range, _view
 from .dependencies import tracked
 from .engines import DVE, FIRST_DMA, PE, port_needs
+from .memory import check_pe_result
 from .records import (DMA, ISSUE, MATMUL, PE_ISSUE, PRINT, SEED, ComputeIssue, DmaIssue, MatmulIssue,
                       PrintIssue, SeedIssue, TensorIssue)
 from .tensor import Tensor, View
@@ -70,6 +71,7 @@ class DescribingCore(NeuronCore):
             checked = self._matmul_checked[key] = self._check_matmul(*views, hints)[6:]
         busy_ns, latency_ns, load_ns, flops, sbuf, psum = checked
         dst, st, mv = views
+        check_pe_result(self.spec, dst, "nc_matmul")      # where in PSUM: not part of the cached key
         tiles = 0 if tile_position is None and tile_size is None else \
             pe_tiles(self.spec, tile_position, tile_size, st.partitions, st.free_size)
         return self._describe(MatmulIssue(MATMUL, self._ref(dst), self._ref(st), self._ref(mv), busy_ns,

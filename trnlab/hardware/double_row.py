@@ -28,6 +28,7 @@ import numpy as np
 from . import dtypes
 from .operands import _view
 from .errors import DtypeError, MatmulShapeError, MemoryPlacementError
+from .memory import check_pe_result
 
 OPCODE = "nc_matmul_double_row"
 
@@ -80,6 +81,7 @@ def check(core, dst, st, mv):
     if dst.tensor.dtype != dtypes.float32 and not (dst.tensor.dtype == dtypes.bfloat16 and spec.generation >= "v4"):
         raise DtypeError(f"data type: nc_matmul writes fp32 to PSUM (bf16 also on NeuronCore-v4), dst is "
                          f"{dtypes.name(dst.tensor.dtype)}", value=dst.tensor.dtype, limit="float32")
+    check_pe_result(spec, dst, OPCODE)
     return K, M, N
 
 

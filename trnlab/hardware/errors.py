@@ -58,8 +58,9 @@ class HBMOverflowError(HardwareError):
 
 
 class PSUMBankError(HardwareError):
-    """A PSUM tile is larger than one 2 KiB bank per partition [ARCH-v2]."""
-    rule = "PSUM bank size"
+    """A Tensor-engine result (a matmul's dst) spans more than one 2 KiB PSUM bank per partition
+    on NeuronCore-v2/-v3 [ARCH-v2] (`memory.check_pe_result`); a PSUM tensor itself may span banks."""
+    rule = "PSUM bank"
 
 
 class StartPartitionError(HardwareError):

@@ -46,6 +46,7 @@ from .errors import (DtypeError, GenerationError, HardwareError, IndexError_, Ma
                      MemoryPlacementError, PETilingError, ShapeMismatchError, StartPartitionError)
 from .operands import _view
 from .tensor import View, unravel
+from .memory import check_pe_result
 from .tensor_engine import pe_tiles
 
 GROUP = 16                     # partitions sharing one list of offsets (Vector / Scalar / GpSimd)
@@ -283,6 +284,7 @@ class IndirectionInstructions:
         PSUM accumulation group: the views are not boxes), and a Tensor-engine issue of its cost (`hints`: the
         one/zero hints, checked on the gathered elements and costed as a dense matmul's)."""
         dst, st, mv, K, M, N, _busy, _latency, _load, flops, sbuf, psum = self._check_matmul(dst, st, mv, hints)
+        check_pe_result(self.spec, dst, "nc_matmul")
         tiles = 0 if tile_position is None and tile_size is None else \
             pe_tiles(self.spec, tile_position, tile_size, K, M)
         if self.full:

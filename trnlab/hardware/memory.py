@@ -8,8 +8,11 @@ every partition. `free` releases it. Rules checked at allocation:
 
 - P <= partitions (PartitionLimitError);
 - the bytes per partition fit in what is left (SBUFOverflowError / PSUMOverflowError);
-- PSUM: one tile (the dims after the partition axis) fits in a 2 KiB bank (PSUMBankError), and a
-  tile never straddles two banks (an allocation larger than a bank starts on a bank boundary).
+- PSUM: a tensor may span several 2 KiB banks (from NKI 0.4 `nl.tile_size.psum_bank_fmax` is "Maximum free
+  dimension per PSUM bank per partition", and the older `psum_fmax` "does not represent the free-dim
+  size per partition"); one larger than a bank starts on a bank boundary, a smaller one never
+  straddles two. What must lie in one bank is a Tensor-engine result: `check_pe_result`, called by
+  each instruction that writes PSUM from the PE array (PSUMBankError, at the kernel line).
 
 Placement rotates (next fit): a new tile goes into the first gap at or after the end of the previous
 allocation, wrapping to the start of the memory only when nothing fits further on. So a block that was just freed is reused as late as possible,
@@ -38,7 +41,7 @@ from . import dtypes
 from .errors import (HBMOverflowError, PartitionLimitError, PSUMBankError, PSUMOverflowError,
                      SBUFOverflowError)
 from .presets import CoreSpec, KiB, MiB
-from .tensor import Tensor
+from .tensor import Tensor, View
 
 
 def _fmt_bytes(n: float) -> str:
@@ -191,6 +194,50 @@ class HBM:
             self.tensors.remove(tensor)
 
 
+def check_pe_result(spec: CoreSpec, dst: View, opcode: str) -> None:
+    """The PSUM bank rule of a Tensor-engine result (called by nc_matmul, its double-row mode and
+    nc_transpose through the PE array; also by nc_matmul_mx and the gathered matmuls, which exist
+    from NeuronCore-v4 only): on NeuronCore-v2 and -v3 its dst lies in one 2 KiB bank per partition. AWS's Trainium/Inferentia2 architecture guide: "each nc_matmul can
+    only write to a single PSUM bank, which can only hold 512 FP32 elements per PSUM partition", and a
+    "matmul accumulation group" is matmuls "accumulating into the same PSUM bank"; nki.isa.nc_matmul
+    (v2.33): "On NeuronCore-v2 and -v3, the free dimension size of moving tile must not exceed 512,
+    matching the maximum number of float32 elements per PSUM bank. Starting NeuronCore-v4, [it] can go
+    up to 4096 for float32 dst or 8192 for bfloat16 dst, matching the size of 8x PSUM banks (the
+    entire PSUM)" -- so from v4 there is no bank rule. Other engines read and write PSUM across banks.
+
+    The bytes are where the tensor is placed; while a kernel is traced nothing is placed yet, so they
+    count from the tensor's start, which the allocator puts on a bank boundary when the tensor is
+    larger than a bank (`first_fit`) -- from the tile's start for one block of a block tensor, whose
+    tiles are placed one by one (`allocate.split_block_tensors`). PSUMBankError if it spans two banks."""
+    t = dst.tensor
+    bank = spec.psum_bank_bytes
+    placed = isinstance(t.memory, OnChipMemory)
+    base = (t.offset or 0) if placed else 0
+    if t.kind != "psum" or base % bank + t.partition_bytes <= bank or spec.generation >= "v4":
+        return                                      # the whole tensor lies in one bank
+    pa = t.partition_axis
+    free_shape = t.shape[:pa] + t.shape[pa + 1:]
+    if dst.basic:
+        box = dst.box or tuple(x for n in t.shape for x in (0, n))
+        lows = [box[2 * a] for a in range(len(t.shape)) if a != pa]
+        highs = [box[2 * a + 1] - 1 for a in range(len(t.shape)) if a != pa]
+    else:                                           # index arrays: the elements it really writes
+        coords = np.unravel_index(dst.flat_positions().ravel(), t.shape)
+        offsets = np.ravel_multi_index(tuple(c for a, c in enumerate(coords) if a != pa), free_shape)
+        lows, highs = np.unravel_index(int(offsets.min()), free_shape), np.unravel_index(int(offsets.max()), free_shape)
+    if not placed and pa and all(lows[a] == highs[a] for a in range(pa)):
+        lows, highs = [0] * pa + list(lows[pa:]), [0] * pa + list(highs[pa:])   # one tile of a block tensor
+    lo = base + int(np.ravel_multi_index(tuple(int(x) for x in lows), free_shape)) * t.itemsize if free_shape else base
+    hi = base + (int(np.ravel_multi_index(tuple(int(x) for x in highs), free_shape)) + 1) * t.itemsize \
+        if free_shape else base + t.itemsize
+    if lo // bank != (hi - 1) // bank:
+        raise PSUMBankError(
+            f"PSUM bank: {opcode} writes its result to bytes {lo}-{hi} per partition of {t.name!r} "
+            f"({hi - lo} bytes), across banks {lo // bank}-{(hi - 1) // bank}; on {spec.name} a "
+            f"Tensor-engine result lies in one PSUM bank of {bank} bytes ({bank // 4} fp32): start it "
+            f"on a bank boundary or split the free dimension", value=hi - lo, limit=bank)
+
+
 def first_fit(occupied, nbytes: int, lowest: int, partition_bytes: int, bank: int | None) -> int | None:
     """The first offset >= `lowest` where `nbytes` per partition fit between the `occupied`
     (offset, size) ranges (sorted by offset); in PSUM (`bank`: bank bytes) a tile larger than a
@@ -313,8 +360,9 @@ class OnChipMemory:
         return sum(t.partition_bytes for t in self.tensors)
 
     def check_tile(self, shape, dtype, name: str | None = None, partition_axis: int = 0):
-        """The rules of a tile's shape alone (no placement): partitions <= 128 and, in PSUM, one tile
-        within a bank. Returns (shape, dtype, partition_axis, bytes per partition)."""
+        """The rules of a tile's shape alone (no placement): partitions <= 128 and, in PSUM, a plain
+        tensor within the whole PSUM (it may span banks). Returns (shape, dtype, partition_axis, bytes
+        per partition)."""
         shape = tuple(int(s) for s in shape)
         dt = dtypes.as_dtype(dtype)
         name = name or self.kind
@@ -330,14 +378,10 @@ class OnChipMemory:
                 f"partition limit: {nparts} partitions requested for {name!r}, "
                 f"{self.kind.upper()} has {self.partitions}", value=nparts, limit=self.partitions)
         per_partition = math.prod(shape) // max(nparts, 1) * dt.itemsize
-        if self.bank_bytes is not None:
-            tile_bytes = math.prod(shape[partition_axis + 1:]) * dt.itemsize
-            if tile_bytes > self.bank_bytes:
-                raise PSUMBankError(
-                    f"PSUM bank size: a tile of {name!r} needs {tile_bytes} bytes per partition, "
-                    f"one PSUM bank holds {self.bank_bytes} bytes "
-                    f"({self.bank_bytes // 4} fp32); split the free dimension",
-                    value=tile_bytes, limit=self.bank_bytes)
+        if self.bank_bytes is not None and partition_axis == 0 and per_partition > self.partition_bytes:
+            # a plain PSUM tensor wider than all 8 banks can never be placed (a block tensor's tiles
+            # may be placed one by one: allocate.split_block_tensors)
+            raise self.overflow(per_partition, name, used=0)
         return shape, dt, partition_axis, per_partition
 
     def overflow(self, per_partition: int, name: str, live: str = "", used: int | None = None):

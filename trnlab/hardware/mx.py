@@ -74,6 +74,7 @@ from .engines import DVE
 from .operands import _view
 from .errors import DtypeError, HardwareError, MatmulShapeError, MemoryPlacementError, PETilingError
 from .tensor import View
+from .memory import check_pe_result
 from .tensor_engine import pe_tiles
 
 SCALE_DTYPES = (dtypes.uint8, dtypes.float8_e8m0fnu)
@@ -347,6 +348,7 @@ def nc_matmul_mx(self, dst, stationary, moving, stationary_scale, moving_scale, 
     if dst.tensor.dtype not in (dtypes.float32, dtypes.bfloat16):
         raise DtypeError(f"data type: nc_matmul_mx writes fp32 or bf16 to PSUM, dst is "
                          f"{dtypes.name(dst.tensor.dtype)}", value=dst.tensor.dtype, limit="float32")
+    check_pe_result(self.spec, dst, "nc_matmul_mx")
     tiles = 0
     if tile_position is not None or tile_size is not None:
         if tile_size is not None and len(tuple(tile_size)) == 2 and int(tuple(tile_size)[1]) != 128 or \

@@ -14,6 +14,7 @@ import numpy as np
 from . import cost, dtypes, onezero
 from . import retype as _retype
 from .engines import PE
+from .memory import check_pe_result
 from .errors import (DtypeError, MatmulShapeError, MemoryPlacementError, PartitionAxisError, PETilingError,
                      ShapeMismatchError, StartPartitionError)
 from .operands import _view, start_partition_ok
@@ -86,6 +87,7 @@ class TensorEngineInstructions:
                 self._matmul_checked.clear()
             self._matmul_checked[key] = checked
         dst, st, mv, K, M, N, busy_ns, latency_ns, load_ns, flops, sbuf, psum = checked
+        check_pe_result(self.spec, dst, "nc_matmul")         # its result in one PSUM bank (v2, v3)
         tiles = 0 if tile_position is None and tile_size is None else \
             pe_tiles(self.spec, tile_position, tile_size, K, M)
         if st.tensor.freed or mv.tensor.freed or dst.tensor.freed:
@@ -289,6 +291,7 @@ class TensorEngineInstructions:
         if dst.partitions != F or dst.free_size != P:
             raise ShapeMismatchError(f"shape mismatch: nc_transpose dst {dst.shape}, expected "
                                      f"[{F}, {P}]", value=dst.shape, limit=(F, P))
+        check_pe_result(self.spec, dst, "nc_transpose")
         if self.full:
             self._transpose_values(dst, src)
         # an identity matmul: src is the stationary [K=P, M=F], the identity streams N=P columns

@@ -52,6 +52,7 @@ the same either way. Modules: `loop_index.py` (the loop variable, the lowest), `
 """
 from __future__ import annotations
 
+import math
 import sys
 
 import numpy as np
@@ -247,6 +248,8 @@ class Loop:
             return self.degrade(str(error))
         if not first.same_shape(second):
             return self.degrade("iterations 0 and 1 differ in structure or constants")
+        if _pe_result_moves_in_banked_psum(program, i0, i1, i2):
+            return self.degrade("a Tensor-engine result moves inside a PSUM tensor of several banks")
         step = {}
         for key in set(n1) | set(n2):
             d = n2.get(key, 0) - n1.get(key, 0)
@@ -558,6 +561,29 @@ def _trace_stamping(run_once):
 
 # why the last trace fell back, per retrace: (loop sites, reason) — for tests and for the curious
 fallbacks: list = []
+
+
+def _pe_result_moves_in_banked_psum(program, i0: int, i1: int, i2: int) -> bool:
+    """Whether a Tensor-engine instruction of iterations 0 (instructions i0..i1) and 1 (i1..i2) writes
+    another region of a PSUM tensor larger than a bank. Whether its result straddles two banks
+    (`memory.check_pe_result`) repeats with the bank, not with the far corner the stamped iterations'
+    checks rely on, so such a loop is traced concretely (every iteration checked)."""
+    spec = getattr(program, "spec", None)
+    if spec is None or spec.generation >= "v4":            # no bank rule from NeuronCore-v4
+        return False
+    buffers, instructions = program.buffers, program.instructions
+    for a, b in zip(instructions[i0:i1], instructions[i1:i2]):
+        if a.engine != "pe":
+            continue
+        for wa, wb in zip(a.writes(), b.writes()):
+            buffer = buffers[wa.buffer]
+            if buffer.memory != "psum":
+                continue
+            # the unit the allocator places: a block tensor's tile, else the whole tensor
+            blocks = math.prod(buffer.shape[:buffer.partition_axis or 0])
+            if buffer.partition_bytes // blocks > spec.psum_bank_bytes and not _same(wa.index, wb.index):
+                return True
+    return False
 
 
 def _same(a, b) -> bool:

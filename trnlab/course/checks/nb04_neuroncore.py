@@ -15,6 +15,7 @@ from trnlab.course.errors import CheckFailed
 from trnlab.course.exercises import exercise
 from trnlab.hardware import NeuronCore, dtypes, presets
 from trnlab.hardware.errors import PSUMBankError, PSUMOverflowError
+from trnlab.hardware.memory import check_pe_result
 
 NOTEBOOK = "04_the_neuroncore"
 SPEC = presets.TRN2.core
@@ -47,12 +48,15 @@ def dma_time_of(rows: int, cols: int, dtype_bytes: int) -> float:
 
 
 def psum_tiles_of(tile_n: int) -> int:
-    """How many [128, tile_n] fp32 tiles a fresh core's PSUM accepts before it refuses."""
+    """How many [128, tile_n] fp32 accumulation tiles a fresh core's PSUM holds at once: tiles it
+    accepts, each one a matmul result may fill. A PSUM tensor may span banks, but a matmul's result
+    lies in one bank (`memory.check_pe_result`), so a tile wider than a bank accumulates nothing."""
     core = NeuronCore(SPEC, mode="timing")
     count = 0
     try:
         while True:
-            core.psum.allocate((128, tile_n), dtypes.float32, name=f"acc{count}")
+            tile = core.psum.allocate((128, tile_n), dtypes.float32, name=f"acc{count}")
+            check_pe_result(SPEC, tile.full, "nc_matmul")
             count += 1
     except (PSUMOverflowError, PSUMBankError):
         return count
@@ -140,4 +144,5 @@ class PsumTiles:
             raise CheckFailed(
                 f"expected {expected} tiles, got {got} for tile_n={tile_n} "
                 f"({tile_n * 4} bytes per partition per fp32 tile; {SPEC.psum_banks} banks of "
-                f"{SPEC.psum_bank_bytes} bytes; a tile may not straddle two banks)")
+                f"{SPEC.psum_bank_bytes} bytes; a matmul's result lies in one bank, so a tile never "
+                f"straddles two and one wider than a bank is no accumulation tile)")
