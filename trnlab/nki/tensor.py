@@ -343,7 +343,8 @@ class NkiTensor:
                             f"{self.name!r} is an indirect view (scalar_offset / vector_offset, select or "
                             f"vector_select by a tile): only DMAs move it (nisa.dma_copy, nl.load, nl.store), and "
                             f"at a register / NkiScalar scalar_offset the instructions that take an .indirect() view "
-                            f"read or write it too (their input and dst)")
+                            f"read or write it too (any of their tile operands); trnlab simulates no other "
+                            f"instruction with it")
         if self._bitcast is not None:
             raise ViewError(_views.BYTES_VIEW_RULE.format(name=self.name, dtype=_dtypes.name(self.dtype),
                                                           own=_dtypes.name(self._bitcast.dtype)))
