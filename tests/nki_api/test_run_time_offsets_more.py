@@ -252,6 +252,12 @@ def test_two_run_time_indices_into_an_hbm_table_are_numpy_indexing(e, r):
     np.testing.assert_array_equal(run.outputs, table[e, r][None, :])
 
 
+def test_an_index_past_its_own_axis_inside_the_table_reads_on_as_one_offset():
+    table = RNG.normal(size=(4, 8, 16)).astype(np.float32)
+    run = nki.run(pick_row, table, np.array([[1]], np.int32), np.array([[8]], np.int32))
+    np.testing.assert_array_equal(run.outputs, table[2, 0][None, :])     # offset 1 * 8 + 8: row 0 of expert 2
+
+
 def test_two_run_time_indices_cost_the_register_arithmetic_a_kernel_would_write():
     table = RNG.normal(size=(4, 8, 16)).astype(np.float32)
     e, r = np.array([[2]], np.int32), np.array([[5]], np.int32)

@@ -16,10 +16,10 @@ v2.33.0; "NKI Tensor Indirection"]:
 
 The offsets are data: the instruction reads them when it runs (hardware `tensor_indirect`, in
 `hardware/indirection.py`, with the rules and the costs; `matmul_indirect` on the Tensor engine). The same
-instructions take, as their input or dst, an SBUF / PSUM access pattern at a register / NkiScalar
-``scalar_offset`` (`at_register`; hardware `tensor_register_offset`, `hardware/register_offsets.py`). The view itself is held in the tile's
-``_dynamic`` field (an `Indirection`), so every other view operation and every other instruction refuses
-it, as AWS's "indirect views cannot be re-indirected" says.
+instructions take, as any of their tile operands, an SBUF / PSUM access pattern at a register / NkiScalar
+``scalar_offset`` (`at_register`; hardware `tensor_register_offset`, `hardware/register_offsets.py`). The view
+itself is held in the tile's ``_dynamic`` field (an `Indirection`), so every other view operation and every
+other instruction refuses it, as AWS's "indirect views cannot be re-indirected" says.
 """
 from __future__ import annotations
 
