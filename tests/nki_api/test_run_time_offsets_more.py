@@ -122,6 +122,33 @@ def test_a_bias_and_a_reduce_result_at_a_run_time_column_are_numpy():
 
 
 @nki.jit
+def predicated_from_a_run_time_column(x, mask, table, column):
+    """out = table's 8 columns from column where mask, x elsewhere: tensor_copy_predicated's src (which takes no
+    .indirect() view) at a run-time offset."""
+    P, F = x.shape
+    out_tile = nl.ndarray((P, F), dtype=x.dtype, buffer=nl.sbuf)
+    ms = nl.ndarray((P, F), dtype=mask.dtype, buffer=nl.sbuf)
+    ts = nl.ndarray(table.shape, dtype=table.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=out_tile, src=x)
+    nisa.dma_copy(dst=ms, src=mask)
+    nisa.dma_copy(dst=ts, src=table)
+    K = table.shape[1]
+    nisa.tensor_copy_predicated(dst=out_tile, predicate=ms,
+                                src=ts.ap([[K, P], [1, F]], offset=0, scalar_offset=load_scalar(column), indirect_dim=1))
+    out = nl.ndarray((P, F), dtype=x.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=out_tile)
+    return out
+
+
+def test_a_predicated_copys_source_at_a_run_time_offset_is_numpy_where():
+    x = RNG.normal(size=(4, 8)).astype(np.float32)
+    mask = (RNG.random(size=(4, 8)) < 0.5).astype(np.uint8)
+    table = RNG.normal(size=(4, 12)).astype(np.float32)
+    run = run_both(predicated_from_a_run_time_column, x, mask, table, np.array([[3]], np.int32))
+    np.testing.assert_array_equal(run.outputs, np.where(mask != 0, table[:, 3:11], x))
+
+
+@nki.jit
 def add_after_a_far_write(x, y, b):
     """out = x[:, 0:4] + y's 4 columns from b, after a GpSimd memset of y's columns 8 .. 11: columns the
     pattern at offset 0 does not touch, but the run-time offset may."""

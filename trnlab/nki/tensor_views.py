@@ -664,9 +664,9 @@ def _folded(indices: list, factors: list):
         return indices[0]
     total = None
     for index, factor in zip(indices, factors):
-        if not isinstance(index, NkiScalar):      # a plain register: as an int32 scalar (0 + register)
+        if not isinstance(index, NkiScalar):      # a plain register read as an int32 scalar: the same register
             scalar = NkiScalar(dtype="int32")
-            scalar.value, scalar.id = index.value, index.id
+            scalar.id, scalar.value, scalar.origin = index.id, index.value, index.origin
             index = scalar
         term = index if factor == 1 else index * factor
         total = term if total is None else total + term
