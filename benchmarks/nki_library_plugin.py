@@ -11,11 +11,16 @@ Inside the library's own pytest run (``--test-mode simulation``) it:
 - runs a kernel of ``InferenceArgs(collective_ranks=N > 1)`` on all N ranks at once: the harness's
   simulation mode runs one rank only (its ``simulation_setup.simulate_kernel`` calls ``.items()`` on a
   ``PerRankLazyInputGenerator``, and a dict input runs on a lone core); the orchestrator's
-  ``_run_simulator_inference`` is stood in for, for such tests only: each rank's inputs
+  ``_run_simulator_inference`` is stood in for (one-rank tests run as the harness runs them, its
+  ``simulation_setup.simulate_kernel``), and for such tests: each rank's inputs
   (``for_rank(r)``, or the one dict for every rank) go to `trnlab.nki.multi_rank_run` (AWS's
   ``nki.multi_rank_simulate``: a Cluster of N ranks, LNC = the test's ``logical_nc_config``), and rank r's
   outputs are written to ``output_worker_<r>/`` as the hardware path leaves them, so the harness's own
   ``OutputValidator`` compares every rank with the library's per-rank references;
+- hands the harness each output in its placeholder's dtype as the harness's simulation path does
+  (``np.asarray(output, dtype=...)``), except an MX x4 output declared as another type (the library's
+  mxfp_load declares its float8_e4m3fn_x4 output float32): its bytes, as the chip's path reads the output
+  file, since AWS's x4 types have no cast by value (`nki_library_outputs`);
 - records every `trnlab.nki.run` (the call behind ``nki.cpu_simulate(kernel)[lnc](...)``) and every
   multi-rank run: its simulated latency and the library's QoR metrics (`trnlab.nki.qor`);
 - keeps, per test file, the first ``NKILIB_MAX_FAST`` (0: every; -1: none) ``fast`` tests that the simulation mode runs
@@ -57,6 +62,7 @@ import types
 
 import pytest
 from nki_library_clocks import Clocks, TestTimeLimit
+from nki_library_outputs import as_placeholder
 
 RESULTS = os.environ.get("NKILIB_RESULTS")
 MAX_FAST = int(os.environ.get("NKILIB_MAX_FAST", "4"))
@@ -214,8 +220,6 @@ _clocks = Clocks(TEST_SECONDS, HARNESS_SECONDS, kernel_ran=lambda: bool(_runs))
 
 def _simulate_ranks(kernel_under_test) -> list:
     """Run a collective_ranks > 1 test's kernel on all its ranks: per rank, {output name: array}."""
-    import numpy as np
-
     import trnlab.nki as tnki
     from test.utils.common_dataclasses import PerRankLazyInputGenerator, normalize_golden_output
     ranks = kernel_under_test.inference_args.collective_ranks
@@ -244,32 +248,49 @@ def _simulate_ranks(kernel_under_test) -> list:
         if len(result) != len(names):
             raise RuntimeError(f"rank {r}: kernel returned {len(result)} outputs but expected {len(names)}: "
                                f"{list(names)}")
-        outputs.append({n: np.asarray(o, dtype=g.dtype) for n, o, g in zip(names, result, names.values())})
+        outputs.append({n: as_placeholder(o, g) for n, o, g in zip(names, result, names.values())})
     return outputs
 
 
-def _stand_in_multi_rank_simulation(orchestrator) -> None:
+def _simulate_one(kernel_under_test) -> dict:
+    """A one-rank test's kernel on the simulator, {output name: array}, as the harness's
+    ``simulation_setup.run_simulator_inference`` runs it (its ``simulate_kernel``), the outputs kept
+    by `nki_library_outputs.as_placeholder`."""
+    from test.utils import simulation_setup
+    from test.utils.common_dataclasses import normalize_golden_output
+    os.environ["NKI_NC_VERSION"] = kernel_under_test.compiler_input.platform_target.get_nc_gen()
+    outputs = simulation_setup.simulate_kernel(kernel_under_test.kernel_func, kernel_under_test.kernel_input or {},
+                                               kernel_under_test.compiler_input.logical_nc_config)
+    if kernel_under_test.validation_args is None:       # as the harness's own simulation path refuses it
+        raise ValueError("Simulation mode requires validation_args to verify outputs")
+    names = normalize_golden_output(kernel_under_test.validation_args.golden_output)
+    if len(outputs) != len(names):
+        raise RuntimeError(f"kernel returned {len(outputs)} outputs but expected {len(names)}: {list(names)}")
+    return {n: as_placeholder(o, g) for n, o, g in zip(names, outputs, names.values())}
+
+
+def _stand_in_simulation(orchestrator) -> None:
     cls = orchestrator.Orchestrator
-    if getattr(cls._run_simulator_inference, "_trnlab_multi_rank", False):
+    if getattr(cls._run_simulator_inference, "_trnlab", False):
         return
-    single = cls._run_simulator_inference
     from test.utils.common_dataclasses import INF_ARTIFACT_DIR_NAME
     from test.utils.exceptions import InferenceException
     from test.utils.metrics_collector import MetricName
 
     def _run_simulator_inference(self, kernel_under_test):
-        if kernel_under_test.inference_args.collective_ranks <= 1:
-            return single(self, kernel_under_test)
+        one = kernel_under_test.inference_args.collective_ranks <= 1
         try:
             with self.emitter.get_collector().timer(MetricName.SIMULATION_TIME):
-                outputs = _simulate_ranks(kernel_under_test)
+                outputs = _simulate_one(kernel_under_test) if one else _simulate_ranks(kernel_under_test)
         except Exception as e:
             raise InferenceException(str(e)) from e
+        if one:
+            return self._dump_output_tensors(outputs) if outputs else None
         base = os.path.join(self.fs_config.artifacts_output_directory_path, INF_ARTIFACT_DIR_NAME)
         for r, tensors in enumerate(outputs):        # as the hardware path leaves per-rank outputs
             self.__dump_tensors__(os.path.join(base, f"output_worker_{r}"), tensors, lambda n: n)
         return base
-    _run_simulator_inference._trnlab_multi_rank = True
+    _run_simulator_inference._trnlab = True
     cls._run_simulator_inference = _run_simulator_inference
 
 
@@ -279,7 +300,7 @@ def _patch_orchestrator() -> None:
         return
     if not hasattr(orchestrator.Orchestrator, "_compiled_kernel"):
         orchestrator.Orchestrator._compiled_kernel = None
-    _stand_in_multi_rank_simulation(orchestrator)
+    _stand_in_simulation(orchestrator)
 
 
 def pytest_configure(config) -> None:

@@ -2,7 +2,7 @@
 kernels load MX weights as uint32 words and retype the SBUF tile to float8_e4m3fn_x4, its mxfp_load
 quantizes an fp32 tile read as bf16): each partition keeps its bytes, the last axis scales by the size
 ratio, and the retyped tile indexes, reshapes and ``.ap()``s as a tile of its own type. DMAs move it;
-nc_matmul_mx and quantize_mx read it. Values against NumPy's ``.view``; what is refused, refused by name;
+nc_matmul_mx and quantize_mx read it, tensor_copy reads and writes it in the new type's elements, of any size. Values against NumPy's ``.view``; what is refused, refused by name;
 full and timing-only; fast paths on and off."""
 import ml_dtypes
 import numpy as np
@@ -14,7 +14,7 @@ import trnlab.nki.isa as nisa
 import trnlab.nki.language as nl
 from trnlab import config
 from trnlab.hardware import mx
-from trnlab.hardware.errors import DtypeError
+from trnlab.hardware.errors import DtypeError, ShapeMismatchError, UninitializedReadError
 from trnlab.nki.errors import ViewError
 
 from nki_kernels.mx_matmul import mx_product_to_hbm
@@ -161,10 +161,17 @@ def test_what_aws_refuses_of_a_retyped_tile_is_refused_by_name():
         nisa.tensor_reduce(dst=out, op=nl.add, data=tile.view(nl.float32), axis=1)
         return x
 
-    def copy_across_sizes(x):       # tensor_copy reads 4 bytes of a uint8 tile as one fp32: not modelled
+    def add_across_sizes(x):        # tensor_tensor reads a retyped tile of its own element size only
         tile = nl.ndarray((32, 4), dtype=nl.uint8, buffer=nl.sbuf)
         nisa.dma_copy(dst=tile, src=x)
         out = nl.ndarray((32, 1), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_tensor(dst=out, data1=tile.view(nl.float32), data2=tile.view(nl.float32), op=nl.add)
+        return x
+
+    def copy_mismatched(x):         # 4 uint8 bytes are one fp32, not two
+        tile = nl.ndarray((32, 4), dtype=nl.uint8, buffer=nl.sbuf)
+        nisa.dma_copy(dst=tile, src=x)
+        out = nl.ndarray((32, 2), dtype=nl.float32, buffer=nl.sbuf)
         nisa.tensor_copy(dst=out, src=tile.view(nl.float32))
         return x
 
@@ -173,7 +180,9 @@ def test_what_aws_refuses_of_a_retyped_tile_is_refused_by_name():
     with pytest.raises(ViewError, match="only a DMA moves such a view, or the engine instructions"):
         nki.run(nki.jit(other_engine_reads), np.zeros((32, 1), np.uint32))
     with pytest.raises(DtypeError, match="same element size only"):
-        nki.run(nki.jit(copy_across_sizes), np.zeros((32, 4), np.uint8))
+        nki.run(nki.jit(add_across_sizes), np.zeros((32, 4), np.uint8))
+    with pytest.raises(ShapeMismatchError, match=r"elements per partition 2 vs 1, in the types read"):
+        nki.run(nki.jit(copy_mismatched), np.zeros((32, 4), np.uint8))
 
 
 @nki.jit
@@ -207,6 +216,95 @@ def test_tensor_copy_reads_and_writes_a_retyped_tile_as_its_bytes(fast, records)
     np.testing.assert_array_equal(read, words.view(np.float32))
     np.testing.assert_array_equal(written, values.view(np.uint32))
     assert records(timing) == records(run)
+
+
+@nki.jit
+def copy_across_element_sizes(x, y, raw):
+    """tensor_copy of retyped tiles of another element size: an fp32 tile's bytes read as bf16 [P, 2F], bf16
+    pairs read as fp32 [P, F], bf16 values written into an fp32 tile's bytes, 4 uint8 bytes read as one fp32."""
+    P, F = x.shape
+    t = nl.ndarray((P, F), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x)
+    halves = nl.ndarray((P, 2 * F), dtype=nl.bfloat16, buffer=nl.sbuf)
+    nisa.tensor_copy(dst=halves, src=t.view(nl.bfloat16))
+    u = nl.ndarray((P, 2 * F), dtype=nl.bfloat16, buffer=nl.sbuf)
+    nisa.dma_copy(dst=u, src=y)
+    pairs = nl.ndarray((P, F), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_copy(dst=pairs, src=u.view(nl.float32))
+    w = nl.ndarray((P, F), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_copy(dst=w.view(nl.bfloat16), src=u)
+    b = nl.ndarray(raw.shape, dtype=nl.uint8, buffer=nl.sbuf)
+    nisa.dma_copy(dst=b, src=raw)
+    words = nl.ndarray((P, raw.shape[1] // 4), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_copy(dst=words, src=b.view(nl.float32))
+    outs = []
+    for tile in (halves, pairs, w, words):
+        out = nl.ndarray(tile.shape, dtype=tile.dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=tile)
+        outs.append(out)
+    return tuple(outs)
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_tensor_copy_reads_and_writes_tiles_retyped_to_another_element_size(fast, records):
+    x = RNG.normal(size=(32, 8)).astype(np.float32)
+    y = RNG.normal(size=(32, 16)).astype(ml_dtypes.bfloat16)
+    raw = RNG.normal(size=(32, 4)).astype(np.float32).view(np.uint8)
+    with config.override(fast=fast):
+        run = nki.run(copy_across_element_sizes, x, y, raw)
+        timing = nki.run(copy_across_element_sizes, x, y, raw, timing_only=True)
+    halves, pairs, w, words = run.outputs
+    np.testing.assert_array_equal(halves.view(np.uint16), x.view(np.uint16))
+    np.testing.assert_array_equal(pairs.view(np.uint32), y.view(np.uint32))
+    np.testing.assert_array_equal(w.view(np.uint32), y.view(np.uint32))
+    np.testing.assert_array_equal(words.view(np.uint32), raw.view(np.uint32))
+    assert records(timing) == records(run)
+
+
+@nki.jit
+def copy_half_written(x):
+    """An fp32 tile with only its first column written, read as bf16 [P, 4] by tensor_copy (the halves of the
+    unwritten column are garbage), copied back into another fp32 tile's bytes (its second column garbage):
+    the defined parts go out, then the whole second tile."""
+    P = x.shape[0]
+    t = nl.ndarray((P, 2), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t[:, 0:1], src=x)
+    halves = nl.ndarray((P, 4), dtype=nl.bfloat16, buffer=nl.sbuf)
+    nisa.tensor_copy(dst=halves, src=t.view(nl.bfloat16))
+    first = nl.ndarray((P, 2), dtype=nl.bfloat16, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=first, src=halves[:, 0:2])
+    w = nl.ndarray((P, 2), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_copy(dst=w.view(nl.bfloat16), src=halves)
+    word = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=word, src=w[:, 0:1])
+    every = nl.ndarray((P, 2), dtype=nl.float32, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=every, src=w)
+    return first, word, every
+
+
+def test_a_retyped_read_of_never_written_bytes_is_garbage_in_the_elements_they_make():
+    x = RNG.normal(size=(32, 1)).astype(np.float32)
+    with pytest.raises(UninitializedReadError, match=r"32 of 64 elements .*first at view position \[0, 1\]") as err:
+        nki.run(copy_half_written, x)
+    assert "dma_copy(dst=every" in str(err.value)          # the defined columns went out
+
+
+def test_a_tile_read_as_a_narrower_type_is_costed_as_that_types_elements(records):
+    @nki.jit(target="trn2")
+    def copy_bf16(x, retype: bool):
+        P, F = x.shape
+        tile = nl.ndarray((P, F // 2) if retype else (P, F), dtype=nl.float32 if retype else nl.bfloat16,
+                          buffer=nl.sbuf)
+        nisa.dma_copy(dst=tile, src=x.view(nl.float32) if retype else x)
+        out = nl.ndarray((P, F), dtype=nl.bfloat16, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=out, src=tile.view(nl.bfloat16) if retype else tile, engine=nisa.vector_engine)
+        result = nl.ndarray((P, F), dtype=nl.bfloat16, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=result, src=out)
+        return result
+    x = RNG.normal(size=(128, 512)).astype(ml_dtypes.bfloat16)
+    native, retyped = nki.run(copy_bf16, x, False), nki.run(copy_bf16, x, True)
+    np.testing.assert_array_equal(retyped.outputs.view(np.uint16), x.view(np.uint16))
+    assert [r[1:] for r in records(retyped)] == [r[1:] for r in records(native)]
 
 
 @nki.jit(target="trn2")

@@ -1,8 +1,10 @@
 """``sbuf_tile.ap(pattern, dtype=...)`` of another element size (NKI Access Patterns: the pattern counts
 elements of the new type over the tile's bytes): a DMA moves the tile's bytes unchanged — e.g. fp32
 scales stored as the fp8 bytes of an HBM row, as a quantizing kernel appends its dequantization scales.
-Values against NumPy's ``.view``; an engine reading such a view of another element size and a pattern that
-splits an element are refused by name; fast paths on and off."""
+An engine instruction consumes such a view as any other access pattern (NkiTensor: "Views are consumed by NKI
+ISA instructions (e.g., nisa.tensor_copy, nisa.dma_copy)"): tensor_copy reads the bytes as elements of the new
+type. Values against NumPy's ``.view``; a pattern that splits an element, and an engine that reads a tile in
+its own type only, are refused by name; fast paths on and off."""
 import ml_dtypes
 import numpy as np
 import pytest
@@ -71,12 +73,37 @@ def test_a_dma_writes_bytes_into_an_sbuf_tile_read_as_another_type():
     np.testing.assert_array_equal(nki.run(fp8_bytes_into_an_fp32_tile, raw).outputs, scales)
 
 
-def test_an_engine_reading_a_bytes_view_and_a_pattern_splitting_an_element_are_refused():
-    def engine_reads(x):
+@nki.jit
+def engine_reads_scales_as_fp8(scales):
+    """tensor_copy reads an fp32 tile [P, 1] through .ap(dtype=float8_e4m3) as fp8 [P, 4]; bf16 out."""
+    P = scales.shape[0]
+    tile = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=tile, src=scales)
+    fp8 = nl.ndarray((P, 4), dtype=nl.bfloat16, buffer=nl.sbuf)
+    nisa.tensor_copy(dst=fp8, src=tile.ap([[4, P], [1, 4]], dtype=nl.float8_e4m3))
+    out = nl.ndarray((P, 4), dtype=nl.bfloat16, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=fp8)
+    return out
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_an_engine_reads_a_bytes_view_as_elements_of_its_type(fast, records):
+    scales = RNG.uniform(0.01, 4.0, size=(128, 1)).astype(np.float32)
+    with config.override(fast=fast):
+        run = nki.run(engine_reads_scales_as_fp8, scales)
+        timing = nki.run(engine_reads_scales_as_fp8, scales, timing_only=True)
+    fp8 = scales.view(np.uint8).reshape(128, 4).view(np.dtype(nl.float8_e4m3))
+    np.testing.assert_array_equal(run.outputs.astype(np.float32), fp8.astype(ml_dtypes.bfloat16).astype(np.float32))
+    assert records(timing) == records(run)
+
+
+def test_a_pattern_splitting_an_element_and_an_engine_reading_in_its_own_type_are_refused():
+    def engine_reads(x):            # tensor_tensor reads a tile in its own type (or one of its size)
         tile = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
         nisa.dma_copy(dst=tile, src=x)
         out = nl.ndarray((128, 4), dtype=nl.float8_e4m3, buffer=nl.sbuf)
-        nisa.tensor_copy(dst=out, src=tile.ap([[4, 128], [1, 4]], dtype=nl.float8_e4m3))
+        view = tile.ap([[4, 128], [1, 4]], dtype=nl.float8_e4m3)
+        nisa.tensor_tensor(dst=out, data1=view, data2=view, op=nl.add)
         return x
 
     def splits(x):
@@ -86,7 +113,7 @@ def test_an_engine_reading_a_bytes_view_and_a_pattern_splitting_an_element_are_r
         nisa.dma_copy(dst=out, src=tile.ap([[4, 128], [1, 2]], dtype=nl.float8_e4m3))
         return out
     x = np.ones((128, 1), np.float32)
-    with pytest.raises(DtypeError, match="same element size only"):     # tensor_copy: 4 bytes as 1 is not modelled
+    with pytest.raises(DtypeError, match="same element size only"):
         nki.run(nki.jit(engine_reads), x)
     with pytest.raises(ViewError, match="reads part of a 4-byte element"):
         nki.run(nki.jit(splits), x)

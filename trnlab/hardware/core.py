@@ -26,6 +26,7 @@ Engines (short names as in Neuron's profiler): ``pe`` Tensor, ``act`` Scalar, ``
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import numpy as np
 
@@ -248,30 +249,43 @@ class NeuronCore(TensorEngineInstructions, VectorInstructions, ReductionInstruct
     def _cost_ns(self, eid: int, opcode: str, reads, writes, read_as=None, **attrs) -> float:
         """ns a Vector / Scalar / GpSimd instruction keeps engine `eid` busy (`cost.cost`).
         ``read_as``: per operand (reads, then writes) the dtype it is read as, or None for its own (a
-        tile retyped by ``.view(dtype)``, the same element size: `retype.py`).
+        tile retyped by ``.view(dtype)``: `retype.py`; of another element size, the operand counts that
+        type's elements, `retype.typed_shape`).
 
         The answer depends only on the engine, opcode, elements per partition, operand count and
         attributes, so it is remembered per such key (the cost model is pure)."""
         first = reads[0] if reads else writes[0]
         key = (eid, opcode, first.free_size, len(reads), tuple(attrs.items()), read_as)
+        if read_as is not None:                 # the same types read from elements of other sizes
+            key += tuple(v.tensor.itemsize for v in reads + writes)
         operands = None
         if cost.cost_depends_on_operands(self.spec, _ENGINE_NAMES[eid], opcode):
             # the performance mode [ARCH-v3], tensor_tensor's PSUM rule and memset's bf16 rate
             # depend on dtypes, memories and layout too
-            operands = tuple(cost.operand(v) for v in reads + writes)
-            if read_as is not None:
-                operands = tuple(o if d is None else dataclasses.replace(o, dtype=d) for o, d in zip(operands, read_as))
+            operands = self._operands(reads + writes, read_as)
             key += operands
         ns = self._costs.get(key)
         if ns is None:
             if operands is None:
-                operands = tuple(cost.operand(v) for v in reads + writes)
-                if read_as is not None:
-                    operands = tuple(o if d is None else dataclasses.replace(o, dtype=d)
-                                     for o, d in zip(operands, read_as))
+                operands = self._operands(reads + writes, read_as)
             instr = cost.Instruction(opcode, _ENGINE_NAMES[eid], operands[:len(reads)], operands[len(reads):], attrs)
             ns = self._costs[key] = cost.cost(instr, self.spec).ns
         return ns
+
+    @staticmethod
+    def _operands(views, read_as) -> tuple:
+        """The cost model's operands of `views`, each read as its ``read_as`` type (None: its own)."""
+        operands = tuple(cost.operand(v) for v in views)
+        if read_as is None:
+            return operands
+        out = []
+        for o, v, d in zip(operands, views, read_as):
+            if d is not None:
+                shape = _retype.typed_shape(v, dtypes.as_dtype(d))
+                o = dataclasses.replace(o, dtype=d, shape=shape,
+                                        free_size=math.prod(shape) // max(v.partitions, 1))
+            out.append(o)
+        return tuple(out)
 
     def _vector_hidden_ns(self, reads, writes) -> float:
         """The part of a Vector instruction's static overhead it does not pay if it issues back to

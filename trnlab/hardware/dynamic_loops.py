@@ -26,6 +26,10 @@ executes, one loop at a time in program order:
    on the chip); tiles live across the loop keep theirs, live over the whole loop
    (`close_live_ranges`, applied before allocation: the loop's back edge keeps them alive).
 
+A branch of `nl.if_else` (``kind`` "if" / "else") is such a loop of 0 or 1 trips without an iterator:
+``range(0, t)`` / ``range(t, 1)``, t the register the branch's compare wrote (cond != 0), so exactly
+one of the two bodies is kept (`trnlab/nki/device_loops.py`).
+
 A while loop (``kind == "while"``) goes one iteration at a time: its condition register read where it
 starts (1.), and if nonzero one repetition of the body, the register the body returned moved into the
 condition (ASSUMED: one register instruction), and the loop again after it.
@@ -142,6 +146,10 @@ def iteration_values(program: Program, loop: Loop, core, args: list, hbm_tensors
     return values
 
 
+def _what(loop: Loop) -> str:
+    return "branch of nl.if_else" if loop.kind in ("if", "else") else "loop"
+
+
 def backward_slice(program: Program, end: int, registers: list) -> list[int]:
     """The indices of the instructions before `end` that the values of `registers` there depend on."""
     buffers = program.buffers
@@ -193,8 +201,9 @@ def register_values(program: Program, loop: Loop, registers: list, core, args: l
             tensor = hbm_tensors[bid]
             value = tensor.full.read() if tensor.memory.with_data else None
         if value is None:
+            decides = ("is taken or not as" if loop.kind in ("if", "else") else "repeats as many times as")
             raise TripCountError(
-                f"run-time trip count: the loop at {loop.line or 'its kernel line'} repeats as many times as "
+                f"run-time trip count: the {_what(loop)} at {loop.line or 'its kernel line'} {decides} "
                 f"argument {name!r} says, and it was given without values (timing-only, a ShapeDtype or a "
                 f"tensor without data); pass {name!r} as an array (the other arguments may stay ShapeDtype), "
                 f"or run in full mode", value=name, limit="an argument with values")

@@ -121,7 +121,9 @@ class Loop:
     """A loop the device runs (`nl.dynamic_range`, `nl.fori_loop` with a register bound): its body,
     instructions ``begin .. end-1``, is in the program once; each bound is an int or the id of the
     register holding it (``{"register": id}``), read when the program runs; ``index`` is the register
-    the body reads the iteration value from (`dynamic_loops.py` runs it)."""
+    the body reads the iteration value from (`dynamic_loops.py` runs it). A branch of `nl.if_else` is a
+    loop of 0 or 1 trips without an index: ``kind="if"`` runs ``range(0, t)``, ``kind="else"``
+    ``range(t, 1)``, t the register holding (cond != 0)."""
     begin: int
     end: int
     start: object                    # int | {"register": id}
@@ -130,7 +132,8 @@ class Loop:
     index: int | None = None         # the iterator's register id
     line: str = ""                   # the kernel line of the loop
     source: tuple | None = None      # (path, line number, function)
-    kind: str = "for"                # "for": start..stop by step; "while": while register `start` != 0
+    kind: str = "for"                # "for": start..stop by step; "while": while register `start` != 0;
+                                     # "if" / "else": a branch (run as "for": range(0, t) / range(t, 1))
     next: int | None = None          # "while": the register the body returns (moved into `start` after it)
 
     def bound(self, value) -> str:
@@ -141,8 +144,12 @@ class Loop:
             then = "" if self.next in (None, self.start["register"]) else f", then reg{self.start['register']} = reg{self.next}"
             where = f"  # {self.line}" if self.line else ""
             return (f"while {self.bound(self.start)} != 0{then}: instructions {self.begin}..{self.end - 1}{where}")
-        index = "" if self.index is None else f"reg{self.index} in "
         where = f"  # {self.line}" if self.line else ""
+        if self.kind == "if":
+            return f"if {self.bound(self.stop)} != 0: instructions {self.begin}..{self.end - 1}{where}"
+        if self.kind == "else":
+            return f"else ({self.bound(self.start)} == 0): instructions {self.begin}..{self.end - 1}{where}"
+        index = "" if self.index is None else f"reg{self.index} in "
         return (f"for {index}range({self.bound(self.start)}, {self.bound(self.stop)}, {self.step}): "
                 f"instructions {self.begin}..{self.end - 1}{where}")
 

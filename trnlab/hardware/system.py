@@ -13,7 +13,8 @@ generated/nki.isa.<name>.html), as methods of `NeuronCore` (`SystemInstructions`
     register_load(register, src)  register = src's one 32-bit value (HBM or SBUF)           GpSimd (ASSUMED)
     register_store(dst, register) dst's one element = register                              GpSimd (ASSUMED)
     register_op(register, a, op, b, imm, reverse, bits)  register = a <op> (register b or imm), wrapping
-                                  at `bits` (32 or 64): NkiScalar arithmetic (+, -, *)         GpSimd (ASSUMED)
+                                  at `bits` (32 or 64): NkiScalar arithmetic (+, -, *); or 1 / 0,
+                                  an int32 comparison (<, <=, >, >=, ==, !=)                  GpSimd (ASSUMED)
     register_rank(register, ring, iteration)  register = this core's rank, or (ring) the rank whose data
                                   it holds after `iteration` ring steps                  GpSimd (ASSUMED)
     core_barrier(data, engine)    wait for this core's writes to data and the peer core        GpSimd (default)
@@ -53,6 +54,10 @@ STATEFUL_OPCODES = ("rng", "rand2", "rand", "rand_set_state", "rand_get_state", 
                     "tensor_register_offset")
 # NkiScalar arithmetic ("At 64 bits only addition, subtraction and multiplication are available", nki.isa.NkiScalar)
 REGISTER_OPS = {"add": lambda x, y: x + y, "subtract": lambda x, y: x - y, "multiply": lambda x, y: x * y}
+# int32 NkiScalar comparisons: 1 or 0 (read by nl.if_else, the one use AWS's pages give their result)
+REGISTER_COMPARISONS = {"less": lambda x, y: int(x < y), "less_equal": lambda x, y: int(x <= y),
+                        "greater": lambda x, y: int(x > y), "greater_equal": lambda x, y: int(x >= y),
+                        "equal": lambda x, y: int(x == y), "not_equal": lambda x, y: int(x != y)}
 
 
 def register_value(state: dict, register: int) -> int:
@@ -269,18 +274,21 @@ class SystemInstructions:
                     reverse: bool = False, bits: int = 32) -> int:
         """register = a <op> (register `b`, or the integer `imm`) — with `reverse`, (b or imm) <op> a — in
         `bits`-bit two's complement, wrapping ("arithmetic that outgrows 32 bits wraps rather than promoting",
-        nki.isa.NkiScalar); op add, subtract or multiply. A register instruction (GpSimd, ASSUMED)."""
-        if op not in REGISTER_OPS or (imm is None) == (int(b) < 0) or bits not in (32, 64):
-            raise RegisterError(f"register: register_op {op!r} takes one of {sorted(REGISTER_OPS)}, a second register "
-                                f"or an integer (not both), 32 or 64 bits; got b={b}, imm={imm}, bits={bits}",
-                                value=(op, b, imm, bits), limit=tuple(REGISTER_OPS))
+        nki.isa.NkiScalar); op add, subtract or multiply, or a comparison (`REGISTER_COMPARISONS`, 32 bits
+        only: 1 if it holds, else 0). A register instruction (GpSimd, ASSUMED)."""
+        compute = REGISTER_OPS.get(op) or (REGISTER_COMPARISONS.get(op) if bits == 32 else None)
+        if compute is None or (imm is None) == (int(b) < 0) or bits not in (32, 64):
+            raise RegisterError(f"register: register_op {op!r} takes one of {sorted(REGISTER_OPS)} (32 or 64 "
+                                f"bits) or {sorted(REGISTER_COMPARISONS)} (32 bits), a second register or an integer "
+                                f"(not both); got b={b}, imm={imm}, bits={bits}", value=(op, b, imm, bits),
+                                limit=tuple(REGISTER_OPS) + tuple(REGISTER_COMPARISONS))
         state = self._system_state()
         registers, widths = state["registers"], state.setdefault("register_bits", {})
         if int(a) in registers and (imm is not None or int(b) in registers):
             x = register_value(state, a)
             y = int(imm) if imm is not None else register_value(state, b)
             x, y = (y, x) if reverse else (x, y)
-            registers[int(register)] = REGISTER_OPS[op](x, y) & ((1 << bits) - 1)
+            registers[int(register)] = compute(x, y) & ((1 << bits) - 1)
             widths[int(register)] = bits
         return self._issue_system(POOL, "register_op", self._register_ns(), (), ())
 

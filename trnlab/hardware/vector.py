@@ -24,16 +24,19 @@ class VectorInstructions:
 
     def tensor_copy(self, dst, src, engine="vector", src_dtype=None, dst_dtype=None) -> int:
         """dst = src, cast to dst's dtype, on any compute engine (e.g. PSUM -> SBUF). ``src_dtype`` /
-        ``dst_dtype``: that operand's bytes read as this type of the same size (a tile retyped by
-        ``.view(dtype)``: `retype.py`)."""
+        ``dst_dtype``: that operand's bytes read as this type, of any element size (a tile retyped by
+        ``.view(dtype)``: `retype.py`; its shape, values and cost in that type's elements)."""
         dst = _view(dst, "dst")
         src = _view(src, "src")
         eid = self._engine(engine, "tensor_copy")
         self._onchip(src, "src", "tensor_copy", psum_ok=eid != POOL)
         self._onchip(dst, "dst", "tensor_copy", psum_ok=eid != POOL)
-        src_type = _retype.read_as(src, src_dtype, "tensor_copy src")
-        dst_type = _retype.read_as(dst, dst_dtype, "tensor_copy dst")
-        self._same_tile(dst, src, "tensor_copy", "dst vs src")
+        src_type = _retype.read_as(src, src_dtype, "tensor_copy src", any_size=True)
+        dst_type = _retype.read_as(dst, dst_dtype, "tensor_copy dst", any_size=True)
+        if src_type.itemsize == src.tensor.itemsize and dst_type.itemsize == dst.tensor.itemsize:
+            self._same_tile(dst, src, "tensor_copy", "dst vs src")
+        else:
+            _retype.same_tile(dst, dst_type, src, src_type, "tensor_copy", "dst vs src")
         if self.full:
             self._tensor_copy_values(dst, src, src_type, dst_type)
         dur = self._cost_ns(eid, "tensor_copy", (src,), (dst,),
@@ -43,14 +46,17 @@ class VectorInstructions:
     def _tensor_copy_values(self, dst: View, src: View, src_type=None, dst_type=None) -> None:
         """Full mode: dst = src cast; garbage is copied element on element to where it goes. `src_type` /
         `dst_type`: the types their bytes are read as (`retype.py`), by default their own."""
-        garbage = src.undefined()
-        values = src.values() if src_type is None else _retype.values_as(src, src_type)
-        values = np.reshape(values, dst.shape).astype(dst.tensor.dtype if dst_type is None else dst_type, copy=False)
-        dst.write(values if dst_type is None else _retype.stored_as(values, dst, dst_type))
+        src_type = src.tensor.dtype if src_type is None else src_type
+        dst_type = dst.tensor.dtype if dst_type is None else dst_type
+        garbage = _retype.typed_mask(src.undefined(), src, src_type)
+        values = _retype.values_as(src, src_type)
+        values = np.reshape(values, _retype.typed_shape(dst, dst_type)).astype(dst_type, copy=False)
+        dst.write(_retype.stored_as(values, dst, dst_type))
         if garbage is not None:
             origin = src.tensor.poison_origin or (
                 f"tensor_copy read never-written {src.tensor.name!r}[{src._index_str()}]"
                 + (f" at {self.note}" if self.note else ""))
+            garbage = _retype.own_mask(garbage.reshape(_retype.typed_shape(dst, dst_type)), dst, dst_type)
             dst.set_poison(garbage.reshape(dst.shape), origin)
 
     def tensor_tensor(self, dst, data1, data2, op, engine="vector", dst_dtype=None, data1_dtype=None,

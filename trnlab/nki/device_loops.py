@@ -1,4 +1,5 @@
-"""NKI's compiled loops: `nl.fori_loop`, `nl.while_loop` (NKI 0.7) and `nl.dynamic_range` (beta 1).
+"""NKI's compiled loops: `nl.fori_loop`, `nl.while_loop` (NKI 0.7) and `nl.dynamic_range` (beta 1); and its
+compiled conditional, `nl.if_else`.
 
 On the chip these run as loops on the device (a compare-and-branch per iteration) instead of being
 unrolled while the kernel is traced (AWS's "NKI Loops" / "NKI Dynamic Loops" deep dives and the
@@ -17,6 +18,23 @@ nki.language.fori_loop, while_loop pages). Two cases here:
   nki.language.fori_loop), and the trace records a `program.Loop`. The device reads the register
   and repeats the body when the program runs (`trnlab/hardware/dynamic_loops.py`).
 
+`nl.if_else(cond, then_fn, else_fn=None)` (AWS's "compiled conditional": nki.language.if_else and the
+"NKI Control Flow" deep dive) is two such bodies. A condition known at trace time (a Python bool or int,
+or an NkiScalar whose value is known while tracing) calls only the selected callback and records
+nothing ("A Python bool or int condition is resolved at compile time. Only the selected callback is
+called, and no conditional control flow is emitted"). A run-time NkiScalar (a comparison, an arithmetic
+expression or a loaded value) is compared with 0 on the device into a register t, 1 or 0 (one
+``register_op``: the branch's compare-and-jump, ASSUMED to cost one register instruction, as the loops'
+per-iteration update — AWS publishes no figure), and each callback is traced once as the body of a
+`program.Loop` the device repeats t times (``kind="if"``: ``range(0, t)``) or 1 - t times
+(``kind="else"``: ``range(t, 1)``), without an iterator. A branch is a loop of 0 or 1 trips rather
+than a `Branch` record of its own because everything a loop's body needs a branch's needs too and
+already exists once: the trip count read from data when the program runs (and refused by name in
+timing-only mode when that data is a ``ShapeDtype``: `TripCountError`), the body kept whole by the
+list schedule, its tiles' live ranges, its nesting inside loops (and theirs inside it), saving and
+loading, every run path. A branch inside a loop's body reads the register its condition is computed
+into in each repetition, as any nested loop does.
+
 `nl.while_loop(init, body_fun)` with a run-time condition is such a loop too: the body traced once,
 the register it returns moved into the condition after each iteration, the device checking the
 condition before each. ``while reg:`` on a run-time register is refused by name
@@ -26,6 +44,8 @@ raises TypeError there; its parser frontend is not Python).
 from __future__ import annotations
 
 import numbers
+
+import numpy as np
 
 from trnlab.nki import launches
 from trnlab.nki.errors import NKIError, site_note, user_site
@@ -62,8 +82,9 @@ def _step(step, call: str) -> int:
 
 def _device_loop(start, stop, step: int, call: str, kind: str = "for"):
     """Trace the body of a loop bounded by a run-time register once, as a `program.Loop`: yields the
-    iterator (a VirtualRegister; for a while loop, the condition register), records the loop when the
-    body is done (a while loop's body sends the register it returned)."""
+    iterator (a VirtualRegister; for a while loop, the condition register; for a branch of nl.if_else,
+    kind "if" / "else", None), records the loop when the body is done (a while loop's body sends the
+    register it returned)."""
     from trnlab.hardware.program import Loop
     launch = launches.current()
     recorder = launch.core
@@ -91,14 +112,19 @@ def _device_loop(start, stop, step: int, call: str, kind: str = "for"):
                                   source, kind="while", next=returned.id))
         return
     bounds = [{"register": b.id} if _run_time(b) else _static(b, "bound", call) for b in (start, stop)]
-    # "i is a NkiScalar unless either lower or upper is a VirtualRegister" [nki.language.fori_loop, v2.33.0]
-    plain_register = any(isinstance(b, VirtualRegister) and not hasattr(b, "usable") for b in (start, stop))
-    index = VirtualRegister() if plain_register else _nki_scalar()
-    index.origin = f"the iteration value of the run-time loop {call} at {line or 'its line'}"
+    index = None                                  # a branch ("if" / "else") has no iterator
+    if kind == "for":
+        # "i is a NkiScalar unless either lower or upper is a VirtualRegister" [nki.language.fori_loop, v2.33.0]
+        plain_register = any(isinstance(b, VirtualRegister) and not hasattr(b, "usable") for b in (start, stop))
+        index = VirtualRegister() if plain_register else _nki_scalar()
+        index.origin = f"the iteration value of the run-time loop {call} at {line or 'its line'}"
     with recorder.region(f"{call.split('.')[-1]}@{site[1] if site else '?'}"):
         yield index
         launch.flush()
-    program.loops.append(Loop(begin, len(program.instructions), bounds[0], bounds[1], step, index.id, line, source))
+    if kind != "for" and begin == len(program.instructions):
+        return                                    # an empty branch: nothing to jump over
+    program.loops.append(Loop(begin, len(program.instructions), bounds[0], bounds[1], step,
+                              None if index is None else index.id, line, source, kind=kind))
 
 
 def fori_loop(lower, upper, body_fun, step: int = 1, unroll: bool = False) -> None:
@@ -179,3 +205,59 @@ class dynamic_range:
         if self._range is None:
             return "nl.dynamic_range({}, {}, {})".format(*self._bounds)
         return f"nl.dynamic_range({self._range.start}, {self._range.stop}, {self._range.step})"
+
+
+class BranchConditionError(NKIError):
+    """nl.if_else's condition is not one its page accepts ("A Python bool or int, or a 32-bit NkiScalar")."""
+
+
+def _branch_condition(cond):
+    """The condition's value when it is known at trace time, else None (a run-time NkiScalar); refuses by
+    name what nki.language.if_else does not accept."""
+    from trnlab.nki.isa_scalars import NkiScalar
+    if isinstance(cond, (bool, np.bool_, numbers.Integral)):
+        return int(cond)
+    if isinstance(cond, NkiScalar):
+        if cond.dtype != "int32":
+            raise DtypeError(f"data type: nl.if_else on an {cond.dtype} NkiScalar; cond is \"a Python bool or int, "
+                             f"or a 32-bit NkiScalar\" [nki.language.if_else]", value=cond.dtype, limit="int32")
+        return cond.value
+    if isinstance(cond, VirtualRegister):
+        raise BranchConditionError(
+            f"nl.if_else: cond is a VirtualRegister (register {cond.id}, {cond.origin}); cond is \"a Python bool or "
+            f"int, or a 32-bit NkiScalar\" that \"must be available on all engines: every sequencer runs the branch, "
+            f"so a value bound to one sequencer is rejected\" [nki.language.if_else], and a VirtualRegister is \"a "
+            f"virtual register on engine\" [nki.isa.VirtualRegister]: load the value with nisa.scalar_load instead "
+            f"(an NkiScalar)")
+    raise BranchConditionError(f"nl.if_else: cond = {cond!r} ({type(cond).__name__}); cond is \"a Python bool or int, "
+                               f"or a 32-bit NkiScalar\" [nki.language.if_else]")
+
+
+def if_else(cond, then_fn, else_fn=None) -> None:
+    """nl.if_else(cond, then_fn, else_fn=None): "Runs then_fn() when cond is nonzero, otherwise else_fn() if
+    provided. Scalar comparisons such as a < b can be passed directly. Any nonzero value, including a
+    negative value, selects then_fn. The callbacks take no arguments and do not return anything"
+    [nki.language.if_else].
+
+    `cond`: "A Python bool or int, or a 32-bit NkiScalar. Arithmetic expressions and scalar comparison
+    results are accepted" (an int64 NkiScalar: `DtypeError`; a VirtualRegister, "a value bound to one
+    sequencer": `BranchConditionError`). Known at trace time, only the selected callback is called and no
+    branch is recorded; a run-time value makes a branch the device takes (module docstring): both
+    callbacks traced once, the one the value selects run when the program runs."""
+    for name, fn in (("then_fn", then_fn), ("else_fn", else_fn)):
+        if (fn is not None or name == "then_fn") and not callable(fn):
+            raise NKIError(f"nl.if_else: {name} must be a function () -> None [nki.language.if_else], got "
+                           f"{type(fn).__name__}")
+    value = _branch_condition(cond)
+    if value is not None:                      # "resolved at compile time": no branch in the program
+        chosen = then_fn if value != 0 else else_fn
+        if chosen is not None:
+            chosen()
+        return
+    taken = cond.traced("not_equal", 0)        # the branch's compare: 1 takes then_fn, 0 else_fn
+    taken.origin = f"the condition of nl.if_else, computed on the device (register {cond.id} != 0)"
+    for _ in _device_loop(0, taken, 1, "nl.if_else", kind="if"):            # range(0, t): t trips
+        then_fn()
+    if else_fn is not None:
+        for _ in _device_loop(taken, 1, 1, "nl.if_else", kind="else"):      # range(t, 1): 1 - t trips
+            else_fn()

@@ -1,5 +1,5 @@
 """`nki.isa.NkiScalar`, `scalar_load`, `scalar_store`: one integer computed on the device, its arithmetic
-traced, used as an access pattern's ``scalar_offset`` or as a loop bound.
+traced, used as an access pattern's ``scalar_offset``, as a loop bound or as a branch's condition.
 
 AWS [nki.isa.NkiScalar, nki.isa.scalar_load, nki.isa.scalar_store and the "NKI Scalar Values" deep dive,
 awsdocs-neuron.readthedocs-hosted.com/en/latest/nki/...; nki.language.fori_loop, v2.33.0]:
@@ -9,7 +9,10 @@ awsdocs-neuron.readthedocs-hosted.com/en/latest/nki/...; nki.language.fori_loop,
 - "Arithmetic on a scalar is traced, not evaluated": ``+``, ``-`` (binary and unary) and ``*`` with a Python
   int or an NkiScalar "so long as the dtypes match", each a new NkiScalar; "A 32-bit scalar is never widened,
   so arithmetic that outgrows 32 bits wraps";
-- comparisons: int32 "Traced, but the result cannot be used"; int64 "Rejected at compile time";
+- comparisons: int32 "Traced, but the result cannot be used"; int64 "Rejected at compile time". AWS's
+  later nki.language.if_else page gives the traced result one use: "Scalar comparisons such as a < b can
+  be passed directly" as its condition ("scalar comparison results are accepted"); no other page does
+  (nki.language.fori_loop's bounds, while_loop's register, scalar_offset), so every other use is refused;
 - a bound of ``nl.fori_loop``: int32 ("including an arithmetic expression"), not int64 ("the trip-count
   comparison has no 64-bit form");
 - ``scalar_offset``: either dtype on an HBM access pattern; "on an SBUF or PSUM operand the offset must be
@@ -18,8 +21,10 @@ awsdocs-neuron.readthedocs-hosted.com/en/latest/nki/...; nki.language.fori_loop,
 In trnlab an NkiScalar is a `VirtualRegister` (the register that holds it on the device) with a dtype:
 `scalar_load` / `scalar_store` are the core's register_load / register_store at its width, each operator a
 ``register_op`` instruction (hardware/system.py; GpSimd, a register instruction's cost, ASSUMED: AWS
-publishes none). So everything a run-time register does, an NkiScalar does: ``.ap(scalar_offset=s)`` read by
-the DMA that moves the view when the program runs, a loop the device runs when it bounds ``nl.fori_loop``.
+publishes none), a comparison too (1 or 0 in the register, as `nl.if_else` reads it). So everything a
+run-time register does, an NkiScalar does: ``.ap(scalar_offset=s)`` read by the DMA that moves the view
+when the program runs, a loop the device runs when it bounds ``nl.fori_loop``, a branch the device takes
+when it is the condition of ``nl.if_else`` (`device_loops.py`).
 Its value is known while tracing when the tile it was loaded from is a constant of the program (as for a
 register), and then the loop is traced per iteration.
 """
@@ -31,6 +36,7 @@ import numpy as np
 
 from trnlab.hardware import dtypes as hw_dtypes
 from trnlab.hardware.errors import DtypeError
+from trnlab.hardware.system import REGISTER_COMPARISONS, REGISTER_OPS
 from trnlab.nki import issue
 from trnlab.nki.errors import NKIError
 from trnlab.nki.isa_registers import VirtualRegister, _constant_value
@@ -59,10 +65,12 @@ class NkiScalar(VirtualRegister):
         return WIDTHS[self.dtype]
 
     def usable(self, what: str) -> "NkiScalar":
-        """Self, or ScalarComparisonError if it is a comparison's result."""
+        """Self, or ScalarComparisonError if it is a comparison's result (usable only as nl.if_else's cond)."""
         if self.is_comparison:
             raise ScalarComparisonError(f"NkiScalar comparison used as {what}: the result of comparing int32 "
-                                        f"scalars is \"traced, but the result cannot be used\" [nki.isa.NkiScalar]")
+                                        f"scalars is \"traced, but the result cannot be used\" [nki.isa.NkiScalar]; "
+                                        f"its one use is the condition of nl.if_else (\"scalar comparison results "
+                                        f"are accepted\" [nki.language.if_else])")
         return self
 
     # -- arithmetic: each operator one register instruction ------------------------------------------
@@ -70,6 +78,14 @@ class NkiScalar(VirtualRegister):
         self.usable(f"an operand of {op}")
         if isinstance(other, NkiScalar):
             other.usable(f"an operand of {op}")
+        return self.traced(op, other, reverse)
+
+    def traced(self, op: str, other, reverse: bool = False) -> "NkiScalar":
+        """A new NkiScalar = self <op> other (other <op> self with `reverse`), one ``register_op``
+        instruction: arithmetic (`system.REGISTER_OPS`) or a comparison, 1 or 0 (`REGISTER_COMPARISONS`).
+        Its value is known while tracing when both operands' are. NotImplemented if `other` is neither an
+        int nor an NkiScalar."""
+        if isinstance(other, NkiScalar):
             if other.dtype != self.dtype:
                 raise DtypeError(f"data type: NkiScalar {op} of {self.dtype} and {other.dtype}; \"the other operand "
                                  f"... may be a Python int or another NkiScalar so long as the dtypes match\" "
@@ -77,7 +93,8 @@ class NkiScalar(VirtualRegister):
         elif isinstance(other, VirtualRegister) or isinstance(other, bool) or \
                 not isinstance(other, (numbers.Integral, np.integer)):
             return NotImplemented
-        result = NkiScalar(dtype=self.dtype)
+        comparison = op in REGISTER_COMPARISONS
+        result = NkiScalar(dtype=self.dtype, is_comparison=comparison)
         launch = issue.begin()
         if isinstance(other, NkiScalar):
             launch.core.register_op(register=result.id, a=self.id, op=op, b=other.id, reverse=reverse, bits=self.bits)
@@ -88,7 +105,8 @@ class NkiScalar(VirtualRegister):
             known = int(other)
         if self.value is not None and known is not None:      # both known while tracing: the wrapped value
             x, y = (known, self.value) if reverse else (self.value, known)
-            word = {"add": x + y, "subtract": x - y, "multiply": x * y}[op] & ((1 << self.bits) - 1)
+            compute = REGISTER_COMPARISONS[op] if comparison else REGISTER_OPS[op]
+            word = compute(x, y) & ((1 << self.bits) - 1)
             result.value = word - (1 << self.bits) if word >> (self.bits - 1) else word
             result.origin = f"set to {result.value}"
         else:
@@ -119,30 +137,30 @@ class NkiScalar(VirtualRegister):
     def __pos__(self):
         return self
 
-    # -- comparisons: traced, their result unusable (int64: refused) ---------------------------------
-    def _compare(self, other, name: str) -> "NkiScalar":
+    # -- comparisons: traced (1 or 0), their result usable only as nl.if_else's condition (int64: refused) --
+    def _compare(self, other, name: str, op: str) -> "NkiScalar":
         if self.dtype == "int64" or getattr(other, "dtype", "int32") == "int64":
             raise DtypeError(f"data type: NkiScalar {name} of an int64 scalar is \"rejected at compile time\" "
                              f"[nki.isa.NkiScalar]", value="int64", limit="int32")
-        return NkiScalar(dtype=self.dtype, is_comparison=True)
+        return self._op(op, other)
 
     def __lt__(self, other):
-        return self._compare(other, "<")
+        return self._compare(other, "<", "less")
 
     def __le__(self, other):
-        return self._compare(other, "<=")
+        return self._compare(other, "<=", "less_equal")
 
     def __gt__(self, other):
-        return self._compare(other, ">")
+        return self._compare(other, ">", "greater")
 
     def __ge__(self, other):
-        return self._compare(other, ">=")
+        return self._compare(other, ">=", "greater_equal")
 
     def __eq__(self, other):
-        return self._compare(other, "==")
+        return self._compare(other, "==", "equal")
 
     def __ne__(self, other):
-        return self._compare(other, "!=")
+        return self._compare(other, "!=", "not_equal")
 
     __hash__ = VirtualRegister.__hash__
 

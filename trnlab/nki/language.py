@@ -203,8 +203,8 @@ from trnlab.nki.tensor import install as _install_tile_operations  # noqa: E402
 _install_tile_operations(language=_sys.modules[__name__], allocate=_allocate)
 
 
-# NKI 0.7's compiled loops and beta 1's dynamic_range (device_loops.py)
-from trnlab.nki.device_loops import dynamic_range, fori_loop, while_loop  # noqa: E402,F401
+# NKI 0.7's compiled loops, beta 1's dynamic_range and the compiled conditional (device_loops.py)
+from trnlab.nki.device_loops import dynamic_range, fori_loop, if_else, while_loop  # noqa: E402,F401
 
 # NKI 0.7's names the NKI Library needs: more activations, NKIObject, nl.bool / nl.range (language_07.py)
 from trnlab.nki.language_07 import *  # noqa: E402,F401,F403

@@ -490,7 +490,8 @@ def indirect(t, *args, **kwargs):
 
 BYTES_VIEW_RULE = ("{name!r} reads an on-chip tile's {own} elements as {dtype} (.view(dtype) / .ap(dtype=) of "
                    "another type): only a DMA moves such a view, or the engine instructions that read one "
-                   "(of the same element size: nisa.tensor_copy src / dst, nisa.tensor_tensor data1 / data2 / dst, "
+                   "(of any element size: nisa.tensor_copy src / dst; of the same element size: "
+                   "nisa.tensor_tensor data1 / data2 / dst, "
                    "nisa.tensor_scalar and nisa.activation data / dst, nisa.nc_matmul stationary / moving (and "
                    "dst with is_transpose), nisa.nc_matmul_mx stationary / moving, nisa.quantize_mx dst; "
                    "nisa.quantize_mx src of the same or a wider size); other engines and operands read a tile in "

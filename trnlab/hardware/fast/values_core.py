@@ -136,8 +136,8 @@ class ValuesCore(NeuronCore):
         if src_dtype is None and dst_dtype is None:
             self._tensor_copy_values(dst, src)
         else:                                   # a retyped tile (retype.py)
-            self._tensor_copy_values(dst, src, _retype.read_as(src, src_dtype, "tensor_copy src"),
-                                     _retype.read_as(dst, dst_dtype, "tensor_copy dst"))
+            self._tensor_copy_values(dst, src, _retype.read_as(src, src_dtype, "tensor_copy src", any_size=True),
+                                     _retype.read_as(dst, dst_dtype, "tensor_copy dst", any_size=True))
         return -1
 
     def nc_transpose(self, dst, src, dst_dtype=None, src_dtype=None) -> int:
