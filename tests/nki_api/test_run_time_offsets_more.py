@@ -20,6 +20,10 @@ from nki_isa_helpers import compute_records, load_scalar, run_both
 RNG = np.random.default_rng(21)
 
 
+def _timeline(run) -> list:
+    return [(r.engine, r.opcode, r.start_ns, r.end_ns) for r in (run.timeline[i] for i in range(len(run.timeline)))]
+
+
 # -- several tile operands of one instruction at run-time offsets --------------------------------------------
 def _windowed_add(moved):
     """out [P, 4] = x's columns a .. a + 3 + y's columns b .. b + 3 (a, b read on the device), with the
@@ -133,8 +137,8 @@ def predicated_from_a_run_time_column(x, mask, table, column):
     nisa.dma_copy(dst=ms, src=mask)
     nisa.dma_copy(dst=ts, src=table)
     K = table.shape[1]
-    nisa.tensor_copy_predicated(dst=out_tile, predicate=ms,
-                                src=ts.ap([[K, P], [1, F]], offset=0, scalar_offset=load_scalar(column), indirect_dim=1))
+    at = ts.ap([[K, P], [1, F]], offset=0, scalar_offset=load_scalar(column), indirect_dim=1)
+    nisa.tensor_copy_predicated(dst=out_tile, predicate=ms, src=at)
     out = nl.ndarray((P, F), dtype=x.dtype, buffer=nl.shared_hbm)
     nisa.dma_copy(dst=out, src=out_tile)
     return out
@@ -291,8 +295,7 @@ def test_two_run_time_indices_cost_the_register_arithmetic_a_kernel_would_write(
     folded, by_hand = nki.run(pick_row, table, e, r), nki.run(pick_row_by_hand, table, e, r)
     ops = [i.opcode for i in nki.trace(pick_row, table, e, r).instructions]
     assert ops.count("register_op") == 2           # e * 8, + r
-    assert [(x.engine, x.opcode, x.start_ns, x.end_ns) for x in (folded.timeline[i] for i in range(len(folded.timeline)))] \
-        == [(x.engine, x.opcode, x.start_ns, x.end_ns) for x in (by_hand.timeline[i] for i in range(len(by_hand.timeline)))]
+    assert _timeline(folded) == _timeline(by_hand)
 
 
 @nki.jit

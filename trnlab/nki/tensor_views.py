@@ -643,8 +643,8 @@ def run_time_index(t, key: tuple, is_register):
         axis = _partition_dim(t)
         raise ViewError(f"indexing {t.buffer.upper()} tile {t.name!r} {t.shape} by a run-time scalar on axis {axis}, "
                         f"its partition dimension: \"Dynamic on-chip: dim must not be 0 (partition dim)\" "
-                        f"(NkiTensor.select); a run-time offset moves an access pattern within each partition — index "
-                        f"a free axis, or move the rows with a DMA")
+                        f"(NkiTensor.select); a run-time offset moves an access pattern within each partition — "
+                        f"index a free axis, or move the rows with a DMA")
     fixed = t[tuple(0 if k in at else entry for k, entry in enumerate(key))]     # the view at s = 0
     found = pattern_of(positions(fixed))
     if found is None:
