@@ -64,20 +64,12 @@ def test_a_run_time_index_past_its_axis_and_unmodelled_forms_are_refused_by_name
     with pytest.raises(OutOfBoundsError):
         nki.run(pick_expert, table, np.array([[4]], np.int32))
 
-    def two_indices(t, index):
-        s = load_scalar(index)
-        tile = nl.ndarray((16, 32), dtype=t.dtype, buffer=nl.sbuf)
-        nisa.dma_copy(dst=tile[0:1, :], src=t[s, s])
-        return t
-
     def of_a_view(t, index):
         s = load_scalar(index)
         tile = nl.ndarray((16, 32), dtype=t.dtype, buffer=nl.sbuf)
         nisa.dma_copy(dst=tile, src=t[1:3][s])
         return t
 
-    with pytest.raises(ViewError, match="give one NkiScalar / register index"):
-        nki.run(nki.jit(two_indices), table, np.array([[1]], np.int32))
     with pytest.raises(ViewError, match="a view, by a run-time scalar"):
         nki.run(nki.jit(of_a_view), table, np.array([[1]], np.int32))
 

@@ -186,6 +186,7 @@ def backward_slice(program: Program, end: int, registers: list) -> list[int]:
         if ins.opcode == "tensor_register_offset":  # an engine operand at a register offset
             needed_registers.update(r for r in (ins.attrs.get("dst_register", -1), ins.attrs.get("data_register", -1))
                                     if r >= 0)
+            needed_registers.update(r for r, _ in (ins.attrs.get("registers") or {}).values())
         needed.update(_root(buffers, a.buffer) for a in ins.reads())
     if needed_registers:
         raise TripCountError(f"run-time trip count: register(s) {sorted(needed_registers)} bound a loop but no "

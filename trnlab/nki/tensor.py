@@ -22,6 +22,7 @@ import numpy as np
 from trnlab import config as _config
 from trnlab.hardware import dtypes as _dtypes
 from trnlab.hardware.errors import DtypeError, OutOfBoundsError, ShapeMismatchError
+from trnlab.hardware.indirection import ACCEPTS as _ACCEPTS   # the instructions that read a register offset
 from trnlab.hardware.tensor import unravel
 from trnlab.nki import indexing
 from trnlab.nki import tensor_views as _views
@@ -342,8 +343,9 @@ class NkiTensor:
             raise ViewError(getattr(self._dynamic, "refusal", None) or   # .indirect(): tensor_indirection.py
                             f"{self.name!r} is an indirect view (scalar_offset / vector_offset, select or "
                             f"vector_select by a tile): only DMAs move it (nisa.dma_copy, nl.load, nl.store), and "
-                            f"at a register / NkiScalar scalar_offset the instructions that take an .indirect() view "
-                            f"read or write it too (their input and dst)")
+                            f"at a register / NkiScalar scalar_offset any tile operand of {', '.join(_ACCEPTS)} "
+                            f"too; trnlab simulates no other instruction with it (AWS's pages show run-time offsets "
+                            f"on dma_copy, dma_transpose and tensor_copy)")
         if self._bitcast is not None:
             raise ViewError(_views.BYTES_VIEW_RULE.format(name=self.name, dtype=_dtypes.name(self.dtype),
                                                           own=_dtypes.name(self._bitcast.dtype)))

@@ -16,10 +16,10 @@ v2.33.0; "NKI Tensor Indirection"]:
 
 The offsets are data: the instruction reads them when it runs (hardware `tensor_indirect`, in
 `hardware/indirection.py`, with the rules and the costs; `matmul_indirect` on the Tensor engine). The same
-instructions take, as their input or dst, an SBUF / PSUM access pattern at a register / NkiScalar
-``scalar_offset`` (`at_register`; hardware `tensor_register_offset`, `hardware/register_offsets.py`). The view itself is held in the tile's
-``_dynamic`` field (an `Indirection`), so every other view operation and every other instruction refuses
-it, as AWS's "indirect views cannot be re-indirected" says.
+instructions take, as any of their tile operands, an SBUF / PSUM access pattern at a register / NkiScalar
+``scalar_offset`` (`at_register`; hardware `tensor_register_offset`, `hardware/register_offsets.py`). The view
+itself is held in the tile's ``_dynamic`` field (an `Indirection`), so every other view operation and every
+other instruction refuses it, as AWS's "indirect views cannot be re-indirected" says.
 """
 from __future__ import annotations
 
@@ -124,20 +124,22 @@ def uses(*tiles) -> bool:
 
 def emit(launch, opcode: str, dst, data, ranges, attrs: dict, **operands) -> None:
     """Issue `opcode` with `dst` and / or `data` indirect: hardware ``tensor_indirect`` on the views
-    `.indirect()` was called on and their index tiles; or at a run-time register offset (``.ap(scalar_offset=
-    register)`` on an SBUF / PSUM tile): hardware ``tensor_register_offset`` on their patterns at offset 0.
-    `operands`: the instruction's other operands, as its hardware method takes them (views or numbers); none
-    of them may be either."""
+    `.indirect()` was called on and their index tiles; or with any of its SBUF / PSUM tile operands at a
+    run-time register offset (``.ap(scalar_offset=register)``): hardware ``tensor_register_offset`` on their
+    patterns at offset 0. `operands`: the instruction's other operands, as its hardware method takes them
+    (views or numbers); none of them may be an ``.indirect()`` view."""
     what = ACCEPTS[opcode][0]
     if ranges:
         if of(dst) is not None or of(data) is not None:
             refuse_mask(opcode)
         raise NKIError(f"{opcode} with a view at a run-time offset and mask= is not simulated")
+    registers = {}                                   # the other operands at a run-time offset
     for name, value in operands.items():
-        if at_register(value) is not None:
-            raise IndirectionOperandError(f"tensor indirection operand: {opcode} {name} is a view at a run-time "
-                                          f"(register) offset; trnlab simulates one on dst and {what} only",
-                                          value=name, limit=("dst", what))
+        shifted = at_register(value)
+        if shifted is not None:
+            registers[name] = [shifted[0].id, int(shifted[1])]
+            operands[name] = value._hw[value._index] if value._index is not None else value._hw.full
+            continue
         if uses(value):
             raise IndirectionOperandError(f"tensor indirection operand: {opcode} {name} does not take an "
                                           f".indirect() view; only dst and {what} do "
@@ -149,7 +151,7 @@ def emit(launch, opcode: str, dst, data, ranges, attrs: dict, **operands) -> Non
         elif value is not None and not isinstance(value, str):
             operands[name] = float(value)            # a number operand (operand0, scale, ...)
     shifted = {"dst": at_register(dst), "data": at_register(data)}
-    if any(shifted.values()):
+    if any(shifted.values()) or registers:
         if of(dst) is not None or of(data) is not None:
             raise NKIError(f"{opcode} with an .indirect() view and a view at a run-time offset is not simulated")
         kwargs = {}
@@ -158,7 +160,8 @@ def emit(launch, opcode: str, dst, data, ranges, attrs: dict, **operands) -> Non
             if shifted[name]:
                 register, stride = shifted[name]
                 kwargs[name + "_register"], kwargs[name + "_stride"] = register.id, int(stride)
-        launch.core.tensor_register_offset(opcode=opcode, **kwargs, attrs=attrs, **operands)
+        launch.core.tensor_register_offset(opcode=opcode, **kwargs, attrs=attrs, **operands,
+                                           **({"registers": registers} if registers else {}))
         return
     into, source = of(dst), of(data)
     launch.core.tensor_indirect(

@@ -625,26 +625,50 @@ def run_time_index(t, key: tuple, is_register):
     """``t[..., s, ...]`` with `s` an NkiScalar or a register ("A NkiScalar can be used almost anywhere a Python
     int literal is used", nki.isa.NkiScalar): the view `t[..., 0, ...]` moved by s steps of that axis when the
     program runs — ``t.ap(pattern, offset, scalar_offset=s, indirect_dim=axis)``, read by the instructions that
-    take such a view (DMAs; on chip the engines that read a register offset). One run-time index, on a whole
-    tensor; on an SBUF / PSUM tile not on the partition axis (an access pattern moves within each partition)."""
+    take such a view (DMAs; on chip the engines that read a register offset). Several run-time indices
+    ``t[s1, s2]`` are folded into that one offset as a compiler would (an access pattern has one start):
+    ``s1 x (stride1 / stride2) + s2`` on the innermost of their axes, computed by register instructions
+    (NkiScalar arithmetic, `_folded`). On a whole tensor; on an SBUF / PSUM tile not on the partition axis
+    ("Dynamic on-chip: dim must not be 0 (partition dim)", NkiTensor.select)."""
     key = tuple(key) + (slice(None),) * (t.ndim - len(key))       # trailing axes: all of them
     at = [k for k, entry in enumerate(key) if is_register(entry)]
-    if len(at) != 1 or len(key) != t.ndim:
-        raise ViewError(f"indexing {t.name!r} {t.shape} by a run-time scalar: give one NkiScalar / register index "
-                        f"and an int or slice for every other axis (got {len(at)} of {len(key)} indices)")
-    axis = at[0]
+    if not at or len(key) != t.ndim:
+        raise ViewError(f"indexing {t.name!r} {t.shape} by a run-time scalar: give NkiScalar / register indices "
+                        f"and an int or slice for every other axis (got {len(key)} indices for {t.ndim} axes)")
     if t._index is not None or t._ap is not None or t._dynamic is not None or t._bitcast is not None \
             or t._bytes_of is not None:
         raise ViewError(f"indexing {t.name!r}, a view, by a run-time scalar: index the tensor itself (the scalar "
                         f"becomes the scalar_offset of an access pattern, which is taken on a whole tensor)")
-    if t.buffer in ON_CHIP and axis == _partition_dim(t):
+    if t.buffer in ON_CHIP and _partition_dim(t) in at:
+        axis = _partition_dim(t)
         raise ViewError(f"indexing {t.buffer.upper()} tile {t.name!r} {t.shape} by a run-time scalar on axis {axis}, "
-                        f"its partition dimension: a run-time offset moves an access pattern within each partition "
-                        f"(.ap(scalar_offset=), NKI Access Patterns); index a free axis, or move the rows with a DMA")
-    fixed = t[tuple(0 if k == axis else entry for k, entry in enumerate(key))]     # the view at s = 0
+                        f"its partition dimension: \"Dynamic on-chip: dim must not be 0 (partition dim)\" "
+                        f"(NkiTensor.select); a run-time offset moves an access pattern within each partition — "
+                        f"index a free axis, or move the rows with a DMA")
+    fixed = t[tuple(0 if k in at else entry for k, entry in enumerate(key))]     # the view at s = 0
     found = pattern_of(positions(fixed))
     if found is None:
         raise ViewError(f"indexing {t.name!r} by a run-time scalar: the rest of the index is not an access pattern")
     start, pattern = found
     pattern = [[stride if count > 1 else 1, count] for stride, count in pattern]
-    return t.ap(pattern, offset=start, scalar_offset=key[axis], indirect_dim=axis)
+    axis = at[-1]                                  # the innermost: every other axis's step is a multiple of its
+    unit = math.prod(t.shape[axis + 1:])
+    offset = _folded([key[k] for k in at], [math.prod(t.shape[k + 1:]) // unit for k in at])
+    return t.ap(pattern, offset=start, scalar_offset=offset, indirect_dim=axis)
+
+
+def _folded(indices: list, factors: list):
+    """sum(index x factor): the one index itself, or the register that NkiScalar arithmetic computes it into
+    (one ``register_op`` per multiply and add; a register that is not an NkiScalar counts as an int32 one)."""
+    from trnlab.nki.isa_scalars import NkiScalar    # (it imports the tile class, which imports this module)
+    if len(indices) == 1:
+        return indices[0]
+    total = None
+    for index, factor in zip(indices, factors):
+        if not isinstance(index, NkiScalar):      # a plain register read as an int32 scalar: the same register
+            scalar = NkiScalar(dtype="int32")
+            scalar.id, scalar.value, scalar.origin = index.id, index.value, index.origin
+            index = scalar
+        term = index if factor == 1 else index * factor
+        total = term if total is None else total + term
+    return total
