@@ -13,7 +13,8 @@ the N columns of the moving pair in the time of one ordinary pass, so an instruc
 
 Rules: NeuronCore-v3 and v4 only ("On NeuronCore-v2, performance mode is not supported" [NC-MATMUL]);
 FP8 inputs, both operands (float8_e4m3 / e4m3fn / e5m2: "Double FP8 mode" [PERF-MODE]); the pair axis
-is the first free axis and has size 2; K <= 128, M <= 128, N <= 512 per half; SBUF in, PSUM out.
+is the first free axis and has size 2; K <= 128, M <= 128, N <= 512 per half (from NeuronCore-v4 the
+whole PSUM partition of dst's type, as every nc_matmul: `memory.moving_fmax`); SBUF in, PSUM out.
 
 A method of `NeuronCore` (`DoubleRowInstructions`, composed into it), so that tracing records it
 and replay (checked or compiled) issues it like any Tensor-engine instruction (`_pe_issue`).
@@ -28,7 +29,7 @@ import numpy as np
 from . import dtypes
 from .operands import _view
 from .errors import DtypeError, MatmulShapeError, MemoryPlacementError
-from .memory import check_pe_result
+from .memory import check_pe_result, moving_fmax
 
 OPCODE = "nc_matmul_double_row"
 
@@ -68,8 +69,9 @@ def check(core, dst, st, mv):
     if mv.shape[0] != K:
         raise MatmulShapeError(f"matmul tile shape: contraction sizes differ: stationary {st.shape}, "
                                f"moving {mv.shape}", value=mv.shape[0], limit=K)
+    n_max, what = moving_fmax(spec, dst.tensor.dtype)     # "Tile size", for every performance mode
     for size, limit, name in ((K, spec.partitions, "K (PE rows)"), (M, spec.stationary_fmax, "M (gemm_stationary_fmax)"),
-                              (N, spec.moving_fmax, "N (gemm_moving_fmax)")):
+                              (N, n_max, f"N ({what})")):
         if size > limit:
             raise MatmulShapeError(f"matmul tile shape: double_row {name} = {size}, the limit is {limit}",
                                    value=size, limit=limit)

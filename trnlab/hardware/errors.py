@@ -79,7 +79,8 @@ class PartitionAxisError(HardwareError):
 
 
 class MatmulShapeError(HardwareError):
-    """nc_matmul operands break K <= 128, M <= 128, N <= 512 or disagree on K [nki.isa.nc_matmul]."""
+    """nc_matmul operands break K <= 128, M <= 128, N <= 512 (from NeuronCore-v4: 16 KiB of dst per
+    partition, `memory.moving_fmax`) or disagree on K [nki.isa.nc_matmul]."""
     rule = "matmul tile shape"
 
 

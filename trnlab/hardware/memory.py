@@ -238,6 +238,18 @@ def check_pe_result(spec: CoreSpec, dst: View, opcode: str) -> None:
             f"on a bank boundary or split the free dimension", value=hi - lo, limit=bank)
 
 
+def moving_fmax(spec: CoreSpec, dst_dtype) -> tuple[int, str]:
+    """(limit, what it is) of an nc_matmul's moving free size N (its result's columns) for a `dst_dtype`
+    result, the same rule as `check_pe_result`: on NeuronCore-v2 and -v3 `spec.moving_fmax` (512, one
+    bank of fp32); from NeuronCore-v4 as many columns of dst's type as the whole PSUM partition holds
+    (16 KiB: 4096 fp32, 8192 bf16; nki.isa.nc_matmul, v2.33, "Tile size", quoted there)."""
+    if spec.generation < "v4":
+        return spec.moving_fmax, "gemm_moving_fmax"
+    itemsize = dtypes.as_dtype(dst_dtype).itemsize
+    return spec.psum_partition_bytes // itemsize, \
+        f"the {spec.psum_partition_bytes // KiB} KiB PSUM partition of {dtypes.name(dst_dtype)} dst"
+
+
 def first_fit(occupied, nbytes: int, lowest: int, partition_bytes: int, bank: int | None) -> int | None:
     """The first offset >= `lowest` where `nbytes` per partition fit between the `occupied`
     (offset, size) ranges (sorted by offset); in PSUM (`bank`: bank bytes) a tile larger than a

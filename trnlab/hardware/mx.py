@@ -47,8 +47,9 @@ NeuronCore-v4 and newer"):
   contraction per pass: 315 MXFP8/MXFP4 vs 79 BF16 TFLOPS per NeuronCore-v4; "An MX matmul with
   either the MXFP8 or MXFP4 datatype runs at 4x the throughput compared to a BF16/FP16 matmul"
   [ARCH-v4]; `presets.TRN3_CORE.fp8_peak_factor`). FP4 costs what FP8 costs. N: up to one PSUM bank
-  of dst's type (ASSUMED, no page gives it: 512 fp32, 1024 bf16 — AWS's output_projection_cte streams
-  1024-column moving tiles into a bf16 PSUM tile).
+  of dst's type: "The free dimension size of moving must not exceed 512 when dst is in float32 or 1024
+  when dst is in bfloat16" (nki.isa.nc_matmul_mx, "Tile size"; nc_matmul's whole-PSUM limit on
+  NeuronCore-v4 is not nc_matmul_mx's).
 - Cost of quantize_mx: "four input elements per partition, per cycle (i.e., 4x Vector performance
   mode)" [ARCH-v4], "MX data-type Quantization": static + N/4 Vector cycles, N the source's elements
   per partition (`cost.cost`); the static part as for every Vector instruction.
@@ -332,8 +333,8 @@ def nc_matmul_mx(self, dst, stationary, moving, stationary_scale, moving_scale, 
     if mv.partitions != K:
         raise MatmulShapeError(f"matmul tile shape: contraction sizes differ: stationary {st.shape}, moving "
                                f"{mv.shape}", value=mv.partitions, limit=K)
-    # N: as many columns as one PSUM bank holds of dst's type (ASSUMED: 512 fp32 as nc_matmul's limit, 1024
-    # bf16 — AWS's output_projection_cte multiplies 1024-column moving tiles into a bf16 PSUM tile)
+    # N: as many columns as one PSUM bank holds of dst's type ("must not exceed 512 when dst is in float32 or
+    # 1024 when dst is in bfloat16", nki.isa.nc_matmul_mx, "Tile size")
     n_max = self.spec.psum_bank_bytes // dst.tensor.itemsize if dst.tensor.kind == "psum" else self.spec.moving_fmax
     if M > self.spec.stationary_fmax or N > max(n_max, self.spec.moving_fmax):
         raise MatmulShapeError(f"matmul tile shape: nc_matmul_mx M={M}, N={N}; limits {self.spec.stationary_fmax}, "

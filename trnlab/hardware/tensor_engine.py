@@ -14,7 +14,7 @@ import numpy as np
 from . import cost, dtypes, onezero
 from . import retype as _retype
 from .engines import PE
-from .memory import check_pe_result
+from .memory import check_pe_result, moving_fmax
 from .errors import (DtypeError, MatmulShapeError, MemoryPlacementError, PartitionAxisError, PETilingError,
                      ShapeMismatchError, StartPartitionError)
 from .operands import _view, start_partition_ok
@@ -61,7 +61,8 @@ class TensorEngineInstructions:
         """dst[M, N] (+)= stationary[K, M].T @ moving[K, N] on the Tensor engine.
 
         Inputs in SBUF, output in PSUM (fp32; bf16 also on NeuronCore-v4), K <= 128 (partitions),
-        M <= 128, N <= 512. ``accumulate``: True adds to dst, False overwrites it, None (default)
+        M <= 128, N <= 512 (from NeuronCore-v4: the whole PSUM partition, 4096 fp32 / 8192 bf16
+        columns over several banks: `memory.moving_fmax`). ``accumulate``: True adds to dst, False overwrites it, None (default)
         adds if dst was already written and overwrites a fresh tile (NKI's PSUM accumulation).
         ``tile_position=(start_row, start_column)``, ``tile_size=(row_size, column_size)``: tiling
         mode, the matmul on a row x column tile of the PE array (`pe_tiles`), where matmuls on
@@ -160,10 +161,10 @@ class TensorEngineInstructions:
             raise MatmulShapeError(f"matmul tile shape: stationary free size M={M}, the limit is "
                                    f"{self._max_m} (gemm_stationary_fmax)", value=M,
                                    limit=self._max_m)
-        if N > self.spec.moving_fmax:
+        n_max, what = moving_fmax(self.spec, dst.tensor.dtype)
+        if N > n_max:
             raise MatmulShapeError(f"matmul tile shape: moving free size N={N}, the limit is "
-                                   f"{self.spec.moving_fmax} (gemm_moving_fmax)", value=N,
-                                   limit=self.spec.moving_fmax)
+                                   f"{n_max} ({what}) on {self.spec.name}", value=N, limit=n_max)
         if dst.partitions != M or dst.free_size != N:
             raise ShapeMismatchError(
                 f"shape mismatch: nc_matmul dst {dst.shape} should be [M={M}, N={N}] "

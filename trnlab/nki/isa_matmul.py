@@ -7,6 +7,7 @@ import math
 
 from trnlab.hardware import dtypes as hw_dtypes
 from trnlab.hardware.errors import DirectAllocationOverlapError, MatmulShapeError, PETilingError
+from trnlab.hardware.memory import moving_fmax
 from trnlab.nki import indexing, issue
 from trnlab.nki import tensor_indirection as _ti
 from trnlab.nki import perf_mode as _perf_mode
@@ -126,11 +127,12 @@ def nc_matmul(dst: Tile | None, stationary: Tile, moving: Tile, is_stationary_on
     if double_row:       # the pair axis is contracted: [K, 2, M] x [K, 2, N] -> [M, N]
         M, N = stationary.shape[-1], moving.shape[-1]
         return _finish(None, emit, (M, N), dtype or hw_dtypes.float32, "psum", ranges=ranges, accumulates=True)
-    if M > spec.stationary_fmax or N > spec.moving_fmax:
+    n_max, what = moving_fmax(spec, (dtype or stationary.dtype) if is_transpose else (dtype or hw_dtypes.float32))
+    if M > spec.stationary_fmax or N > n_max:
         raise MatmulShapeError(
             f"matmul tile shape: stationary {stationary.shape} x moving {moving.shape} gives M={M}, N={N}; "
-            f"the limits are M <= {spec.stationary_fmax} (gemm_stationary_fmax), N <= {spec.moving_fmax} "
-            f"(gemm_moving_fmax)", value=(M, N), limit=(spec.stationary_fmax, spec.moving_fmax))
+            f"the limits are M <= {spec.stationary_fmax} (gemm_stationary_fmax), N <= {n_max} "
+            f"({what}) on {spec.name}", value=(M, N), limit=(spec.stationary_fmax, n_max))
     shape = (M,) + tuple(moving.shape[1:])
     if is_transpose:
         return _finish(None, emit, shape, dtype or stationary.dtype, "psum", ranges=ranges)

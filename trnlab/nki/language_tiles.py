@@ -80,9 +80,14 @@ def _spec():
 class _TileSizeMeta(type):
     pmax = property(lambda cls: _spec().partitions)
     gemm_stationary_fmax = property(lambda cls: _spec().stationary_fmax)
+    # 512 on every generation: AWS's tile_size page gives no number, AWS's kernels use it as 512 (one bank
+    # of fp32), and a NeuronCore-v4 nc_matmul's wider limit depends on dst's type (`memory.moving_fmax`)
     gemm_moving_fmax = property(lambda cls: _spec().moving_fmax)
+    # the PSUM constants are per bank ("Maximum free dimension per PSUM bank per partition, in FP32
+    # elements", nki.language.tile_size v2.33; psum_fmax deprecated for psum_bank_fmax): 2 KiB everywhere
     psum_fmax = property(lambda cls: _spec().psum_bank_bytes // 4)
     psum_bank_fmax = property(lambda cls: _spec().psum_bank_bytes // 4)
+    psum_bank_fmax_bytes = property(lambda cls: _spec().psum_bank_bytes)
     psum_fmax_bytes = property(lambda cls: _spec().psum_bank_bytes)
     psum_num_banks = property(lambda cls: _spec().psum_banks)
     sbuf_fmax_bytes = property(lambda cls: _spec().sbuf_partition_bytes)
