@@ -152,7 +152,7 @@ class CoreSpec:
     sbuf_port_shared: bool = True
     psum_port: str = "core"
     # instruction limits [ISA]
-    moving_fmax: int = 512          # nl.tile_size.gemm_moving_fmax
+    moving_fmax: int = 512          # nl.tile_size.gemm_moving_fmax; nc_matmul's N limit to NeuronCore-v3 (memory.moving_fmax)
     stationary_fmax: int = 128      # nl.tile_size.gemm_stationary_fmax
     bn_stats_fmax: int = 512        # nl.tile_size.bn_stats_fmax: elements per partition of one bn_stats [ISA]
     sbuf_free_max: int = 64 * 1024  # elements per partition an instruction may touch in SBUF [PERF]
