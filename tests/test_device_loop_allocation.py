@@ -79,6 +79,33 @@ def sum_rows_plus_scaled_bias(a, row_tiles, bias):
     return out
 
 
+@nki.jit
+def add_scaled_bias_to_rows(a, row_tiles, bias):
+    """out[:128 t, :W] = a[:128 t, :W] + 2 bias[:, :W] (W = 1024), out[:128 t, W:] = a[:128 t, W:],
+    t = row_tiles, out[128 t:] = 0, for a [M, 2048] fp32 and bias [128, 1536]: 2 bias[:, :W] (4 KiB per
+    partition) computed from the loaded bias (6 KiB) before the loop, then added to each row tile
+    (8 KiB) in a fori_loop; the bias tile dies before the loop, the scaled one lives through it."""
+    M, H = a.shape
+    W = 1024
+    out = nl.ndarray((M, H), dtype=a.dtype, buffer=nl.shared_hbm)
+    b = nl.ndarray((P, bias.shape[1]), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=b, src=bias)
+    scaled = nl.ndarray((P, W), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_scalar(dst=scaled, data=b[:, 0:W], op0=nl.multiply, operand0=2.0)
+    for m in range(M // P):
+        nisa.dma_copy(dst=out[m * P:(m + 1) * P, :], src=a[m * P:(m + 1) * P, :])
+
+    def body(i):
+        rows = [[H, P], [1, H]]                                # [128 partitions, H] at row tile i
+        x = nl.ndarray((P, H), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=x, src=a.ap(pattern=rows, offset=0, scalar_offset=i, indirect_dim=0))
+        nisa.tensor_tensor(dst=x[:, 0:W], data1=x[:, 0:W], data2=scaled, op=nl.add)
+        nisa.dma_copy(dst=out.ap(pattern=rows, offset=0, scalar_offset=i, indirect_dim=0), src=x)
+
+    nl.fori_loop(0, _register_from(row_tiles), body, P)
+    return out
+
+
 RNG = np.random.default_rng(7)
 A_WIDE = RNG.normal(size=(512, 4096)).astype(np.float32)          # rows of 16 KiB per partition
 A_SUM = RNG.normal(size=(512, 2048)).astype(np.float32)           # [128, 2048] fp32 tiles: 8 KiB
@@ -171,3 +198,23 @@ def test_a_tile_live_across_a_device_loop_is_not_reused_inside_it(spill):
     assert body
     assert not any(_overlap(b, c) for b in body for c in carried)
     np.testing.assert_allclose(run.outputs, _sum(3), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("t", [0, 2, 4])
+def test_device_loop_tiles_that_fit_but_not_in_next_fit_order_are_packed(t):
+    # 16 KiB of SBUF: next fit leaves the scaled bias (4 KiB, live through the loop) at 6 KiB, after
+    # the 6 KiB bias that died before the loop, so no 8 KiB gap is left for the row tile, though
+    # 12 KiB are live at once; packed by size, the row tile goes first. Nothing is spilled.
+    target = presets.TRN2.core.derive(sbuf_partition_bytes=16 * KiB)
+    a, bias = A_SUM, RNG.normal(size=(P, 1536)).astype(np.float32)
+    with config.override(spill=False):
+        program = nki.trace(add_scaled_bias_to_rows, a, np.array([[t * P]], np.int32), bias, target=target)
+        run = nki.run(add_scaled_bias_to_rows, a, np.array([[t * P]], np.int32), bias, target=target)
+    (loop,) = program.loops
+    scaled = _written_by(program, "tensor_scalar")
+    (row,) = _body_tiles(program, loop)
+    assert not _overlap(row, scaled) and row.offset + row.partition_bytes <= target.sbuf_partition_bytes
+    assert not any(ins.line.startswith(NOTE) for ins in program.instructions)
+    expected = a.copy()
+    expected[:t * P, :1024] += 2 * bias[:, :1024].reshape(1, P, 1024).repeat(t, 0).reshape(t * P, 1024)
+    np.testing.assert_allclose(run.outputs, expected, rtol=1e-6, atol=1e-6)

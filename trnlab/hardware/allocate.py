@@ -424,7 +424,11 @@ def allocate(program: Program, spec: "CoreSpec | str | None" = None) -> Program:
         keys.sort()
         limit = min(f[0] for f in failures) if failures else None
         fixed = sorted(direct[kind], key=attrgetter("first"))
-        failure = _walk(program, OnChipMemory(kind, spec, with_data=False), keys, sizes, count, fixed, limit)
+        memory = OnChipMemory(kind, spec, with_data=False)
+        failure = _walk(program, memory, keys, sizes, count, fixed, limit)
+        if failure is not None and program.loops and memory.bank_bytes is None \
+                and _pack_by_size(program, rows[kind], sizes, fixed, memory.partition_bytes):
+            failure = None                 # a device loop's fixed addresses, packed (`_pack_by_size`)
         if failure is not None:
             failures.append(failure)
     if failures:
@@ -624,6 +628,50 @@ def _walk(program: Program, memory: OnChipMemory, keys: np.ndarray, sizes: list,
         b.offset = offset
         e += 1
     return None
+
+
+def _pack_by_size(program: Program, rows: tuple, sizes: list, fixed: list, capacity: int) -> bool:
+    """Place one memory's allocator-placed tiles by size, largest first, each at the lowest offset
+    clear of the tiles already placed whose live ranges meet its own (direct allocations at their
+    addresses); True, offsets set, if every tile fits. The fallback `allocate` takes for a program
+    with loops the device runs when next fit leaves a tile no gap: a body's tiles have one address
+    for every iteration, so the rotation that multi-buffers straight-line code buys nothing there,
+    and its gaps between the tiles carried over the loop can leave a tile no room where the bytes
+    live at once do fit (ASSUMED: AWS's allocator, "graph coloring after it traces the kernel",
+    nki.compiler.Allocation, packs them; its order is not documented)."""
+    ids, firsts, lasts, free = rows
+    buffers = program.buffers
+    order = sorted((i for i in range(len(ids)) if free[i]), key=lambda i: (-sizes[ids[i]], firsts[i], ids[i]))
+    total = len(fixed) + len(order)
+    p_first = np.empty(total, dtype=np.int64)
+    p_last = np.empty(total, dtype=np.int64)
+    p_offset = np.empty(total, dtype=np.int64)
+    p_size = np.empty(total, dtype=np.int64)
+    n = 0
+    for b in fixed:
+        p_first[n], p_last[n] = b.first, b.last
+        p_offset[n], p_size[n] = int(b.placement["offset"]), b.partition_bytes
+        n += 1
+    offsets = {}
+    for i in order:
+        first, last, size = int(firsts[i]), int(lasts[i]), sizes[ids[i]]
+        meet = np.flatnonzero((p_first[:n] <= last) & (p_last[:n] >= first))
+        cursor, offset = 0, None
+        for j in meet[np.argsort(p_offset[meet], kind="stable")].tolist():
+            if cursor + size <= p_offset[j]:
+                offset = cursor
+                break
+            cursor = max(cursor, int(p_offset[j] + p_size[j]))
+        if offset is None:
+            if cursor + size > capacity:
+                return False
+            offset = cursor
+        p_first[n], p_last[n], p_offset[n], p_size[n] = first, last, offset, size
+        n += 1
+        offsets[int(ids[i])] = offset
+    for bid, offset in offsets.items():
+        buffers[bid].offset = offset
+    return True
 
 
 class _Bump:
