@@ -16,6 +16,7 @@ import trnlab.nki.language as nl
 from trnlab import config
 from trnlab.hardware import presets
 from trnlab.hardware.errors import SBUFOverflowError
+from trnlab.hardware.instruction_order import check_disjoint
 from trnlab.hardware.spill import NOTE, SpillWarning
 
 P = 128
@@ -214,6 +215,7 @@ def test_device_loop_tiles_that_fit_but_not_in_next_fit_order_are_packed(t):
     scaled = _written_by(program, "tensor_scalar")
     (row,) = _body_tiles(program, loop)
     assert not _overlap(row, scaled) and row.offset + row.partition_bytes <= target.sbuf_partition_bytes
+    check_disjoint(program)                                 # no two tiles live at once share a byte
     assert not any(ins.line.startswith(NOTE) for ins in program.instructions)
     expected = a.copy()
     expected[:t * P, :1024] += 2 * bias[:, :1024].reshape(1, P, 1024).repeat(t, 0).reshape(t * P, 1024)
