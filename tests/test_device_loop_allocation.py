@@ -107,6 +107,36 @@ def add_scaled_bias_to_rows(a, row_tiles, bias):
     return out
 
 
+@nki.jit
+def sum_rows_repeated(a, row_tiles, repeats, bias):
+    """out = repeats x (sum of the first t row tiles of a [M, H]) + 3 bias, t = row_tiles: a fori_loop
+    over row tiles around a dynamic_range that adds the row tile `repeats` times into a partial sum
+    (the outer body's tile, carried over the inner loop), added to an accumulator carried over both."""
+    M, H = a.shape
+    out = nl.ndarray((P, H), dtype=nl.float32, buffer=nl.shared_hbm)
+    acc = nl.ndarray((P, H), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.memset(dst=acc, value=0.0)
+    b = nl.ndarray((P, H), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=b, src=bias)
+    scaled = nl.ndarray((P, H), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_scalar(dst=scaled, data=b, op0=nl.multiply, operand0=3.0)
+    n_inner = _register_from(repeats)
+
+    def body(i):
+        part = nl.ndarray((P, H), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.memset(dst=part, value=0.0)
+        for _ in nl.dynamic_range(n_inner):
+            x = nl.ndarray((P, H), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.dma_copy(dst=x, src=a.ap(pattern=[[H, P], [1, H]], offset=0, scalar_offset=i, indirect_dim=0))
+            nisa.tensor_tensor(dst=part, data1=part, data2=x, op=nl.add)
+        nisa.tensor_tensor(dst=acc, data1=acc, data2=part, op=nl.add)
+
+    nl.fori_loop(0, _register_from(row_tiles), body, P)
+    nisa.tensor_tensor(dst=acc, data1=acc, data2=scaled, op=nl.add)
+    nisa.dma_copy(dst=out, src=acc)
+    return out
+
+
 RNG = np.random.default_rng(7)
 A_WIDE = RNG.normal(size=(512, 4096)).astype(np.float32)          # rows of 16 KiB per partition
 A_SUM = RNG.normal(size=(512, 2048)).astype(np.float32)           # [128, 2048] fp32 tiles: 8 KiB
@@ -174,6 +204,24 @@ def test_a_tile_carried_across_a_device_loop_is_spilled_only_outside_it():
     assert reloads and all(k >= loop.end for k in reloads)
 
 
+@pytest.mark.parametrize("t,repeats", [(0, 2), (2, 3), (3, 0)])
+def test_nested_device_loops_that_do_not_fit_are_spilled_and_their_values_are_unchanged(t, repeats):
+    # 28 KiB of SBUF; in the inner body acc, 3 bias, the partial sum and the row tile (8 KiB each)
+    target = presets.TRN2.core.derive(sbuf_partition_bytes=28 * KiB)
+    args = (A_SUM, np.array([[t * P]], np.int32), np.array([[repeats]], np.int32), BIAS)
+    with config.override(spill=True), warnings.catch_warnings():
+        warnings.simplefilter("ignore", SpillWarning)
+        program = nki.trace(sum_rows_repeated, *args, target=target)
+        run = nki.run(sum_rows_repeated, *args, target=target)
+    outer, inner = program.loops
+    assert outer.begin < inner.begin and inner.end < outer.end
+    assert any(ins.line.startswith(NOTE) for ins in program.instructions)
+    assert not any(ins.line.startswith(NOTE) for ins in program.instructions[outer.begin:outer.end])
+    np.testing.assert_allclose(run.outputs, repeats * (_sum(t) - 3 * BIAS) + 3 * BIAS, rtol=1e-5, atol=1e-5)
+    with config.override(spill=False), pytest.raises(SBUFOverflowError):
+        nki.trace(sum_rows_repeated, *args, target=target)
+
+
 def test_without_spilling_the_overflow_is_refused_at_the_kernel_line():
     with config.override(spill=False), pytest.raises(SBUFOverflowError, match="SBUF") as refused:
         nki.trace(sum_rows_plus_scaled_bias, A_SUM, np.array([[P]], np.int32), BIAS, target=SMALL_SBUF)
@@ -220,3 +268,17 @@ def test_device_loop_tiles_that_fit_but_not_in_next_fit_order_are_packed(t):
     expected = a.copy()
     expected[:t * P, :1024] += 2 * bias[:, :1024].reshape(1, P, 1024).repeat(t, 0).reshape(t * P, 1024)
     np.testing.assert_allclose(run.outputs, expected, rtol=1e-6, atol=1e-6)
+
+
+def test_a_tile_shared_with_the_code_around_a_loop_is_in_use_over_the_whole_loop():
+    # what the spill scan sees (spill._use_spans): an outer loop over instructions 10..29 and an inner
+    # one over 15..19; a use inside the loop of a tile also used outside it covers the loop, the
+    # outermost such; a tile of one body alone keeps its uses as they are
+    from trnlab.hardware.program import Loop, Program
+    from trnlab.hardware.spill import _use_spans
+    program = Program("spans", "trn2", loops=[Loop(10, 30, 0, {"register": 0}), Loop(15, 20, 0, {"register": 1})])
+    spans = _use_spans(program, {1: [5, 16, 25], 2: [12, 17, 25], 3: [16, 18], 4: [3, 40]})
+    assert spans[1] == ([5, 10], [5, 29])              # used before the outer loop and in it
+    assert spans[2] == ([12, 15, 25], [12, 19, 25])    # in the outer body, around the inner loop
+    assert spans[3] == ([16, 18], [16, 18])            # the inner body's alone
+    assert spans[4] == ([3, 40], [3, 40])              # live over the loops, not used in them
