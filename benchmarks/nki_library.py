@@ -327,9 +327,10 @@ a new HBM output whose reference has zeros in the other 28 (never written: trnla
 (a Python loop per 8 x 4 block), before any kernel. `core/moe/moe_cte/moe_bwmm_mx_cte`'s row is from a run
 of that file alone with `--max-fast 1 --max-timed 2` and a longer harness limit: its full-mode test runs
 out of the runner's 12 GiB in the library's output initialisation, and its timing-only test traces
-through the kernel's `while reg:` (a loop the device runs, docs/nki_compat.md) and stops on an SBUF
-overflow: a program with a loop the device runs is allocated in program order, without trnlab's
-loop-fusion and spill fallbacks.
+through the kernel's `while reg:` (a loop the device runs, docs/nki_compat.md); that run stopped on an
+SBUF overflow where next fit left the 48 KiB tile no gap (78 KiB free). Device-loop programs are packed by
+size there (docs/nki_compat.md, the compiled-loops row): run alone (`-k moe_bwmm_mx --max-fast -1
+--max-timed 1`), the test is timed at 16.8 ms on Trn3, nothing spilled (the same with `--no-spill`).
 `core/moe/moe_tkg`'s MX tests read
 `.base_tensor` (an attribute of the library's `TensorView`) of a plain tensor.
 

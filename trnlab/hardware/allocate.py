@@ -14,7 +14,10 @@ physical tile of a direct allocation, and each value written over it, a buffer o
 direct allocations may share bytes when no instruction uses both (DirectAllocationOverlapError if
 one does). A program whose live tiles do not fit raises SBUFOverflowError / PSUMOverflowError at the
 first instruction where they do not, naming the tiles live there and their sizes (a block tensor
-larger than the whole memory: SBUF/PSUMBlockTensorOverflowError).
+larger than the whole memory: SBUF/PSUMBlockTensorOverflowError). A program with loops the device
+runs (its body once, each tile of the body at one address for every iteration; the tiles it shares
+with the code around it live over the whole loop, `dynamic_loops.close_live_ranges`) whose SBUF
+tiles next fit leaves without a gap is packed by size instead when that fits (`_pack_by_size`).
 
 A block tensor ``(B..., par_dim(P), F...)`` the allocator places is, to AWS's compiler, a list of (P, F)
 tiles whose addresses it chooses from their dependencies, so its tiles need not be live together
@@ -400,7 +403,9 @@ def allocate(program: Program, spec: "CoreSpec | str | None" = None) -> Program:
     allocations first, then in buffer-table order), then the tiles last used there are released
     (buffer-table order); a placed tile goes to the first gap at or after the end of the last
     placement (next fit), wrapping to offset 0 only when nothing fits further on. SBUF and PSUM do
-    not interact, so each is walked on its own; an error is the one the joint walk meets first.
+    not interact, so each is walked on its own; an error is the one the joint walk meets first. A
+    program with loops the device runs whose SBUF tiles next fit cannot place is packed by size
+    instead (`_pack_by_size`), if that fits.
     Two shortcuts give the same offsets, on the fast path only (`trnlab.config.fast()`; tested
     against the event-by-event walk in tests/test_hardware_allocate_bump.py): runs of events between
     wrap-arounds placed at once (`_Bump`), and the rows of stamped buffers read from the loop
@@ -424,7 +429,12 @@ def allocate(program: Program, spec: "CoreSpec | str | None" = None) -> Program:
         keys.sort()
         limit = min(f[0] for f in failures) if failures else None
         fixed = sorted(direct[kind], key=attrgetter("first"))
-        failure = _walk(program, OnChipMemory(kind, spec, with_data=False), keys, sizes, count, fixed, limit)
+        memory = OnChipMemory(kind, spec, with_data=False)
+        failure = _walk(program, memory, keys, sizes, count, fixed, limit)
+        if failure is not None and program.loops and memory.bank_bytes is None and not fixed \
+                and type(failure[1]) is SBUFOverflowError \
+                and _pack_by_size(program, rows[kind], sizes, memory.partition_bytes):
+            failure = None                 # a device loop's fixed addresses, packed (`_pack_by_size`)
         if failure is not None:
             failures.append(failure)
     if failures:
@@ -624,6 +634,43 @@ def _walk(program: Program, memory: OnChipMemory, keys: np.ndarray, sizes: list,
         b.offset = offset
         e += 1
     return None
+
+
+def _pack_by_size(program: Program, rows: tuple, sizes: list, capacity: int) -> bool:
+    """Place one memory's tiles by size, largest first, each at the lowest offset clear of the tiles
+    already placed whose live ranges meet its own; True, offsets set, if every tile fits. The
+    fallback `allocate` takes for a program with loops the device runs (and no direct allocation
+    in that memory) when next fit leaves a tile no gap: a body's tiles have one address
+    for every iteration, so the rotation that multi-buffers straight-line code buys nothing there,
+    and its gaps between the tiles carried over the loop can leave a tile no room where the bytes
+    live at once do fit (ASSUMED: AWS's allocator, "graph coloring after it traces the kernel",
+    nki.compiler.Allocation, packs them; its order is not documented)."""
+    ids, firsts, lasts, _ = rows
+    buffers = program.buffers
+    order = sorted(range(len(ids)), key=lambda i: (-sizes[ids[i]], firsts[i], ids[i]))
+    # the tiles placed so far: live range, offset, bytes per partition
+    p_first, p_last, p_offset, p_size = (np.empty(len(order), dtype=np.int64) for _ in range(4))
+    n = 0
+    offsets = {}
+    for i in order:
+        first, last, size = int(firsts[i]), int(lasts[i]), sizes[ids[i]]
+        meet = np.flatnonzero((p_first[:n] <= last) & (p_last[:n] >= first))
+        cursor, offset = 0, None
+        for j in meet[np.argsort(p_offset[meet], kind="stable")].tolist():
+            if cursor + size <= p_offset[j]:
+                offset = cursor
+                break
+            cursor = max(cursor, int(p_offset[j] + p_size[j]))
+        if offset is None:
+            if cursor + size > capacity:
+                return False
+            offset = cursor
+        p_first[n], p_last[n], p_offset[n], p_size[n] = first, last, offset, size
+        n += 1
+        offsets[int(ids[i])] = offset
+    for bid, offset in offsets.items():
+        buffers[bid].offset = offset
+    return True
 
 
 class _Bump:

@@ -30,6 +30,12 @@ transformations: the refusal names it), and not for kernels with direct allocati
 bytes themselves and, in AWS's samples, skip the middle end too). If the fused program does not fit
 either, grouping by the first two block indices is tried, then the original refusal is raised,
 saying why fusion did not help.
+
+A program with loops the device runs (`program.Loop`, `dynamic_loops.py`) is not reordered — no
+instruction may cross a loop's boundary, and a fused order would move them — so it gets neither
+loop fusion nor the early PSUM evacuation; its SBUF tiles are spilled (`spill.py`) when the `spill`
+switch is on, as any program's. The caller closes its live ranges over the loops first
+(`dynamic_loops.close_live_ranges`).
 """
 from __future__ import annotations
 
@@ -56,6 +62,9 @@ def allocate(program: Program, spec=None, *, fuse: bool = True) -> Program:
     except (SBUFOverflowError, PSUMOverflowError) as error:
         if _block_tensor_live(program, error) is None:
             refusal = error                   # no block tensor involved: nothing to fuse
+        elif program.loops:
+            refusal = _noted(error, "the program has a loop the device runs (its body once), which trnlab's loop "
+                                    "fusion does not reorder")
         elif not fuse:
             refusal = _noted(error, f"the kernel is marked nki.compiler.{SKIP}, so trnlab does not fuse its loops")
         else:
@@ -63,7 +72,7 @@ def allocate(program: Program, spec=None, *, fuse: bool = True) -> Program:
             if fused is not None:
                 return fused
             refusal = _noted(error, f"trnlab's loop fusion (trnlab.hardware.fusion) did not help: {why}")
-    early = _evacuated_early(program, spec, refusal) if fuse else None   # (only what failed before)
+    early = _evacuated_early(program, spec, refusal) if fuse and not program.loops else None   # (only what failed before)
     if early is not None:
         return early
     spilled = _spilled(program, spec, refusal)

@@ -415,12 +415,10 @@ def _run_trace(kernel, args, kwargs, spec, grid, recorder, launch, names, alloca
     program.inlined_regions = frozenset(getattr(launch, "inlined", ()))  # regions of inlined kernels
     try:
         _config.check_after_trace(compile_config, program, kernel.func.__name__)
-        if program.loops:                    # loops the device runs (hardware/dynamic_loops.py): their
-            from trnlab.hardware.dynamic_loops import close_live_ranges   # tiles live over the back edge,
-            from trnlab.hardware.fusion import allocate_in_order           # and nothing moves across them
-            close_live_ranges(program)
-            allocated = allocate_in_order(program, spec)
-        elif compile_config is not None and compile_config.surfaces_allocation_failure:
+        if program.loops:                    # loops the device runs (hardware/dynamic_loops.py): tiles
+            from trnlab.hardware.dynamic_loops import close_live_ranges   # shared with the code around a
+            close_live_ranges(program)       # loop live over all of it (its back edge); not fused (fusion.py)
+        if compile_config is not None and compile_config.surfaces_allocation_failure:
             allocated = _allocate_without_fallback(program, spec)
         else:
             allocated = allocate(program, spec, fuse=not _directive(kernel, "skip_middle_end_transformations"))
