@@ -109,6 +109,21 @@ class NkiTensor:
         return len(self.shape)
 
     @property
+    def size(self) -> int:
+        """The number of elements the view covers: the product of its shape (`size: int`, an attribute of
+        AWS's nki.language.NkiTensor page, as numpy.ndarray.size; a `.view(dtype)` scales it with the last
+        axis)."""
+        return math.prod(self.shape)
+
+    @property
+    def strides(self) -> tuple:
+        """Each dimension's stride in elements of the storage, in the order of `shape` (`strides:
+        tuple[int, ...]`, an attribute of AWS's nki.language.NkiTensor page, whose get_pattern "pairs each
+        of the view's dimensions with its current stride, in the same order as shape / strides"): the
+        strides of `get_pattern()`. A view that is no access pattern (an indirect gather) has none."""
+        return tuple(stride for stride, _ in self.get_pattern())
+
+    @property
     def is_pending(self) -> bool:
         return self._emit is not None
 
@@ -587,6 +602,11 @@ class NkiTensor:
             return _views.retype(self, _dtypes.as_dtype(dtype))
         raise ViewError(f"view({dtype}) of {self.name!r} ({self.buffer}, a view): trnlab reinterprets whole "
                         f"HBM tensors and on-chip tiles")
+
+    # AWS's nki.language.NkiTensor page lists `reinterpret_cast` among the attributes; its stub assigns it
+    # after `view`, whose docstring reads "Equivalent to numpy.ndarray.view(dtype) or C++ reinterpret_cast":
+    # the same method under a second name.
+    reinterpret_cast = view
 
     # -- arithmetic (nl.add etc.) ------------------------------------------------------
     def __add__(self, other): return _OPERATIONS.language.add(self, other)
