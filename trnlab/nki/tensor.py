@@ -120,7 +120,7 @@ class NkiTensor:
         """Each dimension's stride in elements of the storage, in the order of `shape` (`strides:
         tuple[int, ...]`, an attribute of AWS's nki.language.NkiTensor page, whose get_pattern "pairs each
         of the view's dimensions with its current stride, in the same order as shape / strides"): the
-        strides of `get_pattern()`. A view that is no access pattern (an indirect gather) has none."""
+        strides of `get_pattern()`."""
         return tuple(stride for stride, _ in self.get_pattern())
 
     @property
