@@ -16,7 +16,7 @@ import trnlab.nki as nki
 import trnlab.nki.isa as nisa
 import trnlab.nki.language as nl
 
-from test_nki_07_census import NAMES as NAMES_07, NOT_SUPPORTED, REFUSED, TABLE, TABLE_TITLE, TRNLAB
+from test_nki_07_census import NAMES as NAMES_07, TABLE, TABLE_TITLE, TRNLAB, check_resolves_or_is_listed
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 CENSUS = json.loads((ROOT / "tests" / "data" / "nki_latest_api.json").read_text())
@@ -73,14 +73,7 @@ def test_each_latest_name_has_its_latest_page_and_is_not_in_the_07_census():
 
 @pytest.mark.parametrize("key", sorted(NAMES))
 def test_each_latest_name_resolves_in_trnlab_or_is_listed_as_not_supported(key):
-    listed = TABLE.get(key)
-    if _resolves(key):
-        assert listed is None or listed[0] == REFUSED, (
-            f"{key} resolves in trnlab but docs/nki_compat.md lists it as {listed[0]!r}: update the table")
-    else:
-        assert listed is not None, (f"{key} is not in trnlab and not in docs/nki_compat.md's table "
-                                    f"{TABLE_TITLE!r}: add it with the reason")
-        assert listed[0] == NOT_SUPPORTED and listed[1], f"{key}: status must be {NOT_SUPPORTED!r} with a reason"
+    check_resolves_or_is_listed(key, _resolves(key))
 
 
 def test_the_status_table_lists_only_names_of_either_census():
