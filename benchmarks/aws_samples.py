@@ -584,12 +584,13 @@ def docs_figure(text: str) -> tuple[float, str, int]:
 
 
 def compare(us: float, docs: str) -> tuple[str, str]:
-    """The simulated figure written as the docs write theirs, and the difference: "=" when it rounds
-    to the docs' figure, else the change in percent."""
+    """The simulated figure written as the docs write theirs, and the difference: "=" when it is
+    within one unit of the docs' last digit (the table rounds most figures and truncates some:
+    resize_nearest's 6,441.5 µs is "6,441 µs"), else the change in percent."""
     docs_us, unit, decimals = docs_figure(docs)
-    value = us / 1e3 if unit == "ms" else us
-    shown = f"{value:,.{decimals}f} {unit}" if "," in docs else f"{value:.{decimals}f} {unit}"
-    if round(value, decimals) == round(docs_us / (1e3 if unit == "ms" else 1.0), decimals):
+    scale = 1e3 if unit == "ms" else 1.0
+    shown = f"{us / scale:,.{decimals}f} {unit}" if "," in docs else f"{us / scale:.{decimals}f} {unit}"
+    if abs(us - docs_us) / scale < 10.0 ** -decimals:
         return shown, "="
     return shown, f"{(us - docs_us) / docs_us:+.1%}"
 
