@@ -33,6 +33,15 @@ def test_every_expected_figure_is_written_in_the_docs_table():
         assert any(number in row for row in rows), f"{case.name}: {case.docs} is not in docs/nki_compat.md's table"
 
 
+def test_every_expected_program_order_figure_is_written_in_the_docs_prose():
+    start = _docs_section().index("In program order the rows that differ took")
+    prose = " ".join(_docs_section()[start:].split())
+    prose = prose[:prose.index("Full mode in the list schedule")]
+    for name, figure in driver.PROGRAM_ORDER.items():
+        assert name in {case.name for case in driver.CASES}, name
+        assert figure.split()[0] in prose, f"{name}: {figure} is not in the program-order figures"
+
+
 def test_a_figure_within_the_last_digit_of_the_docs_is_equal_and_one_beyond_is_a_change():
     assert driver.compare(6254.7, "6.25 ms") == ("6.25 ms", "=")
     assert driver.compare(6441.53, "6,441 µs") == ("6,442 µs", "=")      # the table truncates some figures
