@@ -31,7 +31,7 @@ import subprocess
 import sys
 import time
 import types
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -58,7 +58,6 @@ class Case:
     full_shape: str = ""          # printed when full mode runs at another shape
     full: bool = True             # False: timing-only (full mode not tried: minutes per case)
     expect_error: str = ""        # full mode: an error the kernel is known to raise (the docs' "(yes)")
-    extra: dict = field(default_factory=dict)
 
 
 # -- argument helpers ---------------------------------------------------------------------------------
@@ -390,7 +389,8 @@ CASES: list[Case] = [
     Case("tensor_addition SPMD 2x2", f"{TUT}/tensor_addition/spmd_tensor_addition_nki_kernels.py",
          "nki_tensor_add_kernel_", "[256, 1024] fp16", _add_args((256, 1024), (256, 1024)), ref_add, "20.0 µs"),
     Case("tensor_addition nc(2)", f"{TUT}/tensor_addition/spmd_tensor_addition_nki_kernels.py",
-         "nki_tensor_add_kernel_", "[512, 2048] fp16", _add_args((512, 2048), (512, 2048), nc=True), ref_add, "25.4 µs"),
+         "nki_tensor_add_kernel_", "[512, 2048] fp16", _add_args((512, 2048), (512, 2048), nc=True), ref_add,
+         "25.4 µs"),
     Case("transpose2d", f"{TUT}/transpose2d/transpose2d_nki_kernels.py", "tensor_transpose2D_kernel_",
          "[128, 32 x 512] int8",
          lambda m, full, rng: ((arr((128, 32 * 512), "int8", full, rng), (32, 512)), {}, ()),
@@ -415,7 +415,8 @@ CASES: list[Case] = [
 ] + [
     Case(f"attention_fwd {v}", ATT, f"attn_fwd_{v}", f"d 128, s {s} bf16", _attn_args(s, 128 if s == 128 else 512),
          ref_attention_dt, us, rtol=1e-2, full_shape="" if s == 128 else "s 512 fp32")
-    for v, s, us in (("v1", 128, "19.1 µs"), ("v2", 128, "18.9 µs"), ("v3", 4096, "3228 µs"), ("v4", 4096, "860 µs"),
+    for v, s, us in (("v1", 128, "19.1 µs"), ("v2", 128, "18.9 µs"), ("v3", 4096, "3228 µs"),
+                     ("v4", 4096, "860 µs"),
                      ("v5", 4096, "720 µs"), ("v6", 4096, "470 µs"), ("v7", 4096, "309 µs"), ("v8", 4096, "326 µs"),
                      ("v9", 4096, "399 µs"), ("v10", 4096, "345 µs"))
 ] + [
@@ -424,7 +425,8 @@ CASES: list[Case] = [
     Case("rmsnorm (7af4e4d)", f"{TUT}/rmsnorm/rmsnorm_nki_kernels.py", "nki_rmsnorm_kernel", "[4096, 8192] fp32",
          _rows_args(with_gamma=True), ref_rmsnorm, "1527 µs", rtol=1e-4, full_shape="[512, 8192]"),
     Case("layernorm v1 (7af4e4d)", f"{TUT}/layernorm/layernorm_nki_kernel.py", "nki_layernorm_kernel_v1",
-         "[4096, 8192] fp32", _rows_args(layernorm=True), ref_layernorm, "2263 µs", rtol=1e-4, full_shape="[512, 8192]"),
+         "[4096, 8192] fp32", _rows_args(layernorm=True), ref_layernorm, "2263 µs", rtol=1e-4,
+         full_shape="[512, 8192]"),
     Case("layernorm v2 (7af4e4d)", f"{TUT}/layernorm/layernorm_nki_kernel.py", "nki_layernorm_kernel_v2",
          "[4096, 8192] fp32", _rows_args(layernorm=True, rows_f=200), ref_layernorm, "1721 µs", rtol=1e-4,
          full_shape="[200, 8192]"),
@@ -646,7 +648,7 @@ def main(argv: list[str] | None = None) -> int:
     header = (f"{'kernel':40} {'shape':44} {'runs (timing / full)':21} {'full rel. err':>13} {'simulated':>11} "
               f"{'docs':>11} {'diff':>7}")
     print(header)
-    rows, failures = [], 0
+    rows, failures, differ = [], 0, 0
     for case in CASES:
         if options.k and options.k not in case.name:
             continue
@@ -654,7 +656,8 @@ def main(argv: list[str] | None = None) -> int:
         if checkout is None:
             print(f"{case.name:40} {case.shape:44} not in these checkouts")
             continue
-        results = {m: run_case(case, checkout, m, options.seconds, options.schedule) for m in modes if m == "timing" or case.full}
+        results = {m: run_case(case, checkout, m, options.seconds, options.schedule)
+                   for m in modes if m == "timing" or case.full}
         timing = results.get("timing", {})
         full = results.get("full", {})
         runs = " / ".join([("yes" if "us" in r else "no") if m == "timing" else
@@ -664,6 +667,7 @@ def main(argv: list[str] | None = None) -> int:
         us = timing.get("us")
         docs = PROGRAM_ORDER.get(case.name, case.docs) if options.schedule == "program" else case.docs
         shown, diff = compare(us, docs) if us is not None else ("", "")
+        differ += diff not in ("", "=")
         error = f"{full['rel_error']:.1e}" if "rel_error" in full else ""
         print(f"{case.name:40} {case.shape:44} {runs:21} {error:>13} {shown:>11} {docs:>11} {diff:>7}",
               flush=True)
@@ -675,14 +679,15 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"    full: {r['expected_error']} (known, the docs' \"(yes)\")")
             elif m == "full" and not r.get("ok"):
                 failures += 1
-                print(f"    full ({case.full_shape or case.shape}): rel. error {r.get('rel_error'):.2e} > {case.rtol}")
-        rows.append({"case": case.name, "checkout": _commit(checkout), "docs": docs, "schedule": options.schedule, **{
-            m: r for m, r in results.items()}})
+                print(f"    full ({case.full_shape or case.shape}): rel. error {r.get('rel_error'):.2e} "
+                      f"> {case.rtol}")
+        rows.append({"case": case.name, "checkout": _commit(checkout), "docs": docs, "schedule": options.schedule,
+                     **results})
         if options.json:
             with open(options.json, "a") as out:
                 out.write(json.dumps(rows[-1]) + "\n")
-    print(f"{len(rows)} cases, {failures} failures")
-    return 1 if failures else 0
+    print(f"{len(rows)} cases, {failures} failures, {differ} figures differ from the docs")
+    return 1 if failures or differ else 0
 
 
 if __name__ == "__main__":
