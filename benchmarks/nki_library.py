@@ -323,14 +323,14 @@ the runner hands the harness an x4 output declared as another type as its bytes
 `core/subkernels/rmsnorm_mx_quantize_tkg`'s test wrapper copies 4 of every 32 scale partitions into
 a new HBM output whose reference has zeros in the other 28 (never written: trnlab's error; AWS's
 `nl.ndarray` page promises no initial contents; read as zeros, its 4 fast tests pass).
-`core/moe_block/moe_block_tkg`'s MX tests run past the harness's limit in the library's input generator
-(a Python loop per 8 x 4 block), before any kernel. `core/moe/moe_cte/moe_bwmm_mx_cte`'s row joins two runs
-of that file alone with a longer harness limit: its full-mode test (`--max-fast 1`) runs out of the
-runner's 12 GiB in the library's output initialisation; its timing-only test (`--max-fast -1 --max-timed 1`)
-traces through the kernel's `while reg:` (a loop the device runs, docs/nki_compat.md) and is timed on
-Trn3, nothing spilled (the same with `--no-spill`): next fit leaves its 48 KiB tile no gap beside the
-tiles live across the loop, so device-loop programs are packed by size when next fit fails
-(docs/nki_compat.md, the compiled-loops row).
+`core/moe_block/moe_block_tkg`'s and `core/moe/moe_cte/moe_bwmm_mx_cte`'s MX tests in full mode run past the
+harness's limit in the library's input generator (a Python loop per 8 x 4 block), before any kernel; a
+run of that file alone with a longer limit runs out of the runner's 12 GiB in the library's output
+initialisation. `moe_bwmm_mx_cte`'s timing-only test traces through the kernel's `while reg:` (a loop
+the device runs, docs/nki_compat.md) and is timed on Trn3, nothing spilled (the same with
+`--no-spill`): next fit leaves its 48 KiB tile no gap beside the tiles live across the loop, so
+device-loop programs are packed by size when next fit fails (docs/nki_compat.md, the compiled-loops
+row).
 `core/moe/moe_tkg`'s MX tests read
 `.base_tensor` (an attribute of the library's `TensorView`) of a plain tensor.
 
