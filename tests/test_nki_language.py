@@ -57,6 +57,24 @@ def test_mask_between_two_iterators_is_refused():
 
 
 # -- constants, dtypes, ranges ------------------------------------------------------------------------
+# every attribute of AWS's nki.language.tile_size page (v2.33 and the latest page)
+TILE_SIZE_ATTRIBUTES = ("pmax", "psum_fmax", "psum_fmax_bytes", "psum_bank_fmax", "psum_bank_fmax_bytes",
+                        "psum_num_banks", "sbuf_size_bytes", "sbuf_fmax", "sbuf_fmax_bytes", "gemm_stationary_fmax",
+                        "gemm_moving_fmax", "bn_stats_fmax", "psum_min_align", "sbuf_min_align",
+                        "total_available_sbuf_size")
+
+
+def test_tile_size_has_every_attribute_of_aws_page_with_its_units():
+    spec = presets.TRN2.core
+    ts = nl.tile_size
+    missing = [name for name in TILE_SIZE_ATTRIBUTES if not hasattr(ts, name)]
+    assert not missing
+    # "in FP32 elements" and "in bytes" name the same per-partition capacity
+    assert ts.sbuf_fmax * 4 == ts.sbuf_fmax_bytes == spec.sbuf_partition_bytes
+    assert ts.psum_bank_fmax * 4 == ts.psum_bank_fmax_bytes == spec.psum_bank_bytes
+    assert ts.sbuf_size_bytes == spec.partitions * spec.sbuf_partition_bytes
+
+
 def test_tile_size_comes_from_the_preset():
     spec = presets.TRN2.core
     assert nl.tile_size.pmax == spec.partitions == 128

@@ -130,6 +130,21 @@ def test_run_a_beta1_script_unmodified(tmp_path):
     assert "beta1 True gen3" in done.stdout
 
 
+def test_a_course_harness_that_turns_logging_off_after_importing_neuronxcc_runs(tmp_path):
+    """Stanford CS149's Trainium harness calls `logging.disable(logging.OFF)` after `import neuronxcc.nki`
+    (the standard library has no OFF; AWS's images do once neuronxcc is imported)."""
+    _script(tmp_path, "harness.py", """
+        import logging
+        import neuronxcc.nki as nki
+        logging.disable(logging.OFF)
+        logging.getLogger("x").critical("hidden")
+        print("off", logging.OFF > logging.CRITICAL)
+    """)
+    done = _run(["run", "harness.py"], tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "off True" in done.stdout and "hidden" not in done.stderr
+
+
 def test_a_script_exit_code_is_the_commands(tmp_path):
     _script(tmp_path, "fail.py", "import nki\nimport sys\nsys.exit(4)\n")
     assert _run(["run", "fail.py"], tmp_path).returncode == 4

@@ -91,6 +91,8 @@ class _TileSizeMeta(type):
     psum_fmax_bytes = property(lambda cls: _spec().psum_bank_bytes)
     psum_num_banks = property(lambda cls: _spec().psum_banks)
     sbuf_fmax_bytes = property(lambda cls: _spec().sbuf_partition_bytes)
+    # "Maximum free dimension of a tile on SBUF buffer, in FP32 elements" (v2.33): the same bytes, counted in fp32
+    sbuf_fmax = property(lambda cls: _spec().sbuf_partition_bytes // 4)
     total_available_sbuf_size = property(lambda cls: _spec().sbuf_partition_bytes)
     sbuf_size_bytes = property(lambda cls: _spec().sbuf_bytes)
     bn_stats_fmax = property(lambda cls: _spec().bn_stats_fmax)
