@@ -11,7 +11,9 @@ summary per half and the lessons, and writes notebooks/data/calibration.json (ro
 for notebook 05 (`trnlab.hardware.calibration.load` / `format_table` / `plot_errors`). The kernels
 are trnlab's own, in AWS's public style: `trnlab.kernels.matmul_ladder`, `.vector_add`, `.mamba`,
 `.matmul_psum_pipeline`; the [AUTOTUNE] attention rows run AWS's NKI Library `attention_cte` unmodified
-through trnlab's zero-edit import hook (`--nkilib PATH`, default $NKILIB or /work/nkilib).
+through trnlab's zero-edit import hook (`--nkilib PATH`, default $NKILIB or /work/nkilib), and the
+[CS149-student] rows the student's own kernels from their repository (`--cs149-solution PATH`, default
+$CS149_SOLUTION or /work/cs149-solution).
 Simulated figures do not depend on the machine's load (timing-only is deterministic); wall time does.
 """
 from __future__ import annotations
@@ -129,6 +131,44 @@ def _attention_cte():
     zero_edit.install()
     from nkilib_src.nkilib.core.attention.attention_cte import attention_cte
     return attention_cte
+
+
+# the CS149 student's repository (its kernels run unmodified through trnlab's zero-edit import hook)
+CS149_SOLUTION = {"path": Path(os.environ.get("CS149_SOLUTION", "/work/cs149-solution"))}
+
+
+def _student_kernel(part: str, module: str, name: str):
+    """A kernel of the student's checkout (part1/kernels.py, part2/conv2d.py), imported as published."""
+    folder = CS149_SOLUTION["path"] / part
+    if not (folder / f"{module}.py").is_file():
+        raise SystemExit(f"the [CS149-student] rows need the student's repository "
+                         f"(github xaviergonzalez/asst4-trainium2): no {folder / (module + '.py')} "
+                         f"(--cs149-solution PATH or CS149_SOLUTION=PATH)")
+    sys.dont_write_bytecode = True                    # nothing written into the checkout
+    from trnlab.nki import zero_edit
+    zero_edit.install()
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(f"cs149_{part}_{module}", folder / f"{module}.py")
+    loaded = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(loaded)
+    return getattr(loaded, name)
+
+
+def _student(row: cal.Row, target=None, **_):
+    """The student's transpose (run_benchmark.py --kernel transpose -n 1024: fp32 [1024, 1024]) or
+    fused conv2d + maxpool (test_harness.py's performance tests: batch 1, 256 -> 256 channels, 224 x 224,
+    3 x 3 filters), timing-only: the harness's P99 of identical runs is one run's latency here."""
+    target = target or row.chip
+    dtype = "float16" if row.dtype == "fp16" else "float32"
+    if row.id == "cs149-transpose":
+        run = nki.run(_student_kernel("part1", "kernels", "matrix_transpose"), nki.ShapeDtype((1024, 1024), dtype),
+                      target=target, timing_only=True)
+    else:
+        pool = 2 if "pool_size 2" in row.kernel else 1
+        shapes = ((1, 256, 224, 224), (256, 256, 3, 3), (256,))
+        run = nki.run(_student_kernel("part2", "conv2d", "fused_conv2d_maxpool"),
+                      *(nki.ShapeDtype(s, dtype) for s in shapes), target=target, timing_only=True, pool_size=pool)
+    return run.latency_us, _profiled(run, dtype), ""
 
 
 def _autotune(row: cal.Row, target=None, **_):
@@ -256,6 +296,12 @@ WHAT_IF = {
     # 205: 262.8). The fit is that plateau; its slowest end is the rate most favourable to the
     # held-back blocked-free DMA figure. On top of the model
     "gather-fit": {"spec": {"trn2": {"dma_hbm_gather_bandwidth": GATHER_TRN2_FIT}}, "options": {}},
+    # (j) tile versions: a whole overwrite of a reused SBUF tile starts a new tile (hardware/versions.py,
+    # TRNLAB_VERSIONS, ASSUMED), as a compiler renaming values would; what the [CS149-student] convolution
+    # (one input-row buffer declared outside its loops, 90 % MFU in fp16 on the chip) suggests. No
+    # constant. Adopted 2026-12-04 (evening): the model is (d) + (b) + start-up + (j), and every candidate
+    # above runs with it; `no-versions` is the model without it (until 2026-12-04, evening)
+    "no-versions": {"spec": {}, "options": {}, "switches": {"versions": False}},
 }
 
 
@@ -264,19 +310,25 @@ def what_if(name: str, rows: list[cal.Row]) -> list[dict]:
     case = WHAT_IF[name]
     targets = {chip: presets.core_spec(chip).derive(**fields) for chip, fields in case["spec"].items()}
     results = []
-    for row in rows:
-        t0 = time.perf_counter()
-        options = case["options"] if row.source == "CS149" else case.get("mamba", {}) if row.source == "MAMBA" \
-            else case.get("matmul", {})
-        latency_us, active, note = RUNNERS[row.source](row, target=targets.get(row.chip), **options)
-        res = cal.result(row, latency_us if row.latency_us is not None else None, active, note)
-        res["ours_us"] = latency_us
-        results.append(res)
-        _print(row, res, latency_us, note, round(time.perf_counter() - t0, 1))
+    with config.override(**case.get("switches", {})):
+        for row in rows:
+            results.append(_what_if_row(case, targets, row))
     return results
 
 
-RUNNERS = {"MM-trn1": _matmul, "OPT-trn2": _matmul, "CS149": _vector_add, "MAMBA": _mamba, "AUTOTUNE": _autotune}
+def _what_if_row(case: dict, targets: dict, row: cal.Row) -> dict:
+    t0 = time.perf_counter()
+    options = case["options"] if row.source == "CS149" else case.get("mamba", {}) if row.source == "MAMBA" \
+        else case.get("matmul", {})
+    latency_us, active, note = RUNNERS[row.source](row, target=targets.get(row.chip), **options)
+    res = cal.result(row, latency_us if row.latency_us is not None else None, active, note)
+    res["ours_us"] = latency_us
+    _print(row, res, latency_us, note, round(time.perf_counter() - t0, 1))
+    return res
+
+
+RUNNERS = {"MM-trn1": _matmul, "OPT-trn2": _matmul, "CS149": _vector_add, "CS149-student": _student,
+           "MAMBA": _mamba, "AUTOTUNE": _autotune}
 
 
 def run_rows(rows: list[cal.Row]) -> list[dict]:
@@ -306,8 +358,12 @@ def main() -> None:
     ap.add_argument("--what-if", choices=sorted(WHAT_IF), help="every row under a candidate mechanism (not the model)")
     ap.add_argument("--nkilib", type=Path, default=NKILIB["path"],
                     help="AWS's NKI Library checkout, for the [AUTOTUNE] attention rows (default $NKILIB or /work/nkilib)")
+    ap.add_argument("--cs149-solution", type=Path, default=CS149_SOLUTION["path"],
+                    help="the CS149 student's repository (github xaviergonzalez/asst4-trainium2), for the "
+                         "[CS149-student] rows (default $CS149_SOLUTION or /work/cs149-solution)")
     args = ap.parse_args()
     NKILIB["path"] = args.nkilib
+    CS149_SOLUTION["path"] = args.cs149_solution
     rows = [r for r in cal.ROWS if args.source in (None, r.source)]
     if args.what_if:
         results = what_if(args.what_if, rows)

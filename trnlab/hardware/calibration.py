@@ -30,6 +30,10 @@ SOURCES = {
     "CS149": "https://github.com/xaviergonzalez/asst4-trainium2/blob/main/writeup.md (a student's "
              "measurements, NCL P99 / profiler total_time) of https://github.com/stanford-cs149/asst4-trainium2 "
              "(README, part 1: kernels under skip_middle_end_transformations)",
+    "CS149-student": "https://github.com/xaviergonzalez/asst4-trainium2 at d1552616 (2025-11-18): the same "
+                     "student's own kernels (part1/kernels.py matrix_transpose, part2/conv2d.py "
+                     "fused_conv2d_maxpool), run unmodified from that checkout; figures from its writeup.md "
+                     "(run_benchmark.py and part 2's test_harness.py: NCL P99 on trn2)",
     "MAMBA": "https://awsdocs-neuron.readthedocs-hosted.com/en/latest/general/nki/tutorials/fused_mamba.html "
              "(page 'relevant for Inf2, Trn1, Trn1n'; device latency and VectorE active % of the "
              "profile's core execution period)",
@@ -70,6 +74,14 @@ def _opt(id, kernel, active, half, why):
 def _cs(id, kernel, n, us, half, why, measured="NCL P99 latency (neuronx benchmark)"):
     return Row(id, "CS149", kernel, f"[{n}]", "fp32 (ASSUMED: the harness is not in the writeup)",
                "trn2", measured, half, why, latency_us=us)
+
+
+def _student(id, kernel, shape, dtype, us, half, why):
+    return Row(id, "CS149-student", kernel, shape, dtype, "trn2", "NCL P99 latency (neuronx benchmark)", half, why,
+               latency_us=us)
+
+
+CONV_SHAPE = "X [1, 256, 224, 224], W [256, 256, 3, 3], bias [256]"
 
 
 def _mamba(id, kernel, channels, seq, us, dve, half, why):
@@ -127,6 +139,17 @@ ROWS: list[Row] = [
         "neuron-profile total_time"),
     _cs("cs149-stream-1000", "vector_add_stream, FREE_DIM 1000", 256000, 26, HELD_BACK, ALTERNATE,
         "neuron-profile total_time"),
+    # the student's own kernels, in the writeup's order: part 1's transpose, part 2's fused conv2d + maxpool
+    _student("cs149-transpose", "matrix_transpose (the student's)", "[1024, 1024]", "fp32", 86, CALIBRATION,
+             ALTERNATE),
+    _student("cs149-conv-fp32", "fused_conv2d_maxpool (the student's), pool_size 1", CONV_SHAPE, "fp32", 3832,
+             HELD_BACK, ALTERNATE),
+    _student("cs149-conv-fp16", "fused_conv2d_maxpool (the student's), pool_size 1", CONV_SHAPE, "fp16", 824,
+             CALIBRATION, ALTERNATE),
+    _student("cs149-pool-fp32", "fused_conv2d_maxpool (the student's), pool_size 2", CONV_SHAPE, "fp32", 3830,
+             HELD_BACK, ALTERNATE),
+    _student("cs149-pool-fp16", "fused_conv2d_maxpool (the student's), pool_size 2", CONV_SHAPE, "fp16", 825,
+             CALIBRATION, ALTERNATE),
     _mamba("mamba-v1-c256", "mamba_v1", 256, 512, 172.93, 98.71, CALIBRATION, ALTERNATE),
     _mamba("mamba-v1-c4096", "mamba_v1", 4096, 512, 2340, 92.16, HELD_BACK, ALTERNATE),
     _mamba("mamba-v2-c4096", "mamba_v2", 4096, 512, 1610, 99.63, CALIBRATION, ALTERNATE),
@@ -153,6 +176,7 @@ LESSONS: list[tuple[str, str]] = [
     ("mm-trn1-block-free", "mm-trn1-fully-blocked"),
     ("cs149-rows-1", "cs149-rows-128"), ("cs149-rows-128", "cs149-stream-2"),
     ("cs149-stream-2", "cs149-stream-200"), ("cs149-stream-2000", "cs149-stream-1000"),
+    ("cs149-conv-fp32", "cs149-conv-fp16"), ("cs149-pool-fp32", "cs149-pool-fp16"),
     ("mamba-v1-c4096", "mamba-v2-c4096"), ("mamba-v2-s8192", "mamba-v3-s8192"),
     ("mamba-v1-c4096", "mamba-v1-c256"),
     ("autotune-mm-single", "autotune-mm-rotating"), ("autotune-mm-rotating", "autotune-mm-hand"),

@@ -105,16 +105,7 @@ def reorder(program: Program, order: list[int], name: str, keep_offsets: bool = 
     new = copy.copy(program)
     new.instructions = [program.instructions[k] for k in order]
     new.buffers = [copy.copy(b) for b in program.buffers]
-    for b in new.buffers:
-        b.first, b.last = -1, -1
-        if not keep_offsets:
-            b.offset = None
-    for k, ins in enumerate(new.instructions):
-        for access in ins.operands.values():
-            b = new.buffers[access.buffer]
-            if b.first < 0:
-                b.first = k
-            b.last = k
+    new.read_live_ranges(keep_offsets=keep_offsets)
     # steps compose: a fused program list-scheduled is "fused+list"
     new.schedule = name if program.schedule in (None, "program", name) else f"{program.schedule}+{name}"
     traced = program.issue_spec           # (new.derived is its own: a copy shares no cache)

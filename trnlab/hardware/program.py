@@ -197,6 +197,21 @@ class Program:
         self.revision += 1
         self.__dict__.pop("_derived", None)
 
+    def read_live_ranges(self, keep_offsets: bool = False) -> None:
+        """Read every buffer's live range (first and last instruction, every memory) off the
+        instructions as they now are, after a pass that rewrote or reordered them; offsets cleared
+        unless `keep_offsets`."""
+        for b in self.buffers:
+            b.first, b.last = -1, -1
+            if not keep_offsets:
+                b.offset = None
+        for k, ins in enumerate(self.instructions):
+            for a in ins.operands.values():
+                b = self.buffers[a.buffer]
+                if b.first < 0:
+                    b.first = k
+                b.last = k
+
     # -- summaries ---------------------------------------------------------------------------
     def __len__(self) -> int:
         return len(self.instructions)

@@ -265,14 +265,7 @@ def _rewrite(program: Program, cuts: list) -> Program:
                  else dataclasses.replace(loop, begin=at[loop.begin] if loop.begin < n else len(instructions),
                                           end=at[loop.begin] if loop.begin < n else len(instructions))
                  for loop in program.loops]
-    for b in new.buffers:
-        b.offset, b.first, b.last = None, -1, -1
-    for k, ins in enumerate(instructions):           # live ranges (every memory) in the new order
-        for a in ins.operands.values():
-            b = new.buffers[a.buffer]
-            if b.first < 0:
-                b.first = k
-            b.last = k
+    new.read_live_ranges()                                    # live ranges (every memory) in the new order
     new.allocated = False
     new.schedule = f"{program.schedule}+spill" if program.schedule not in (None, "program") else "spill"
     new.changed()

@@ -282,7 +282,7 @@ def trace(kernel, *args, target=None, grid=None, points=None, **kwargs):
     order = schedule_of(kernel)
     key = (kernel.func, grid, tuple(getattr(g, "cores", 1) for g in grid), points, spec.name, id(spec), order,
            DROP_PSUM_ZEROING, _directive(kernel, "schedule"), _directive(kernel, "compile_config"), config.get("spill"),
-           config.get("psum_evacuation"),
+           config.get("psum_evacuation"), config.get("versions"),
            tuple(_signature(a) for a in args), tuple((k, _signature(v)) for k, v in sorted(kwargs.items())))
     program = _PROGRAMS.get(key)
     if program is not None:
@@ -395,6 +395,9 @@ def _run_trace(kernel, args, kwargs, spec, grid, recorder, launch, names, alloca
     finally:
         launches.pop()
     program = recorder.finish(outputs)
+    if config.get("versions"):               # whole overwrites start new tiles (hardware/versions.py, ASSUMED)
+        from trnlab.hardware.versions import split_versions
+        program = split_versions(program)
     edges = _directive(kernel, "schedule")
     if edges:                                # kernel.with_schedule(...): order constraints (schedule.py)
         from trnlab.nki.schedule import resolve

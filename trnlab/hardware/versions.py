@@ -1,0 +1,114 @@
+"""Tile versions: each whole overwrite of a reused SBUF tile starts a new tile (ASSUMED).
+
+A kernel may declare one SBUF buffer outside its loops and load into it again and again:
+
+    x_sb = nl.ndarray((128, W), dtype, buffer=nl.sbuf)         # once
+    for row in nl.sequential_range(H):
+        nisa.dma_copy(dst=x_sb, src=x[..., row, :])           # the whole tile, every row
+        ... nc_matmul(w, x_sb[:, j:j + n]) ...                   # read by the row's matmuls
+
+As written, each load must wait until the previous row's matmuls have read the tile (a
+write-after-read on the same bytes), and each matmul for its load: DMA and Tensor engine take
+turns. A compiler that renames values (SSA form, as NKI's `non_ssa_legalization` option suggests)
+sees every whole overwrite as a new value and may give it other bytes, so the next row's load runs
+while this row's matmuls do. One published measurement says the chip does so: a Stanford CS149
+student's fused convolution (docs/calibration.md, [CS149-student]) declares its input row this way
+under `skip_middle_end_transformations` and runs at 90 % MFU in fp16 on trn2.
+
+`split_versions(program)` makes that renaming: walking the program in order, an instruction that
+writes every element of an allocator-placed SBUF tile (a kernel-internal tile the kernel did not
+place itself), without reading it and without accumulating into it, ends the tile's current
+version; from there on the program uses a new buffer (same shape and dtype, named ``x~v2``, ...),
+whose live range the allocator places like any tile's (trnlab's allocator puts a new tile after
+the last one placed, so two versions live at once get different bytes). A partial write keeps the
+version (the rest of the tile is still the old value). Programs with loops the device runs
+(their body held once) and programs that place bytes themselves are left as they are.
+
+ASSUMED: AWS does not document that its compiler renames tiles. On by default since 2026-12-04
+(docs/calibration.md, candidate (j): it moves none of the other published rows, and of AWS's
+tutorials and reference kernels only flash_attn_bwd, by 0.4 %); `TRNLAB_VERSIONS=0`
+(`config.override(versions=False)`) keeps every tile at its bytes.
+"""
+from __future__ import annotations
+
+import copy
+from collections import Counter
+
+from .program import WRITES, Access, Buffer, Program
+
+_ACCUMULATING = ("accumulate", "acc_flag", "dst_rmw_op")   # attributes that make a write read its destination
+
+
+def _covers(access: Access, shape: tuple) -> bool:
+    """Does `access` name every element of a buffer of `shape`? (Only plain slices and size-1 integer
+    indices are recognised; anything else counts as partial.)"""
+    index = access.index
+    if index is None:
+        return True
+    if not isinstance(index, tuple):
+        index = (index,)
+    if len(index) > len(shape):
+        return False
+    for i, dim in zip(index, shape):
+        if isinstance(i, slice):
+            if i.indices(dim) != (0, dim, 1):
+                return False
+        elif isinstance(i, (int,)) or type(i).__name__.startswith("int"):
+            if dim != 1:
+                return False
+        else:
+            return False
+    return True
+
+
+def split_versions(program: Program) -> Program:
+    """`program` with each whole overwrite of a reused allocator-placed SBUF tile starting a new
+    buffer (module docstring); `program` itself if nothing is split. Not allocated."""
+    if program.loops or any(b.placement for b in program.buffers):
+        return program
+    buffers = program.buffers
+    # a tile with a second version is written at least twice: count the writes first (one cheap pass;
+    # most programs, AWS's tiled matmul among them, write every tile once)
+    writes = Counter(a.buffer for ins in program.instructions for name, a in ins.operands.items() if name in WRITES)
+    eligible = {bid for bid, n in writes.items() if n > 1 and buffers[bid].memory == "sbuf"
+                and buffers[bid].role == "internal"}
+    if not eligible:
+        return program
+    current: dict[int, int] = {}          # original tile id -> the buffer its current version is
+    touched: set[int] = set()             # tiles written or read so far
+    added: list[Buffer] = []
+    count: dict[int, int] = {}            # original tile id -> versions so far
+    rewritten = []
+    for k, ins in enumerate(program.instructions):
+        new_ins = None
+        splits = []
+        if not any(ins.attrs.get(name) for name in _ACCUMULATING):
+            reads = {a.buffer for name, a in ins.operands.items() if name not in WRITES}
+            for name, a in ins.operands.items():
+                if (name in WRITES and a.buffer in eligible and a.buffer in touched and a.buffer not in reads
+                        and _covers(a, buffers[a.buffer].shape)):
+                    splits.append(a.buffer)
+        for bid in splits:
+            base = buffers[bid]
+            count[bid] = count.get(bid, 1) + 1
+            version = Buffer(id=len(buffers) + len(added), name=f"{base.name}~v{count[bid]}", memory="sbuf",
+                             shape=base.shape, dtype=base.dtype, partition_axis=base.partition_axis, role="internal")
+            added.append(version)
+            current[bid] = version.id
+        for a in ins.operands.values():
+            touched.add(a.buffer)
+        if any(a.buffer in current for a in ins.operands.values()):
+            new_ins = copy.copy(ins)
+            new_ins.operands = {name: Access(current.get(a.buffer, a.buffer), a.index) if a.buffer in current else a
+                                for name, a in ins.operands.items()}
+            new_ins.issue = None              # described again (its operands changed)
+        rewritten.append(new_ins or ins)
+    if not added:
+        return program
+    new = copy.copy(program)
+    new.instructions = rewritten
+    new.buffers = [copy.copy(b) for b in buffers] + added
+    new.read_live_ranges()
+    new.allocated = False
+    new.changed()
+    return new
