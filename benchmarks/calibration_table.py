@@ -298,10 +298,10 @@ WHAT_IF = {
     "gather-fit": {"spec": {"trn2": {"dma_hbm_gather_bandwidth": GATHER_TRN2_FIT}}, "options": {}},
     # (j) tile versions: a whole overwrite of a reused SBUF tile starts a new tile (hardware/versions.py,
     # TRNLAB_VERSIONS, ASSUMED), as a compiler renaming values would; what the [CS149-student] convolution
-    # (one input-row buffer declared outside its loops, 90 % MFU in fp16 on the chip) suggests. No
-    # constant. Adopted 2026-12-04 (evening): the model is (d) + (b) + start-up + (j), and every candidate
-    # above runs with it; `no-versions` is the model without it (until 2026-12-04, evening)
-    "no-versions": {"spec": {}, "options": {}, "switches": {"versions": False}},
+    # (one input-row buffer declared outside its loops, 90 % MFU in fp16 on the chip, beta-2 NKI of 2025)
+    # suggests, and what AWS's current software-pipelining page says its compiler does not do ("With one
+    # slot, each load and compute pair executes in sequence"). No constant: on top of the model
+    "versions": {"spec": {}, "options": {}, "switches": {"versions": True}},
 }
 
 

@@ -17,17 +17,19 @@ under `skip_middle_end_transformations` and runs at 90 % MFU in fp16 on trn2.
 
 `split_versions(program)` makes that renaming: walking the program in order, an instruction that
 writes every element of an allocator-placed SBUF tile (a kernel-internal tile the kernel did not
-place itself), without reading it and without accumulating into it, ends the tile's current
+place itself) — a plain copy, DMA, elementwise or memset instruction, with no predicate, indirection,
+skipped rows or accumulation — without reading it, ends the tile's current
 version; from there on the program uses a new buffer (same shape and dtype, named ``x~v2``, ...),
 whose live range the allocator places like any tile's (trnlab's allocator puts a new tile after
 the last one placed, so two versions live at once get different bytes). A partial write keeps the
 version (the rest of the tile is still the old value). Programs with loops the device runs
 (their body held once) and programs that place bytes themselves are left as they are.
 
-ASSUMED: AWS does not document that its compiler renames tiles. On by default since 2026-12-04
-(docs/calibration.md, candidate (j): it moves none of the other published rows, and of AWS's
-tutorials and reference kernels only flash_attn_bwd, by 0.4 %); `TRNLAB_VERSIONS=0`
-(`config.override(versions=False)`) keeps every tile at its bytes.
+ASSUMED, and off by default: a calibration candidate (docs/calibration.md, candidate (j)). The
+student's kernel ran under 2025's beta-2 NKI; AWS's current "Software pipelining" page says the
+opposite of today's compiler — "With one slot, each load and compute pair executes in sequence",
+the compiler "enforces the ordering between operations that share storage", the kernel controls the
+storage. `TRNLAB_VERSIONS=1` (`config.override(versions=True)`) turns it on.
 """
 from __future__ import annotations
 
@@ -37,6 +39,26 @@ from collections import Counter
 from .program import WRITES, Access, Buffer, Program
 
 _ACCUMULATING = ("accumulate", "acc_flag", "dst_rmw_op")   # attributes that make a write read its destination
+# instructions that write every element their destination names; a predicated copy, a scatter, a shuffle, a
+# DMA skipping rows out of bounds or an instruction writing every 16th partition leave the rest as it was
+_WHOLE_WRITERS = frozenset({"dma_copy", "tensor_copy", "tensor_tensor", "tensor_scalar", "activation", "memset",
+                            "iota"})
+_PARTIAL_ATTRIBUTES = ("skip", "oob", "pred", "mask")
+
+
+def _writes_whole(ins) -> bool:
+    """Does `ins` write every element of the region its destination names (plain slices everywhere: no
+    indirection, no predicate, no skipped rows, no accumulation)?"""
+    if ins.opcode not in _WHOLE_WRITERS:
+        return False
+    if any(value for key, value in ins.attrs.items()
+           if key in _ACCUMULATING or any(word in key for word in _PARTIAL_ATTRIBUTES)):
+        return False
+    for a in ins.operands.values():
+        index = a.index if isinstance(a.index, tuple) else (a.index,)
+        if not all(i is None or isinstance(i, slice) or type(i).__name__.startswith("int") for i in index):
+            return False
+    return True
 
 
 def _covers(access: Access, shape: tuple) -> bool:
@@ -82,7 +104,7 @@ def split_versions(program: Program) -> Program:
     for k, ins in enumerate(program.instructions):
         new_ins = None
         splits = []
-        if not any(ins.attrs.get(name) for name in _ACCUMULATING):
+        if _writes_whole(ins):
             reads = {a.buffer for name, a in ins.operands.items() if name not in WRITES}
             for name, a in ins.operands.items():
                 if (name in WRITES and a.buffer in eligible and a.buffer in touched and a.buffer not in reads

@@ -395,7 +395,7 @@ def _run_trace(kernel, args, kwargs, spec, grid, recorder, launch, names, alloca
     finally:
         launches.pop()
     program = recorder.finish(outputs)
-    if config.get("versions"):               # whole overwrites start new tiles (hardware/versions.py, ASSUMED)
+    if config.get("versions"):               # a candidate, off by default (hardware/versions.py, ASSUMED)
         from trnlab.hardware.versions import split_versions
         program = split_versions(program)
     edges = _directive(kernel, "schedule")
