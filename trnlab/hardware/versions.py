@@ -11,9 +11,10 @@ As written, each load must wait until the previous row's matmuls have read the t
 write-after-read on the same bytes), and each matmul for its load: DMA and Tensor engine take
 turns. A compiler that renames values (SSA form, as NKI's `non_ssa_legalization` option suggests)
 sees every whole overwrite as a new value and may give it other bytes, so the next row's load runs
-while this row's matmuls do. One published measurement says the chip does so: a Stanford CS149
-student's fused convolution (docs/calibration.md, [CS149-student]) declares its input row this way
-under `skip_middle_end_transformations` and runs at 90 % MFU in fp16 on trn2.
+while this row's matmuls do. One published measurement suggests the chip did so under 2025's
+compiler: a Stanford CS149 student's fused convolution (docs/calibration.md, [CS149-student])
+declares its input row this way under `skip_middle_end_transformations` and ran at 90 % MFU in fp16
+on trn2.
 
 `split_versions(program)` makes that renaming: walking the program in order, an instruction that
 writes every element of an allocator-placed SBUF tile (a kernel-internal tile the kernel did not
