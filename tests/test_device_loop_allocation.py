@@ -19,18 +19,11 @@ from trnlab.hardware.errors import SBUFOverflowError
 from trnlab.hardware.instruction_order import check_disjoint
 from trnlab.hardware.spill import NOTE, SpillWarning
 
+from nki_kernels.run_time_loops import register_from
+
 P = 128
 KiB = 1024
 SMALL_SBUF = presets.TRN2.core.derive(sbuf_partition_bytes=20 * KiB)
-
-
-def _register_from(count):
-    """A register loaded from the [1, 1] int32 kernel input `count` (through SBUF, as AWS's pages do)."""
-    staged = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
-    nisa.dma_copy(dst=staged, src=count)
-    register = nisa.register_alloc()
-    nisa.register_load(register, staged)
-    return register
 
 
 @nki.jit
@@ -54,8 +47,19 @@ def double_rows(a, row_tiles, chunk: int = 512):
             nisa.tensor_scalar(dst=y, data=x, op0=nl.multiply, operand0=2.0)
             nisa.dma_copy(dst=out.ap(pattern=rows, offset=h * chunk, scalar_offset=i, indirect_dim=0), src=y)
 
-    nl.fori_loop(0, _register_from(row_tiles), body, P)           # i: 0, 128, ... (a register)
+    nl.fori_loop(0, register_from(row_tiles), body, P)           # i: 0, 128, ... (a register)
     return out
+
+
+def _zeros_and_three_times(bias, H):
+    """A zeroed [128, H] fp32 accumulator and 3 bias ([128, H]), both computed on chip before a loop."""
+    acc = nl.ndarray((P, H), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.memset(dst=acc, value=0.0)
+    b = nl.ndarray((P, H), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=b, src=bias)
+    scaled = nl.ndarray((P, H), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_scalar(dst=scaled, data=b, op0=nl.multiply, operand0=3.0)
+    return acc, scaled
 
 
 @nki.jit
@@ -65,13 +69,8 @@ def sum_rows_plus_scaled_bias(a, row_tiles, bias):
     and 3 bias, computed on chip before the loop and read only after it — each [128, H] fp32."""
     M, H = a.shape
     out = nl.ndarray((P, H), dtype=nl.float32, buffer=nl.shared_hbm)
-    acc = nl.ndarray((P, H), dtype=nl.float32, buffer=nl.sbuf)
-    nisa.memset(dst=acc, value=0.0)
-    b = nl.ndarray((P, H), dtype=nl.float32, buffer=nl.sbuf)
-    nisa.dma_copy(dst=b, src=bias)
-    scaled = nl.ndarray((P, H), dtype=nl.float32, buffer=nl.sbuf)
-    nisa.tensor_scalar(dst=scaled, data=b, op0=nl.multiply, operand0=3.0)
-    for i in nl.dynamic_range(0, _register_from(row_tiles), P):
+    acc, scaled = _zeros_and_three_times(bias, H)
+    for i in nl.dynamic_range(0, register_from(row_tiles), P):
         x = nl.ndarray((P, H), dtype=nl.float32, buffer=nl.sbuf)
         nisa.dma_copy(dst=x, src=a.ap(pattern=[[H, P], [1, H]], offset=0, scalar_offset=i, indirect_dim=0))
         nisa.tensor_tensor(dst=acc, data1=acc, data2=x, op=nl.add)
@@ -103,7 +102,7 @@ def add_scaled_bias_to_rows(a, row_tiles, bias):
         nisa.tensor_tensor(dst=x[:, 0:W], data1=x[:, 0:W], data2=scaled, op=nl.add)
         nisa.dma_copy(dst=out.ap(pattern=rows, offset=0, scalar_offset=i, indirect_dim=0), src=x)
 
-    nl.fori_loop(0, _register_from(row_tiles), body, P)
+    nl.fori_loop(0, register_from(row_tiles), body, P)
     return out
 
 
@@ -114,13 +113,8 @@ def sum_rows_repeated(a, row_tiles, repeats, bias):
     (the outer body's tile, carried over the inner loop), added to an accumulator carried over both."""
     M, H = a.shape
     out = nl.ndarray((P, H), dtype=nl.float32, buffer=nl.shared_hbm)
-    acc = nl.ndarray((P, H), dtype=nl.float32, buffer=nl.sbuf)
-    nisa.memset(dst=acc, value=0.0)
-    b = nl.ndarray((P, H), dtype=nl.float32, buffer=nl.sbuf)
-    nisa.dma_copy(dst=b, src=bias)
-    scaled = nl.ndarray((P, H), dtype=nl.float32, buffer=nl.sbuf)
-    nisa.tensor_scalar(dst=scaled, data=b, op0=nl.multiply, operand0=3.0)
-    n_inner = _register_from(repeats)
+    acc, scaled = _zeros_and_three_times(bias, H)
+    n_inner = register_from(repeats)
 
     def body(i):
         part = nl.ndarray((P, H), dtype=nl.float32, buffer=nl.sbuf)
@@ -131,7 +125,7 @@ def sum_rows_repeated(a, row_tiles, repeats, bias):
             nisa.tensor_tensor(dst=part, data1=part, data2=x, op=nl.add)
         nisa.tensor_tensor(dst=acc, data1=acc, data2=part, op=nl.add)
 
-    nl.fori_loop(0, _register_from(row_tiles), body, P)
+    nl.fori_loop(0, register_from(row_tiles), body, P)
     nisa.tensor_tensor(dst=acc, data1=acc, data2=scaled, op=nl.add)
     nisa.dma_copy(dst=out, src=acc)
     return out

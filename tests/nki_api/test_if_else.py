@@ -19,6 +19,7 @@ from trnlab.nki.device_loops import BranchConditionError
 from trnlab.nki.isa_scalars import ScalarComparisonError
 
 from nki_isa_helpers import load_scalar, run_both
+from nki_kernels.run_time_loops import register_from
 
 DATA = np.arange(2 * 64, dtype=np.float32).reshape(2, 64) - 40.0
 
@@ -244,16 +245,8 @@ def _kernel_with_condition(make):
     return kernel
 
 
-def _register_from(flag):
-    staged = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
-    nisa.dma_copy(dst=staged, src=flag)
-    register = nisa.register_alloc()
-    nisa.register_load(register, staged)
-    return register
-
-
 @pytest.mark.parametrize("make,error,message", [
-    (_register_from, BranchConditionError, "a value bound to one sequencer is rejected"),
+    (register_from, BranchConditionError, "a value bound to one sequencer is rejected"),
     (lambda flag: nisa.register_alloc(1), BranchConditionError, "a value bound to one sequencer is rejected"),
     (lambda flag: nisa.NkiScalar(1, dtype="int64"), DtypeError, "a 32-bit NkiScalar"),
     (lambda flag: 1.0, BranchConditionError, r"cond = 1\.0 \(float\)"),

@@ -7,7 +7,7 @@ import trnlab.nki.language as nl
 P = 128
 
 
-def _register_from(count):
+def register_from(count):
     """A register loaded from the [1, 1] int32 kernel input `count` (through SBUF, as AWS's pages do)."""
     staged = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
     nisa.dma_copy(dst=staged, src=count)
@@ -33,7 +33,7 @@ def add_first_rows(a, b, rows, h_tile: int = 512):
     M, H = a.shape
     out = nl.ndarray((M, H), dtype=a.dtype, buffer=nl.shared_hbm)
     _zero(out)
-    for i in nl.dynamic_range(0, _register_from(rows), P):          # i: 0, 128, 256, ... (a register)
+    for i in nl.dynamic_range(0, register_from(rows), P):          # i: 0, 128, 256, ... (a register)
         for h in range(H // h_tile):
             tile = [[H, P], [1, h_tile]]                              # [128 partitions, h_tile] at row i
             x = nl.ndarray((P, h_tile), dtype=a.dtype, buffer=nl.sbuf)
@@ -54,7 +54,7 @@ def count_nested(outer, inner):
     out = nl.ndarray((1, 1), dtype=nl.float32, buffer=nl.shared_hbm)
     count = nl.ndarray((1, 1), dtype=nl.float32, buffer=nl.sbuf)
     nisa.memset(dst=count, value=0.0)
-    n_inner = _register_from(inner)
+    n_inner = register_from(inner)
 
     def body(i):
         index = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
@@ -65,7 +65,7 @@ def count_nested(outer, inner):
         for _ in nl.dynamic_range(n_inner):
             nisa.tensor_scalar(dst=count, data=count, op0=nl.add, operand0=1.0)
 
-    nl.fori_loop(0, _register_from(outer), body)
+    nl.fori_loop(0, register_from(outer), body)
     nisa.dma_copy(dst=out, src=count)
     return out
 
@@ -126,7 +126,7 @@ def add_n_times(x, times):
     acc = nl.ndarray((2, nl.par_dim(P), 512), dtype=x.dtype, buffer=nl.sbuf)
     for b in range(2):
         nisa.dma_copy(dst=acc[b], src=x[b])
-    for _ in nl.dynamic_range(_register_from(times)):
+    for _ in nl.dynamic_range(register_from(times)):
         for b in range(2):
             step = nl.ndarray((P, 512), dtype=x.dtype, buffer=nl.sbuf)
             nisa.dma_copy(dst=step, src=x[b])
