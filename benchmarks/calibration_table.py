@@ -19,6 +19,7 @@ Simulated figures do not depend on the machine's load (timing-only is determinis
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import os
 import sys
@@ -137,8 +138,9 @@ def _attention_cte():
 CS149_SOLUTION = {"path": Path(os.environ.get("CS149_SOLUTION", "/work/cs149-solution"))}
 
 
+@functools.lru_cache(maxsize=None)
 def _student_kernel(part: str, module: str, name: str):
-    """A kernel of the student's checkout (part1/kernels.py, part2/conv2d.py), imported as published."""
+    """A kernel of the student's checkout (part1/kernels.py, part2/conv2d.py), imported as published (once)."""
     folder = CS149_SOLUTION["path"] / part
     if not (folder / f"{module}.py").is_file():
         raise SystemExit(f"the [CS149-student] rows need the student's repository "
