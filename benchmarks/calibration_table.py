@@ -298,12 +298,10 @@ WHAT_IF = {
     # 205: 262.8). The fit is that plateau; its slowest end is the rate most favourable to the
     # held-back blocked-free DMA figure. On top of the model
     "gather-fit": {"spec": {"trn2": {"dma_hbm_gather_bandwidth": GATHER_TRN2_FIT}}, "options": {}},
-    # (j) tile versions: a whole overwrite of a reused SBUF tile starts a new tile (hardware/versions.py,
-    # TRNLAB_VERSIONS, ASSUMED), as a compiler renaming values would; what the [CS149-student] convolution
-    # (one input-row buffer declared outside its loops, 90 % MFU in fp16 on the chip, beta-2 NKI of 2025)
-    # suggests, and what AWS's current software-pipelining page says its compiler does not do ("With one
-    # slot, each load and compute pair executes in sequence"). No constant: on top of the model
-    "versions": {"spec": {}, "options": {}, "switches": {"versions": True}},
+    # (j) tile versions, adopted 2026-12-04 as the default flow's address rotation (nki/compile_config.py,
+    # hardware/versions.py): its opposite, every kernel's storage kept as written (TRNLAB_VERSIONS=0), what
+    # the model did before and what NKI allocation without split_reused_buffers does. No constant
+    "storage": {"spec": {}, "options": {}, "switches": {"versions": False}},
 }
 
 

@@ -130,6 +130,11 @@ def test_the_model_is_gather_issue_and_start_up_with_their_fitted_constants():
     assert trn3.launch_start_ns == trn2.launch_start_ns
     assert all(core.dma_descriptor_setup_ns == 0.0 for core in presets.CORES.values())
     assert all(not core.dma_queue_pipelined for core in presets.CORES.values())
+    # (j), adopted as the default flow's address rotation: on unless a kernel's configuration keeps its storage
+    from trnlab import config
+    from trnlab.nki.compile_config import flow
+    assert config.get("versions") and flow(None).split_reused
+    assert bench.WHAT_IF["storage"]["switches"] == {"versions": False}
 
 
 def _before(chip: str):

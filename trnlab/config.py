@@ -57,10 +57,10 @@ SWITCHES: dict[str, Switch] = {s.name: s for s in (
     Switch("spill", "TRNLAB_SPILL", False, _flag,
            "SBUF tiles that do not fit are spilled to HBM (hardware/spill.py, ASSUMED) instead of an "
            "SBUFOverflowError; the profile counts the spilled bytes"),
-    Switch("versions", "TRNLAB_VERSIONS", False, _flag,
-           "a whole overwrite of a reused SBUF tile starts a new tile that the allocator places anew, as a "
-           "compiler renaming values would (hardware/versions.py, ASSUMED; a calibration candidate, off: "
-           "AWS's current pages say the kernel's storage is kept)"),
+    Switch("versions", "TRNLAB_VERSIONS", True, _flag,
+           "each whole overwrite of a reused SBUF tile gets a new address where the kernel's compile "
+           "configuration asks for it (neuronx-cc's flow with address rotation, or split_reused_buffers: "
+           "nki/compile_config.py, hardware/versions.py); 0 keeps every kernel's storage as written"),
     Switch("psum_evacuation", "TRNLAB_PSUM_EVACUATION", False, _flag,
            "PSUM accumulators that do not fit in the order written are copied out right after their last "
            "write (hardware/psum_evacuation.py, ASSUMED) instead of a PSUMOverflowError"),

@@ -1,5 +1,6 @@
-"""NKI 0.7's per-kernel compile configuration (nki.compiler.CompileConfig, SpecializationConfig,
-AddressRotation; awsdocs-neuron.readthedocs-hosted.com/en/v2.33.1/nki/api/nki.compiler.html): each option
+"""NKI's per-kernel compile configuration (nki.compiler.CompileConfig, SpecializationConfig,
+AddressRotation; awsdocs-neuron.readthedocs-hosted.com/en/v2.33.1/nki/api/nki.compiler.html; and the options
+and enums of AWS's pages of 2026-11-13: Allocation, AllocationMode, SchedulingHeuristic, OptLevel): each option
 trnlab honours changes what trnlab does, each it cannot honour is refused by name, wrong types raise
 TypeError as AWS's configuration errors do. Kernels of our own in AWS's style."""
 import warnings
@@ -83,8 +84,12 @@ def test_options_trnlab_cannot_honour_are_refused_by_name(option):
 def test_wrong_types_and_options_of_other_releases_raise_type_error():
     with pytest.raises(TypeError, match="address_rotation must be an nki.compiler.AddressRotation"):
         ncc.CompileConfig(address_rotation="enable")
-    with pytest.raises(TypeError, match="no option 'opt_level'"):
+    with pytest.raises(TypeError, match="opt_level must be an nki.compiler.OptLevel or None"):
         ncc.CompileConfig(opt_level=2)
+    with pytest.raises(TypeError, match="experimental_allocation_mode must be an nki.compiler.AllocationMode"):
+        ncc.CompileConfig(allocation=ncc.Allocation.LINEAR, experimental_allocation_mode="FAST")
+    with pytest.raises(TypeError, match="no option 'opt_levels'"):
+        ncc.CompileConfig(opt_levels=ncc.OptLevel.O1)
     with pytest.raises(TypeError, match="is a bool"):
         ncc.SpecializationConfig(allow_nested_config_override="yes")
     with pytest.raises(TypeError, match="takes an nki.compiler.CompileConfig"):
@@ -111,3 +116,105 @@ def test_a_nested_kernel_with_another_config_is_refused_unless_the_top_level_all
         warnings.simplefilter("always")
         np.testing.assert_array_equal(allowed(X), X + 1)
     assert any("allow_nested_config_override=True" in str(w.message) for w in caught)
+
+
+# -- the allocation and scheduling flows of AWS's pages of 2026-11-13 ------------------------------------
+
+LINEAR = ncc.Allocation.LINEAR
+
+
+def rows_through_one_buffer(x, w):
+    """out[r] = w.T @ x[r] for each row r of x [R, 128, 256]: every row loaded into one SBUF buffer declared
+    before the loop, "a loop that reuses one tensor" (AWS's tuning guide)."""
+    out = nl.ndarray((x.shape[0], 128, 256), dtype=nl.float32, buffer=nl.shared_hbm)
+    w_sb = nl.ndarray((128, 128), dtype=w.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=w_sb, src=w)
+    x_sb = nl.ndarray((128, 256), dtype=x.dtype, buffer=nl.sbuf)
+    for r in nl.sequential_range(x.shape[0]):
+        nisa.dma_copy(dst=x_sb, src=x[r])
+        acc = nl.ndarray((128, 256), dtype=nl.float32, buffer=nl.psum)
+        nisa.nc_matmul(dst=acc, stationary=w_sb, moving=x_sb)
+        y = nl.ndarray((128, 256), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=y, src=acc)
+        nisa.dma_copy(dst=out[r], src=y)
+    return out
+
+
+ROWS_X = RNG.standard_normal((8, 128, 256)).astype(np.float32)
+ROWS_W = RNG.standard_normal((128, 128)).astype(np.float32)
+
+
+def _rows(config):
+    kernel = nki.jit(rows_through_one_buffer, compile_config=config)
+    program = nki.trace(kernel, ROWS_X, ROWS_W, target="trn2")
+    run = nki.run(kernel, nki.ShapeDtype(ROWS_X.shape, "float32"), nki.ShapeDtype(ROWS_W.shape, "float32"),
+                  target="trn2", timing_only=True)
+    return sum("~v" in b.name for b in program.buffers), run.latency_us
+
+
+def test_the_default_flow_rotates_a_reused_tile_and_nki_allocation_keeps_it_unless_split():
+    versions = {name: _rows(config) for name, config in {
+        "default": None,
+        "coloring, rotation disabled": ncc.CompileConfig(address_rotation=ncc.AddressRotation.DISABLE),
+        "linear": ncc.CompileConfig(allocation=LINEAR),
+        "linear, split_reused_buffers": ncc.CompileConfig(allocation=LINEAR, split_reused_buffers=True)}.items()}
+    # neuronx-cc's flow (address rotation AUTO) and split_reused_buffers give each of the 8 loads its own
+    # tile (7 new versions); rotation disabled and NKI allocation keep one, and each load waits for the
+    # previous row's matmul
+    assert [v[0] for v in versions.values()] == [7, 0, 0, 7]
+    assert versions["default"][1] == versions["linear, split_reused_buffers"][1]
+    assert versions["linear"][1] == versions["coloring, rotation disabled"][1]
+    assert versions["default"][1] < 0.8 * versions["linear"][1]
+    kernel = nki.jit(rows_through_one_buffer, compile_config=ncc.CompileConfig(allocation=LINEAR))
+    np.testing.assert_allclose(kernel(ROWS_X, ROWS_W), np.einsum("pq,rpw->rqw", ROWS_W, ROWS_X),
+                               rtol=1e-3, atol=1e-3)
+
+
+def test_nki_scheduling_picks_the_list_schedule_s_heuristic_and_trivial_keeps_program_order():
+    def order(heuristic):
+        config = ncc.CompileConfig(allocation=LINEAR, scheduling=True, experimental_scheduling_heuristic=heuristic)
+        return nki.trace(nki.jit(rows_through_one_buffer, compile_config=config), ROWS_X, ROWS_W, target="trn2")
+    trivial, asap = order(ncc.SchedulingHeuristic.TRIVIAL), order(ncc.SchedulingHeuristic.ASAP)
+    assert trivial.schedule in (None, "program")
+    assert asap.schedule == "list"
+    assert order(ncc.SchedulingHeuristic.CRITICAL_PATH).schedule == "list:critical_path"
+    assert order(ncc.SchedulingHeuristic.DMA_PREFETCH).schedule == "list:dma_prefetch"
+    assert [i.opcode for i in trivial.instructions][:3] == ["dma_copy", "dma_copy", "nc_matmul"]
+
+
+@pytest.mark.parametrize("options, message", [
+    (dict(scheduling=True), "scheduling=True needs an allocation; set allocation=Allocation.LINEAR as well."),
+    (dict(allocation=ncc.Allocation.COLORING, scheduling=True),
+     "scheduling=True needs allocation=Allocation.LINEAR, got allocation=Allocation.COLORING"),
+    (dict(split_reused_buffers=True),
+     "split_reused_buffers acts only when NKI allocates; it cannot be set with allocation=Allocation.COLORING."),
+    (dict(allocation=ncc.Allocation.COLORING, experimental_allocation_mode=ncc.AllocationMode.RING),
+     "experimental_allocation_mode acts only when NKI allocates"),
+    (dict(allocation=LINEAR, experimental_scheduling_heuristic=ncc.SchedulingHeuristic.CRITICAL_PATH),
+     "experimental_scheduling_heuristic acts only when NKI schedules; set scheduling=True as well."),
+])
+def test_option_combinations_aws_refuses_raise_its_value_errors(options, message):
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        ncc.CompileConfig(**options)
+
+
+@pytest.mark.parametrize("options, refused", [
+    (dict(allocation=LINEAR, experimental_allocation_mode=ncc.AllocationMode.MAX_REUSE), "AllocationMode.MAX_REUSE"),
+    (dict(allocation=LINEAR, experimental_allocation_mode=ncc.AllocationMode.FAST), "AllocationMode.FAST"),
+    (dict(allocation=LINEAR, opt_level=ncc.OptLevel.O2), "opt_level=OptLevel.O2"),
+    (dict(allocation=LINEAR, dma_copy_elim=True), "dma_copy_elim=True"),
+    (dict(allocation=LINEAR, engine_balancing=True), "engine_balancing=True"),
+])
+def test_nki_allocation_options_trnlab_does_not_model_are_refused_by_name(options, refused):
+    with pytest.raises(UnsupportedCompileOption, match=refused):
+        nki.jit(add_one, compile_config=ncc.CompileConfig(**options))(X)
+
+
+@pytest.mark.parametrize("options", [
+    dict(allocation=LINEAR, experimental_allocation_mode=ncc.AllocationMode.RING),
+    dict(allocation=LINEAR, opt_level=ncc.OptLevel.O0), dict(opt_level=ncc.OptLevel.O2),
+    dict(allocation=LINEAR, scheduling=True, split_reused_buffers=True, dma_copy_elim=False),
+    dict(allocation=ncc.Allocation.COLORING, address_rotation=ncc.AddressRotation.AUTO),
+])
+def test_options_trnlab_honours_compute_what_the_unconfigured_kernel_does(options):
+    np.testing.assert_array_equal(nki.jit(add_one, compile_config=ncc.CompileConfig(**options))(X), X + 1)

@@ -11,7 +11,10 @@ choices are offered (`scheduled(program, schedule)`):
   loop interleave — a Vector-engine memset of the next tile no longer waits in its queue behind a
   reduce of the previous one that waits for the Scalar engine. The program-order allocation is
   kept: tiles that share bytes keep their order and disjoint live ranges, so memory never
-  overflows;
+  overflows. Which ready instruction an engine issues first is the list schedule's heuristic
+  (`list_schedule.HEURISTICS`, AWS's `SchedulingHeuristic`): ASAP by default, or CRITICAL_PATH /
+  DMA_PREFETCH (``scheduled(program, "list", heuristic=...)``; the program's `schedule` then says
+  so, "list:critical_path"). AWS's fourth, TRIVIAL, is ``"program"``;
 - ``"hoist"``: only hoists each load from a read-only kernel input into a fresh tile up to
   `window` instructions earlier (a prefetch), then allocates again — refused with the overflow if
   the longer live ranges no longer fit. Kept as the simpler heuristic it is; the list schedule
@@ -60,17 +63,26 @@ def _is_free_load(program: Program, k: int) -> bool:
     return src.role == "input" and dst.on_chip and dst.first == k and not dst.placement
 
 
-def list_schedule(program: Program, spec=None) -> Program:
-    """A copy of `program` in the order of its dependency-aware list schedule (`list_schedule.py`),
-    each tile at the address the program-order allocation gave it."""
-    from .list_schedule import list_order
+def list_schedule_name(heuristic: str = "asap") -> str:
+    """The `schedule` a program list-scheduled with `heuristic` gets: "list" (ASAP, the default),
+    else "list:<heuristic>"."""
+    return "list" if heuristic == "asap" else f"list:{heuristic}"
+
+
+def list_schedule(program: Program, spec=None, heuristic: str = "asap") -> Program:
+    """A copy of `program` in the order of its dependency-aware list schedule (`list_schedule.py`)
+    with `heuristic` (one of `list_schedule.HEURISTICS`), each tile at the address the
+    program-order allocation gave it."""
+    from .list_schedule import check_heuristic, list_order
+    name = list_schedule_name(check_heuristic(heuristic))
     if not program.allocated:
         allocate(program, spec)
-    if config.fast():                   # the same program without the repeated work (fast/list_schedule.py)
+    # the fast path (the same program without the repeated work, fast/list_schedule.py) is ASAP's
+    if config.fast() and heuristic == "asap":
         from .fast import list_schedule as fast
         order, hidden, used = fast.list_order(program, spec)
-        return fast.reorder_kept(program, order, "list", hidden, used)
-    return reorder(program, list_order(program, spec), "list", keep_offsets=True)
+        return fast.reorder_kept(program, order, name, hidden, used)
+    return reorder(program, list_order(program, spec, heuristic=heuristic), name, keep_offsets=True)
 
 
 def hoist_loads(program: Program, window: int = 32) -> Program:
@@ -197,13 +209,18 @@ def check_disjoint(program: Program) -> None:
             heappush(expiry, (b.last, key))
 
 
-def scheduled(program: Program, schedule: str = DEFAULT, **options) -> Program:
-    """`program` in the order `schedule` names (one of SCHEDULES; "program" returns it as is)."""
+def scheduled(program: Program, schedule: str = DEFAULT, heuristic: str = "asap", **options) -> Program:
+    """`program` in the order `schedule` names (one of SCHEDULES; "program" returns it as is);
+    `heuristic`: the list schedule's choice among ready instructions (`list_schedule.HEURISTICS`)."""
     if schedule not in SCHEDULES:
         raise ValueError(f"unknown schedule {schedule!r}; choose one of {SCHEDULES}")
+    if schedule != "list" and heuristic != "asap":      # only the list schedule chooses among ready ones
+        raise ValueError(f"heuristic={heuristic!r} chooses within the list schedule; schedule={schedule!r} has none")
     if schedule == "program":
         return program
     # scheduling only creates objects that stay alive (a graph, an order, the new program's
     # records): the collector's scans of them free nothing (hardware/_gc.py; a fast path)
     with _gc.paused():
-        return list_schedule(program, **options) if schedule == "list" else hoist_loads(program, **options)
+        if schedule == "list":
+            return list_schedule(program, heuristic=heuristic, **options)
+        return hoist_loads(program, **options)

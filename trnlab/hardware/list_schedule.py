@@ -10,12 +10,32 @@ issue, gives it the ready instruction with the highest priority —
 2. then program order (the oldest first; so a program whose instructions are already in a good
    order keeps it).
 
+That is AWS's default heuristic, ASAP ("select the instruction that can start first";
+`nki.compiler.SchedulingHeuristic`, `CompileConfig.experimental_scheduling_heuristic`, NKI docs of
+2026-11-13). `list_order(..., heuristic=)` offers two more of AWS's (its fourth, TRIVIAL, keeps the
+kernel's order: schedule "program"), each read as a change to rule 2 only — an engine still never
+idles for an instruction whose inputs come later:
+
+- ``"critical_path"`` ("prefer the instruction on the longest path to the kernel's outputs"): among
+  the instructions of an engine whose inputs are ready, the one with the longest path to the end of
+  the constraint graph first (`critical_paths`: the sum of the durations the resolved ops carry,
+  its own included; then program order; engines issuing at the same time go by the same rank). It
+  decides which ready instruction goes first, never holds an engine back for a longer path still
+  waiting for its inputs;
+- ``"dma_prefetch"`` ("prefer a DMA to an instruction that is not a DMA"): when engines can issue at
+  the same time, the DMA queues first. In trnlab every queue class holds only DMAs or only
+  compute, and each runs on its own: a DMA is never held back by compute but through a dependency,
+  and DMAs share nothing with compute engines (the DMA engines and HBM channel are theirs alone). So
+  this only breaks ties between engines whose next issue starts at the same time: the order lists
+  such a DMA first, each engine's queue keeps its order and every time stays ASAP's.
+
 The simulation uses the timing replay's own pieces (`replay_timing.py`): the same descriptions and
 costs (the pure cost model), the same dependency nodes of every instruction (RAW, WAR, WAW on
 overlapping bytes, PSUM accumulation groups, the bytes a tile inherits from a freed one), and the
 one engine model (`engines.EngineTimes`: the queues, the DMA queues and channels, the shared ports,
 LoadStationary). The order it returns is then replayed like any program; the times it predicted
-(`list_order(..., times=[])`) are the replay's of that order (tests/test_engine_model.py).
+(`list_order(..., times=[])`) are the replay's of that order (tests/test_hardware_engine_model.py,
+tests/test_scheduling_heuristics.py).
 
 What may not move (each a constraint of the graph, not a priority):
 
@@ -57,6 +77,7 @@ from .system import STATEFUL_OPCODES
 from .tensor import PrototypeMemory, Tensor, View
 
 _FRESH = {"sbuf": (), "psum": ()}     # the on-chip layout of a fresh core (nothing freed yet)
+HEURISTICS = ("asap", "critical_path", "dma_prefetch")     # which ready instruction goes first
 _RNG_OPCODES = ("set_rng_seed", "dropout") + STATEFUL_OPCODES
 
 
@@ -339,10 +360,57 @@ def _rewrites(issues: list, stationaries: set) -> list[tuple]:
     return out
 
 
-def list_order(program: Program, spec=None, times: list | None = None) -> list[int]:
-    """The list schedule of an allocated `program` as an order of its instruction indices; with
-    `times` (a list), also the times it predicts, per instruction in program order:
-    (engine id, start, end, ready) — those of a fresh core replaying the order."""
+def check_heuristic(heuristic: str) -> str:
+    """`heuristic` if it is one of HEURISTICS; else a ValueError naming them."""
+    if heuristic not in HEURISTICS:
+        raise ValueError(f"unknown scheduling heuristic {heuristic!r}; choose one of {HEURISTICS}")
+    return heuristic
+
+
+def _duration(op: tuple, bandwidth: float) -> float:
+    """ns from an instruction's start until every node it produces is set, with nothing else in its
+    way: the costs its resolved op carries (`engines.EngineTimes`'s steps without contention)."""
+    kind = op[0]
+    if kind == DMA_OP:          # the fixed latency, then the transfer, its DMA-engine and HBM shares
+        _, _, _, fixed, cycles, engine_ns, hbm = op[:7]
+        return fixed + max(cycles, engine_ns, hbm * 1e9 / bandwidth)
+    if kind == PE_OP:           # the array busy; the result in PSUM `latency` after the start
+        return max(op[6], op[7])  # (whether a LoadStationary precedes it depends on the order: left out)
+    if kind == ENGINE_OP or kind == SEED_OP:
+        return op[2]            # (the Vector engine's hidden overhead depends on the order: left out)
+    return 0.0
+
+
+def critical_paths(g: _Graph, ops: list, bandwidth: float) -> list[float]:
+    """Per instruction of `g`: the longest sum of instruction durations (`_duration`) on a path from
+    it to the graph's end, its own included (vertices >= g.n take no time)."""
+    n, succ = g.n, g.succ
+    npred = list(g.npred)
+    stack = [v for v in range(len(succ)) if npred[v] == 0]
+    topological = []
+    while stack:
+        u = stack.pop()
+        topological.append(u)
+        for w in succ[u]:
+            npred[w] -= 1
+            if npred[w] == 0:
+                stack.append(w)
+    path = [0.0] * len(succ)
+    for v in reversed(topological):
+        longest = 0.0
+        for w in succ[v]:
+            if path[w] > longest:
+                longest = path[w]
+        path[v] = longest + _duration(ops[v], bandwidth) if v < n else longest
+    return path[:n]
+
+
+def list_order(program: Program, spec=None, times: list | None = None, heuristic: str = "asap") -> list[int]:
+    """The list schedule of an allocated `program` as an order of its instruction indices, choosing
+    among ready instructions by `heuristic` (one of HEURISTICS; module docstring); with `times` (a
+    list), also the times it predicts, per instruction in program order: (engine id, start, end,
+    ready) — those of a fresh core replaying the order."""
+    check_heuristic(heuristic)
     spec = target_spec(program, spec)
     n = len(program.instructions)
     if n == 0 or any(i.opcode == "device_print" for i in program.instructions):
@@ -376,10 +444,22 @@ def list_order(program: Program, spec=None, times: list | None = None) -> list[i
         elif kind == DMA_OP:
             cls[k] = 4 if op[2] is None else 5 + op[2]      # DmaOp.queue
     n_cls = 5 + spec.dma_queues
-    pending = [[] for _ in range(n_cls)]  # released, by (inputs ready, program order)
-    ready = [[] for _ in range(n_cls)]    # released and ready by the queue's free time, by order
+    # the heaps hold each instruction's rank: program order, or (critical_path) the longest path
+    # first, then program order; `by_rank` gives the instruction back
+    if heuristic == "critical_path":
+        path = critical_paths(g, ops, engines.bandwidth)
+        by_rank = sorted(range(n), key=lambda k: (-path[k], k))
+        rank = [0] * n
+        for r, k in enumerate(by_rank):
+            rank[k] = r
+    else:
+        rank = by_rank = list(range(n))
+    # events at one start estimate: (dma_prefetch) the DMA queue classes first, else by rank
+    tie = [int(heuristic == "dma_prefetch" and c < 4) for c in range(n_cls)]
+    pending = [[] for _ in range(n_cls)]  # released, by (inputs ready, rank)
+    ready = [[] for _ in range(n_cls)]    # released and ready by the queue's free time, by rank
     class_version = [0] * n_cls
-    events: list = []                     # (start estimate, program order, class, version)
+    events: list = []                     # (start estimate, tie, rank, class, version)
     T = [0.0] * resolved.nodes
     est = [0.0] * n
     npred = g.npred
@@ -405,9 +485,9 @@ def list_order(program: Program, spec=None, times: list | None = None) -> list[i
             heappush(r, k)
         class_version[c] += 1
         if r:
-            heappush(events, (f, r[0], c, class_version[c]))
+            heappush(events, (f, tie[c], r[0], c, class_version[c]))
         elif p:
-            heappush(events, (p[0][0], p[0][1], c, class_version[c]))
+            heappush(events, (p[0][0], tie[c], p[0][1], c, class_version[c]))
 
     def latest(nodes) -> float:
         t = 0.0
@@ -428,7 +508,7 @@ def list_order(program: Program, spec=None, times: list | None = None) -> list[i
                 if npred[w] == 0:
                     if w < n:
                         e = est[w] = latest(deps_of[w])
-                        heappush(pending[cls[w]], (e, w))
+                        heappush(pending[cls[w]], (e, rank[w]))
                         touched.add(cls[w])
                     else:
                         nodes = inputs.get(w)
@@ -440,20 +520,17 @@ def list_order(program: Program, spec=None, times: list | None = None) -> list[i
     for v in range(len(npred)):
         if npred[v] == 0:
             if v < n:
-                heappush(pending[cls[v]], (0.0, v))
+                heappush(pending[cls[v]], (0.0, rank[v]))
             else:
                 complete(v)
     for c in range(n_cls):
         push_candidate(c)
     while events:
-        _, _, c, ver = heappop(events)
+        _, _, _, c, ver = heappop(events)
         if ver != class_version[c]:
             continue
         r = ready[c]
-        if r:
-            k = heappop(r)
-        else:
-            _, k = heappop(pending[c])
+        k = by_rank[heappop(r) if r else heappop(pending[c])[1]]
         op = ops[k]
         kind = op[0]
         t = est[k]                        # the latest of its dependencies (all done by now)

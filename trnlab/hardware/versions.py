@@ -1,4 +1,4 @@
-"""Tile versions: each whole overwrite of a reused SBUF tile starts a new tile (ASSUMED).
+"""Tile versions: each whole overwrite of a reused SBUF tile starts a new tile (address rotation).
 
 A kernel may declare one SBUF buffer outside its loops and load into it again and again:
 
@@ -7,16 +7,25 @@ A kernel may declare one SBUF buffer outside its loops and load into it again an
         nisa.dma_copy(dst=x_sb, src=x[..., row, :])           # the whole tile, every row
         ... nc_matmul(w, x_sb[:, j:j + n]) ...                   # read by the row's matmuls
 
-As written, each load must wait until the previous row's matmuls have read the tile (a
+Kept at one address, each load must wait until the previous row's matmuls have read the tile (a
 write-after-read on the same bytes), and each matmul for its load: DMA and Tensor engine take
-turns. A compiler that renames values (SSA form, as NKI's `non_ssa_legalization` option suggests)
-sees every whole overwrite as a new value and may give it other bytes, so the next row's load runs
-while this row's matmuls do. One published measurement suggests the chip did so under 2025's
-compiler: a Stanford CS149 student's fused convolution (docs/calibration.md, [CS149-student])
-declares its input row this way under `skip_middle_end_transformations` and ran at 90 % MFU in fp16
-on trn2.
+turns. A compiler that gives every whole overwrite its own address lets the next row's load run
+while this row's matmuls do. Which one a kernel gets is its compile configuration's choice
+(`trnlab/nki/compile_config.py`, `flow`), after AWS's pages of 2026-11-13:
 
-`split_versions(program)` makes that renaming: walking the program in order, an instruction that
+- neuronx-cc's flow (the default, ``Allocation.COLORING``) allocates after the trace, and its address
+  rotation (``AddressRotation.AUTO``, the default: "the backend may re-place" every address the kernel
+  did not fix) re-places such a tile: this module's split. ``AddressRotation.DISABLE`` keeps it.
+- NKI allocation (``Allocation.LINEAR``) keeps the kernel's storage — the tuning guide's symptom "A DMA
+  load waits for compute that reads the same tensor the load writes, as in a loop that reuses one
+  tensor" — unless ``split_reused_buffers=True``, its remedy: this module's split again.
+
+One published measurement supports the split in the default flow: a Stanford CS149 student's fused
+convolution (docs/calibration.md, [CS149-student]) declares its input row this way and ran at 90 % MFU
+in fp16 on trn2, which a load waiting for every previous matmul cannot do. That the backend's "may
+re-place" does so for every whole overwrite is ASSUMED.
+
+`split_versions(program)` makes the split: walking the program in order, an instruction that
 writes every element of an allocator-placed SBUF tile (a kernel-internal tile the kernel did not
 place itself) — a plain copy, DMA, elementwise or memset instruction, with no predicate, indirection,
 skipped rows or accumulation — without reading it, ends the tile's current
@@ -25,12 +34,8 @@ whose live range the allocator places like any tile's (trnlab's allocator puts a
 the last one placed, so two versions live at once get different bytes). A partial write keeps the
 version (the rest of the tile is still the old value). Programs with loops the device runs
 (their body held once) and programs that place bytes themselves are left as they are.
-
-ASSUMED, and off by default: a calibration candidate (docs/calibration.md, candidate (j)). The
-student's kernel ran under 2025's beta-2 NKI; AWS's current "Software pipelining" page says the
-opposite of today's compiler — "With one slot, each load and compute pair executes in sequence",
-the compiler "enforces the ordering between operations that share storage", the kernel controls the
-storage. `TRNLAB_VERSIONS=1` (`config.override(versions=True)`) turns it on.
+`TRNLAB_VERSIONS=0` (`config.override(versions=False)`) keeps every kernel's storage as written, a
+what-if beside the default.
 """
 from __future__ import annotations
 

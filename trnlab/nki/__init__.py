@@ -279,7 +279,7 @@ def trace(kernel, *args, target=None, grid=None, points=None, **kwargs):
     grid = tuple(grid) if grid is not None else kernel.grid
     spec = presets.core_spec(target or kernel.target or default_target())
     points = None if points is None else tuple(tuple(p) for p in points)
-    order = schedule_of(kernel)
+    order, heuristic = _order_of(kernel)
     key = (kernel.func, grid, tuple(getattr(g, "cores", 1) for g in grid), points, spec.name, id(spec), order,
            DROP_PSUM_ZEROING, _directive(kernel, "schedule"), _directive(kernel, "compile_config"), config.get("spill"),
            config.get("psum_evacuation"), config.get("versions"),
@@ -296,6 +296,8 @@ def trace(kernel, *args, target=None, grid=None, points=None, **kwargs):
         if program.loops:                     # the list schedule keeps each loop's body (a region) whole
             from trnlab.hardware.dynamic_loops import scheduled_keeping_loops
             program = scheduled_keeping_loops(program, order or default_for(program))
+        elif heuristic != "asap":             # CompileConfig(scheduling=True, experimental_scheduling_heuristic=...)
+            program = scheduled(program, order, heuristic=heuristic)
         else:
             program = scheduled(program, order or default_for(program))
     _PROGRAMS.put(key, program)
@@ -316,6 +318,16 @@ def schedule_of(kernel: Kernel) -> str | None:
     if _directive(kernel, "skip_middle_end_transformations"):
         return "program"
     return SCHEDULE
+
+
+def _order_of(kernel: Kernel) -> tuple[str | None, str]:
+    """(schedule, list-schedule heuristic) of `kernel`'s programs: what its CompileConfig asks for
+    (scheduling=True: NKI orders the instructions), else `schedule_of(kernel)` and ASAP."""
+    from trnlab.nki.compile_config import flow
+    chosen = flow(_directive(kernel, "compile_config"))
+    if chosen.schedule is not None:
+        return chosen.schedule, chosen.heuristic
+    return schedule_of(kernel), "asap"
 
 
 def _trace(kernel: Kernel, args, kwargs, spec, grid: tuple, points=None):
@@ -395,7 +407,9 @@ def _run_trace(kernel, args, kwargs, spec, grid, recorder, launch, names, alloca
     finally:
         launches.pop()
     program = recorder.finish(outputs)
-    if config.get("versions"):               # a candidate, off by default (hardware/versions.py, ASSUMED)
+    if config.get("versions") and _config.flow(compile_config).split_reused:
+        # address rotation of neuronx-cc's flow, or split_reused_buffers under NKI allocation: each whole
+        # overwrite of a reused tile gets a new address (hardware/versions.py, compile_config.py)
         from trnlab.hardware.versions import split_versions
         program = split_versions(program)
     edges = _directive(kernel, "schedule")

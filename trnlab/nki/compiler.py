@@ -12,8 +12,9 @@ Names and parameters follow the NKI API reference (nki.compiler.*, NKI "beta 2" 
 - **Kernel decorators.** `skip_middle_end_transformations`, `enable_stack_allocator`, `force_auto_alloc`
   mark a kernel (the attribute records the directive; the simulator's scheduling is its own).
 - **Loop directives.** ``nl.sequential_range(n, directives=ncc.no_reorder())`` and ``ncc.multi_buffer(k)``.
-- **NKI 0.7's per-kernel configuration.** `CompileConfig`, `SpecializationConfig`, `AddressRotation`,
-  passed to ``nki.jit(compile_config=..., specialization_config=...)`` (`compile_config.py`).
+- **Per-kernel configuration.** `CompileConfig`, `SpecializationConfig` and the enums of their options
+  (`AddressRotation`, `Allocation`, `AllocationMode`, `SchedulingHeuristic`, `OptLevel`), passed to
+  ``nki.jit(compile_config=..., specialization_config=...)`` (`compile_config.py`).
 """
 from __future__ import annotations
 
@@ -21,9 +22,11 @@ import math
 from dataclasses import dataclass
 from typing import Callable
 
-from trnlab.nki.compile_config import AddressRotation, CompileConfig, SpecializationConfig  # noqa: E402,F401
+from trnlab.nki.compile_config import (AddressRotation, Allocation, AllocationMode, CompileConfig,  # noqa: E402,F401
+                                       OptLevel, SchedulingHeuristic, SpecializationConfig)
 
-__all__ = ["CompileConfig", "SpecializationConfig", "AddressRotation", "sbuf", "psum", "skip_middle_end_transformations", "enable_stack_allocator", "force_auto_alloc",
+__all__ = ["CompileConfig", "SpecializationConfig", "AddressRotation", "Allocation", "AllocationMode",
+           "SchedulingHeuristic", "OptLevel", "sbuf", "psum", "skip_middle_end_transformations", "enable_stack_allocator", "force_auto_alloc",
            "no_reorder", "multi_buffer", "ModAlloc", "PsumModAlloc", "CustomAlloc", "AutoAlloc"]
 
 
