@@ -279,3 +279,21 @@ def test_one_fixed_answer_for_every_case_earns_nothing(grade_id):
         return first[0]
 
     _zero(grade_id, _same_signature(reference, _limited(cheat)))
+
+
+def test_the_grader_runs_a_kernel_with_the_directives_and_compile_config_the_student_gave_it():
+    # the window that switches off the functions an exercise asks for wraps the kernel's function; what
+    # the student asked of the compiler (nki.jit(compile_config=...), @nki.compiler directives) stays
+    import trnlab.nki as nki
+    from trnlab.course import forbid
+
+    def add(x):
+        return x
+
+    configured = nki.jit(add, compile_config=nki.compiler.CompileConfig(allocation=nki.compiler.Allocation.LINEAR))
+    kept = nki.compiler.skip_middle_end_transformations(nki.jit(add))
+    for kernel in (configured, kept):
+        wrapped = forbid.windowed(kernel, ("nki_matmul",))
+        assert wrapped.nki_directives == kernel.nki_directives and wrapped.func is not kernel.func
+    plain = nki.compiler.skip_middle_end_transformations(add)
+    assert forbid.windowed(plain, ("nki_matmul",)).nki_directives == plain.nki_directives

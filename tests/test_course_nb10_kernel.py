@@ -131,9 +131,23 @@ def test_lazy_fixed_512_element_tiles_fail_on_the_issuer_in_bf16():
     assert "DMAs of 1 KiB per partition" in result.message and "the issuer, not bandwidth, sets the time" in result.message
 
 
-def test_tiles_allocated_once_are_told_too_few_transfers_are_in_flight():
-    result = run_check(GRADE_ID, _tiled_add(4096, one_buffer=True), seed=SEED, local=True)
+def test_tiles_allocated_once_under_nki_allocation_are_told_too_few_transfers_are_in_flight():
+    # NKI allocation keeps the kernel's storage: each tile's loads wait for the previous tile's add
+    kept = nki.jit(_tiled_add(4096, one_buffer=True).func,
+                   compile_config=nki.compiler.CompileConfig(allocation=nki.compiler.Allocation.LINEAR))
+    result = run_check(GRADE_ID, kept, seed=SEED, local=True)
     assert result.status == "failed" and "too few transfers in flight" in result.message, result.message
+    assert "split_reused_buffers=True" in result.message
+
+
+def test_tiles_allocated_once_pass_where_the_compiler_rotates_their_addresses():
+    # neuronx-cc's default flow (address rotation), and NKI allocation with split_reused_buffers: the grader
+    # runs the kernel with the configuration the student gave it
+    split = nki.jit(_tiled_add(4096, one_buffer=True).func, compile_config=nki.compiler.CompileConfig(
+        allocation=nki.compiler.Allocation.LINEAR, split_reused_buffers=True))
+    for kernel in (_tiled_add(4096, one_buffer=True), split):
+        result = run_check(GRADE_ID, kernel, seed=SEED, local=True)
+        assert result.passed, result.message
 
 
 def test_wrong_values_fail_before_any_timing():

@@ -134,7 +134,7 @@ def test_the_model_is_gather_issue_and_start_up_with_their_fitted_constants():
     from trnlab import config
     from trnlab.nki.compile_config import flow
     assert config.get("versions") and flow(None).split_reused
-    assert bench.WHAT_IF["storage"]["switches"] == {"versions": False}
+    assert bench.WHAT_IF["versions"]["switches"] == {"versions": True}
 
 
 def _before(chip: str):

@@ -6,7 +6,9 @@ import trnlab.nki.language as nl
 from trnlab.hardware.explain import listing, why
 
 
-@nki.jit
+# the kernel's storage as written (no address rotation), so its write-after-read and write-after-write
+# hazards on x and r stay hazards to explain
+@nki.jit(compile_config=nki.compiler.CompileConfig(address_rotation=nki.compiler.AddressRotation.DISABLE))
 def kernel(a, w):
     out = nl.ndarray((128, 2048), dtype=nl.float32, buffer=nl.shared_hbm)
     x = nl.ndarray((128, 2048), dtype=nl.float32, buffer=nl.sbuf, name="x")

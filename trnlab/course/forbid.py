@@ -209,6 +209,8 @@ def windowed(answer: Any, names: Iterable[str]) -> Any:
     if kernel_type is not None and type(answer) is kernel_type:
         inner = answer.func
         wrapped_kernel = kernel_type(_wrap(inner, names), answer.grid, answer.target, answer.timing_only)
+        if "nki_directives" in answer.__dict__:      # nki.jit(compile_config=...), @nki.compiler directives
+            wrapped_kernel.nki_directives = dict(answer.nki_directives)
         return wrapped_kernel
     return _wrap(answer, names)
 
@@ -218,7 +220,7 @@ def _wrap(function: Callable, names: tuple[str, ...]) -> Callable:
         with switched_off(names):
             return function(*args, **kwargs)
 
-    for attr in ("__name__", "__qualname__", "__doc__"):
+    for attr in ("__name__", "__qualname__", "__doc__", "nki_directives"):
         try:
             setattr(run_switched_off, attr, getattr(function, attr))
         except (AttributeError, TypeError):

@@ -29,7 +29,9 @@ import trnlab.nki.language as nl
 @nki.compiler.skip_middle_end_transformations
 def vector_add_rows(a_vec, b_vec, ROW_CHUNK: int = 128, ONE_BUFFER: bool = False):
     """c = a + b for a, b [n]: ROW_CHUNK elements per step, one per partition. ONE_BUFFER: the three
-    tiles are allocated once, before the loop (every step reuses their bytes: no multi-buffering)."""
+    tiles are allocated once, before the loop: with the storage kept as written (`TRNLAB_VERSIONS=0`, or
+    NKI allocation) every step reuses their bytes, no multi-buffering; in the default flow the
+    compiler's address rotation gives each step's loads new bytes anyway (`hardware/versions.py`)."""
     (n,) = a_vec.shape
     assert ROW_CHUNK <= nl.tile_size.pmax, f"ROW_CHUNK={ROW_CHUNK} > {nl.tile_size.pmax} partitions"
     assert n % ROW_CHUNK == 0, f"n={n} is not a multiple of ROW_CHUNK={ROW_CHUNK}"

@@ -175,8 +175,10 @@ def why_slow(yours: dict, yours_old: dict, reference: dict, reference_old: dict)
         return (f"too few transfers in flight: on average {yours['queues_in_flight']:.1f} of the "
                 f"{new.dma_queues} DMA queues had a transfer running (the reference's: "
                 f"{reference['queues_in_flight']:.1f}) — each tile's loads wait for the tile before it "
-                f"(tiles allocated once, outside the loop, are reused by every iteration); allocate the "
-                f"tiles inside the loop so the next tile's loads run while this one is added and stored")
+                f"(tiles allocated once, outside the loop, are reused by every iteration where the compiler "
+                f"keeps the kernel's storage, as NKI allocation does); allocate the tiles inside the loop (or "
+                f"ask for CompileConfig(split_reused_buffers=True)) so the next tile's loads run while this "
+                f"one is added and stored")
     return (f"the DMA queues averaged {yours['queues_in_flight']:.1f} transfers in flight (the reference's: "
             f"{reference['queues_in_flight']:.1f}) and the Vector engine was {100 * yours['vector_busy']:.0f}% "
             f"busy (the reference's: {100 * reference['vector_busy']:.0f}%)")
