@@ -32,7 +32,9 @@ skipped rows or accumulation — without reading it, ends the tile's current
 version; from there on the program uses a new buffer (same shape and dtype, named ``x~v2``, ...),
 whose live range the allocator places like any tile's (trnlab's allocator puts a new tile after
 the last one placed, so two versions live at once get different bytes). A partial write keeps the
-version (the rest of the tile is still the old value). Programs with loops the device runs
+version (the rest of the tile is still the old value). A slot of an `nl.alloc_stream_buffers` pool
+(its buffer's `kernel_slot` flag, `nki/tile_grids.py`) is storage the kernel controls and keeps its one
+address: its reuse is the software-pipelining tutorial's lesson. Programs with loops the device runs
 (their body held once) and programs that place bytes themselves are left as they are.
 `TRNLAB_VERSIONS=0` (`config.override(versions=False)`) keeps every kernel's storage as written, a
 what-if beside the default.
@@ -99,7 +101,8 @@ def split_versions(program: Program) -> Program:
     # most programs, AWS's tiled matmul among them, write every tile once)
     writes = Counter(a.buffer for ins in program.instructions for name, a in ins.operands.items() if name in WRITES)
     eligible = {bid for bid, n in writes.items() if n > 1 and buffers[bid].memory == "sbuf"
-                and buffers[bid].role == "internal"}
+                and buffers[bid].role == "internal"
+                and not getattr(buffers[bid], "kernel_slot", False)}   # a stream-pool slot the kernel reuses
     if not eligible:
         return program
     current: dict[int, int] = {}          # original tile id -> the buffer its current version is

@@ -215,3 +215,8 @@ from trnlab.nki.isa_random import rand  # noqa: E402,F401
 from trnlab.nki.language_more import (abs_max, abs_min, all, arctan, ceil, expand_dims, gather_flattened,  # noqa: E402,F401,A004
                                       invert, is_hbm, is_on_chip, is_psum, is_sbuf, left_shift, logical_not,
                                       logical_xor, no_reorder, prelu, right_shift, rms_norm, tan, trunc, var)
+
+# AWS's latest tile-grid API: nl.tiles / nl.blocks views, their allocations, stream pools; nl.empty_like of a
+# grid keeps its geometry (a tensor goes to language_tiles.empty_like as before) (tile_grids.py)
+from trnlab.nki.tile_grids import (NkiBlockGrid, NkiGrid, NkiStreamBuffers, NkiTileGrid, alloc_blocks,  # noqa: E402,F401
+                                   alloc_stream_buffers, alloc_tiles, blocks, empty_like, tiles)

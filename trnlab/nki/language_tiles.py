@@ -403,15 +403,27 @@ def ones(shape, dtype, buffer=None, name: str = "", **kwargs) -> NkiTensor:
     return full(shape, 1.0, dtype, buffer=buffer, name=name)
 
 
+def _not_a_grid(a, call: str) -> None:
+    """AWS documents tile-grid inputs for nl.empty_like only; a grid's `shape` counts tiles, so treating it as
+    a tensor here would silently allocate the wrong shape."""
+    from trnlab.nki.tile_grids import NkiGrid
+    if isinstance(a, NkiGrid):
+        raise TypeError(f"nl.{call} takes an NkiTensor, got an {type(a).__name__} (its shape {tuple(a.shape)} counts "
+                        f"tiles); allocate with nl.empty_like(grid) and fill its .data (nisa.memset)")
+
+
 def zeros_like(a, dtype=None, buffer=None, name: str = "", **kwargs) -> NkiTensor:
+    _not_a_grid(a, "zeros_like")
     return zeros(a.shape, dtype or a.dtype, buffer=buffer or a.buffer, name=name)
 
 
 def ones_like(a, dtype=None, buffer=None, name: str = "", **kwargs) -> NkiTensor:
+    _not_a_grid(a, "ones_like")
     return ones(a.shape, dtype or a.dtype, buffer=buffer or a.buffer, name=name)
 
 
 def full_like(a, fill_value, dtype=None, *, buffer=None, name: str = "", **kwargs) -> NkiTensor:
+    _not_a_grid(a, "full_like")
     return full(a.shape, fill_value, dtype or a.dtype, buffer=buffer or a.buffer, name=name)
 
 

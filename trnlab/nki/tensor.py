@@ -124,6 +124,14 @@ class NkiTensor:
         return tuple(stride for stride, _ in self.get_pattern())
 
     @property
+    def data(self) -> "NkiTensor":
+        """The tensor itself, as an instruction operand: what `.data` of a tile grid gives (`NkiGrid.data`),
+        so kernel code reads the same for a grid and a tensor (AWS's nki.language.NkiTileGrid page's example
+        takes `.data` of an `nl.ndarray` tile; ASSUMED: the tensor unchanged, AWS's NkiTensor page lists no
+        such attribute)."""
+        return self
+
+    @property
     def is_pending(self) -> bool:
         return self._emit is not None
 
