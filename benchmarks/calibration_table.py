@@ -298,6 +298,10 @@ WHAT_IF = {
     # 205: 262.8). The fit is that plateau; its slowest end is the rate most favourable to the
     # held-back blocked-free DMA figure. On top of the model
     "gather-fit": {"spec": {"trn2": {"dma_hbm_gather_bandwidth": GATHER_TRN2_FIT}}, "options": {}},
+    # (k) the list schedule's CRITICAL_PATH heuristic (AWS's SchedulingHeuristic page, 2026-11-13: "prefer
+    # the instruction on the longest path to the kernel's outputs") for every kernel the list schedule orders
+    # (TRNLAB_SCHEDULE_HEURISTIC), on top of the model with (j). No constant
+    "critical-path": {"spec": {}, "options": {}, "switches": {"versions": True, "schedule_heuristic": "critical_path"}},
     # (j) tile versions (hardware/versions.py): the address rotation of neuronx-cc's default flow, adopted
     # 2026-12-04 late (nki/compile_config.py). The model as it is: every candidate above runs with every
     # kernel's storage kept as written (TRNLAB_VERSIONS=0), as the model was when they were tried, so

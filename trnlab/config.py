@@ -61,6 +61,10 @@ SWITCHES: dict[str, Switch] = {s.name: s for s in (
            "each whole overwrite of a reused SBUF tile gets a new address where the kernel's compile "
            "configuration asks for it (neuronx-cc's flow with address rotation, or split_reused_buffers: "
            "nki/compile_config.py, hardware/versions.py); 0 keeps every kernel's storage as written"),
+    Switch("schedule_heuristic", "TRNLAB_SCHEDULE_HEURISTIC", "asap", _text,
+           "the list schedule's choice among ready instructions for kernels whose compile configuration "
+           "does not name one: 'asap' (the default), 'critical_path' or 'dma_prefetch' "
+           "(hardware/list_schedule.py, AWS's SchedulingHeuristic)"),
     Switch("psum_evacuation", "TRNLAB_PSUM_EVACUATION", False, _flag,
            "PSUM accumulators that do not fit in the order written are copied out right after their last "
            "write (hardware/psum_evacuation.py, ASSUMED) instead of a PSUMOverflowError"),

@@ -218,3 +218,18 @@ def test_nki_allocation_options_trnlab_does_not_model_are_refused_by_name(option
 ])
 def test_options_trnlab_honours_compute_what_the_unconfigured_kernel_does(options):
     np.testing.assert_array_equal(nki.jit(add_one, compile_config=ncc.CompileConfig(**options))(X), X + 1)
+
+
+def test_the_schedule_heuristic_switch_sets_the_default_list_schedule_s_rule_and_a_config_overrides_it():
+    from trnlab import config
+    plain = nki.jit(rows_through_one_buffer)
+    trivial = nki.jit(rows_through_one_buffer, compile_config=ncc.CompileConfig(
+        allocation=LINEAR, scheduling=True, experimental_scheduling_heuristic=ncc.SchedulingHeuristic.TRIVIAL))
+    def rows_in_program_order(x, w):         # its own function: a directive marks the function it wraps
+        return rows_through_one_buffer(x, w)
+    kept_order = nki.compiler.skip_middle_end_transformations(nki.jit(rows_in_program_order))
+    with config.override(schedule_heuristic="critical_path"):
+        assert nki.trace(plain, ROWS_X, ROWS_W, target="trn2").schedule == "list:critical_path"
+        assert nki.trace(trivial, ROWS_X, ROWS_W, target="trn2").schedule in (None, "program")
+        assert nki.trace(kept_order, ROWS_X, ROWS_W, target="trn2").schedule in (None, "program")
+    assert nki.trace(plain, ROWS_X, ROWS_W, target="trn2").schedule == "list"       # not the cached program

@@ -282,7 +282,7 @@ def trace(kernel, *args, target=None, grid=None, points=None, **kwargs):
     order, heuristic = _order_of(kernel)
     key = (kernel.func, grid, tuple(getattr(g, "cores", 1) for g in grid), points, spec.name, id(spec), order,
            DROP_PSUM_ZEROING, _directive(kernel, "schedule"), _directive(kernel, "compile_config"), config.get("spill"),
-           config.get("psum_evacuation"), config.get("versions"),
+           config.get("psum_evacuation"), config.get("versions"), heuristic,
            tuple(_signature(a) for a in args), tuple((k, _signature(v)) for k, v in sorted(kwargs.items())))
     program = _PROGRAMS.get(key)
     if program is not None:
@@ -297,7 +297,8 @@ def trace(kernel, *args, target=None, grid=None, points=None, **kwargs):
             from trnlab.hardware.dynamic_loops import scheduled_keeping_loops
             program = scheduled_keeping_loops(program, order or default_for(program))
         elif heuristic != "asap":             # CompileConfig(scheduling=True, experimental_scheduling_heuristic=...)
-            program = scheduled(program, order, heuristic=heuristic)
+            chosen = order or default_for(program)          # or TRNLAB_SCHEDULE_HEURISTIC
+            program = scheduled(program, chosen, heuristic=heuristic if chosen == "list" else "asap")
         else:
             program = scheduled(program, order or default_for(program))
     _PROGRAMS.put(key, program)
@@ -322,12 +323,16 @@ def schedule_of(kernel: Kernel) -> str | None:
 
 def _order_of(kernel: Kernel) -> tuple[str | None, str]:
     """(schedule, list-schedule heuristic) of `kernel`'s programs: what its CompileConfig asks for
-    (scheduling=True: NKI orders the instructions), else `schedule_of(kernel)` and ASAP."""
+    (scheduling=True: NKI orders the instructions), else `schedule_of(kernel)` with the
+    `schedule_heuristic` switch's rule (TRNLAB_SCHEDULE_HEURISTIC, ASAP by default) where that is the list schedule."""
     from trnlab.nki.compile_config import flow
     chosen = flow(_directive(kernel, "compile_config"))
     if chosen.schedule is not None:
         return chosen.schedule, chosen.heuristic
-    return schedule_of(kernel), "asap"
+    order = schedule_of(kernel)
+    if order in (None, "list"):          # TRNLAB_SCHEDULE_HEURISTIC: the default list schedule's choice rule
+        return order, config.get("schedule_heuristic")
+    return order, "asap"
 
 
 def _trace(kernel: Kernel, args, kwargs, spec, grid: tuple, points=None):
