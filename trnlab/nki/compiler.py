@@ -138,16 +138,15 @@ sbuf, psum = _Memory("sbuf"), _Memory("psum")
 
 # -- kernel decorators ----------------------------------------------------------------------------
 def _mark(func, directive: str, value=True):
-    # an @nki.jit kernel (decorated first): mark the function it wraps too, which kernel[grid] keeps
-    for target in (func, getattr(func, "func", None)):
-        if target is None:
-            continue
-        directives = dict(getattr(target, "nki_directives", {}))
-        directives[directive] = value
-        try:
-            target.nki_directives = directives
-        except AttributeError:            # a bound method or builtin: nothing to mark
-            pass
+    # the object decorated only: an @nki.jit kernel (decorated first) keeps its directives on itself, and
+    # kernel[grid], with_schedule and nki.jit(compile_config=...) copy them; marking the function it wraps
+    # too would give every other kernel of that function the directive
+    directives = dict(getattr(func, "nki_directives", {}))
+    directives[directive] = value
+    try:
+        func.nki_directives = directives
+    except AttributeError:                # a bound method or builtin: nothing to mark
+        pass
     return func
 
 
