@@ -11,9 +11,11 @@ kernels of that shape (written for this course in NKI's destination style, not t
 - ``vector_add_stream``  the vector viewed as [128, n / 128]; FREE_DIM columns per step: tiles
                          [128, FREE_DIM], one `tensor_tensor` per step. FREE_DIM = n / 128: one step.
 
-``ONE_BUFFER=True`` allocates the tiles once, before the loop: every step then waits for the previous
-one to release their bytes (what the chip's measurements suggest its compiler does with the
-middle end skipped; docs/calibration.md, "What was tried for the largest misses", candidate (a)).
+``ONE_BUFFER=True`` allocates the tiles once, before the loop. With the storage kept as written
+(`TRNLAB_VERSIONS=0`, as the calibration candidates run) every step then waits for the previous one to
+release their bytes (what the chip's measurements suggest its compiler does with the middle end skipped;
+docs/calibration.md, "What was tried for the largest misses", candidate (a)); in the default flow the
+compiler's address rotation gives each step's loads new bytes anyway.
 
 `benchmarks/calibration_table.py` runs them at the lab's sizes against a student's published times
 (docs/calibration.md, source [CS149]).
