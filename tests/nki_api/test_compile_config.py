@@ -232,3 +232,16 @@ def test_the_schedule_heuristic_switch_sets_the_default_list_schedule_s_rule_and
         assert nki.trace(trivial, ROWS_X, ROWS_W, target="trn2").schedule in (None, "program")
         assert nki.trace(kept_order, ROWS_X, ROWS_W, target="trn2").schedule in (None, "program")
     assert nki.trace(plain, ROWS_X, ROWS_W, target="trn2").schedule == "list"       # not the cached program
+
+
+def test_benchmark_profile_and_baremetal_wrappers_keep_the_kernel_s_directives_and_compile_config():
+    # AWS's harnesses time a configured kernel through nki.benchmark(...)(kernel): the wrapper runs the kernel
+    # the student configured, not a bare copy of its function
+    configured = nki.jit(rows_through_one_buffer, compile_config=ncc.CompileConfig(allocation=LINEAR))
+    ordered = nki.compiler.skip_middle_end_transformations(nki.jit(rows_through_one_buffer))
+    for kernel in (configured, ordered):
+        bench = nki.benchmark(warmup=1, iters=1)(kernel)
+        assert bench.nki_directives == kernel.nki_directives
+        bench(ROWS_X, ROWS_W)
+        assert bench.benchmark_result.nc_latency.get_latency_percentile(99) == pytest.approx(
+            nki.run(kernel, ROWS_X, ROWS_W).latency_us)

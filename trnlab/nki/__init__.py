@@ -641,6 +641,8 @@ class _Measured(Kernel):
     def __init__(self, kernel: Kernel, options: dict, kind: str):
         super().__init__(kernel.func, kernel.grid, options.get("target") or kernel.target,
                          options.get("timing_only", kernel.timing_only))
+        if "nki_directives" in kernel.__dict__:  # what the kernel asked of the compiler (compile_config, ...)
+            self.nki_directives = dict(kernel.nki_directives)
         self.options, self.kind = options, kind
         self.benchmark_result = None
         self.profile_result = None
