@@ -296,11 +296,9 @@ def trace(kernel, *args, target=None, grid=None, points=None, **kwargs):
         if program.loops:                     # the list schedule keeps each loop's body (a region) whole
             from trnlab.hardware.dynamic_loops import scheduled_keeping_loops
             program = scheduled_keeping_loops(program, order or default_for(program))
-        elif heuristic != "asap":             # CompileConfig(scheduling=True, experimental_scheduling_heuristic=...)
-            chosen = order or default_for(program)          # or TRNLAB_SCHEDULE_HEURISTIC
+        else:                                 # the heuristic chooses within the list schedule only
+            chosen = order or default_for(program)
             program = scheduled(program, chosen, heuristic=heuristic if chosen == "list" else "asap")
-        else:
-            program = scheduled(program, order or default_for(program))
     _PROGRAMS.put(key, program)
     return program
 
