@@ -199,8 +199,6 @@ def test_option_combinations_aws_refuses_raise_its_value_errors(options, message
 
 
 @pytest.mark.parametrize("options, refused", [
-    (dict(allocation=LINEAR, experimental_allocation_mode=ncc.AllocationMode.MAX_REUSE), "AllocationMode.MAX_REUSE"),
-    (dict(allocation=LINEAR, experimental_allocation_mode=ncc.AllocationMode.FAST), "AllocationMode.FAST"),
     (dict(allocation=LINEAR, opt_level=ncc.OptLevel.O2), "opt_level=OptLevel.O2"),
     (dict(allocation=LINEAR, dma_copy_elim=True), "dma_copy_elim=True"),
     (dict(allocation=LINEAR, engine_balancing=True), "engine_balancing=True"),
@@ -212,6 +210,8 @@ def test_nki_allocation_options_trnlab_does_not_model_are_refused_by_name(option
 
 @pytest.mark.parametrize("options", [
     dict(allocation=LINEAR, experimental_allocation_mode=ncc.AllocationMode.RING),
+    dict(allocation=LINEAR, experimental_allocation_mode=ncc.AllocationMode.FAST),
+    dict(allocation=LINEAR, experimental_allocation_mode=ncc.AllocationMode.MAX_REUSE),
     dict(allocation=LINEAR, opt_level=ncc.OptLevel.O0), dict(opt_level=ncc.OptLevel.O2),
     dict(allocation=LINEAR, scheduling=True, split_reused_buffers=True, dma_copy_elim=False),
     dict(allocation=ncc.Allocation.COLORING, address_rotation=ncc.AddressRotation.AUTO),

@@ -19,6 +19,20 @@ runs (its body once, each tile of the body at one address for every iteration; t
 with the code around it live over the whole loop, `dynamic_loops.close_live_ranges`) whose SBUF
 tiles next fit leaves without a gap is packed by size instead when that fits (`_pack_by_size`).
 
+How a tile's bytes are chosen is the program's `allocation_mode` (NKI's ``AllocationMode``, set by
+``CompileConfig(allocation=Allocation.LINEAR, experimental_allocation_mode=...)``; the descriptions are
+AWS's, nki.compiler.AllocationMode, 2026-11-13):
+
+- ``"ring"`` (the default): next fit from a cursor that wraps — "give each tile a fresh address, and reuse
+  freed memory only after the allocation wraps around": the most overlap of loads with compute, the most
+  fragmented memory;
+- ``"max_reuse"``: best fit — "always put a tile in the freed memory that fits it best" (the smallest gap
+  that holds it, the lowest such gap on a tie): the least memory, and a tile allocated in a loop lands on
+  the bytes the previous iteration's tile just freed, so its load waits for that tile's readers;
+- ``"fast"``: "stack tiles whose lifetimes nest, and put every other tile in the freed memory that fits it
+  best": a tile whose live range lies inside that of the live tile placed last goes directly above it
+  (ASSUMED: which tile a nested one is stacked on is not published), every other tile best fit.
+
 A block tensor ``(B..., par_dim(P), F...)`` the allocator places is, to AWS's compiler, a list of (P, F)
 tiles whose addresses it chooses from their dependencies, so its tiles need not be live together
 [NKI Block Dimension Migration Guide]: when every access selects one block, `split_block_tensors`
@@ -51,6 +65,13 @@ def live_ranges(program: Program) -> tuple[dict, dict]:
             starts[b.first].append(b)
             ends[b.last].append(b)
     return starts, ends
+
+
+def high_water(program: Program, memory: str = "sbuf") -> int:
+    """Bytes per partition from offset 0 to the end of the highest tile the allocation placed in
+    `memory` ("sbuf" or "psum"): how much of it the kernel's allocation reaches (0 if none)."""
+    return max((b.offset + b.partition_bytes for b in program.buffers
+                if b.memory == memory and b.offset is not None and b.first >= 0), default=0)
 
 
 def target_spec(program: Program, spec=None) -> CoreSpec:
@@ -390,6 +411,45 @@ def _next_fit(occupied: list, nbytes: int, lowest: int, partition_bytes: int, ba
     return start if start + nbytes <= partition_bytes else None
 
 
+MODES = ("ring", "fast", "max_reuse")     # Program.allocation_mode (NKI's AllocationMode, lower case)
+
+
+def _bank_start(start: int, nbytes: int, bank) -> int:
+    """`start`, moved up to the next bank boundary if the tile would cross one (PSUM's bank rule)."""
+    if bank is not None and (nbytes > bank or start // bank != (start + nbytes - 1) // bank):
+        return -(-start // bank) * bank
+    return start
+
+
+def _best_fit(occupied: list, nbytes: int, partition_bytes: int, bank) -> int | None:
+    """The offset of the smallest gap between the live tiles `occupied` ([(offset, bytes)] by offset)
+    that holds `nbytes` (the lowest such gap on a tie), or None: AllocationMode.MAX_REUSE's rule."""
+    best, best_gap = None, None
+    cursor = 0
+    for offset, size in occupied + [(partition_bytes, 0)]:
+        if offset > cursor:
+            start = _bank_start(cursor, nbytes, bank)
+            gap = offset - cursor
+            if start + nbytes <= offset and (best_gap is None or gap < best_gap):
+                best, best_gap = start, gap
+        if offset + size > cursor:
+            cursor = offset + size
+    return best
+
+
+def _stacked(occupied: list, top, nbytes: int, partition_bytes: int, bank) -> int | None:
+    """Directly above the live tile `top` (offset, bytes) if those bytes are free, else None."""
+    start = _bank_start(top[0] + top[1], nbytes, bank)
+    if start + nbytes > partition_bytes:
+        return None
+    i = bisect_left(occupied, (start, 0))
+    if i > 0 and occupied[i - 1][0] + occupied[i - 1][1] > start:
+        return None
+    if i < len(occupied) and occupied[i][0] < start + nbytes:
+        return None
+    return start
+
+
 def allocate(program: Program, spec: "CoreSpec | str | None" = None) -> Program:
     """Set `offset` on every on-chip buffer of `program` (in place) and return it.
 
@@ -402,7 +462,8 @@ def allocate(program: Program, spec: "CoreSpec | str | None" = None) -> Program:
     The walk, per memory: at each instruction, the tiles first used there are placed (direct
     allocations first, then in buffer-table order), then the tiles last used there are released
     (buffer-table order); a placed tile goes to the first gap at or after the end of the last
-    placement (next fit), wrapping to offset 0 only when nothing fits further on. SBUF and PSUM do
+    placement (next fit), wrapping to offset 0 only when nothing fits further on — or, by the
+    program's `allocation_mode`, best fit (module docstring). SBUF and PSUM do
     not interact, so each is walked on its own; an error is the one the joint walk meets first. A
     program with loops the device runs whose SBUF tiles next fit cannot place is packed by size
     instead (`_pack_by_size`), if that fits.
@@ -562,6 +623,9 @@ def _walk(program: Program, memory: OnChipMemory, keys: np.ndarray, sizes: list,
     rotating allocator) and no bank rule applies, next fit places each tile at the cursor, so a run
     of events is placed at once (`_bump_stretch`) until a tile would pass the end of the memory."""
     buffers = program.buffers
+    mode = program.allocation_mode
+    if mode not in MODES:
+        raise ValueError(f"allocation mode {mode!r}: trnlab's allocator has {', '.join(MODES)}")
     events = keys.tolist()
     stop = len(events) if limit is None else bisect_left(events, limit)
     capacity, bank = memory.partition_bytes, memory.bank_bytes
@@ -570,7 +634,8 @@ def _walk(program: Program, memory: OnChipMemory, keys: np.ndarray, sizes: list,
     owners: list = []            # their buffer ids
     cursor = used = 0
     # fast path: runs of bump placements at once (the reference: each event walked on its own)
-    bump = None if bank is not None or fixed or not config.fast() else _Bump(keys, sizes, count)
+    bump = None if bank is not None or fixed or mode != "ring" or not config.fast() else _Bump(keys, sizes, count)
+    live_order: dict = {}        # AllocationMode.FAST: the live tiles in the order they were placed
     retry = 0                    # the next event at which a bump run is worth trying
     e = 0
     while e < stop:
@@ -583,6 +648,7 @@ def _walk(program: Program, memory: OnChipMemory, keys: np.ndarray, sizes: list,
             while owners[i] != bid:
                 i += 1
             del occupied[i], owners[i]
+            live_order.pop(bid, None)
             used -= size
             e += 1
             continue
@@ -603,9 +669,18 @@ def _walk(program: Program, memory: OnChipMemory, keys: np.ndarray, sizes: list,
                     if later:
                         view = sorted(occupied + [(f.offset if f.offset is not None else int(f.placement["offset"]),
                                                    f.partition_bytes) for f in later])
-                offset = _next_fit(view, size, cursor, capacity, bank)
-                if offset is None and cursor > 0:
-                    offset = _next_fit(view, size, 0, capacity, bank)
+                if mode == "ring":
+                    offset = _next_fit(view, size, cursor, capacity, bank)
+                    if offset is None and cursor > 0:
+                        offset = _next_fit(view, size, 0, capacity, bank)
+                else:
+                    offset = None
+                    if mode == "fast" and live_order:
+                        top = buffers[next(reversed(live_order))]
+                        if top.last >= b.last:            # its live range nests in the top tile's: stacked
+                            offset = _stacked(view, (top.offset, sizes[top.id]), size, capacity, bank)
+                    if offset is None:
+                        offset = _best_fit(view, size, capacity, bank)
                 if offset is None:
                     if size > capacity and b.partition_axis:
                         raise _block_tensor_overflow(b, memory)
@@ -632,6 +707,8 @@ def _walk(program: Program, memory: OnChipMemory, keys: np.ndarray, sizes: list,
         cursor = offset + size
         used += size
         b.offset = offset
+        if mode == "fast":
+            live_order[bid] = None
         e += 1
     return None
 

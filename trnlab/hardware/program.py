@@ -17,7 +17,7 @@ as versioned JSON (never pickle), and runs on any core of a `Device` again and a
 tracing (`replay.py`).
 
 Everything that changes how a program is scheduled, allocated or run is a declared field and is
-saved (the directives: ``no_reorder``, ``inlined_regions``, ``blocks``, ``spec``,
+saved (the directives: ``no_reorder``, ``inlined_regions``, ``allocation_mode``, ``blocks``, ``spec``,
 ``matmul_dtypes``). What is only computed from the program — its compiled timing form, replay plans,
 values plan, read-only inputs — lives in one place, ``program.derived`` (`Derived`), under one rule:
 it is valid while the program object, its instruction list, its buffer list and its revision are
@@ -168,6 +168,7 @@ class Program:
     # directives: they change how the program is scheduled, allocated or costed (all saved)
     no_reorder: bool = False                     # a loop said ncc.no_reorder(): keep the traced order
     inlined_regions: frozenset = frozenset()     # regions of kernels inlined into a caller (nki.jit)
+    allocation_mode: str = "ring"                # how the allocator picks a tile's bytes (allocate.MODES)
     blocks: dict = field(default_factory=dict)   # tile buffer id -> (block tensor id, block index)
                                                  # (allocate.split_block_tensors)
     spec: object = None                          # the CoreSpec traced for (None: the preset `target` names)
@@ -301,6 +302,7 @@ class Program:
             "format": FORMAT, "version": VERSION if self.loops else 2, "name": self.name, "target": self.target,
             "allocated": self.allocated, "schedule": self.schedule,
             "no_reorder": self.no_reorder, "inlined_regions": sorted(self.inlined_regions),
+            **({"allocation_mode": self.allocation_mode} if self.allocation_mode != "ring" else {}),
             "blocks": [[t, b, list(block)] for t, (b, block) in sorted(self.blocks.items())],
             "spec": _encode_spec(self.spec, self.target),
             "matmul_dtypes": sorted(dtypes.name(d) for d in self.matmul_dtypes),
@@ -342,6 +344,7 @@ class Program:
                    allocated=doc["allocated"], schedule=doc.get("schedule", "program"),
                    no_reorder=doc.get("no_reorder", False),
                    inlined_regions=frozenset(doc.get("inlined_regions", ())),
+                   allocation_mode=doc.get("allocation_mode", "ring"),
                    blocks={t: (b, tuple(block)) for t, b, block in doc.get("blocks", ())},
                    spec=_decode_spec(doc.get("spec"), doc["target"]),
                    matmul_dtypes={dtypes.as_dtype(d) for d in doc.get("matmul_dtypes", ())},

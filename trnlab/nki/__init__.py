@@ -432,6 +432,7 @@ def _run_trace(kernel, args, kwargs, spec, grid, recorder, launch, names, alloca
         program.schedule_edges = tuple(sorted(set(getattr(program, "schedule_edges", ())) | set(pairs)))
         edges = edges or pairs
     program.no_reorder = bool(getattr(launch, "no_reorder", False))   # a loop said ncc.no_reorder()
+    program.allocation_mode = _config.flow(compile_config).allocation_mode   # AllocationMode (allocate.py)
     program.inlined_regions = frozenset(getattr(launch, "inlined", ()))  # regions of inlined kernels
     try:
         _config.check_after_trace(compile_config, program, kernel.func.__name__)

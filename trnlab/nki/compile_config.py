@@ -22,7 +22,7 @@ How trnlab reads each option (`flow(config)` says what a kernel gets):
 | ``split_reused_buffers`` | NKI allocation: a DMA load that waits for compute reading the same tensor, "as in a loop that reuses one tensor" | honoured under LINEAR: the same split as rotation under COLORING |
 | ``scheduling`` | NKI orders the instructions; needs LINEAR | honoured: the list schedule (`hardware/list_schedule.py`) with the heuristic below, at any size |
 | ``experimental_scheduling_heuristic`` | ASAP (default): the instruction that can start first; CRITICAL_PATH: the longest path to the outputs; DMA_PREFETCH: a DMA before a non-DMA; TRIVIAL: program order | all four honoured (ASAP is trnlab's list schedule; TRIVIAL its program order; CRITICAL_PATH and DMA_PREFETCH the list schedule's other choice rules, `list_schedule.py`); a program with loops the device runs keeps each loop body whole and gets ASAP |
-| ``experimental_allocation_mode`` | RING: a fresh address per tile, freed memory reused after the allocation wraps around; FAST, MAX_REUSE: best fit into freed memory | RING honoured (trnlab's allocator is next fit from a cursor that wraps: RING's rule); FAST and MAX_REUSE refused (`UnsupportedCompileOption`) |
+| ``experimental_allocation_mode`` | RING: a fresh address per tile, freed memory reused after the allocation wraps around; FAST: nested lifetimes stacked, the rest best fit into freed memory; MAX_REUSE: always best fit | all three honoured (`hardware/allocate.py`, `Program.allocation_mode`): RING is trnlab's allocator (next fit from a cursor that wraps), MAX_REUSE best fit, FAST a tile nested in the live range of the tile placed last stacked directly above it, the rest best fit |
 | ``opt_level`` | O0: every instruction on its default engine; O1 (default): the compiler picks each `tensor_copy`'s engine; O2: O1 plus prefetch_auto, dma_copy_elim, element_widening, ...; "The current flow is the same at every level" | O0, O1 accepted (trnlab runs a `tensor_copy` with no ``engine=`` on its default engine at both); O2 under LINEAR refused (it turns on optimizations trnlab does not model); any level under COLORING changes nothing, as AWS says |
 | ``nki_alloc_fallback`` | on: when NKI's allocation fails, fall back to neuronx-cc's flow; off: surface the failure | honoured: on, trnlab's fallbacks run (loop fusion, then spilling if the ``spill`` switch is on: `hardware/fusion.py`); off, the SBUF/PSUM overflow of the kernel's own allocation is raised |
 | ``prefetch_auto`` | a prefetch ring and slack band reserved in SBUF for DMA loads | False honoured; True refused: trnlab's allocator has no prefetch ring |
@@ -179,10 +179,6 @@ class CompileConfig:
         for name, why in _NOT_MODELLED.items():
             if getattr(self, name):
                 refused.append(f"CompileConfig({name}=True): {why}; leave {name} out or set it False")
-        if self.experimental_allocation_mode in (AllocationMode.FAST, AllocationMode.MAX_REUSE):
-            refused.append(f"CompileConfig(experimental_allocation_mode={self.experimental_allocation_mode}): "
-                           f"trnlab's allocator places tiles next fit from a cursor that wraps around "
-                           f"(AllocationMode.RING's rule), not best fit; use AllocationMode.RING or leave it out")
         if self.opt_level is OptLevel.O2 and self.allocation is Allocation.LINEAR:
             refused.append("CompileConfig(opt_level=OptLevel.O2): O2 turns on optimizations trnlab does not model "
                            "(prefetch_auto, dma_copy_elim, element_widening, ...); use OptLevel.O1 and the "
@@ -199,10 +195,12 @@ class CompileConfig:
 class Flow:
     """What a kernel's configuration asks of trnlab's compiler: `split_reused` — each whole overwrite of a
     reused allocator-placed SBUF tile starts a new tile (`hardware/versions.py`); `schedule` — None (the
-    default for the program's size), "program" or "list"; `heuristic` — the list schedule's choice rule."""
+    default for the program's size), "program" or "list"; `heuristic` — the list schedule's choice rule;
+    `allocation_mode` — how the allocator picks a tile's bytes (`Program.allocation_mode`)."""
     split_reused: bool = True
     schedule: str | None = None
     heuristic: str = "asap"
+    allocation_mode: str = "ring"
 
 
 def flow(config: CompileConfig | None) -> Flow:
@@ -210,16 +208,17 @@ def flow(config: CompileConfig | None) -> Flow:
     rotation AUTO)."""
     if config is None:
         return Flow()
+    mode = (config.experimental_allocation_mode or AllocationMode.RING).value
     if config.allocation is Allocation.LINEAR:    # NKI placed the tiles: only an explicit split moves them
         split = bool(config.split_reused_buffers) or config.address_rotation is AddressRotation.ENABLE
     else:
         split = config.address_rotation is not AddressRotation.DISABLE
     if not config.scheduling:
-        return Flow(split_reused=split)
+        return Flow(split_reused=split, allocation_mode=mode)
     heuristic = config.experimental_scheduling_heuristic or SchedulingHeuristic.ASAP
     if heuristic is SchedulingHeuristic.TRIVIAL:
-        return Flow(split_reused=split, schedule="program")
-    return Flow(split_reused=split, schedule="list", heuristic=heuristic.value)
+        return Flow(split_reused=split, schedule="program", allocation_mode=mode)
+    return Flow(split_reused=split, schedule="list", heuristic=heuristic.value, allocation_mode=mode)
 
 
 def _with_class_names(cls):

@@ -5,9 +5,12 @@ The map draws that rectangle with partition 0 at the top and each live allocatio
 byte offset, using the core's own allocation records (``core.sbuf.occupancy()``). The allocator
 reserves a tensor's byte range on every partition (see ``trnlab/hardware/memory.py``), so the
 partitions a tensor reserves but does not use are drawn hatched. PSUM's banks are marked.
+`plot_allocation` draws a traced program's allocation over time instead: each tile's bytes from its first
+to its last instruction.
 
     plot_memory_map(core.sbuf)
     plot_core_memory(core)          # SBUF and PSUM side by side
+    plot_allocation(program)        # where each tile of a traced program lives, and when
 """
 
 from __future__ import annotations
@@ -82,3 +85,26 @@ def plot_core_memory(core: Any) -> Figure:
     plot_memory_map(core.psum, ax=psum_ax)
     fig.tight_layout()
     return fig
+
+
+def plot_allocation(program: Any, memory: str = "sbuf", ax: plt.Axes | None = None,
+                    title: str | None = None) -> Figure:
+    """Where the allocator put each tile of a traced `program` in one memory ("sbuf" or "psum"), over the
+    program: each tile a block from its first to its last instruction (x) at its bytes per partition (y, KiB).
+    Blocks at one height reuse the same bytes; a staircase is a rotating allocator. A tile and its versions
+    (`name~v2`, ...) share a colour."""
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7, 3))
+    tiles = [b for b in program.buffers if b.memory == memory and b.offset is not None and b.first >= 0]
+    names = sorted({b.name.split("~")[0] for b in tiles})
+    colour = {name: COLOURS[i % len(COLOURS)] for i, name in enumerate(names)}
+    for b in tiles:
+        ax.add_patch(Rectangle((b.first, b.offset / KiB), b.last + 1 - b.first, b.partition_bytes / KiB,
+                               facecolor=colour[b.name.split("~")[0]], edgecolor="white", lw=0.5, alpha=0.9))
+    top = max((b.offset + b.partition_bytes for b in tiles), default=0)
+    ax.set_xlim(0, max(len(program.instructions), 1))
+    ax.set_ylim(0, max(top / KiB, 0.001) * 1.05)
+    ax.set_xlabel("instruction (in the order the engines run them)")
+    ax.set_ylabel("KiB per partition")
+    ax.set_title(title or f"{memory.upper()}: {len(tiles)} tiles, {_size(top)} per partition reached", fontsize=9)
+    return ax.figure
