@@ -207,11 +207,8 @@ def windowed(answer: Any, names: Iterable[str]) -> Any:
     names = tuple(names)
     kernel_type = getattr(sys.modules.get("trnlab.nki"), "Kernel", None)
     if kernel_type is not None and type(answer) is kernel_type:
-        inner = answer.func
-        wrapped_kernel = kernel_type(_wrap(inner, names), answer.grid, answer.target, answer.timing_only)
-        if "nki_directives" in answer.__dict__:      # nki.jit(compile_config=...), @nki.compiler directives
-            wrapped_kernel.nki_directives = dict(answer.nki_directives)
-        return wrapped_kernel
+        # the same kernel (its compile config, @nki.compiler directives) around the wrapped function
+        return answer.variant(func=_wrap(answer.func, names))
     return _wrap(answer, names)
 
 

@@ -182,21 +182,29 @@ class Kernel:
         self.timing_only = timing_only
         functools.update_wrapper(self, func)
 
+    def variant(self, *, func=None, grid=None, **directives) -> "Kernel":
+        """A new kernel of this one's function (or `func`) on its grid (or `grid`), target and timing mode,
+        keeping what this kernel asked of the compiler (its own directives: compile config, scheduling
+        edges, ``@nki.compiler`` marks) with `directives` added. Every copy of a kernel is made here
+        (kernel[grid], with_schedule, nki.jit(compile_config=...)(kernel), the grader's wrappers), so none
+        drops them."""
+        kernel = Kernel(self.func if func is None else func, self.grid if grid is None else grid, self.target,
+                        self.timing_only)
+        merged = {**_own_directives(self), **directives}
+        if merged:
+            kernel.nki_directives = merged
+        return kernel
+
     def __getitem__(self, grid) -> "Kernel":
         from trnlab.nki.spmd import grid_entry
         grid = grid if isinstance(grid, tuple) else (grid,)
-        kernel = Kernel(self.func, tuple(grid_entry(g) for g in grid), self.target, self.timing_only)
-        if "nki_directives" in self.__dict__:
-            kernel.nki_directives = dict(self.nki_directives)
-        return kernel
+        return self.variant(grid=tuple(grid_entry(g) for g in grid))
 
     def with_schedule(self, edges) -> "Kernel":
         """The kernel with scheduling dependencies between named instructions: ``[("plus1", "recip")]``
         puts the instruction named "plus1" after the one named "recip" (`trnlab/nki/schedule.py`)."""
         from trnlab.nki.schedule import normalise
-        kernel = Kernel(self.func, self.grid, self.target, self.timing_only)
-        kernel.nki_directives = {**self.__dict__.get("nki_directives", {}), "schedule": normalise(edges)}
-        return kernel
+        return self.variant(schedule=normalise(edges))
 
     def __call__(self, *args, **kwargs):
         if launches.active() is not None:
@@ -255,12 +263,8 @@ def jit(func=None, *, target=None, platform_target=None, timing_only: bool = Fal
         kernel = f if isinstance(f, Kernel) else Kernel(f, target=target or platform_target, timing_only=timing_only)
         if compile_config is None and specialization_config is None:
             return kernel
-        if kernel is f:                   # nki.jit(compile_config=...)(kernel): a configured copy
-            kernel = Kernel(f.func, f.grid, f.target, f.timing_only)
-            kernel.nki_directives = dict(f.__dict__.get("nki_directives", {}))
-        kernel.nki_directives = {**kernel.__dict__.get("nki_directives", {}), "compile_config": compile_config,
-                                 "specialization_config": specialization_config}
-        return kernel
+        # nki.jit(compile_config=...)(kernel) configures a copy; a new kernel of a function gets them itself
+        return kernel.variant(compile_config=compile_config, specialization_config=specialization_config)
     return wrap(func) if func is not None else wrap
 
 
@@ -466,6 +470,11 @@ def _allocate_without_fallback(program, spec):
         raise
 
 
+def _own_directives(kernel) -> dict:
+    """A copy of the directives set on `kernel` itself (not on the function it wraps)."""
+    return dict(kernel.__dict__.get("nki_directives", {}))
+
+
 def _directive(kernel: Kernel, name: str):
     """The value of an `nki.compiler` kernel directive (`@nki.compiler.skip_middle_end_transformations`
     above or below `@nki.jit`), or None."""
@@ -640,8 +649,8 @@ class _Measured(Kernel):
     def __init__(self, kernel: Kernel, options: dict, kind: str):
         super().__init__(kernel.func, kernel.grid, options.get("target") or kernel.target,
                          options.get("timing_only", kernel.timing_only))
-        if "nki_directives" in kernel.__dict__:  # what the kernel asked of the compiler (compile_config, ...)
-            self.nki_directives = dict(kernel.nki_directives)
+        if _own_directives(kernel):              # what the kernel asked of the compiler (compile_config, ...)
+            self.nki_directives = _own_directives(kernel)
         self.options, self.kind = options, kind
         self.benchmark_result = None
         self.profile_result = None
