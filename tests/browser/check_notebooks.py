@@ -57,6 +57,32 @@ OUTPUT_TEXT = """() => [...document.querySelectorAll('.jp-NotebookPanel:not(.lm-
     .map(o => o.innerText).join('\\n')"""  # outputs only: the code itself may say `widgets.Output()`
 
 
+def offline(context, base: str) -> list[str]:
+    """Refuse every request of the browser `context` not served from `base` (the local JupyterLab); the list
+    it returns fills with the refused addresses."""
+    outside: list[str] = []
+
+    def only_loopback(route):
+        if route.request.url.startswith(base) or route.request.url.startswith("data:"):
+            route.continue_()
+        else:
+            outside.append(route.request.url)
+            route.abort()
+    context.route("**/*", only_loopback)
+    return outside
+
+
+def pytest_marks() -> list:
+    """The marks of a browser test: slow, opt-in (TRNLAB_BROWSER_TESTS=1), Chromium and playwright present."""
+    import importlib.util
+    import pytest
+    return [pytest.mark.slow,
+            pytest.mark.skipif(os.environ.get("TRNLAB_BROWSER_TESTS") != "1",
+                               reason="the browser check is opt-in: TRNLAB_BROWSER_TESTS=1"),
+            pytest.mark.skipif(not CHROMIUM.exists(), reason=f"no Chromium at {CHROMIUM}"),
+            pytest.mark.skipif(importlib.util.find_spec("playwright") is None, reason="playwright is not installed")]
+
+
 def stored_widget_outputs(nb: dict) -> int:
     return sum("application/vnd.jupyter.widget-view+json" in o.get("data", {})
                for c in nb["cells"] if c["cell_type"] == "code" for o in c["outputs"])
@@ -267,15 +293,7 @@ def main(argv: list[str] | None = None) -> int:
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
             context = browser.new_context()
-
-            def only_loopback(route):  # offline: anything not served by our JupyterLab is refused
-                if route.request.url.startswith(lab.base) or route.request.url.startswith("data:"):
-                    route.continue_()
-                else:
-                    outside.append(route.request.url)
-                    route.abort()
-
-            context.route("**/*", only_loopback)
+            outside = offline(context, lab.base)  # anything not served by our JupyterLab is refused
             for name in names:
                 report = check_notebook(context, lab, name, args.shots, args.timeout)
                 lab.shutdown_kernels()

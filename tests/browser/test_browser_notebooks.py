@@ -9,24 +9,15 @@ the same by hand, with screenshots.
 
 from __future__ import annotations
 
-import importlib.util
-import os
 import sys
 from pathlib import Path
 
-import pytest
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import check_notebooks  # noqa: E402
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(os.environ.get("TRNLAB_BROWSER_TESTS") != "1",
-                       reason="the browser check is opt-in: TRNLAB_BROWSER_TESTS=1"),
-    pytest.mark.skipif(not check_notebooks.CHROMIUM.exists(), reason=f"no Chromium at {check_notebooks.CHROMIUM}"),
-    pytest.mark.skipif(importlib.util.find_spec("playwright") is None, reason="playwright is not installed"),
-]
+pytestmark = check_notebooks.pytest_marks()
 
 
 def test_every_notebook_runs_in_jupyterlab_in_a_browser(tmp_path, capsys):

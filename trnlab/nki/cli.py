@@ -4,6 +4,9 @@
                                 (``NKI_SIMULATOR=1 python SCRIPT``): __name__ == "__main__", sys.argv set
     run -m MODULE [ARGS...]     the same for a module (``python -m MODULE``)
     pytest [PYTEST ARGS...]     pytest in this process, the hook installed before collection
+    notebook LAB.ipynb [-o OUT] a notebook written for a Neuron instance, run top to bottom in a fresh
+                                kernel with the hook installed (torch_xla's device calls served too)
+    kernelspec [--user]         install the Jupyter kernel "Python 3 (NKI on trnlab)": the same in JupyterLab
     profile FILE.neff [...]     the `neuron-profile view --output-format summary-text` fields of a
                                 program saved by nki.benchmark(save_neff_name=...) (profile_summary.py)
 
@@ -79,6 +82,12 @@ def main(argv: list[str] | None = None) -> int:
     if command == "profile":
         from trnlab.nki.profile_summary import main as profile_main
         return profile_main(rest)
+    if command == "kernelspec":
+        from trnlab.nki.kernel import main as kernelspec_main
+        return kernelspec_main(rest)
+    if command == "notebook":                         # the hook goes into the notebook's own kernel
+        from trnlab.nki.notebook_run import main as notebook_main
+        return notebook_main(rest, force)
     if command not in ("run", "pytest"):
         print(f"python -m trnlab.nki: unknown command {command!r}\n{USAGE}", file=sys.stderr)
         return 2

@@ -15,7 +15,10 @@ is never changed by the import system (importing ``nki.tensor`` binds the submod
 ModuleNotFoundError naming the trnlab module that would serve them.
 
 The hook also serves ``neuron_dtypes`` (AWS's host dtype helpers, which the NKI Library's tests
-import) from `trnlab.nki.neuron_dtypes`. A real installation is never shadowed unasked: if ``nki``,
+import) from `trnlab.nki.neuron_dtypes`, and — where no real torch_xla is installed — torch_xla's device
+calls (``from torch_xla.core import xla_model as xm; xm.xla_device()``), with which AWS's guides and labs
+call a kernel from PyTorch, from `trnlab.nki.torch_xla_host` (the device is the host; the kernel runs on the
+simulated core). A real installation is never shadowed unasked: if ``nki``,
 ``neuronxcc``, ``nki_cpu_simulator`` or ``neuron_dtypes`` is importable (or imported) from elsewhere
 — a package with an ``__init__.py``, not a bare folder of that name — `install()` refuses with
 `RealInstallationError` unless ``force=True`` or ``TRNLAB_NKI_FORCE=1`` (`trnlab.config`, switch
@@ -53,6 +56,10 @@ RENAMED = {
 # `neuron_dtypes`: host dtype helpers from AWS's Neuron packages, imported by the NKI Library's tests.
 EXTRA = {"neuronxcc.starfish.support.dtype": "trnlab.nki.language_dtypes",
          "neuron_dtypes": "trnlab.nki.neuron_dtypes"}
+# torch_xla's device calls, which AWS's guides and labs use to call a kernel from PyTorch: served where no real
+# torch_xla is installed (then the real one is left alone, with no refusal: it is not NKI).
+TORCH_XLA = {"torch_xla": "trnlab.nki.torch_xla_host", "torch_xla.core": "trnlab.nki.torch_xla_host",
+             "torch_xla.core.xla_model": "trnlab.nki.torch_xla_host"}
 TOP_LEVEL = ("nki", "neuronxcc", "nki_cpu_simulator", "neuron_dtypes")   # checked for real installations
 
 
@@ -64,6 +71,8 @@ def trnlab_name(name: str) -> str | None:
     """The trnlab module serving AWS module `name`, or None if `name` is not AWS's NKI."""
     if name in EXTRA:
         return EXTRA[name]
+    if name in TORCH_XLA:
+        return TORCH_XLA[name] if _serve_torch_xla() else None
     for root in ROOTS:
         if name == root or name.startswith(root + "."):
             rest = name[len(root) + 1:]
@@ -106,6 +115,15 @@ class _Alias(types.ModuleType):
 
     def __repr__(self) -> str:
         return f"<module {self.__name__!r} (trnlab: {object.__getattribute__(self, '_target').__name__})>"
+
+
+def _serve_torch_xla() -> bool:
+    """Whether to serve torch_xla: not where a real one is importable or imported."""
+    module = sys.modules.get("torch_xla")
+    if module is not None:
+        return _is_ours(module)
+    spec = importlib.machinery.PathFinder.find_spec("torch_xla")
+    return spec is None or spec.origin in (None, "namespace")
 
 
 def _module_exists(name: str | None) -> bool:
