@@ -14,7 +14,8 @@ import trnlab.nki.compiler as ncc
 import trnlab.nki.isa as nisa
 import trnlab.nki.language as nl
 from trnlab.hardware import presets
-from trnlab.hardware.allocate import MODES, _best_fit, allocate, high_water
+from trnlab.hardware.allocate import allocate, high_water
+from trnlab.hardware.allocation_modes import MODES, best_fit
 from trnlab.hardware.errors import HardwareError
 from trnlab.hardware.program import Buffer, Program
 from test_hardware_allocate_walk import buffer_rows, table_program
@@ -116,7 +117,7 @@ def test_best_fit_returns_the_smallest_free_gap_that_holds_the_tile(ranges, nbyt
             break
         occupied.append((offset, size))
         end = offset + size
-    got = _best_fit(occupied, nbytes, capacity, bank)
+    got = best_fit(occupied, nbytes, capacity, bank)
     # every gap, and where in it the tile would start under the bank rule
     edges = [0] + [o + n for o, n in occupied]
     starts = [o for o, _ in occupied] + [capacity]

@@ -11,7 +11,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from trnlab.hardware import presets
-from trnlab.hardware.allocate import _next_fit, allocate
+from trnlab.hardware.allocate import allocate
+from trnlab.hardware.allocation_modes import next_fit
 from trnlab.hardware.errors import HardwareError
 from trnlab.hardware.memory import first_fit
 from trnlab.hardware.program import Buffer, Program
@@ -117,7 +118,7 @@ def test_fast_walk_places_every_tile_where_the_plain_next_fit_walk_does(rows, di
        st.integers(0, 5000), st.integers(0, 9000), st.sampled_from([None, 2048]))
 def test_next_fit_without_a_copy_answers_as_first_fit(ranges, nbytes, lowest, bank):
     occupied = sorted(ranges)
-    assert _next_fit(occupied, nbytes, lowest, 16384, bank) == first_fit(occupied, nbytes, lowest, 16384, bank)
+    assert next_fit(occupied, nbytes, lowest, 16384, bank) == first_fit(occupied, nbytes, lowest, 16384, bank)
 
 
 def _library_cases():

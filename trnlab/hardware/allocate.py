@@ -19,19 +19,8 @@ runs (its body once, each tile of the body at one address for every iteration; t
 with the code around it live over the whole loop, `dynamic_loops.close_live_ranges`) whose SBUF
 tiles next fit leaves without a gap is packed by size instead when that fits (`_pack_by_size`).
 
-How a tile's bytes are chosen is the program's `allocation_mode` (NKI's ``AllocationMode``, set by
-``CompileConfig(allocation=Allocation.LINEAR, experimental_allocation_mode=...)``; the descriptions are
-AWS's, nki.compiler.AllocationMode, 2026-11-13):
-
-- ``"ring"`` (the default): next fit from a cursor that wraps — "give each tile a fresh address, and reuse
-  freed memory only after the allocation wraps around": the most overlap of loads with compute, the most
-  fragmented memory;
-- ``"max_reuse"``: best fit — "always put a tile in the freed memory that fits it best" (the smallest gap
-  that holds it, the lowest such gap on a tie): the least memory, and a tile allocated in a loop lands on
-  the bytes the previous iteration's tile just freed, so its load waits for that tile's readers;
-- ``"fast"``: "stack tiles whose lifetimes nest, and put every other tile in the freed memory that fits it
-  best": a tile whose live range lies inside that of the live tile placed last goes directly above it
-  (ASSUMED: which tile a nested one is stacked on is not published), every other tile best fit.
+How a tile's bytes are chosen is the program's `allocation_mode` (NKI's ``AllocationMode``:
+`allocation_modes.py`).
 
 A block tensor ``(B..., par_dim(P), F...)`` the allocator places is, to AWS's compiler, a list of (P, F)
 tiles whose addresses it chooses from their dependencies, so its tiles need not be live together
@@ -52,6 +41,7 @@ import numpy as np
 from .. import config
 from .errors import (DirectAllocationOverlapError, PSUMBlockTensorOverflowError, PSUMOverflowError,
                      SBUFBlockTensorOverflowError, SBUFOverflowError)
+from .allocation_modes import MODES, best_fit, next_fit, stacked
 from .memory import OnChipMemory, _fmt_bytes
 from .presets import CORES, CoreSpec, core_spec
 from .program import READS_DST, WRITES, Access, Buffer, Program, locate_instruction
@@ -392,64 +382,6 @@ def _live_range_from_scratch(program: Program) -> None:
                 b.last = k
 
 
-def _next_fit(occupied: list, nbytes: int, lowest: int, partition_bytes: int, bank) -> int | None:
-    """`memory.first_fit` without copying `occupied` (the same answer: test_hardware_allocate_walk)."""
-    cursor = lowest
-    for offset, size in occupied:
-        start = cursor
-        if bank is not None:
-            if nbytes > bank or start // bank != (start + nbytes - 1) // bank:
-                start = -(-start // bank) * bank
-        if start + nbytes <= offset:
-            return start
-        if offset + size > cursor:
-            cursor = offset + size
-    start = cursor
-    if bank is not None:
-        if nbytes > bank or start // bank != (start + nbytes - 1) // bank:
-            start = -(-start // bank) * bank
-    return start if start + nbytes <= partition_bytes else None
-
-
-MODES = ("ring", "fast", "max_reuse")     # Program.allocation_mode (NKI's AllocationMode, lower case)
-
-
-def _bank_start(start: int, nbytes: int, bank) -> int:
-    """`start`, moved up to the next bank boundary if the tile would cross one (PSUM's bank rule)."""
-    if bank is not None and (nbytes > bank or start // bank != (start + nbytes - 1) // bank):
-        return -(-start // bank) * bank
-    return start
-
-
-def _best_fit(occupied: list, nbytes: int, partition_bytes: int, bank) -> int | None:
-    """The offset of the smallest gap between the live tiles `occupied` ([(offset, bytes)] by offset)
-    that holds `nbytes` (the lowest such gap on a tie), or None: AllocationMode.MAX_REUSE's rule."""
-    best, best_gap = None, None
-    cursor = 0
-    for offset, size in occupied + [(partition_bytes, 0)]:
-        if offset > cursor:
-            start = _bank_start(cursor, nbytes, bank)
-            gap = offset - cursor
-            if start + nbytes <= offset and (best_gap is None or gap < best_gap):
-                best, best_gap = start, gap
-        if offset + size > cursor:
-            cursor = offset + size
-    return best
-
-
-def _stacked(occupied: list, top, nbytes: int, partition_bytes: int, bank) -> int | None:
-    """Directly above the live tile `top` (offset, bytes) if those bytes are free, else None."""
-    start = _bank_start(top[0] + top[1], nbytes, bank)
-    if start + nbytes > partition_bytes:
-        return None
-    i = bisect_left(occupied, (start, 0))
-    if i > 0 and occupied[i - 1][0] + occupied[i - 1][1] > start:
-        return None
-    if i < len(occupied) and occupied[i][0] < start + nbytes:
-        return None
-    return start
-
-
 def allocate(program: Program, spec: "CoreSpec | str | None" = None) -> Program:
     """Set `offset` on every on-chip buffer of `program` (in place) and return it.
 
@@ -670,17 +602,17 @@ def _walk(program: Program, memory: OnChipMemory, keys: np.ndarray, sizes: list,
                         view = sorted(occupied + [(f.offset if f.offset is not None else int(f.placement["offset"]),
                                                    f.partition_bytes) for f in later])
                 if mode == "ring":
-                    offset = _next_fit(view, size, cursor, capacity, bank)
+                    offset = next_fit(view, size, cursor, capacity, bank)
                     if offset is None and cursor > 0:
-                        offset = _next_fit(view, size, 0, capacity, bank)
+                        offset = next_fit(view, size, 0, capacity, bank)
                 else:
                     offset = None
                     if mode == "fast" and live_order:
                         top = buffers[next(reversed(live_order))]
                         if top.last >= b.last:            # its live range nests in the top tile's: stacked
-                            offset = _stacked(view, (top.offset, sizes[top.id]), size, capacity, bank)
+                            offset = stacked(view, (top.offset, sizes[top.id]), size, capacity, bank)
                     if offset is None:
-                        offset = _best_fit(view, size, capacity, bank)
+                        offset = best_fit(view, size, capacity, bank)
                 if offset is None:
                     if size > capacity and b.partition_axis:
                         raise _block_tensor_overflow(b, memory)

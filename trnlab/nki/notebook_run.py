@@ -21,12 +21,11 @@ def run_notebook(path: str | Path, timeout: int = 600, force: bool | None = None
     """Execute the notebook at `path` with AWS's NKI names served by trnlab; return (notebook with its
     outputs, [(code cell number from 1, "ErrorName: message")] of the cells that failed)."""
     from nbclient import NotebookClient
-    from trnlab.course.execute import KERNEL_NAME
     path = Path(path)
     nb = nbformat.read(path, as_version=4)
     setup = nbformat.v4.new_code_cell(SETUP.format(force="" if force is None else f"force={force!r}"))
     nb.cells.insert(0, setup)
-    client = NotebookClient(nb, timeout=timeout, kernel_name=KERNEL_NAME, allow_errors=True, record_timing=False,
+    client = NotebookClient(nb, timeout=timeout, kernel_name="python3", allow_errors=True, record_timing=False,
                             resources={"metadata": {"path": str(path.parent.resolve())}})
     client.execute()
     nb.cells.pop(0)
