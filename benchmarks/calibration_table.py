@@ -307,6 +307,11 @@ WHAT_IF = {
     # kernel's storage kept as written (TRNLAB_VERSIONS=0), as the model was when they were tried, so
     # gather+issue+start-up is the model without (j). No constant
     "versions": {"spec": {}, "options": {}, "switches": {"versions": True}},
+    # (l) recomputation elimination (hardware/recompute.py, TRNLAB_RECOMPUTE): (e') as a compiler rule for every
+    # kernel, not a Mamba kernel option — an instruction computing again what an earlier one computed from
+    # unchanged inputs is dropped where the program then fits without spilling. On top of the model with (j).
+    # No constant
+    "recompute": {"spec": {}, "options": {}, "switches": {"versions": True, "recompute": True}},
 }
 
 

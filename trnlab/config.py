@@ -61,6 +61,10 @@ SWITCHES: dict[str, Switch] = {s.name: s for s in (
            "each whole overwrite of a reused SBUF tile gets a new address where the kernel's compile "
            "configuration asks for it (neuronx-cc's flow with address rotation, or split_reused_buffers: "
            "nki/compile_config.py, hardware/versions.py); 0 keeps every kernel's storage as written"),
+    Switch("recompute", "TRNLAB_RECOMPUTE", False, _flag,
+           "an instruction computing again what an earlier one computed from unchanged inputs is dropped and "
+           "its readers read the earlier result, where the program still fits SBUF (hardware/recompute.py, "
+           "ASSUMED: a compiler's loop-invariant code motion); a calibration candidate, off by default"),
     Switch("schedule_heuristic", "TRNLAB_SCHEDULE_HEURISTIC", "asap", _text,
            "the list schedule's choice among ready instructions for kernels whose compile configuration "
            "does not name one: 'asap' (the default), 'critical_path' or 'dma_prefetch' "

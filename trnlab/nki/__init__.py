@@ -286,7 +286,7 @@ def trace(kernel, *args, target=None, grid=None, points=None, **kwargs):
     order, heuristic = _order_of(kernel)
     key = (kernel.func, grid, tuple(getattr(g, "cores", 1) for g in grid), points, spec.name, id(spec), order,
            DROP_PSUM_ZEROING, _directive(kernel, "schedule"), _directive(kernel, "compile_config"), config.get("spill"),
-           config.get("psum_evacuation"), config.get("versions"), heuristic,
+           config.get("psum_evacuation"), config.get("versions"), config.get("recompute"), heuristic,
            tuple(_signature(a) for a in args), tuple((k, _signature(v)) for k, v in sorted(kwargs.items())))
     program = _PROGRAMS.get(key)
     if program is not None:
@@ -443,9 +443,11 @@ def _run_trace(kernel, args, kwargs, spec, grid, recorder, launch, names, alloca
         if program.loops:                    # loops the device runs (hardware/dynamic_loops.py): tiles
             from trnlab.hardware.dynamic_loops import close_live_ranges   # shared with the code around a
             close_live_ranges(program)       # loop live over all of it (its back edge); not fused (fusion.py)
-        if compile_config is not None and compile_config.surfaces_allocation_failure:
+        # repeated computations dropped where the program then fits (hardware/recompute.py; a candidate)
+        allocated = _without_recomputation(program, spec) if config.get("recompute") else None
+        if allocated is None and compile_config is not None and compile_config.surfaces_allocation_failure:
             allocated = _allocate_without_fallback(program, spec)
-        else:
+        elif allocated is None:
             allocated = allocate(program, spec, fuse=not _directive(kernel, "skip_middle_end_transformations"))
     except Exception as error:
         raise locate(error)
@@ -454,6 +456,22 @@ def _run_trace(kernel, args, kwargs, spec, grid, recorder, launch, names, alloca
                        "(hardware/fusion.py), which reorders its instructions; scheduling edges are not supported "
                        "on such kernels")
     return allocated
+
+
+def _without_recomputation(program, spec):
+    """The program without its repeated computations (hardware/recompute.py), allocated in the order written,
+    if there were any and it then fits SBUF and PSUM without a fallback; else None (the program is allocated as
+    traced: a compiler does not hoist under memory pressure)."""
+    from trnlab.hardware.allocate import allocate as allocate_in_order
+    from trnlab.hardware.errors import PSUMOverflowError, SBUFOverflowError
+    from trnlab.hardware.recompute import eliminate_recomputation
+    lean = eliminate_recomputation(program)
+    if lean is program:
+        return None
+    try:
+        return allocate_in_order(lean, spec)
+    except (SBUFOverflowError, PSUMOverflowError):
+        return None
 
 
 def _allocate_without_fallback(program, spec):
