@@ -118,3 +118,22 @@ def test_the_switch_is_part_of_the_trace_cache_key_and_off_by_default():
         lean = nki.trace(kernel, *args, target="trn2")
     kept = nki.trace(kernel, *args, target="trn2")
     assert len(lean) < len(kept)
+
+
+def chain_in_a_loop(x, y):
+    """(x * y) + 1 computed in every iteration: both instructions repeat, the second once the first is gone."""
+    out = nl.ndarray((4, 128, 512), dtype=x.dtype, buffer=nl.shared_hbm)
+    x_t = nl.load(x)
+    y_t = nl.load(y)
+    for s in nl.affine_range(4):
+        xy = nisa.tensor_tensor(x_t, y_t, op=nl.multiply)
+        nl.store(out[s], value=nisa.tensor_scalar(xy, op0=nl.add, operand0=1.0))
+    return out
+
+
+def test_a_chain_of_repeated_computations_is_computed_once():
+    lean = _traced(chain_in_a_loop, X, Y, on=True)
+    assert [i.opcode for i in lean.instructions].count("tensor_tensor") == 1
+    assert [i.opcode for i in lean.instructions].count("tensor_scalar") == 1
+    with config.override(recompute=True):
+        np.testing.assert_allclose(nki.jit(chain_in_a_loop)(X, Y), np.broadcast_to(X * Y + 1, (4, 128, 512)), rtol=1e-6)

@@ -35,11 +35,13 @@ from __future__ import annotations
 
 import copy
 from collections import defaultdict
+from operator import attrgetter
 
 from .program import WRITES, Access, Program
 from .versions import _covers, _writes_whole
 
 CANDIDATES = frozenset({"tensor_tensor", "tensor_scalar", "activation", "tensor_copy", "iota", "memset"})
+_OPCODE = attrgetter("opcode")
 
 
 def _plain(index) -> bool:
@@ -76,9 +78,17 @@ def eliminate_recomputation(program: Program) -> Program:
     instructions = program.instructions
     keys = {}
     seen = defaultdict(int)
-    for k, ins in enumerate(instructions):       # one cheap pass: most programs repeat no computation
-        if ins.opcode in CANDIDATES:
-            key = _key(ins)
+    # one cheap pass (most programs repeat no computation): the candidates' positions by their opcodes alone
+    candidates = [k for k, opcode in enumerate(map(_OPCODE, instructions)) if opcode in CANDIDATES]
+    rough = defaultdict(list)                    # (opcode, the buffers read) -> positions: a key's necessary part
+    for k in candidates:
+        ins = instructions[k]
+        rough[(ins.opcode, *(a.buffer for name, a in ins.operands.items() if name not in WRITES))].append(k)
+    for group in rough.values():
+        if len(group) < 2:
+            continue
+        for k in group:
+            key = _key(instructions[k])
             if key is not None:
                 keys[k] = key
                 seen[key] += 1
@@ -106,14 +116,13 @@ def eliminate_recomputation(program: Program) -> Program:
     replaced: dict[int, int] = {}               # a dropped instruction's tile -> the earlier result tile
     kept = []
     for k, ins in enumerate(instructions):
-        key = keys.get(k)
         if replaced and any(a.buffer in replaced for a in ins.operands.values()):
             ins = copy.copy(ins)
             ins.operands = {name: Access(replaced.get(a.buffer, a.buffer), a.index)
                             for name, a in ins.operands.items()}
             ins.issue = None                      # described again (its operands changed)
-            if key is not None:
-                key = _key(ins)                   # it now reads an earlier result: a chain may repeat too
+        # a candidate the first pass left out may still be repeated once its inputs are earlier results
+        key = keys.get(k) if k in keys or ins.opcode not in CANDIDATES else _key(ins)
         if key is not None:
             tile = sole_whole_tile(ins)
             inputs = tuple(generation[bid] for _, bid, _ in key[3])
