@@ -135,3 +135,19 @@ def test_a_real_torch_xla_is_left_alone(tmp_path):
     environment["PYTHONPATH"] = os.pathsep.join([str(tmp_path / "site"), environment["PYTHONPATH"]])
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=environment)
     assert done.stdout.strip() == "real", done.stderr
+
+
+def test_a_script_calling_a_kernel_from_pytorch_on_the_xla_device_runs_unmodified(tmp_path):
+    # the shape of AWS's getting-started PyTorch example: `torch_xla.device()`, tensors moved there, the kernel called
+    script = tmp_path / "add_on_device.py"
+    script.write_text(
+        "import nki\nimport nki.language as nl\n\n\n@nki.jit\ndef add(a, b):\n"
+        "    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)\n"
+        "    nl.store(out, value=nl.add(nl.load(a), nl.load(b)))\n    return out\n\n\n"
+        "if __name__ == '__main__':\n    import torch\n    import torch_xla\n    device = torch_xla.device()\n"
+        "    a = torch.ones((4, 3), dtype=torch.float16).to(device=device)\n"
+        "    print(add(a, a).tolist())\n")
+    done = subprocess.run([sys.executable, "-m", "trnlab.nki", "run", str(script)], capture_output=True, text=True,
+                          timeout=120, env=_environment(), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == str([[2.0] * 3] * 4)
