@@ -66,16 +66,10 @@ def next_fit(occupied: list, nbytes: int, lowest: int, partition_bytes: int, ban
     cursor; `memory.first_fit` without copying `occupied`, the same answer: test_hardware_allocate_walk)."""
     cursor = lowest
     for offset, size in occupied:
-        start = cursor
-        if bank is not None:
-            if nbytes > bank or start // bank != (start + nbytes - 1) // bank:
-                start = -(-start // bank) * bank
+        start = cursor if bank is None else bank_start(cursor, nbytes, bank)
         if start + nbytes <= offset:
             return start
         if offset + size > cursor:
             cursor = offset + size
-    start = cursor
-    if bank is not None:
-        if nbytes > bank or start // bank != (start + nbytes - 1) // bank:
-            start = -(-start // bank) * bank
+    start = cursor if bank is None else bank_start(cursor, nbytes, bank)
     return start if start + nbytes <= partition_bytes else None

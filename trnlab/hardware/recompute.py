@@ -44,15 +44,10 @@ CANDIDATES = frozenset({"tensor_tensor", "tensor_scalar", "activation", "tensor_
 _OPCODE = attrgetter("opcode")
 
 
-def _plain(index) -> bool:
-    index = index if isinstance(index, tuple) else (index,)
-    return all(i is None or isinstance(i, slice) or type(i).__name__.startswith("int") for i in index)
-
-
 def _key(ins):
     """What `ins` computes, as a hashable key, or None if it is not a candidate: (opcode, engine,
     attributes, read operands)."""
-    if ins.opcode not in CANDIDATES or not _writes_whole(ins):
+    if ins.opcode not in CANDIDATES or not _writes_whole(ins):     # (every index plain slices and integers)
         return None
     reads = []
     for name, a in sorted(ins.operands.items()):
@@ -60,8 +55,6 @@ def _key(ins):
             if name != "dst":
                 return None                       # a second result (a reduction's): not a candidate
             continue
-        if not _plain(a.index):
-            return None
         reads.append((name, a.buffer, repr(a.index)))
     try:
         attrs = repr(sorted(ins.attrs.items()))

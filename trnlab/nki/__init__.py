@@ -445,10 +445,10 @@ def _run_trace(kernel, args, kwargs, spec, grid, recorder, launch, names, alloca
             close_live_ranges(program)       # loop live over all of it (its back edge); not fused (fusion.py)
         # repeated computations dropped where the program then fits (hardware/recompute.py; a candidate)
         allocated = _without_recomputation(program, spec) if config.get("recompute") else None
-        if allocated is None and compile_config is not None and compile_config.surfaces_allocation_failure:
-            allocated = _allocate_without_fallback(program, spec)
-        elif allocated is None:
-            allocated = allocate(program, spec, fuse=not _directive(kernel, "skip_middle_end_transformations"))
+        if allocated is None:
+            allocated = (_allocate_without_fallback(program, spec)
+                         if compile_config is not None and compile_config.surfaces_allocation_failure else
+                         allocate(program, spec, fuse=not _directive(kernel, "skip_middle_end_transformations")))
     except Exception as error:
         raise locate(error)
     if edges and allocated is not program:
