@@ -10,7 +10,7 @@ import math
 import numpy as np
 
 from trnlab.hardware import dtypes as _dt
-from trnlab.hardware.errors import ShapeMismatchError
+from trnlab.hardware.errors import MemoryPlacementError, ShapeMismatchError
 from trnlab.nki import isa as _isa
 from trnlab.nki import issue as _issue
 from trnlab.nki import launches as _launches
@@ -241,6 +241,11 @@ def broadcast_to(x: NkiTensor, shape) -> NkiTensor:
     shape = tuple(shape)
     if tuple(x.shape) == shape:
         return x
+    if isinstance(x, NkiTensor) and x.buffer not in ("sbuf", "psum"):
+        # AWS's page: "src - the source of broadcast, a tile in SBUF or PSUM"
+        raise MemoryPlacementError(f"operand memory: broadcast_to of {x.name!r}, which is in HBM; it spreads "
+                                   f"a tile in SBUF or PSUM: nl.load the {x.shape} slice first, then "
+                                   f"broadcast the tile to {shape}", value=x.buffer, limit="sbuf | psum")
     if len(shape) == 2 and x.shape[0] == 1 and x.shape[1] == shape[1]:
         ones_row = full((1, shape[0]), 1.0, x.dtype)                # [K=1, M=P]
         row = _in_sbuf(x)
