@@ -85,6 +85,24 @@ print(json.dumps(out))
 """
 
 
+# the machine's own speed, so figures of different machines can be set side by side: a fixed pure-Python
+# loop (the kind of work the trace does: integer arithmetic, attribute-free bytecode) in a fresh process
+REFERENCE = r"""
+import time
+cpu = time.process_time()
+total = 0
+for i in range(5_000_000):
+    total += i & 7
+print(time.process_time() - cpu)
+"""
+
+
+def reference_loop_s() -> float:
+    """CPU seconds of REFERENCE in a fresh interpreter (the best of three)."""
+    return min(float(subprocess.run([sys.executable, "-c", REFERENCE], capture_output=True, text=True,
+                                    check=True).stdout) for _ in range(3))
+
+
 def tutorial_file(samples: str | None, mirror: str | None, workdir: str) -> str:
     """The path of AWS's tutorial kernels file: in the checkout, or written from the mirror's HEAD."""
     if samples:
@@ -132,6 +150,7 @@ def main() -> None:
         path = tutorial_file(args.samples, args.mirror, workdir)
         print(f"AWS's {KERNEL} from {args.samples or args.mirror}, bf16, Trn2, timing-only; "
               f"each figure a fresh process (no warm cache), CPU seconds of that process")
+        print(f"this machine: the reference loop (5 M iterations of pure Python) takes {reference_loop_s():.2f} CPU s")
         for n in args.sizes:
             first = measure(path, n, "first")
             plain = measure(path, n, "program_order")

@@ -218,6 +218,26 @@ def test_typing_tensor_is_subscriptable_in_annotations():
     np.testing.assert_array_equal(kernel(x), x)
 
 
+
+def test_benchmark_times_a_kernel_on_shape_only_typing_arguments():
+    # beta 1: AWS's matmul tutorial benchmarks on nt.tensor[[K, M], dtype] (no values): a timing-only run
+    import trnlab.nki.typing as nt
+
+    def kernel(a_tensor):
+        out = nl.ndarray(a_tensor.shape, dtype=a_tensor.dtype, buffer=nl.shared_hbm)
+        for i in nl.affine_range(a_tensor.shape[0] // 128):
+            nl.store(out[i * 128:(i + 1) * 128, :], value=nl.load(a_tensor[i * 128:(i + 1) * 128, :]))
+        return out
+
+    shape_only = nt.tensor[[512, 256], nl.bfloat16]
+    assert isinstance(shape_only, nki.ShapeDtype) and shape_only.shape == (512, 256)
+    bench = nki.benchmark(warmup=2, iters=10)(kernel)
+    assert bench(shape_only) is None                                     # no values were computed
+    latency = bench.benchmark_result.nc_latency.get_latency_percentile(99)
+    values = nki.benchmark(warmup=2, iters=10)(kernel)
+    values(np.zeros((512, 256), nl.bfloat16))
+    assert latency == values.benchmark_result.nc_latency.get_latency_percentile(99) > 0
+
 def test_a_custom_allocation_function_is_called_by_keyword():
     import functools
 
