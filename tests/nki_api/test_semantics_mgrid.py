@@ -4,11 +4,9 @@ NKI's `nl.mgrid` is NumPy's ("Same as NumPy mgrid", nki.language.mgrid page): ev
 dense array of the grid's shape, so `.p` of two grids of one shape is the same array, and an
 `nl.arange(128)[:, None]` column broadcasts against a grid's `[128, F]` output."""
 import numpy as np
-import pytest
 
 import trnlab.nki as nki
 import trnlab.nki.language as nl
-from trnlab.nki.errors import MaskError
 
 
 @nki.jit
@@ -64,6 +62,26 @@ def test_an_arange_column_broadcasts_against_a_grid_row():
     np.testing.assert_array_equal(arange_column_with_a_grid_row(a), a)
 
 
-def test_two_iterators_both_used_on_one_axis_are_still_refused():
-    with pytest.raises(MaskError, match="same tile axis"):
-        two_arange_columns(np.zeros((128, 128), np.float32))
+def test_two_arange_columns_are_one_array_as_in_numpy():
+    # each nl.arange(128)[:, None] is the same (128, 1) array: a[i_p, j_p] reads a's diagonal
+    a = np.arange(128 * 128, dtype=np.float32).reshape(128, 128)
+    np.testing.assert_array_equal(two_arange_columns(a)[:, 0], np.diag(a))
+
+
+@nki.jit
+def masked_with_fresh_aranges(a_tensor):
+    # neuronx-cc's dumped kernels (NKIBench's, among others) write every index and mask with fresh
+    # nl.arange calls: the mask still bounds the access's rows
+    rows = a_tensor.shape[0]
+    out = nl.ndarray((rows, 64), dtype=a_tensor.dtype, buffer=nl.shared_hbm)
+    for i in nl.affine_range((rows + 127) // 128):
+        tile = nl.load(a_tensor[128 * i + nl.arange(128)[:, None], nl.arange(64)[None, :]],
+                       mask=-128 * i + -1 * nl.arange(128)[:, None] + rows - 1 >= 0)
+        nl.store(out[128 * i + nl.arange(128)[:, None], nl.arange(64)[None, :]], value=nl.multiply(tile, 3.0),
+                 mask=(128 * i + nl.arange(128)[:, None] < rows))
+    return out
+
+
+def test_a_mask_written_with_its_own_arange_bounds_the_access():
+    a = np.random.default_rng(3).normal(size=(200, 64)).astype(np.float32)
+    np.testing.assert_array_equal(masked_with_fresh_aranges(a), 3 * a)

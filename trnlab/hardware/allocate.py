@@ -124,13 +124,11 @@ def split_block_tensors(program: Program) -> bool:
         b = buffers[bid]
         axis = b.partition_axis
         blocks = tuple(int(n) for n in b.shape[:axis])
-        if not all(isinstance(index, tuple) and len(index) > axis
-                   and all(isinstance(e, (int, np.integer)) and -n <= e < n for e, n in zip(index[:axis], blocks))
-                   for _, _, index in uses):
+        picked = [_one_block(index, axis, blocks) for _, _, index in uses]
+        if any(p is None for p in picked):
             continue                           # an access spans blocks: the block tensor stays one buffer
         tiles = {}
-        for k, name, index in uses:
-            block = tuple(int(e) % n for e, n in zip(index[:axis], blocks))
+        for (k, name, _), (block, index) in zip(uses, picked):
             t = tiles.get(block)
             if t is None:
                 t = tiles[block] = Buffer(id=len(buffers), name=f"{b.name}[{', '.join(map(str, block))}]",
@@ -139,7 +137,7 @@ def split_block_tensors(program: Program) -> bool:
                 buffers.append(t)
                 blocks_of[t.id] = (bid, block)
             t.last = k                         # uses come in program order
-            rewrites[k][name] = Access(t.id, index[axis:])
+            rewrites[k][name] = Access(t.id, index)
         b.first = b.last = -1                  # no instruction touches the block tensor itself any more
         split[bid] = tiles
     if not rewrites:
@@ -153,6 +151,34 @@ def split_block_tensors(program: Program) -> bool:
     program.blocks = blocks_of
     program.changed()
     return True
+
+
+def _one_block(index, axis: int, blocks: tuple):
+    """(block, the index within that block's tile) if the access `index` selects one block of a block
+    tensor with `blocks` before its partition axis `axis`, else None. A block index is an integer, or an
+    index array holding one value throughout (an access pattern folding two iterators into one free axis,
+    `t[i, i_p, 128 * i_j + i_k]`, is resolved as arrays on every axis) that the other axes' arrays do
+    not need for their shape."""
+    if not isinstance(index, tuple) or len(index) <= axis:
+        return None
+    block = []
+    for e, n in zip(index[:axis], blocks):
+        if isinstance(e, np.ndarray) and e.size and e.dtype.kind in "iu":
+            first = e.flat[0]
+            if not (e == first).all():
+                return None
+            e = int(first)
+        if not isinstance(e, (int, np.integer)) or not -n <= e < n:
+            return None
+        block.append(int(e) % n)
+    rest = index[axis:]
+    if any(isinstance(e, np.ndarray) for e in index[:axis]):
+        shapes = [e.shape for e in index if isinstance(e, np.ndarray)]
+        kept = [e.shape for e in rest if isinstance(e, np.ndarray)]
+        if not kept or np.broadcast_shapes(*kept) != np.broadcast_shapes(*shapes) or \
+                any(isinstance(e, slice) for e in rest):
+            return None                        # dropping the block arrays would change the access's shape
+    return tuple(block), rest
 
 
 def _issue_on_tiles(issue: tuple, buffers: list, split: dict, changed: dict):

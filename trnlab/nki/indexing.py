@@ -105,7 +105,9 @@ class IndexExpr:
         full = [k for k, entry in enumerate(key) if isinstance(entry, slice)]
         if len(full) != 1 or any(e is not None for e in key if not isinstance(e, slice)):
             raise TypeError(f"expected one ':' and None elsewhere, got {key}")
-        return IndexExpr(self.const, ((Iterator(it.size, full[0], len(key)), coef),))
+        # NumPy's semantics: every nl.arange(n)[:, None] is the same (n, 1) array, so a mask written with
+        # a fresh call (as neuronx-cc's dumped kernels write every index) bounds the access's iterator
+        return IndexExpr(self.const, ((_grid_iterator(it.size, full[0], len(key)), coef),))
 
     # -- ranges ----------------------------------------------------------------------
     def bounds(self, ranges: dict | None = None) -> tuple[int, int]:
@@ -160,7 +162,7 @@ def arange(*args) -> IndexExpr:
     r = range(*(plain(a) for a in args))
     if len(r) == 0:
         raise ValueError(f"nl.arange{args} is empty")
-    return IndexExpr(r.start, ((Iterator(len(r), 0, 1), r.step),))
+    return IndexExpr(r.start, ((_grid_iterator(len(r), 0, 1), r.step),))
 
 
 class Grid(tuple):
@@ -185,7 +187,8 @@ class _MGrid:
     awsdocs-neuron.readthedocs-hosted.com nki/api/generated/nki.language.mgrid.html): every output is a dense array
     of the grid's shape, so `.p` of one `mgrid[0:128, 0:512]` and `.p` of another are the same array.
     Grids of one shape therefore share their iterators: `a[g1.p, g2.x]` is `a[g1.p, g1.x]`, and a
-    mask on `g2.p` bounds `g1.p` (`_ITERATORS`, by size, axis and number of axes)."""
+    mask on `g2.p` bounds `g1.p` (`_ITERATORS`, by size, axis and number of axes). The same holds for
+    `nl.arange(n)[:, None]`: each call is the same array, so each gives the same iterator."""
 
     def __getitem__(self, key):
         single = not isinstance(key, tuple)

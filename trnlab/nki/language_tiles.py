@@ -395,8 +395,19 @@ def full(shape, fill_value, dtype, buffer=None, name: str = "", **kwargs) -> Nki
     return tensor
 
 
-def zeros(shape, dtype, buffer=None, name: str = "", **kwargs) -> NkiTensor:
-    return full(shape, 0.0, dtype, buffer=buffer, name=name)
+def zeros(shape, dtype, buffer=None, name: str = "", lazy_initialization: bool = False, **kwargs) -> NkiTensor:
+    """Zeros; with `lazy_initialization=True` (beta 1, as neuronx-cc's dumped kernels declare PSUM
+    accumulators) each block is zeroed at its first access instead of all at once here, so a block tensor
+    larger than PSUM can hold one block per iteration. ASSUMED: the zeroing is a memset just before that
+    access (AWS's compiler may fold it into the first matmul of the accumulation)."""
+    if not lazy_initialization:
+        return full(shape, 0.0, dtype, buffer=buffer, name=name)
+    tensor = ndarray(shape, dtype, buffer=buffer, name=name)
+    tensor._lazy = (0.0, set())
+    # which blocks a loop's stamped iterations reach is not known without running them: trace concretely
+    _loops.run_concretely(_issue.begin(), "nl.zeros(lazy_initialization=True): each block is zeroed at "
+                                          "its first access")
+    return tensor
 
 
 def ones(shape, dtype, buffer=None, name: str = "", **kwargs) -> NkiTensor:
