@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import builtins
+import itertools
 import dis as _dis
 import math
 import sys as _sys_module
@@ -403,11 +404,38 @@ def zeros(shape, dtype, buffer=None, name: str = "", lazy_initialization: bool =
     if not lazy_initialization:
         return full(shape, 0.0, dtype, buffer=buffer, name=name)
     tensor = ndarray(shape, dtype, buffer=buffer, name=name)
-    tensor._lazy = (0.0, set())
+    filled: set = set()
+    tensor._lazy = lambda view: _fill_lazily(tensor, view, 0.0, filled)
     # which blocks a loop's stamped iterations reach is not known without running them: trace concretely
     _loops.run_concretely(_issue.begin(), "nl.zeros(lazy_initialization=True): each block is zeroed at "
                                           "its first access")
     return tensor
+
+
+def _fill_lazily(owner: NkiTensor, view: NkiTensor, value: float, filled: set) -> None:
+    """Fill the blocks of a lazily initialized tensor that `view` reaches and that are not filled yet (each
+    its own memset, just before this first access). The blocks are those of the axes before the
+    partition axis; a view whose block index is not a plain integer or slice fills every block it may reach."""
+    axes = owner._hw.partition_axis or 0
+    if view is owner or (view._index is None and view._ap is None):
+        entries = [slice(0, n, 1) for n in owner.shape[:axes]]
+    elif view._index is not None:
+        entries = list(view._index[:axes])
+    else:
+        entries = [k if extent is None or isinstance(k, (int, np.integer)) and (start, step) == (0, 1) else None
+                   for k, start, step, extent in view._ap[:axes]]
+    choices = []
+    for axis, entry in enumerate(entries):
+        if isinstance(entry, (int, np.integer)):
+            choices.append((int(entry),))
+        elif isinstance(entry, slice):
+            choices.append(range(*entry.indices(owner.shape[axis])))
+        else:
+            choices.append(range(owner.shape[axis]))
+    for block in itertools.product(*choices):
+        if block not in filled:
+            filled.add(block)
+            _isa.memset(dst=owner._view_of(block + (slice(None),) * (owner.ndim - axes)), value=value)
 
 
 def ones(shape, dtype, buffer=None, name: str = "", **kwargs) -> NkiTensor:

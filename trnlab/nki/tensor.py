@@ -65,7 +65,7 @@ class NkiTensor:
         self._bytes_of = None         # a .view(dtype) tile or a view of one: (the tile whose bytes it reads, its
         #                               elements' positions there in units of its own type) (tensor_views.retype)
         self._invalid = None          # an .ap() past its tensor: the error an instruction using it raises
-        self._lazy = None             # nl.zeros(..., lazy_initialization=True): (fill value, blocks filled)
+        self._lazy = None             # lazily initialized (language_tiles.zeros): fills a view's blocks first
 
     # -- construction ---------------------------------------------------------------------
     @classmethod
@@ -167,8 +167,8 @@ class NkiTensor:
     def __getitem__(self, key) -> "NkiTensor":
         view = self._view_of(key)
         owner = self._base()
-        if owner._lazy is not None:
-            _fill_lazily(owner, view)
+        if owner._lazy is not None:                # nl.zeros(..., lazy_initialization=True)
+            owner._lazy(view)
         return view
 
     def _view_of(self, key) -> "NkiTensor":
@@ -791,32 +791,3 @@ def _out_of_bounds(t, lowest: int, highest: int) -> OutOfBoundsError:
     size = math.prod(t.shape)
     return OutOfBoundsError(f"out-of-bounds access pattern on {t.name or 'tensor'} {t.shape}: "
                             f"elements [{lowest}, {highest}] of {size}", value=(lowest, highest), limit=size)
-
-
-def _fill_lazily(owner: "NkiTensor", view: "NkiTensor") -> None:
-    """A lazily initialized tensor's blocks are filled at their first access (each its own memset, just
-    before): what `nl.zeros(..., lazy_initialization=True)` asks, so that a block's live range starts where
-    the kernel first uses it, not at the declaration. The blocks are those of the axes before the
-    partition axis; a view whose block index is not a plain integer or slice fills every block it may reach."""
-    value, filled = owner._lazy
-    axes = owner._hw.partition_axis or 0
-    if view is owner or (view._index is None and view._ap is None):
-        entries = [slice(0, n, 1) for n in owner.shape[:axes]]
-    elif view._index is not None:
-        entries = list(view._index[:axes])
-    else:
-        entries = [k if extent is None or isinstance(k, (int, np.integer)) and (start, step) == (0, 1) else None
-                   for k, start, step, extent in view._ap[:axes]]
-    choices = []
-    for axis, entry in enumerate(entries):
-        if isinstance(entry, (int, np.integer)):
-            choices.append((int(entry),))
-        elif isinstance(entry, slice):
-            choices.append(range(*entry.indices(owner.shape[axis])))
-        else:
-            choices.append(range(owner.shape[axis]))
-    import itertools
-    for block in itertools.product(*choices):
-        if block not in filled:
-            filled.add(block)
-            _OPERATIONS.isa.memset(dst=owner._view_of(block + (slice(None),) * (owner.ndim - axes)), value=value)
