@@ -3,6 +3,7 @@ every index and mask an `nl.arange` call of its own, PSUM accumulators declared 
 `nl.zeros(..., lazy_initialization=True)` as block tensors larger than PSUM, and SBUF blocks written through
 an access that folds two iterators into one free axis. docs/nki_compat.md has the NKIBench run."""
 import numpy as np
+import pytest
 
 import trnlab.nki as nki
 import trnlab.nki.isa as nisa
@@ -76,3 +77,35 @@ def test_lazy_zeroing_comes_at_the_first_use_not_at_the_declaration(monkeypatch)
     assert eager[:3] == ["memset", "dma_copy", "dma_copy"]    # zeroed where declared, before the loads
     assert lazy[:4] == ["dma_copy", "dma_copy", "memset", "nc_matmul"]   # block 0 zeroed just before its use
     assert lazy.count("memset") == BLOCKS
+
+
+@nki.jit
+def plain_copy(x):           # the same copy as folded_copy, its tile written as a plain box
+    out = nl.ndarray((64, 128, 1024), dtype=np.float32, buffer=nl.shared_hbm)
+    t = nl.ndarray((64, nl.par_dim(128), 1024), dtype=np.float32, buffer=nl.sbuf)
+    for i in nl.affine_range(64):
+        t[i, nl.arange(128)[:, None], nl.arange(1024)[None, :]] = \
+            nl.load(x[i, nl.arange(128)[:, None], nl.arange(1024)[None, :]])
+        nl.store(out[i, nl.arange(128)[:, None], nl.arange(1024)[None, :]],
+                 value=t[i, nl.arange(128)[:, None], nl.arange(1024)[None, :]])
+    return out
+
+
+def test_a_folded_free_axis_moves_whole_rows_as_a_plain_box_does():
+    # the folded access resolves as index arrays; its DMA still moves 4 KiB runs, not one element at a time
+    folded = nki.run(folded_copy, nki.ShapeDtype((64, 128, 8, 128), np.float32), timing_only=True)
+    plain = nki.run(plain_copy, nki.ShapeDtype((64, 128, 1024), np.float32), timing_only=True)
+    assert folded.latency_us == pytest.approx(plain.latency_us)
+
+
+def test_a_real_gather_is_still_costed_element_by_element():
+    from trnlab.hardware import cost
+
+    class View:                                 # a transposed read: no two adjacent elements in a row
+        class tensor:
+            shape, partition_axis = (128, 128), 0
+        index = (np.arange(128)[None, :], np.arange(128)[:, None])
+        shape = (128, 128)
+    assert cost._gathered_run(View, 4) == 4
+    View.index = (np.arange(128)[:, None], np.arange(128)[None, :])     # the same arrays, in order: rows
+    assert cost._gathered_run(View, 4) == 128 * 4

@@ -70,6 +70,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from . import dtypes
 from .presets import CoreSpec
 
@@ -547,7 +549,7 @@ def contiguous_bytes(view) -> int:
             return t.nbytes
         return math.prod(shape[pa + 1:]) * itemsize
     if not view.basic:
-        return itemsize
+        return _gathered_run(view, itemsize)
     index = view.index
     box = view.box
     run = itemsize
@@ -564,6 +566,34 @@ def contiguous_bytes(view) -> int:
         if extent != shape[axis]:
             break
     return run
+
+
+def _gathered_run(view, itemsize: int) -> int:
+    """The shortest run of adjacent elements (bytes; on chip within a partition) of a view indexed by
+    arrays on every axis, in the view's element order: an access pattern that folds two iterators into one
+    free axis (`t[i_p, 128 * i_j + i_k]`, NKIBench's style) moves whole rows though it resolves as arrays.
+    One element for any other gather."""
+    t = view.tensor
+    index, shape, pa = view.index, t.shape, t.partition_axis
+    if not (isinstance(index, tuple) and len(index) == len(shape) and all(type(i) is np.ndarray for i in index)):
+        return itemsize
+    stride, offset = 1, 0
+    for axis in range(len(shape) - 1, -1, -1):     # element offsets within a partition (HBM: in the tensor)
+        if axis == pa:
+            continue
+        offset = offset + index[axis].astype(np.int64) * stride
+        stride *= shape[axis]
+    flat = np.broadcast_to(offset, view.shape).reshape(-1)
+    if flat.size < 2:
+        return itemsize * flat.size or itemsize
+    breaks = np.diff(flat) != 1
+    if pa is not None:
+        breaks |= np.diff(np.broadcast_to(index[pa], view.shape).reshape(-1)) != 0
+    ends = np.flatnonzero(breaks)
+    if not ends.size:
+        return int(flat.size) * itemsize
+    lengths = np.diff(np.concatenate(([-1], ends, [flat.size - 1])))
+    return int(lengths.min()) * itemsize
 
 
 def inner_contiguous(view) -> bool:
