@@ -585,7 +585,7 @@ def _gathered_run(view, itemsize: int) -> int:
         stride *= shape[axis]
     flat = np.broadcast_to(offset, view.shape).reshape(-1)
     if flat.size < 2:
-        return itemsize * flat.size or itemsize
+        return itemsize
     breaks = np.diff(flat) != 1
     if pa is not None:
         breaks |= np.diff(np.broadcast_to(index[pa], view.shape).reshape(-1)) != 0

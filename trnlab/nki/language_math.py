@@ -16,7 +16,7 @@ from trnlab.nki import issue as _issue
 from trnlab.nki import launches as _launches
 from trnlab.nki.errors import NKIError
 from trnlab.nki.language_tiles import copy, float32, full, ndarray, sbuf, tile_size, zeros
-from trnlab.nki.tensor import NkiTensor
+from trnlab.nki.tensor import ON_CHIP, NkiTensor
 
 
 # -- element-wise math ------------------------------------------------------------------------------
@@ -241,7 +241,7 @@ def broadcast_to(x: NkiTensor, shape) -> NkiTensor:
     shape = tuple(shape)
     if tuple(x.shape) == shape:
         return x
-    if isinstance(x, NkiTensor) and x.buffer not in ("sbuf", "psum"):
+    if isinstance(x, NkiTensor) and x.buffer not in ON_CHIP:
         # AWS's page: "src - the source of broadcast, a tile in SBUF or PSUM"
         raise MemoryPlacementError(f"operand memory: broadcast_to of {x.name!r}, which is in HBM; it spreads "
                                    f"a tile in SBUF or PSUM: nl.load the {x.shape} slice first, then "

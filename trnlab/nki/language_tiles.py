@@ -5,8 +5,8 @@
 from __future__ import annotations
 
 import builtins
-import itertools
 import dis as _dis
+import itertools
 import math
 import sys as _sys_module
 
